@@ -1,0 +1,33 @@
+"""What every `python -m alignment.cli.*` entry point shares: logging and one-line errors."""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Callable
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """Errors that are the user's to fix: printed as one line, exit code 2, no traceback."""
+    from alignment.config.base import ConfigError
+    from alignment.datasets.sources import DataError
+    from alignment.models.loading import ModelLoadError
+    from alignment.storage import StorageError
+    return (ConfigError, DataError, ModelLoadError, StorageError)
+
+
+def setup_logging() -> None:
+    rank = os.environ.get("RANK", "0")
+    level = logging.INFO if rank == "0" else logging.WARNING
+    logging.basicConfig(level=level, format=f"%(asctime)s [rank{rank}] %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+    for noisy in ("DeepSpeed", "deepspeed", "httpx", "urllib3", "fsspec", "s3fs", "botocore", "aiobotocore"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def run_main(main: Callable[[list[str] | None], object], argv: list[str] | None = None) -> None:
+    setup_logging()
+    try:
+        main(argv)
+    except _user_errors() as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)

@@ -1,0 +1,45 @@
+"""python -m alignment.cli.train_sft: supervised fine-tuning on DeepSpeed (OpenRLHF's flags).
+
+Also runs under `deepspeed --module alignment.cli.train_sft` and `torchrun --nproc_per_node N -m ...`.
+Order matters: flags, data and tokenizer are checked before any weights are loaded.
+"""
+from __future__ import annotations
+
+import logging
+
+from alignment.cli.common import run_main
+from alignment.config import SFTConfig, parse_args
+
+log = logging.getLogger("alignment.train_sft")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    cfg = parse_args(SFTConfig, argv, prog="alignment.cli.train_sft")
+    from alignment.datasets.sft import SFTTokenizer
+    from alignment.datasets.sources import blend
+    from alignment.distributed.runtime import init_runtime
+    from alignment.models.builder import load_actor, prepare
+    from alignment.trainers.base import total_steps
+    from alignment.trainers.engine import build_engine
+    from alignment.trainers.sft import SFTTrainer
+
+    rt = init_runtime(cfg.local_rank, cfg.num_threads)
+    cfg.accumulation_steps(rt.world_size)  # fails now, not after loading, if sizes don't divide
+    setup = prepare(cfg, rt)
+    rows = blend(cfg.dataset, cfg.dataset_probs, cfg.dataset_split, cfg.max_samples, cfg.seed)
+    train_set, _ = SFTTokenizer(setup.tokenizer, cfg, source=cfg.dataset)(rows)
+    eval_set = None
+    if cfg.eval_dataset:
+        eval_rows = blend(cfg.eval_dataset, None, cfg.eval_split, cfg.max_samples, cfg.seed)
+        eval_set, _ = SFTTokenizer(setup.tokenizer, cfg, source=cfg.eval_dataset)(eval_rows)
+    steps = total_steps(len(train_set), cfg, rt.world_size)
+    log.info("SFT: %d train samples, %d eval, %d optimizer steps, world size %d, %s, attention=%s",
+             len(train_set), len(eval_set or []), steps, rt.world_size, setup.precision.reason, setup.attn)
+    model = load_actor(setup, cfg)
+    engine = build_engine(model, cfg, rt, setup.precision.bf16, steps)
+    trainer = SFTTrainer(cfg, rt, engine, setup.tokenizer, train_set, eval_set, mask_dtype=setup.packed_mask_dtype)
+    return trainer.fit()
+
+
+if __name__ == "__main__":
+    run_main(main)

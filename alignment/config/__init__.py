@@ -1,0 +1,13 @@
+"""One config schema per stage: the same dataclasses make the CLI flags, read YAML files and
+are the Prefect flow parameters. Torch-free so the Prefect layer can import it."""
+from alignment.config.base import ConfigError, opt
+from alignment.config.cli import config_to_argv, load_yaml, parse_args
+from alignment.config.groups import (
+    CheckpointConfig, DataConfig, LoggingConfig, LoraConfig, ModelConfig, TrainConfig,
+)
+from alignment.config.stages import SFTConfig
+
+__all__ = [
+    "CheckpointConfig", "ConfigError", "DataConfig", "LoggingConfig", "LoraConfig", "ModelConfig",
+    "SFTConfig", "TrainConfig", "config_to_argv", "load_yaml", "opt", "parse_args",
+]

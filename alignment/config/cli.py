@@ -1,0 +1,133 @@
+"""Build an argparse CLI from a stage dataclass, read YAML config files, and go back to argv.
+
+Precedence: defaults < `--config FILE.yaml` < flags on the command line.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import types
+import typing
+from dataclasses import MISSING, fields
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from alignment.config.base import ConfigError
+
+T = TypeVar("T")
+
+
+def _unwrap(tp: Any) -> tuple[Any, bool]:
+    """(inner type, is_list) for Optional[X] / list[X] / X."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _unwrap(args[0])
+    if origin is list:
+        return typing.get_args(tp)[0], True
+    return tp, False
+
+
+def _bool(text: str) -> bool:
+    low = text.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true/false, got {text!r}")
+
+
+def build_parser(cls: type, prog: str | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=(cls.__doc__ or "").strip(),
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--config", default=None, help="YAML file with flag values (flags given here win)")
+    hints = typing.get_type_hints(cls)
+    for f in fields(cls):
+        inner, is_list = _unwrap(hints[f.name])
+        names = [f"--{f.name}", *f.metadata.get("aliases", ())]
+        kw: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS, "help": f.metadata.get("help", "")}
+        if inner is bool and not is_list:
+            # OpenRLHF style: `--bf16` switches on; `--bf16 false` is also accepted (for YAML-ish use).
+            kw.update(nargs="?", const=True, type=_bool)
+        elif is_list:
+            # `--target_modules q_proj v_proj` and `--target_modules q_proj,v_proj` both work.
+            kw.update(nargs="+", type=str)
+        else:
+            kw.update(type=inner)
+            if f.metadata.get("choices"):
+                kw["choices"] = f.metadata["choices"]
+        parser.add_argument(*names, **kw)
+    return parser
+
+
+def _coerce(cls: type, values: dict[str, Any], source: str) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    known = {f.name: f for f in fields(cls)}
+    out = {}
+    for key, value in values.items():
+        if key not in known:
+            close = [k for k in known if k.startswith(key[:4])][:3]
+            hint = f" (did you mean {', '.join('--' + c for c in close)}?)" if close else ""
+            raise ConfigError(f"{source}: unknown option {key!r}{hint}")
+        inner, is_list = _unwrap(hints[key])
+        if is_list and value is not None:
+            items = value if isinstance(value, (list, tuple)) else [value]
+            flat = [p for item in items for p in str(item).split(",") if p != ""]
+            try:
+                value = [inner(p) for p in flat]
+            except ValueError:
+                raise ConfigError(f"{source}: --{key} {value!r} is not a list of {inner.__name__}") from None
+        elif value is not None and inner in (int, float) and not isinstance(value, bool):
+            try:
+                value = inner(value)
+            except (TypeError, ValueError):
+                raise ConfigError(f"{source}: --{key} {value!r} is not a valid {inner.__name__}") from None
+            choices = known[key].metadata.get("choices")
+            if choices and value not in choices:
+                raise ConfigError(f"{source}: --{key} {value!r} is not one of {list(choices)}")
+        out[key] = value
+    return out
+
+
+def load_yaml(cls: type[T], path: str | Path) -> dict[str, Any]:
+    """The YAML file's values, checked against the schema (unknown keys are errors)."""
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except FileNotFoundError:
+        raise ConfigError(f"--config {path}: file not found") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"--config {path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"--config {path}: expected a mapping of flag: value")
+    return _coerce(cls, {k.replace("-", "_"): v for k, v in data.items()}, f"--config {path}")
+
+
+def parse_args(cls: type[T], argv: list[str] | None = None, prog: str | None = None) -> T:
+    """Parse flags into a validated `cls` instance; raises ConfigError with a one-line message."""
+    argv = sys.argv[1:] if argv is None else argv
+    ns = vars(build_parser(cls, prog).parse_args(argv))
+    config_file = ns.pop("config", None)
+    values = load_yaml(cls, config_file) if config_file else {}
+    values.update(_coerce(cls, ns, "command line"))
+    cfg = cls(**values)
+    validate = getattr(cfg, "validate", None)
+    return validate() if validate else cfg
+
+
+def config_to_argv(cfg: Any) -> list[str]:
+    """Flags that reproduce `cfg` (only non-default values), for job entrypoints."""
+    argv: list[str] = []
+    for f in fields(cfg):
+        value = getattr(cfg, f.name)
+        default = f.default_factory() if f.default_factory is not MISSING else f.default
+        if value == default or value is None:
+            continue
+        if isinstance(value, bool):
+            argv += [f"--{f.name}"] if value else [f"--{f.name}", "false"]
+        elif isinstance(value, list):
+            argv += [f"--{f.name}", *map(str, value)]
+        else:
+            argv += [f"--{f.name}", str(value)]
+    return argv

@@ -1,0 +1,143 @@
+"""Flag groups shared by the stages. Names are OpenRLHF's flat flag names.
+
+Each group checks its own values in `check_<group>()`; a stage's `validate()` runs them all,
+before any model or dataset is loaded.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from alignment.config.base import ConfigError, opt, require
+
+
+@dataclass
+class ModelConfig:
+    pretrain: Optional[str] = opt(None, "HF model directory, store URI (s3://...) or hub name to start from")
+    bf16: bool = opt(False, "Train in bfloat16. On CPUs without native bf16 the math runs in fp32 (logged once)")
+    flash_attn: bool = opt(False, "Use flash-attention 2; falls back to PyTorch SDPA (logged once) where flash-attn is missing")
+    gradient_checkpointing: bool = opt(False, "Recompute activations in backward to save memory")
+    gradient_checkpointing_use_reentrant: bool = opt(False, "Use the reentrant checkpointing variant")
+    load_in_4bit: bool = opt(False, "QLoRA: load the base in 4 bit (needs bitsandbytes and a CUDA GPU)")
+    disable_fast_tokenizer: bool = opt(False, "Use the slow (Python) tokenizer")
+    tokenizer_chat_template: Optional[str] = opt(None, "Jinja chat template overriding the tokenizer's own")
+
+    def check_model(self) -> None:
+        require(bool(self.pretrain), "--pretrain is required: pass a model directory, s3:// URI or hub name")
+
+
+@dataclass
+class LoraConfig:
+    lora_rank: int = opt(0, "LoRA rank; 0 trains all weights")
+    lora_alpha: int = opt(16, "LoRA scaling alpha")
+    lora_dropout: float = opt(0.0, "LoRA dropout")
+    target_modules: list[str] = opt(["all-linear"], "Modules that get LoRA adapters (names, or all-linear)")
+
+    def check_lora(self) -> None:
+        require(self.lora_rank >= 0, f"--lora_rank {self.lora_rank}: must be >= 0 (0 disables LoRA)")
+        require(0.0 <= self.lora_dropout < 1.0, f"--lora_dropout {self.lora_dropout}: must be in [0, 1)")
+
+
+@dataclass
+class DataConfig:
+    dataset: Optional[str] = opt(None, "Comma-separated datasets: .jsonl/.json files, json@DIR, directories, store URIs or hub names")
+    dataset_probs: Optional[str] = opt(None, "Comma-separated sampling probabilities for --dataset (default: equal)")
+    dataset_split: str = opt("train", "Split to train on")
+    eval_dataset: Optional[str] = opt(None, "Evaluation dataset (same forms as --dataset)")
+    eval_split: str = opt("test", "Split to evaluate on")
+    max_samples: int = opt(100_000_000, "Use at most this many samples from the (mixed) dataset")
+    max_len: int = opt(2048, "Truncate samples to this many tokens (truncations are counted and reported)")
+    input_key: str = opt("input", "JSON key of the prompt / conversation")
+    output_key: Optional[str] = opt(None, "JSON key of the response")
+    input_template: Optional[str] = opt(None, "Template wrapping the prompt, e.g. 'User: {}\\nAssistant: '")
+    apply_chat_template: bool = opt(False, "Render prompts with the tokenizer's chat template")
+    multiturn: bool = opt(False, "Train on every assistant turn of the conversation in --input_key")
+    pretrain_mode: bool = opt(False, "Loss on every token (continued pre-training), not only the response")
+    packing_samples: bool = opt(False, "Pack several samples into one row, keeping per-sample positions and attention")
+
+    def check_data(self) -> None:
+        require(bool(self.dataset), "--dataset is required: pass a .jsonl file, json@DIR or a hub name")
+        require(self.max_len > 1, f"--max_len {self.max_len}: must be > 1")
+        require(self.max_samples > 0, f"--max_samples {self.max_samples}: must be > 0")
+        require(not (self.input_template and self.apply_chat_template),
+                "--input_template and --apply_chat_template both given: pick one way to format prompts")
+        if self.input_template:
+            require("{}" in self.input_template,
+                    f"--input_template {self.input_template!r} has no '{{}}' where the prompt goes")
+        if self.dataset_probs:
+            n_sets = len(self.dataset.split(","))
+            try:
+                probs = [float(p) for p in self.dataset_probs.split(",")]
+            except ValueError:
+                raise ConfigError(f"--dataset_probs {self.dataset_probs!r}: use comma-separated numbers like 0.3,0.7") from None
+            require(len(probs) == n_sets,
+                    f"--dataset_probs has {len(probs)} values for {n_sets} datasets: give one per --dataset entry")
+            require(all(p >= 0 for p in probs) and sum(probs) > 0,
+                    f"--dataset_probs {self.dataset_probs}: probabilities must be >= 0 and not all 0")
+
+
+@dataclass
+class TrainConfig:
+    micro_train_batch_size: int = opt(8, "Samples (or packed rows) per rank per forward/backward")
+    train_batch_size: int = opt(128, "Global batch per optimizer step; accumulation = this / (micro * world size)")
+    max_epochs: int = opt(1, "Passes over the training data")
+    max_steps: int = opt(-1, "Stop after this many optimizer steps (-1: run all epochs)")
+    learning_rate: float = opt(5e-6, "Peak learning rate")
+    lr_warmup_ratio: float = opt(0.03, "Fraction of steps for linear warm-up")
+    lr_scheduler: str = opt("cosine_with_min_lr", "Schedule after warm-up",
+                            choices=("cosine_with_min_lr", "cosine", "linear", "constant", "constant_with_warmup"))
+    min_lr_ratio: float = opt(0.1, "cosine_with_min_lr decays to learning_rate * this")
+    adam_betas: list[float] = opt([0.9, 0.95], "Adam betas")
+    l2: float = opt(0.0, "Weight decay")
+    max_norm: float = opt(1.0, "Gradient clipping norm")
+    zero_stage: int = opt(2, "DeepSpeed ZeRO stage", choices=(0, 1, 2, 3))
+    adam_offload: bool = opt(False, "Keep optimizer states on CPU (DeepSpeedCPUAdam)")
+    zpg: int = opt(1, "ZeRO++ hierarchical partition size")
+    seed: int = opt(42, "Random seed (data order, init, dropout)")
+    local_rank: int = opt(-1, "Set by the deepspeed launcher")
+    num_threads: int = opt(0, "CPU threads per rank (0: cores / ranks on this node)")
+
+    def check_train(self) -> None:
+        require(self.micro_train_batch_size > 0, f"--micro_train_batch_size {self.micro_train_batch_size}: must be > 0")
+        require(self.train_batch_size > 0, f"--train_batch_size {self.train_batch_size}: must be > 0")
+        require(self.learning_rate > 0, f"--learning_rate {self.learning_rate}: must be > 0")
+        require(0.0 <= self.lr_warmup_ratio < 1.0, f"--lr_warmup_ratio {self.lr_warmup_ratio}: must be in [0, 1)")
+        require(self.max_epochs > 0, f"--max_epochs {self.max_epochs}: must be > 0")
+        require(len(self.adam_betas) == 2, f"--adam_betas needs two values, got {self.adam_betas}")
+
+    def accumulation_steps(self, world_size: int) -> int:
+        per_step = self.micro_train_batch_size * world_size
+        require(self.train_batch_size % per_step == 0,
+                f"--train_batch_size {self.train_batch_size} is not divisible by --micro_train_batch_size "
+                f"{self.micro_train_batch_size} x world size {world_size} = {per_step}: "
+                f"use a multiple of {per_step}, e.g. {max(per_step, self.train_batch_size // per_step * per_step)}")
+        return self.train_batch_size // per_step
+
+
+@dataclass
+class CheckpointConfig:
+    save_path: str = opt("./ckpt", "Where the final HF-format model goes (local path or s3://)")
+    save_steps: int = opt(-1, "Commit a resumable checkpoint every N optimizer steps (-1: only at the end)")
+    ckpt_path: str = opt("./ckpt/checkpoints", "Where resumable checkpoints go (local path or s3://)")
+    load_checkpoint: bool = opt(False, "Resume from the newest committed checkpoint under --ckpt_path")
+    max_ckpt_num: int = opt(3, "Keep this many resumable checkpoints")
+    disable_ds_ckpt: bool = opt(False, "Don't write resumable checkpoints (final model only)")
+
+    def check_checkpoint(self) -> None:
+        require(self.max_ckpt_num >= 1, f"--max_ckpt_num {self.max_ckpt_num}: must be >= 1")
+        require(self.save_steps == -1 or self.save_steps > 0, f"--save_steps {self.save_steps}: use -1 or a positive number")
+
+
+@dataclass
+class LoggingConfig:
+    logging_steps: int = opt(1, "Log metrics every N optimizer steps")
+    eval_steps: int = opt(-1, "Evaluate every N steps (-1: at the end of each epoch)")
+    use_wandb: Optional[str] = opt(None, "Log to Weights & Biases; the value is the API key (or 'offline'). Never printed")
+    wandb_org: Optional[str] = opt(None, "wandb entity")
+    wandb_group: Optional[str] = opt(None, "wandb group")
+    wandb_project: str = opt("alignflow", "wandb project")
+    wandb_run_name: Optional[str] = opt(None, "wandb run name")
+    use_tensorboard: Optional[str] = opt(None, "Write TensorBoard events under this directory")
+
+    def check_logging(self) -> None:
+        require(self.logging_steps > 0, f"--logging_steps {self.logging_steps}: must be > 0")

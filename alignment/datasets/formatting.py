@@ -1,0 +1,48 @@
+"""Turn a row into prompt/response text: chat template, --input_template, or plain text."""
+from __future__ import annotations
+
+from typing import Any
+
+from alignment.datasets.sources import DataError
+
+
+def require_chat_template(tokenizer: Any, where: str) -> None:
+    if not getattr(tokenizer, "chat_template", None):
+        raise DataError(f"--apply_chat_template: the tokenizer of {where} has no chat template; "
+                        f"pass --tokenizer_chat_template '<jinja>' or use --input_template instead")
+
+
+def get_field(row: dict, key: str, flag: str, index: int, source: str) -> Any:
+    if key not in row:
+        raise DataError(f"{source} row {index}: missing key {key!r} ({flag}); the row has keys "
+                        f"{sorted(row)[:8]}: set {flag} to one of them")
+    return row[key]
+
+
+def as_messages(value: Any, role: str) -> list[dict]:
+    if isinstance(value, str):
+        return [{"role": role, "content": value}]
+    if isinstance(value, dict):
+        return [value]
+    if isinstance(value, list) and all(isinstance(m, dict) and "role" in m and "content" in m for m in value):
+        return list(value)
+    raise DataError(f"expected a string or a list of {{role, content}} messages, got {type(value).__name__}")
+
+
+def as_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    msgs = as_messages(value, "user")
+    return "\n".join(m["content"] for m in msgs)
+
+
+def chat(tokenizer: Any, messages: list[dict], add_generation_prompt: bool) -> str:
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+
+
+def prompt_text(tokenizer: Any, value: Any, apply_chat_template: bool, input_template: str | None) -> str:
+    """The prompt as the model sees it at generation time (shared by SFT, RL prompts and eval)."""
+    if apply_chat_template:
+        return chat(tokenizer, as_messages(value, "user"), add_generation_prompt=True)
+    text = as_text(value)
+    return input_template.format(text) if input_template else text

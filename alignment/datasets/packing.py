@@ -1,0 +1,32 @@
+"""Pack variable-length samples into one row without letting them see each other.
+
+A packed row keeps each sample's own position ids (restarting at 0) and a block-diagonal
+causal mask, so the packed forward pass — and the loss — equal the unpacked ones.
+"""
+from __future__ import annotations
+
+import torch
+
+
+def segment_ids(lengths: list[int]) -> torch.Tensor:
+    """[T] sample index of each token, T = sum(lengths)."""
+    return torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))
+
+
+def packed_position_ids(lengths: list[int]) -> torch.Tensor:
+    """[T] positions restarting at 0 for each sample."""
+    return torch.cat([torch.arange(n) for n in lengths])
+
+
+def block_causal_mask(seg: torch.Tensor, dtype: torch.dtype = torch.bool) -> torch.Tensor:
+    """[B, T] segment ids -> [B, 1, T, T] mask: token i attends to j iff same segment and j <= i.
+
+    bool (True = attend) for SDPA; a float dtype gives the additive form eager attention adds.
+    """
+    t = seg.shape[-1]
+    same = seg[:, :, None] == seg[:, None, :]
+    causal = torch.ones(t, t, dtype=torch.bool, device=seg.device).tril()
+    allowed = (same & causal)[:, None]
+    if dtype == torch.bool:
+        return allowed
+    return torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)

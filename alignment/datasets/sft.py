@@ -1,0 +1,141 @@
+"""SFT dataset: rows -> token ids with a loss mask; collation padded or packed.
+
+Prompt and response are tokenized separately and concatenated, so the prompt's tokens are
+exactly those the model sees at generation time and the loss mask is exact.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from alignment.datasets.formatting import as_messages, as_text, chat, get_field, prompt_text, require_chat_template
+from alignment.datasets.packing import block_causal_mask, packed_position_ids, segment_ids
+from alignment.datasets.sources import DataError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TokenizedSample:
+    input_ids: list[int]   # [L]
+    loss_mask: list[int]   # [L], 1 where the token is a training target
+
+
+@dataclass
+class Batch:
+    input_ids: torch.Tensor              # [B, T]
+    loss_mask: torch.Tensor              # [B, T], 1 on target tokens (never the first of a sample)
+    attention_mask: torch.Tensor | None  # [B, T] padding mask, or [B, 1, T, T] block mask when packed
+    position_ids: torch.Tensor | None    # [B, T]; restart per sample when packed
+    num_samples: int
+
+
+@dataclass
+class TokenizeStats:
+    kept: int = 0
+    truncated: int = 0
+    dropped: int = 0   # nothing left to learn after truncation (prompt longer than --max_len)
+
+
+class SFTTokenizer:
+    """Tokenizes rows per the data flags of an SFT config."""
+
+    def __init__(self, tokenizer: Any, cfg: Any, source: str = "dataset"):
+        self.tok, self.cfg, self.source = tokenizer, cfg, source
+        if cfg.apply_chat_template:
+            require_chat_template(tokenizer, cfg.pretrain)
+        if not cfg.pretrain_mode and not cfg.multiturn and not cfg.output_key:
+            raise DataError("--output_key is required for SFT (or use --pretrain_mode / --multiturn)")
+
+    def _ids(self, text: str) -> list[int]:
+        return self.tok(text, add_special_tokens=False)["input_ids"]
+
+    def pieces(self, row: dict, index: int) -> list[tuple[str, bool]]:
+        """(text, is_target) pieces of one row, in order."""
+        cfg = self.cfg
+        value = get_field(row, cfg.input_key, "--input_key", index, self.source)
+        if cfg.multiturn:
+            msgs = as_messages(value, "user")
+            pieces, done = [], ""
+            for i, m in enumerate(msgs):
+                through = chat(self.tok, msgs[: i + 1], add_generation_prompt=False)
+                if m["role"] == "assistant":
+                    before = chat(self.tok, msgs[:i], add_generation_prompt=True)
+                    pieces.append((before[len(done):], False))
+                    pieces.append((through[len(before):], True))
+                else:
+                    pieces.append((through[len(done):], False))
+                done = through
+            return [p for p in pieces if p[0]]
+        response = get_field(row, cfg.output_key, "--output_key", index, self.source) if cfg.output_key else None
+        if cfg.apply_chat_template:
+            prompt_msgs = as_messages(value, "user")
+            prompt = chat(self.tok, prompt_msgs, add_generation_prompt=True)
+            if response is None:
+                return [(prompt, True)]
+            full = chat(self.tok, prompt_msgs + as_messages(response, "assistant"), add_generation_prompt=False)
+            return [(prompt, cfg.pretrain_mode), (full[len(prompt):], True)]
+        prompt = prompt_text(self.tok, value, False, cfg.input_template)
+        if response is None:
+            return [(prompt, True)]
+        text = as_text(response)
+        eos = self.tok.eos_token or ""
+        if eos and not text.endswith(eos):
+            text += eos  # the model must learn to stop
+        return [(prompt, cfg.pretrain_mode), (text, True)]
+
+    def __call__(self, rows: list[dict]) -> tuple[list[TokenizedSample], TokenizeStats]:
+        stats, out = TokenizeStats(), []
+        for index, row in enumerate(rows):
+            ids, mask = [], []
+            for text, target in self.pieces(row, index):
+                piece = self._ids(text)
+                ids += piece
+                mask += [int(target)] * len(piece)
+            if mask:
+                mask[0] = 0  # the first token of a sample has no prediction inside that sample
+            if len(ids) > self.cfg.max_len:
+                ids, mask = ids[: self.cfg.max_len], mask[: self.cfg.max_len]
+                stats.truncated += 1
+            if sum(mask) == 0:
+                stats.dropped += 1
+                continue
+            out.append(TokenizedSample(ids, mask))
+        stats.kept = len(out)
+        if stats.truncated or stats.dropped:
+            log.warning("%s: %d of %d samples longer than --max_len %d were truncated; %d had no response "
+                        "tokens left and were dropped", self.source, stats.truncated, len(rows),
+                        self.cfg.max_len, stats.dropped)
+        if not out:
+            raise DataError(f"{self.source}: no usable samples (all {len(rows)} rows were empty or longer than "
+                            f"--max_len {self.cfg.max_len}); raise --max_len or check the keys")
+        return out, stats
+
+
+def collate_padded(samples: list[TokenizedSample], pad_id: int) -> Batch:
+    t = max(len(s.input_ids) for s in samples)
+    ids = torch.full((len(samples), t), pad_id, dtype=torch.long)
+    loss = torch.zeros((len(samples), t), dtype=torch.long)
+    attn = torch.zeros((len(samples), t), dtype=torch.long)
+    for i, s in enumerate(samples):
+        n = len(s.input_ids)
+        ids[i, :n] = torch.tensor(s.input_ids)
+        loss[i, :n] = torch.tensor(s.loss_mask)
+        attn[i, :n] = 1
+    return Batch(ids, loss, attn, None, len(samples))
+
+
+def collate_packed(samples: list[TokenizedSample], mask_dtype: torch.dtype | None = torch.bool) -> Batch:
+    """All samples of the micro-batch in one row [1, sum(L)].
+
+    mask_dtype None: no explicit mask, only restarting position ids (flash-attention's varlen path).
+    """
+    lengths = [len(s.input_ids) for s in samples]
+    ids = torch.tensor([t for s in samples for t in s.input_ids])[None]
+    loss = torch.tensor([m for s in samples for m in s.loss_mask])[None]
+    pos = packed_position_ids(lengths)[None]
+    mask = None if mask_dtype is None else block_causal_mask(segment_ids(lengths)[None], mask_dtype)
+    return Batch(ids, loss, mask, pos, len(samples))

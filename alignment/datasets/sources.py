@@ -1,0 +1,149 @@
+"""Read rows from dataset specs: .jsonl/.json files, json@DIR, split directories, store URIs
+(anything fsspec opens, e.g. s3://) or Hugging Face hub names; mix several by probability.
+
+Local and store files are parsed here rather than by `datasets`, so a malformed line is
+reported with its file and line number before any model is loaded.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+from dataclasses import dataclass
+
+import fsspec
+
+JSON_SUFFIXES = (".jsonl", ".json")
+
+
+class DataError(ValueError):
+    """Bad or missing training data; the message names the file/row and the fix."""
+
+
+@dataclass(frozen=True)
+class Source:
+    spec: str       # as the user wrote it
+    kind: str       # "file" | "dir" | "hub"
+    location: str   # file/dir URI or hub name
+
+
+def _exists(uri: str) -> bool:
+    fs, path = fsspec.core.url_to_fs(uri)
+    return fs.exists(path)
+
+
+def resolve(spec: str) -> Source:
+    spec = spec.strip()
+    if "@" in spec and not spec.startswith(("s3://", "gs://", "http")):
+        builder, _, location = spec.partition("@")
+        if builder not in ("json", "jsonl"):
+            raise DataError(f"dataset {spec!r}: only json@DIR is supported for the NAME@DIR form")
+        return Source(spec, "dir", location)
+    if spec.endswith(JSON_SUFFIXES):
+        return Source(spec, "file", spec)
+    if "://" in spec or os.path.isabs(spec) or spec.startswith(".") or _exists(spec):
+        return Source(spec, "dir", spec)
+    return Source(spec, "hub", spec)
+
+
+def parse_json_lines(text: str, where: str) -> list[dict]:
+    rows = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{where}:{lineno}: malformed JSON ({e.msg} at column {e.colno}); "
+                            f"fix or remove that line") from None
+        if not isinstance(row, dict):
+            raise DataError(f"{where}:{lineno}: expected a JSON object per line, got {type(row).__name__}")
+        rows.append(row)
+    return rows
+
+
+def read_json_file(uri: str) -> list[dict]:
+    try:
+        with fsspec.open(uri, "rt", encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise DataError(f"dataset file {uri} does not exist: check the --dataset path") from None
+    stripped = text.lstrip()
+    if uri.endswith(".json") and stripped.startswith("["):
+        try:
+            rows = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{uri}:{e.lineno}: malformed JSON ({e.msg}); fix the file") from None
+        if not all(isinstance(r, dict) for r in rows):
+            raise DataError(f"{uri}: expected a JSON list of objects")
+        return rows
+    return parse_json_lines(text, uri)
+
+
+def _split_files(location: str, split: str) -> list[str]:
+    """Files of `split` in a directory: `<split>.jsonl`, `<split>-*.jsonl`, `<split>/...` (HF layout)."""
+    fs, root = fsspec.core.url_to_fs(location)
+    if not fs.isdir(root):
+        raise DataError(f"dataset directory {location} does not exist: check the --dataset path")
+    protocol = location.split("://")[0] + "://" if "://" in location else ""
+    found = []
+    for path in sorted(fs.find(root)):
+        rel = os.path.relpath(path, root)
+        name = os.path.basename(rel)
+        if not name.endswith(JSON_SUFFIXES):
+            continue
+        stem = name.split(".")[0]
+        first_dir = rel.split(os.sep)[0] if os.sep in rel else ""
+        if stem == split or stem.startswith(split + "-") or stem.startswith(split + "_") or first_dir == split:
+            found.append(protocol + path if protocol and not path.startswith(protocol) else path)
+    return found
+
+
+def _read_hub(name: str, split: str) -> list[dict]:
+    try:
+        import datasets
+        ds = datasets.load_dataset(name, split=split)
+    except Exception as e:  # noqa: BLE001 - turned into one actionable line, cause kept
+        offline = os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("HF_DATASETS_OFFLINE") == "1"
+        why = "the hub is offline (HF_HUB_OFFLINE=1)" if offline else f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+        raise DataError(f"dataset {name!r} is not a local file or directory and could not be loaded from the "
+                        f"Hugging Face hub ({why}); pass a local .jsonl path or json@DIR instead") from e
+    return [dict(r) for r in ds]
+
+
+def read_rows(spec: str, split: str = "train") -> list[dict]:
+    src = resolve(spec)
+    if src.kind == "file":
+        rows = read_json_file(src.location)
+    elif src.kind == "dir":
+        files = _split_files(src.location, split)
+        if not files:
+            raise DataError(f"dataset {spec!r} has no '{split}' split: expected {split}.jsonl "
+                            f"(or {split}-*.jsonl) in {src.location}")
+        rows = [r for f in files for r in read_json_file(f)]
+    else:
+        rows = _read_hub(src.location, split)
+    if not rows:
+        raise DataError(f"dataset {spec!r} (split {split}) is empty: it has 0 rows")
+    return rows
+
+
+def blend(specs: str, probs: str | None, split: str, max_samples: int, seed: int) -> list[dict]:
+    """Mix comma-separated datasets. With probabilities, draw `min(max_samples, total rows)` rows,
+    each from dataset i with probability p_i (sampling without replacement inside a dataset,
+    wrapping around when one runs out), like OpenRLHF's interleaving."""
+    names = [s for s in specs.split(",") if s.strip()]
+    parts = [read_rows(s, split) for s in names]
+    if len(parts) == 1:
+        return parts[0][:max_samples]
+    weights = [float(p) for p in probs.split(",")] if probs else [1.0] * len(parts)
+    rng = random.Random(seed)
+    orders = [rng.sample(range(len(p)), len(p)) for p in parts]
+    cursors = [0] * len(parts)
+    total = min(max_samples, sum(len(p) for p in parts))
+    out = []
+    for _ in range(total):
+        i = rng.choices(range(len(parts)), weights=weights)[0]
+        out.append(parts[i][orders[i][cursors[i] % len(parts[i])]])
+        cursors[i] += 1
+    return out

@@ -1,0 +1,37 @@
+"""DeepSpeed config dicts built from the typed train config (nothing else writes them)."""
+from __future__ import annotations
+
+from typing import Any
+
+
+def train_ds_config(cfg: Any, world_size: int, bf16: bool, device: str) -> dict[str, Any]:
+    """ZeRO stage, offload, batch sizes and clipping for a training engine.
+
+    The optimizer and scheduler are built by the trainer (so their state is ours to checkpoint
+    and the schedule is exactly the one we document); DeepSpeed wraps them.
+    """
+    zero: dict[str, Any] = {
+        "stage": cfg.zero_stage,
+        "offload_param": {"device": "none"},
+        "offload_optimizer": {"device": "cpu" if cfg.adam_offload else "none", "pin_memory": device == "cuda"},
+    }
+    if cfg.zero_stage == 3:
+        zero["stage3_gather_16bit_weights_on_model_save"] = True
+        if device == "cpu":
+            # 0: really partition every parameter, even a tiny model's (by default DeepSpeed
+            # keeps small ones whole, which would make ZeRO-3 on a test model a no-op).
+            zero["stage3_param_persistence_threshold"] = 0
+        if cfg.zpg > 1:
+            zero["zero_hpz_partition_size"] = cfg.zpg
+    return {
+        "train_batch_size": cfg.train_batch_size,
+        "train_micro_batch_size_per_gpu": cfg.micro_train_batch_size,
+        "gradient_accumulation_steps": cfg.accumulation_steps(world_size),
+        "gradient_clipping": cfg.max_norm,
+        "zero_optimization": zero,
+        "bf16": {"enabled": bf16},
+        "fp16": {"enabled": False},
+        "steps_per_print": 10**9,   # we log ourselves
+        "wall_clock_breakdown": False,
+        "zero_allow_untested_optimizer": True,
+    }

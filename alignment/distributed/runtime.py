@@ -1,0 +1,64 @@
+"""Process-group setup for every launcher: plain `python -m`, `deepspeed`, `torchrun`, Ray actors.
+
+CPU ranks use gloo (oneCCL is not on PyPI); GPUs use NCCL. Threads per rank are set so that
+ranks on one node don't oversubscribe its cores (the deepspeed launcher does not do this).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from dataclasses import dataclass
+
+import torch
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Runtime:
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    device: str          # "cpu" | "cuda"
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def torch_device(self) -> torch.device:
+        return torch.device(f"cuda:{self.local_rank}") if self.device == "cuda" else torch.device("cpu")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def init_runtime(local_rank_flag: int = -1, num_threads: int = 0) -> Runtime:
+    """Initialise torch.distributed through DeepSpeed; single-process runs get a world of 1."""
+    if "RANK" not in os.environ:  # not launched by torchrun/deepspeed/Ray: a world of one on loopback
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
+                          MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+    if local_rank_flag >= 0 and "LOCAL_RANK" not in os.environ:
+        os.environ["LOCAL_RANK"] = str(local_rank_flag)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu":
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("LOCAL_SIZE", world)))
+    if device == "cpu":
+        threads = num_threads or max(1, (os.cpu_count() or 1) // max(1, local_world))
+        torch.set_num_threads(threads)
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+    else:
+        torch.cuda.set_device(local_rank)
+    import deepspeed
+
+    if not torch.distributed.is_initialized():
+        deepspeed.init_distributed(dist_backend="nccl" if device == "cuda" else "gloo", auto_mpi_discovery=False)
+    return Runtime(rank, world, local_rank, local_world, device)

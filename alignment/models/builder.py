@@ -1,0 +1,49 @@
+"""Everything a trainer needs before training: precision, attention, tokenizer, model, LoRA."""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from alignment.distributed.runtime import Runtime
+from alignment.models.lora import apply_lora
+from alignment.models.loading import check_4bit, load_causal_lm, load_tokenizer, resolve_model_path
+from alignment.models.precision import Precision, attn_implementation, precision_for
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ModelSetup:
+    path: str            # local directory (or hub name) the weights come from
+    precision: Precision
+    attn: str            # "sdpa" | "flash_attention_2" | "eager"
+    tokenizer: Any
+
+    @property
+    def packed_mask_dtype(self) -> torch.dtype | None:
+        """flash-attention reads packing from position ids; SDPA takes a bool block mask."""
+        return None if self.attn == "flash_attention_2" else torch.bool
+
+
+def prepare(cfg: Any, rt: Runtime) -> ModelSetup:
+    """Cheap checks and the tokenizer: everything that can fail before weights are loaded."""
+    precision = precision_for(cfg.bf16, rt.device)
+    attn = attn_implementation(cfg.flash_attn, rt.device)
+    check_4bit(cfg.load_in_4bit, rt.device)
+    path = resolve_model_path(cfg.pretrain)
+    tok = load_tokenizer(path, cfg.tokenizer_chat_template, use_fast=not cfg.disable_fast_tokenizer)
+    return ModelSetup(path, precision, attn, tok)
+
+
+def load_actor(setup: ModelSetup, cfg: Any) -> torch.nn.Module:
+    model = load_causal_lm(setup.path, setup.precision.dtype, setup.attn)
+    model.config.use_cache = False
+    if cfg.gradient_checkpointing:
+        model.gradient_checkpointing_enable(
+            gradient_checkpointing_kwargs={"use_reentrant": cfg.gradient_checkpointing_use_reentrant})
+        if cfg.lora_rank > 0:
+            model.enable_input_require_grads()  # LoRA + checkpointing needs grads at the inputs
+    return apply_lora(model, cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout, cfg.target_modules)

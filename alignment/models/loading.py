@@ -1,0 +1,78 @@
+"""Resolve --pretrain (local dir, store URI, hub name), load tokenizer and causal LM, save HF format."""
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from alignment import storage
+
+log = logging.getLogger(__name__)
+
+
+class ModelLoadError(ValueError):
+    """--pretrain (or another model path) can't be used; the message says why and what to pass."""
+
+
+def _looks_like_path(name: str) -> bool:
+    return name.startswith(("/", ".", "~")) or os.sep * 2 in name or name.count("/") > 1 or os.path.exists(name)
+
+
+def resolve_model_path(name: str, flag: str = "--pretrain") -> str:
+    """A local directory for `name`: downloads committed store URIs; hub names pass through."""
+    if storage.is_remote(name) or name.startswith("file://"):
+        if not storage.is_committed(name):
+            raise ModelLoadError(f"{flag} {name}: no committed model there (no MANIFEST.json); "
+                                 f"point it at a finished stage's output")
+        return str(storage.download_dir(name))
+    if _looks_like_path(name):
+        path = Path(name).expanduser()
+        if not path.is_dir():
+            raise ModelLoadError(f"{flag} {name}: directory does not exist; pass a model directory "
+                                 f"(with config.json) or a hub name")
+        if not (path / "config.json").exists():
+            raise ModelLoadError(f"{flag} {name}: no config.json in that directory; is it a Hugging Face model?")
+        return str(path)
+    return name  # a hub name: from_pretrained is the real path for users who have the hub
+
+
+def _hub_error(name: str, flag: str, e: Exception) -> ModelLoadError:
+    offline = os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("TRANSFORMERS_OFFLINE") == "1"
+    why = "the hub is offline (HF_HUB_OFFLINE=1)" if offline else f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+    return ModelLoadError(f"{flag} {name!r}: not a local directory and could not be fetched from the Hugging Face "
+                          f"hub ({why}); pass a local model path instead")
+
+
+def load_tokenizer(path: str, chat_template: str | None = None, use_fast: bool = True, flag: str = "--pretrain") -> Any:
+    from transformers import AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(path, use_fast=use_fast)
+    except OSError as e:
+        raise _hub_error(path, flag, e) from e
+    if chat_template:
+        tok.chat_template = chat_template
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token  # batching needs one; eos is the common choice
+    return tok
+
+
+def load_causal_lm(path: str, dtype: torch.dtype, attn: str, flag: str = "--pretrain") -> torch.nn.Module:
+    from transformers import AutoModelForCausalLM
+
+    try:
+        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=attn)
+    except OSError as e:
+        raise _hub_error(path, flag, e) from e
+
+
+def check_4bit(load_in_4bit: bool, device: str) -> None:
+    if not load_in_4bit:
+        return
+    import importlib.util
+    if device != "cuda" or importlib.util.find_spec("bitsandbytes") is None:
+        raise ModelLoadError("--load_in_4bit needs a CUDA GPU and the bitsandbytes package; neither is usable "
+                             "here: drop --load_in_4bit (use --lora_rank alone for LoRA on CPU)")

@@ -1,0 +1,30 @@
+"""LoRA adapters through peft; merged into the base weights when the model is saved."""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+def apply_lora(model: torch.nn.Module, rank: int, alpha: int, dropout: float, target_modules: list[str]) -> torch.nn.Module:
+    if rank <= 0:
+        return model
+    from peft import LoraConfig, TaskType, get_peft_model
+
+    targets: Any = "all-linear" if target_modules == ["all-linear"] else target_modules
+    cfg = LoraConfig(task_type=TaskType.CAUSAL_LM, r=rank, lora_alpha=alpha, lora_dropout=dropout,
+                     target_modules=targets, bias="none")
+    return get_peft_model(model, cfg)
+
+
+def is_lora(model: torch.nn.Module) -> bool:
+    return hasattr(model, "peft_config")
+
+
+def merged_copy(model: torch.nn.Module, state_dict: dict[str, torch.Tensor]) -> torch.nn.Module:
+    """A plain HF model with the adapters in `state_dict` merged (the trained model is untouched)."""
+    import copy
+
+    clone = copy.deepcopy(model).to("cpu")
+    clone.load_state_dict(state_dict, strict=True)
+    return clone.merge_and_unload()

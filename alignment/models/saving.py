@@ -1,0 +1,40 @@
+"""Save an HF-format model (safetensors) from a DeepSpeed engine, ZeRO-3 and LoRA included."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from alignment.models.lora import is_lora, merged_copy
+
+log = logging.getLogger(__name__)
+
+
+def full_state_dict(engine: Any) -> dict[str, torch.Tensor] | None:
+    """The whole model's weights on rank 0 (None on other ranks). Collective: call on every rank."""
+    if engine.zero_optimization_stage() == 3:
+        state = engine._zero3_consolidated_16bit_state_dict()
+    else:
+        state = {k: v.detach().cpu().clone() for k, v in engine.module.state_dict().items()}
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    return state if rank == 0 else None
+
+
+def save_hf_model(module: torch.nn.Module, state: dict[str, torch.Tensor], tokenizer: Any,
+                  out_dir: str | Path, dtype: torch.dtype = torch.float32) -> Path:
+    """Write config, safetensors weights and tokenizer so plain `from_pretrained(out_dir)` loads it."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if is_lora(module):
+        model = merged_copy(module, state)
+        state = model.state_dict()
+    else:
+        model = module
+    state = {k: v.to(dtype).contiguous() for k, v in state.items()}
+    model.save_pretrained(out, state_dict=state, safe_serialization=True)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(out)
+    return out

@@ -1,0 +1,1 @@
+"""The tiny world: an arithmetic task, its tokenizer and a tiny Llama, shipped for the demo and tests."""

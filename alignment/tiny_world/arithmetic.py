@@ -1,0 +1,115 @@
+"""The arithmetic task: small-integer questions in chat form with checkable answers.
+
+Deterministic (seeded) and split so that no eval question appears in any training split.
+Rows use OpenRLHF-style keys:
+  SFT         {"input", "output", "context_messages"}
+  preference  {"prompt", "chosen", "rejected"}         (rejected = a plausible wrong answer)
+  RL prompts  {"input", "context_messages", "label"}
+  eval        {"input", "context_messages", "label"}
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Problem:
+    a: int
+    op: str
+    b: int
+
+    @property
+    def answer(self) -> int:
+        if self.op == "+":
+            return self.a + self.b
+        if self.op == "-":
+            return self.a - self.b
+        return self.a * self.b
+
+    @property
+    def question(self) -> str:
+        return f"What is {self.a} {self.op} {self.b}?"
+
+    def response(self, value: int | None = None) -> str:
+        value = self.answer if value is None else value
+        return f"{self.a} {self.op} {self.b} = {value}"
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """How hard the task is. Tuned so SFT of the tiny model lands at 60-85 % held-out accuracy."""
+
+    max_operand: int = 49      # a, b in [0, max_operand] for + and -
+    max_factor: int = 9        # a, b in [0, max_factor] for *
+    ops: tuple[str, ...] = ("+", "-", "*")
+
+
+def all_problems(spec: TaskSpec) -> list[Problem]:
+    out = []
+    for op in spec.ops:
+        hi = spec.max_factor if op == "*" else spec.max_operand
+        for a in range(hi + 1):
+            for b in range(hi + 1):
+                if op == "-" and b > a:  # keep answers non-negative: fewer tokens, same skill
+                    continue
+                out.append(Problem(a, op, b))
+    return out
+
+
+def wrong_answer(p: Problem, rng: random.Random) -> int:
+    """A plausible mistake: off by one, off by ten, a dropped carry, or the wrong operator."""
+    right = p.answer
+    candidates = {right + 1, right - 1, right + 10, right - 10, right + 2}
+    if p.op == "+":
+        candidates.add(p.a - p.b if p.a >= p.b else p.b - p.a)
+    elif p.op == "-":
+        candidates.add(p.a + p.b)
+    else:
+        candidates.add(p.a + p.b)
+    choices = sorted(c for c in candidates if c != right and c >= 0)
+    return rng.choice(choices)
+
+
+def user_turn(p: Problem) -> list[dict]:
+    return [{"role": "user", "content": p.question}]
+
+
+def sft_row(p: Problem) -> dict:
+    return {
+        "input": p.question,
+        "output": p.response(),
+        "context_messages": user_turn(p) + [{"role": "assistant", "content": p.response()}],
+    }
+
+
+def preference_row(p: Problem, rng: random.Random) -> dict:
+    return {
+        "prompt": p.question,
+        "chosen": p.response(),
+        "rejected": p.response(wrong_answer(p, rng)),
+        "label": str(p.answer),
+    }
+
+
+def prompt_row(p: Problem) -> dict:
+    return {"input": p.question, "context_messages": user_turn(p), "label": str(p.answer)}
+
+
+def make_splits(spec: TaskSpec = TaskSpec(), seed: int = 0, n_eval: int = 300,
+                n_pref_test: int = 200) -> dict[str, list[dict]]:
+    """Disjoint problem sets: eval and preference-test problems are never trained on."""
+    rng = random.Random(seed)
+    problems = all_problems(spec)
+    rng.shuffle(problems)
+    eval_set = problems[:n_eval]
+    pref_test = problems[n_eval:n_eval + n_pref_test]
+    train = problems[n_eval + n_pref_test:]
+    return {
+        "sft_train": [sft_row(p) for p in train],
+        "sft_test": [sft_row(p) for p in eval_set[:100]],
+        "pref_train": [preference_row(p, rng) for p in train],
+        "pref_test": [preference_row(p, rng) for p in pref_test],
+        "rl_prompts": [prompt_row(p) for p in train],
+        "eval": [prompt_row(p) for p in eval_set],
+    }

@@ -1,0 +1,169 @@
+"""The training loop every DeepSpeed stage shares: epochs of resumable micro-batches,
+gradient accumulation, logging, evaluation, checkpoints and the final HF-format model.
+
+A stage subclasses `Trainer` and provides `collate`, `loss_on` and `eval_metrics`.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from alignment import storage
+from alignment.config.base import public_dict
+from alignment.distributed.runtime import Runtime
+from alignment.models.saving import full_state_dict, save_hf_model
+from alignment.trainers import checkpoint
+from alignment.trainers.checkpoint import LoopState
+from alignment.trainers.sampler import micro_batches, micro_batches_per_epoch
+from alignment.trainers.tracking import MetricsLogger
+
+log = logging.getLogger(__name__)
+
+
+def mean_across_ranks(values: dict[str, float]) -> dict[str, float]:
+    if not dist.is_initialized() or dist.get_world_size() == 1 or not values:
+        return values
+    keys = sorted(values)
+    t = torch.tensor([values[k] for k in keys], dtype=torch.float64)
+    dist.all_reduce(t)
+    return {k: v / dist.get_world_size() for k, v in zip(keys, t.tolist())}
+
+
+def steps_per_epoch(num_samples: int, cfg: Any, world_size: int) -> int:
+    return micro_batches_per_epoch(num_samples, cfg.micro_train_batch_size, world_size) // cfg.accumulation_steps(world_size)
+
+
+def total_steps(num_samples: int, cfg: Any, world_size: int) -> int:
+    steps = steps_per_epoch(num_samples, cfg, world_size) * cfg.max_epochs
+    return min(steps, cfg.max_steps) if cfg.max_steps > 0 else steps
+
+
+def _maybe_inject_failure(step: int) -> None:
+    """ALIGNFLOW_FAIL_AT_STEP=N crashes the run after step N (and its checkpoint): how the
+    tests and the resume docs exercise "a failed stage resumes from its last checkpoint"."""
+    fail_at = int(os.environ.get("ALIGNFLOW_FAIL_AT_STEP", "0"))
+    if fail_at and step == fail_at:
+        raise RuntimeError(f"ALIGNFLOW_FAIL_AT_STEP={fail_at}: simulated failure after step {step}")
+
+
+class Trainer:
+    stage = "train"
+
+    def __init__(self, cfg: Any, rt: Runtime, engine: Any, tokenizer: Any, train_set: list, eval_set: list | None):
+        self.cfg, self.rt, self.engine, self.tokenizer = cfg, rt, engine, tokenizer
+        self.train_set, self.eval_set = train_set, eval_set
+        self.accum = cfg.accumulation_steps(rt.world_size)
+        self.steps_per_epoch = steps_per_epoch(len(train_set), cfg, rt.world_size)
+        self.total_steps = total_steps(len(train_set), cfg, rt.world_size)
+        if self.steps_per_epoch == 0:
+            raise ValueError(f"{len(train_set)} training samples are fewer than one --train_batch_size "
+                             f"({cfg.train_batch_size}): lower --train_batch_size or add data")
+
+    # --- to implement per stage -------------------------------------------------------
+    def collate(self, items: list) -> Any:
+        raise NotImplementedError
+
+    def loss_on(self, batch: Any) -> tuple[torch.Tensor, dict[str, float]]:
+        raise NotImplementedError
+
+    def eval_metrics(self) -> dict[str, float]:
+        return {}
+
+    # --- shared loop ------------------------------------------------------------------
+    def _run_dir(self) -> Path:
+        local = not storage.is_remote(self.cfg.save_path)
+        if local:
+            return Path(self.cfg.save_path.removeprefix("file://"))
+        self._tmp = getattr(self, "_tmp", None) or tempfile.mkdtemp(prefix="alignflow-save-")
+        return Path(self._tmp)
+
+    def fit(self) -> dict[str, float]:
+        cfg, rt = self.cfg, self.rt
+        state = LoopState()
+        if cfg.load_checkpoint:
+            state = checkpoint.load_latest(self.engine, cfg.ckpt_path) or state
+        run_dir = self._run_dir()
+        if rt.is_main:
+            # the old model at --save_path (if any) stops being "committed" before we touch it
+            storage.remove(f"{cfg.save_path.rstrip('/')}/{storage.MANIFEST}")
+            if state.global_step == 0:
+                (run_dir / "metrics.jsonl").unlink(missing_ok=True)
+        logger = MetricsLogger(cfg, run_dir, rt.is_main, self.total_steps, self.stage)
+        logger.restore(state.history)
+        self.engine.train()
+        done = state.global_step >= self.total_steps
+        step_metrics: list[dict[str, float]] = []
+        while not done and state.epoch < cfg.max_epochs:
+            batches = micro_batches(len(self.train_set), cfg.micro_train_batch_size, rt.rank, rt.world_size,
+                                    cfg.seed, state.epoch)[: self.steps_per_epoch * self.accum]
+            for idx in batches[state.micro_batches_done:]:
+                loss, metrics = self.loss_on(self.collate([self.train_set[i] for i in idx]))
+                self.engine.backward(loss)
+                self.engine.step()
+                state.micro_batches_done += 1
+                step_metrics.append({"loss": loss.item(), **metrics})
+                if state.micro_batches_done % self.accum:
+                    continue
+                state.global_step += 1
+                logger.advance()
+                self._after_step(state, logger, step_metrics)
+                step_metrics = []
+                _maybe_inject_failure(state.global_step)
+                if state.global_step >= self.total_steps:
+                    done = True
+                    break
+            if not done:
+                state.epoch += 1
+                state.micro_batches_done = 0
+                if cfg.eval_steps == -1 and self.eval_set:
+                    self._log(state, logger, {f"eval/{k}": v for k, v in self.eval_metrics().items()})
+        if cfg.eval_steps == -1 and self.eval_set and done:
+            self._log(state, logger, {f"eval/{k}": v for k, v in self.eval_metrics().items()})
+        if not cfg.disable_ds_ckpt and cfg.save_steps > 0 and state.global_step % cfg.save_steps:
+            self._checkpoint(state, logger)  # a final resumable checkpoint too
+        self.save_final(run_dir, logger)
+        logger.close()
+        return logger.history[-1] if logger.history else {}
+
+    def _log(self, state: LoopState, logger: MetricsLogger, metrics: dict[str, float]) -> None:
+        metrics = mean_across_ranks(metrics)
+        logger.log(state.global_step, metrics)
+        state.history = logger.history
+
+    def _after_step(self, state: LoopState, logger: MetricsLogger, step_metrics: list[dict[str, float]]) -> None:
+        cfg = self.cfg
+        if state.global_step % cfg.logging_steps == 0:
+            keys = step_metrics[0].keys()
+            avg = {f"train/{k}": sum(m[k] for m in step_metrics) / len(step_metrics) for k in keys}
+            avg["train/lr"] = self.engine.get_lr()[0]
+            self._log(state, logger, avg)
+        if cfg.eval_steps > 0 and state.global_step % cfg.eval_steps == 0 and self.eval_set:
+            self._log(state, logger, {f"eval/{k}": v for k, v in self.eval_metrics().items()})
+            self.engine.train()
+        if cfg.save_steps > 0 and state.global_step % cfg.save_steps == 0 and not cfg.disable_ds_ckpt:
+            self._checkpoint(state, logger)
+
+    def _checkpoint(self, state: LoopState, logger: MetricsLogger) -> None:
+        state.history = logger.history
+        checkpoint.save(self.engine, self.cfg.ckpt_path, state, self.cfg.max_ckpt_num,
+                        metadata={"stage": self.stage})
+
+    def save_final(self, run_dir: Path, logger: MetricsLogger) -> None:
+        state = full_state_dict(self.engine)  # collective
+        if self.rt.is_main:
+            save_hf_model(self.engine.module, state, self.tokenizer, run_dir)
+            final = logger.history[-1] if logger.history else {}
+            storage.commit_dir(run_dir, self.cfg.save_path,
+                               metadata={"stage": self.stage, "config": public_dict(self.cfg), "final_metrics": final})
+            if storage.is_remote(self.cfg.save_path):
+                shutil.rmtree(run_dir, ignore_errors=True)
+            log.info("model committed: %s", self.cfg.save_path)
+        if dist.is_initialized():
+            dist.barrier()

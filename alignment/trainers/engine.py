@@ -1,0 +1,41 @@
+"""Wrap a model into a DeepSpeed engine with our optimizer and schedule."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from alignment.distributed.deepspeed_config import train_ds_config
+from alignment.distributed.runtime import Runtime
+
+
+def make_optimizer(params: list[torch.nn.Parameter], cfg: Any, device: str) -> torch.optim.Optimizer:
+    betas = tuple(cfg.adam_betas)
+    if cfg.adam_offload:
+        from deepspeed.ops.adam import DeepSpeedCPUAdam  # prebuilt at install time
+        return DeepSpeedCPUAdam(params, lr=cfg.learning_rate, betas=betas, weight_decay=cfg.l2)
+    if device == "cuda":
+        from deepspeed.ops.adam import FusedAdam
+        return FusedAdam(params, lr=cfg.learning_rate, betas=betas, weight_decay=cfg.l2)
+    return torch.optim.AdamW(params, lr=cfg.learning_rate, betas=betas, weight_decay=cfg.l2)
+
+
+def make_scheduler(optimizer: torch.optim.Optimizer, cfg: Any, total_steps: int) -> Any:
+    from transformers import get_scheduler
+
+    warmup = math.ceil(total_steps * cfg.lr_warmup_ratio)
+    extra = {"min_lr": cfg.learning_rate * cfg.min_lr_ratio} if cfg.lr_scheduler == "cosine_with_min_lr" else None
+    return get_scheduler(cfg.lr_scheduler, optimizer, num_warmup_steps=warmup,
+                         num_training_steps=max(1, total_steps), scheduler_specific_kwargs=extra)
+
+
+def build_engine(model: torch.nn.Module, cfg: Any, rt: Runtime, bf16: bool, total_steps: int) -> Any:
+    import deepspeed
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = make_optimizer(params, cfg, rt.device)
+    scheduler = make_scheduler(optimizer, cfg, total_steps)
+    ds_config = train_ds_config(cfg, rt.world_size, bf16, rt.device)
+    engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler, config=ds_config)
+    return engine

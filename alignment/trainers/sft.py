@@ -1,0 +1,55 @@
+"""Supervised fine-tuning: next-token NLL on response tokens (or all tokens in --pretrain_mode)."""
+from __future__ import annotations
+
+import torch
+
+from alignment.datasets.sft import Batch, TokenizedSample, collate_packed, collate_padded
+from alignment.losses.nll import sft_loss
+from alignment.trainers.base import Trainer
+
+
+def forward_logits(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
+    """[B, T, V] logits for a padded or packed batch."""
+    return model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                 position_ids=batch.position_ids, use_cache=False).logits
+
+
+class SFTTrainer(Trainer):
+    stage = "sft"
+
+    def __init__(self, *args, mask_dtype: torch.dtype | None = torch.bool, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.mask_dtype = mask_dtype   # block-mask form the attention implementation wants
+
+    def collate(self, items: list[TokenizedSample]) -> Batch:
+        if self.cfg.packing_samples:
+            batch = collate_packed(items, self.mask_dtype)
+        else:
+            batch = collate_padded(items, self.tokenizer.pad_token_id)
+        dev = self.rt.torch_device
+        return Batch(batch.input_ids.to(dev), batch.loss_mask.to(dev),
+                     None if batch.attention_mask is None else batch.attention_mask.to(dev),
+                     None if batch.position_ids is None else batch.position_ids.to(dev), batch.num_samples)
+
+    def loss_on(self, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
+        logits = forward_logits(self.engine, batch)
+        return sft_loss(logits, batch.input_ids, batch.loss_mask), {}
+
+    @torch.no_grad()
+    def eval_metrics(self) -> dict[str, float]:
+        """Token-weighted NLL over the whole eval set; ranks take equal-size shards (padded with
+        weight-0 repeats) so ZeRO-3's collective forwards stay in step."""
+        self.engine.eval()
+        n, world, rank = len(self.eval_set), self.rt.world_size, self.rt.rank
+        per_rank = -(-n // world)
+        mine = [(i, 1.0) if i < n else (0, 0.0) for i in range(rank * per_rank, (rank + 1) * per_rank)]
+        total = torch.zeros(2, dtype=torch.float64)
+        for i, weight in mine:  # one sample at a time keeps the token weighting exact
+            batch = self.collate([self.eval_set[i]])
+            nll = sft_loss(forward_logits(self.engine, batch), batch.input_ids, batch.loss_mask)
+            tokens = float(batch.loss_mask[:, 1:].sum())
+            total += torch.tensor([nll.item() * tokens * weight, tokens * weight], dtype=torch.float64)
+        if torch.distributed.is_initialized():
+            torch.distributed.all_reduce(total)
+        self.engine.train()
+        return {"loss": (total[0] / total[1].clamp(min=1)).item()}

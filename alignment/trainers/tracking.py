@@ -1,0 +1,76 @@
+"""Metrics out: a JSONL file, a progress bar, and optionally wandb / TensorBoard (rank 0 only)."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+class MetricsLogger:
+    def __init__(self, cfg: Any, run_dir: str | Path, enabled: bool, total_steps: int, stage: str):
+        self.enabled = enabled
+        self.path = Path(run_dir) / "metrics.jsonl"
+        self._wandb = self._tb = self._bar = None
+        self.history: list[dict] = []
+        if not enabled:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if cfg.use_wandb:
+            self._wandb = _start_wandb(cfg, stage)
+        if cfg.use_tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+            self._tb = SummaryWriter(os.path.join(cfg.use_tensorboard, cfg.wandb_run_name or stage))
+        from tqdm import tqdm
+        self._bar = tqdm(total=total_steps, desc=stage, dynamic_ncols=True, mininterval=1.0)
+
+    def restore(self, rows: list[dict]) -> None:
+        """Keep the history of a resumed run so the curve in metrics.jsonl is whole."""
+        self.history = list(rows)
+        if self._bar is not None and rows:
+            self._bar.update(rows[-1].get("step", 0))
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        if not self.enabled:
+            return
+        row = {"step": step, "time": round(time.time(), 3), **{k: float(v) for k, v in metrics.items()}}
+        self.history.append(row)
+        with self.path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        if self._wandb is not None:
+            self._wandb.log(metrics, step=step)
+        if self._tb is not None:
+            for k, v in metrics.items():
+                self._tb.add_scalar(k, v, step)
+        if self._bar is not None:
+            shown = {k.split("/")[-1]: f"{v:.4g}" for k, v in metrics.items() if k.startswith("train/")}
+            self._bar.set_postfix(shown, refresh=False)
+
+    def advance(self, n: int = 1) -> None:
+        if self._bar is not None:
+            self._bar.update(n)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+        if self._tb is not None:
+            self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+
+
+def _start_wandb(cfg: Any, stage: str) -> Any:
+    import wandb
+
+    key = cfg.use_wandb
+    if key.lower() in ("offline", "true", "1") or os.environ.get("WANDB_MODE") == "offline":
+        os.environ["WANDB_MODE"] = "offline"  # no network or no key: log locally, sync later
+    else:
+        wandb.login(key=key, relogin=True)  # the key itself is never logged
+    return wandb.init(entity=cfg.wandb_org, project=cfg.wandb_project, group=cfg.wandb_group,
+                      name=cfg.wandb_run_name or stage, config={k: v for k, v in vars(cfg).items() if k != "use_wandb"},
+                      reinit="finish_previous")

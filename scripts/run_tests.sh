@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# The test suite, on the venv. Keeps every tool's state under a private temp dir.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline DS_ACCELERATOR=cpu
+exec .venv/bin/python -m pytest -q -ra "$@" tests

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Create or update .venv idempotently. A second run with unchanged requirements
+# returns in well under a second (it compares a hash stamp).
+# CPU machines: torch CPU wheel, the CPU stack, deepspeed with CPU ops prebuilt.
+# NVIDIA machines (nvidia-smi present): the CUDA torch and the GPU extras.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+VENV=.venv
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && [ "${ALIGNFLOW_FORCE_CPU:-0}" != 1 ]; then
+  FLAVOUR=gpu
+else
+  FLAVOUR=cpu
+fi
+REQ=requirements/$FLAVOUR.txt
+CON=requirements/constraints-$FLAVOUR.txt
+stamp_now=$(cat "$REQ" "$CON" scripts/setup_venv.sh pyproject.toml | sha256sum | cut -c1-16)
+if [ -f "$VENV/.alignflow-stamp" ] && [ "$(cat "$VENV/.alignflow-stamp")" = "$stamp_now" ]; then
+  exit 0
+fi
+echo "[setup] building $VENV ($FLAVOUR stack); first run takes ~10 min (deepspeed ops are compiled once)" >&2
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+LOG="$VENV/setup.log"
+: > "$LOG"
+pip_() {  # pip, its chatter kept in $LOG; the tail is shown if it fails
+  if ! "$VENV/bin/python" -m pip --disable-pip-version-check "$@" >>"$LOG" 2>&1; then
+    grep -v "^WARNING: Location" "$LOG" | tail -n 40 >&2
+    echo "[setup] pip $* failed; full log: $LOG" >&2
+    exit 1
+  fi
+}
+PIP=pip_
+$PIP install --upgrade "pip>=24"
+# 1. torch alone, pinned (a local CPU wheel where one exists; PyPI otherwise).
+$PIP install -c "$CON" "$(grep '^torch==' "$CON")"
+# 2. everything else in one call, so the resolver sees every pin at once.
+$PIP install -c "$CON" -r "$REQ"
+# 3. deepspeed, with its ops compiled now instead of JIT at first use (~5 min once).
+DS_VERSION=0.19.8
+if ! "$VENV/bin/python" -c "import deepspeed, sys; sys.exit(deepspeed.__version__ != '$DS_VERSION')" 2>/dev/null; then
+  if [ "$FLAVOUR" = cpu ]; then
+    DS_ACCELERATOR=cpu DS_BUILD_OPS=0 DS_BUILD_CPU_ADAM=1 DS_BUILD_FUSED_ADAM=1 DS_BUILD_SHM_COMM=1 \
+      $PIP install -c "$CON" --no-build-isolation --no-cache-dir "deepspeed==$DS_VERSION"
+  else
+    DS_BUILD_OPS=0 DS_BUILD_CPU_ADAM=1 DS_BUILD_FUSED_ADAM=1 \
+      $PIP install -c "$CON" --no-build-isolation --no-cache-dir "deepspeed==$DS_VERSION"
+  fi
+fi
+# 4. the project itself (editable; see README "Packaging" for what gets installed).
+$PIP install -c "$CON" --no-deps --no-build-isolation -e .
+$PIP check
+echo "$stamp_now" > "$VENV/.alignflow-stamp"
+echo "[setup] $VENV ready" >&2

@@ -1,0 +1,39 @@
+"""Shared fixtures. Heavy things (servers, clusters) start once per session and are stopped here."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+# Keep every tool's state inside the test session, never in $HOME, and never reach a hub.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("DS_ACCELERATOR", "cpu")
+os.environ.setdefault("WANDB_MODE", "offline")
+
+
+@pytest.fixture(scope="session")
+def session_tmp(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("session")
+
+
+@pytest.fixture(scope="session")
+def tiny_base(session_tmp) -> Path:
+    """A seeded random-init tiny Llama (the SFT starting point)."""
+    from alignment.tiny_world.base_model import make_base
+    return make_base(session_tmp / "tiny_base", seed=0)
+
+
+def python_env(**extra: str) -> dict[str, str]:
+    """Environment for subprocesses the tests start (venv python, offline, state under tmp)."""
+    env = dict(os.environ)
+    env.update({k: str(v) for k, v in extra.items()})
+    env.setdefault("PYTHONPATH", str(REPO))
+    return env
+
+
+PYTHON = sys.executable

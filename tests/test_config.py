@@ -1,0 +1,65 @@
+"""The config schema: CLI flags with OpenRLHF names, YAML files, validation messages."""
+import pytest
+
+from alignment.config import ConfigError, SFTConfig, config_to_argv, parse_args
+from alignment.config.base import public_dict
+
+# The SFT command line of OpenRLHF's README, only model and data paths changed.
+OPENRLHF_SFT = [
+    "--max_len", "4096", "--dataset", "data.jsonl", "--input_key", "question", "--output_key", "response",
+    "--input_template", "User: {}\nAssistant: ", "--train_batch_size", "256", "--micro_train_batch_size", "2",
+    "--max_samples", "500000", "--pretrain", "model_dir", "--save_path", "./checkpoint/llama3-8b-sft",
+    "--save_steps", "-1", "--logging_steps", "1", "--eval_steps", "-1", "--zero_stage", "2", "--max_epochs", "1",
+    "--packing_samples", "--bf16", "--flash_attn", "--learning_rate", "5e-6", "--gradient_checkpointing",
+]
+
+
+def test_openrlhf_sft_flags_parse():
+    cfg = parse_args(SFTConfig, OPENRLHF_SFT)
+    assert cfg.max_len == 4096 and cfg.input_key == "question" and cfg.packing_samples and cfg.bf16
+    assert cfg.input_template == "User: {}\nAssistant: " and cfg.learning_rate == 5e-6 and cfg.zero_stage == 2
+
+
+def test_yaml_then_flags_precedence(tmp_path):
+    f = tmp_path / "sft.yaml"
+    f.write_text("pretrain: a\ndataset: d.jsonl\noutput_key: out\nlearning_rate: 1e-4\ntarget_modules: q_proj,v_proj\n")
+    cfg = parse_args(SFTConfig, ["--config", str(f), "--learning_rate", "2e-4"])
+    assert cfg.learning_rate == 2e-4 and cfg.pretrain == "a" and cfg.target_modules == ["q_proj", "v_proj"]
+
+
+def test_roundtrip_argv():
+    cfg = parse_args(SFTConfig, OPENRLHF_SFT)
+    again = parse_args(SFTConfig, config_to_argv(cfg))
+    assert again == cfg
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--dataset", "d"], "--pretrain is required"),
+    (["--pretrain", "m", "--dataset", "a,b", "--dataset_probs", "0.5"], "--dataset_probs has 1 values for 2 datasets"),
+    (["--pretrain", "m", "--dataset", "d", "--input_template", "no slot"], "has no '{}'"),
+    (["--pretrain", "m", "--dataset", "d", "--lora_dropout", "1.5"], "--lora_dropout 1.5"),
+])
+def test_validation_names_the_flag(argv, needle):
+    with pytest.raises(ConfigError, match=None) as e:
+        parse_args(SFTConfig, argv)
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_unknown_yaml_key(tmp_path):
+    f = tmp_path / "x.yaml"
+    f.write_text("pretrian: a\n")
+    with pytest.raises(ConfigError, match="unknown option 'pretrian'"):
+        parse_args(SFTConfig, ["--config", str(f)])
+
+
+def test_batch_divisibility_message():
+    cfg = parse_args(SFTConfig, ["--pretrain", "m", "--dataset", "d", "--train_batch_size", "12",
+                                 "--micro_train_batch_size", "4"])
+    assert cfg.accumulation_steps(world_size=1) == 3
+    with pytest.raises(ConfigError, match=r"--train_batch_size 12 is not divisible by --micro_train_batch_size 4 x world size 2"):
+        cfg.accumulation_steps(world_size=2)
+
+
+def test_secret_field_masked():
+    cfg = parse_args(SFTConfig, ["--pretrain", "m", "--dataset", "d", "--use_wandb", "planted-key-123"])
+    assert "planted-key-123" not in str(public_dict(cfg))

@@ -1,0 +1,257 @@
+"""alignment.storage: commit protocol, pointers and retention on local paths and a real S3 (moto_server)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from alignment import storage
+from alignment.storage import StorageError
+from fixtures_s3 import free_port, moto_endpoint, s3_root  # noqa: F401  (pytest fixtures)
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ALIGNFLOW_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(storage, "BACKOFF_S", 0.01)
+
+
+def make_dir(root: Path, seed: str = "x") -> Path:
+    (root / "sub" / "deeper").mkdir(parents=True, exist_ok=True)
+    (root / "config.json").write_text(json.dumps({"seed": seed}))
+    (root / "sub" / "weights.bin").write_bytes(os.urandom(3000) + seed.encode())
+    (root / "sub" / "deeper" / "empty").write_bytes(b"")
+    return root
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*")
+            if p.is_file() and p.name != storage.MANIFEST}
+
+
+def commit_steps(tmp_path: Path, parent: str, steps: list[int]) -> None:
+    for s in steps:
+        storage.commit_dir(make_dir(tmp_path / "src" / f"s{s}", str(s)), f"{parent}/global_step{s}", {"step": s})
+
+
+# --- local -----------------------------------------------------------------------------------------------
+def test_commit_writes_manifest_with_sizes_and_hashes(tmp_path: Path) -> None:
+    src = make_dir(tmp_path / "src")
+    uri = str(tmp_path / "store" / "ckpt")
+    manifest = storage.commit_dir(src, uri, metadata={"stage": "sft"})
+    assert storage.read_manifest(uri) == manifest and storage.is_committed(uri)
+    assert manifest["format"] == 1 and manifest["metadata"] == {"stage": "sft"} and manifest["created"]
+    assert set(manifest["files"]) == {"config.json", "sub/weights.bin", "sub/deeper/empty"}
+    for rel, info in manifest["files"].items():
+        data = (src / rel).read_bytes()
+        assert info == {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    assert storage.read_manifest(f"file://{uri}") == manifest
+
+
+def test_download_round_trips_bytes(tmp_path: Path) -> None:
+    src = make_dir(tmp_path / "src")
+    uri = f"file://{tmp_path}/store/ckpt"
+    storage.commit_dir(src, uri)
+    out = storage.download_dir(uri, tmp_path / "dl")
+    assert tree(out) == tree(src) and storage.is_committed(str(out))
+    assert storage.download_dir(uri) == tmp_path / "store" / "ckpt"  # local: used in place, no copy
+
+
+def test_commit_in_place_only_hashes(tmp_path: Path) -> None:
+    d = make_dir(tmp_path / "model")
+    storage.commit_dir(d, str(d))
+    (d / "extra.txt").write_text("new")
+    manifest = storage.commit_dir(d, f"file://{d}")  # re-commit in place: old manifest is not a file entry
+    assert set(manifest["files"]) == {"config.json", "sub/weights.bin", "sub/deeper/empty", "extra.txt"}
+    assert [p.name for p in d.iterdir() if p.name.startswith(".")] == []  # no tmp leftovers
+
+
+def test_download_of_uncommitted_dir_raises(tmp_path: Path) -> None:
+    make_dir(tmp_path / "half")
+    with pytest.raises(StorageError, match="MANIFEST"):
+        storage.download_dir(str(tmp_path / "half"), tmp_path / "dl")
+    assert storage.read_manifest(str(tmp_path / "half")) is None and not storage.is_committed(str(tmp_path / "nope"))
+
+
+def test_download_detects_changed_files(tmp_path: Path) -> None:
+    uri = str(tmp_path / "store" / "ckpt")
+    storage.commit_dir(make_dir(tmp_path / "src"), uri)
+    Path(uri, "config.json").write_text("tampered, and longer than before")
+    with pytest.raises(StorageError, match="config.json"):
+        storage.download_dir(uri, tmp_path / "dl")
+
+
+def test_unparsable_manifest_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / storage.MANIFEST).write_text("{not json")
+    with pytest.raises(StorageError, match="not a valid manifest"):
+        storage.read_manifest(str(tmp_path / "d"))
+
+
+def test_set_latest_refuses_uncommitted_target(tmp_path: Path) -> None:
+    parent = str(tmp_path / "ckpts")
+    make_dir(tmp_path / "ckpts" / "global_step1")
+    with pytest.raises(StorageError, match="MANIFEST"):
+        storage.set_latest(parent, "global_step1")
+    assert storage.read_text(f"{parent}/latest") is None
+
+
+def test_get_latest_pointer_and_fallback(tmp_path: Path) -> None:
+    parent = str(tmp_path / "ckpts")
+    assert storage.get_latest(parent) is None
+    commit_steps(tmp_path, parent, [1, 2])
+    assert storage.get_latest(parent) == f"{parent}/global_step2"  # no pointer: newest committed
+    storage.set_latest(parent, "global_step1")
+    assert storage.read_text(f"{parent}/latest") == "global_step1"
+    assert storage.get_latest(parent) == f"{parent}/global_step1"
+    storage.remove(f"{parent}/global_step1")
+    assert storage.get_latest(parent) == f"{parent}/global_step2"  # dangling pointer: fallback
+
+
+def test_list_committed_natural_order_and_prefix(tmp_path: Path) -> None:
+    parent = str(tmp_path / "ckpts")
+    commit_steps(tmp_path, parent, [10, 2, 9])
+    storage.commit_dir(make_dir(tmp_path / "other"), f"{parent}/final")
+    assert storage.list_committed(parent, "global_step") == ["global_step2", "global_step9", "global_step10"]
+    assert storage.list_committed(parent) == ["final", "global_step2", "global_step9", "global_step10"]
+    assert storage.list_committed(str(tmp_path / "missing")) == []
+
+
+def test_apply_retention_keeps_newest_and_latest_target(tmp_path: Path) -> None:
+    parent = str(tmp_path / "ckpts")
+    commit_steps(tmp_path, parent, [1, 2, 4, 5, 6])
+    make_dir(tmp_path / "ckpts" / "global_step3")  # leftover of a crashed write
+    make_dir(tmp_path / "ckpts" / "global_step7")  # a write in progress
+    storage.set_latest(parent, "global_step2")
+    assert storage.apply_retention(parent, keep=0) == []
+    deleted = storage.apply_retention(parent, keep=2)
+    assert sorted(deleted) == ["global_step1", "global_step3", "global_step4"]
+    assert storage.list_committed(parent) == ["global_step2", "global_step5", "global_step6"]
+    assert (tmp_path / "ckpts" / "global_step7").is_dir() and (tmp_path / "ckpts" / "latest").is_file()
+
+
+def test_crash_mid_commit_is_invisible(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    parent = str(tmp_path / "ckpts")
+    commit_steps(tmp_path, parent, [1, 2])
+    storage.set_latest(parent, "global_step2")
+    fs, _ = storage.filesystem(parent)
+    calls = []
+
+    def dies_after_one(src: str, dst: str, **kw) -> None:
+        calls.append(dst)
+        if len(calls) > 1:
+            raise PermissionError(13, "disk gone")  # permanent: no retries
+        type(fs).put_file(fs, src, dst, **kw)
+
+    monkeypatch.setattr(fs, "put_file", dies_after_one)
+    with pytest.raises(StorageError, match="global_step3"):
+        storage.commit_dir(make_dir(tmp_path / "new"), f"{parent}/global_step3")
+    with pytest.raises(StorageError):  # a re-commit over step2 first removes its manifest
+        storage.commit_dir(make_dir(tmp_path / "new"), f"{parent}/global_step2")
+    assert len(calls) == 3  # step3: one upload + the failing one; step2: fails at once
+    assert storage.list_committed(parent) == ["global_step1"]
+    assert storage.get_latest(parent) == f"{parent}/global_step1"
+    with pytest.raises(StorageError):
+        storage.set_latest(parent, "global_step3")
+
+
+def test_text_and_remove(tmp_path: Path) -> None:
+    uri = str(tmp_path / "a" / "b.txt")
+    assert storage.read_text(uri) is None
+    storage.write_text_atomic(uri, "one")
+    storage.write_text_atomic(uri, "two")
+    assert storage.read_text(uri) == "two" and os.listdir(tmp_path / "a") == ["b.txt"]
+    storage.remove(uri)
+    storage.remove(uri)
+    storage.remove(str(tmp_path / "never"))
+    assert storage.read_text(uri) is None
+
+
+def test_retry_transient_then_give_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+
+    def flaky() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise ConnectionRefusedError(111, "Connection refused")
+        return "ok"
+
+    assert storage._retry(flaky, "read", "s3://b/x") == "ok" and len(calls) == 3
+    monkeypatch.setenv("ALIGNFLOW_STORE_RETRIES", "2")
+    calls.clear()
+    with pytest.raises(StorageError, match=r"^read s3://b/x: .*reachable"):
+        storage._retry(lambda: flaky() and "", "read", "s3://b/x")
+    assert len(calls) == 2
+    calls.clear()
+    with pytest.raises(StorageError, match="does not exist"):  # permanent: one try
+        storage._retry(lambda: calls.append(1) or open("/nonexistent/x"), "read", "/nonexistent/x")
+    assert len(calls) == 1
+    with pytest.raises(ZeroDivisionError):  # bugs keep their type
+        storage._retry(lambda: 1 / 0, "read", "x")
+
+
+# --- S3 (a real moto_server) -----------------------------------------------------------------------------
+def test_s3_commit_download_round_trip(tmp_path: Path, s3_root: str) -> None:
+    src = make_dir(tmp_path / "src")
+    uri = f"{s3_root}/model"
+    assert storage.read_manifest(uri) is None
+    with pytest.raises(StorageError, match="MANIFEST"):
+        storage.download_dir(uri)
+    manifest = storage.commit_dir(src, uri, {"stage": "rm"})
+    assert storage.read_manifest(uri) == manifest and storage.is_committed(uri)
+    assert tree(storage.download_dir(uri, tmp_path / "dl")) == tree(src)
+    cached = storage.download_dir(uri)
+    assert cached.is_relative_to(tmp_path / "cache") and tree(cached) == tree(src)
+    (cached / "marker").write_text("still here")
+    assert storage.download_dir(uri) == cached and (cached / "marker").exists()  # cache reused
+    storage.commit_dir(make_dir(tmp_path / "src2", "y"), uri)  # new content: cache refreshed
+    again = storage.download_dir(uri)
+    assert tree(again) == tree(tmp_path / "src2") and not (again / "marker").exists()
+
+
+def test_s3_latest_pointer_and_retention(tmp_path: Path, s3_root: str) -> None:
+    parent = f"{s3_root}/ckpts"
+    commit_steps(tmp_path, parent, [1, 2, 10])
+    fs, path = storage.filesystem(parent)
+    fs.pipe_file(f"{path}/global_step3/leftover.bin", b"crashed")  # uploaded, never committed
+    fs.pipe_file(f"{path}/global_step11/part.bin", b"in progress")
+    assert storage.list_committed(parent, "global_step") == ["global_step1", "global_step2", "global_step10"]
+    assert storage.get_latest(parent) == f"{parent}/global_step10"
+    with pytest.raises(StorageError, match="MANIFEST"):
+        storage.set_latest(parent, "global_step3")
+    storage.set_latest(parent, "global_step1")
+    assert storage.get_latest(parent) == f"{parent}/global_step1"
+    assert sorted(storage.apply_retention(parent, keep=1)) == ["global_step2", "global_step3"]
+    assert storage.list_committed(parent) == ["global_step1", "global_step10"]
+    assert fs.exists(f"{path}/global_step11/part.bin") and not fs.exists(f"{path}/global_step3/leftover.bin")
+    storage.remove(f"{parent}/global_step1")
+    assert storage.get_latest(parent) == f"{parent}/global_step10"
+
+
+def test_s3_missing_bucket_is_an_error(s3_root: str) -> None:
+    with pytest.raises(StorageError, match="bucket does not exist"):
+        storage.read_manifest("s3://no-such-bucket-af/x")
+
+
+def test_s3_unreachable_endpoint_fails_fast_without_leaking_secret(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", f"http://127.0.0.1:{free_port()}")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "planted-secret-XYZ")
+    monkeypatch.setenv("ALIGNFLOW_STORE_RETRIES", "2")
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    uri = "s3://alignflow-test/unreachable/global_step1"
+    t0 = time.monotonic()
+    with pytest.raises(StorageError) as info:
+        storage.read_manifest(uri)
+    with pytest.raises(StorageError) as info2:
+        storage.commit_dir(make_dir(tmp_path / "src"), uri)
+    assert time.monotonic() - t0 < 15
+    for err in (info.value, info2.value):
+        msg = str(err)
+        assert uri in msg and "reachable" in msg and "\n" not in msg
+        assert "planted-secret-XYZ" not in msg and "planted-secret-XYZ" not in repr(err.__cause__)

@@ -1,0 +1,50 @@
+"""The shipped tiny world: deterministic, disjoint splits, tokenizer, reward function."""
+import json
+
+import pytest
+
+from alignment.tiny_world.arithmetic import Problem, TaskSpec, make_splits
+from alignment.tiny_world.build import build
+from alignment.tiny_world.paths import tiny_dir
+from alignment.tiny_world.reward import extract_answer, reward_func
+
+
+def test_regenerated_world_equals_shipped(tmp_path):
+    out = build(tmp_path / "tiny")
+    shipped = tiny_dir()
+    for rel in ["sft/train.jsonl", "preference/test.jsonl", "prompts/test.jsonl", "llama_config.json",
+                "tokenizer/tokenizer.json"]:
+        assert (out / rel).read_text() == (shipped / rel).read_text(), rel
+
+
+def test_eval_questions_never_trained_on():
+    splits = make_splits(TaskSpec(), seed=0)
+    eval_q = {r["input"] for r in splits["eval"]}
+    for name in ("sft_train", "pref_train", "rl_prompts"):
+        key = "prompt" if name.startswith("pref") else "input"
+        assert not eval_q & {r[key] for r in splits[name]}, name
+
+
+def test_rejected_is_wrong_and_chosen_right():
+    rows = [json.loads(x) for x in (tiny_dir() / "preference" / "train.jsonl").read_text().splitlines()[:200]]
+    for r in rows:
+        assert extract_answer(r["chosen"]) == int(r["label"])
+        assert extract_answer(r["rejected"]) != int(r["label"])
+
+
+def test_reward_func():
+    p = Problem(12, "+", 7)
+    prompt = "<|user|>\nWhat is 12 + 7?<|end|>\n<|assistant|>\n"
+    queries = [prompt + "12 + 7 = 19<|end|>", prompt + "12 + 7 = 18", prompt + "no idea"]
+    assert reward_func(queries, [prompt] * 3, ["19"] * 3) == [1.0, 0.0, 0.0]
+    assert p.answer == 19
+    with pytest.raises(ValueError, match="one prompt and label per query"):
+        reward_func(queries, [prompt], ["19"])
+
+
+def test_digits_are_single_tokens():
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(tiny_dir() / "tokenizer")
+    pieces = tok.convert_ids_to_tokens(tok("123 + 45", add_special_tokens=False)["input_ids"])
+    assert [p for p in pieces if p.strip("Ġ").isdigit()] == ["1", "2", "3", "4", "5"]
+    assert tok.chat_template and tok.eos_token == "<|end|>"
