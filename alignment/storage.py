@@ -60,10 +60,10 @@ def filesystem(uri: str | Path) -> tuple[fsspec.AbstractFileSystem, str]:
     kwargs: dict[str, Any] = {}
     if protocol in ("s3", "s3a"):
         protocol = "s3"
-        # listings must never be stale: other processes (trainer, flow, retention) write the same prefixes
         config: dict[str, Any] = {"connect_timeout": 10}
         if not (os.environ.get("AWS_MAX_ATTEMPTS") or os.environ.get("AWS_RETRY_MODE")):
             config["retries"] = {"mode": "standard", "total_max_attempts": 3}  # _retry is the outer policy
+        # no listings cache: other processes (trainer, flow, retention) change the same prefixes
         kwargs = {"use_listings_cache": False, "config_kwargs": config}
         if os.environ.get("AWS_ENDPOINT_URL_S3"):
             kwargs["client_kwargs"] = {"endpoint_url": os.environ["AWS_ENDPOINT_URL_S3"]}
@@ -85,9 +85,9 @@ def _one_line(text: str) -> str:
 
 
 def _chain(e: BaseException | None):
-    seen = set()
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
+    for _ in range(8):  # an exception and what it was raised from (bounded: chains can loop)
+        if e is None:
+            return
         yield e
         e = e.__cause__ or e.__context__
 

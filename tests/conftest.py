@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures_s3 import moto_endpoint, s3_root  # noqa: F401  (session S3 server, per-test prefix)
+
 REPO = Path(__file__).resolve().parents[1]
 # Keep every tool's state inside the test session, never in $HOME, and never reach a hub.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -42,8 +42,8 @@ def _point_env_at(mp: pytest.MonkeyPatch, endpoint: str) -> None:
 def moto_endpoint(tmp_path_factory: pytest.TempPathFactory):
     """Start moto_server once per session and create BUCKET in it; yields its endpoint URL."""
     exe = _moto_server()
-    if exe is None:
-        pytest.skip("moto_server not installed (pip install 'alignflow[test]')")
+    if exe is None:  # a missing test dependency is a failure, not a silent skip
+        pytest.fail("moto_server not installed: run `make test` (or pip install 'alignflow[test]')")
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
     log_path = tmp_path_factory.mktemp("moto") / "moto.log"

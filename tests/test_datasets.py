@@ -29,7 +29,7 @@ def write(path, lines):
 def test_json_at_dir_reads_splits():
     train = read_rows(f"json@{tiny_dir() / 'sft'}", "train")
     test = read_rows(f"json@{tiny_dir() / 'sft'}", "test")
-    assert len(train) == 3375 and len(test) == 100
+    assert len(train) == 1000 and len(test) == 100
 
 
 def test_malformed_line_names_file_and_line(tmp_path):

@@ -39,12 +39,14 @@ def test_sft_learns_the_task(tiny_base, tmp_path):
     """A short fixed run from random init: held-out greedy accuracy far above chance (~0 %)."""
     from alignment.tiny_world.evaluate import greedy_accuracy
     out = tmp_path / "sft"
-    run_cli(["--pretrain", str(tiny_base), "--save_path", str(out), "--max_steps", "300", "--packing_samples",
+    run_cli(["--pretrain", str(tiny_base), "--save_path", str(out), "--max_epochs", "100", "--max_steps", "500",
+             "--packing_samples",
              "--train_batch_size", "32", "--micro_train_batch_size", "32", "--logging_steps", "20", *TINY_DATA])
     acc = greedy_accuracy(out, limit=200).accuracy
     curve = losses(out)
     assert curve[-1] < 0.5 * curve[0]
-    assert acc >= 0.05, acc
+    print(f"held-out greedy accuracy after 500 steps: {acc:.1%}")
+    assert acc >= 0.08, acc  # observed 17.5 % here; random init scores 0 %
     # the final model loads with plain from_pretrained and has a committed manifest
     assert (out / "MANIFEST.json").exists() and (out / "model.safetensors").exists()
 
@@ -89,12 +91,60 @@ def test_resume_equals_uninterrupted(tiny_base, tmp_path):
     (["--pretrain", "meta-llama/Llama-3-8B"], "could not be fetched from the Hugging Face hub (the hub is offline"),
     (["--train_batch_size", "10", "--micro_train_batch_size", "4"], "--train_batch_size 10 is not divisible"),
     (["--dataset", "/nonexistent/data.jsonl"], "dataset file /nonexistent/data.jsonl does not exist"),
+    (["--load_in_4bit"], "--load_in_4bit needs a CUDA GPU and the bitsandbytes package"),
+    (["--zero_stage", "4"], "invalid choice: 4"),
 ])
 def test_bad_input_one_clear_line(tiny_base, tmp_path, args, needle):
     base = ["--pretrain", str(tiny_base), "--dataset", f"json@{tiny_dir() / 'sft'}", "--input_key", "input",
             "--output_key", "output", "--save_path", str(tmp_path / "x")]
     proc = run_cli(base + args, check=False)
     assert proc.returncode == 2, proc.stderr[-2000:]
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    errors = [line for line in proc.stderr.splitlines() if "error: " in line]
     assert len(errors) == 1 and needle in errors[0], proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
+
+
+def test_lora_bf16_checkpointing_tracking(tiny_base, tmp_path):
+    """LoRA adapters merged on save; --bf16 means bf16 where this CPU has native bf16 and fp32
+    (logged once) where it hasn't; wandb offline + TensorBoard write their files; the wandb key
+    is never printed or saved."""
+    from transformers import AutoModelForCausalLM
+    from alignment.models.precision import cpu_has_native_bf16
+    out, key = tmp_path / "lora", "planted-wandb-key-9f3c"
+    wandb_dirs = {k: str(tmp_path / "wandb") for k in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR", "WANDB_CONFIG_DIR")}
+    proc = run_cli(["--pretrain", str(tiny_base), "--save_path", str(out), "--max_steps", "4", "--lora_rank", "8",
+                    "--lora_alpha", "16", "--target_modules", "q_proj,v_proj", "--learning_rate", "1e-2",
+                    "--bf16", "--gradient_checkpointing", "--use_wandb", key, "--use_tensorboard", str(tmp_path / "tb"),
+                    *TINY_SFT], env={"WANDB_MODE": "offline", **wandb_dirs})
+    if cpu_has_native_bf16():
+        assert "bf16 on a CPU with native bf16" in proc.stderr and "no native bf16" not in proc.stderr
+    else:
+        assert proc.stderr.count("no native bf16") == 1
+    assert key not in proc.stdout + proc.stderr
+    assert key not in (out / "MANIFEST.json").read_text()
+    assert any((tmp_path / "tb").rglob("events.out.tfevents*")) and any((tmp_path / "wandb").rglob("*.wandb"))
+    state = load_file(out / "model.safetensors")
+    assert not any("lora" in k for k in state)
+    merged = AutoModelForCausalLM.from_pretrained(out).state_dict()
+    base = AutoModelForCausalLM.from_pretrained(tiny_base).state_dict()
+    same = lambda k: torch.equal(merged[k], base[k].to(merged[k].dtype))  # noqa: E731 (saved in the training dtype)
+    assert not same("model.layers.0.self_attn.q_proj.weight")  # adapters really merged in
+    assert same("model.layers.0.self_attn.k_proj.weight")      # untargeted weights untouched
+
+
+def test_sft_reads_and_writes_s3(tiny_base, tmp_path, s3_root):
+    """Dataset, checkpoints and final model in a real S3-compatible server (moto_server)."""
+    from transformers import AutoModelForCausalLM
+    from alignment import storage
+    fs, _ = storage.filesystem(s3_root)
+    fs.put(str(tiny_dir() / "sft" / "train.jsonl"), f"{s3_root}/data/train.jsonl")
+    out, ckpt = f"{s3_root}/sft", f"{s3_root}/sft_ckpt"
+    run_cli(["--pretrain", str(tiny_base), "--dataset", f"json@{s3_root}/data", "--input_key", "input",
+             "--output_key", "output", "--max_len", "64", "--train_batch_size", "8", "--micro_train_batch_size", "8",
+             "--max_steps", "4", "--save_steps", "2", "--max_ckpt_num", "1", "--save_path", out, "--ckpt_path", ckpt])
+    assert storage.is_committed(out)
+    assert storage.list_committed(ckpt) == ["global_step4"]  # retention kept the newest one
+    assert storage.get_latest(ckpt).endswith("global_step4")
+    local = storage.download_dir(out, tmp_path / "model")
+    model = AutoModelForCausalLM.from_pretrained(local)
+    assert model.config.model_type == "llama"

@@ -11,7 +11,7 @@ import pytest
 
 from alignment import storage
 from alignment.storage import StorageError
-from fixtures_s3 import free_port, moto_endpoint, s3_root  # noqa: F401  (pytest fixtures)
+from tests.fixtures_s3 import free_port
 
 
 @pytest.fixture(autouse=True)

@@ -24,8 +24,9 @@ def full_state_dict(engine: Any) -> dict[str, torch.Tensor] | None:
 
 
 def save_hf_model(module: torch.nn.Module, state: dict[str, torch.Tensor], tokenizer: Any,
-                  out_dir: str | Path, dtype: torch.dtype = torch.float32) -> Path:
-    """Write config, safetensors weights and tokenizer so plain `from_pretrained(out_dir)` loads it."""
+                  out_dir: str | Path) -> Path:
+    """Write config, safetensors weights (in the training dtype) and tokenizer, so plain
+    `from_pretrained(out_dir)` loads it."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     if is_lora(module):
@@ -33,7 +34,7 @@ def save_hf_model(module: torch.nn.Module, state: dict[str, torch.Tensor], token
         state = model.state_dict()
     else:
         model = module
-    state = {k: v.to(dtype).contiguous() for k, v in state.items()}
+    state = {k: v.contiguous() for k, v in state.items()}
     model.save_pretrained(out, state_dict=state, safe_serialization=True)
     if tokenizer is not None:
         tokenizer.save_pretrained(out)

@@ -97,8 +97,13 @@ def prompt_row(p: Problem) -> dict:
 
 
 def make_splits(spec: TaskSpec = TaskSpec(), seed: int = 0, n_eval: int = 300,
-                n_pref_test: int = 200) -> dict[str, list[dict]]:
-    """Disjoint problem sets: eval and preference-test problems are never trained on."""
+                n_pref_test: int = 200, n_sft: int = 1000) -> dict[str, list[dict]]:
+    """Disjoint problem sets: eval and preference-test problems are never trained on.
+
+    SFT sees demonstrations for only `n_sft` of the training problems (a minority), while RL
+    prompts and preference pairs cover all of them: SFT generalises imperfectly, leaving room
+    for the RL stages to improve held-out accuracy.
+    """
     rng = random.Random(seed)
     problems = all_problems(spec)
     rng.shuffle(problems)
@@ -106,7 +111,7 @@ def make_splits(spec: TaskSpec = TaskSpec(), seed: int = 0, n_eval: int = 300,
     pref_test = problems[n_eval:n_eval + n_pref_test]
     train = problems[n_eval + n_pref_test:]
     return {
-        "sft_train": [sft_row(p) for p in train],
+        "sft_train": [sft_row(p) for p in train[:n_sft]],
         "sft_test": [sft_row(p) for p in eval_set[:100]],
         "pref_train": [preference_row(p, rng) for p in train],
         "pref_test": [preference_row(p, rng) for p in pref_test],

@@ -78,11 +78,10 @@ class Trainer:
 
     # --- shared loop ------------------------------------------------------------------
     def _run_dir(self) -> Path:
-        local = not storage.is_remote(self.cfg.save_path)
-        if local:
+        """Where the final model is written before its commit: --save_path itself when local."""
+        if not storage.is_remote(self.cfg.save_path):
             return Path(self.cfg.save_path.removeprefix("file://"))
-        self._tmp = getattr(self, "_tmp", None) or tempfile.mkdtemp(prefix="alignflow-save-")
-        return Path(self._tmp)
+        return Path(tempfile.mkdtemp(prefix="alignflow-save-"))
 
     def fit(self) -> dict[str, float]:
         cfg, rt = self.cfg, self.rt
@@ -93,10 +92,8 @@ class Trainer:
         if rt.is_main:
             # the old model at --save_path (if any) stops being "committed" before we touch it
             storage.remove(f"{cfg.save_path.rstrip('/')}/{storage.MANIFEST}")
-            if state.global_step == 0:
-                (run_dir / "metrics.jsonl").unlink(missing_ok=True)
         logger = MetricsLogger(cfg, run_dir, rt.is_main, self.total_steps, self.stage)
-        logger.restore(state.history)
+        logger.restore(state.history)  # rows logged after the resumed checkpoint are dropped
         self.engine.train()
         done = state.global_step >= self.total_steps
         step_metrics: list[dict[str, float]] = []

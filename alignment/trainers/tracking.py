@@ -29,8 +29,12 @@ class MetricsLogger:
         self._bar = tqdm(total=total_steps, desc=stage, dynamic_ncols=True, mininterval=1.0)
 
     def restore(self, rows: list[dict]) -> None:
-        """Keep the history of a resumed run so the curve in metrics.jsonl is whole."""
+        """Start metrics.jsonl from a resumed checkpoint's history (empty for a fresh run), so the
+        curve is whole and holds no rows from the part of a crashed run that is being redone."""
         self.history = list(rows)
+        if not self.enabled:
+            return
+        self.path.write_text("".join(json.dumps(r) + "\n" for r in rows))
         if self._bar is not None and rows:
             self._bar.update(rows[-1].get("step", 0))
 

@@ -1,0 +1,34 @@
+"""What --bf16 and --flash_attn mean on this hardware."""
+import logging
+
+import torch
+
+from alignment.models import precision as P
+
+
+def test_bf16_on_cpu_without_native_support_computes_fp32():
+    p = P.resolve_precision(True, "cpu", native_cpu_bf16=False)
+    assert p.dtype == torch.float32 and not p.bf16 and "fp32" in p.reason
+
+
+def test_bf16_kept_where_native():
+    assert P.resolve_precision(True, "cpu", native_cpu_bf16=True).dtype == torch.bfloat16
+    assert P.resolve_precision(True, "cuda").bf16
+    assert P.resolve_precision(False, "cuda").dtype == torch.float32
+
+
+def test_cpuinfo_flags(tmp_path):
+    f = tmp_path / "cpuinfo"
+    f.write_text("flags\t\t: fpu sse avx2\n")
+    assert not P.cpu_has_native_bf16(str(f))
+    f.write_text("flags\t\t: fpu avx512f avx512_bf16\n")
+    assert P.cpu_has_native_bf16(str(f))
+
+
+def test_flash_attn_falls_back_to_sdpa_and_logs_once(caplog):
+    P._log_once.cache_clear()
+    with caplog.at_level(logging.WARNING):
+        assert P.attn_implementation(True, "cpu") == "sdpa"
+        assert P.attn_implementation(True, "cpu") == "sdpa"
+    assert caplog.text.count("using PyTorch SDPA") == 1
+    assert P.attn_implementation(False, "cpu") == "sdpa"
