@@ -394,3 +394,14 @@ def apply_retention(parent_uri: str | Path, keep: int, prefix: str = "global_ste
     for n in doomed:
         remove(_join(parent_uri, n))
     return doomed
+
+
+def check_reachable(uri: str | Path) -> None:
+    """One cheap request to the store (retried like any other) so a wrong endpoint, bucket or
+    credential fails early with the URI in the message. Local paths are always reachable."""
+    if not is_remote(uri):
+        return
+    fs, path = filesystem(uri)
+    bucket = path.split("/", 1)[0]
+    # `ls` raises on a refused connection or a bad key (`exists` would just say False)
+    _retry(lambda: fs.ls(bucket, refresh=True), "reach", uri)

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
-from tests.fixtures_s3 import moto_endpoint, s3_root  # noqa: F401  (session S3 server, per-test prefix)
+from tests.fixtures_s3 import moto_endpoint, point_env_at, s3_root  # noqa: F401  (session S3 server, per-test prefix)
 
 REPO = Path(__file__).resolve().parents[1]
 # Keep every tool's state inside the test session, never in $HOME, and never reach a hub.
@@ -16,6 +17,13 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 os.environ.setdefault("WANDB_MODE", "offline")
+# Prefect: ephemeral API with its database in a private directory for this session.
+_PREFECT_HOME = tempfile.mkdtemp(prefix="alignflow-prefect-")
+os.environ["PREFECT_HOME"] = _PREFECT_HOME
+os.environ.pop("PREFECT_API_URL", None)
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
+os.environ.setdefault("PREFECT_LOGGING_TO_API_BATCH_INTERVAL", "0.3")
 
 
 @pytest.fixture(scope="session")
@@ -39,3 +47,14 @@ def python_env(**extra: str) -> dict[str, str]:
 
 
 PYTHON = sys.executable
+
+
+@pytest.fixture(scope="session")
+def ray_head(moto_endpoint):
+    """One local Ray head for the session (loopback, private temp dir), stopped by PID at the end.
+    Started with the S3 settings in its environment, as a real cluster would have them."""
+    from alignflow.tasks.ray_cluster import local_head
+    with pytest.MonkeyPatch.context() as mp:
+        point_env_at(mp, moto_endpoint)
+        with local_head(num_cpus=2) as address:
+            yield address

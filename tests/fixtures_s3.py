@@ -15,6 +15,9 @@ from pathlib import Path
 import pytest
 
 BUCKET = "alignflow-test"
+# Every test talks to S3 with this secret key (moto accepts any); tests grep logs, manifests,
+# artifacts and Ray job metadata for it to prove credentials never leak.
+PLANTED_SECRET = "alignflow-planted-secret-Zq81x"
 
 
 def free_port() -> int:
@@ -29,12 +32,12 @@ def _moto_server() -> str | None:
     return str(local) if local.exists() else shutil.which("moto_server")
 
 
-def _point_env_at(mp: pytest.MonkeyPatch, endpoint: str) -> None:
+def point_env_at(mp: pytest.MonkeyPatch, endpoint: str) -> None:
     for var in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_MAX_ATTEMPTS", "AWS_RETRY_MODE"):
         mp.delenv(var, raising=False)
     mp.setenv("AWS_ENDPOINT_URL_S3", endpoint)
     mp.setenv("AWS_ACCESS_KEY_ID", "testing")
-    mp.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    mp.setenv("AWS_SECRET_ACCESS_KEY", PLANTED_SECRET)
     mp.setenv("AWS_DEFAULT_REGION", "us-east-1")
 
 
@@ -62,7 +65,7 @@ def moto_endpoint(tmp_path_factory: pytest.TempPathFactory):
                     pytest.fail(f"moto_server did not come up on port {port}: {log_path.read_text()[-2000:]}")
                 time.sleep(0.1)
         with pytest.MonkeyPatch.context() as mp:
-            _point_env_at(mp, endpoint)
+            point_env_at(mp, endpoint)
             from alignment import storage
 
             fs, _ = storage.filesystem(f"s3://{BUCKET}")
@@ -80,5 +83,5 @@ def moto_endpoint(tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture
 def s3_root(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
     """The standard AWS env vars pointed at moto for this test only; yields a fresh s3:// prefix."""
-    _point_env_at(monkeypatch, moto_endpoint)
+    point_env_at(monkeypatch, moto_endpoint)
     return f"s3://{BUCKET}/{uuid.uuid4().hex[:12]}"

@@ -5,9 +5,9 @@ from alignment.config.cli import config_to_argv, load_yaml, parse_args
 from alignment.config.groups import (
     CheckpointConfig, DataConfig, LoggingConfig, LoraConfig, ModelConfig, TrainConfig,
 )
-from alignment.config.stages import SFTConfig
+from alignment.config.stages import SFTConfig, TinyBaseConfig
 
 __all__ = [
     "CheckpointConfig", "ConfigError", "DataConfig", "LoggingConfig", "LoraConfig", "ModelConfig",
-    "SFTConfig", "TrainConfig", "config_to_argv", "load_yaml", "opt", "parse_args",
+    "SFTConfig", "TinyBaseConfig", "TrainConfig", "config_to_argv", "load_yaml", "opt", "parse_args",
 ]

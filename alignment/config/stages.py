@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from alignment.config.base import opt, require
 from alignment.config.groups import (
     CheckpointConfig, DataConfig, LoggingConfig, LoraConfig, ModelConfig, TrainConfig,
 )
@@ -24,5 +25,12 @@ class SFTConfig(LoggingConfig, CheckpointConfig, TrainConfig, LoraConfig, DataCo
 
     def check_sft(self) -> None:
         if self.multiturn:
-            from alignment.config.base import require
             require(self.apply_chat_template, "--multiturn needs --apply_chat_template (turns are found through the chat template)")
+
+
+@dataclass
+class TinyBaseConfig(StageConfig):
+    """A seeded random-init tiny Llama with the tiny tokenizer (`python -m alignment.cli.make_tiny_base`)."""
+
+    save_path: str = opt("./ckpt/tiny_base", "Where the model directory goes (local path or s3://)")
+    seed: int = opt(0, "Seed of the random initialisation")

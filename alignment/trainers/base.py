@@ -95,6 +95,7 @@ class Trainer:
         logger = MetricsLogger(cfg, run_dir, rt.is_main, self.total_steps, self.stage)
         logger.restore(state.history)  # rows logged after the resumed checkpoint are dropped
         self.engine.train()
+        first_step = state.global_step + 1
         done = state.global_step >= self.total_steps
         step_metrics: list[dict[str, float]] = []
         while not done and state.epoch < cfg.max_epochs:
@@ -125,6 +126,8 @@ class Trainer:
             self._log(state, logger, {f"eval/{k}": v for k, v in self.eval_metrics().items()})
         if not cfg.disable_ds_ckpt and cfg.save_steps > 0 and state.global_step % cfg.save_steps:
             self._checkpoint(state, logger)  # a final resumable checkpoint too
+        log.info("%s: ran optimizer steps %d..%d of %d in this process", self.stage, first_step,
+                 state.global_step, self.total_steps)
         self.save_final(run_dir, logger)
         logger.close()
         return logger.history[-1] if logger.history else {}

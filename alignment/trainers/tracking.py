@@ -71,8 +71,10 @@ def _start_wandb(cfg: Any, stage: str) -> Any:
     import wandb
 
     key = cfg.use_wandb
-    if key.lower() in ("offline", "true", "1") or os.environ.get("WANDB_MODE") == "offline":
+    if key.lower() == "offline" or os.environ.get("WANDB_MODE") == "offline":
         os.environ["WANDB_MODE"] = "offline"  # no network or no key: log locally, sync later
+    elif key.lower() in ("true", "1", "env"):
+        wandb.login()  # the key comes from WANDB_API_KEY (how pipelines pass it: never as a parameter)
     else:
         wandb.login(key=key, relogin=True)  # the key itself is never logged
     return wandb.init(entity=cfg.wandb_org, project=cfg.wandb_project, group=cfg.wandb_group,

@@ -1,0 +1,49 @@
+"""The `sft` flow: one SFT stage (plus the tiny world's random-init base when no model is given).
+
+    prefect deployment run 'sft/tiny' --param sft='{"max_steps": 200}'
+
+Parameters: the stage config as a YAML file (`sft_config_file`, same format as the CLI's
+--config) plus `sft` overrides (any SFT flag name), the store URI, the Ray address, the run name.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import flow, get_run_logger
+
+from alignflow.tasks.ray_cluster import ray_cluster
+from alignflow.tasks.stage import run_stage
+from alignflow.tasks.stage_spec import StageResult, build_config, check_store, check_store_reachable, repo_path
+
+TINY_SFT_CONFIG = str(repo_path("deployments", "configs", "tiny_sft.yaml"))
+
+
+@flow(name="sft")
+async def sft_flow(run_name: str = "tiny", store: str = "runs/store", ray_address: str | None = None,
+                   sft_config_file: str | None = TINY_SFT_CONFIG, sft: dict[str, Any] | None = None,
+                   retries: int = 2) -> dict[str, Any]:
+    """SFT as a Ray job. With no `pretrain` in the config, a seeded tiny random-init base is made first."""
+    logger = get_run_logger()
+    # Everything that can be wrong with the parameters fails here, before a cluster starts.
+    store = check_store_reachable(check_store(store))
+    overrides = dict(sft or {})
+    needs_base = not overrides.get("pretrain") and not _config_has_pretrain(sft_config_file)
+    build_config("sft", sft_config_file, {**overrides, **({"pretrain": "<tiny_base output>"} if needs_base else {})})
+    with ray_cluster(ray_address) as address:
+        inputs = {}
+        if needs_base:
+            base: StageResult = await run_stage.with_options(retries=retries)(
+                "tiny_base", store, run_name, address, overrides={"seed": 0})
+            inputs["pretrain"] = base.model_uri
+        result: StageResult = await run_stage.with_options(retries=retries)(
+            "sft", store, run_name, address, sft_config_file, overrides, inputs)
+    logger.info("sft: %s (%s)", result.model_uri, "skipped, already committed" if result.skipped else "trained")
+    return {"model_uri": result.model_uri, "skipped": result.skipped, "metrics": result.metrics}
+
+
+def _config_has_pretrain(path: str | None) -> bool:
+    if not path:
+        return False
+    import yaml
+    with open(path) as f:
+        return bool((yaml.safe_load(f) or {}).get("pretrain"))

@@ -1,0 +1,124 @@
+"""The Ray cluster a flow's stages run on: a given address, or a local head started for the flow.
+
+The embedded head binds the dashboard (and the job API) to loopback, lives in a private temp
+dir, and is stopped when the flow ends — also when it fails.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Iterator
+
+log = logging.getLogger(__name__)
+
+
+class RayClusterError(RuntimeError):
+    """The Ray cluster can't be reached or started; the message says what to do."""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ray_bin() -> str:
+    local = Path(sys.executable).parent / "ray"
+    return str(local) if local.exists() else (shutil.which("ray") or "ray")
+
+
+def check_reachable(address: str, timeout_s: float = 10.0) -> str:
+    """The job API's HTTP address, after checking it answers (fails fast with a clear message)."""
+    url = address if address.startswith("http") else f"http://{address}"
+    if url.count(":") < 2:
+        url += ":8265"
+    try:
+        with urllib.request.urlopen(f"{url}/api/version", timeout=timeout_s) as r:
+            r.read()
+    except (urllib.error.URLError, OSError) as e:
+        reason = getattr(e, "reason", e)
+        raise RayClusterError(f"Ray cluster at {url} is unreachable ({reason}); start one with `ray start --head "
+                              f"--dashboard-host 0.0.0.0` and pass its dashboard address (http://HOST:8265), "
+                              f"or pass no ray_address to run on a local head") from None
+    return url
+
+
+def _wait_for_dashboard(url: str, proc_log: Path, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"{url}/api/version", timeout=2) as r:
+                r.read()
+            return
+        except (urllib.error.URLError, OSError):
+            time.sleep(0.5)
+    raise RayClusterError(f"local Ray head did not answer at {url} within {timeout_s:.0f}s; log: {proc_log}")
+
+
+@contextlib.contextmanager
+def local_head(num_cpus: int | None = None) -> Iterator[str]:
+    """Start `ray start --head` on loopback; yield its job API address; `ray stop` at exit."""
+    temp_dir = Path(tempfile.mkdtemp(prefix="alignflow-ray-"))
+    dash_port, gcs_port = _free_port(), _free_port()
+    url = f"http://127.0.0.1:{dash_port}"
+    cmd = [_ray_bin(), "start", "--head", f"--port={gcs_port}", "--node-ip-address=127.0.0.1",
+           "--dashboard-host=127.0.0.1", f"--dashboard-port={dash_port}", "--include-dashboard=true",
+           f"--num-cpus={num_cpus or os.cpu_count() or 1}", f"--temp-dir={temp_dir}", "--disable-usage-stats"]
+    out = temp_dir / "ray_start.log"
+    log.info("starting a local Ray head on 127.0.0.1 (job API %s)", url)
+    with out.open("w") as f:
+        done = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
+    try:
+        if done.returncode != 0:
+            raise RayClusterError(f"`ray start --head` failed (exit {done.returncode}): {out.read_text()[-800:]}")
+        _wait_for_dashboard(url, out)
+        yield url
+    finally:
+        stopped = stop_head(temp_dir)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+        log.info("local Ray head stopped (%d processes)", stopped)
+
+
+def stop_head(temp_dir: Path, grace_s: float = 3.0) -> int:
+    """Stop exactly the Ray processes of the head in `temp_dir`, by PID.
+
+    Not `ray stop`: that stops every Ray process on the machine, other clusters included.
+    """
+    import psutil
+
+    mine = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            if p.pid != os.getpid() and any(str(temp_dir) in arg for arg in (p.info["cmdline"] or [])):
+                mine.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    for p in mine:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.terminate()
+    _, alive = psutil.wait_procs(mine, timeout=grace_s)
+    for p in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.kill()
+    psutil.wait_procs(alive, timeout=grace_s)
+    return len(mine)
+
+
+@contextlib.contextmanager
+def ray_cluster(address: str | None, num_cpus: int | None = None) -> Iterator[str]:
+    """The given cluster (checked) or an embedded local head for the duration of the block."""
+    if address:
+        yield check_reachable(address)
+    else:
+        with local_head(num_cpus) as url:
+            yield url

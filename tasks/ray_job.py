@@ -1,0 +1,67 @@
+"""Run one command as a Ray job: submit, stream its log into a logger, wait, stop on cancel."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from dataclasses import dataclass
+
+from ray.job_submission import JobStatus, JobSubmissionClient
+
+# Environment passed to jobs explicitly. Only non-secret settings: credentials reach a job
+# through the cluster's own environment, so they never land in Ray's job metadata.
+PASSED_ENV = ("AWS_ENDPOINT_URL_S3", "AWS_DEFAULT_REGION", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE",
+              "TRANSFORMERS_OFFLINE", "WANDB_MODE", "DS_ACCELERATOR", "ALIGNFLOW_CACHE", "ALIGNFLOW_STORE_RETRIES",
+              "OMP_NUM_THREADS")
+
+
+class StageJobFailed(RuntimeError):
+    """The stage's Ray job ended in FAILED or STOPPED; the message carries its last error lines."""
+
+
+@dataclass
+class JobOutcome:
+    submission_id: str
+    status: str
+    log_tail: list[str]
+
+
+def _error_lines(log_text: str, n: int = 12) -> list[str]:
+    lines = [ln for ln in log_text.splitlines() if ln.strip() and not re.match(r"^\S+:\s+\d+%\|", ln)]
+    flagged = [ln for ln in lines if re.search(r"error|Error|Traceback|Exception|failure", ln)]
+    return (flagged or lines)[-n:]
+
+
+async def run_job(address: str, submission_id: str, entrypoint: str, env: dict[str, str], metadata: dict[str, str],
+                  logger: logging.Logger | logging.LoggerAdapter) -> JobOutcome:
+    """Submit and follow one job. Raises StageJobFailed when it fails; stops it if we're cancelled."""
+    client = JobSubmissionClient(address)
+    for attempt in range(60):
+        try:
+            client.submit_job(entrypoint=entrypoint, submission_id=submission_id, metadata=metadata,
+                              runtime_env={"env_vars": env})
+            break
+        except RuntimeError as e:
+            # a head that has just started answers before its job agent is up
+            if "No available agent" not in str(e) or attempt == 59:
+                raise
+            await asyncio.sleep(1.0)
+    logger.info("submitted Ray job %s: %s", submission_id, entrypoint)
+    try:
+        async for chunk in client.tail_job_logs(submission_id):
+            for line in chunk.splitlines():
+                if line.strip() and "it/s]" not in line and "s/it]" not in line:  # skip progress-bar redraws
+                    logger.info("%s", line)
+    except asyncio.CancelledError:
+        client.stop_job(submission_id)
+        logger.warning("task cancelled: stopped Ray job %s", submission_id)
+        raise
+    status = client.get_job_status(submission_id)
+    while not status.is_terminal():
+        await asyncio.sleep(0.5)
+        status = client.get_job_status(submission_id)
+    tail = _error_lines(client.get_job_logs(submission_id))
+    if status != JobStatus.SUCCEEDED:
+        info = client.get_job_info(submission_id)
+        raise StageJobFailed(f"Ray job {submission_id} {status.value}: {info.message or ''}\n" + "\n".join(tail))
+    return JobOutcome(submission_id, status.value, tail)

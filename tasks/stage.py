@@ -1,0 +1,77 @@
+"""The stage task: skip a finished stage, or run it as a Ray job that resumes from its last checkpoint."""
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+import time
+
+from prefect import get_run_logger, task
+from prefect.runtime import flow_run, task_run
+
+from alignment import storage
+from alignment.config.cli import config_to_argv
+from alignflow.tasks.artifacts import publish, read_metrics
+from alignflow.tasks.ray_job import PASSED_ENV, StageJobFailed, run_job
+from alignflow.tasks.stage_spec import STAGES, StageResult, build_config, check_store, identity_hash, job_config, stage_dir
+
+
+def job_python() -> str:
+    """Interpreter of the stage jobs: ALIGNFLOW_JOB_PYTHON, else this one (the embedded cluster shares our venv)."""
+    return os.environ.get("ALIGNFLOW_JOB_PYTHON", sys.executable)
+
+
+def submission_id(run_name: str, stage: str, digest: str) -> str:
+    """Deterministic per attempt: the flow run, the stage identity and the try number."""
+    run = str(flow_run.id or "local")[:8]
+    return f"alignflow-{run_name}-{stage}-{digest[:8]}-{run}-try{task_run.run_count or 1}"
+
+
+def _retry_only_job_failures(task, task_run, state) -> bool:
+    """Retry a failed or killed job (it resumes from its checkpoint); never a bad parameter."""
+    try:
+        state.result()
+    except StageJobFailed:
+        return True
+    except Exception:  # noqa: BLE001 - any other error is the caller's to fix: don't retry it
+        return False
+    return False
+
+
+@task(retries=2, retry_delay_seconds=1, task_run_name="{stage}", retry_condition_fn=_retry_only_job_failures)
+async def run_stage(stage: str, store: str, run_name: str, ray_address: str, config_file: str | None = None,
+                    overrides: dict | None = None, inputs: dict[str, str] | None = None) -> StageResult:
+    """Run `stage` unless its output is already committed in the store.
+
+    `inputs` are URIs of upstream stage outputs (e.g. {"pretrain": ...}); they override the
+    config and take part in the stage's identity, so new inputs mean a new run.
+    """
+    logger = get_run_logger()
+    started = time.monotonic()
+    store = check_store(store)
+    cfg = build_config(stage, config_file, {**(overrides or {}), **(inputs or {})})
+    digest = identity_hash(stage, cfg, inputs)
+    out = stage_dir(store, run_name, stage, digest)
+    model_uri = f"{out}/model"
+    manifest = storage.read_manifest(model_uri)
+    if manifest is not None:
+        logger.info("stage %s already committed at %s: skipping it (same config and inputs)", stage, model_uri)
+        return StageResult(stage, model_uri, True, manifest.get("metadata", {}).get("final_metrics", {}),
+                           time.monotonic() - started)
+    argv = config_to_argv(job_config(stage, cfg, out))
+    entrypoint = shlex.join([job_python(), "-m", STAGES[stage].module, *argv])
+    env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    latest = storage.get_latest(f"{out}/checkpoints") if STAGES[stage].resumable else None
+    if latest:
+        logger.info("resuming stage %s from committed checkpoint %s", stage, latest)
+    await run_job(ray_address, submission_id(run_name, stage, digest), entrypoint, env,
+                  {"alignflow_run": run_name, "alignflow_stage": stage, "alignflow_output": out}, logger)
+    manifest = storage.read_manifest(model_uri)
+    if manifest is None:
+        raise RuntimeError(f"stage {stage}: the Ray job succeeded but {model_uri} has no MANIFEST.json")
+    rows = read_metrics(model_uri)
+    await publish(run_name, stage, model_uri, rows, out)
+    final = manifest.get("metadata", {}).get("final_metrics", {})
+    logger.info("stage %s committed %s in %.1fs", stage, model_uri, time.monotonic() - started)
+    return StageResult(stage, model_uri, False, final, time.monotonic() - started)

@@ -1,0 +1,130 @@
+"""What a stage is to the orchestrator: its CLI module, its config schema, where its output goes.
+
+Torch-free: this runs in the Prefect process; the stage itself runs in a Ray job.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from alignment.config import ConfigError, SFTConfig, TinyBaseConfig
+from alignment.config.base import SECRET_FIELDS
+from alignment.config.cli import _coerce, load_yaml
+
+
+@dataclass(frozen=True)
+class StageKind:
+    module: str            # python -m <module> runs the stage
+    config: type           # its config dataclass
+    resumable: bool        # takes --ckpt_path / --load_checkpoint
+
+
+STAGES: dict[str, StageKind] = {
+    "tiny_base": StageKind("alignment.cli.make_tiny_base", TinyBaseConfig, resumable=False),
+    "sft": StageKind("alignment.cli.train_sft", SFTConfig, resumable=True),
+}
+
+# Fields that don't change what a stage produces: left out of its identity hash, so e.g.
+# a different logging interval or checkpoint cadence still finds the finished stage.
+NOT_IDENTITY = {"save_path", "ckpt_path", "load_checkpoint", "save_steps", "max_ckpt_num", "disable_ds_ckpt",
+                "local_rank", "num_threads", "logging_steps", "use_wandb", "wandb_org", "wandb_group",
+                "wandb_project", "wandb_run_name", "use_tensorboard"}
+PATH_FIELDS = ("pretrain", "dataset", "eval_dataset")
+SUPPORTED_SCHEMES = ("file", "s3")
+WANDB_SWITCHES = ("offline", "true", "1", "env")
+
+
+@dataclass
+class StageResult:
+    """What a stage task returns: URIs and metrics, never weights."""
+
+    stage: str
+    model_uri: str
+    skipped: bool
+    metrics: dict[str, float] = field(default_factory=dict)
+    wall_s: float = 0.0
+
+
+def check_store(store: str) -> str:
+    """Normalise the store URI: absolute for local paths; only file:// and s3:// are supported."""
+    if "://" in store:
+        scheme = store.split("://", 1)[0]
+        if scheme not in SUPPORTED_SCHEMES:
+            raise ConfigError(f"store {store!r}: unsupported scheme {scheme!r}; use a local path, file:// or s3://bucket/prefix")
+        if scheme == "file":
+            return "file://" + os.path.abspath(store.removeprefix("file://"))
+        return store.rstrip("/")
+    return os.path.abspath(store)
+
+
+def check_store_reachable(store: str) -> str:
+    """Touch the store once (with the storage module's retries) so a wrong endpoint, bucket or
+    credential fails now, with the URI in the message, instead of inside a Ray job."""
+    from alignment import storage
+
+    storage.check_reachable(store)
+    return store
+
+
+def _absolute(spec: str) -> str:
+    """Local relative paths made absolute (the Ray job runs in another directory): relative to
+    the current directory if they exist there, else to the repo (where data/ and deployments/ are)."""
+    parts = []
+    for item in spec.split(","):
+        prefix, _, path = item.rpartition("@") if "@" in item and "://" not in item.split("@")[0] else ("", "", item)
+        if path and "://" not in path and not os.path.isabs(path):
+            for base in (Path.cwd(), repo_path()):
+                if (base / path).exists():
+                    path = str(base / path)
+                    break
+        parts.append(f"{prefix}@{path}" if prefix else path)
+    return ",".join(parts)
+
+
+def build_config(stage: str, config_file: str | None, overrides: dict[str, Any] | None) -> Any:
+    """The stage config from an optional YAML file plus parameter overrides, validated."""
+    if stage not in STAGES:
+        raise ConfigError(f"unknown stage {stage!r}; known stages: {sorted(STAGES)}")
+    cls = STAGES[stage].config
+    values = load_yaml(cls, config_file) if config_file else {}
+    values.update(_coerce(cls, dict(overrides or {}), f"{stage} parameters"))
+    for name in PATH_FIELDS:
+        if isinstance(values.get(name), str):
+            values[name] = _absolute(values[name])
+    use_wandb = values.get("use_wandb")
+    if use_wandb and str(use_wandb).lower() not in WANDB_SWITCHES:
+        raise ConfigError(f"{stage}: use_wandb looks like an API key; keys never go in flow parameters: set "
+                          f"WANDB_API_KEY in the environment of the Ray cluster and pass use_wandb=env")
+    return cls(**values).validate()
+
+
+def identity_hash(stage: str, cfg: Any, inputs: dict[str, str] | None = None) -> str:
+    """Hash of what determines the stage's output: its config (minus NOT_IDENTITY) and input URIs."""
+    ident = {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name not in NOT_IDENTITY | SECRET_FIELDS}
+    blob = json.dumps({"stage": stage, "config": ident, "inputs": inputs or {}}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def stage_dir(store: str, run_name: str, stage: str, digest: str) -> str:
+    """Layout: <store>/<run_name>/<stage>-<hash>/{model, checkpoints}."""
+    return f"{store.rstrip('/')}/{run_name}/{stage}-{digest}"
+
+
+def job_config(stage: str, cfg: Any, out_dir: str) -> Any:
+    """The config the Ray job runs with: outputs under the stage dir, resume switched on."""
+    changes: dict[str, Any] = {"save_path": f"{out_dir}/model"}
+    if STAGES[stage].resumable:
+        changes.update(ckpt_path=f"{out_dir}/checkpoints", load_checkpoint=True)
+    return replace(cfg, **changes)
+
+
+def config_summary(cfg: Any) -> dict[str, Any]:
+    return {k: v for k, v in asdict(cfg).items() if k not in SECRET_FIELDS}
+
+
+def repo_path(*parts: str) -> Path:
+    return Path(__file__).resolve().parents[1].joinpath(*parts)

@@ -1,0 +1,207 @@
+"""The stage runner for real: Prefect (ephemeral API) -> Ray job on a local head -> DeepSpeed,
+with the store on a real S3-compatible server (moto_server) or a local directory."""
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file
+
+from alignment import storage
+from alignment.config import ConfigError
+from alignment.storage import StorageError
+from alignflow.flows.sft import sft_flow
+from alignflow.tasks.ray_cluster import RayClusterError
+from tests.fixtures_s3 import PLANTED_SECRET, free_port
+
+pytestmark = pytest.mark.integration
+
+# A few steps of the tiny-world SFT (the deployment's config file provides the rest).
+QUICK = {"max_steps": 6, "save_steps": 3, "eval_dataset": None, "logging_steps": 1}
+
+
+def run_flow(**params):
+    """Run the flow; return (result, flow_run_id)."""
+    state = asyncio.run(sft_flow(return_state=True, **params))
+    return state.result(), state.state_details.flow_run_id
+
+
+async def _flow_logs(flow_run_id) -> str:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+    async with get_client() as client:
+        logs = await client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))
+    return "\n".join(log.message for log in logs)
+
+
+def flow_logs(flow_run_id) -> str:
+    time.sleep(1.0)  # logs reach the API in batches
+    return asyncio.run(_flow_logs(flow_run_id))
+
+
+def ray_jobs(address: str, run_name: str) -> list:
+    from ray.job_submission import JobSubmissionClient
+    jobs = JobSubmissionClient(address).list_jobs()
+    return sorted((j for j in jobs if (j.metadata or {}).get("alignflow_run") == run_name),
+                  key=lambda j: j.submission_id)
+
+
+def test_sft_on_s3_skip_rerun_and_no_secret_leaks(ray_head, s3_root, tmp_path):
+    from transformers import AutoModelForCausalLM
+    first, run_id = run_flow(run_name="s3run", store=s3_root, ray_address=ray_head, sft=QUICK)
+    model_uri = first["model_uri"]
+    assert not first["skipped"] and model_uri.startswith(s3_root)
+    assert storage.is_committed(model_uri)
+    stage_dir = model_uri.rsplit("/", 1)[0]
+    assert storage.list_committed(f"{stage_dir}/checkpoints") == ["global_step3", "global_step6"]
+    model = AutoModelForCausalLM.from_pretrained(storage.download_dir(model_uri, tmp_path / "m"))
+    assert model.config.model_type == "llama"
+
+    t0 = time.monotonic()
+    again, _ = run_flow(run_name="s3run", store=s3_root, ray_address=ray_head, sft=QUICK)
+    skip_s = time.monotonic() - t0
+    assert again["skipped"] and again["model_uri"] == model_uri
+    print(f"second run with the same parameters: skipped in {skip_s:.1f}s of flow time")
+
+    changed, _ = run_flow(run_name="s3run", store=s3_root, ray_address=ray_head,
+                          sft={**QUICK, "learning_rate": 1e-3})
+    assert not changed["skipped"] and changed["model_uri"] != model_uri
+
+    # the planted secret key is nowhere: flow logs, manifests, artifacts, Ray job metadata
+    logs = flow_logs(run_id)
+    assert "submitted Ray job" in logs and PLANTED_SECRET not in logs
+    assert PLANTED_SECRET not in json.dumps(storage.read_manifest(model_uri))
+    for job in ray_jobs(ray_head, "s3run"):
+        assert PLANTED_SECRET not in json.dumps([job.entrypoint, job.metadata, job.runtime_env], default=str)
+    from prefect.client.orchestration import get_client
+
+    async def artifacts():
+        async with get_client() as client:
+            return await client.read_artifacts()
+    found = asyncio.run(artifacts())
+    keys = {a.key for a in found}
+    assert {"s3run-sft-model", "s3run-sft-metrics", "s3run-sft-curve"} <= keys
+    assert PLANTED_SECRET not in json.dumps([a.data for a in found], default=str)
+
+
+def test_killed_job_resumes_from_checkpoint_and_matches(ray_head, tmp_path):
+    from ray.job_submission import JobSubmissionClient
+    store = str(tmp_path / "store")
+    cfg = {"max_steps": 60, "save_steps": 10, "eval_dataset": None, "logging_steps": 1,
+           "train_batch_size": 16, "micro_train_batch_size": 16}
+    outcome: dict = {}
+    runner = threading.Thread(target=lambda: outcome.update(run=run_flow(
+        run_name="killed", store=store, ray_address=ray_head, sft=cfg)))
+    runner.start()
+    client, killed_at = JobSubmissionClient(ray_head), None
+    deadline = time.monotonic() + 300
+    while killed_at is None and time.monotonic() < deadline and runner.is_alive():
+        for job in ray_jobs(ray_head, "killed"):
+            if job.metadata.get("alignflow_stage") != "sft" or job.status.value != "RUNNING":
+                continue
+            ckpt = f"{job.metadata['alignflow_output']}/checkpoints"
+            if storage.list_committed(ckpt):
+                client.stop_job(job.submission_id)  # SIGTERM to the training process, mid-stage
+                killed_at = storage.get_latest(ckpt)
+        time.sleep(0.05)
+    runner.join(timeout=600)
+    assert killed_at is not None, "the job finished before a checkpoint could be killed mid-stage"
+    result = outcome["run"][0]
+    sft_jobs = [j for j in ray_jobs(ray_head, "killed") if j.metadata["alignflow_stage"] == "sft"]
+    assert [j.status.value for j in sft_jobs] == ["STOPPED", "SUCCEEDED"]
+    resumed_log = client.get_job_logs(sft_jobs[1].submission_id)
+    step = int(killed_at.rsplit("global_step", 1)[1])
+    assert f"resumed from {killed_at}" in resumed_log or f"resumed from {killed_at.rstrip('/')}" in resumed_log
+    assert f"ran optimizer steps {step + 1}..60 of 60" in resumed_log  # nothing before the checkpoint redone
+
+    clean, _ = run_flow(run_name="uninterrupted", store=store, ray_address=ray_head, sft=cfg)
+    a = load_file(Path(result["model_uri"]) / "model.safetensors")
+    b = load_file(Path(clean["model_uri"]) / "model.safetensors")
+    worst = max((a[k] - b[k]).abs().max().item() for k in a)
+    assert worst < 1e-5, worst
+    print(f"killed after {killed_at}; resumed run vs uninterrupted: max |dw| = {worst:.2e}")
+
+
+def test_half_written_checkpoint_is_never_loaded(ray_head, tmp_path, monkeypatch):
+    store = str(tmp_path / "store")
+    cfg = {"max_steps": 12, "save_steps": 4, "eval_dataset": None}
+    monkeypatch.setenv("ALIGNFLOW_FAIL_AT_STEP", "8")
+    with pytest.raises(Exception, match="simulated failure after step 8"):
+        run_flow(run_name="half", store=store, ray_address=ray_head, sft=cfg, retries=0)
+    monkeypatch.delenv("ALIGNFLOW_FAIL_AT_STEP")
+    stage = next(p for p in (tmp_path / "store" / "half").iterdir() if p.name.startswith("sft-"))
+    ckpts = stage / "checkpoints"
+    assert (ckpts / "latest").read_text().strip() == "global_step8"
+    # plant a newer, half-written checkpoint: files present, MANIFEST missing, even pointed at
+    import shutil
+    shutil.copytree(ckpts / "global_step8", ckpts / "global_step12")
+    (ckpts / "global_step12" / "MANIFEST.json").unlink()
+    (ckpts / "latest").write_text("global_step12")
+    run_flow(run_name="half", store=store, ray_address=ray_head, sft=cfg)
+    sft_jobs = [j for j in ray_jobs(ray_head, "half") if j.metadata["alignflow_stage"] == "sft"]
+    from ray.job_submission import JobSubmissionClient
+    log = JobSubmissionClient(ray_head).get_job_logs(sft_jobs[-1].submission_id)
+    assert f"resumed from {ckpts / 'global_step8'}" in log and "ran optimizer steps 9..12 of 12" in log
+
+
+@pytest.mark.parametrize("params, error, needle", [
+    ({"ray_address": "http://127.0.0.1:{closed}"}, RayClusterError, "is unreachable"),
+    ({"store": "ftp://host/x"}, ConfigError, "unsupported scheme 'ftp'"),
+    ({"sft": {"train_batch_size": 0}}, ConfigError, "--train_batch_size 0: must be > 0"),
+    ({"sft": {"use_wandb": "0123456789abcdef"}}, ConfigError, "keys never go in flow parameters"),
+])
+def test_bad_parameters_fail_before_anything_runs(params, error, needle, tmp_path):
+    params = {k: (v.format(closed=free_port()) if isinstance(v, str) else v) for k, v in params.items()}
+    params.setdefault("store", str(tmp_path / "store"))
+    t0 = time.monotonic()
+    with pytest.raises(error, match=needle) as e:
+        run_flow(run_name="bad", **params)
+    assert "\n" not in str(e.value)
+    assert not any((tmp_path / "store").rglob("MANIFEST.json"))
+    print(f"{needle}: failed after {time.monotonic() - t0:.1f}s")
+
+
+def test_unreachable_store_endpoint(tmp_path, monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", f"http://127.0.0.1:{free_port()}")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", PLANTED_SECRET)
+    monkeypatch.setenv("ALIGNFLOW_STORE_RETRIES", "2")
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    with pytest.raises(StorageError, match=r"s3://alignflow-test/x.*check that the store is reachable") as e:
+        run_flow(run_name="bad", store="s3://alignflow-test/x")
+    assert PLANTED_SECRET not in str(e.value)
+
+
+def test_bad_credentials(tmp_path, monkeypatch):
+    """A second moto_server that checks credentials: a wrong key is refused with a clear error."""
+    import subprocess
+    import sys
+    import urllib.request
+    port = free_port()
+    exe = str(Path(sys.executable).parent / "moto_server")
+    env = {**__import__("os").environ, "INITIAL_NO_AUTH_ACTION_COUNT": "0"}
+    proc = subprocess.Popen([exe, "-H", "127.0.0.1", "-p", str(port)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}", timeout=1)
+                break
+            except urllib.error.HTTPError:
+                break
+            except OSError:
+                time.sleep(0.1)
+        monkeypatch.setenv("AWS_ENDPOINT_URL_S3", f"http://127.0.0.1:{port}")
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAWRONGWRONGWRONG1")
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", PLANTED_SECRET)
+        with pytest.raises(StorageError, match=r"s3://alignflow-test/x") as e:
+            run_flow(run_name="bad", store="s3://alignflow-test/x")
+        message = str(e.value)
+        assert PLANTED_SECRET not in message and ("InvalidAccessKeyId" in message or "403" in message or "denied" in message.lower())
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
