@@ -69,10 +69,15 @@ def _wait_for_dashboard(url: str, proc_log: Path, timeout_s: float = 120.0) -> N
 def local_head(num_cpus: int | None = None) -> Iterator[str]:
     """Start `ray start --head` on loopback; yield its job API address; `ray stop` at exit."""
     temp_dir = Path(tempfile.mkdtemp(prefix="alignflow-ray-"))
-    dash_port, gcs_port = _free_port(), _free_port()
-    url = f"http://127.0.0.1:{dash_port}"
-    cmd = [_ray_bin(), "start", "--head", f"--port={gcs_port}", "--node-ip-address=127.0.0.1",
-           "--dashboard-host=127.0.0.1", f"--dashboard-port={dash_port}", "--include-dashboard=true",
+    # Every port is chosen free, none left at Ray's fixed defaults (10001, 52365, ...): a second
+    # cluster on the machine (a user's, or a test's) then can't make our job agent fail to start.
+    ports = {name: _free_port() for name in ("port", "dashboard-port", "ray-client-server-port",
+                                             "dashboard-agent-listen-port", "dashboard-agent-grpc-port",
+                                             "runtime-env-agent-port", "metrics-export-port",
+                                             "node-manager-port", "object-manager-port")}
+    url = f"http://127.0.0.1:{ports['dashboard-port']}"
+    cmd = [_ray_bin(), "start", "--head", "--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1",
+           "--include-dashboard=true", *[f"--{k}={v}" for k, v in ports.items()],
            f"--num-cpus={num_cpus or os.cpu_count() or 1}", f"--temp-dir={temp_dir}", "--disable-usage-stats"]
     out = temp_dir / "ray_start.log"
     log.info("starting a local Ray head on 127.0.0.1 (job API %s)", url)
@@ -84,25 +89,29 @@ def local_head(num_cpus: int | None = None) -> Iterator[str]:
         _wait_for_dashboard(url, out)
         yield url
     finally:
-        stopped = stop_head(temp_dir)
+        stopped = stop_head(temp_dir, ports["port"])
         shutil.rmtree(temp_dir, ignore_errors=True)
         log.info("local Ray head stopped (%d processes)", stopped)
 
 
-def stop_head(temp_dir: Path, grace_s: float = 3.0) -> int:
-    """Stop exactly the Ray processes of the head in `temp_dir`, by PID.
+def stop_head(temp_dir: Path, gcs_port: int, grace_s: float = 3.0) -> int:
+    """Stop exactly the Ray processes of the head in `temp_dir` (or talking to its GCS port), by PID.
 
     Not `ray stop`: that stops every Ray process on the machine, other clusters included.
     """
     import psutil
 
+    marks = (str(temp_dir), f":{gcs_port}")
     mine = []
     for p in psutil.process_iter(["pid", "cmdline"]):
         try:
-            if p.pid != os.getpid() and any(str(temp_dir) in arg for arg in (p.info["cmdline"] or [])):
+            args = p.info["cmdline"] or []
+            if p.pid != os.getpid() and any(m in arg for arg in args for m in marks) and "ray" in " ".join(args):
                 mine.append(p)
+                mine.extend(p.children(recursive=True))  # agents and workers retitle themselves "ray::…"
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
+    mine = list({p.pid: p for p in mine}.values())
     for p in mine:
         with contextlib.suppress(psutil.NoSuchProcess):
             p.terminate()

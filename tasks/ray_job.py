@@ -12,7 +12,7 @@ from ray.job_submission import JobStatus, JobSubmissionClient
 # through the cluster's own environment, so they never land in Ray's job metadata.
 PASSED_ENV = ("AWS_ENDPOINT_URL_S3", "AWS_DEFAULT_REGION", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE",
               "TRANSFORMERS_OFFLINE", "WANDB_MODE", "DS_ACCELERATOR", "ALIGNFLOW_CACHE", "ALIGNFLOW_STORE_RETRIES",
-              "OMP_NUM_THREADS")
+              "OMP_NUM_THREADS", "ALIGNFLOW_FAIL_AT_STEP")  # the last: failure injection (docs/resume.md)
 
 
 class StageJobFailed(RuntimeError):

@@ -28,14 +28,9 @@ def submission_id(run_name: str, stage: str, digest: str) -> str:
 
 
 def _retry_only_job_failures(task, task_run, state) -> bool:
-    """Retry a failed or killed job (it resumes from its checkpoint); never a bad parameter."""
-    try:
-        state.result()
-    except StageJobFailed:
-        return True
-    except Exception:  # noqa: BLE001 - any other error is the caller's to fix: don't retry it
-        return False
-    return False
+    """Retry a failed or killed job (it resumes from its checkpoint); never a bad parameter.
+    Prefect hands the exception over as the failed state's data."""
+    return isinstance(state.data, StageJobFailed)
 
 
 @task(retries=2, retry_delay_seconds=1, task_run_name="{stage}", retry_condition_fn=_retry_only_job_failures)

@@ -94,8 +94,13 @@ def test_killed_job_resumes_from_checkpoint_and_matches(ray_head, tmp_path):
     cfg = {"max_steps": 60, "save_steps": 10, "eval_dataset": None, "logging_steps": 1,
            "train_batch_size": 16, "micro_train_batch_size": 16}
     outcome: dict = {}
-    runner = threading.Thread(target=lambda: outcome.update(run=run_flow(
-        run_name="killed", store=store, ray_address=ray_head, sft=cfg)))
+
+    def flow_in_background():
+        try:
+            outcome["run"] = run_flow(run_name="killed", store=store, ray_address=ray_head, sft=cfg)
+        except Exception as e:  # noqa: BLE001 - reported by the assertion below
+            outcome["error"] = e
+    runner = threading.Thread(target=flow_in_background)
     runner.start()
     client, killed_at = JobSubmissionClient(ray_head), None
     deadline = time.monotonic() + 300
@@ -110,6 +115,7 @@ def test_killed_job_resumes_from_checkpoint_and_matches(ray_head, tmp_path):
         time.sleep(0.05)
     runner.join(timeout=600)
     assert killed_at is not None, "the job finished before a checkpoint could be killed mid-stage"
+    assert "run" in outcome, f"the flow failed: {outcome.get('error')!r}"
     result = outcome["run"][0]
     sft_jobs = [j for j in ray_jobs(ray_head, "killed") if j.metadata["alignflow_stage"] == "sft"]
     assert [j.status.value for j in sft_jobs] == ["STOPPED", "SUCCEEDED"]
