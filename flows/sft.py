@@ -38,7 +38,8 @@ async def sft_flow(run_name: str = "tiny", store: str = "runs/store", ray_addres
         result: StageResult = await run_stage.with_options(retries=retries)(
             "sft", store, run_name, address, sft_config_file, overrides, inputs)
     logger.info("sft: %s (%s)", result.model_uri, "skipped, already committed" if result.skipped else "trained")
-    return {"model_uri": result.model_uri, "skipped": result.skipped, "metrics": result.metrics}
+    return {"model_uri": result.model_uri, "skipped": result.skipped, "metrics": result.metrics,
+            "stage_wall_s": round(result.wall_s, 2)}
 
 
 def _config_has_pretrain(path: str | None) -> bool:

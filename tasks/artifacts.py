@@ -48,11 +48,13 @@ def curve_png(rows: list[dict], title: str) -> bytes | None:
 async def publish(run_name: str, stage: str, model_uri: str, rows: list[dict], stage_dir: str) -> None:
     prefix = artifact_key(run_name, stage)
     await acreate_link_artifact(key=f"{prefix}-model", link=model_uri, link_text=f"{stage} model",
-                         description=f"Committed {stage} model of run {run_name}")
+                                description=f"Committed {stage} model of run {run_name}")
     logged = [r for r in rows if any(k.startswith(("train/", "eval/")) for k in r)]
+    if not logged:
+        return  # a stage that logs no metrics (e.g. tiny_base) gets only the model link
     table = [{k: (round(v, 6) if isinstance(v, float) else v) for k, v in r.items() if k != "time"} for r in logged[-50:]]
-    await acreate_table_artifact(key=f"{prefix}-metrics", table=table or [{"step": 0}],
-                          description=f"{stage} metrics (last {len(table)} logged steps)")
+    await acreate_table_artifact(key=f"{prefix}-metrics", table=table,
+                                 description=f"{stage} metrics (last {len(table)} logged steps)")
     png = curve_png(rows, f"{run_name} / {stage}")
     if png is not None:
         fs, path = storage.filesystem(stage_dir)

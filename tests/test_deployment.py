@@ -53,7 +53,7 @@ def test_deployment_run_completes_and_lists_artifacts(ray_head, tmp_path):
         assert deployed.returncode == 0, deployed.stdout[-2000:] + deployed.stderr[-2000:]
         worker = subprocess.Popen([PREFECT, "worker", "start", "--pool", "alignflow"], env=env, cwd=REPO,
                                   stdout=open(tmp_path / "worker.log", "w"), stderr=subprocess.STDOUT)
-        sft = json.dumps({"max_steps": 4, "eval_dataset": None, "save_steps": 2})
+        sft = json.dumps({"max_steps": 4, "eval_dataset": None, "save_steps": 2, "logging_steps": 1})
         run = cli("deployment", "run", "sft/tiny", "--param", f"ray_address={ray_head}",
                   "--param", f"store={tmp_path / 'store'}", "--param", f"sft={sft}", "--watch", timeout=600)
         worker_log = (tmp_path / "worker.log").read_text()

@@ -211,3 +211,17 @@ def test_bad_credentials(tmp_path, monkeypatch):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_embedded_ray_head_is_started_and_stopped(tmp_path):
+    """No ray_address: the flow starts its own head on loopback and stops every process of it."""
+    import psutil
+
+    def ray_pids() -> set[int]:
+        return {p.pid for p in psutil.process_iter(["cmdline"]) if "ray" in " ".join(p.info["cmdline"] or [])}
+    before = ray_pids()
+    result, _ = run_flow(run_name="embedded", store=str(tmp_path / "store"), sft=QUICK)
+    assert storage.is_committed(result["model_uri"])
+    time.sleep(1)
+    leftover = ray_pids() - before
+    assert not leftover, [psutil.Process(p).cmdline() for p in leftover if psutil.pid_exists(p)]
