@@ -43,8 +43,6 @@ async def sft_flow(run_name: str = "tiny", store: str = "runs/store", ray_addres
 
 
 def _config_has_pretrain(path: str | None) -> bool:
-    if not path:
-        return False
-    import yaml
-    with open(path) as f:
-        return bool((yaml.safe_load(f) or {}).get("pretrain"))
+    from alignment.config import SFTConfig, load_yaml
+
+    return bool(path and load_yaml(SFTConfig, path).get("pretrain"))  # a missing file is a ConfigError

@@ -15,6 +15,9 @@ PASSED_ENV = ("AWS_ENDPOINT_URL_S3", "AWS_DEFAULT_REGION", "HF_HUB_OFFLINE", "HF
               "OMP_NUM_THREADS", "ALIGNFLOW_FAIL_AT_STEP")  # the last: failure injection (docs/resume.md)
 
 
+_PROGRESS = re.compile(r"\|\s*\d+/\d+ \[")  # tqdm: "| 972/1200 [01:57<00:30, ..."
+
+
 class StageJobFailed(RuntimeError):
     """The stage's Ray job ended in FAILED or STOPPED; the message carries its last error lines."""
 
@@ -50,7 +53,7 @@ async def run_job(address: str, submission_id: str, entrypoint: str, env: dict[s
     try:
         async for chunk in client.tail_job_logs(submission_id):
             for line in chunk.splitlines():
-                if line.strip() and "it/s]" not in line and "s/it]" not in line:  # skip progress-bar redraws
+                if line.strip() and not _PROGRESS.search(line):  # progress-bar redraws stay out of the log
                     logger.info("%s", line)
     except asyncio.CancelledError:
         client.stop_job(submission_id)

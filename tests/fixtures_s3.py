@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -18,6 +19,16 @@ BUCKET = "alignflow-test"
 # Every test talks to S3 with this secret key (moto accepts any); tests grep logs, manifests,
 # artifacts and Ray job metadata for it to prove credentials never leak.
 PLANTED_SECRET = "alignflow-planted-secret-Zq81x"
+
+
+def stop_process(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout_s: float = 30) -> None:
+    """Stop a process the tests started, by its PID: `sig` first, SIGKILL if it lingers."""
+    proc.send_signal(sig)
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def free_port() -> int:
@@ -72,12 +83,7 @@ def moto_endpoint(tmp_path_factory: pytest.TempPathFactory):
             fs.makedirs(BUCKET, exist_ok=True)
         yield endpoint
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
 
 
 @pytest.fixture

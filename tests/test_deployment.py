@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from tests.fixtures_s3 import free_port
+from tests.fixtures_s3 import free_port, stop_process
 
 pytestmark = pytest.mark.integration
 PREFECT = str(Path(sys.executable).parent / "prefect")
@@ -66,15 +66,5 @@ def test_deployment_run_completes_and_lists_artifacts(ray_head, tmp_path):
         assert list((tmp_path / "store" / "tiny").glob("sft-*/model/MANIFEST.json"))
     finally:
         if worker is not None:
-            worker.send_signal(signal.SIGINT)  # workers ignore SIGTERM for 40 s+
-            try:
-                worker.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                worker.kill()
-                worker.wait()
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+            stop_process(worker, signal.SIGINT)  # workers ignore SIGTERM for 40 s+
+        stop_process(server)

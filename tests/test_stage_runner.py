@@ -16,7 +16,7 @@ from alignment.config import ConfigError
 from alignment.storage import StorageError
 from alignflow.flows.sft import sft_flow
 from alignflow.tasks.ray_cluster import RayClusterError
-from tests.fixtures_s3 import PLANTED_SECRET, free_port
+from tests.fixtures_s3 import PLANTED_SECRET, free_port, stop_process
 
 pytestmark = pytest.mark.integration
 
@@ -209,8 +209,7 @@ def test_bad_credentials(tmp_path, monkeypatch):
         message = str(e.value)
         assert PLANTED_SECRET not in message and ("InvalidAccessKeyId" in message or "403" in message or "denied" in message.lower())
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+        stop_process(proc)
 
 
 def test_embedded_ray_head_is_started_and_stopped(tmp_path):

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 from alignment import storage
-from alignment.config.base import public_dict
+from alignment.config.base import ConfigError, public_dict
 from alignment.distributed.runtime import Runtime
 from alignment.models.saving import full_state_dict, save_hf_model
 from alignment.trainers import checkpoint
@@ -63,7 +63,7 @@ class Trainer:
         self.steps_per_epoch = steps_per_epoch(len(train_set), cfg, rt.world_size)
         self.total_steps = total_steps(len(train_set), cfg, rt.world_size)
         if self.steps_per_epoch == 0:
-            raise ValueError(f"{len(train_set)} training samples are fewer than one --train_batch_size "
+            raise ConfigError(f"{len(train_set)} training samples are fewer than one --train_batch_size "
                              f"({cfg.train_batch_size}): lower --train_batch_size or add data")
 
     # --- to implement per stage -------------------------------------------------------
