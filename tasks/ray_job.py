@@ -55,9 +55,11 @@ async def run_job(address: str, submission_id: str, entrypoint: str, env: dict[s
             for line in chunk.splitlines():
                 if line.strip() and not _PROGRESS.search(line):  # progress-bar redraws stay out of the log
                     logger.info("%s", line)
-    except asyncio.CancelledError:
+    except BaseException:
+        # Cancelled (CancelledError), terminated by a worker (Prefect turns SIGTERM into an
+        # exception) or interrupted: the job must not outlive its task.
         client.stop_job(submission_id)
-        logger.warning("task cancelled: stopped Ray job %s", submission_id)
+        logger.warning("task interrupted: stopped Ray job %s", submission_id)
         raise
     status = client.get_job_status(submission_id)
     while not status.is_terminal():

@@ -224,3 +224,31 @@ def test_embedded_ray_head_is_started_and_stopped(tmp_path):
     time.sleep(1)
     leftover = ray_pids() - before
     assert not leftover, [psutil.Process(p).cmdline() for p in leftover if psutil.pid_exists(p)]
+
+
+def test_cancelled_flow_stops_its_ray_job(ray_head, tmp_path):
+    """Cancelling the flow (as Prefect does, by cancelling the coroutine) stops the running job."""
+    from ray.job_submission import JobSubmissionClient
+
+    async def scenario():
+        flow = asyncio.ensure_future(sft_flow(run_name="cancel", store=str(tmp_path / "store"), ray_address=ray_head,
+                                              sft={"max_steps": 2000, "eval_dataset": None}))
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            running = [j for j in ray_jobs(ray_head, "cancel")
+                       if j.metadata.get("alignflow_stage") == "sft" and j.status.value == "RUNNING"]
+            if running:
+                break
+            await asyncio.sleep(0.5)
+        assert running, "the sft job never started"
+        flow.cancel()
+        with pytest.raises(BaseException):
+            await flow
+        return running[0].submission_id
+
+    sid = asyncio.run(scenario())
+    client = JobSubmissionClient(ray_head)
+    deadline = time.monotonic() + 60
+    while client.get_job_status(sid).value != "STOPPED" and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert client.get_job_status(sid).value == "STOPPED"
