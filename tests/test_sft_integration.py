@@ -91,7 +91,8 @@ def test_resume_equals_uninterrupted(tiny_base, tmp_path):
     (["--pretrain", "meta-llama/Llama-3-8B"], "could not be fetched from the Hugging Face hub (the hub is offline"),
     (["--train_batch_size", "10", "--micro_train_batch_size", "4"], "--train_batch_size 10 is not divisible"),
     (["--dataset", "/nonexistent/data.jsonl"], "dataset file /nonexistent/data.jsonl does not exist"),
-    (["--load_in_4bit"], "--load_in_4bit needs a CUDA GPU and the bitsandbytes package"),
+    (["--load_in_4bit", "--lora_rank", "8"], "--load_in_4bit needs a CUDA GPU and the bitsandbytes package"),
+    (["--load_in_4bit"], "also pass --lora_rank"),
     (["--zero_stage", "4"], "invalid choice: 4"),
 ])
 def test_bad_input_one_clear_line(tiny_base, tmp_path, args, needle):

@@ -24,6 +24,9 @@ class ModelConfig:
 
     def check_model(self) -> None:
         require(bool(self.pretrain), "--pretrain is required: pass a model directory, s3:// URI or hub name")
+        if self.load_in_4bit:
+            require(getattr(self, "lora_rank", 0) > 0,
+                    "--load_in_4bit trains LoRA adapters on a frozen 4-bit base (QLoRA): also pass --lora_rank, e.g. 64")
 
 
 @dataclass

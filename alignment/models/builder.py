@@ -39,7 +39,7 @@ def prepare(cfg: Any, rt: Runtime) -> ModelSetup:
 
 
 def load_actor(setup: ModelSetup, cfg: Any) -> torch.nn.Module:
-    model = load_causal_lm(setup.path, setup.precision.dtype, setup.attn)
+    model = load_causal_lm(setup.path, setup.precision.dtype, setup.attn, load_in_4bit=cfg.load_in_4bit)
     model.config.use_cache = False
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable(

@@ -60,11 +60,17 @@ def load_tokenizer(path: str, chat_template: str | None = None, use_fast: bool =
     return tok
 
 
-def load_causal_lm(path: str, dtype: torch.dtype, attn: str, flag: str = "--pretrain") -> torch.nn.Module:
+def load_causal_lm(path: str, dtype: torch.dtype, attn: str, flag: str = "--pretrain",
+                   load_in_4bit: bool = False) -> torch.nn.Module:
     from transformers import AutoModelForCausalLM
 
+    extra: dict[str, Any] = {}
+    if load_in_4bit:  # QLoRA: nf4 weights, compute in the training dtype (check_4bit ran first)
+        from transformers import BitsAndBytesConfig
+        extra["quantization_config"] = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                                                          bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=dtype)
     try:
-        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=attn)
+        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=attn, **extra)
     except OSError as e:
         raise _hub_error(path, flag, e) from e
 
