@@ -47,7 +47,7 @@ def ray_jobs(address: str, run_name: str) -> list:
     from ray.job_submission import JobSubmissionClient
     jobs = JobSubmissionClient(address).list_jobs()
     return sorted((j for j in jobs if (j.metadata or {}).get("alignflow_run") == run_name),
-                  key=lambda j: j.submission_id)
+                  key=lambda j: (j.start_time or 0, j.submission_id))  # oldest first, across flow runs
 
 
 def test_sft_on_s3_skip_rerun_and_no_secret_leaks(ray_head, s3_root, tmp_path):
