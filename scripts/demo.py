@@ -19,18 +19,7 @@ sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
-from alignment.tiny_world.paths import tiny_dir  # noqa: E402
-
-# Tuned on 2 CPU cores: 1,200 steps (~2 minutes) train the 1,000 demonstrations to convergence;
-# held-out accuracy then lands near 80 %, leaving room for the RL stages.
-SFT_FLAGS = [
-    "--dataset", f"json@{tiny_dir() / 'sft'}", "--eval_dataset", f"json@{tiny_dir() / 'sft'}",
-    "--input_key", "context_messages", "--apply_chat_template", "--multiturn", "--max_len", "64",
-    "--packing_samples", "--train_batch_size", "32", "--micro_train_batch_size", "32", "--max_epochs", "100",
-    "--max_steps", "1200", "--learning_rate", "2e-3", "--lr_warmup_ratio", "0.03", "--zero_stage", "2",
-    "--logging_steps", "25", "--eval_steps", "300", "--seed", "42",
-]
-
+from alignment.tiny_world.recipes import sft_flags  # noqa: E402
 
 def sparkline(values: list[float], width: int = 60) -> str:
     bars = "▁▂▃▄▅▆▇█"
@@ -51,7 +40,7 @@ def main() -> None:
     print(f"[demo] random-init base: held-out accuracy {before.accuracy:.1%} on {before.n} questions", flush=True)
     t0 = time.time()
     cmd = [sys.executable, "-m", "alignment.cli.train_sft", "--pretrain", str(base),
-           "--save_path", str(out / "sft"), "--ckpt_path", str(out / "sft_ckpt"), *SFT_FLAGS]
+           "--save_path", str(out / "sft"), "--ckpt_path", str(out / "sft_ckpt"), *sft_flags()]
     print("[demo] " + " ".join(cmd[1:]), flush=True)
     subprocess.run(cmd, check=True, cwd=REPO)
     minutes = (time.time() - t0) / 60

@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file
 
 from alignment.tiny_world.paths import tiny_dir
-from tests.conftest import REPO, python_env
+from tests.conftest import losses, run_module
 
 pytestmark = pytest.mark.integration
 
@@ -22,26 +22,14 @@ TINY_SFT = [*TINY_DATA, "--train_batch_size", "16", "--micro_train_batch_size", 
 
 def run_cli(args: list[str], launcher: list[str] | None = None, env: dict | None = None, check: bool = True,
             threads: int = 2) -> subprocess.CompletedProcess:
-    cmd = (launcher or [sys.executable, "-m"]) + ["alignment.cli.train_sft", *args]
-    proc = subprocess.run(cmd, cwd=REPO, env=python_env(OMP_NUM_THREADS=threads, **(env or {})),
-                          capture_output=True, text=True, timeout=600)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    return proc
+    return run_module("alignment.cli.train_sft", args, launcher, env, check, threads)
 
 
-def losses(save_path: Path) -> list[float]:
-    rows = [json.loads(line) for line in (save_path / "metrics.jsonl").read_text().splitlines()]
-    return [r["train/loss"] for r in rows if "train/loss" in r]
-
-
-def test_sft_learns_the_task(tiny_base, tmp_path):
-    """A short fixed run from random init: held-out greedy accuracy far above chance (~0 %)."""
+def test_sft_learns_the_task(tiny_sft):
+    """A short fixed run from random init (the session's `tiny_sft`, 500 steps): held-out greedy
+    accuracy far above chance (~0 %)."""
     from alignment.tiny_world.evaluate import greedy_accuracy
-    out = tmp_path / "sft"
-    run_cli(["--pretrain", str(tiny_base), "--save_path", str(out), "--max_epochs", "100", "--max_steps", "500",
-             "--packing_samples",
-             "--train_batch_size", "32", "--micro_train_batch_size", "32", "--logging_steps", "20", *TINY_DATA])
+    out = tiny_sft
     acc = greedy_accuracy(out, limit=200).accuracy
     curve = losses(out)
     assert curve[-1] < 0.5 * curve[0]

@@ -16,7 +16,7 @@ log = logging.getLogger("alignment.train_sft")
 def main(argv: list[str] | None = None) -> dict:
     cfg = parse_args(SFTConfig, argv, prog="alignment.cli.train_sft")
     from alignment.datasets.sft import SFTTokenizer
-    from alignment.datasets.sources import blend
+    from alignment.datasets.sources import load_train_eval
     from alignment.distributed.runtime import init_runtime
     from alignment.models.builder import load_actor, prepare
     from alignment.trainers.base import total_steps
@@ -26,12 +26,7 @@ def main(argv: list[str] | None = None) -> dict:
     rt = init_runtime(cfg.local_rank, cfg.num_threads)
     cfg.accumulation_steps(rt.world_size)  # fails now, not after loading, if sizes don't divide
     setup = prepare(cfg, rt)
-    rows = blend(cfg.dataset, cfg.dataset_probs, cfg.dataset_split, cfg.max_samples, cfg.seed)
-    train_set, _ = SFTTokenizer(setup.tokenizer, cfg, source=cfg.dataset)(rows)
-    eval_set = None
-    if cfg.eval_dataset:
-        eval_rows = blend(cfg.eval_dataset, None, cfg.eval_split, cfg.max_samples, cfg.seed)
-        eval_set, _ = SFTTokenizer(setup.tokenizer, cfg, source=cfg.eval_dataset)(eval_rows)
+    train_set, eval_set = load_train_eval(cfg, lambda rows, src: SFTTokenizer(setup.tokenizer, cfg, src)(rows)[0])
     steps = total_steps(len(train_set), cfg, rt.world_size)
     log.info("SFT: %d train samples, %d eval, %d optimizer steps, world size %d, %s, attention=%s",
              len(train_set), len(eval_set or []), steps, rt.world_size, setup.precision.reason, setup.attn)

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from typing import Optional
+
 from alignment.config.base import opt, require
 from alignment.config.groups import (
     CheckpointConfig, DataConfig, LoggingConfig, LoraConfig, ModelConfig, TrainConfig,
@@ -26,6 +28,82 @@ class SFTConfig(LoggingConfig, CheckpointConfig, TrainConfig, LoraConfig, DataCo
     def check_sft(self) -> None:
         if self.multiturn:
             require(self.apply_chat_template, "--multiturn needs --apply_chat_template (turns are found through the chat template)")
+
+
+@dataclass
+class PairDataConfig:
+    prompt_key: Optional[str] = opt(None, "JSON key of the prompt; without it chosen/rejected are whole conversations "
+                                          "(the last turn is the answer) or plain texts")
+    chosen_key: str = opt("chosen", "JSON key of the preferred response")
+    rejected_key: str = opt("rejected", "JSON key of the dispreferred response")
+
+    def check_pair_data(self) -> None:
+        require(not self.multiturn and not self.pretrain_mode,
+                "--multiturn and --pretrain_mode are SFT flags; preference stages read --prompt_key/--chosen_key/--rejected_key")
+
+
+@dataclass
+class ReferenceConfig:
+    ref_pretrain: Optional[str] = opt(None, "Reference model (default: --pretrain, the policy's initial weights)")
+    ref_offload: bool = opt(False, "Keep the frozen reference model in CPU memory (its forward runs there)")
+    beta: float = opt(0.1, "Strength of the implicit KL penalty toward the reference")
+
+    def check_reference(self) -> None:
+        require(self.beta > 0, f"--beta {self.beta}: must be > 0")
+
+
+@dataclass
+class RMConfig(LoggingConfig, CheckpointConfig, TrainConfig, LoraConfig, PairDataConfig, DataConfig, ModelConfig,
+               StageConfig):
+    """Reward model: a scalar head on a causal-LM backbone, trained on preference pairs
+    (`python -m alignment.cli.train_rm`)."""
+
+    loss: str = opt("sigmoid", "Pairwise loss: sigmoid = -log σ(r_c - r_r - margin); logexp = log(1 + e^(r_r - r_c))",
+                    choices=("sigmoid", "logexp"))
+    margin_loss: bool = opt(False, "Subtract each row's 'margin' inside the sigmoid loss")
+    compute_fp32_loss: bool = opt(False, "Compute rewards and the loss in fp32 even when training in bf16")
+    value_head_prefix: str = opt("score", "Name of the value head in the saved weights ('score' loads with "
+                                          "AutoModelForSequenceClassification)")
+
+    def check_rm(self) -> None:
+        require(not (self.margin_loss and self.loss == "logexp"),
+                "--margin_loss needs --loss sigmoid (logexp has no margin term)")
+        require(self.value_head_prefix.isidentifier(), f"--value_head_prefix {self.value_head_prefix!r}: must be a "
+                                                       f"Python identifier, e.g. score or value_head")
+
+
+@dataclass
+class DPOConfig(LoggingConfig, CheckpointConfig, TrainConfig, LoraConfig, ReferenceConfig, PairDataConfig, DataConfig,
+                ModelConfig, StageConfig):
+    """DPO / IPO / cDPO on preference pairs against a frozen reference (`python -m alignment.cli.train_dpo`)."""
+
+    label_smoothing: float = opt(0.0, "cDPO: assume this fraction of preference labels is flipped (0 = plain DPO)")
+    ipo: bool = opt(False, "IPO's squared loss instead of DPO's logistic one")
+    nll_loss_coef: float = opt(0.0, "Add this times the NLL of the chosen responses (RPO-style regulariser)")
+
+    def check_dpo(self) -> None:
+        require(0.0 <= self.label_smoothing < 0.5, f"--label_smoothing {self.label_smoothing}: must be in [0, 0.5)")
+        require(not (self.ipo and self.label_smoothing > 0),
+                "--ipo with --label_smoothing > 0: IPO has no label-smoothing term; drop one of them")
+        require(self.nll_loss_coef >= 0, f"--nll_loss_coef {self.nll_loss_coef}: must be >= 0")
+
+
+@dataclass
+class KTOConfig(LoggingConfig, CheckpointConfig, TrainConfig, LoraConfig, ReferenceConfig, DataConfig, ModelConfig,
+                StageConfig):
+    """KTO on unpaired desirable/undesirable responses (`python -m alignment.cli.train_kto`)."""
+
+    label_key: str = opt("label", "JSON key of the desirable (true) / undesirable (false) label")
+    desirable_loss_weight: float = opt(1.0, "λ_D: weight of desirable samples' loss")
+    undesirable_loss_weight: float = opt(1.0, "λ_U: weight of undesirable samples' loss")
+
+    def check_kto(self) -> None:
+        require(self.desirable_loss_weight > 0 and self.undesirable_loss_weight > 0,
+                "--desirable_loss_weight and --undesirable_loss_weight must be > 0")
+        require(self.micro_train_batch_size >= 2, f"--micro_train_batch_size {self.micro_train_batch_size}: KTO "
+                "needs >= 2 (the KL estimate pairs each prompt with another sample's response)")
+        require(bool(self.output_key), "--output_key is required for KTO: the JSON key of the response")
+        require(not self.multiturn and not self.pretrain_mode, "--multiturn and --pretrain_mode are SFT flags")
 
 
 @dataclass

@@ -46,3 +46,26 @@ def prompt_text(tokenizer: Any, value: Any, apply_chat_template: bool, input_tem
         return chat(tokenizer, as_messages(value, "user"), add_generation_prompt=True)
     text = as_text(value)
     return input_template.format(text) if input_template else text
+
+
+def prompt_and_response(tokenizer: Any, prompt: Any, response: Any, apply_chat_template: bool,
+                        input_template: str | None) -> tuple[str, str]:
+    """(prompt as seen at generation time, response continuing it); together the whole sample.
+
+    `prompt` None means the sample has no prompt part (the response is all of it). Plain-text
+    responses get the EOS token appended so the model learns (and the RM sees) where they stop.
+    """
+    if apply_chat_template:
+        prompt_msgs = as_messages(prompt, "user") if prompt is not None else []
+        head = chat(tokenizer, prompt_msgs, add_generation_prompt=True) if prompt_msgs else ""
+        full = chat(tokenizer, prompt_msgs + as_messages(response, "assistant"), add_generation_prompt=False)
+        if not full.startswith(head):
+            raise DataError("the chat template renders the prompt differently inside the full conversation, so "
+                            "response tokens can't be located; use a template whose prompt is a prefix, or --input_template")
+        return head, full[len(head):]
+    head = prompt_text(tokenizer, prompt, False, input_template) if prompt is not None else ""
+    text = as_text(response)
+    eos = tokenizer.eos_token or ""
+    if eos and not text.endswith(eos):
+        text += eos
+    return head, text

@@ -11,7 +11,9 @@ from typing import Any
 
 import torch
 
-from alignment.datasets.formatting import as_messages, as_text, chat, get_field, prompt_text, require_chat_template
+from alignment.datasets.formatting import (
+    as_messages, chat, get_field, prompt_and_response, prompt_text, require_chat_template,
+)
 from alignment.datasets.packing import block_causal_mask, packed_position_ids, segment_ids
 from alignment.datasets.sources import DataError
 
@@ -31,6 +33,27 @@ class Batch:
     attention_mask: torch.Tensor | None  # [B, T] padding mask, or [B, 1, T, T] block mask when packed
     position_ids: torch.Tensor | None    # [B, T]; restart per sample when packed
     num_samples: int
+    lengths: list[int]                   # tokens of each sample, in order
+
+    @property
+    def packed(self) -> bool:
+        return self.position_ids is not None
+
+    def to(self, device: str | torch.device) -> "Batch":
+        move = lambda t: None if t is None else t.to(device)  # noqa: E731
+        return Batch(self.input_ids.to(device), self.loss_mask.to(device), move(self.attention_mask),
+                     move(self.position_ids), self.num_samples, self.lengths)
+
+    def segments(self) -> torch.Tensor | None:
+        """[B, T] sample index of each token when packed; None when padded (a sample per row)."""
+        return segment_ids(self.lengths)[None].to(self.input_ids.device) if self.packed else None
+
+    def last_token(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(row, column) of each sample's last token: where a reward model reads its value. [S], [S]."""
+        lengths = torch.tensor(self.lengths, device=self.input_ids.device)
+        if self.packed:
+            return torch.zeros_like(lengths), lengths.cumsum(0) - 1
+        return torch.arange(len(self.lengths), device=lengths.device), lengths - 1
 
 
 @dataclass
@@ -71,20 +94,9 @@ class SFTTokenizer:
                 done = through
             return [p for p in pieces if p[0]]
         response = get_field(row, cfg.output_key, "--output_key", index, self.source) if cfg.output_key else None
-        if cfg.apply_chat_template:
-            prompt_msgs = as_messages(value, "user")
-            prompt = chat(self.tok, prompt_msgs, add_generation_prompt=True)
-            if response is None:
-                return [(prompt, True)]
-            full = chat(self.tok, prompt_msgs + as_messages(response, "assistant"), add_generation_prompt=False)
-            return [(prompt, cfg.pretrain_mode), (full[len(prompt):], True)]
-        prompt = prompt_text(self.tok, value, False, cfg.input_template)
         if response is None:
-            return [(prompt, True)]
-        text = as_text(response)
-        eos = self.tok.eos_token or ""
-        if eos and not text.endswith(eos):
-            text += eos  # the model must learn to stop
+            return [(prompt_text(self.tok, value, cfg.apply_chat_template, cfg.input_template), True)]
+        prompt, text = prompt_and_response(self.tok, value, response, cfg.apply_chat_template, cfg.input_template)
         return [(prompt, cfg.pretrain_mode), (text, True)]
 
     def __call__(self, rows: list[dict]) -> tuple[list[TokenizedSample], TokenizeStats]:
@@ -125,7 +137,7 @@ def collate_padded(samples: list[TokenizedSample], pad_id: int) -> Batch:
         ids[i, :n] = torch.tensor(s.input_ids)
         loss[i, :n] = torch.tensor(s.loss_mask)
         attn[i, :n] = 1
-    return Batch(ids, loss, attn, None, len(samples))
+    return Batch(ids, loss, attn, None, len(samples), [len(s.input_ids) for s in samples])
 
 
 def collate_packed(samples: list[TokenizedSample], mask_dtype: torch.dtype | None = torch.bool) -> Batch:
@@ -138,4 +150,4 @@ def collate_packed(samples: list[TokenizedSample], mask_dtype: torch.dtype | Non
     loss = torch.tensor([m for s in samples for m in s.loss_mask])[None]
     pos = packed_position_ids(lengths)[None]
     mask = None if mask_dtype is None else block_causal_mask(segment_ids(lengths)[None], mask_dtype)
-    return Batch(ids, loss, mask, pos, len(samples))
+    return Batch(ids, loss, mask, pos, len(samples), lengths)

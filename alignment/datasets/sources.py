@@ -10,6 +10,7 @@ import json
 import os
 import random
 from dataclasses import dataclass
+from typing import Any, Callable
 
 import fsspec
 
@@ -147,3 +148,13 @@ def blend(specs: str, probs: str | None, split: str, max_samples: int, seed: int
         out.append(parts[i][orders[i][cursors[i] % len(parts[i])]])
         cursors[i] += 1
     return out
+
+
+def load_train_eval(cfg: Any, tokenize: Callable[[list[dict], str], list]) -> tuple[list, list | None]:
+    """Blend and tokenize --dataset (and --eval_dataset when given): the samples every stage trains on."""
+    rows = blend(cfg.dataset, cfg.dataset_probs, cfg.dataset_split, cfg.max_samples, cfg.seed)
+    train = tokenize(rows, cfg.dataset)
+    if not cfg.eval_dataset:
+        return train, None
+    eval_rows = blend(cfg.eval_dataset, None, cfg.eval_split, cfg.max_samples, cfg.seed)
+    return train, tokenize(eval_rows, cfg.eval_dataset)

@@ -40,10 +40,23 @@ def prepare(cfg: Any, rt: Runtime) -> ModelSetup:
 
 def load_actor(setup: ModelSetup, cfg: Any) -> torch.nn.Module:
     model = load_causal_lm(setup.path, setup.precision.dtype, setup.attn, load_in_4bit=cfg.load_in_4bit)
+    return _for_training(model, cfg, "CAUSAL_LM")
+
+
+def load_value_model(setup: ModelSetup, cfg: Any) -> torch.nn.Module:
+    """Reward / critic model: backbone from --pretrain plus a scalar head (fresh when --pretrain is an LM)."""
+    from alignment.models.reward_model import load_reward_model
+
+    model = load_reward_model(setup.path, setup.precision.dtype, setup.attn, setup.tokenizer.pad_token_id,
+                              load_in_4bit=cfg.load_in_4bit)
+    return _for_training(model, cfg, "SEQ_CLS")
+
+
+def _for_training(model: torch.nn.Module, cfg: Any, task: str) -> torch.nn.Module:
     model.config.use_cache = False
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable(
             gradient_checkpointing_kwargs={"use_reentrant": cfg.gradient_checkpointing_use_reentrant})
         if cfg.lora_rank > 0:
             model.enable_input_require_grads()  # LoRA + checkpointing needs grads at the inputs
-    return apply_lora(model, cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout, cfg.target_modules)
+    return apply_lora(model, cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout, cfg.target_modules, task)

@@ -64,15 +64,20 @@ def load_causal_lm(path: str, dtype: torch.dtype, attn: str, flag: str = "--pret
                    load_in_4bit: bool = False) -> torch.nn.Module:
     from transformers import AutoModelForCausalLM
 
-    extra: dict[str, Any] = {}
-    if load_in_4bit:  # QLoRA: nf4 weights, compute in the training dtype (check_4bit ran first)
-        from transformers import BitsAndBytesConfig
-        extra["quantization_config"] = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
-                                                          bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=dtype)
     try:
-        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=attn, **extra)
+        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=attn,
+                                                    **quantization_kwargs(load_in_4bit, dtype))
     except OSError as e:
         raise _hub_error(path, flag, e) from e
+
+
+def quantization_kwargs(load_in_4bit: bool, dtype: torch.dtype) -> dict[str, Any]:
+    """QLoRA: nf4 weights, compute in the training dtype (check_4bit ran first)."""
+    if not load_in_4bit:
+        return {}
+    from transformers import BitsAndBytesConfig
+    return {"quantization_config": BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                                                      bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=dtype)}
 
 
 def check_4bit(load_in_4bit: bool, device: str) -> None:

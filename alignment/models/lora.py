@@ -6,13 +6,15 @@ from typing import Any
 import torch
 
 
-def apply_lora(model: torch.nn.Module, rank: int, alpha: int, dropout: float, target_modules: list[str]) -> torch.nn.Module:
+def apply_lora(model: torch.nn.Module, rank: int, alpha: int, dropout: float, target_modules: list[str],
+               task: str = "CAUSAL_LM") -> torch.nn.Module:
+    """task SEQ_CLS (reward/critic models) also trains the value head in full."""
     if rank <= 0:
         return model
     from peft import LoraConfig, TaskType, get_peft_model
 
     targets: Any = "all-linear" if target_modules == ["all-linear"] else target_modules
-    cfg = LoraConfig(task_type=TaskType.CAUSAL_LM, r=rank, lora_alpha=alpha, lora_dropout=dropout,
+    cfg = LoraConfig(task_type=TaskType[task], r=rank, lora_alpha=alpha, lora_dropout=dropout,
                      target_modules=targets, bias="none")
     return get_peft_model(model, cfg)
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
@@ -24,9 +24,11 @@ def full_state_dict(engine: Any) -> dict[str, torch.Tensor] | None:
 
 
 def save_hf_model(module: torch.nn.Module, state: dict[str, torch.Tensor], tokenizer: Any,
-                  out_dir: str | Path) -> Path:
+                  out_dir: str | Path, extra_config: dict[str, Any] | None = None,
+                  rename: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]] | None = None) -> Path:
     """Write config, safetensors weights (in the training dtype) and tokenizer, so plain
-    `from_pretrained(out_dir)` loads it."""
+    `from_pretrained(out_dir)` loads it. `extra_config` entries go into config.json;
+    `rename` maps the final (merged) weight names to the saved ones."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     if is_lora(module):
@@ -34,7 +36,9 @@ def save_hf_model(module: torch.nn.Module, state: dict[str, torch.Tensor], token
         state = model.state_dict()
     else:
         model = module
-    state = {k: v.contiguous() for k, v in state.items()}
+    for key, value in (extra_config or {}).items():
+        setattr(model.config, key, value)
+    state = {k: v.contiguous() for k, v in (rename(state) if rename else state).items()}
     model.save_pretrained(out, state_dict=state, safe_serialization=True)
     if tokenizer is not None:
         tokenizer.save_pretrained(out)

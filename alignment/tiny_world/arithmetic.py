@@ -3,7 +3,8 @@
 Deterministic (seeded) and split so that no eval question appears in any training split.
 Rows use OpenRLHF-style keys:
   SFT         {"input", "output", "context_messages"}
-  preference  {"prompt", "chosen", "rejected"}         (rejected = a plausible wrong answer)
+  preference  {"prompt", "chosen", "rejected", "label"} (rejected = a plausible wrong answer)
+  unpaired    {"input", "output", "label": true|false} (KTO's view of the same pairs)
   RL prompts  {"input", "context_messages", "label"}
   eval        {"input", "context_messages", "label"}
 """
@@ -92,6 +93,13 @@ def preference_row(p: Problem, rng: random.Random) -> dict:
     }
 
 
+def unpaired_rows(pairs: list[dict], seed: int) -> list[dict]:
+    """KTO's view of the preference pairs: each chosen as desirable, each rejected as undesirable."""
+    rows = [{"input": r["prompt"], "output": r[key], "label": key == "chosen"} for r in pairs for key in ("chosen", "rejected")]
+    random.Random(seed).shuffle(rows)
+    return rows
+
+
 def prompt_row(p: Problem) -> dict:
     return {"input": p.question, "context_messages": user_turn(p), "label": str(p.answer)}
 
@@ -110,11 +118,15 @@ def make_splits(spec: TaskSpec = TaskSpec(), seed: int = 0, n_eval: int = 300,
     eval_set = problems[:n_eval]
     pref_test = problems[n_eval:n_eval + n_pref_test]
     train = problems[n_eval + n_pref_test:]
+    pref_train = [preference_row(p, rng) for p in train]
+    pref_test_rows = [preference_row(p, rng) for p in pref_test]
     return {
         "sft_train": [sft_row(p) for p in train[:n_sft]],
         "sft_test": [sft_row(p) for p in eval_set[:100]],
-        "pref_train": [preference_row(p, rng) for p in train],
-        "pref_test": [preference_row(p, rng) for p in pref_test],
+        "pref_train": pref_train,
+        "pref_test": pref_test_rows,
+        "unpaired_train": unpaired_rows(pref_train, seed + 1),
+        "unpaired_test": unpaired_rows(pref_test_rows, seed + 2),
         "rl_prompts": [prompt_row(p) for p in train],
         "eval": [prompt_row(p) for p in eval_set],
     }

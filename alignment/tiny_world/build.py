@@ -13,6 +13,8 @@ LAYOUT = {
     "sft_test": ("sft", "test.jsonl"),
     "pref_train": ("preference", "train.jsonl"),
     "pref_test": ("preference", "test.jsonl"),
+    "unpaired_train": ("unpaired", "train.jsonl"),
+    "unpaired_test": ("unpaired", "test.jsonl"),
     "rl_prompts": ("prompts", "train.jsonl"),
     "eval": ("prompts", "test.jsonl"),
 }

@@ -42,3 +42,55 @@ def greedy_accuracy(model_dir: str | Path, eval_file: str | Path | None = None, 
             if len(examples) < 5:
                 examples.append((r["input"], resp.strip(), r["label"]))
     return EvalResult(correct / len(rows), len(rows), examples)
+
+
+@dataclass
+class AgreementResult:
+    pairwise: float      # over (right, wrong) sample pairs of one prompt: how often the RM ranks right above wrong
+    pairs: int
+    prompts: int
+
+
+@torch.no_grad()
+def rm_agreement(rm_dir: str | Path, policy_dir: str | Path, eval_file: str | Path | None = None,
+                 limit: int = 200, samples: int = 4, seed: int = 0, max_new_tokens: int = 16) -> AgreementResult:
+    """Does the reward model agree with the rule-based reward on the policy's own samples?
+
+    Samples `samples` responses per held-out prompt (temperature 1), scores each with the
+    rule and the RM, and counts, over every (correct, wrong) pair of the same prompt, how
+    often the RM gives the correct one the higher reward: the ranking PPO relies on.
+    """
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(policy_dir)
+    tok.padding_side = "left"
+    policy = AutoModelForCausalLM.from_pretrained(policy_dir, dtype=torch.float32).eval()
+    rm = AutoModelForSequenceClassification.from_pretrained(rm_dir, num_labels=1, dtype=torch.float32).eval()
+    rows = [json.loads(line) for line in Path(eval_file or tiny_dir() / "prompts" / "test.jsonl").read_text().splitlines()]
+    torch.manual_seed(seed)
+    agree = pairs = used = 0
+    for start in range(0, min(limit, len(rows)), 32):
+        chunk = rows[start:min(start + 32, limit)]
+        prompts = [prompt_text(tok, r["context_messages"], True, None) for r in chunk]
+        enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        out = policy.generate(**enc, max_new_tokens=max_new_tokens, do_sample=True, temperature=1.0, top_k=0,
+                              num_return_sequences=samples, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+        responses = tok.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+        for i, r in enumerate(chunk):
+            mine = responses[i * samples:(i + 1) * samples]
+            texts = [chat_sample(tok, r["context_messages"], resp) for resp in mine]
+            batch = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False, padding_side="right")
+            rewards = rm(**batch).logits.squeeze(-1).tolist()
+            right = [rw for rw, resp in zip(rewards, mine) if score(resp, r["label"])]
+            wrong = [rw for rw, resp in zip(rewards, mine) if not score(resp, r["label"])]
+            if right and wrong:
+                used += 1
+                agree += sum(a > b for a in right for b in wrong)
+                pairs += len(right) * len(wrong)
+    return AgreementResult(agree / pairs if pairs else float("nan"), pairs, used)
+
+
+def chat_sample(tok, messages: list[dict], response: str) -> str:
+    """The full conversation with `response` as the assistant turn, as the RM saw it in training."""
+    text = response.split("<|end|>", 1)[0].strip()
+    return tok.apply_chat_template(messages + [{"role": "assistant", "content": text}], tokenize=False)

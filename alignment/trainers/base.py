@@ -45,6 +45,19 @@ def total_steps(num_samples: int, cfg: Any, world_size: int) -> int:
     return min(steps, cfg.max_steps) if cfg.max_steps > 0 else steps
 
 
+def eval_shard(n: int, rank: int, world: int) -> list[tuple[int, float]]:
+    """(index, weight) of this rank's share of n eval items. Every rank gets the same count
+    (padded with weight-0 repeats) so ZeRO-3's collective forwards stay in step."""
+    per_rank = -(-n // world)
+    return [(i, 1.0) if i < n else (0, 0.0) for i in range(rank * per_rank, (rank + 1) * per_rank)]
+
+
+def sum_across_ranks(values: torch.Tensor) -> torch.Tensor:
+    if dist.is_initialized():
+        dist.all_reduce(values)
+    return values
+
+
 def _maybe_inject_failure(step: int) -> None:
     """ALIGNFLOW_FAIL_AT_STEP=N crashes the run after step N (and its checkpoint): how the
     tests and the resume docs exercise "a failed stage resumes from its last checkpoint"."""
@@ -75,6 +88,14 @@ class Trainer:
 
     def eval_metrics(self) -> dict[str, float]:
         return {}
+
+    def final_config(self) -> dict[str, Any]:
+        """Extra config.json entries for the saved model. Collective: runs on every rank."""
+        return {}
+
+    def export_state(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The weights as they are named in the saved files."""
+        return state
 
     # --- shared loop ------------------------------------------------------------------
     def _run_dir(self) -> Path:
@@ -156,9 +177,10 @@ class Trainer:
                         metadata={"stage": self.stage})
 
     def save_final(self, run_dir: Path, logger: MetricsLogger) -> None:
+        extra_config = self.final_config()    # collective
         state = full_state_dict(self.engine)  # collective
         if self.rt.is_main:
-            save_hf_model(self.engine.module, state, self.tokenizer, run_dir)
+            save_hf_model(self.engine.module, state, self.tokenizer, run_dir, extra_config, self.export_state)
             final = logger.history[-1] if logger.history else {}
             storage.commit_dir(run_dir, self.cfg.save_path,
                                metadata={"stage": self.stage, "config": public_dict(self.cfg), "final_metrics": final})

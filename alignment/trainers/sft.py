@@ -5,7 +5,7 @@ import torch
 
 from alignment.datasets.sft import Batch, TokenizedSample, collate_packed, collate_padded
 from alignment.losses.nll import sft_loss
-from alignment.trainers.base import Trainer
+from alignment.trainers.base import Trainer, eval_shard, sum_across_ranks
 
 
 def forward_logits(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
@@ -26,10 +26,7 @@ class SFTTrainer(Trainer):
             batch = collate_packed(items, self.mask_dtype)
         else:
             batch = collate_padded(items, self.tokenizer.pad_token_id)
-        dev = self.rt.torch_device
-        return Batch(batch.input_ids.to(dev), batch.loss_mask.to(dev),
-                     None if batch.attention_mask is None else batch.attention_mask.to(dev),
-                     None if batch.position_ids is None else batch.position_ids.to(dev), batch.num_samples)
+        return batch.to(self.rt.torch_device)
 
     def loss_on(self, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
         logits = forward_logits(self.engine, batch)
@@ -40,16 +37,12 @@ class SFTTrainer(Trainer):
         """Token-weighted NLL over the whole eval set; ranks take equal-size shards (padded with
         weight-0 repeats) so ZeRO-3's collective forwards stay in step."""
         self.engine.eval()
-        n, world, rank = len(self.eval_set), self.rt.world_size, self.rt.rank
-        per_rank = -(-n // world)
-        mine = [(i, 1.0) if i < n else (0, 0.0) for i in range(rank * per_rank, (rank + 1) * per_rank)]
         total = torch.zeros(2, dtype=torch.float64)
-        for i, weight in mine:  # one sample at a time keeps the token weighting exact
+        for i, weight in eval_shard(len(self.eval_set), self.rt.rank, self.rt.world_size):  # one sample at a time keeps the token weighting exact
             batch = self.collate([self.eval_set[i]])
             nll = sft_loss(forward_logits(self.engine, batch), batch.input_ids, batch.loss_mask)
             tokens = float(batch.loss_mask[:, 1:].sum())
             total += torch.tensor([nll.item() * tokens * weight, tokens * weight], dtype=torch.float64)
-        if torch.distributed.is_initialized():
-            torch.distributed.all_reduce(total)
+        sum_across_ranks(total)
         self.engine.train()
         return {"loss": (total[0] / total[1].clamp(min=1)).item()}

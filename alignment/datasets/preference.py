@@ -1,0 +1,181 @@
+"""Preference pairs (RM, DPO) and unpaired desirable/undesirable samples (KTO) -> token ids.
+
+A pair is (prompt + chosen, prompt + rejected); loss masks mark the response tokens, which is
+what DPO sums log-probs over. The RM reads its value at each sequence's last token.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from alignment.datasets.formatting import get_field, prompt_and_response, require_chat_template
+from alignment.datasets.sft import Batch, TokenizedSample, collate_packed, collate_padded
+from alignment.datasets.sources import DataError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PairSample:
+    chosen: TokenizedSample
+    rejected: TokenizedSample
+    margin: float = 0.0
+
+
+@dataclass
+class PairBatch:
+    """Chosen sequences first, then rejected: samples i and i + num_pairs form pair i."""
+    batch: Batch
+    margins: torch.Tensor   # [N]
+    num_pairs: int
+
+
+@dataclass
+class UnpairedSample:
+    sample: TokenizedSample    # prompt + response, loss mask on the response
+    prompt_ids: list[int]
+    response_ids: list[int]
+    desirable: bool
+
+
+@dataclass
+class UnpairedBatch:
+    batch: Batch                # the N real samples
+    mismatched: Batch           # prompt i with response (i + 1) mod N: the KL reference point
+    desirable: torch.Tensor     # [N] bool
+
+
+class _Tokenize:
+    def __init__(self, tokenizer: Any, cfg: Any, source: str):
+        self.tok, self.cfg, self.source = tokenizer, cfg, source
+        if cfg.apply_chat_template:
+            require_chat_template(tokenizer, cfg.pretrain)
+
+    def ids(self, text: str) -> list[int]:
+        return self.tok(text, add_special_tokens=False)["input_ids"] if text else []
+
+    def split(self, prompt: Any, response: Any) -> tuple[list[int], list[int]]:
+        head, text = prompt_and_response(self.tok, prompt, response, self.cfg.apply_chat_template,
+                                         self.cfg.input_template)
+        return self.ids(head), self.ids(text)
+
+    def sample(self, prompt_ids: list[int], response_ids: list[int]) -> TokenizedSample | None:
+        """None when --max_len leaves no response token."""
+        ids = (prompt_ids + response_ids)[: self.cfg.max_len]
+        mask = ([0] * len(prompt_ids) + [1] * len(response_ids))[: self.cfg.max_len]
+        mask[0] = 0  # the first token has nothing before it to be predicted from
+        return TokenizedSample(ids, mask) if sum(mask) else None
+
+    def warn(self, n_rows: int, dropped: int, what: str) -> None:
+        if dropped:
+            log.warning("%s: dropped %d of %d rows whose prompt fills --max_len %d (no %s tokens left); "
+                        "raise --max_len to keep them", self.source, dropped, n_rows, self.cfg.max_len, what)
+
+
+class PairTokenizer(_Tokenize):
+    """Rows with --chosen_key/--rejected_key (and --prompt_key, or chat lists whose last turn is the answer)."""
+
+    def _prompt_and_answer(self, value: Any, row: dict, index: int) -> tuple[Any, Any]:
+        if self.cfg.prompt_key:
+            return get_field(row, self.cfg.prompt_key, "--prompt_key", index, self.source), value
+        if isinstance(value, list) and len(value) > 1:   # a whole conversation: the last turn is the answer
+            return value[:-1], value[-1]
+        return None, value                               # plain text: no prompt part
+
+    def __call__(self, rows: list[dict], use_margin: bool = False) -> list[PairSample]:
+        cfg, out, same, dropped = self.cfg, [], 0, 0
+        for index, row in enumerate(rows):
+            chosen = get_field(row, cfg.chosen_key, "--chosen_key", index, self.source)
+            rejected = get_field(row, cfg.rejected_key, "--rejected_key", index, self.source)
+            if chosen == rejected:
+                same += 1   # no preference to learn from; counted and skipped, not fatal
+                continue
+            prompt, c_answer = self._prompt_and_answer(chosen, row, index)
+            _, r_answer = self._prompt_and_answer(rejected, row, index)
+            c_prompt, c_resp = self.split(prompt, c_answer)
+            r_prompt, r_resp = self.split(prompt, r_answer)
+            c, r = self.sample(c_prompt, c_resp), self.sample(r_prompt, r_resp)
+            if c is None or r is None:
+                dropped += 1
+                continue
+            margin = 0.0
+            if use_margin:
+                try:
+                    margin = float(get_field(row, "margin", "--margin_loss", index, self.source))
+                except (TypeError, ValueError):
+                    raise DataError(f"{self.source} row {index}: 'margin' is {row['margin']!r}, not a number") from None
+            out.append(PairSample(c, r, margin))
+        if same:
+            log.warning("%s: skipped %d of %d pairs whose chosen equals rejected (nothing to prefer)",
+                        self.source, same, len(rows))
+        self.warn(len(rows), dropped, "response")
+        self.skipped_identical = same
+        if not out:
+            raise DataError(f"{self.source}: no usable preference pairs in {len(rows)} rows "
+                            f"({same} had chosen == rejected, {dropped} too long for --max_len {cfg.max_len})")
+        return out
+
+
+def parse_label(value: Any, index: int, key: str, source: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise DataError(f"{source} row {index}: --label_key {key!r} is {value!r}; KTO needs true (desirable) "
+                    f"or false (undesirable)")
+
+
+class UnpairedTokenizer(_Tokenize):
+    """KTO rows: --input_key (prompt), --output_key (response), --label_key (true/false)."""
+
+    def __call__(self, rows: list[dict]) -> list[UnpairedSample]:
+        cfg, out, dropped = self.cfg, [], 0
+        if not cfg.output_key:
+            raise DataError("--output_key is required for KTO: the JSON key of the response")
+        for index, row in enumerate(rows):
+            prompt = get_field(row, cfg.input_key, "--input_key", index, self.source)
+            response = get_field(row, cfg.output_key, "--output_key", index, self.source)
+            label = parse_label(get_field(row, cfg.label_key, "--label_key", index, self.source),
+                                index, cfg.label_key, self.source)
+            p_ids, r_ids = self.split(prompt, response)
+            s = self.sample(p_ids, r_ids)
+            if s is None:
+                dropped += 1
+                continue
+            out.append(UnpairedSample(s, p_ids, r_ids, label))
+        self.warn(len(rows), dropped, "response")
+        if not out:
+            raise DataError(f"{self.source}: no usable samples in {len(rows)} rows (empty, or longer than "
+                            f"--max_len {cfg.max_len})")
+        kinds = {s.desirable for s in out}
+        if len(kinds) == 1:
+            log.warning("%s: every sample is %s; KTO learns best from both kinds", self.source,
+                        "desirable" if kinds.pop() else "undesirable")
+        return out
+
+
+def collate(samples: list[TokenizedSample], packed: bool, pad_id: int, mask_dtype: torch.dtype | None) -> Batch:
+    return collate_packed(samples, mask_dtype) if packed else collate_padded(samples, pad_id)
+
+
+def collate_pairs(pairs: list[PairSample], packed: bool, pad_id: int, mask_dtype: torch.dtype | None) -> PairBatch:
+    seqs = [p.chosen for p in pairs] + [p.rejected for p in pairs]
+    return PairBatch(collate(seqs, packed, pad_id, mask_dtype), torch.tensor([p.margin for p in pairs]), len(pairs))
+
+
+def collate_unpaired(items: list[UnpairedSample], packed: bool, pad_id: int, mask_dtype: torch.dtype | None,
+                     max_len: int) -> UnpairedBatch:
+    n = len(items)
+    mismatched = []
+    for i, item in enumerate(items):
+        other = items[(i + 1) % n].response_ids
+        ids = (item.prompt_ids + other)[:max_len]
+        mask = ([0] * len(item.prompt_ids) + [1] * len(other))[:max_len]
+        mask[0] = 0
+        mismatched.append(TokenizedSample(ids, mask))
+    return UnpairedBatch(collate([x.sample for x in items], packed, pad_id, mask_dtype),
+                         collate(mismatched, packed, pad_id, mask_dtype),
+                         torch.tensor([x.desirable for x in items]))

@@ -1,0 +1,92 @@
+"""Advantage estimators, one registry (like verl's `register_adv_est`).
+
+Shapes: B sequences, T response tokens; `mask` [B, T] is 1 on real response tokens.
+Token-level estimators take per-token rewards [B, T] (the sequence reward on the last token,
+minus the per-token KL penalty when KL is in the reward). Group estimators first turn the
+sequence rewards of the n samples of each prompt into baselined scores [P, n]; the trainer then
+spreads them over tokens as returns (see `reinforce_returns`).
+
+Papers: GAE — Schulman et al. 2016 (arXiv:1506.02438), eq. 16; REINFORCE++ — Hu 2025
+(arXiv:2501.03262); RLOO — Ahmadian et al. 2024 (arXiv:2402.14740), eq. 6; GRPO group
+normalisation — Shao et al. 2024 (arXiv:2402.03300), eq. 3; Dr. GRPO (no std division) —
+Liu et al. 2025 (arXiv:2503.20783).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+GROUP_ESTIMATORS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {}
+TOKEN_ESTIMATORS = ("gae", "reinforce")
+
+
+def register_group(name: str):
+    def wrap(fn):
+        GROUP_ESTIMATORS[name] = fn
+        return fn
+    return wrap
+
+
+def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float,
+        lambd: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(advantages, returns) [B, T]: δ_t = r_t + γ V_{t+1} − V_t, A_t = δ_t + γλ A_{t+1}; V after the end is 0."""
+    rewards, values = rewards * mask, values * mask
+    advantages = torch.zeros_like(rewards)
+    next_value = torch.zeros_like(rewards[:, 0])
+    running = torch.zeros_like(rewards[:, 0])
+    for t in reversed(range(rewards.shape[1])):
+        delta = rewards[:, t] + gamma * next_value - values[:, t]
+        running = delta + gamma * lambd * running
+        advantages[:, t] = running
+        next_value = values[:, t]
+    advantages = advantages * mask
+    return advantages, (advantages + values) * mask
+
+
+def reinforce_returns(rewards: torch.Tensor, mask: torch.Tensor, gamma: float) -> torch.Tensor:
+    """Discounted reward-to-go G_t = r_t + γ G_{t+1} [B, T] (REINFORCE++'s advantage before whitening)."""
+    rewards = rewards * mask
+    out = torch.zeros_like(rewards)
+    running = torch.zeros_like(rewards[:, 0])
+    for t in reversed(range(rewards.shape[1])):
+        running = rewards[:, t] + gamma * running
+        out[:, t] = running
+    return out * mask
+
+
+@register_group("reinforce_baseline")
+def mean_baseline(scores: torch.Tensor) -> torch.Tensor:
+    """r − mean of the prompt's n samples. scores [P, n] -> [P, n]."""
+    return scores - scores.mean(-1, keepdim=True)
+
+
+@register_group("rloo")
+def leave_one_out(scores: torch.Tensor) -> torch.Tensor:
+    """r_i − mean of the *other* n−1 samples."""
+    n = scores.shape[-1]
+    return scores - (scores.sum(-1, keepdim=True) - scores) / (n - 1)
+
+
+@register_group("group_norm")
+def group_norm(scores: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """(r − mean) / (std + eps) within the prompt's group (GRPO)."""
+    return (scores - scores.mean(-1, keepdim=True)) / (scores.std(-1, keepdim=True) + eps)
+
+
+@register_group("dr_grpo")
+def group_mean(scores: torch.Tensor) -> torch.Tensor:
+    """r − group mean, without dividing by the std (Dr. GRPO)."""
+    return scores - scores.mean(-1, keepdim=True)
+
+
+def whiten(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """(x − mean) / std over masked entries (OpenRLHF whitens GAE and REINFORCE++ advantages)."""
+    m = mask.to(values.dtype)
+    n = m.sum().clamp(min=1)
+    mean = (values * m).sum() / n
+    var = (((values - mean) * m) ** 2).sum() / n
+    return (values - mean) * torch.rsqrt(var + eps) * m
+
+
+ESTIMATORS = (*TOKEN_ESTIMATORS, *GROUP_ESTIMATORS)

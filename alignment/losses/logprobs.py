@@ -1,0 +1,24 @@
+"""Per-sequence log-probabilities: the quantity DPO, KTO and PPO compare between models.
+
+Shapes: B rows, T tokens, V vocabulary, S samples (S = B when padded; packed rows hold several).
+"""
+from __future__ import annotations
+
+import torch
+
+from alignment.losses.nll import token_logprobs
+
+
+def sequence_logps(logits: torch.Tensor, input_ids: torch.Tensor, loss_mask: torch.Tensor,
+                   segments: torch.Tensor | None = None, num_samples: int | None = None) -> torch.Tensor:
+    """Sum of log p(x_t | x_<t) over each sample's target tokens.
+
+    logits [B, T, V], input_ids [B, T], loss_mask [B, T] (1 on response tokens);
+    segments [B, T] sample index of each token when packed (None: one sample per row) -> [S].
+    """
+    lp = token_logprobs(logits, input_ids) * loss_mask[:, 1:].to(torch.float32)   # [B, T-1]
+    if segments is None:
+        return lp.sum(-1)
+    seg = segments[:, 1:].reshape(-1)                                            # token t's sample
+    out = torch.zeros(num_samples or int(seg.max()) + 1, dtype=lp.dtype, device=lp.device)
+    return out.index_add(0, seg, lp.reshape(-1))

@@ -1,0 +1,206 @@
+"""Reward-model, DPO and KTO training loops on the shared `Trainer` (checkpoints, resume, logging).
+
+Each micro-batch is one forward pass of the engine over chosen+rejected (or the KTO samples);
+the math is in `alignment.losses.preference`.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from alignment.datasets.preference import (
+    PairBatch, PairSample, UnpairedBatch, UnpairedSample, collate_pairs, collate_unpaired,
+)
+from alignment.datasets.sft import Batch
+from alignment.losses.logprobs import sequence_logps
+from alignment.losses.nll import token_logprobs
+from alignment.losses.preference import dpo_loss, kto_kl_estimate, kto_loss, pairwise_rm_loss
+from alignment.models.reward_model import ValueCapture, export_names
+from alignment.trainers.base import Trainer, eval_shard, mean_across_ranks, sum_across_ranks
+from alignment.trainers.reference import ReferenceModel
+from alignment.trainers.sft import forward_logits
+
+
+class _PairTrainer(Trainer):
+    def __init__(self, *args, mask_dtype: torch.dtype | None = torch.bool, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.mask_dtype = mask_dtype
+
+    def collate(self, items: list[PairSample]) -> PairBatch:
+        pb = collate_pairs(items, self.cfg.packing_samples, self.tokenizer.pad_token_id, self.mask_dtype)
+        return PairBatch(pb.batch.to(self.rt.torch_device), pb.margins.to(self.rt.torch_device), pb.num_pairs)
+
+    def eval_batches(self):
+        """(PairBatch, weight) over this rank's share of the eval set, micro-batch sized."""
+        shard = eval_shard(len(self.eval_set), self.rt.rank, self.rt.world_size)
+        size = self.cfg.micro_train_batch_size
+        for start in range(0, len(shard), size):
+            chunk = shard[start:start + size]
+            yield self.collate([self.eval_set[i] for i, _ in chunk]), torch.tensor([w for _, w in chunk])
+
+
+class RewardModelTrainer(_PairTrainer):
+    stage = "rm"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.capture = ValueCapture(self.engine.module)
+        self.stats: dict[str, float] = {}
+
+    def rewards(self, batch: Batch) -> torch.Tensor:
+        """[S] value at each sequence's last token."""
+        self.engine(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                    position_ids=batch.position_ids, use_cache=False)
+        rows, cols = batch.last_token()
+        values = self.capture.take()[rows, cols]
+        return values.float() if self.cfg.compute_fp32_loss else values
+
+    def loss_on(self, pb: PairBatch) -> tuple[torch.Tensor, dict[str, float]]:
+        r = self.rewards(pb.batch)
+        chosen, rejected = r[: pb.num_pairs], r[pb.num_pairs:]
+        margin = pb.margins.to(r.dtype) if self.cfg.margin_loss else None
+        loss = pairwise_rm_loss(chosen, rejected, margin, self.cfg.loss)
+        return loss, {"acc": (chosen > rejected).float().mean().item(),
+                      "chosen_reward": chosen.mean().item(), "rejected_reward": rejected.mean().item()}
+
+    @torch.no_grad()
+    def eval_metrics(self) -> dict[str, float]:
+        """Pairwise accuracy, loss, and the mean/std of all rewards (PPO's --normalize_reward uses them)."""
+        self.engine.eval()
+        # weighted sums: pairs, correct, loss, rewards, rewards², reward count
+        acc = torch.zeros(6, dtype=torch.float64)
+        for pb, w in self.eval_batches():
+            r = self.rewards(pb.batch).double()
+            c, rj = r[: pb.num_pairs], r[pb.num_pairs:]
+            w = w.double().to(r.device)
+            losses = -torch.nn.functional.logsigmoid(c - rj)
+            both = torch.cat([c, rj])
+            acc += torch.stack([w.sum(), (w * (c > rj)).sum(), (w * losses).sum(), (w.repeat(2) * both).sum(),
+                                (w.repeat(2) * both ** 2).sum(), 2 * w.sum()]).cpu()
+        n, correct, loss, s1, s2, count = sum_across_ranks(acc).tolist()
+        mean = s1 / count
+        std = max(s2 / count - mean ** 2, 0.0) ** 0.5
+        self.stats = {"mean": mean, "std": std}
+        self.engine.train()
+        return {"acc": correct / n, "loss": loss / n, "reward_mean": mean, "reward_std": std}
+
+    def final_config(self) -> dict[str, Any]:
+        if not self.stats:  # no eval during training: measure on (up to 512 of) the training pairs
+            self.eval_set, saved = self.train_set[:512], self.eval_set
+            self.eval_metrics()
+            self.eval_set = saved
+        return {**self.stats, "value_head_prefix": self.cfg.value_head_prefix}
+
+    def export_state(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return export_names(state, self.cfg.value_head_prefix)
+
+
+class DPOTrainer(_PairTrainer):
+    """DPO, cDPO (--label_smoothing) and IPO (--ipo), optionally + NLL on chosen (--nll_loss_coef)."""
+    stage = "dpo"
+
+    def __init__(self, *args, ref: ReferenceModel, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.ref = ref
+
+    def _terms(self, pb: PairBatch):
+        b, n = pb.batch, pb.num_pairs
+        logits = forward_logits(self.engine, b)
+        policy = sequence_logps(logits, b.input_ids, b.loss_mask, b.segments(), b.num_samples)
+        ref = self.ref.sequence_logps(b)
+        out = dpo_loss(policy[:n], policy[n:], ref[:n], ref[n:], self.cfg.beta, self.cfg.label_smoothing, self.cfg.ipo)
+        return logits, out
+
+    def loss_on(self, pb: PairBatch) -> tuple[torch.Tensor, dict[str, float]]:
+        logits, out = self._terms(pb)
+        loss = out.loss
+        if self.cfg.nll_loss_coef > 0:
+            loss = loss + self.cfg.nll_loss_coef * chosen_nll(logits, pb)
+        return loss, _pair_metrics(out)
+
+    @torch.no_grad()
+    def eval_metrics(self) -> dict[str, float]:
+        self.engine.eval()
+        sums = torch.zeros(4, dtype=torch.float64)   # pairs, loss, correct, margin
+        for pb, w in self.eval_batches():
+            _, out = self._terms(pb)
+            w = w.double()
+            margin = (out.chosen_reward - out.rejected_reward).double().cpu()
+            sums += torch.stack([w.sum(), w.sum() * out.loss.double().cpu(), (w * (margin > 0)).sum(), (w * margin).sum()])
+        n, loss, correct, margin = sum_across_ranks(sums).tolist()
+        self.engine.train()
+        # eval loss weights each micro-batch's mean by its real pairs: exact when batches are full
+        return {"loss": loss / n, "reward_acc": correct / n, "reward_margin": margin / n}
+
+
+def chosen_nll(logits: torch.Tensor, pb: PairBatch) -> torch.Tensor:
+    """Mean NLL over the chosen responses' tokens (samples 0..N-1 of the batch)."""
+    b = pb.batch
+    seg = b.segments()
+    sample = seg if seg is not None else torch.arange(b.input_ids.shape[0], device=b.input_ids.device)[:, None]
+    mask = (b.loss_mask * (sample < pb.num_pairs))[:, 1:].float()
+    return -(token_logprobs(logits, b.input_ids) * mask).sum() / mask.sum().clamp(min=1)
+
+
+def _pair_metrics(out) -> dict[str, float]:
+    margin = out.chosen_reward - out.rejected_reward
+    return {"chosen_reward": out.chosen_reward.mean().item(), "rejected_reward": out.rejected_reward.mean().item(),
+            "reward_acc": (margin > 0).float().mean().item(), "reward_margin": margin.mean().item()}
+
+
+class KTOTrainer(Trainer):
+    stage = "kto"
+
+    def __init__(self, *args, ref: ReferenceModel, mask_dtype: torch.dtype | None = torch.bool, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.ref, self.mask_dtype = ref, mask_dtype
+
+    def collate(self, items: list[UnpairedSample]) -> UnpairedBatch:
+        ub = collate_unpaired(items, self.cfg.packing_samples, self.tokenizer.pad_token_id, self.mask_dtype,
+                              self.cfg.max_len)
+        dev = self.rt.torch_device
+        return UnpairedBatch(ub.batch.to(dev), ub.mismatched.to(dev), ub.desirable.to(dev))
+
+    def _logps(self, batch: Batch) -> torch.Tensor:
+        return sequence_logps(forward_logits(self.engine, batch), batch.input_ids, batch.loss_mask,
+                              batch.segments(), batch.num_samples)
+
+    def _kl(self, ub: UnpairedBatch) -> torch.Tensor:
+        """KL reference point z, averaged across ranks (every rank runs this once per micro-batch)."""
+        with torch.no_grad():
+            z = kto_kl_estimate(self._logps(ub.mismatched), self.ref.sequence_logps(ub.mismatched))
+        return torch.tensor(mean_across_ranks({"kl": z.item()})["kl"], device=z.device)
+
+    def loss_on(self, ub: UnpairedBatch) -> tuple[torch.Tensor, dict[str, float]]:
+        kl = self._kl(ub)
+        out = kto_loss(self._logps(ub.batch), self.ref.sequence_logps(ub.batch), ub.desirable, kl,
+                       self.cfg.beta, self.cfg.desirable_loss_weight, self.cfg.undesirable_loss_weight)
+        return out.loss, {"kl": kl.item(), **_kto_reward_metrics(out.rewards, ub.desirable)}
+
+    @torch.no_grad()
+    def eval_metrics(self) -> dict[str, float]:
+        """Mean implicit reward β·log(π/ref) of desirable and undesirable eval samples."""
+        self.engine.eval()
+        sums = torch.zeros(4, dtype=torch.float64)  # n good, reward good, n bad, reward bad
+        shard = eval_shard(len(self.eval_set), self.rt.rank, self.rt.world_size)
+        size = max(2, self.cfg.micro_train_batch_size)
+        for start in range(0, len(shard), size):
+            chunk = shard[start:start + size]
+            ub = self.collate([self.eval_set[i] for i, _ in chunk])
+            w = torch.tensor([wt for _, wt in chunk], dtype=torch.float64)
+            rewards = (self.cfg.beta * (self._logps(ub.batch) - self.ref.sequence_logps(ub.batch))).double().cpu()
+            good = ub.desirable.cpu()
+            sums += torch.stack([(w * good).sum(), (w * good * rewards).sum(), (w * ~good).sum(),
+                                 (w * ~good * rewards).sum()])
+        n_good, r_good, n_bad, r_bad = sum_across_ranks(sums).tolist()
+        self.engine.train()
+        good, bad = r_good / max(n_good, 1), r_bad / max(n_bad, 1)
+        return {"desirable_reward": good, "undesirable_reward": bad, "reward_gap": good - bad}
+
+
+def _kto_reward_metrics(rewards: torch.Tensor, desirable: torch.Tensor) -> dict[str, float]:
+    good, bad = rewards[desirable], rewards[~desirable]
+    # an all-desirable micro-batch has no undesirable mean: report 0 rather than NaN
+    return {"desirable_reward": good.mean().item() if len(good) else 0.0,
+            "undesirable_reward": bad.mean().item() if len(bad) else 0.0}

@@ -1,0 +1,42 @@
+"""The frozen reference policy of DPO and KTO (and PPO's KL penalty later).
+
+Each rank holds a full copy: the tiny and small models this targets fit, and it keeps the
+reference out of ZeRO's collectives. `--ref_offload` keeps it in CPU memory; its forward runs
+there and only the [S] log-probs come back to the training device.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+
+from alignment.datasets.sft import Batch
+from alignment.losses.logprobs import sequence_logps
+from alignment.models.loading import load_causal_lm, resolve_model_path
+from alignment.trainers.sft import forward_logits
+
+log = logging.getLogger(__name__)
+
+
+class ReferenceModel:
+    def __init__(self, name: str, dtype: torch.dtype, attn: str, device: str, offload: bool, flag: str):
+        self.device = "cpu" if offload else device
+        path = resolve_model_path(name, flag)
+        self.model = load_causal_lm(path, dtype, attn, flag=flag).to(self.device).eval()
+        self.model.requires_grad_(False)
+        log.info("reference model %s on %s", name, self.device)
+
+    @torch.no_grad()
+    def sequence_logps(self, batch: Batch) -> torch.Tensor:
+        """Summed response log-probs [S], on the batch's device."""
+        home = batch.input_ids.device
+        b = batch.to(self.device)
+        out = sequence_logps(forward_logits(self.model, b), b.input_ids, b.loss_mask, b.segments(), b.num_samples)
+        return out.to(home)
+
+
+def reference_for(cfg: Any, setup: Any, device: str) -> ReferenceModel:
+    name = cfg.ref_pretrain or cfg.pretrain
+    flag = "--ref_pretrain" if cfg.ref_pretrain else "--pretrain"
+    return ReferenceModel(name, setup.precision.dtype, setup.attn, device, cfg.ref_offload, flag)

@@ -1,0 +1,72 @@
+"""PPO-family math on numbers computed by hand (written out here)."""
+import math
+
+import pytest
+import torch
+
+from alignment.losses.advantages import GROUP_ESTIMATORS, gae, reinforce_returns, whiten
+from alignment.losses.kl import KLController, kl_estimate
+from alignment.losses.ppo import policy_loss, value_loss
+
+T = torch.tensor
+
+
+def approx(x, expected, abs=1e-5):
+    assert torch.as_tensor(x).flatten().tolist() == pytest.approx(list(expected), abs=abs)
+
+
+def test_gae_by_hand():
+    r, v, m = T([[0.0, 0.0, 1.0]]), T([[0.5, 0.6, 0.7]]), torch.ones(1, 3)
+    adv, ret = gae(r, v, m, gamma=1.0, lambd=1.0)
+    approx(adv, [0.5, 0.4, 0.3])            # δ = 0.1, 0.1, 0.3 summed backwards
+    approx(ret, [1.0, 1.0, 1.0])
+    adv, _ = gae(r, v, m, gamma=0.9, lambd=0.5)
+    approx(adv, [0.11425, 0.165, 0.3])      # δ = 0.04, 0.03, 0.3; γλ = 0.45
+    # a padded position contributes nothing: reward and value there are ignored
+    adv, _ = gae(T([[0.0, 1.0, 5.0]]), T([[0.5, 0.6, 0.9]]), T([[1.0, 1.0, 0.0]]), 1.0, 1.0)
+    approx(adv, [0.5, 0.4, 0.0])
+
+
+def test_reinforce_and_group_baselines():
+    approx(reinforce_returns(T([[0.0, 0.0, 1.0]]), torch.ones(1, 3), gamma=0.5), [0.25, 0.5, 1.0])
+    scores = T([[1.0, 0.0, 0.0, 1.0]])
+    approx(GROUP_ESTIMATORS["reinforce_baseline"](scores), [0.5, -0.5, -0.5, 0.5])
+    approx(GROUP_ESTIMATORS["dr_grpo"](scores), [0.5, -0.5, -0.5, 0.5])
+    approx(GROUP_ESTIMATORS["rloo"](scores), [2 / 3, -2 / 3, -2 / 3, 2 / 3])      # 1 − 1/3, 0 − 2/3
+    approx(GROUP_ESTIMATORS["group_norm"](scores), [0.866025, -0.866025, -0.866025, 0.866025])  # 0.5 / √(1/3)
+    approx(whiten(T([[1.0, 3.0, 9.0]]), T([[1.0, 1.0, 0.0]])), [-1.0, 1.0, 0.0])
+
+
+def test_kl_estimators():
+    logp, ref = T([0.0]), T([math.log(2.0)])      # log r = −0.693147
+    approx(kl_estimate(logp, ref, "k1"), [-0.693147])
+    approx(kl_estimate(logp, ref, "k2"), [0.240227])      # 0.693147² / 2
+    approx(kl_estimate(logp, ref, "k3"), [0.306853])      # 2 − 1 − 0.693147
+    with pytest.raises(ValueError, match="k1, k2 or k3"):
+        kl_estimate(logp, ref, "k4")
+    ctl = KLController(0.1, target=6.0, horizon=10000)
+    ctl.update(current_kl=12.0, n_steps=100)              # error clipped to 0.2: × (1 + 0.2·100/10000)
+    assert ctl.value == pytest.approx(0.1002)
+    fixed = KLController(0.1)
+    fixed.update(12.0, 100)
+    assert fixed.value == 0.1
+
+
+def test_policy_loss_clip_and_dual_clip():
+    one = torch.ones(1)
+    loss, frac = policy_loss(T([math.log(1.5)]), T([0.0]), T([1.0]), one)
+    assert loss.item() == pytest.approx(-1.2) and frac.item() == 1.0            # min(1.5, 1.2)
+    loss, _ = policy_loss(T([math.log(1.5)]), T([0.0]), T([1.0]), one, eps_high=0.28)
+    assert loss.item() == pytest.approx(-1.28)
+    loss, _ = policy_loss(T([math.log(1.5)]), T([0.0]), T([-1.0]), one)
+    assert loss.item() == pytest.approx(1.5)                                   # min(−1.5, −1.2)
+    loss, _ = policy_loss(T([math.log(5.0)]), T([0.0]), T([-1.0]), one)
+    assert loss.item() == pytest.approx(5.0)
+    loss, _ = policy_loss(T([math.log(5.0)]), T([0.0]), T([-1.0]), one, dual_clip=3.0)
+    assert loss.item() == pytest.approx(3.0)                                   # bounded at −c·A
+
+
+def test_value_loss_clip():
+    v, old, ret, m = T([1.0]), T([0.0]), T([2.0]), torch.ones(1)
+    assert value_loss(v, old, ret, m).item() == pytest.approx(0.5)              # ½(1 − 2)²
+    assert value_loss(v, old, ret, m, value_clip=0.2).item() == pytest.approx(1.62)   # ½·max(1, (0.2 − 2)²)

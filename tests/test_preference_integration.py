@@ -1,0 +1,145 @@
+"""Reward model, DPO and KTO through the real CLIs (DeepSpeed), from the session's tiny SFT model."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from alignment.tiny_world.paths import tiny_dir
+from tests.conftest import losses, metric_rows, run_module
+
+pytestmark = pytest.mark.integration
+
+PAIRS = ["--dataset", f"json@{tiny_dir() / 'preference'}", "--eval_dataset", f"json@{tiny_dir() / 'preference'}",
+         "--prompt_key", "prompt", "--apply_chat_template", "--max_len", "64", "--packing_samples"]
+UNPAIRED = ["--dataset", f"json@{tiny_dir() / 'unpaired'}", "--eval_dataset", f"json@{tiny_dir() / 'unpaired'}",
+            "--input_key", "input", "--output_key", "output", "--label_key", "label", "--apply_chat_template",
+            "--max_len", "64", "--packing_samples"]
+BATCH = ["--train_batch_size", "32", "--micro_train_batch_size", "16", "--seed", "3"]
+
+
+def last_eval(save_path) -> dict:
+    return [r for r in metric_rows(save_path) if any(k.startswith("eval/") for k in r)][-1]
+
+
+def test_reward_model_learns_and_loads_with_from_pretrained(tiny_sft, tmp_path):
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    out = tmp_path / "rm"
+    run_module("alignment.cli.train_rm", ["--pretrain", str(tiny_sft), "--save_path", str(out), *PAIRS, *BATCH,
+                                          "--max_steps", "RM_STEPS", "--learning_rate", "RM_LR", "--logging_steps", "10"])
+    ev = last_eval(out)
+    print(f"RM held-out pairwise accuracy {ev['eval/acc']:.1%}, reward mean {ev['eval/reward_mean']:.3f} "
+          f"std {ev['eval/reward_std']:.3f}")
+    assert ev["eval/acc"] >= RM_ACC, ev
+    config = json.loads((out / "config.json").read_text())
+    assert config["mean"] == pytest.approx(ev["eval/reward_mean"]) and config["std"] == pytest.approx(ev["eval/reward_std"])
+    # plain from_pretrained gives the reward our trainer reads at the last token
+    model = AutoModelForSequenceClassification.from_pretrained(out, num_labels=1).eval()
+    tok = AutoTokenizer.from_pretrained(out)
+    row = json.loads((tiny_dir() / "preference" / "test.jsonl").read_text().splitlines()[0])
+    texts = [tok.apply_chat_template([{"role": "user", "content": row["prompt"]},
+                                      {"role": "assistant", "content": row[k]}], tokenize=False)
+             for k in ("chosen", "rejected")]
+    enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    with torch.no_grad():
+        batch_rewards = model(**enc).logits.squeeze(-1)
+        single = [model(**tok([t], return_tensors="pt", add_special_tokens=False)).logits.item() for t in texts]
+    assert batch_rewards.tolist() == pytest.approx(single, abs=1e-4)   # padding doesn't move the reward
+
+
+def test_dpo_raises_held_out_accuracy(tiny_sft, tmp_path):
+    from alignment.tiny_world.evaluate import greedy_accuracy
+    out = tmp_path / "dpo"
+    run_module("alignment.cli.train_dpo", ["--pretrain", str(tiny_sft), "--save_path", str(out), *PAIRS, *BATCH,
+                                           "--max_steps", "DPO_STEPS", "--learning_rate", "DPO_LR", "--beta", "0.1",
+                                           "--logging_steps", "10"])
+    ev = last_eval(out)
+    before, after = greedy_accuracy(tiny_sft, limit=200).accuracy, greedy_accuracy(out, limit=200).accuracy
+    print(f"DPO: held-out greedy accuracy {before:.1%} -> {after:.1%}; eval reward accuracy {ev['eval/reward_acc']:.1%}")
+    assert ev["eval/reward_acc"] >= 0.8 and ev["eval/reward_margin"] > 0, ev
+    assert after > before
+
+
+def test_kto_raises_held_out_accuracy(tiny_sft, tmp_path):
+    from alignment.tiny_world.evaluate import greedy_accuracy
+    out = tmp_path / "kto"
+    run_module("alignment.cli.train_kto", ["--pretrain", str(tiny_sft), "--save_path", str(out), *UNPAIRED, *BATCH,
+                                           "--max_steps", "KTO_STEPS", "--learning_rate", "KTO_LR", "--beta", "0.1",
+                                           "--logging_steps", "10"])
+    ev = last_eval(out)
+    before, after = greedy_accuracy(tiny_sft, limit=200).accuracy, greedy_accuracy(out, limit=200).accuracy
+    print(f"KTO: held-out greedy accuracy {before:.1%} -> {after:.1%}; eval reward gap {ev['eval/reward_gap']:.3f}")
+    assert ev["eval/reward_gap"] > 0, ev
+    assert after > before
+
+
+@pytest.mark.parametrize("module, data", [("alignment.cli.train_rm", PAIRS), ("alignment.cli.train_dpo", PAIRS)])
+def test_resume_equals_uninterrupted(tiny_sft, tmp_path, module, data):
+    common = ["--pretrain", str(tiny_sft), *data, "--train_batch_size", "16", "--micro_train_batch_size", "8",
+              "--max_steps", "8", "--save_steps", "4", "--learning_rate", "1e-4", "--logging_steps", "1",
+              "--max_samples", "400"]
+    full, part, ckpt = tmp_path / "full", tmp_path / "part", tmp_path / "part_ckpt"
+    run_module(module, [*common, "--save_path", str(full), "--ckpt_path", str(tmp_path / "full_ckpt")])
+    crashed = run_module(module, [*common, "--save_path", str(part), "--ckpt_path", str(ckpt)],
+                         env={"ALIGNFLOW_FAIL_AT_STEP": "6"}, check=False)
+    assert crashed.returncode != 0 and "simulated failure after step 6" in crashed.stderr
+    resumed = run_module(module, [*common, "--save_path", str(part), "--ckpt_path", str(ckpt), "--load_checkpoint"])
+    assert "ran optimizer steps 5..8 of 8" in resumed.stderr
+    a, b = load_file(full / "model.safetensors"), load_file(part / "model.safetensors")
+    assert a.keys() == b.keys()
+    worst = max((a[k] - b[k]).abs().max().item() for k in a)
+    assert worst < 1e-5, worst
+    assert losses(full) == pytest.approx(losses(part), abs=1e-5)
+
+
+def write_rows(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def test_identical_pairs_are_counted_not_fatal(tiny_sft, tmp_path):
+    rows = [json.loads(line) for line in (tiny_dir() / "preference" / "train.jsonl").read_text().splitlines()[:16]]
+    rows[3]["rejected"] = rows[3]["chosen"]
+    data = write_rows(tmp_path / "pairs.jsonl", rows)
+    proc = run_module("alignment.cli.train_dpo", ["--pretrain", str(tiny_sft), "--dataset", data, "--prompt_key", "prompt",
+                                                  "--apply_chat_template", "--train_batch_size", "8",
+                                                  "--micro_train_batch_size", "8", "--save_path", str(tmp_path / "o")])
+    assert "skipped 1 of 16 pairs whose chosen equals rejected" in proc.stderr
+    assert "15 train pairs" in proc.stderr and (tmp_path / "o" / "MANIFEST.json").exists()
+
+
+@pytest.mark.parametrize("module, rows, args, needle", [
+    ("alignment.cli.train_rm", [{"prompt": "q", "chosen": "a"}], ["--prompt_key", "prompt"],
+     "row 0: missing key 'rejected' (--rejected_key)"),
+    ("alignment.cli.train_kto", [{"input": "q", "output": "a", "label": "yes"}], ["--output_key", "output"],
+     "row 0: --label_key 'label' is 'yes'; KTO needs true (desirable) or false (undesirable)"),
+    ("alignment.cli.train_dpo", [{"prompt": "q", "chosen": "a", "rejected": "b"}],
+     ["--prompt_key", "prompt", "--ipo", "--label_smoothing", "0.1"], "--ipo with --label_smoothing > 0"),
+])
+def test_bad_input_one_clear_line(tiny_sft, tmp_path, module, rows, args, needle):
+    data = write_rows(tmp_path / "d.jsonl", rows)
+    proc = run_module(module, ["--pretrain", str(tiny_sft), "--dataset", data, "--save_path", str(tmp_path / "o"),
+                               "--train_batch_size", "2", "--micro_train_batch_size", "2", *args], check=False)
+    errors = [line for line in proc.stderr.splitlines() if "error: " in line]
+    assert proc.returncode == 2 and len(errors) == 1 and needle in errors[0], proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and "Loading weights" not in proc.stderr   # refused before any model load
+
+
+def test_openrlhf_readme_rm_command_runs(tiny_sft, tmp_path):
+    """OpenRLHF's README reward-model command, verbatim but for the model, data and output paths
+    (its dataset's chosen/rejected are whole conversations, so no --prompt_key)."""
+    rows = [json.loads(line) for line in (tiny_dir() / "preference" / "train.jsonl").read_text().splitlines()[:512]]
+    conv = lambda r, k: [{"role": "user", "content": r["prompt"]}, {"role": "assistant", "content": r[k]}]  # noqa: E731
+    data = write_rows(tmp_path / "pref.jsonl", [{"chosen": conv(r, "chosen"), "rejected": conv(r, "rejected")} for r in rows])
+    out = tmp_path / "llama3-8b-rm"
+    proc = run_module("alignment.cli.train_rm", [
+        "--save_path", str(out), "--save_steps", "-1", "--logging_steps", "1", "--eval_steps", "-1",
+        "--train_batch_size", "256", "--micro_train_batch_size", "1", "--pretrain", str(tiny_sft), "--bf16",
+        "--max_epochs", "1", "--max_len", "8192", "--zero_stage", "3", "--learning_rate", "9e-6", "--dataset", data,
+        "--apply_chat_template", "--chosen_key", "chosen", "--rejected_key", "rejected", "--flash_attn",
+        "--packing_samples", "--gradient_checkpointing"])
+    assert "using PyTorch SDPA" in proc.stderr
+    assert len(losses(out)) == 2 and (out / "MANIFEST.json").exists()   # 512 pairs / 256 per step
+    assert json.loads((out / "config.json").read_text())["architectures"] == ["LlamaForSequenceClassification"]
