@@ -72,15 +72,12 @@ def losses(save_path: Path) -> list[float]:
 
 @pytest.fixture(scope="session")
 def tiny_sft(tiny_base, session_tmp) -> Path:
-    """The tiny base after 500 SFT steps (~17 % held-out accuracy): the starting point of the
-    preference stages' tests. Trained once per session through the real CLI."""
-    from alignment.tiny_world.paths import tiny_dir
+    """The tiny base after the demo's SFT recipe (1,200 steps, ~70 % held-out accuracy): the
+    starting point of the preference stages' tests. Trained once per session through the real CLI."""
+    from alignment.tiny_world import recipes
     out = session_tmp / "tiny_sft"
-    run_module("alignment.cli.train_sft", [
-        "--pretrain", str(tiny_base), "--save_path", str(out), "--dataset", f"json@{tiny_dir() / 'sft'}",
-        "--input_key", "context_messages", "--apply_chat_template", "--multiturn", "--max_len", "64",
-        "--learning_rate", "2e-3", "--seed", "7", "--max_epochs", "100", "--max_steps", "500", "--packing_samples",
-        "--train_batch_size", "32", "--micro_train_batch_size", "32", "--logging_steps", "20"])
+    run_module("alignment.cli.train_sft", ["--pretrain", str(tiny_base), "--save_path", str(out),
+                                           *recipes.sft_flags()])
     return out
 
 

@@ -7,6 +7,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from alignment.tiny_world import recipes
 from alignment.tiny_world.paths import tiny_dir
 from tests.conftest import losses, metric_rows, run_module
 
@@ -14,10 +15,6 @@ pytestmark = pytest.mark.integration
 
 PAIRS = ["--dataset", f"json@{tiny_dir() / 'preference'}", "--eval_dataset", f"json@{tiny_dir() / 'preference'}",
          "--prompt_key", "prompt", "--apply_chat_template", "--max_len", "64", "--packing_samples"]
-UNPAIRED = ["--dataset", f"json@{tiny_dir() / 'unpaired'}", "--eval_dataset", f"json@{tiny_dir() / 'unpaired'}",
-            "--input_key", "input", "--output_key", "output", "--label_key", "label", "--apply_chat_template",
-            "--max_len", "64", "--packing_samples"]
-BATCH = ["--train_batch_size", "32", "--micro_train_batch_size", "16", "--seed", "3"]
 
 
 def last_eval(save_path) -> dict:
@@ -27,12 +24,14 @@ def last_eval(save_path) -> dict:
 def test_reward_model_learns_and_loads_with_from_pretrained(tiny_sft, tmp_path):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
     out = tmp_path / "rm"
-    run_module("alignment.cli.train_rm", ["--pretrain", str(tiny_sft), "--save_path", str(out), *PAIRS, *BATCH,
-                                          "--max_steps", "RM_STEPS", "--learning_rate", "RM_LR", "--logging_steps", "10"])
+    # the RM recipe cut to 600 of its 2,110 steps (the schedule follows): 67 % measured here,
+    # 84 % for the full recipe (benchmarks/preference_stages.py); chance is 50 % on 200 pairs
+    run_module("alignment.cli.train_rm", ["--pretrain", str(tiny_sft), "--save_path", str(out), *recipes.rm_flags(),
+                                          "--max_steps", "600", "--eval_steps", "-1"])
     ev = last_eval(out)
     print(f"RM held-out pairwise accuracy {ev['eval/acc']:.1%}, reward mean {ev['eval/reward_mean']:.3f} "
           f"std {ev['eval/reward_std']:.3f}")
-    assert ev["eval/acc"] >= RM_ACC, ev
+    assert ev["eval/acc"] >= 0.62, ev
     config = json.loads((out / "config.json").read_text())
     assert config["mean"] == pytest.approx(ev["eval/reward_mean"]) and config["std"] == pytest.approx(ev["eval/reward_std"])
     # plain from_pretrained gives the reward our trainer reads at the last token
@@ -52,27 +51,23 @@ def test_reward_model_learns_and_loads_with_from_pretrained(tiny_sft, tmp_path):
 def test_dpo_raises_held_out_accuracy(tiny_sft, tmp_path):
     from alignment.tiny_world.evaluate import greedy_accuracy
     out = tmp_path / "dpo"
-    run_module("alignment.cli.train_dpo", ["--pretrain", str(tiny_sft), "--save_path", str(out), *PAIRS, *BATCH,
-                                           "--max_steps", "DPO_STEPS", "--learning_rate", "DPO_LR", "--beta", "0.1",
-                                           "--logging_steps", "10"])
+    run_module("alignment.cli.train_dpo", ["--pretrain", str(tiny_sft), "--save_path", str(out), *recipes.dpo_flags()])
     ev = last_eval(out)
     before, after = greedy_accuracy(tiny_sft, limit=200).accuracy, greedy_accuracy(out, limit=200).accuracy
     print(f"DPO: held-out greedy accuracy {before:.1%} -> {after:.1%}; eval reward accuracy {ev['eval/reward_acc']:.1%}")
-    assert ev["eval/reward_acc"] >= 0.8 and ev["eval/reward_margin"] > 0, ev
-    assert after > before
+    assert ev["eval/reward_acc"] >= 0.75 and ev["eval/reward_margin"] > 0, ev   # measured 88.5 %
+    assert after >= before + 0.03   # measured +9 points (68.5 -> 77.5 %)
 
 
 def test_kto_raises_held_out_accuracy(tiny_sft, tmp_path):
     from alignment.tiny_world.evaluate import greedy_accuracy
     out = tmp_path / "kto"
-    run_module("alignment.cli.train_kto", ["--pretrain", str(tiny_sft), "--save_path", str(out), *UNPAIRED, *BATCH,
-                                           "--max_steps", "KTO_STEPS", "--learning_rate", "KTO_LR", "--beta", "0.1",
-                                           "--logging_steps", "10"])
+    run_module("alignment.cli.train_kto", ["--pretrain", str(tiny_sft), "--save_path", str(out), *recipes.kto_flags()])
     ev = last_eval(out)
     before, after = greedy_accuracy(tiny_sft, limit=200).accuracy, greedy_accuracy(out, limit=200).accuracy
     print(f"KTO: held-out greedy accuracy {before:.1%} -> {after:.1%}; eval reward gap {ev['eval/reward_gap']:.3f}")
-    assert ev["eval/reward_gap"] > 0, ev
-    assert after > before
+    assert ev["eval/reward_gap"] > 0, ev            # measured 0.165
+    assert after >= before + 0.02   # measured +7 points (68.5 -> 75.5 %)
 
 
 @pytest.mark.parametrize("module, data", [("alignment.cli.train_rm", PAIRS), ("alignment.cli.train_dpo", PAIRS)])

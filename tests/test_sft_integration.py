@@ -26,15 +26,15 @@ def run_cli(args: list[str], launcher: list[str] | None = None, env: dict | None
 
 
 def test_sft_learns_the_task(tiny_sft):
-    """A short fixed run from random init (the session's `tiny_sft`, 500 steps): held-out greedy
-    accuracy far above chance (~0 %)."""
+    """The demo's SFT recipe from random init (the session's `tiny_sft`, 1,200 steps): held-out
+    greedy accuracy far above chance (~0 %)."""
     from alignment.tiny_world.evaluate import greedy_accuracy
     out = tiny_sft
     acc = greedy_accuracy(out, limit=200).accuracy
     curve = losses(out)
     assert curve[-1] < 0.5 * curve[0]
-    print(f"held-out greedy accuracy after 500 steps: {acc:.1%}")
-    assert acc >= 0.08, acc  # observed 17.5 % here; random init scores 0 %
+    print(f"held-out greedy accuracy after 1,200 steps: {acc:.1%}")
+    assert acc >= 0.5, acc  # observed 70 % here; random init scores 0 %
     # the final model loads with plain from_pretrained and has a committed manifest
     assert (out / "MANIFEST.json").exists() and (out / "model.safetensors").exists()
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import random
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +39,15 @@ def prepare(cfg: Any, rt: Runtime) -> ModelSetup:
     return ModelSetup(path, precision, attn, tok)
 
 
+def seed_init(seed: int) -> None:
+    """Seed the RNGs that initialise fresh weights (a reward head, LoRA adapters), so a run and
+    its resumed twin build the same model before the checkpoint overwrites it, and runs repeat."""
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
 def load_actor(setup: ModelSetup, cfg: Any) -> torch.nn.Module:
+    seed_init(cfg.seed)
     model = load_causal_lm(setup.path, setup.precision.dtype, setup.attn, load_in_4bit=cfg.load_in_4bit)
     return _for_training(model, cfg, "CAUSAL_LM")
 
@@ -47,6 +56,7 @@ def load_value_model(setup: ModelSetup, cfg: Any) -> torch.nn.Module:
     """Reward / critic model: backbone from --pretrain plus a scalar head (fresh when --pretrain is an LM)."""
     from alignment.models.reward_model import load_reward_model
 
+    seed_init(cfg.seed)
     model = load_reward_model(setup.path, setup.precision.dtype, setup.attn, setup.tokenizer.pad_token_id,
                               load_in_4bit=cfg.load_in_4bit)
     return _for_training(model, cfg, "SEQ_CLS")
