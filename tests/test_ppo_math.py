@@ -70,3 +70,21 @@ def test_value_loss_clip():
     v, old, ret, m = T([1.0]), T([0.0]), T([2.0]), torch.ones(1)
     assert value_loss(v, old, ret, m).item() == pytest.approx(0.5)              # ½(1 − 2)²
     assert value_loss(v, old, ret, m, value_clip=0.2).item() == pytest.approx(1.62)   # ½·max(1, (0.2 − 2)²)
+
+
+def test_advantages_dispatch_group_estimator_by_hand():
+    from alignment.losses.advantages import advantages_and_returns
+    # one prompt, two samples; per-token rewards: row sums 1.0 and 0.0
+    rewards = torch.tensor([[0.0, 1.0], [-0.5, 0.5]])
+    mask = torch.ones(2, 2)
+    adv, ret = advantages_and_returns("rloo", rewards, mask, n_samples=2)
+    # rloo scores: 1 - 0 = 1 and 0 - 1 = -1; the difference to the raw sum (0 and +1) comes off the
+    # last token: row 0 rewards [0, 1] -> [0, 1]; row 1 [-0.5, 0.5 - 1] = [-0.5, -0.5]; reward-to-go:
+    assert torch.allclose(adv, torch.tensor([[1.0, 1.0], [-1.0, -0.5]]))
+    assert torch.equal(adv, ret)
+    with pytest.raises(ValueError, match="needs groups of n_samples >= 2"):
+        advantages_and_returns("group_norm", rewards, mask, n_samples=1)
+    with pytest.raises(ValueError, match="gae needs the critic's values"):
+        advantages_and_returns("gae", rewards, mask, n_samples=1)
+    w, _ = advantages_and_returns("reinforce", rewards, mask, n_samples=1)
+    assert abs(w.mean().item()) < 1e-6   # whitened

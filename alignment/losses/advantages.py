@@ -90,3 +90,41 @@ def whiten(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch
 
 
 ESTIMATORS = (*TOKEN_ESTIMATORS, *GROUP_ESTIMATORS)
+
+
+def advantages_and_returns(estimator: str, rewards: torch.Tensor, mask: torch.Tensor, n_samples: int,
+                           gamma: float = 1.0, lambd: float = 0.95,
+                           values: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(advantages, returns) [B, T] for any estimator; rows are grouped n_samples per prompt.
+
+    gae: GAE on the per-token rewards, advantages whitened (returns stay raw: the critic's target).
+    reinforce: discounted reward-to-go, whitened (REINFORCE++).
+    group estimators: the sequence rewards (the sum of each row's per-token rewards) are baselined
+    within the prompt's group, spread back as reward-to-go; reinforce_baseline is also whitened
+    (REINFORCE++-baseline), the others keep their group scale (RLOO, GRPO, Dr. GRPO).
+    """
+    if estimator == "gae":
+        if values is None:
+            raise ValueError("advantage estimator gae needs the critic's values")
+        adv, ret = gae(rewards, values, mask, gamma, lambd)
+        return whiten(adv, mask), ret
+    if estimator == "reinforce":
+        ret = reinforce_returns(rewards, mask, gamma)
+        return whiten(ret, mask), ret
+    if estimator not in GROUP_ESTIMATORS:
+        raise ValueError(f"unknown advantage estimator {estimator!r}: use one of {', '.join(ESTIMATORS)}")
+    if n_samples < 2 or rewards.shape[0] % n_samples:
+        raise ValueError(f"{estimator} needs groups of n_samples >= 2 rows; got {rewards.shape[0]} rows, n={n_samples}")
+    m = mask.to(rewards.dtype)
+    scores = (rewards * m).sum(-1).view(-1, n_samples)
+    baselined = GROUP_ESTIMATORS[estimator](scores).reshape(-1)
+    # put the baselined score where the sequence reward was: on the last token, then reward-to-go
+    shifted = rewards * m - (scores.reshape(-1) - baselined)[:, None] * _last_token_onehot(m)
+    ret = reinforce_returns(shifted, mask, gamma)
+    return (whiten(ret, mask) if estimator == "reinforce_baseline" else ret), ret
+
+
+def _last_token_onehot(mask: torch.Tensor) -> torch.Tensor:
+    positions = torch.arange(mask.shape[1], device=mask.device).expand_as(mask)
+    last = (positions * (mask > 0).long()).max(dim=1, keepdim=True).values
+    return (positions == last).to(mask.dtype) * (mask.sum(-1, keepdim=True) > 0)

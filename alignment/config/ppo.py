@@ -1,0 +1,176 @@
+"""The PPO family's config (`python -m alignment.cli.train_ppo_ray`), with OpenRLHF's flag names.
+
+Torch-free like the rest of the schema: the advantage estimators' names are spelled here and a
+unit test keeps them equal to `alignment.losses.advantages.ESTIMATORS`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from alignment.config.base import opt, require
+from alignment.config.groups import CheckpointConfig, LoggingConfig, LoraConfig, ModelConfig, TrainConfig
+from alignment.config.stages import StageConfig
+
+ADVANTAGE_ESTIMATORS = ("gae", "reinforce", "reinforce_baseline", "rloo", "group_norm", "dr_grpo")
+GROUP_ESTIMATORS = ("reinforce_baseline", "rloo", "group_norm", "dr_grpo")  # need several samples per prompt
+KL_ESTIMATORS = ("k1", "k2", "k3")
+
+
+@dataclass
+class PlacementConfig:
+    """Where the four model groups live. On a CPU-only cluster a "gpu" is one CPU bundle."""
+
+    actor_num_nodes: int = opt(1, "Nodes for the policy (actor) group")
+    actor_num_gpus_per_node: int = opt(1, "Ranks (GPUs, or CPU bundles) per node for the actor")
+    critic_num_nodes: int = opt(1, "Nodes for the critic group")
+    critic_num_gpus_per_node: int = opt(1, "Ranks per node for the critic")
+    ref_num_nodes: int = opt(1, "Nodes for the reference group")
+    ref_num_gpus_per_node: int = opt(1, "Ranks per node for the reference")
+    reward_num_nodes: int = opt(1, "Nodes for the reward-model group")
+    reward_num_gpus_per_node: int = opt(1, "Ranks per node for the reward model(s)")
+    colocate_actor_ref: bool = opt(False, "Place actor and reference ranks on the same bundles")
+    colocate_critic_reward: bool = opt(False, "Place critic and reward-model ranks on the same bundles")
+    colocate_all_models: bool = opt(False, "Place every model group and the rollout engines on the same bundles")
+    ref_reward_offload: bool = opt(False, "Keep reference and reward models in CPU memory between uses")
+
+    def _group(self, name: str) -> tuple[int, int]:
+        return getattr(self, f"{name}_num_nodes"), getattr(self, f"{name}_num_gpus_per_node")
+
+    def check_placement(self) -> None:
+        for name in ("actor", "critic", "ref", "reward"):
+            nodes, per_node = self._group(name)
+            require(nodes >= 1 and per_node >= 1,
+                    f"--{name}_num_nodes {nodes} / --{name}_num_gpus_per_node {per_node}: both must be >= 1")
+        pairs = []
+        if self.colocate_all_models:
+            pairs = [("actor", other) for other in ("critic", "ref", "reward")]
+        else:
+            if self.colocate_actor_ref:
+                pairs.append(("actor", "ref"))
+            if self.colocate_critic_reward:
+                pairs.append(("critic", "reward"))
+        for a, b in pairs:
+            flag = "--colocate_all_models" if self.colocate_all_models else f"--colocate_{a}_{b}"
+            require(self._group(a) == self._group(b),
+                    f"{flag}: {a} has {self._group(a)[0]}x{self._group(a)[1]} ranks but {b} has "
+                    f"{self._group(b)[0]}x{self._group(b)[1]}; colocated groups share bundles, so give them "
+                    f"the same --*_num_nodes and --*_num_gpus_per_node")
+
+
+@dataclass
+class RolloutConfig:
+    prompt_data: Optional[str] = opt(None, "Comma-separated prompt datasets (same forms as --dataset)")
+    prompt_data_probs: Optional[str] = opt(None, "Sampling probabilities for --prompt_data")
+    prompt_split: str = opt("train", "Split of --prompt_data to train on")
+    eval_dataset: Optional[str] = opt(None, "Prompts for periodic held-out evaluation")
+    input_key: str = opt("input", "JSON key of the prompt (string or messages)")
+    label_key: Optional[str] = opt(None, "JSON key passed as `labels` to a reward_func / remote RM")
+    input_template: Optional[str] = opt(None, "Template wrapping the prompt, e.g. 'User: {}\\nAssistant: '")
+    apply_chat_template: bool = opt(False, "Render prompts with the tokenizer's chat template")
+    max_samples: int = opt(100_000_000, "Use at most this many prompts")
+    prompt_max_len: int = opt(1024, "Prompts longer than this (in tokens) are dropped, counted and reported")
+    generate_max_len: int = opt(1024, "Most new tokens per response")
+    temperature: float = opt(1.0, "Sampling temperature")
+    top_p: float = opt(1.0, "Nucleus sampling")
+    n_samples_per_prompt: int = opt(1, "Responses sampled per prompt (group estimators need >= 2)")
+    num_episodes: int = opt(1, "Passes over the prompt data (--max_epochs is passes over each rollout batch)")
+    rollout_batch_size: int = opt(1024, "Prompts per PPO iteration")
+    micro_rollout_batch_size: int = opt(8, "Sequences per rank per forward when making experience")
+    vllm_num_engines: int = opt(0, "vLLM rollout engines (0: the batched HF engine inside the actor)")
+    vllm_tensor_parallel_size: int = opt(1, "Tensor-parallel size of each vLLM engine")
+    vllm_gpu_memory_utilization: float = opt(0.9, "Fraction of GPU memory vLLM may take")
+    vllm_sync_backend: str = opt("nccl", "Weight sync to engines (CPU clusters always go through Ray's object store)",
+                                 choices=("nccl", "gloo"))
+    enable_prefix_caching: bool = opt(False, "vLLM prefix caching")
+
+    def check_rollout(self) -> None:
+        require(bool(self.prompt_data), "--prompt_data is required: pass a .jsonl file, json@DIR or a hub name")
+        require(self.prompt_max_len > 0 and self.generate_max_len > 0,
+                f"--prompt_max_len {self.prompt_max_len} / --generate_max_len {self.generate_max_len}: must be > 0")
+        require(self.temperature > 0, f"--temperature {self.temperature}: must be > 0")
+        require(0 < self.top_p <= 1, f"--top_p {self.top_p}: must be in (0, 1]")
+        require(self.n_samples_per_prompt >= 1, f"--n_samples_per_prompt {self.n_samples_per_prompt}: must be >= 1")
+        require(self.num_episodes >= 1, f"--num_episodes {self.num_episodes}: must be >= 1")
+        require(self.rollout_batch_size > 0 and self.micro_rollout_batch_size > 0,
+                "--rollout_batch_size and --micro_rollout_batch_size must be > 0")
+        require(self.vllm_num_engines >= 0, f"--vllm_num_engines {self.vllm_num_engines}: must be >= 0")
+        require(0 < self.vllm_gpu_memory_utilization <= 1,
+                f"--vllm_gpu_memory_utilization {self.vllm_gpu_memory_utilization}: must be in (0, 1]")
+
+
+@dataclass
+class AlgorithmConfig:
+    advantage_estimator: str = opt("gae", "How advantages are computed", choices=ADVANTAGE_ESTIMATORS)
+    gamma: float = opt(1.0, "Discount")
+    lambd: float = opt(0.95, "GAE lambda")
+    init_kl_coef: float = opt(0.01, "KL coefficient (initial value when adaptive)")
+    kl_estimator: str = opt("k1", "Per-token KL estimator (Schulman's k1/k2/k3)", choices=KL_ESTIMATORS)
+    use_kl_loss: bool = opt(False, "Put the KL in the actor loss (GRPO) instead of the reward")
+    kl_target: Optional[float] = opt(None, "Adaptive KL: target KL (unset: fixed coefficient)")
+    kl_horizon: int = opt(10000, "Adaptive KL horizon")
+    eps_clip: float = opt(0.2, "PPO clip range (both sides unless --eps_clip_low_high)")
+    eps_clip_low_high: Optional[list[float]] = opt(None, "Asymmetric clip range: low high")
+    dual_clip: Optional[float] = opt(None, "Dual-clip constant c > 1 for negative advantages")
+    value_clip: float = opt(0.2, "Value clip range")
+    normalize_reward: bool = opt(False, "Normalise RM rewards with the mean/std in the RM's config.json")
+    reward_clip_range: list[float] = opt([-10.0, 10.0], "Clip rewards to this range")
+    freezing_actor_steps: int = opt(-1, "Train only the critic for this many iterations (critic warm-up)")
+    actor_learning_rate: float = opt(1e-6, "Actor peak learning rate")
+    critic_learning_rate: float = opt(9e-6, "Critic peak learning rate")
+
+    def check_algorithm(self) -> None:
+        if self.advantage_estimator in GROUP_ESTIMATORS:
+            require(self.n_samples_per_prompt >= 2,
+                    f"--advantage_estimator {self.advantage_estimator} compares the samples of one prompt: "
+                    f"--n_samples_per_prompt {self.n_samples_per_prompt} gives nothing to compare; use >= 2 (e.g. 4)")
+        require(0 < self.gamma <= 1 and 0 <= self.lambd <= 1,
+                f"--gamma {self.gamma} must be in (0, 1] and --lambd {self.lambd} in [0, 1]")
+        require(self.init_kl_coef >= 0, f"--init_kl_coef {self.init_kl_coef}: must be >= 0")
+        require(self.eps_clip > 0, f"--eps_clip {self.eps_clip}: must be > 0")
+        if self.eps_clip_low_high is not None:
+            require(len(self.eps_clip_low_high) == 2 and all(e > 0 for e in self.eps_clip_low_high),
+                    f"--eps_clip_low_high {self.eps_clip_low_high}: give two positive numbers, low high")
+        if self.dual_clip is not None:
+            require(self.dual_clip > 1, f"--dual_clip {self.dual_clip}: must be > 1 (e.g. 3)")
+        lo, hi = (self.reward_clip_range + [None, None])[:2]
+        require(len(self.reward_clip_range) == 2 and lo < hi,
+                f"--reward_clip_range {self.reward_clip_range}: give two numbers, low < high")
+        require(self.actor_learning_rate > 0 and self.critic_learning_rate > 0,
+                "--actor_learning_rate and --critic_learning_rate must be > 0")
+
+
+@dataclass
+class RewardSourceConfig:
+    reward_pretrain: Optional[str] = opt(None, "Reward model(s), comma-separated (directories, s3:// URIs, hub names)")
+    reward_weights: Optional[str] = opt(None, "Comma-separated weights of the reward models (default: equal)")
+    remote_rm_url: Optional[str] = opt(None, "Comma-separated reward-server URLs (POST {query, prompts, labels}), "
+                                             "or a .py file defining reward_func(queries, prompts, labels)")
+    critic_pretrain: Optional[str] = opt(None, "Critic initialisation (default: the reward model, as OpenRLHF)")
+    value_head_prefix: str = opt("score", "Name of the value head in reward/critic checkpoints")
+
+    def check_reward_source(self) -> None:
+        require(bool(self.reward_pretrain) or bool(self.remote_rm_url),
+                "no reward: pass --reward_pretrain (a trained RM) or --remote_rm_url (a server URL or a reward_func .py file)")
+        if self.reward_weights:
+            n = len(self.reward_pretrain.split(",")) if self.reward_pretrain else 0
+            try:
+                weights = [float(w) for w in self.reward_weights.split(",")]
+            except ValueError:
+                weights = []
+            require(len(weights) == n,
+                    f"--reward_weights {self.reward_weights!r}: give one number per --reward_pretrain model ({n})")
+
+
+@dataclass
+class PPOConfig(LoggingConfig, CheckpointConfig, TrainConfig, LoraConfig, AlgorithmConfig, RewardSourceConfig,
+                RolloutConfig, PlacementConfig, ModelConfig, StageConfig):
+    """PPO / REINFORCE++ / RLOO / GRPO on Ray (`python -m alignment.cli.train_ppo_ray`)."""
+
+    def check_ppo(self) -> None:
+        if self.advantage_estimator == "gae":
+            return
+        # critic-free estimators: OpenRLHF places no critic then; a critic flag is a mistake worth naming
+        require(self.critic_pretrain is None,
+                f"--critic_pretrain is set but --advantage_estimator {self.advantage_estimator} uses no critic; "
+                f"drop it or use --advantage_estimator gae")

@@ -1,0 +1,35 @@
+"""From sequence scores to per-token rewards, as OpenRLHF's `compute_reward` does.
+
+Shapes: B sequences, T response tokens; `mask` [B, T] is 1 on real response tokens.
+  normalize_scores: (r − μ) / σ with the RM's own mean/std from its config (--normalize_reward),
+  then clip to --reward_clip_range.
+  token_rewards: r_t = −β·KL_t on every response token, plus the (clipped) score on the last one
+  (Ziegler et al. 2019, arXiv:1909.08593, eq. 2). With --use_kl_loss, β = 0 here and the KL goes
+  into the actor loss instead.
+"""
+from __future__ import annotations
+
+import torch
+
+
+def normalize_scores(scores: torch.Tensor, mean: float | None, std: float | None, clip: tuple[float, float],
+                     normalize: bool) -> torch.Tensor:
+    """[B] -> [B]. Without normalisation (or without stats in the RM config) only the clip applies."""
+    out = scores.float()
+    if normalize and mean is not None and std is not None:
+        out = (out - mean) / max(std, 1e-8)
+    return out.clamp(clip[0], clip[1])
+
+
+def last_token_index(mask: torch.Tensor) -> torch.Tensor:
+    """[B, T] -> [B]: position of each row's last response token (0 for an empty response)."""
+    positions = torch.arange(mask.shape[1], device=mask.device).expand_as(mask)
+    return (positions * mask.long()).max(dim=1).values
+
+
+def token_rewards(scores: torch.Tensor, kl: torch.Tensor, mask: torch.Tensor, kl_coef: float) -> torch.Tensor:
+    """[B], [B, T], [B, T] -> [B, T]."""
+    rewards = -kl_coef * kl.float() * mask
+    rows = torch.arange(scores.shape[0], device=scores.device)
+    rewards[rows, last_token_index(mask)] += scores.float()
+    return rewards

@@ -1,0 +1,49 @@
+"""A rollout as training tensors: prompt + response right-padded into one row per sample.
+
+`action_mask[b, t]` is 1 where token t+1 of row b is a response token, so it lines up with the
+log-prob of predicting that token from position t (logits[:, :-1]) — the layout every PPO
+quantity (log-probs, values, KL, advantages) uses here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from alignment.losses.nll import token_logprobs
+from alignment.rollout.types import Rollout
+
+
+@dataclass
+class SequenceBatch:
+    sequences: torch.Tensor       # [B, L] long
+    attention_mask: torch.Tensor  # [B, L] long
+    action_mask: torch.Tensor     # [B, L-1] float
+    prompt_index: list[int]
+
+    def to(self, device: str | torch.device) -> "SequenceBatch":
+        return SequenceBatch(self.sequences.to(device), self.attention_mask.to(device), self.action_mask.to(device),
+                             self.prompt_index)
+
+    @property
+    def response_lengths(self) -> torch.Tensor:
+        return self.action_mask.sum(-1)
+
+
+def rollout_to_batch(rollout: Rollout, pad_id: int) -> SequenceBatch:
+    rows = [p + r for p, r in zip(rollout.prompt_ids, rollout.response_ids)]
+    width = max(len(r) for r in rows)
+    seq = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    attn = torch.zeros_like(seq)
+    action = torch.zeros(len(rows), width - 1)
+    for i, (p, r) in enumerate(zip(rollout.prompt_ids, rollout.response_ids)):
+        seq[i, :len(p) + len(r)] = torch.tensor(p + r)
+        attn[i, :len(p) + len(r)] = 1
+        action[i, len(p) - 1:len(p) + len(r) - 1] = 1
+    return SequenceBatch(seq, attn, action, list(rollout.prompt_index))
+
+
+def action_logprobs(model: torch.nn.Module, batch: SequenceBatch) -> torch.Tensor:
+    """[B, L-1] log π(token t+1 | ≤ t), zero off the response."""
+    logits = model(input_ids=batch.sequences, attention_mask=batch.attention_mask).logits
+    return token_logprobs(logits, batch.sequences) * batch.action_mask

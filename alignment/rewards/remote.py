@@ -1,0 +1,66 @@
+"""Rewards from reward servers (`--remote_rm_url http://host:port/get_reward[,...]`).
+
+Protocol (OpenRLHF's): POST {"query": [...], "prompts": [...], "labels": [...]} -> {"rewards": [...]}.
+Queries are sent in batches, spread round-robin over the URLs; connection errors and 5xx are
+retried with backoff, then raised naming the URL; a 4xx or a malformed reply is raised at once.
+"""
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+
+from alignment.rewards.reward_func import RewardError, check_rewards
+
+
+@dataclass
+class RemoteRewardClient:
+    urls: list[str]
+    batch_size: int = 64
+    timeout_s: float = 30.0
+    retries: int = 3
+    backoff_s: float = 0.5
+
+    @classmethod
+    def from_flag(cls, value: str, **kwargs) -> "RemoteRewardClient":
+        urls = [u.strip() for u in value.split(",") if u.strip()]
+        bad = [u for u in urls if not u.startswith(("http://", "https://"))]
+        if not urls or bad:
+            raise RewardError(f"--remote_rm_url {value!r}: give http(s) URLs (comma-separated) or one .py file")
+        return cls(urls, **kwargs)
+
+    def __call__(self, queries: list[str], prompts: list[str], labels: list) -> list[float]:
+        rewards: list[float] = []
+        for k, start in enumerate(range(0, len(queries), self.batch_size)):
+            end = start + self.batch_size
+            url = self.urls[k % len(self.urls)]
+            body = {"query": queries[start:end], "prompts": prompts[start:end], "labels": list(labels[start:end])}
+            rewards += self._post(url, body)
+        return rewards
+
+    def _post(self, url: str, body: dict) -> list[float]:
+        data = json.dumps(body).encode()
+        for attempt in range(self.retries + 1):
+            request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout_s) as resp:
+                    raw = resp.read()
+                break
+            except urllib.error.HTTPError as err:
+                if err.code < 500 or attempt == self.retries:
+                    detail = err.read()[:200].decode(errors="replace")
+                    raise RewardError(f"reward server {url} answered HTTP {err.code}: {detail}") from None
+            except (urllib.error.URLError, TimeoutError, ConnectionError) as err:
+                if attempt == self.retries:
+                    reason = getattr(err, "reason", err)
+                    raise RewardError(f"reward server {url} unreachable after {self.retries + 1} tries ({reason}); "
+                                      f"is serve_rm running there?") from None
+            time.sleep(self.backoff_s * 2 ** attempt)
+        try:
+            rewards = json.loads(raw)["rewards"]
+        except (ValueError, KeyError, TypeError):
+            raise RewardError(f"reward server {url} sent a malformed reply (expected JSON with 'rewards'): "
+                              f"{raw[:120]!r}") from None
+        return check_rewards(rewards, len(body["query"]), f"reward server {url}")

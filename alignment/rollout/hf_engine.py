@@ -1,0 +1,79 @@
+"""The batched Hugging Face rollout engine: `generate` with a KV cache on left-padded prompts.
+
+Used when --vllm_num_engines is 0 (OpenRLHF's meaning), for evaluation, and by PPO without Ray.
+It wraps the model it is given — inside an actor that is the policy itself, so "weight sync"
+for this engine is a no-op by construction; `load_weights` exists for a standalone engine.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import torch
+
+from alignment.rollout.types import Rollout, SamplingParams
+
+
+class HFEngine:
+    def __init__(self, model: torch.nn.Module, eos_token_id: int | list[int], pad_token_id: int,
+                 batch_size: int = 32, device: str | torch.device = "cpu"):
+        self.model, self.pad_id, self.batch_size, self.device = model, pad_token_id, batch_size, torch.device(device)
+        self.eos_ids = {eos_token_id} if isinstance(eos_token_id, int) else set(eos_token_id)
+
+    @torch.no_grad()
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> Rollout:
+        """`params.n` responses per prompt; prompts are batched `batch_size` at a time."""
+        out = Rollout()
+        was_training = self.model.training
+        self.model.eval()
+        if params.seed is not None:
+            torch.manual_seed(params.seed)
+        try:
+            for start in range(0, len(prompts), self.batch_size):
+                chunk = prompts[start:start + self.batch_size]
+                out.extend(self._generate_chunk(chunk, params), index_offset=start)
+        finally:
+            self.model.train(was_training)
+        return out
+
+    def _generate_chunk(self, prompts: list[list[int]], params: SamplingParams) -> Rollout:
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for i, p in enumerate(prompts):   # left padding: every prompt ends at the right edge
+            ids[i, width - len(p):] = torch.tensor(p)
+            mask[i, width - len(p):] = 1
+        sampling: dict[str, Any] = ({"do_sample": False} if params.greedy else
+                                    {"do_sample": True, "temperature": params.temperature, "top_p": params.top_p,
+                                     "top_k": 0})
+        seqs = self.model.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
+                                   max_new_tokens=params.max_new_tokens, num_return_sequences=params.n,
+                                   eos_token_id=sorted(self.eos_ids), pad_token_id=self.pad_id, **sampling)
+        rollout = Rollout()
+        for row, seq in enumerate(seqs[:, width:].tolist()):
+            k = row // params.n
+            response, finished = _cut_at_eos(seq, self.eos_ids)
+            rollout.prompt_ids.append(list(prompts[k]))
+            rollout.response_ids.append(response)
+            rollout.prompt_index.append(k)
+            rollout.finished.append(finished)
+        return rollout
+
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> int:
+        """Copy weights in (a chunk at a time); returns how many tensors were loaded."""
+        params = dict(self.model.named_parameters())
+        n = 0
+        with torch.no_grad():
+            for name, tensor in named_tensors:
+                if name not in params:
+                    raise KeyError(f"HFEngine.load_weights: the engine's model has no parameter {name!r}")
+                params[name].copy_(tensor.to(params[name].device, params[name].dtype))
+                n += 1
+        return n
+
+
+def _cut_at_eos(tokens: list[int], eos_ids: set[int]) -> tuple[list[int], bool]:
+    """Keep tokens up to and including the first eos; generate pads finished rows after it."""
+    for i, t in enumerate(tokens):
+        if t in eos_ids:
+            return tokens[:i + 1], True
+    return tokens, False

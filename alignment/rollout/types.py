@@ -1,0 +1,43 @@
+"""What goes into and comes out of a rollout engine (HF or vLLM): token ids, no tensors, so the
+same objects cross Ray's object store between the engines and the trainers."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_new_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    n: int = 1                   # samples per prompt (--n_samples_per_prompt)
+    greedy: bool = False         # argmax decoding (evaluation, weight-sync checks)
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1 or self.n < 1:
+            raise ValueError(f"SamplingParams: max_new_tokens {self.max_new_tokens} and n {self.n} must be >= 1")
+        if not self.greedy and not (self.temperature > 0 and 0 < self.top_p <= 1):
+            raise ValueError(f"SamplingParams: temperature {self.temperature} must be > 0 and top_p {self.top_p} in (0, 1]")
+
+
+@dataclass
+class Rollout:
+    """Responses to a list of prompts: `n` consecutive entries per prompt, in prompt order."""
+
+    prompt_ids: list[list[int]] = field(default_factory=list)
+    response_ids: list[list[int]] = field(default_factory=list)   # eos included when the model stopped
+    prompt_index: list[int] = field(default_factory=list)         # which input prompt each response answers
+    finished: list[bool] = field(default_factory=list)            # ended with eos (not cut at max_new_tokens)
+
+    def __len__(self) -> int:
+        return len(self.response_ids)
+
+    def extend(self, other: "Rollout", index_offset: int = 0) -> None:
+        self.prompt_ids += other.prompt_ids
+        self.response_ids += other.response_ids
+        self.prompt_index += [i + index_offset for i in other.prompt_index]
+        self.finished += other.finished
+
+    def response_tokens(self) -> int:
+        return sum(len(r) for r in self.response_ids)

@@ -1,0 +1,59 @@
+"""The PPO config: OpenRLHF's flags parse, and bad combinations are one clear error before anything loads."""
+from __future__ import annotations
+
+import pytest
+
+from alignment.config import ConfigError, parse_args
+from alignment.config.ppo import ADVANTAGE_ESTIMATORS, PPOConfig
+
+BASE = ["--pretrain", "sft", "--reward_pretrain", "rm", "--prompt_data", "prompts.jsonl"]
+
+
+def parse(*extra: str) -> PPOConfig:
+    return parse_args(PPOConfig, [*BASE, *extra])
+
+
+def test_names_match_the_math_module():
+    from alignment.losses.advantages import ESTIMATORS
+    assert set(ADVANTAGE_ESTIMATORS) == set(ESTIMATORS)
+
+
+def test_openrlhf_readme_flags_parse():
+    cfg = parse("--ref_num_nodes", "1", "--ref_num_gpus_per_node", "2", "--reward_num_nodes", "1",
+                "--reward_num_gpus_per_node", "2", "--critic_num_nodes", "1", "--critic_num_gpus_per_node", "2",
+                "--actor_num_nodes", "1", "--actor_num_gpus_per_node", "2", "--vllm_num_engines", "2",
+                "--vllm_tensor_parallel_size", "2", "--colocate_critic_reward", "--colocate_actor_ref",
+                "--ref_reward_offload", "--micro_train_batch_size", "8", "--train_batch_size", "128",
+                "--micro_rollout_batch_size", "16", "--rollout_batch_size", "1024", "--max_samples", "100000",
+                "--max_epochs", "1", "--prompt_max_len", "1024", "--generate_max_len", "1024", "--zero_stage", "3",
+                "--bf16", "--actor_learning_rate", "5e-7", "--critic_learning_rate", "9e-6", "--init_kl_coef", "0.01",
+                "--input_key", "context_messages", "--apply_chat_template", "--normalize_reward", "--adam_offload",
+                "--flash_attn", "--gradient_checkpointing")
+    assert cfg.vllm_num_engines == 2 and cfg.colocate_actor_ref and cfg.actor_learning_rate == 5e-7
+    assert cfg.advantage_estimator == "gae" and cfg.normalize_reward
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--advantage_estimator", "group_norm"], "--n_samples_per_prompt 1 gives nothing to compare"),
+    (["--advantage_estimator", "rloo", "--n_samples_per_prompt", "1"], "use >= 2"),
+    (["--colocate_all_models", "--critic_num_gpus_per_node", "2"],
+     "--colocate_all_models: actor has 1x1 ranks but critic has 1x2"),
+    (["--colocate_actor_ref", "--ref_num_nodes", "2"], "--colocate_actor_ref: actor has 1x1 ranks but ref has 2x1"),
+    (["--dual_clip", "0.5"], "--dual_clip 0.5: must be > 1"),
+    (["--reward_weights", "1,2"], "give one number per --reward_pretrain model (1)"),
+    (["--advantage_estimator", "rloo", "--n_samples_per_prompt", "4", "--critic_pretrain", "c"],
+     "uses no critic"),
+])
+def test_bad_combinations_are_one_clear_error(args, needle):
+    with pytest.raises(ConfigError) as err:
+        parse(*args)
+    assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+def test_group_estimator_with_samples_is_fine():
+    assert parse("--advantage_estimator", "group_norm", "--n_samples_per_prompt", "4").n_samples_per_prompt == 4
+
+
+def test_a_reward_is_required():
+    with pytest.raises(ConfigError, match="no reward: pass --reward_pretrain"):
+        parse_args(PPOConfig, ["--pretrain", "sft", "--prompt_data", "p.jsonl"])

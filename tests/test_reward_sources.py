@@ -1,0 +1,111 @@
+"""Reward sources for RL: a reward_func file and reward servers over real HTTP on loopback."""
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+import alignment.tiny_world.reward as tiny_reward
+from alignment.rewards.remote import RemoteRewardClient
+from alignment.rewards.reward_func import RewardError, check_rewards, load_reward_func
+
+PROMPTS = ["<|user|>What is 2 + 3?<|end|><|assistant|>", "<|user|>What is 4 * 5?<|end|><|assistant|>"]
+QUERIES = [PROMPTS[0] + "2 + 3 = 5<|end|>", PROMPTS[1] + "4 * 5 = 21<|end|>"]
+LABELS = ["5", "20"]
+
+
+class Handler(BaseHTTPRequestHandler):
+    """Modes set per test through the server object: ok, malformed, short, flaky (one 500 first)."""
+
+    def do_POST(self):  # noqa: N802 (http.server's name)
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        server = self.server
+        server.requests.append(body)
+        if server.mode == "flaky" and len(server.requests) == 1:
+            return self._send(500, b"warming up")
+        if server.mode == "malformed":
+            return self._send(200, b"<html>not json</html>")
+        rewards = tiny_reward.reward_func(body["query"], body["prompts"], body["labels"])
+        if server.mode == "short":
+            rewards = rewards[:-1]
+        self._send(200, json.dumps({"rewards": rewards}).encode())
+
+    def _send(self, code: int, payload: bytes):
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def server():
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    srv.mode, srv.requests = "ok", []
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+    thread.join()
+
+
+def url(srv) -> str:
+    return f"http://127.0.0.1:{srv.server_address[1]}/get_reward"
+
+
+def test_reward_func_file_is_the_tiny_rule():
+    fn = load_reward_func(tiny_reward.__file__)
+    assert fn(QUERIES, PROMPTS, LABELS) == [1.0, 0.0]
+
+
+def test_reward_func_file_errors(tmp_path):
+    with pytest.raises(RewardError, match="no such file"):
+        load_reward_func(str(tmp_path / "missing.py"))
+    (tmp_path / "r.py").write_text("def other():\n    pass\n")
+    with pytest.raises(RewardError, match="defines no reward_func"):
+        load_reward_func(str(tmp_path / "r.py"))
+
+
+def test_server_batches_and_round_robins(server):
+    client = RemoteRewardClient.from_flag(f"{url(server)},{url(server)}", batch_size=1)
+    assert client(QUERIES, PROMPTS, LABELS) == [1.0, 0.0]
+    assert [len(r["query"]) for r in server.requests] == [1, 1]
+
+
+def test_server_5xx_is_retried(server):
+    server.mode = "flaky"
+    assert RemoteRewardClient.from_flag(url(server), backoff_s=0.01)(QUERIES, PROMPTS, LABELS) == [1.0, 0.0]
+    assert len(server.requests) == 2
+
+
+@pytest.mark.parametrize("mode, needle", [("malformed", "sent a malformed reply (expected JSON with 'rewards')"),
+                                          ("short", "expected 2 rewards, got 1")])
+def test_bad_replies_are_clear_errors(server, mode, needle):
+    server.mode = mode
+    with pytest.raises(RewardError) as err:
+        RemoteRewardClient.from_flag(url(server))(QUERIES, PROMPTS, LABELS)
+    assert needle in str(err.value) and url(server) in str(err.value)
+
+
+def test_unreachable_server_says_so():
+    with socket.socket() as s:   # a loopback port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    client = RemoteRewardClient.from_flag(f"http://127.0.0.1:{port}/get_reward", retries=1, backoff_s=0.01, timeout_s=2)
+    with pytest.raises(RewardError, match=f"127.0.0.1:{port}/get_reward unreachable after 2 tries"):
+        client(QUERIES, PROMPTS, LABELS)
+
+
+def test_check_rewards_and_flag_parsing():
+    assert check_rewards([1, 0.5], 2, "x") == [1.0, 0.5]
+    for bad in ([float("nan"), 1.0], ["1", 2.0], [True, 1.0]):
+        with pytest.raises(RewardError, match="must be a finite number"):
+            check_rewards(bad, 2, "x")
+    with pytest.raises(RewardError, match="give http"):
+        RemoteRewardClient.from_flag("ftp://host/x")
