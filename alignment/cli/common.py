@@ -11,8 +11,9 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from alignment.config.base import ConfigError
     from alignment.datasets.sources import DataError
     from alignment.models.loading import ModelLoadError
+    from alignment.rewards.reward_func import RewardError
     from alignment.storage import StorageError
-    return (ConfigError, DataError, ModelLoadError, StorageError)
+    return (ConfigError, DataError, ModelLoadError, RewardError, StorageError)
 
 
 def setup_logging() -> None:

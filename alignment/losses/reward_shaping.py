@@ -1,8 +1,6 @@
 """From sequence scores to per-token rewards, as OpenRLHF's `compute_reward` does.
 
 Shapes: B sequences, T response tokens; `mask` [B, T] is 1 on real response tokens.
-  normalize_scores: (r − μ) / σ with the RM's own mean/std from its config (--normalize_reward),
-  then clip to --reward_clip_range.
   token_rewards: r_t = −β·KL_t on every response token, plus the (clipped) score on the last one
   (Ziegler et al. 2019, arXiv:1909.08593, eq. 2). With --use_kl_loss, β = 0 here and the KL goes
   into the actor loss instead.
@@ -10,15 +8,6 @@ Shapes: B sequences, T response tokens; `mask` [B, T] is 1 on real response toke
 from __future__ import annotations
 
 import torch
-
-
-def normalize_scores(scores: torch.Tensor, mean: float | None, std: float | None, clip: tuple[float, float],
-                     normalize: bool) -> torch.Tensor:
-    """[B] -> [B]. Without normalisation (or without stats in the RM config) only the clip applies."""
-    out = scores.float()
-    if normalize and mean is not None and std is not None:
-        out = (out - mean) / max(std, 1e-8)
-    return out.clamp(clip[0], clip[1])
 
 
 def last_token_index(mask: torch.Tensor) -> torch.Tensor:

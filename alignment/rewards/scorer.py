@@ -1,0 +1,71 @@
+"""One callable for every reward source: reward models (weighted, optionally normalised by their
+own mean/std), a reward_func .py file, or reward servers. Returns a [B] float tensor."""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+
+from alignment.rewards.remote import RemoteRewardClient
+from alignment.rewards.reward_func import check_rewards, load_reward_func
+
+log = logging.getLogger(__name__)
+
+
+class RewardModels:
+    """--reward_pretrain a,b [--reward_weights]: each RM scores the full query at its last token."""
+
+    def __init__(self, paths: list[str], weights: list[float], tokenizer: Any, dtype: torch.dtype, attn: str,
+                 device: str, normalize: bool, batch_size: int = 32):
+        from alignment.models.loading import resolve_model_path
+        from alignment.models.reward_model import load_reward_model, read_reward_stats
+
+        self.tokenizer, self.device, self.batch_size, self.weights = tokenizer, device, batch_size, weights
+        self.models, self.stats = [], []
+        for p in paths:
+            local = resolve_model_path(p, "--reward_pretrain")
+            model = load_reward_model(local, dtype, attn, tokenizer.pad_token_id, flag="--reward_pretrain")
+            self.models.append(model.to(device).eval().requires_grad_(False))
+            self.stats.append(read_reward_stats(local) if normalize else None)
+
+    @torch.no_grad()
+    def __call__(self, queries: list[str], prompts: list[str], labels: list) -> torch.Tensor:
+        total = torch.zeros(len(queries))
+        for model, stats, w in zip(self.models, self.stats, self.weights):
+            scores = torch.cat([self._score(model, queries[s:s + self.batch_size])
+                                for s in range(0, len(queries), self.batch_size)])
+            if stats is not None:
+                scores = (scores - stats[0]) / max(stats[1], 1e-8)
+            total += w * scores
+        return total
+
+    def _score(self, model: torch.nn.Module, texts: list[str]) -> torch.Tensor:
+        side, self.tokenizer.padding_side = self.tokenizer.padding_side, "right"
+        try:
+            enc = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+        finally:
+            self.tokenizer.padding_side = side
+        # HF's sequence-classification pooling reads the last non-pad token (pad_token_id is set)
+        return model(**enc.to(self.device)).logits.squeeze(-1).float().cpu()
+
+
+class FunctionReward:
+    """A reward_func file or reward servers: text in, rewards out."""
+
+    def __init__(self, spec: str):
+        self.source = spec
+        self.fn = load_reward_func(spec) if spec.endswith(".py") else RemoteRewardClient.from_flag(spec)
+
+    def __call__(self, queries: list[str], prompts: list[str], labels: list) -> torch.Tensor:
+        return torch.tensor(check_rewards(self.fn(queries, prompts, labels), len(queries), self.source))
+
+
+def make_reward(cfg: Any, tokenizer: Any, dtype: torch.dtype, attn: str, device: str) -> Any:
+    if cfg.remote_rm_url:
+        if cfg.reward_pretrain:
+            log.info("--remote_rm_url given: it is the reward; --reward_pretrain %s is not loaded", cfg.reward_pretrain)
+        return FunctionReward(cfg.remote_rm_url)
+    paths = [p for p in cfg.reward_pretrain.split(",") if p]
+    weights = [float(w) for w in cfg.reward_weights.split(",")] if cfg.reward_weights else [1.0] * len(paths)
+    return RewardModels(paths, weights, tokenizer, dtype, attn, device, cfg.normalize_reward)
