@@ -51,10 +51,11 @@ def test_gae_with_a_trained_reward_model(tiny_sft, tmp_path):
     (["--prompt_max_len", "3", *RULE], "prompts are longer than --prompt_max_len 3; raise --prompt_max_len"),
     (["--advantage_estimator", "rloo", *RULE], "--n_samples_per_prompt 1 gives nothing to compare"),
     (["--remote_rm_url", "http://127.0.0.1:9/get_reward"], "reward server http://127.0.0.1:9/get_reward unreachable"),
-    (["--rollout_batch_size", "10", *RULE], "is not a multiple of --train_batch_size 32"),
+    (["--rollout_batch_size", "10", *RULE], "is not a multiple of --train_batch_size 16"),
 ])
 def test_bad_input_one_clear_line(tiny_sft, tmp_path, args, needle):
-    base = ["--pretrain", str(tiny_sft), "--save_path", str(tmp_path / "o"), *PROMPTS, *SMALL]
+    # one sample per prompt here (rloo must refuse it), so 16 samples per iteration: train on 16
+    base = ["--pretrain", str(tiny_sft), "--save_path", str(tmp_path / "o"), *PROMPTS, *SMALL, "--train_batch_size", "16"]
     proc = run_module("alignment.cli.train_ppo", [*base, *args], check=False)
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
     assert proc.returncode == 2 and len(errors) == 1 and needle in errors[0], proc.stderr[-2000:]

@@ -25,10 +25,18 @@ def setup_logging() -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
+def _close_progress_bars() -> None:
+    """An open tqdm bar leaves its line unterminated; close it so the error starts its own line."""
+    from tqdm import tqdm
+    for bar in list(getattr(tqdm, "_instances", ())):
+        bar.close()
+
+
 def run_main(main: Callable[[list[str] | None], object], argv: list[str] | None = None) -> None:
     setup_logging()
     try:
         main(argv)
     except _user_errors() as e:
+        _close_progress_bars()
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> dict:
     steps = total_steps(len(train_set), cfg, rt.world_size)
     kind = "IPO" if cfg.ipo else ("cDPO" if cfg.label_smoothing > 0 else "DPO")
     log.info("%s: %d train pairs, %d eval, %d optimizer steps, beta %g, world size %d, %s", kind, len(train_set),
-             len(eval_set or []), steps, cfg.beta, rt.world_size, setup.precision.reason)
+             len(eval_set or []), steps, cfg.beta, rt.world_size, setup.precision.label)
     ref = reference_for(cfg, setup, rt.device)
     engine = build_engine(load_actor(setup, cfg), cfg, rt, setup.precision.bf16, steps)
     trainer = DPOTrainer(cfg, rt, engine, setup.tokenizer, train_set, eval_set, ref=ref,

@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> dict:
     good = sum(s.desirable for s in train_set)
     log.info("KTO: %d train samples (%d desirable, %d undesirable), %d eval, %d optimizer steps, beta %g, "
              "world size %d, %s", len(train_set), good, len(train_set) - good, len(eval_set or []), steps, cfg.beta,
-             rt.world_size, setup.precision.reason)
+             rt.world_size, setup.precision.label)
     ref = reference_for(cfg, setup, rt.device)
     engine = build_engine(load_actor(setup, cfg), cfg, rt, setup.precision.bf16, steps)
     trainer = KTOTrainer(cfg, rt, engine, setup.tokenizer, train_set, eval_set, ref=ref,

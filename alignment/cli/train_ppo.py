@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> dict:
     total = trainer_iters * steps_per_iteration
     log.info("PPO (%s): %d prompts, %d iterations of %d prompts x %d samples, %d optimizer steps per engine, "
              "world size %d, %s", cfg.advantage_estimator, len(prompts), trainer_iters, cfg.rollout_batch_size,
-             cfg.n_samples_per_prompt, total, rt.world_size, setup.precision.reason)
+             cfg.n_samples_per_prompt, total, rt.world_size, setup.precision.label)
     actor = build_engine(load_actor(setup, cfg), dataclasses.replace(cfg, learning_rate=cfg.actor_learning_rate),
                          rt, setup.precision.bf16, total)
     critic = None

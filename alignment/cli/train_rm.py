@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> dict:
         cfg, lambda rows, src: PairTokenizer(setup.tokenizer, cfg, src)(rows, use_margin=cfg.margin_loss))
     steps = total_steps(len(train_set), cfg, rt.world_size)
     log.info("RM: %d train pairs, %d eval, %d optimizer steps, world size %d, %s, attention=%s, loss=%s",
-             len(train_set), len(eval_set or []), steps, rt.world_size, setup.precision.reason, setup.attn, cfg.loss)
+             len(train_set), len(eval_set or []), steps, rt.world_size, setup.precision.label, setup.attn, cfg.loss)
     model = load_value_model(setup, cfg)
     engine = build_engine(model, cfg, rt, setup.precision.bf16, steps)
     trainer = RewardModelTrainer(cfg, rt, engine, setup.tokenizer, train_set, eval_set,

@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> dict:
     train_set, eval_set = load_train_eval(cfg, lambda rows, src: SFTTokenizer(setup.tokenizer, cfg, src)(rows)[0])
     steps = total_steps(len(train_set), cfg, rt.world_size)
     log.info("SFT: %d train samples, %d eval, %d optimizer steps, world size %d, %s, attention=%s",
-             len(train_set), len(eval_set or []), steps, rt.world_size, setup.precision.reason, setup.attn)
+             len(train_set), len(eval_set or []), steps, rt.world_size, setup.precision.label, setup.attn)
     model = load_actor(setup, cfg)
     engine = build_engine(model, cfg, rt, setup.precision.bf16, steps)
     trainer = SFTTrainer(cfg, rt, engine, setup.tokenizer, train_set, eval_set, mask_dtype=setup.packed_mask_dtype)

@@ -27,6 +27,11 @@ class Precision:
     bf16: bool           # whether DeepSpeed runs in bf16 mode
     reason: str
 
+    @property
+    def label(self) -> str:
+        """Short name for summary lines (the long reason is logged once, by precision_for)."""
+        return "bf16" if self.bf16 else ("fp32" if self.dtype == torch.float32 else str(self.dtype))
+
 
 def resolve_precision(bf16: bool, device: str, native_cpu_bf16: bool | None = None) -> Precision:
     if not bf16:

@@ -7,9 +7,11 @@ retried with backoff, then raised naming the URL; a 4xx or a malformed reply is 
 from __future__ import annotations
 
 import json
+import socket
 import time
 import urllib.error
 import urllib.request
+from urllib.parse import urlsplit
 from dataclasses import dataclass
 
 from alignment.rewards.reward_func import RewardError, check_rewards
@@ -30,6 +32,22 @@ class RemoteRewardClient:
         if not urls or bad:
             raise RewardError(f"--remote_rm_url {value!r}: give http(s) URLs (comma-separated) or one .py file")
         return cls(urls, **kwargs)
+
+    def check_reachable(self) -> None:
+        """Fail at startup, before any model loads, when a server isn't listening (a TCP connect,
+        retried like a request: it works with any server speaking the protocol, not only ours)."""
+        for url in self.urls:
+            parts = urlsplit(url)
+            address = (parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80))
+            for attempt in range(self.retries + 1):
+                try:
+                    socket.create_connection(address, timeout=self.timeout_s).close()
+                    break
+                except OSError as err:
+                    if attempt == self.retries:
+                        raise RewardError(f"reward server {url} unreachable after {self.retries + 1} tries "
+                                          f"({err.strerror or err}); is serve_rm running there?") from None
+                    time.sleep(self.backoff_s * 2 ** attempt)
 
     def __call__(self, queries: list[str], prompts: list[str], labels: list) -> list[float]:
         rewards: list[float] = []

@@ -55,7 +55,11 @@ class FunctionReward:
 
     def __init__(self, spec: str):
         self.source = spec
-        self.fn = load_reward_func(spec) if spec.endswith(".py") else RemoteRewardClient.from_flag(spec)
+        if spec.endswith(".py"):
+            self.fn = load_reward_func(spec)
+        else:
+            self.fn = RemoteRewardClient.from_flag(spec)
+            self.fn.check_reachable()
 
     def __call__(self, queries: list[str], prompts: list[str], labels: list) -> torch.Tensor:
         return torch.tensor(check_rewards(self.fn(queries, prompts, labels), len(queries), self.source))
