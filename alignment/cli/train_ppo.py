@@ -13,21 +13,15 @@ from pathlib import Path
 
 from alignment.cli.common import run_main
 from alignment.config import ConfigError, PPOConfig, parse_args
-from alignment.config.base import public_dict, require
+from alignment.config.base import public_dict
 
 log = logging.getLogger("alignment.train_ppo")
 
 
-def check_sizes(cfg: PPOConfig, world_size: int) -> int:
-    """Optimizer steps per iteration per engine; one clear error when the batch sizes don't fit."""
-    require(cfg.rollout_batch_size % world_size == 0,
-            f"--rollout_batch_size {cfg.rollout_batch_size} is not divisible by world size {world_size}")
-    samples = cfg.rollout_batch_size * cfg.n_samples_per_prompt
-    require(samples % cfg.train_batch_size == 0,
-            f"--rollout_batch_size {cfg.rollout_batch_size} x --n_samples_per_prompt {cfg.n_samples_per_prompt} = "
-            f"{samples} samples per iteration is not a multiple of --train_batch_size {cfg.train_batch_size}")
-    cfg.accumulation_steps(world_size)
-    return samples // cfg.train_batch_size * cfg.max_epochs
+def refuse_resume(cfg: PPOConfig) -> None:
+    if cfg.load_checkpoint or cfg.save_steps > 0:
+        raise ConfigError("--save_steps/--load_checkpoint: resumable PPO checkpoints are not implemented yet; "
+                          "drop them (the final model is still committed)")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -35,9 +29,7 @@ def main(argv: list[str] | None = None) -> dict:
     if cfg.vllm_num_engines:
         raise ConfigError("--vllm_num_engines: vLLM engines run with alignment.cli.train_ppo_ray; "
                           "train_ppo generates with HF (drop the flag)")
-    if cfg.load_checkpoint or cfg.save_steps > 0:
-        raise ConfigError("--save_steps/--load_checkpoint: resumable PPO checkpoints are not implemented yet; "
-                          "drop them (the final model is still committed)")
+    refuse_resume(cfg)
     import tempfile
 
     import torch.distributed as dist
@@ -48,7 +40,7 @@ def main(argv: list[str] | None = None) -> dict:
     from alignment.models.builder import load_actor, load_value_model, prepare
     from alignment.models.loading import load_causal_lm, resolve_model_path
     from alignment.models.saving import full_state_dict, save_hf_model
-    from alignment.ppo.trainer import PPOTrainer
+    from alignment.ppo.trainer import PPOTrainer, check_sizes
     from alignment.rewards.scorer import make_reward
     from alignment.trainers.engine import build_engine
     from alignment.trainers.tracking import MetricsLogger

@@ -110,7 +110,8 @@ def make_splits(spec: TaskSpec = TaskSpec(), seed: int = 0, n_eval: int = 300,
 
     SFT sees demonstrations for only `n_sft` of the training problems (a minority), while RL
     prompts and preference pairs cover all of them: SFT generalises imperfectly, leaving room
-    for the RL stages to improve held-out accuracy.
+    for the RL stages to improve held-out accuracy. RL prompts list the problems SFT has not
+    seen first, so `--max_samples N` gives RL new questions.
     """
     rng = random.Random(seed)
     problems = all_problems(spec)
@@ -127,6 +128,6 @@ def make_splits(spec: TaskSpec = TaskSpec(), seed: int = 0, n_eval: int = 300,
         "pref_test": pref_test_rows,
         "unpaired_train": unpaired_rows(pref_train, seed + 1),
         "unpaired_test": unpaired_rows(pref_test_rows, seed + 2),
-        "rl_prompts": [prompt_row(p) for p in train],
+        "rl_prompts": [prompt_row(p) for p in train[n_sft:] + train[:n_sft]],
         "eval": [prompt_row(p) for p in eval_set],
     }

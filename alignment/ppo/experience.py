@@ -1,0 +1,60 @@
+"""Experience: one iteration's samples with everything PPO trains on, and how it is assembled
+from the models' outputs (rewards per token, then advantages). Pure tensors; no models here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from alignment.losses.advantages import advantages_and_returns
+from alignment.losses.kl import kl_estimate
+from alignment.losses.reward_shaping import token_rewards
+from alignment.ppo.batch import SequenceBatch
+
+
+@dataclass
+class Experience:
+    batch: SequenceBatch
+    old_logp: torch.Tensor     # [B, L-1] the policy's log-probs when the samples were made
+    ref_logp: torch.Tensor     # [B, L-1]
+    values: torch.Tensor | None
+    advantages: torch.Tensor
+    returns: torch.Tensor
+    scores: torch.Tensor       # [B] clipped sequence rewards
+    kl: torch.Tensor           # [B, L-1] per-token KL estimate (0 off the response)
+
+    def __len__(self) -> int:
+        return len(self.batch.prompt_index)
+
+    def rows(self, idx: list[int]) -> "Experience":
+        b = self.batch
+        pick = (lambda t: None if t is None else t[idx])  # noqa: E731
+        return Experience(SequenceBatch(b.sequences[idx], b.attention_mask[idx], b.action_mask[idx],
+                                        [b.prompt_index[i] for i in idx]),
+                          self.old_logp[idx], self.ref_logp[idx], pick(self.values), self.advantages[idx],
+                          self.returns[idx], self.scores[idx], self.kl[idx])
+
+    def shards(self, n: int) -> list["Experience"]:
+        """n contiguous, equal parts (one per rank of a training group)."""
+        size = len(self) // n
+        return [self.rows(list(range(k * size, (k + 1) * size))) for k in range(n)]
+
+
+def assemble(cfg: Any, batch: SequenceBatch, scores: torch.Tensor, old_logp: torch.Tensor,
+             ref_logp: torch.Tensor, values: torch.Tensor | None, kl_coef: float) -> Experience:
+    """Rewards per token (score on the last token, −β·KL on each unless --use_kl_loss), then the
+    estimator's advantages and returns. Rows must be grouped n_samples_per_prompt per prompt."""
+    mask = batch.action_mask
+    kl = kl_estimate(old_logp, ref_logp, cfg.kl_estimator) * mask
+    rewards = token_rewards(scores, kl, mask, 0.0 if cfg.use_kl_loss else kl_coef)
+    adv, ret = advantages_and_returns(cfg.advantage_estimator, rewards, mask, cfg.n_samples_per_prompt,
+                                      cfg.gamma, cfg.lambd, values)
+    return Experience(batch, old_logp, ref_logp, values, adv, ret, scores, kl)
+
+
+def experience_metrics(exp: Experience, finished: list[bool]) -> dict[str, float]:
+    return {"reward": exp.scores.mean().item(), "kl": exp.kl.sum(-1).mean().item(),
+            "response_length": exp.batch.response_lengths.float().mean().item(),
+            "finished": sum(finished) / max(len(finished), 1)}

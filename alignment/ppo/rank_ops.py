@@ -1,0 +1,95 @@
+"""What one rank does with its models in an iteration: log-probs, values, a critic update, an
+actor update. Shared by PPO without Ray (every model in one process) and the Ray model workers,
+so there is one copy of the algorithm.
+"""
+from __future__ import annotations
+
+import random
+from typing import Any, Iterator
+
+import torch
+
+from alignment.losses.kl import kl_estimate
+from alignment.losses.nll import masked_mean
+from alignment.losses.ppo import policy_loss, value_loss
+from alignment.ppo.batch import SequenceBatch, action_logprobs
+from alignment.ppo.experience import Experience
+
+
+def micro_slices(batch: SequenceBatch, size: int) -> Iterator[SequenceBatch]:
+    for s in range(0, len(batch.prompt_index), size):
+        yield SequenceBatch(batch.sequences[s:s + size], batch.attention_mask[s:s + size],
+                            batch.action_mask[s:s + size], batch.prompt_index[s:s + size])
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+@torch.no_grad()
+def logprobs(model: torch.nn.Module, batch: SequenceBatch, micro: int) -> torch.Tensor:
+    """[B, L-1] action log-probs, computed `micro` rows at a time on the model's device; CPU out."""
+    dev = model_device(model)
+    return torch.cat([action_logprobs(model, mb.to(dev)).cpu() for mb in micro_slices(batch, micro)])
+
+
+def value_forward(critic: Any, capture: Any, batch: SequenceBatch) -> torch.Tensor:
+    """[B, L-1]: V of the state before each action (the value read at token t scores action t+1)."""
+    critic(input_ids=batch.sequences, attention_mask=batch.attention_mask)
+    return capture.take()[:, :-1].float() * batch.action_mask
+
+
+@torch.no_grad()
+def values(critic: torch.nn.Module, capture: Any, batch: SequenceBatch, micro: int) -> torch.Tensor:
+    dev = model_device(critic)
+    return torch.cat([value_forward(critic, capture, mb.to(dev)).cpu() for mb in micro_slices(batch, micro)])
+
+
+def _epochs(exp: Experience, cfg: Any, seed: int) -> Iterator[Experience]:
+    """Micro-batches of a shuffled experience, --max_epochs times."""
+    rng = random.Random(seed)
+    for _ in range(cfg.max_epochs):
+        order = list(range(len(exp)))
+        rng.shuffle(order)
+        for s in range(0, len(exp), cfg.micro_train_batch_size):
+            yield exp.rows(order[s:s + cfg.micro_train_batch_size])
+
+
+def _mean(rows: list[dict[str, float]]) -> dict[str, float]:
+    return {k: sum(r[k] for r in rows) / len(rows) for k in rows[0]} if rows else {}
+
+
+def train_critic(critic: Any, capture: Any, exp: Experience, cfg: Any, seed: int) -> dict[str, float]:
+    """Clipped value loss on each micro-batch; DeepSpeed steps at accumulation boundaries."""
+    critic.train()
+    dev, rows = model_device(critic.module), []
+    for mb in _epochs(exp, cfg, seed):
+        b = mb.batch.to(dev)
+        v = value_forward(critic, capture, b)
+        loss = value_loss(v, mb.values.to(dev), mb.returns.to(dev), b.action_mask, cfg.value_clip)
+        critic.backward(loss)
+        critic.step()
+        rows.append({"value_loss": loss.item()})
+    return _mean(rows)
+
+
+def train_actor(actor: Any, exp: Experience, cfg: Any, kl_coef: float, seed: int) -> dict[str, float]:
+    """Clipped (optionally dual-clipped) policy loss, plus β·KL when --use_kl_loss."""
+    actor.train()
+    eps_low, eps_high = cfg.eps_clip_low_high or (cfg.eps_clip, cfg.eps_clip)
+    dev, rows = model_device(actor.module), []
+    for mb in _epochs(exp, cfg, seed):
+        b = mb.batch.to(dev)
+        mask = b.action_mask
+        logp = action_logprobs(actor, b)
+        ploss, clipfrac = policy_loss(logp, mb.old_logp.to(dev), mb.advantages.to(dev), mask, eps_low, eps_high,
+                                      cfg.dual_clip)
+        loss, row = ploss, {"policy_loss": ploss.item(), "clipfrac": clipfrac.item()}
+        if cfg.use_kl_loss:
+            kl = masked_mean(kl_estimate(logp, mb.ref_logp.to(dev), cfg.kl_estimator), mask)
+            loss = loss + kl_coef * kl
+            row["kl_loss"] = kl.item()
+        actor.backward(loss)
+        actor.step()
+        rows.append(row)
+    return _mean(rows)

@@ -1,0 +1,116 @@
+"""Ray model workers: one process per rank of a model group (actor, critic, ref, reward). The
+ranks of a group form their own torch.distributed group (gloo on CPU, NCCL on GPU) and run the
+same `rank_ops` code as PPO without Ray; the driver (`alignment.ppo.ray_driver`) tells them what
+to do and moves tensors between groups through Ray's object store.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import shutil
+import socket
+import tempfile
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+class ModelWorker:
+    """Wrapped with `ray.remote` by the driver (so this module imports without Ray)."""
+
+    def address(self) -> tuple[str, int]:
+        """This node's IP and a free port: rank 0's become the group's MASTER_ADDR/PORT."""
+        import ray
+        ip = ray.util.get_node_ip_address()
+        with socket.socket() as s:
+            s.bind((ip, 0))
+            return ip, s.getsockname()[1]
+
+    def init(self, role: str, cfg: Any, rank: int, world_size: int, ranks_per_node: int, master: tuple[str, int],
+             threads: int, total_steps: int) -> None:
+        from alignment.cli.common import setup_logging
+        os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK="0",
+                          LOCAL_WORLD_SIZE=str(ranks_per_node), MASTER_ADDR=master[0], MASTER_PORT=str(master[1]),
+                          OMP_WAIT_POLICY="PASSIVE")   # idle ranks of other groups must not spin on the cores
+        setup_logging()
+        from alignment.distributed.runtime import init_runtime
+        from alignment.models.builder import load_actor, load_value_model, prepare
+        from alignment.models.loading import load_causal_lm, resolve_model_path
+        from alignment.trainers.engine import build_engine
+
+        self.role, self.cfg = role, cfg
+        self.rt = init_runtime(-1, threads)
+        self.setup = setup = prepare(cfg, self.rt)
+        if role == "actor":
+            self.engine = build_engine(load_actor(setup, cfg), dataclasses.replace(cfg, learning_rate=cfg.actor_learning_rate),
+                                       self.rt, setup.precision.bf16, total_steps)
+            self.model = self.engine.module
+        elif role == "critic":
+            from alignment.models.reward_model import ValueCapture
+            source = cfg.critic_pretrain or (cfg.reward_pretrain.split(",")[0] if cfg.reward_pretrain else cfg.pretrain)
+            critic_setup = dataclasses.replace(setup, path=resolve_model_path(source, "--critic_pretrain"))
+            self.engine = build_engine(load_value_model(critic_setup, cfg),
+                                       dataclasses.replace(cfg, learning_rate=cfg.critic_learning_rate),
+                                       self.rt, setup.precision.bf16, total_steps)
+            self.model, self.capture = self.engine.module, ValueCapture(self.engine.module)
+        elif role == "ref":
+            device = "cpu" if cfg.ref_reward_offload else self.rt.torch_device
+            self.model = load_causal_lm(setup.path, setup.precision.dtype, setup.attn).to(device).eval()
+            self.model.requires_grad_(False)
+        elif role == "reward":
+            from alignment.rewards.scorer import make_reward
+            self.reward = make_reward(cfg, setup.tokenizer, setup.precision.dtype, setup.attn,
+                                      "cpu" if cfg.ref_reward_offload else str(self.rt.torch_device))
+        else:
+            raise ValueError(f"unknown model role {role!r}")
+        log.info("%s rank %d/%d ready (%d threads)", role, rank, world_size, threads)
+
+    # --- inference ---------------------------------------------------------------------
+    def generate(self, prompt_ids: list[list[int]], params: Any) -> Any:
+        from alignment.rollout.hf_engine import HFEngine
+        tok = self.setup.tokenizer
+        engine = HFEngine(self.model, tok.eos_token_id, tok.pad_token_id,
+                          batch_size=max(self.cfg.micro_rollout_batch_size, 1), device=self.rt.torch_device)
+        return engine.generate(prompt_ids, params)
+
+    def logprobs(self, batch: Any) -> Any:
+        from alignment.ppo import rank_ops
+        return rank_ops.logprobs(self.model, batch, self.cfg.micro_rollout_batch_size)
+
+    def values(self, batch: Any) -> Any:
+        from alignment.ppo import rank_ops
+        return rank_ops.values(self.model, self.capture, batch, self.cfg.micro_rollout_batch_size)
+
+    def scores(self, queries: list[str], prompts: list[str], labels: list) -> Any:
+        return self.reward(queries, prompts, labels)
+
+    # --- training ----------------------------------------------------------------------
+    def train(self, exp: Any, kl_coef: float, seed: int) -> dict[str, float]:
+        from alignment.ppo import rank_ops
+        from alignment.trainers.base import mean_across_ranks
+        if self.role == "critic":
+            stats = rank_ops.train_critic(self.engine, self.capture, exp, self.cfg, seed)
+        else:
+            stats = rank_ops.train_actor(self.engine, exp, self.cfg, kl_coef, seed)
+        return mean_across_ranks(stats)
+
+    def commit(self, save_path: str, metadata: dict[str, Any], files: dict[str, bytes]) -> None:
+        """Save the model in HF format, with the driver's `files` (metrics), and commit it to the
+        store: rank 0 writes, every rank calls (gathering ZeRO-3 shards is collective)."""
+        import torch.distributed as dist
+
+        from alignment import storage
+        from alignment.models.saving import full_state_dict, save_hf_model
+        state = full_state_dict(self.engine)
+        if self.rt.is_main:
+            local = not storage.is_remote(save_path)
+            run_dir = Path(save_path.removeprefix("file://")) if local else Path(tempfile.mkdtemp(prefix="alignflow-save-"))
+            save_hf_model(self.engine.module, state, self.setup.tokenizer, run_dir)
+            for name, data in files.items():
+                (run_dir / name).write_bytes(data)
+            storage.commit_dir(run_dir, save_path, metadata=metadata)
+            if not local:
+                shutil.rmtree(run_dir, ignore_errors=True)
+        dist.barrier()

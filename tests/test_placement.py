@@ -1,0 +1,45 @@
+"""Which PPO model groups exist, which share bundles, and the error when the cluster is too small."""
+from __future__ import annotations
+
+import pytest
+
+from alignment.config import ConfigError, parse_args
+from alignment.config.ppo import PPOConfig
+from alignment.distributed.placement import bundles_needed, check_resources, plan, threads_per_rank
+
+BASE = ["--pretrain", "sft", "--reward_pretrain", "rm", "--prompt_data", "p.jsonl"]
+
+
+def layout(*extra: str) -> dict[str, tuple[str, float]]:
+    return {g.role: (g.bundle_set, g.share) for g in plan(parse_args(PPOConfig, [*BASE, *extra]))}
+
+
+def test_openrlhf_readme_colocation_needs_two_bundle_sets():
+    groups = plan(parse_args(PPOConfig, [*BASE, "--colocate_actor_ref", "--colocate_critic_reward"]))
+    assert {g.role: (g.bundle_set, g.share) for g in groups} == {
+        "actor": ("actor", 0.5), "ref": ("actor", 0.5), "critic": ("critic", 0.5), "reward": ("critic", 0.5)}
+    assert bundles_needed(groups) == {"actor": 1, "critic": 1}
+
+
+def test_colocate_all_models_shares_one_set_four_ways():
+    assert set(layout("--colocate_all_models").values()) == {("all", 0.25)}
+
+
+def test_critic_free_and_function_reward_place_fewer_groups():
+    assert set(layout("--advantage_estimator", "rloo", "--n_samples_per_prompt", "2")) == {"actor", "ref", "reward"}
+    assert set(layout("--remote_rm_url", "r.py", "--advantage_estimator", "group_norm",
+                      "--n_samples_per_prompt", "2")) == {"actor", "ref"}
+
+
+def test_multi_rank_groups_count_bundles_per_set():
+    groups = plan(parse_args(PPOConfig, [*BASE, "--actor_num_gpus_per_node", "2", "--ref_num_gpus_per_node", "2",
+                                         "--colocate_actor_ref", "--critic_num_nodes", "2"]))
+    assert bundles_needed(groups) == {"actor": 2, "critic": 2, "reward": 1}
+    assert threads_per_rank(groups, cores=8) == 4 and threads_per_rank(groups, cores=8, num_threads=3) == 3
+
+
+def test_too_small_a_cluster_is_one_clear_error():
+    groups = plan(parse_args(PPOConfig, BASE))
+    with pytest.raises(ConfigError, match=r"need 4 CPU bundles .* has 2 CPU; colocate groups"):
+        check_resources(groups, 2, "CPU")
+    check_resources(groups, 4, "CPU")

@@ -1,0 +1,95 @@
+"""PPO on Ray (`alignment.cli.train_ppo_ray`) submitted with `ray job submit` to the session's
+local Ray head (2 CPUs, loopback): model groups as Ray actors in placement groups, each group its
+own gloo process group, the single controller in the job's driver."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from alignment.tiny_world.paths import tiny_dir
+from tests.conftest import REPO, metric_rows, python_env, run_module
+
+pytestmark = pytest.mark.integration
+
+PROMPTS = ["--prompt_data", f"json@{tiny_dir() / 'prompts'}", "--input_key", "context_messages",
+           "--apply_chat_template", "--logging_steps", "1"]
+
+
+def ray_job(address: str, args: list[str], submission_id: str) -> tuple[str, str]:
+    """Submit `python -m alignment.cli.train_ppo_ray args` with the `ray` CLI; (status, logs)."""
+    from ray.job_submission import JobSubmissionClient
+    env = {"env_vars": {"PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"}}
+    ray_cli = str(Path(sys.executable).parent / "ray")
+    subprocess.run([ray_cli, "job", "submit", "--address", address, "--submission-id", submission_id,
+                    "--runtime-env-json", json.dumps(env), "--", sys.executable, "-m", "alignment.cli.train_ppo_ray",
+                    *args], cwd=REPO, env=python_env(), capture_output=True, text=True, timeout=900)
+    client = JobSubmissionClient(address)
+    return str(client.get_job_status(submission_id)), client.get_job_logs(submission_id)
+
+
+@pytest.fixture(scope="module")
+def tiny_rm(tiny_sft, tmp_path_factory) -> Path:
+    """A briefly trained RM (mechanics only; the benchmark uses the full recipe)."""
+    rm = tmp_path_factory.mktemp("ray_rm") / "rm"
+    run_module("alignment.cli.train_rm", ["--pretrain", str(tiny_sft), "--save_path", str(rm), "--dataset",
+                                          f"json@{tiny_dir() / 'preference'}", "--apply_chat_template",
+                                          "--max_len", "64", "--train_batch_size", "16", "--micro_train_batch_size",
+                                          "16", "--max_steps", "10", "--learning_rate", "3e-4"])
+    return rm
+
+
+def test_openrlhf_readme_command_runs_as_a_ray_job(ray_head, tiny_sft, tiny_rm, tmp_path):
+    """OpenRLHF's README train_ppo_ray line with only paths and sizes changed."""
+    from transformers import AutoModelForCausalLM
+    out = tmp_path / "ppo"
+    readme = ["--ref_num_nodes", "1", "--ref_num_gpus_per_node", "1", "--reward_num_nodes", "1",
+              "--reward_num_gpus_per_node", "1", "--critic_num_nodes", "1", "--critic_num_gpus_per_node", "1",
+              "--actor_num_nodes", "1", "--actor_num_gpus_per_node", "1", "--vllm_num_engines", "0",
+              "--colocate_critic_reward", "--colocate_actor_ref", "--ref_reward_offload",
+              "--pretrain", str(tiny_sft), "--reward_pretrain", str(tiny_rm), "--save_path", str(out),
+              "--micro_train_batch_size", "8", "--train_batch_size", "16", "--micro_rollout_batch_size", "16",
+              "--rollout_batch_size", "16", "--max_samples", "32", "--max_epochs", "1", "--prompt_max_len", "1024",
+              "--generate_max_len", "16", "--zero_stage", "3", "--bf16", "--actor_learning_rate", "5e-7",
+              "--critic_learning_rate", "9e-6", "--init_kl_coef", "0.01", *PROMPTS[:2], "--input_key",
+              "context_messages", "--apply_chat_template", "--normalize_reward", "--adam_offload", "--flash_attn",
+              "--gradient_checkpointing"]
+    status, logs = ray_job(ray_head, readme, "ppo-readme")
+    assert status.endswith("SUCCEEDED"), logs[-3000:]
+    assert "placed actor 1x1, critic 1x1, ref 1x1 on actor's bundles, reward 1x1 on critic's bundles" in logs
+    rows = metric_rows(out)
+    assert [r["step"] for r in rows] == [1, 2]
+    assert all("train/value_loss" in r and "train/kl" in r and "train/policy_loss" in r for r in rows)
+    assert (out / "MANIFEST.json").exists()
+    AutoModelForCausalLM.from_pretrained(out)
+
+
+def test_two_rank_actor_group_with_a_reward_function(ray_head, tiny_sft, tmp_path):
+    """Actor and ref colocated, two ranks each (one gloo group per model), GRPO with the rule."""
+    out = tmp_path / "grpo"
+    args = ["--pretrain", str(tiny_sft), "--save_path", str(out), *PROMPTS, "--label_key", "label",
+            "--remote_rm_url", str(REPO / "alignment/tiny_world/reward.py"), "--advantage_estimator", "group_norm",
+            "--n_samples_per_prompt", "2", "--actor_num_gpus_per_node", "2", "--ref_num_gpus_per_node", "2",
+            "--colocate_actor_ref", "--rollout_batch_size", "8", "--micro_rollout_batch_size", "8",
+            "--train_batch_size", "16", "--micro_train_batch_size", "4", "--max_samples", "16",
+            "--generate_max_len", "16", "--actor_learning_rate", "1e-5"]
+    status, logs = ray_job(ray_head, args, "ppo-two-ranks")
+    assert status.endswith("SUCCEEDED"), logs[-3000:]
+    assert "placed actor 1x2, ref 1x2 on actor's bundles" in logs
+    assert "actor rank 0/2 ready" in logs and "ref rank 0/2 ready" in logs   # (rank 1 logs warnings only)
+    rows = metric_rows(out)
+    assert [r["step"] for r in rows] == [1, 2] and all(0 <= r["train/reward"] <= 1 for r in rows)
+    assert "train/value_loss" not in rows[0]
+
+
+def test_too_many_bundles_for_the_cluster_is_one_clear_error(ray_head, tiny_sft, tiny_rm, tmp_path):
+    args = ["--pretrain", str(tiny_sft), "--reward_pretrain", str(tiny_rm), "--save_path", str(tmp_path / "x"),
+            *PROMPTS, "--rollout_batch_size", "16", "--train_batch_size", "16", "--max_samples", "16"]
+    status, logs = ray_job(ray_head, args, "ppo-no-room")
+    assert status.endswith("FAILED")
+    errors = [line for line in logs.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "need 4 CPU bundles" in errors[0] and "--colocate_actor_ref" in errors[0], logs[-2000:]
+    assert "Traceback" not in logs
