@@ -52,6 +52,7 @@ def test_gae_with_a_trained_reward_model(tiny_sft, tmp_path):
     (["--advantage_estimator", "rloo", *RULE], "--n_samples_per_prompt 1 gives nothing to compare"),
     (["--remote_rm_url", "http://127.0.0.1:9/get_reward"], "reward server http://127.0.0.1:9/get_reward unreachable"),
     (["--rollout_batch_size", "10", *RULE], "is not a multiple of --train_batch_size 16"),
+    (["--eval_dataset", "x.jsonl", *RULE], "--eval_dataset: periodic evaluation inside PPO is not implemented yet"),
 ])
 def test_bad_input_one_clear_line(tiny_sft, tmp_path, args, needle):
     # one sample per prompt here (rloo must refuse it), so 16 samples per iteration: train on 16

@@ -18,7 +18,11 @@ from alignment.config.base import public_dict
 log = logging.getLogger("alignment.train_ppo")
 
 
-def refuse_resume(cfg: PPOConfig) -> None:
+def refuse_unbuilt(cfg: PPOConfig) -> None:
+    """PPO features whose flags parse but whose code is not written yet: refused, never ignored."""
+    if cfg.eval_dataset:
+        raise ConfigError("--eval_dataset: periodic evaluation inside PPO is not implemented yet; drop it and "
+                          "score the committed model afterwards (e.g. python -m alignment.cli.eval_tiny)")
     if cfg.load_checkpoint or cfg.save_steps > 0:
         raise ConfigError("--save_steps/--load_checkpoint: resumable PPO checkpoints are not implemented yet; "
                           "drop them (the final model is still committed)")
@@ -29,7 +33,7 @@ def main(argv: list[str] | None = None) -> dict:
     if cfg.vllm_num_engines:
         raise ConfigError("--vllm_num_engines: vLLM engines run with alignment.cli.train_ppo_ray; "
                           "train_ppo generates with HF (drop the flag)")
-    refuse_resume(cfg)
+    refuse_unbuilt(cfg)
     import tempfile
 
     import torch.distributed as dist

@@ -7,7 +7,7 @@ the stage runner); run directly, it starts a local Ray instance. The loop is in
 from __future__ import annotations
 
 from alignment.cli.common import run_main
-from alignment.cli.train_ppo import refuse_resume
+from alignment.cli.train_ppo import refuse_unbuilt
 from alignment.config import ConfigError, PPOConfig, parse_args
 
 
@@ -16,7 +16,7 @@ def main(argv: list[str] | None = None) -> dict:
     if cfg.vllm_num_engines:
         raise ConfigError("--vllm_num_engines: vLLM rollout engines are not implemented yet; use 0 (the HF engine "
                           "inside each actor rank)")
-    refuse_resume(cfg)
+    refuse_unbuilt(cfg)
     from alignment.ppo.ray_driver import run
     return run(cfg)
 

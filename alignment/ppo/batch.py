@@ -25,6 +25,10 @@ class SequenceBatch:
         return SequenceBatch(self.sequences.to(device), self.attention_mask.to(device), self.action_mask.to(device),
                              self.prompt_index)
 
+    def rows(self, start: int, end: int) -> "SequenceBatch":
+        return SequenceBatch(self.sequences[start:end], self.attention_mask[start:end], self.action_mask[start:end],
+                             self.prompt_index[start:end])
+
     @property
     def response_lengths(self) -> torch.Tensor:
         return self.action_mask.sum(-1)

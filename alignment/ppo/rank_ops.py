@@ -18,8 +18,7 @@ from alignment.ppo.experience import Experience
 
 def micro_slices(batch: SequenceBatch, size: int) -> Iterator[SequenceBatch]:
     for s in range(0, len(batch.prompt_index), size):
-        yield SequenceBatch(batch.sequences[s:s + size], batch.attention_mask[s:s + size],
-                            batch.action_mask[s:s + size], batch.prompt_index[s:s + size])
+        yield batch.rows(s, s + size)
 
 
 def model_device(model: torch.nn.Module) -> torch.device:

@@ -21,7 +21,7 @@ from alignment.distributed import placement
 from alignment.losses.kl import KLController
 from alignment.ppo.batch import SequenceBatch, rollout_to_batch
 from alignment.ppo.experience import assemble, experience_metrics
-from alignment.ppo.trainer import check_sizes, iterations_per_episode, prompt_order, sampling_params
+from alignment.ppo.trainer import check_sizes, iterations_per_episode, prompt_order, reward_inputs, sampling_params
 from alignment.rollout.types import Rollout
 
 log = logging.getLogger("alignment.train_ppo_ray")
@@ -36,11 +36,6 @@ def split(n: int, parts: int) -> list[tuple[int, int]]:
         out.append((start, end))
         start = end
     return out
-
-
-def rows(batch: SequenceBatch, start: int, end: int) -> SequenceBatch:
-    return SequenceBatch(batch.sequences[start:end], batch.attention_mask[start:end],
-                         batch.action_mask[start:end], batch.prompt_index[start:end])
 
 
 class ModelGroup:
@@ -66,7 +61,7 @@ class ModelGroup:
 
     def map_rows(self, method: str, batch: SequenceBatch) -> list:
         """Futures of `method` on contiguous row shards of the batch, one per rank."""
-        return [getattr(w, method).remote(rows(batch, s, e))
+        return [getattr(w, method).remote(batch.rows(s, e))
                 for w, (s, e) in zip(self.workers, split(len(batch.prompt_index), len(self.workers)))]
 
     def call(self, method: str, *args: Any) -> list:
@@ -131,10 +126,7 @@ class RayPPO:
 
     def scores(self, rollout: Rollout, prompts: list) -> torch.Tensor:
         import ray
-        src = [prompts[i] for i in rollout.prompt_index]
-        responses = self.tokenizer.batch_decode(rollout.response_ids, skip_special_tokens=False)
-        queries = [p.text + r for p, r in zip(src, responses)]   # as trainer.score_rollout: prompt text + response
-        texts, labels = [p.text for p in src], [p.label for p in src]
+        queries, texts, labels = reward_inputs(self.tokenizer, rollout, prompts)
         if self.function_reward is not None:
             scores = self.function_reward(queries, texts, labels)
         else:

@@ -60,14 +60,19 @@ def sampling_params(cfg: Any, iteration: int, shard: int = 0, shards: int = 1) -
                           seed=cfg.seed * 100_003 + iteration * shards + shard)
 
 
-def score_rollout(reward: Callable, tokenizer: Any, rollout: Rollout, prompts: list[PromptSample],
-                  clip: list[float]) -> torch.Tensor:
-    """Scores [B], clipped. The query is the prompt text as rendered + the response as generated
-    (eos kept), never a re-decode of the prompt ids, so reward functions can split the two exactly."""
+def reward_inputs(tokenizer: Any, rollout: Rollout, prompts: list[PromptSample]) -> tuple[list, list, list]:
+    """(queries, prompts, labels) for a reward source. The query is the prompt text as rendered +
+    the response as generated (eos kept), never a re-decode of the prompt ids, so reward
+    functions can split the two exactly."""
     src = [prompts[i] for i in rollout.prompt_index]
     responses = tokenizer.batch_decode(rollout.response_ids, skip_special_tokens=False)
-    queries = [p.text + r for p, r in zip(src, responses)]
-    return reward(queries, [p.text for p in src], [p.label for p in src]).float().clamp(*clip)
+    return [p.text + r for p, r in zip(src, responses)], [p.text for p in src], [p.label for p in src]
+
+
+def score_rollout(reward: Callable, tokenizer: Any, rollout: Rollout, prompts: list[PromptSample],
+                  clip: list[float]) -> torch.Tensor:
+    """Scores [B], clipped."""
+    return reward(*reward_inputs(tokenizer, rollout, prompts)).float().clamp(*clip)
 
 
 class PPOTrainer:
