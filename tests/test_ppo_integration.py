@@ -31,7 +31,11 @@ def test_group_estimator_with_reward_func_commits_a_loadable_policy(tiny_sft, tm
     AutoModelForCausalLM.from_pretrained(out)
 
 
-def test_gae_with_a_trained_reward_model(tiny_sft, tmp_path):
+def test_gae_with_a_trained_reward_model_and_resume(tiny_sft, tmp_path):
+    """gae (actor + critic + RM), then the same run killed after iteration 2's checkpoint and
+    resumed with --load_checkpoint: the resumed run redoes only iteration 3 and ends with the
+    uninterrupted run's weights (every random choice is seeded from the iteration number)."""
+    from safetensors.torch import load_file
     rm = tmp_path / "rm"
     run_module("alignment.cli.train_rm", ["--pretrain", str(tiny_sft), "--save_path", str(rm), "--dataset",
                                           f"json@{tiny_dir() / 'preference'}", "--prompt_key", "prompt",
@@ -39,12 +43,25 @@ def test_gae_with_a_trained_reward_model(tiny_sft, tmp_path):
                                           "--micro_train_batch_size", "16", "--max_steps", "10",
                                           "--learning_rate", "3e-4"])
     out = tmp_path / "ppo"
-    run_module("alignment.cli.train_ppo", ["--pretrain", str(tiny_sft), "--reward_pretrain", str(rm),
-                                           "--normalize_reward", "--save_path", str(out), *PROMPTS, *SMALL,
-                                           "--n_samples_per_prompt", "2", "--critic_learning_rate", "1e-4"])
+    args = ["--pretrain", str(tiny_sft), "--reward_pretrain", str(rm), "--normalize_reward", *PROMPTS, *SMALL,
+            "--n_samples_per_prompt", "2", "--critic_learning_rate", "1e-4"]
+    run_module("alignment.cli.train_ppo", [*args, "--save_path", str(out)])
     rows = metric_rows(out)
     assert len(rows) == 3 and all("train/value_loss" in r and "train/kl" in r for r in rows)
     assert json.loads((out / "MANIFEST.json").read_text())
+
+    part, ckpt = tmp_path / "ppo_resumed", tmp_path / "ckpt"
+    resumable = [*args, "--save_path", str(part), "--save_steps", "1", "--ckpt_path", str(ckpt), "--max_ckpt_num", "2"]
+    crashed = run_module("alignment.cli.train_ppo", resumable, env={"ALIGNFLOW_FAIL_AT_STEP": "2"}, check=False)
+    assert crashed.returncode != 0 and "simulated failure after step 2" in crashed.stderr
+    assert (ckpt / "latest").read_text().strip().endswith("global_step2") and not (part / "MANIFEST.json").exists()
+    assert {"MANIFEST.json", "actor", "critic", "ppo_state.json"} <= {p.name for p in (ckpt / "global_step2").iterdir()}
+    resumed = run_module("alignment.cli.train_ppo", [*resumable, "--load_checkpoint"])
+    assert "ran iterations 3..3 of 3" in resumed.stderr, resumed.stderr[-2000:]
+    assert [r["step"] for r in metric_rows(part)] == [1, 2, 3]
+    assert sorted(p.name for p in ckpt.glob("global_step*")) == ["global_step2", "global_step3"]   # --max_ckpt_num 2
+    a, b = load_file(out / "model.safetensors"), load_file(part / "model.safetensors")
+    assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-6
 
 
 @pytest.mark.parametrize("args, needle", [

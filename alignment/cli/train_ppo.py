@@ -1,8 +1,9 @@
 """python -m alignment.cli.train_ppo (or `deepspeed --module alignment.cli.train_ppo`): the PPO
 family with every model in this process group and HF generation — OpenRLHF's train_ppo.
 
-The loop is `alignment.ppo.trainer.PPOTrainer`, the same one the Ray actors will run.
-Not yet supported here: resumable PPO checkpoints (--save_steps/--load_checkpoint), vLLM engines.
+One iteration is `alignment.ppo.trainer.PPOTrainer.step`; the loop (logging, --save_steps
+checkpoints, --load_checkpoint) is `alignment.ppo.loop`, shared with train_ppo_ray.
+vLLM engines run with train_ppo_ray only.
 """
 from __future__ import annotations
 
@@ -23,9 +24,31 @@ def refuse_unbuilt(cfg: PPOConfig) -> None:
     if cfg.eval_dataset:
         raise ConfigError("--eval_dataset: periodic evaluation inside PPO is not implemented yet; drop it and "
                           "score the committed model afterwards (e.g. python -m alignment.cli.eval_tiny)")
-    if cfg.load_checkpoint or cfg.save_steps > 0:
-        raise ConfigError("--save_steps/--load_checkpoint: resumable PPO checkpoints are not implemented yet; "
-                          "drop them (the final model is still committed)")
+
+
+def barrier() -> None:
+    import torch.distributed as dist
+    if dist.is_initialized():
+        dist.barrier()
+
+
+def resume(cfg: PPOConfig, rt, engines: dict):
+    """--load_checkpoint: the newest committed PPO state (engines loaded), or None to start fresh."""
+    if not cfg.load_checkpoint:
+        return None
+    from alignment import storage
+    from alignment.ppo import checkpoint as ppo_checkpoint
+    if rt.is_main:
+        ppo_checkpoint.fetch_latest(cfg.ckpt_path)     # stages remote files locally
+    barrier()
+    latest = storage.get_latest(cfg.ckpt_path)
+    if latest is None:
+        log.info("--load_checkpoint: no committed PPO checkpoint under %s; starting from iteration 0", cfg.ckpt_path)
+        return None
+    state = ppo_checkpoint.read_staged(cfg.ckpt_path, latest.rstrip("/").rsplit("/", 1)[-1])
+    for role, engine in engines.items():
+        ppo_checkpoint.load_engine(engine, cfg.ckpt_path, state.iteration, role)
+    return state
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -36,14 +59,14 @@ def main(argv: list[str] | None = None) -> dict:
     refuse_unbuilt(cfg)
     import tempfile
 
-    import torch.distributed as dist
-
     from alignment import storage
     from alignment.datasets.prompts import load_prompts
     from alignment.distributed.runtime import init_runtime
     from alignment.models.builder import load_actor, load_value_model, prepare
     from alignment.models.loading import load_causal_lm, resolve_model_path
     from alignment.models.saving import full_state_dict, save_hf_model
+    from alignment.ppo import checkpoint as ppo_checkpoint
+    from alignment.ppo.loop import run_iterations
     from alignment.ppo.trainer import PPOTrainer, check_sizes
     from alignment.rewards.scorer import make_reward
     from alignment.trainers.engine import build_engine
@@ -77,12 +100,19 @@ def main(argv: list[str] | None = None) -> dict:
     run_dir = Path(cfg.save_path.removeprefix("file://")) if local else Path(tempfile.mkdtemp(prefix="alignflow-save-"))
     if rt.is_main:
         storage.remove(f"{cfg.save_path.rstrip('/')}/{storage.MANIFEST}")
+    engines = {"actor": actor, **({"critic": critic} if critic is not None else {})}
+    start = resume(cfg, rt, engines)
     logger = MetricsLogger(cfg, run_dir, rt.is_main, trainer.total_iterations, "ppo")
-    for it in range(trainer.total_iterations):
-        metrics = trainer.step(it)
-        logger.advance()
-        if (it + 1) % cfg.logging_steps == 0 or it + 1 == trainer.total_iterations:
-            logger.log(it + 1, {f"train/{k}": v for k, v in metrics.items()})
+
+    def save(state: ppo_checkpoint.PPOState) -> None:
+        for role, engine in engines.items():
+            ppo_checkpoint.save_engine(engine, cfg.ckpt_path, state.iteration, role)
+        barrier()
+        if rt.is_main:
+            ppo_checkpoint.commit(cfg.ckpt_path, state, cfg.max_ckpt_num, {"config": public_dict(cfg)})
+        barrier()
+
+    run_iterations(cfg, trainer.total_iterations, trainer.step, trainer.kl_ctl, logger, save, start)
     state = full_state_dict(actor)
     if rt.is_main:
         save_hf_model(actor.module, state, setup.tokenizer, run_dir)
@@ -92,8 +122,7 @@ def main(argv: list[str] | None = None) -> dict:
         if not local:
             shutil.rmtree(run_dir, ignore_errors=True)
         log.info("model committed: %s", cfg.save_path)
-    if dist.is_initialized():
-        dist.barrier()
+    barrier()
     logger.close()
     return logger.history[-1] if logger.history else {}
 

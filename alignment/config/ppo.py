@@ -80,9 +80,11 @@ class RolloutConfig:
     vllm_num_engines: int = opt(0, "vLLM rollout engines (0: the batched HF engine inside the actor)")
     vllm_tensor_parallel_size: int = opt(1, "Tensor-parallel size of each vLLM engine")
     vllm_gpu_memory_utilization: float = opt(0.9, "Fraction of GPU memory vLLM may take")
-    vllm_sync_backend: str = opt("nccl", "Weight sync to engines (CPU clusters always go through Ray's object store)",
+    vllm_sync_backend: str = opt("nccl", "Weight sync to the engines; today always chunks through Ray's object store "
+                                         "(the NCCL broadcast is not built yet)",
                                  choices=("nccl", "gloo"))
     enable_prefix_caching: bool = opt(False, "vLLM prefix caching")
+    vllm_sync_chunk_mb: int = opt(64, "Most megabytes per chunk when the actor's weights are sent to the vLLM engines")
 
     def check_rollout(self) -> None:
         require(bool(self.prompt_data), "--prompt_data is required: pass a .jsonl file, json@DIR or a hub name")
@@ -95,6 +97,7 @@ class RolloutConfig:
         require(self.rollout_batch_size > 0 and self.micro_rollout_batch_size > 0,
                 "--rollout_batch_size and --micro_rollout_batch_size must be > 0")
         require(self.vllm_num_engines >= 0, f"--vllm_num_engines {self.vllm_num_engines}: must be >= 0")
+        require(self.vllm_sync_chunk_mb > 0, f"--vllm_sync_chunk_mb {self.vllm_sync_chunk_mb}: must be > 0")
         require(0 < self.vllm_gpu_memory_utilization <= 1,
                 f"--vllm_gpu_memory_utilization {self.vllm_gpu_memory_utilization}: must be in (0, 1]")
 

@@ -17,7 +17,7 @@ from alignment.config.base import ConfigError
 
 @dataclass(frozen=True)
 class GroupPlan:
-    role: str          # actor | critic | ref | reward
+    role: str          # actor | critic | ref | reward | vllm (the rollout engines, one rank each)
     nodes: int
     per_node: int
     bundle_set: str    # roles with the same bundle_set share one placement group
@@ -41,8 +41,13 @@ def roles(cfg: Any) -> list[str]:
 
 
 def plan(cfg: Any) -> list[GroupPlan]:
+    """Model groups, then the vLLM engines (--vllm_num_engines, one bundle each, on their own
+    bundles unless --colocate_all_models)."""
     cfg.check_placement()
-    present = roles(cfg)
+    present = roles(cfg) + (["vllm"] if cfg.vllm_num_engines > 0 else [])
+    shape = {r: (getattr(cfg, f"{r}_num_nodes"), getattr(cfg, f"{r}_num_gpus_per_node")) for r in present if r != "vllm"}
+    if "vllm" in present:
+        shape["vllm"] = (1, cfg.vllm_num_engines)
     if cfg.colocate_all_models:
         sets = {r: "all" for r in present}
     else:
@@ -52,8 +57,7 @@ def plan(cfg: Any) -> list[GroupPlan]:
         if cfg.colocate_critic_reward and "critic" in present and "reward" in present:
             sets["reward"] = "critic"
     members = {s: [r for r in present if sets[r] == s] for s in set(sets.values())}
-    return [GroupPlan(r, getattr(cfg, f"{r}_num_nodes"), getattr(cfg, f"{r}_num_gpus_per_node"), sets[r],
-                      1.0 / len(members[sets[r]])) for r in present]
+    return [GroupPlan(r, *shape[r], sets[r], 1.0 / len(members[sets[r]])) for r in present]
 
 
 def bundles_needed(groups: list[GroupPlan]) -> dict[str, int]:
@@ -76,9 +80,19 @@ def check_resources(groups: list[GroupPlan], available: float, kind: str) -> Non
                           f"--colocate_all_models), use fewer ranks, or add nodes")
 
 
+def split_cores(cores: int, engines: int) -> tuple[list[int], list[int]]:
+    """(the core each vLLM engine binds, the cores the trainers may use) on a CPU node. vLLM-CPU
+    pins its worker threads itself and ignores Ray's CPU accounting, so engines and trainers get
+    disjoint cores or both run 2-4x slower (STACK.md); with no core left, trainers share them all."""
+    engine_cores = [k % cores for k in range(engines)]
+    rest = [c for c in range(cores) if c not in engine_cores]
+    return engine_cores, rest or list(range(cores))
+
+
 def threads_per_rank(groups: list[GroupPlan], cores: int, num_threads: int = 0) -> int:
     """Ranks of one group compute at the same time; groups take turns under the single controller.
     So a rank may use the cores divided among the largest group's ranks per node."""
     if num_threads:
         return num_threads
-    return max(1, cores // max(g.per_node for g in groups))
+    trainers = [g for g in groups if g.role != "vllm"]
+    return max(1, cores // max(g.per_node for g in trainers))

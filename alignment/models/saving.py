@@ -23,6 +23,15 @@ def full_state_dict(engine: Any) -> dict[str, torch.Tensor] | None:
     return state if rank == 0 else None
 
 
+def policy_weights(engine: Any) -> dict[str, torch.Tensor] | None:
+    """The weights a rollout engine needs, under their HF names: LoRA adapters merged into the
+    base (so engines that know nothing of LoRA, like vLLM, can take them). Collective; rank 0 only."""
+    state = full_state_dict(engine)
+    if state is None or not is_lora(engine.module):
+        return state
+    return merged_copy(engine.module, state).state_dict()
+
+
 def save_hf_model(module: torch.nn.Module, state: dict[str, torch.Tensor], tokenizer: Any,
                   out_dir: str | Path, extra_config: dict[str, Any] | None = None,
                   rename: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]] | None = None) -> Path:

@@ -3,12 +3,15 @@ Ray job — places the model groups, then for each iteration: generate (actor ra
 make experience (actor/ref log-probs, critic values, rewards from the RM group or the driver's
 reward function) → advantages (here) → train critic and actor (their groups, concurrently) → log.
 
-Tensors move between groups through Ray's object store; with the HF engine inside the actor,
-weight sync is a no-op by construction (the engine generates with the weights it trains).
+Tensors move between groups through Ray's object store. With the HF engine inside the actor,
+weight sync is a no-op by construction (the engine generates with the weights it trains); with
+vLLM engines (--vllm_num_engines), the actor's weights go to them after every actor update in
+bounded chunks through the object store (`sync_engines`).
 """
 from __future__ import annotations
 
 import logging
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -19,6 +22,7 @@ import torch
 from alignment.config.base import public_dict
 from alignment.distributed import placement
 from alignment.losses.kl import KLController
+from alignment.models.loading import resolve_model_path
 from alignment.ppo.batch import SequenceBatch, rollout_to_batch
 from alignment.ppo.experience import assemble, experience_metrics
 from alignment.ppo.trainer import check_sizes, iterations_per_episode, prompt_order, reward_inputs, sampling_params
@@ -53,10 +57,11 @@ class ModelGroup:
                            scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i))
             .remote() for i in range(plan.world_size)]
 
-    def init(self, cfg: Any, threads: int, total_steps: int) -> list:
+    def init(self, cfg: Any, threads: int, total_steps: int, cores: list[int] | None) -> list:
         import ray
         master = ray.get(self.workers[0].address.remote())
-        return [w.init.remote(self.plan.role, cfg, r, len(self.workers), self.plan.per_node, master, threads, total_steps)
+        return [w.init.remote(self.plan.role, cfg, r, len(self.workers), self.plan.per_node, master, threads, total_steps,
+                              cores)
                 for r, w in enumerate(self.workers)]
 
     def map_rows(self, method: str, batch: SequenceBatch) -> list:
@@ -97,13 +102,48 @@ class RayPPO:
                                f"{placement.bundles_needed(self.plans)}; cluster: {resources})")
         cores = int(resources.get("CPU", 1) / max(1, len(ray.nodes())))
         threads = placement.threads_per_rank(self.plans, cores, self.cfg.num_threads)
-        groups = {p.role: ModelGroup(p, pgs[p.bundle_set], self.gpu) for p in self.plans}
+        engine_cores, trainer_cores = placement.split_cores(cores, self.cfg.vllm_num_engines)
+        trainer_cores = trainer_cores if self.cfg.vllm_num_engines and not self.gpu else None
+        self.engines = [self._start_engine(pgs, k, engine_cores[k]) for k in range(self.cfg.vllm_num_engines)]
+        if self.engines and self.gpu and self.cfg.vllm_sync_backend == "nccl":
+            log.warning("--vllm_sync_backend nccl: weights go to the vLLM engines in chunks through Ray's object "
+                        "store; the NCCL broadcast is not built yet")
+        groups = {p.role: ModelGroup(p, pgs[p.bundle_set], self.gpu) for p in self.plans if p.role != "vllm"}
         total = self.total_iterations * self.steps_per_iteration
-        ray.get([f for g in groups.values() for f in g.init(self.cfg, threads, total)])
+        ray.get([f for g in groups.values() for f in g.init(self.cfg, threads, total, trainer_cores)]
+                + [e.ready.remote() for e in self.engines])
         log.info("placed %s; %d threads per rank", ", ".join(f"{p.role} {p.nodes}x{p.per_node}"
                                                              + (f" on {p.bundle_set}'s bundles" if p.bundle_set != p.role else "")
                                                              for p in self.plans), threads)
         return groups
+
+    def _start_engine(self, pgs: dict, k: int, core: int) -> Any:
+        """vLLM engine k (a Ray actor holding an in-process LLM) on bundle k of the engines' set."""
+        import ray
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        from alignment.ppo.workers import vllm_engine_actor
+        cfg, plan = self.cfg, next(p for p in self.plans if p.role == "vllm")
+        env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+        if not self.gpu:
+            env.update(VLLM_CPU_OMP_THREADS_BIND=str(core), VLLM_CPU_KVCACHE_SPACE=os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"))
+        actor = ray.remote(vllm_engine_actor()).options(
+            num_cpus=plan.share, num_gpus=plan.share if self.gpu else 0, runtime_env={"env_vars": env},
+            scheduling_strategy=PlacementGroupSchedulingStrategy(pgs[plan.bundle_set], placement_group_bundle_index=k))
+        return actor.remote(resolve_model_path(cfg.pretrain), cfg.prompt_max_len + cfg.generate_max_len, cfg.seed + k,
+                            not self.gpu, cfg.vllm_gpu_memory_utilization, cfg.enable_prefix_caching,
+                            "bfloat16" if cfg.bf16 else "auto")
+
+    def sync_engines(self) -> float:
+        """Push the actor's new weights to every vLLM engine in bounded chunks; seconds taken."""
+        import ray
+        if not self.engines:
+            return 0.0
+        t0 = time.time()
+        refs = [r for part in ray.get(self.groups["actor"].call("weight_chunks", self.cfg.vllm_sync_chunk_mb << 20))
+                for r in part]
+        ray.get([e.load_weight_refs.remote(refs) for e in self.engines])
+        return time.time() - t0
 
     # --- one iteration -------------------------------------------------------------------
     def prompt_batch(self, iteration: int) -> list:
@@ -113,12 +153,13 @@ class RayPPO:
         return [self.prompts[i] for i in order[start:start + self.cfg.rollout_batch_size]]
 
     def generate(self, prompts: list, iteration: int) -> Rollout:
+        """On the vLLM engines when there are any, else on the actor ranks (HF engine)."""
         import ray
-        actor = self.groups["actor"]
-        shards = split(len(prompts), len(actor.workers))
-        parts = ray.get([w.generate.remote([p.ids for p in prompts[s:e]],
-                                           sampling_params(self.cfg, iteration, r, len(actor.workers)))
-                         for r, (w, (s, e)) in enumerate(zip(actor.workers, shards))])
+        generators = self.engines or self.groups["actor"].workers
+        shards = split(len(prompts), len(generators))
+        parts = ray.get([g.generate.remote([p.ids for p in prompts[s:e]],
+                                           sampling_params(self.cfg, iteration, r, len(generators)))
+                         for r, (g, (s, e)) in enumerate(zip(generators, shards))])
         rollout = Rollout()
         for part, (s, _) in zip(parts, shards):
             rollout.extend(part, index_offset=s)
@@ -164,10 +205,38 @@ class RayPPO:
         for futs in train.values():
             metrics.update(ray.get(futs)[0])     # already averaged across the group's ranks
         t_train = time.time()
+        t_sync = self.sync_engines() if "actor" in train else 0.0
         metrics.update(kl_coef=self.kl_ctl.value, time_generate=t_gen - t0, time_experience=t_exp - t_gen,
-                       time_train=t_train - t_exp, time_sync=0.0)
+                       time_train=t_train - t_exp, time_sync=t_sync)
         self.kl_ctl.update(metrics["kl"], len(exp))
         return metrics
+
+    # --- resumable state (alignment.ppo.checkpoint) ------------------------------------------
+    def _trained_groups(self) -> list[ModelGroup]:
+        return [self.groups[r] for r in ("actor", "critic") if r in self.groups]
+
+    def save(self, state: Any) -> None:
+        import ray
+
+        from alignment.ppo import checkpoint as ppo_checkpoint
+        ray.get([f for g in self._trained_groups() for f in g.call("save_checkpoint", self.cfg.ckpt_path, state.iteration)])
+        ppo_checkpoint.commit(self.cfg.ckpt_path, state, self.cfg.max_ckpt_num, {"config": public_dict(self.cfg)})
+
+    def resume(self) -> Any:
+        """--load_checkpoint: the newest committed state, loaded into the groups; None to start fresh."""
+        import ray
+
+        from alignment.ppo import checkpoint as ppo_checkpoint
+        if not self.cfg.load_checkpoint:
+            return None
+        state = ppo_checkpoint.fetch_latest(self.cfg.ckpt_path)
+        if state is None:
+            log.info("--load_checkpoint: no committed PPO checkpoint under %s; starting from iteration 0",
+                     self.cfg.ckpt_path)
+            return None
+        ray.get([f for g in self._trained_groups() for f in g.call("load_checkpoint", self.cfg.ckpt_path, state.iteration)])
+        self.sync_engines()          # the engines started from --pretrain
+        return state
 
     def commit(self, metrics_file: Path, final: dict[str, float]) -> None:
         import ray
@@ -184,7 +253,8 @@ def run(cfg: Any) -> dict[str, float]:
 
     from alignment import storage
     from alignment.datasets.prompts import load_prompts
-    from alignment.models.loading import load_tokenizer, resolve_model_path
+    from alignment.models.loading import load_tokenizer
+    from alignment.ppo.loop import run_iterations
     from alignment.rewards.scorer import FunctionReward
     from alignment.trainers.tracking import MetricsLogger
 
@@ -201,12 +271,9 @@ def run(cfg: Any) -> dict[str, float]:
              cfg.n_samples_per_prompt, ppo.steps_per_iteration)
     storage.remove(f"{cfg.save_path.rstrip('/')}/{storage.MANIFEST}")
     metrics_dir = Path(tempfile.mkdtemp(prefix="alignflow-ppo-metrics-"))
+    start = ppo.resume()
     logger = MetricsLogger(cfg, metrics_dir, True, ppo.total_iterations, "ppo")
-    for it in range(ppo.total_iterations):
-        metrics = ppo.step(it)
-        logger.advance()
-        if (it + 1) % cfg.logging_steps == 0 or it + 1 == ppo.total_iterations:
-            logger.log(it + 1, {f"train/{k}": v for k, v in metrics.items()})
+    run_iterations(cfg, ppo.total_iterations, ppo.step, ppo.kl_ctl, logger, ppo.save, start)
     logger.close()
     ppo.commit(logger.path, logger.history[-1] if logger.history else {})
     log.info("model committed: %s", cfg.save_path)

@@ -29,12 +29,15 @@ class ModelWorker:
             return ip, s.getsockname()[1]
 
     def init(self, role: str, cfg: Any, rank: int, world_size: int, ranks_per_node: int, master: tuple[str, int],
-             threads: int, total_steps: int) -> None:
+             threads: int, total_steps: int, cores: list[int] | None = None) -> None:
         from alignment.cli.common import setup_logging
         os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK="0",
                           LOCAL_WORLD_SIZE=str(ranks_per_node), MASTER_ADDR=master[0], MASTER_PORT=str(master[1]),
                           OMP_WAIT_POLICY="PASSIVE")   # idle ranks of other groups must not spin on the cores
         setup_logging()
+        if cores:   # keep off the cores vLLM engines bound (placement.split_cores)
+            os.sched_setaffinity(0, set(cores))
+            threads = min(threads, len(cores))
         from alignment.distributed.runtime import init_runtime
         from alignment.models.builder import load_actor, load_value_model, prepare
         from alignment.models.loading import load_causal_lm, resolve_model_path
@@ -96,6 +99,24 @@ class ModelWorker:
             stats = rank_ops.train_actor(self.engine, exp, self.cfg, kl_coef, seed)
         return mean_across_ranks(stats)
 
+    def weight_chunks(self, max_bytes: int) -> list:
+        """The policy's weights as object-store chunks (refs) for the rollout engines; every rank
+        calls (ZeRO-3 gathers collectively), rank 0 returns the refs."""
+        import ray
+
+        from alignment.models.saving import policy_weights
+        from alignment.rollout.weight_sync import chunks
+        state = policy_weights(self.engine)
+        return [] if state is None else [ray.put(part) for part in chunks(state, max_bytes)]
+
+    def save_checkpoint(self, ckpt_uri: str, iteration: int) -> None:
+        from alignment.ppo import checkpoint as ppo_checkpoint
+        ppo_checkpoint.save_engine(self.engine, ckpt_uri, iteration, self.role)
+
+    def load_checkpoint(self, ckpt_uri: str, iteration: int) -> None:
+        from alignment.ppo import checkpoint as ppo_checkpoint
+        ppo_checkpoint.load_engine(self.engine, ckpt_uri, iteration, self.role)
+
     def commit(self, save_path: str, metadata: dict[str, Any], files: dict[str, bytes]) -> None:
         """Save the model in HF format, with the driver's `files` (metrics), and commit it to the
         store: rank 0 writes, every rank calls (gathering ZeRO-3 shards is collective)."""
@@ -114,3 +135,15 @@ class ModelWorker:
             if not local:
                 shutil.rmtree(run_dir, ignore_errors=True)
         dist.barrier()
+
+
+def vllm_engine_actor() -> type:
+    """The vLLM engine as a Ray actor class (built lazily: importing this module needs no vLLM)."""
+    from alignment.rollout.vllm_engine import VLLMEngine
+
+    class VLLMEngineActor(VLLMEngine):
+        def load_weight_refs(self, refs: list) -> int:
+            import ray
+            return self.load_weight_chunks(ray.get(ref) for ref in refs)   # one chunk fetched at a time
+
+    return VLLMEngineActor

@@ -60,7 +60,7 @@ class HFEngine:
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> int:
         """Copy weights in (a chunk at a time); returns how many tensors were loaded."""
-        params = dict(self.model.named_parameters())
+        params = self.model.state_dict(keep_vars=True)   # tied weights (lm_head = embed) appear under both names
         n = 0
         with torch.no_grad():
             for name, tensor in named_tensors:

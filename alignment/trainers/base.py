@@ -58,7 +58,7 @@ def sum_across_ranks(values: torch.Tensor) -> torch.Tensor:
     return values
 
 
-def _maybe_inject_failure(step: int) -> None:
+def maybe_inject_failure(step: int) -> None:
     """ALIGNFLOW_FAIL_AT_STEP=N crashes the run after step N (and its checkpoint): how the
     tests and the resume docs exercise "a failed stage resumes from its last checkpoint"."""
     fail_at = int(os.environ.get("ALIGNFLOW_FAIL_AT_STEP", "0"))
@@ -134,7 +134,7 @@ class Trainer:
                 logger.advance()
                 self._after_step(state, logger, step_metrics)
                 step_metrics = []
-                _maybe_inject_failure(state.global_step)
+                maybe_inject_failure(state.global_step)
                 if state.global_step >= self.total_steps:
                     done = True
                     break
