@@ -27,7 +27,7 @@ async def sft_flow(run_name: str = "tiny", store: str = "runs/store", ray_addres
     # Everything that can be wrong with the parameters fails here, before a cluster starts.
     store = check_store_reachable(check_store(store))
     overrides = dict(sft or {})
-    needs_base = not overrides.get("pretrain") and not _config_has_pretrain(sft_config_file)
+    needs_base = not overrides.get("pretrain") and not config_has_pretrain(sft_config_file)
     build_config("sft", sft_config_file, {**overrides, **({"pretrain": "<tiny_base output>"} if needs_base else {})})
     with ray_cluster(ray_address) as address:
         inputs = {}
@@ -42,7 +42,7 @@ async def sft_flow(run_name: str = "tiny", store: str = "runs/store", ray_addres
             "stage_wall_s": round(result.wall_s, 2)}
 
 
-def _config_has_pretrain(path: str | None) -> bool:
+def config_has_pretrain(path: str | None) -> bool:
     from alignment.config import SFTConfig, load_yaml
 
     return bool(path and load_yaml(SFTConfig, path).get("pretrain"))  # a missing file is a ConfigError

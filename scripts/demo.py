@@ -1,15 +1,17 @@
-"""The demo: SFT of a random-init tiny Llama on the arithmetic task, on this machine's CPU.
+"""The demo: the whole sft-rm-ppo pipeline on the embedded default, on this machine's CPU.
 
-Runs the real CLI (`python -m alignment.cli.train_sft`, DeepSpeed ZeRO-2) and then prints what
-the model learned: the loss curve and held-out greedy accuracy before and after.
-(The pipelines issue grows this into the full sft -> rm -> ppo Prefect flow.)
+A Prefect flow (ephemeral API, no server to start) runs each stage as a Ray job on a local
+Ray head: a seeded random-init tiny Llama → SFT on the arithmetic task → reward model →
+PPO-family with that reward model, checkpoints committed to a local store (runs/demo/store).
+Then it prints a short report: per stage the wall time, the committed model and its key
+metric, the reward curve of the RL stage, and held-out greedy accuracy after SFT and after RL.
+Run it again and every committed stage is skipped (delete runs/demo to start over).
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import os
-import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -18,8 +20,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
+os.environ.setdefault("PREFECT_HOME", str(REPO / "runs" / "demo" / "prefect"))  # keeps ~/.prefect untouched
 
-from alignment.tiny_world.recipes import sft_flags  # noqa: E402
 
 def sparkline(values: list[float], width: int = 60) -> str:
     bars = "▁▂▃▄▅▆▇█"
@@ -29,32 +33,52 @@ def sparkline(values: list[float], width: int = 60) -> str:
     return "".join(bars[int((v - lo) / (hi - lo + 1e-12) * (len(bars) - 1))] for v in picked)
 
 
+def mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs)
+
+
 def main() -> None:
-    from alignment.tiny_world.base_model import make_base
+    from alignflow.flows.sft_rm_ppo import sft_rm_ppo_flow
+    from alignflow.tasks.artifacts import read_metrics
+    from alignment.models.loading import resolve_model_path
     from alignment.tiny_world.evaluate import greedy_accuracy
 
-    out = REPO / "runs" / "demo"
-    shutil.rmtree(out, ignore_errors=True)
-    base = make_base(out / "base", seed=0)
-    before = greedy_accuracy(base)
-    print(f"[demo] random-init base: held-out accuracy {before.accuracy:.1%} on {before.n} questions", flush=True)
+    store = REPO / "runs" / "demo" / "store"
     t0 = time.time()
-    cmd = [sys.executable, "-m", "alignment.cli.train_sft", "--pretrain", str(base),
-           "--save_path", str(out / "sft"), "--ckpt_path", str(out / "sft_ckpt"), *sft_flags()]
-    print("[demo] " + " ".join(cmd[1:]), flush=True)
-    subprocess.run(cmd, check=True, cwd=REPO)
-    minutes = (time.time() - t0) / 60
-    after = greedy_accuracy(out / "sft")
-    losses = [r["train/loss"] for r in map(json.loads, (out / "sft" / "metrics.jsonl").read_text().splitlines())
-              if "train/loss" in r]
-    print("\n=== alignflow demo: SFT on the arithmetic task ===")
-    print(f"training time     {minutes:.1f} min on {os.cpu_count()} CPU cores")
-    print(f"train loss        {losses[0]:.3f} -> {losses[-1]:.3f}   {sparkline(losses)}")
-    print(f"held-out accuracy {before.accuracy:.1%} (random init) -> {after.accuracy:.1%} (SFT), {after.n} questions")
-    for q, resp, label in after.examples:
+    result = asyncio.run(sft_rm_ppo_flow(run_name="demo", store=str(store)))
+    total = time.time() - t0
+
+    print("\n=== alignflow demo: sft -> rm -> ppo on the arithmetic task (embedded Prefect + local Ray) ===")
+    print(f"{'stage':10s} {'wall':>8s}  key metric                          model")
+    key = {"tiny_base": lambda m: "random init",
+           "sft": lambda m: f"eval loss {m.get('eval/loss', float('nan')):.3f}",
+           "rm": lambda m: f"held-out pair accuracy {m.get('eval/acc', float('nan')):.1%}",
+           "ppo": lambda m: f"sampled reward {m.get('train/reward', float('nan')):.3f} (last iteration)"}
+    for name, r in result.items():
+        state = "skipped" if r["skipped"] else f"{r['stage_wall_s']:.0f} s"
+        print(f"{name:10s} {state:>8s}  {key[name](r['metrics']):35s} {r['model_uri']}")
+    stages_s = sum(r["stage_wall_s"] for r in result.values())
+    print(f"total      {total:6.0f} s  (stages {stages_s:.0f} s; Prefect + Ray start-up and the rest {total - stages_s:.0f} s)")
+
+    rows = [r for r in read_metrics(result["ppo"]["model_uri"]) if "train/reward" in r]
+    rewards = [r["train/reward"] for r in rows]
+    k = max(1, len(rewards) // 4)
+    print(f"\nRL reward (RM score per sample, {len(rewards)} iterations): first quarter {mean(rewards[:k]):.3f} -> "
+          f"last quarter {mean(rewards[-k:]):.3f}   {sparkline(rewards)}")
+    print(f"KL to the SFT policy at the end: {rows[-1].get('train/kl', float('nan')):.3f}")
+    sft_acc = greedy_accuracy(resolve_model_path(result["sft"]["model_uri"]))
+    ppo_acc = greedy_accuracy(resolve_model_path(result["ppo"]["model_uri"]))
+    print(f"held-out greedy accuracy ({sft_acc.n} questions): after SFT {sft_acc.accuracy:.1%}, "
+          f"after RL {ppo_acc.accuracy:.1%}")
+    for q, resp, label in ppo_acc.examples:
         mark = "ok " if resp.split("=")[-1].strip() == label else "err"
         print(f"  [{mark}] {q:<22} -> {resp!r} (answer {label})")
-    print(f"model             {out / 'sft'} (HF format: AutoModelForCausalLM.from_pretrained works)")
+    print("curves: metrics.jsonl next to each model above, and as Prefect artifacts "
+          f"(PREFECT_HOME={os.environ['PREFECT_HOME']})")
+    (REPO / "runs" / "demo" / "report.json").write_text(json.dumps(
+        {"stages": result, "total_s": total, "rl_reward_first_quarter": mean(rewards[:k]),
+         "rl_reward_last_quarter": mean(rewards[-k:]), "sft_accuracy": sft_acc.accuracy,
+         "rl_accuracy": ppo_acc.accuracy}, indent=1))
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from alignment.config import ConfigError, DPOConfig, KTOConfig, RMConfig, SFTConfig, TinyBaseConfig
+from alignment.config import ConfigError, DPOConfig, KTOConfig, PPOConfig, RMConfig, SFTConfig, TinyBaseConfig
 from alignment.config.base import SECRET_FIELDS
 from alignment.config.cli import _coerce, load_yaml
 
@@ -29,6 +29,8 @@ STAGES: dict[str, StageKind] = {
     "rm": StageKind("alignment.cli.train_rm", RMConfig, resumable=True),
     "dpo": StageKind("alignment.cli.train_dpo", DPOConfig, resumable=True),
     "kto": StageKind("alignment.cli.train_kto", KTOConfig, resumable=True),
+    # the PPO family places its own model groups on the stage's Ray cluster (train_ppo_ray)
+    "ppo": StageKind("alignment.cli.train_ppo_ray", PPOConfig, resumable=True),
 }
 
 # Fields that don't change what a stage produces: left out of its identity hash, so e.g.
@@ -36,7 +38,8 @@ STAGES: dict[str, StageKind] = {
 NOT_IDENTITY = {"save_path", "ckpt_path", "load_checkpoint", "save_steps", "max_ckpt_num", "disable_ds_ckpt",
                 "local_rank", "num_threads", "logging_steps", "use_wandb", "wandb_org", "wandb_group",
                 "wandb_project", "wandb_run_name", "use_tensorboard"}
-PATH_FIELDS = ("pretrain", "ref_pretrain", "dataset", "eval_dataset")
+PATH_FIELDS = ("pretrain", "ref_pretrain", "dataset", "eval_dataset", "reward_pretrain", "critic_pretrain",
+               "prompt_data", "remote_rm_url")
 SUPPORTED_SCHEMES = ("file", "s3")
 WANDB_SWITCHES = ("offline", "true", "1", "env")
 

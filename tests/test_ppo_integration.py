@@ -1,5 +1,9 @@
 """PPO without Ray (`alignment.cli.train_ppo`) on the tiny world, through the real CLI and DeepSpeed.
-Mechanics only so far: that PPO raises held-out accuracy is not asserted yet (issue #5)."""
+
+What CI can afford to assert about learning: on a fixed set of 32 prompts, each estimator raises
+the reward of its own samples within 12 iterations. The held-out accuracy gains take ~600
+iterations (20 min per estimator on one core): measured in benchmarks/ppo_learning.py, figures
+in docs/ppo.md."""
 from __future__ import annotations
 
 import json
@@ -29,6 +33,20 @@ def test_group_estimator_with_reward_func_commits_a_loadable_policy(tiny_sft, tm
     assert "train/value_loss" not in rows[0]                 # critic-free
     assert (out / "MANIFEST.json").exists()
     AutoModelForCausalLM.from_pretrained(out)
+
+
+@pytest.mark.parametrize("estimator", ["gae", "reinforce", "rloo", "group_norm"])
+def test_each_estimator_raises_the_reward(tiny_sft, tmp_path, estimator):
+    out = tmp_path / estimator
+    run_module("alignment.cli.train_ppo", [
+        "--pretrain", str(tiny_sft), "--save_path", str(out), *PROMPTS, *RULE, "--advantage_estimator", estimator,
+        "--n_samples_per_prompt", "4", "--rollout_batch_size", "32", "--micro_rollout_batch_size", "64",
+        "--train_batch_size", "32", "--micro_train_batch_size", "16", "--max_samples", "32", "--num_episodes", "12",
+        "--actor_learning_rate", "1e-4", "--critic_learning_rate", "1e-4", "--init_kl_coef", "0"])
+    rewards = [r["train/reward"] for r in metric_rows(out)]
+    assert len(rewards) == 12
+    first, last = sum(rewards[:4]) / 4, sum(rewards[-4:]) / 4
+    assert last >= first + 0.03, rewards
 
 
 def test_gae_with_a_trained_reward_model_and_resume(tiny_sft, tmp_path):

