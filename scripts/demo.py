@@ -23,6 +23,7 @@ os.environ.setdefault("DS_ACCELERATOR", "cpu")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
 os.environ.setdefault("PREFECT_HOME", str(REPO / "runs" / "demo" / "prefect"))  # keeps ~/.prefect untouched
+Path(os.environ["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)   # before prefect is imported
 
 
 def sparkline(values: list[float], width: int = 60) -> str:
@@ -37,26 +38,21 @@ def mean(xs: list[float]) -> float:
     return sum(xs) / len(xs)
 
 
-def main() -> None:
-    from alignflow.flows.sft_rm_ppo import sft_rm_ppo_flow
+def report(result: dict, total: float, out: Path) -> dict:
+    """Print the demo's report for a finished sft-rm-ppo flow; write it as JSON to `out`."""
     from alignflow.tasks.artifacts import read_metrics
     from alignment.models.loading import resolve_model_path
     from alignment.tiny_world.evaluate import greedy_accuracy
 
-    store = REPO / "runs" / "demo" / "store"
-    t0 = time.time()
-    result = asyncio.run(sft_rm_ppo_flow(run_name="demo", store=str(store)))
-    total = time.time() - t0
-
     print("\n=== alignflow demo: sft -> rm -> ppo on the arithmetic task (embedded Prefect + local Ray) ===")
-    print(f"{'stage':10s} {'wall':>8s}  key metric                          model")
+    print(f"{'stage':10s} {'wall':>8s}  {'key metric':38s} model")
     key = {"tiny_base": lambda m: "random init",
-           "sft": lambda m: f"eval loss {m.get('eval/loss', float('nan')):.3f}",
+           "sft": lambda m: f"eval loss {m.get('eval/loss', m.get('train/loss', float('nan'))):.3f}",
            "rm": lambda m: f"held-out pair accuracy {m.get('eval/acc', float('nan')):.1%}",
            "ppo": lambda m: f"sampled reward {m.get('train/reward', float('nan')):.3f} (last iteration)"}
     for name, r in result.items():
         state = "skipped" if r["skipped"] else f"{r['stage_wall_s']:.0f} s"
-        print(f"{name:10s} {state:>8s}  {key[name](r['metrics']):35s} {r['model_uri']}")
+        print(f"{name:10s} {state:>8s}  {key[name](r['metrics']):38s} {r['model_uri']}")
     stages_s = sum(r["stage_wall_s"] for r in result.values())
     print(f"total      {total:6.0f} s  (stages {stages_s:.0f} s; Prefect + Ray start-up and the rest {total - stages_s:.0f} s)")
 
@@ -74,11 +70,20 @@ def main() -> None:
         mark = "ok " if resp.split("=")[-1].strip() == label else "err"
         print(f"  [{mark}] {q:<22} -> {resp!r} (answer {label})")
     print("curves: metrics.jsonl next to each model above, and as Prefect artifacts "
-          f"(PREFECT_HOME={os.environ['PREFECT_HOME']})")
-    (REPO / "runs" / "demo" / "report.json").write_text(json.dumps(
-        {"stages": result, "total_s": total, "rl_reward_first_quarter": mean(rewards[:k]),
-         "rl_reward_last_quarter": mean(rewards[-k:]), "sft_accuracy": sft_acc.accuracy,
-         "rl_accuracy": ppo_acc.accuracy}, indent=1))
+          f"(PREFECT_HOME={os.environ.get('PREFECT_HOME')})")
+    summary = {"stages": result, "total_s": total, "rl_reward_first_quarter": mean(rewards[:k]),
+               "rl_reward_last_quarter": mean(rewards[-k:]), "sft_accuracy": sft_acc.accuracy,
+               "rl_accuracy": ppo_acc.accuracy}
+    out.write_text(json.dumps(summary, indent=1))
+    return summary
+
+
+def main() -> None:
+    from alignflow.flows.sft_rm_ppo import sft_rm_ppo_flow
+
+    t0 = time.time()
+    result = asyncio.run(sft_rm_ppo_flow(run_name="demo", store=str(REPO / "runs" / "demo" / "store")))
+    report(result, time.time() - t0, REPO / "runs" / "demo" / "report.json")
 
 
 if __name__ == "__main__":

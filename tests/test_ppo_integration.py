@@ -22,29 +22,20 @@ SMALL = ["--rollout_batch_size", "16", "--micro_rollout_batch_size", "16", "--tr
 RULE = ["--remote_rm_url", "alignment/tiny_world/reward.py"]
 
 
-def test_group_estimator_with_reward_func_commits_a_loadable_policy(tiny_sft, tmp_path):
-    from transformers import AutoModelForCausalLM
-    out = tmp_path / "ppo"
-    run_module("alignment.cli.train_ppo", ["--pretrain", str(tiny_sft), "--save_path", str(out), *PROMPTS, *SMALL,
-                                           *RULE, "--advantage_estimator", "group_norm", "--n_samples_per_prompt", "2"])
-    rows = metric_rows(out)
-    assert [r["step"] for r in rows] == [1, 2, 3]          # 48 prompts / 16 per iteration
-    assert all(0.0 <= r["train/reward"] <= 1.0 and "train/policy_loss" in r for r in rows)
-    assert "train/value_loss" not in rows[0]                 # critic-free
-    assert (out / "MANIFEST.json").exists()
-    AutoModelForCausalLM.from_pretrained(out)
-
-
 @pytest.mark.parametrize("estimator", ["gae", "reinforce", "rloo", "group_norm"])
 def test_each_estimator_raises_the_reward(tiny_sft, tmp_path, estimator):
+    from transformers import AutoModelForCausalLM
     out = tmp_path / estimator
     run_module("alignment.cli.train_ppo", [
         "--pretrain", str(tiny_sft), "--save_path", str(out), *PROMPTS, *RULE, "--advantage_estimator", estimator,
         "--n_samples_per_prompt", "4", "--rollout_batch_size", "32", "--micro_rollout_batch_size", "64",
         "--train_batch_size", "32", "--micro_train_batch_size", "16", "--max_samples", "32", "--num_episodes", "12",
         "--actor_learning_rate", "1e-4", "--critic_learning_rate", "1e-4", "--init_kl_coef", "0"])
-    rewards = [r["train/reward"] for r in metric_rows(out)]
-    assert len(rewards) == 12
+    rows = metric_rows(out)
+    rewards = [r["train/reward"] for r in rows]
+    assert [r["step"] for r in rows] == list(range(1, 13)) and all(0 <= x <= 1 for x in rewards)
+    assert ("train/value_loss" in rows[0]) == (estimator == "gae")          # a critic for gae only
+    AutoModelForCausalLM.from_pretrained(out)                                # committed, plain HF
     first, last = sum(rewards[:4]) / 4, sum(rewards[-4:]) / 4
     assert last >= first + 0.03, rewards
 
