@@ -1,0 +1,125 @@
+"""python -m alignment.cli.batch_inference: generate best-of-n responses and/or score them with
+reward models or a reward function, optionally post-process (rs / iter_dpo / csft) — OpenRLHF's
+batch_inference, writing `output.jsonl` with a MANIFEST to a directory of the store.
+
+    --eval_task generate       sample --best_of_n responses per --dataset prompt (HF engine);
+                               scored too when a reward source is given
+    --eval_task generate_vllm  the same with a vLLM engine
+    --eval_task rm             score existing (--input_key, --output_key) rows
+
+Rows out: {"input", "output"[, "reward"]} per sample, or what the post-processor makes
+(`alignment.inference.postprocess`). Bad data and flags fail before any model loads.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import tempfile
+from pathlib import Path
+
+from alignment.cli.common import run_main
+from alignment.config import BatchInferenceConfig, parse_args
+from alignment.config.base import public_dict
+
+log = logging.getLogger("alignment.batch_inference")
+
+
+def load_rows(cfg: BatchInferenceConfig, tokenizer) -> list[tuple[str, list[int], object, str | None]]:
+    """(prompt text, prompt ids, label, response or None) per row; over-long prompts dropped and counted."""
+    from alignment.datasets.formatting import get_field, prompt_text, require_chat_template
+    from alignment.datasets.sources import DataError, blend
+    if cfg.apply_chat_template:
+        require_chat_template(tokenizer, "--pretrain")
+    rows = blend(cfg.dataset, cfg.dataset_probs, cfg.dataset_split, cfg.max_samples, cfg.seed)
+    out, dropped = [], 0
+    for i, row in enumerate(rows):
+        text = prompt_text(tokenizer, get_field(row, cfg.input_key, "--input_key", i, cfg.dataset),
+                           cfg.apply_chat_template, cfg.input_template)
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        if len(ids) > cfg.prompt_max_len:
+            dropped += 1
+            continue
+        label = get_field(row, cfg.label_key, "--label_key", i, cfg.dataset) if cfg.label_key else None
+        response = get_field(row, cfg.output_key, "--output_key", i, cfg.dataset) if cfg.eval_task == "rm" else None
+        out.append((text, ids, label, response))
+    if dropped:
+        log.warning("dropped %d of %d prompts longer than --prompt_max_len %d tokens", dropped, len(rows),
+                    cfg.prompt_max_len)
+    if not out:
+        raise DataError(f"{cfg.dataset}: no usable rows ({len(rows)} read, {dropped} over --prompt_max_len "
+                        f"{cfg.prompt_max_len}); check --dataset/--dataset_split or raise --prompt_max_len")
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict:
+    cfg = parse_args(BatchInferenceConfig, argv, prog="alignment.cli.batch_inference")
+    if cfg.eval_task == "generate_vllm":
+        from alignment.rollout.vllm_engine import vllm_missing_reason
+        reason = vllm_missing_reason()
+        if reason:
+            from alignment.config import ConfigError
+            raise ConfigError(reason.replace("--vllm_num_engines needs", "--eval_task generate_vllm needs")
+                              .replace("--vllm_num_engines 0 for the HF engine", "--eval_task generate"))
+    from alignment import storage
+    from alignment.inference.postprocess import POST_PROCESSORS, Scored
+    from alignment.models.builder import prepare
+    from alignment.models.loading import load_causal_lm
+    from alignment.rewards.scorer import make_reward
+    from alignment.rollout.types import SamplingParams
+    from alignment.distributed.runtime import init_runtime
+
+    rt = init_runtime(-1, cfg.num_threads)
+    setup = prepare(cfg, rt)
+    tok = setup.tokenizer
+    rows = load_rows(cfg, tok)
+    reward = (make_reward(cfg, tok, setup.precision.dtype, setup.attn, rt.device)
+              if cfg.reward_pretrain or cfg.remote_rm_url else None)
+
+    if cfg.eval_task == "rm":
+        samples = [(text, resp, label) for text, _, label, resp in rows]
+    else:
+        if cfg.eval_task == "generate_vllm":
+            from alignment.rollout.vllm_engine import VLLMEngine
+            engine = VLLMEngine(setup.path, cfg.prompt_max_len + cfg.max_new_tokens, cfg.seed, cpu=rt.device == "cpu")
+        else:
+            from alignment.rollout.hf_engine import HFEngine
+            model = load_causal_lm(setup.path, setup.precision.dtype, setup.attn).to(rt.torch_device)
+            engine = HFEngine(model, tok.eos_token_id, tok.pad_token_id, batch_size=cfg.micro_batch_size,
+                              device=rt.torch_device)
+        rollout = engine.generate([ids for _, ids, _, _ in rows],
+                                  SamplingParams(cfg.max_new_tokens, cfg.temperature, cfg.top_p, cfg.best_of_n, seed=cfg.seed))
+        responses = tok.batch_decode(rollout.response_ids, skip_special_tokens=True)
+        samples = [(rows[k][0], resp, rows[k][2]) for k, resp in zip(rollout.prompt_index, responses)]
+        log.info("generated %d responses (%d prompts x %d), %d tokens", len(samples), len(rows), cfg.best_of_n,
+                 rollout.response_tokens())
+
+    out_rows: list[dict] = [{"input": p, "output": r} for p, r, _ in samples]
+    if reward is not None:
+        scores: list[float] = []
+        for s in range(0, len(samples), cfg.micro_batch_size):
+            chunk = samples[s:s + cfg.micro_batch_size]
+            scores += reward([p + r for p, r, _ in chunk], [p for p, _, _ in chunk], [lab for _, _, lab in chunk]).tolist()
+        for row, score in zip(out_rows, scores):
+            row["reward"] = score
+        log.info("scored %d samples: mean reward %.4f", len(scores), sum(scores) / len(scores))
+        if cfg.post_processor:
+            scored = [Scored(r["input"], r["output"], r["reward"]) for r in out_rows]
+            out_rows = POST_PROCESSORS[cfg.post_processor](scored, csft_prompt=cfg.csft_prompt)
+            log.info("--post_processor %s: %d rows out of %d samples", cfg.post_processor, len(out_rows), len(scored))
+
+    local = Path(tempfile.mkdtemp(prefix="alignflow-inference-"))
+    try:
+        (local / "output.jsonl").write_text("".join(json.dumps(r) + "\n" for r in out_rows))
+        storage.commit_dir(local, cfg.output_path.rstrip("/"), metadata={
+            "stage": "batch_inference", "config": public_dict(cfg), "rows": len(out_rows),
+            "mean_reward": (sum(r["reward"] for r in out_rows if "reward" in r) / len(out_rows)
+                            if out_rows and "reward" in out_rows[0] else None)})
+    finally:
+        shutil.rmtree(local, ignore_errors=True)
+    log.info("%d rows committed to %s/output.jsonl", len(out_rows), cfg.output_path.rstrip("/"))
+    return {"rows": len(out_rows)}
+
+
+if __name__ == "__main__":
+    run_main(main)

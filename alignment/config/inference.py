@@ -1,0 +1,62 @@
+"""`python -m alignment.cli.batch_inference`: generate and/or score, then post-process."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from alignment.config.base import opt, require
+from alignment.config.groups import DataConfig, ModelConfig
+from alignment.config.stages import StageConfig
+
+EVAL_TASKS = ("generate", "generate_vllm", "rm")
+POST_PROCESSOR_NAMES = ("rs", "iter_dpo", "csft")     # alignment.inference.postprocess.POST_PROCESSORS
+
+
+@dataclass
+class BatchInferenceConfig(DataConfig, ModelConfig, StageConfig):
+    eval_task: str = opt("generate", "generate (HF engine) / generate_vllm (vLLM engine): sample responses to "
+                                     "--dataset prompts; rm: score (prompt, response) rows", choices=EVAL_TASKS)
+    output_path: str = opt("./batch_inference", "Output directory (local or s3://): output.jsonl + MANIFEST.json")
+    best_of_n: int = opt(1, "Responses sampled per prompt")
+    max_new_tokens: int = opt(1024, "Most new tokens per response")
+    prompt_max_len: int = opt(1024, "Prompts longer than this (tokens) are dropped, counted and reported")
+    temperature: float = opt(1.0, "Sampling temperature")
+    top_p: float = opt(1.0, "Nucleus sampling")
+    micro_batch_size: int = opt(16, "Prompts per generate/score call")
+    label_key: Optional[str] = opt(None, "JSON key passed as `labels` to a reward_func / reward server")
+    reward_pretrain: Optional[str] = opt(None, "Reward model(s), comma-separated, to score the responses")
+    reward_weights: Optional[str] = opt(None, "Weights of the reward models (default: equal)")
+    remote_rm_url: Optional[str] = opt(None, "Reward-server URL(s) or a reward_func .py file")
+    normalize_reward: bool = opt(False, "Normalise RM scores with the mean/std in the RM's config.json")
+    value_head_prefix: str = opt("score", "Name of the value head in reward checkpoints")
+    post_processor: Optional[str] = opt(None, "rs: best response per prompt (SFT data); iter_dpo: best/worst "
+                                              "pairs (DPO data); csft: reward-prefixed prompts", choices=POST_PROCESSOR_NAMES)
+    csft_prompt: str = opt("<rm_score>: {reward:.1f} ", "csft: prefix template, formatted with the reward")
+    seed: int = opt(42, "Sampling seed")
+    num_threads: int = opt(0, "CPU threads (0: all cores)")
+
+    def check_batch_inference(self) -> None:
+        require(bool(self.pretrain), "--pretrain is required: the policy (generate) or any model with the tokenizer (rm)")
+        require(bool(self.dataset), "--dataset is required: prompts (generate) or prompt/response rows (rm)")
+        require(not self.output_path.endswith((".jsonl", ".json")),
+                f"--output_path {self.output_path}: give a directory (local or s3://); output.jsonl and a "
+                f"MANIFEST.json are written inside it")
+        require(self.best_of_n >= 1 and self.micro_batch_size >= 1 and self.max_new_tokens >= 1,
+                "--best_of_n, --micro_batch_size and --max_new_tokens must be >= 1")
+        require(self.temperature > 0 and 0 < self.top_p <= 1,
+                f"--temperature {self.temperature} must be > 0 and --top_p {self.top_p} in (0, 1]")
+        scored = bool(self.reward_pretrain or self.remote_rm_url)
+        if self.eval_task == "rm":
+            require(scored, "--eval_task rm needs a reward: --reward_pretrain DIR or --remote_rm_url URL|file.py")
+            require(bool(self.output_key), "--eval_task rm scores existing responses: set --output_key (the JSON key "
+                                           "of the response)")
+        if self.post_processor:
+            require(scored, f"--post_processor {self.post_processor} ranks responses by reward: add --reward_pretrain "
+                            f"or --remote_rm_url")
+        if self.post_processor == "iter_dpo":
+            require(self.eval_task == "rm" or self.best_of_n >= 2,
+                    "--post_processor iter_dpo pairs the best and worst response of a prompt: use --best_of_n >= 2")
+        try:
+            self.csft_prompt.format(reward=1.0)
+        except (KeyError, IndexError, ValueError) as e:
+            require(False, f"--csft_prompt {self.csft_prompt!r}: must format with only {{reward}} ({e})")
