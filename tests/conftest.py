@@ -82,6 +82,19 @@ def tiny_sft(tiny_base, session_tmp) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_rm(tiny_sft, session_tmp) -> Path:
+    """A briefly trained RM (10 steps; mechanics only — the benchmark uses the full recipe)."""
+    from alignment.tiny_world.paths import tiny_dir
+    rm = session_tmp / "tiny_rm"
+    run_module("alignment.cli.train_rm", ["--pretrain", str(tiny_sft), "--save_path", str(rm), "--dataset",
+                                          f"json@{tiny_dir() / 'preference'}", "--prompt_key", "prompt",
+                                          "--apply_chat_template", "--max_len", "64", "--train_batch_size", "16",
+                                          "--micro_train_batch_size", "16", "--max_steps", "10",
+                                          "--learning_rate", "3e-4"])
+    return rm
+
+
+@pytest.fixture(scope="session")
 def ray_head(moto_endpoint):
     """One local Ray head for the session (loopback, private temp dir), stopped by PID at the end.
     Started with the S3 settings in its environment, as a real cluster would have them."""

@@ -40,17 +40,12 @@ def test_each_estimator_raises_the_reward(tiny_sft, tmp_path, estimator):
     assert last >= first + 0.03, rewards
 
 
-def test_gae_with_a_trained_reward_model_and_resume(tiny_sft, tmp_path):
+def test_gae_with_a_trained_reward_model_and_resume(tiny_sft, tiny_rm, tmp_path):
     """gae (actor + critic + RM), then the same run killed after iteration 2's checkpoint and
     resumed with --load_checkpoint: the resumed run redoes only iteration 3 and ends with the
     uninterrupted run's weights (every random choice is seeded from the iteration number)."""
     from safetensors.torch import load_file
-    rm = tmp_path / "rm"
-    run_module("alignment.cli.train_rm", ["--pretrain", str(tiny_sft), "--save_path", str(rm), "--dataset",
-                                          f"json@{tiny_dir() / 'preference'}", "--prompt_key", "prompt",
-                                          "--apply_chat_template", "--max_len", "64", "--train_batch_size", "16",
-                                          "--micro_train_batch_size", "16", "--max_steps", "10",
-                                          "--learning_rate", "3e-4"])
+    rm = tiny_rm
     out = tmp_path / "ppo"
     args = ["--pretrain", str(tiny_sft), "--reward_pretrain", str(rm), "--normalize_reward", *PROMPTS, *SMALL,
             "--n_samples_per_prompt", "2", "--critic_learning_rate", "1e-4"]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from alignment.tiny_world.paths import tiny_dir
-from tests.conftest import REPO, metric_rows, python_env, run_module
+from tests.conftest import REPO, metric_rows, python_env
 
 pytestmark = pytest.mark.integration
 
@@ -29,17 +29,6 @@ def ray_job(address: str, args: list[str], submission_id: str, env_vars: dict | 
                     *args], cwd=REPO, env=python_env(), capture_output=True, text=True, timeout=900)
     client = JobSubmissionClient(address)
     return str(client.get_job_status(submission_id)), client.get_job_logs(submission_id)
-
-
-@pytest.fixture(scope="module")
-def tiny_rm(tiny_sft, tmp_path_factory) -> Path:
-    """A briefly trained RM (mechanics only; the benchmark uses the full recipe)."""
-    rm = tmp_path_factory.mktemp("ray_rm") / "rm"
-    run_module("alignment.cli.train_rm", ["--pretrain", str(tiny_sft), "--save_path", str(rm), "--dataset",
-                                          f"json@{tiny_dir() / 'preference'}", "--apply_chat_template",
-                                          "--max_len", "64", "--train_batch_size", "16", "--micro_train_batch_size",
-                                          "16", "--max_steps", "10", "--learning_rate", "3e-4"])
-    return rm
 
 
 def test_openrlhf_readme_command_runs_as_a_ray_job(ray_head, tiny_sft, tiny_rm, tmp_path):
