@@ -11,7 +11,9 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from alignment.config import ConfigError, DPOConfig, KTOConfig, PPOConfig, RMConfig, SFTConfig, TinyBaseConfig
+from alignment.config import (
+    BatchInferenceConfig, ConfigError, DPOConfig, KTOConfig, PPOConfig, RMConfig, SFTConfig, TinyBaseConfig,
+)
 from alignment.config.base import SECRET_FIELDS
 from alignment.config.cli import _coerce, load_yaml
 
@@ -21,6 +23,7 @@ class StageKind:
     module: str            # python -m <module> runs the stage
     config: type           # its config dataclass
     resumable: bool        # takes --ckpt_path / --load_checkpoint
+    output_field: str = "save_path"   # the flag naming its output directory
 
 
 STAGES: dict[str, StageKind] = {
@@ -31,11 +34,14 @@ STAGES: dict[str, StageKind] = {
     "kto": StageKind("alignment.cli.train_kto", KTOConfig, resumable=True),
     # the PPO family places its own model groups on the stage's Ray cluster (train_ppo_ray)
     "ppo": StageKind("alignment.cli.train_ppo_ray", PPOConfig, resumable=True),
+    # generate / score / post-process; its "model" directory holds output.jsonl
+    "batch_inference": StageKind("alignment.cli.batch_inference", BatchInferenceConfig, resumable=False,
+                                 output_field="output_path"),
 }
 
 # Fields that don't change what a stage produces: left out of its identity hash, so e.g.
 # a different logging interval or checkpoint cadence still finds the finished stage.
-NOT_IDENTITY = {"save_path", "ckpt_path", "load_checkpoint", "save_steps", "max_ckpt_num", "disable_ds_ckpt",
+NOT_IDENTITY = {"save_path", "output_path", "ckpt_path", "load_checkpoint", "save_steps", "max_ckpt_num", "disable_ds_ckpt",
                 "local_rank", "num_threads", "logging_steps", "use_wandb", "wandb_org", "wandb_group",
                 "wandb_project", "wandb_run_name", "use_tensorboard"}
 PATH_FIELDS = ("pretrain", "ref_pretrain", "dataset", "eval_dataset", "reward_pretrain", "critic_pretrain",
@@ -122,7 +128,7 @@ def stage_dir(store: str, run_name: str, stage: str, digest: str) -> str:
 
 def job_config(stage: str, cfg: Any, out_dir: str) -> Any:
     """The config the Ray job runs with: outputs under the stage dir, resume switched on."""
-    changes: dict[str, Any] = {"save_path": f"{out_dir}/model"}
+    changes: dict[str, Any] = {STAGES[stage].output_field: f"{out_dir}/model"}
     if STAGES[stage].resumable:
         changes.update(ckpt_path=f"{out_dir}/checkpoints", load_checkpoint=True)
     return replace(cfg, **changes)

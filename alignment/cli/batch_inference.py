@@ -111,10 +111,11 @@ def main(argv: list[str] | None = None) -> dict:
     local = Path(tempfile.mkdtemp(prefix="alignflow-inference-"))
     try:
         (local / "output.jsonl").write_text("".join(json.dumps(r) + "\n" for r in out_rows))
+        final = {"rows": float(len(out_rows))}
+        if reward is not None:
+            final["mean_reward"] = sum(scores) / len(scores)     # over every sample, before post-processing
         storage.commit_dir(local, cfg.output_path.rstrip("/"), metadata={
-            "stage": "batch_inference", "config": public_dict(cfg), "rows": len(out_rows),
-            "mean_reward": (sum(r["reward"] for r in out_rows if "reward" in r) / len(out_rows)
-                            if out_rows and "reward" in out_rows[0] else None)})
+            "stage": "batch_inference", "config": public_dict(cfg), "final_metrics": final})
     finally:
         shutil.rmtree(local, ignore_errors=True)
     log.info("%d rows committed to %s/output.jsonl", len(out_rows), cfg.output_path.rstrip("/"))

@@ -1,0 +1,41 @@
+"""The iterative-dpo flow for real (Prefect ephemeral API -> Ray jobs on the session's head):
+two runs of one round each — as two scheduled runs would be — where the second continues from
+the policy the first committed (pointer and manifest lineage), and a run whose round fails
+leaves the pointer where it was."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from alignment import storage
+from alignflow.flows.iterative_dpo import iterative_dpo_flow
+from alignflow.tasks.policy_pointer import read_pointer
+
+pytestmark = pytest.mark.integration
+
+SMALL = dict(generate={"max_samples": 64}, dpo={"max_epochs": 1, "save_steps": -1, "train_batch_size": 8,
+                                                "micro_train_batch_size": 8})
+
+
+def test_rounds_continue_from_the_latest_committed_policy(ray_head, tiny_sft, tmp_path, monkeypatch):
+    store = str(tmp_path / "store")
+    first = asyncio.run(iterative_dpo_flow(run_name="idpo", store=store, ray_address=ray_head,
+                                           initial_policy=str(tiny_sft), **SMALL))
+    assert first["round"] == 1 and storage.is_committed(first["model_uri"])
+    round1 = first["history"][0]
+    assert round1["policy_in"] == str(tiny_sft) and round1["pairs_rows"] > 0
+
+    # the next run is given no policy: it reads the pointer
+    second = asyncio.run(iterative_dpo_flow(run_name="idpo", store=store, ray_address=ray_head, **SMALL))
+    assert second["round"] == 2 and second["history"][1]["policy_in"] == first["model_uri"]
+    dpo_config = storage.read_manifest(second["model_uri"])["metadata"]["config"]
+    assert dpo_config["pretrain"] == first["model_uri"] and dpo_config["ref_pretrain"] is None   # ref = the policy
+    assert dpo_config["dataset"] == second["history"][1]["pairs"]
+
+    # round 3's DPO job dies after its first step (no retries): the pointer stays at round 2
+    monkeypatch.setenv("ALIGNFLOW_FAIL_AT_STEP", "1")
+    with pytest.raises(Exception, match="simulated failure"):
+        asyncio.run(iterative_dpo_flow(run_name="idpo", store=store, ray_address=ray_head, retries=0,
+                                       generate=SMALL["generate"], dpo={**SMALL["dpo"], "save_steps": 1}))
+    assert read_pointer(store, "idpo").round == 2 and read_pointer(store, "idpo").model_uri == second["model_uri"]
