@@ -56,11 +56,10 @@ def main(argv: list[str] | None = None) -> dict:
     cfg = parse_args(BatchInferenceConfig, argv, prog="alignment.cli.batch_inference")
     if cfg.eval_task == "generate_vllm":
         from alignment.rollout.vllm_engine import vllm_missing_reason
-        reason = vllm_missing_reason()
+        reason = vllm_missing_reason("--eval_task generate_vllm", "--eval_task generate (the HF engine)")
         if reason:
             from alignment.config import ConfigError
-            raise ConfigError(reason.replace("--vllm_num_engines needs", "--eval_task generate_vllm needs")
-                              .replace("--vllm_num_engines 0 for the HF engine", "--eval_task generate"))
+            raise ConfigError(reason)
     from alignment import storage
     from alignment.inference.postprocess import POST_PROCESSORS, Scored
     from alignment.models.builder import prepare

