@@ -45,16 +45,24 @@ def report(result: dict, total: float, out: Path) -> dict:
     from alignment.tiny_world.evaluate import greedy_accuracy
 
     print("\n=== alignflow demo: sft -> rm -> ppo on the arithmetic task (embedded Prefect + local Ray) ===")
-    print(f"{'stage':10s} {'wall':>8s}  {'key metric':38s} model")
+    print(f"{'stage':10s} {'wall':>8s} {'loop':>7s}  {'key metric':38s} model")
     key = {"tiny_base": lambda m: "random init",
            "sft": lambda m: f"eval loss {m.get('eval/loss', m.get('train/loss', float('nan'))):.3f}",
            "rm": lambda m: f"held-out pair accuracy {m.get('eval/acc', float('nan')):.1%}",
            "ppo": lambda m: f"sampled reward {m.get('train/reward', float('nan')):.3f} (last iteration)"}
+    # wall: the stage task (Ray job submit -> process start -> model load -> loop -> commit);
+    # loop: the training loop inside the job (from the stage's own final metrics)
     for name, r in result.items():
         state = "skipped" if r["skipped"] else f"{r['stage_wall_s']:.0f} s"
-        print(f"{name:10s} {state:>8s}  {key[name](r['metrics']):38s} {r['model_uri']}")
-    stages_s = sum(r["stage_wall_s"] for r in result.values())
-    print(f"total      {total:6.0f} s  (stages {stages_s:.0f} s; Prefect + Ray start-up and the rest {total - stages_s:.0f} s)")
+        loop = r["metrics"].get("time/loop_s")
+        loop_s = f"{loop:.0f} s" if loop is not None and not r["skipped"] else "-"
+        print(f"{name:10s} {state:>8s} {loop_s:>7s}  {key[name](r['metrics']):38s} {r['model_uri']}")
+    ran = [r for r in result.values() if not r["skipped"]]
+    stages_s = sum(r["stage_wall_s"] for r in ran)
+    loops_s = sum(r["metrics"].get("time/loop_s", 0.0) for r in ran)
+    phases = {"training loops": loops_s, "stage jobs' start-up, model loading, commits": stages_s - loops_s,
+              "Prefect + Ray start-up and the rest": total - stages_s}
+    print(f"total      {total:6.0f} s  = " + " + ".join(f"{v:.0f} s {k}" for k, v in phases.items()))
 
     rows = [r for r in read_metrics(result["ppo"]["model_uri"]) if "train/reward" in r]
     rewards = [r["train/reward"] for r in rows]
@@ -71,7 +79,7 @@ def report(result: dict, total: float, out: Path) -> dict:
         print(f"  [{mark}] {q:<22} -> {resp!r} (answer {label})")
     print("curves: metrics.jsonl next to each model above, and as Prefect artifacts "
           f"(PREFECT_HOME={os.environ.get('PREFECT_HOME')})")
-    summary = {"stages": result, "total_s": total, "rl_reward_first_quarter": mean(rewards[:k]),
+    summary = {"stages": result, "total_s": total, "phases_s": phases, "rl_reward_first_quarter": mean(rewards[:k]),
                "rl_reward_last_quarter": mean(rewards[-k:]), "sft_accuracy": sft_acc.accuracy,
                "rl_accuracy": ppo_acc.accuracy}
     out.write_text(json.dumps(summary, indent=1))

@@ -1,6 +1,6 @@
 """Which model is "the latest policy" of an iterative run: `<store>/<run_name>/policy.json`.
 
-{"round": k, "model_uri": ..., "history": [{"round": 1, "policy_in": ..., "pairs": ..., "model_uri": ...}, ...]}
+{"round": k, "model_uri": ..., "history": [{"round": 1, "policy_in": ..., "data": ..., "model_uri": ...}, ...]}
 
 Written atomically (temp file + rename / a single PUT), and only after the round's model is
 committed: a failed round leaves the pointer where it was, so the next scheduled run redoes that

@@ -22,9 +22,10 @@ def job_python() -> str:
 
 
 def submission_id(run_name: str, stage: str, digest: str) -> str:
-    """Deterministic per attempt: the flow run, the stage identity and the try number."""
+    """Deterministic per attempt: the flow run and its run count (`prefect flow-run retry` runs the
+    same flow run again), the stage identity and the task's try number. Ray refuses a reused id."""
     run = str(flow_run.id or "local")[:8]
-    return f"alignflow-{run_name}-{stage}-{digest[:8]}-{run}-try{task_run.run_count or 1}"
+    return f"alignflow-{run_name}-{stage}-{digest[:8]}-{run}-f{flow_run.run_count or 1}-try{task_run.run_count or 1}"
 
 
 def _retry_only_job_failures(task, task_run, state) -> bool:

@@ -20,6 +20,7 @@ def test_post_processors():
     assert set(POST_PROCESSORS) == set(POST_PROCESSOR_NAMES)
     assert rejection_sampling(ROWS) == [{"input": "p1", "output": "b", "reward": 0.9},     # first of the tie
                                         {"input": "p2", "output": "x", "reward": 1.0}]
+    assert rejection_sampling(ROWS, rs_min_reward=1.0) == [{"input": "p2", "output": "x", "reward": 1.0}]
     assert iterative_dpo_pairs(ROWS) == [{"prompt": "p1", "chosen": "b", "rejected": "a", "chosen_reward": 0.9,
                                           "rejected_reward": 0.1}]                      # p2: all equal, no pair
     assert conditional_sft(ROWS[:1], csft_prompt="<rm_score>: {reward:.1f} ") == [

@@ -1,8 +1,12 @@
-"""`prefect deployment run 'sft/tiny'` against a real Prefect server and process worker."""
+"""The deployments against a real Prefect server (`prefect server start`) and process worker,
+started once for this module: `prefect deployment run` of sft/tiny and of sft-rm-ppo/tiny with
+a stage override, `prefect flow-run retry` of a pipeline whose PPO job was killed, and
+iterative-dpo/nightly served on a short interval schedule."""
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -12,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from alignment import storage
 from tests.conftest import REPO
 from tests.fixtures_s3 import free_port, stop_process
 
@@ -32,39 +37,162 @@ def _wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 90) -> No
     raise AssertionError("prefect server did not become healthy")
 
 
-def test_deployment_run_completes_and_lists_artifacts(ray_head, tmp_path):
+class Prefect:
+    """The CLI against the module's server, as a user's shell would run it."""
+
+    def __init__(self, env: dict[str, str], logs: Path):
+        self.env, self.logs = env, logs
+
+    def cli(self, *args: str, timeout: int = 120) -> subprocess.CompletedProcess:
+        return subprocess.run([PREFECT, *args], env=self.env, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+
+    def worker_log(self) -> str:
+        return (self.logs / "worker.log").read_text()
+
+
+@pytest.fixture(scope="module")
+def prefect(tmp_path_factory):
+    logs = tmp_path_factory.mktemp("prefect")
     port = free_port()
     api = f"http://127.0.0.1:{port}/api"
-    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect_home"), "PREFECT_API_URL": api,
+    env = {**os.environ, "PREFECT_HOME": str(logs / "prefect_home"), "PREFECT_API_URL": api,
            "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_WORKER_QUERY_SECONDS": "1",
-           "PREFECT_WORKER_PREFETCH_SECONDS": "1", "PREFECT_RUNNER_POLL_FREQUENCY": "1", "ALIGNFLOW_HOME": str(REPO)}
+           "PREFECT_WORKER_PREFETCH_SECONDS": "1", "PREFECT_RUNNER_POLL_FREQUENCY": "1", "ALIGNFLOW_HOME": str(REPO),
+           "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "2"}
     server_env = {k: v for k, v in env.items() if k != "PREFECT_API_URL"}
     server = subprocess.Popen([PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-                              env=server_env, stdout=open(tmp_path / "server.log", "w"), stderr=subprocess.STDOUT)
+                              env=server_env, stdout=open(logs / "server.log", "w"), stderr=subprocess.STDOUT)
     worker = None
     try:
         _wait_healthy(api, server)
-
-        def cli(*args: str, timeout: int = 120) -> subprocess.CompletedProcess:
-            return subprocess.run([PREFECT, *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout)
-
-        assert cli("work-pool", "create", "alignflow", "--type", "process").returncode == 0
-        deployed = cli("--no-prompt", "deploy", "--all", "--prefect-file", "deployments/prefect.yaml")
+        p = Prefect(env, logs)
+        assert p.cli("work-pool", "create", "alignflow", "--type", "process").returncode == 0
+        deployed = p.cli("--no-prompt", "deploy", "--all", "--prefect-file", "deployments/prefect.yaml")
         assert deployed.returncode == 0, deployed.stdout[-2000:] + deployed.stderr[-2000:]
         worker = subprocess.Popen([PREFECT, "worker", "start", "--pool", "alignflow"], env=env, cwd=REPO,
-                                  stdout=open(tmp_path / "worker.log", "w"), stderr=subprocess.STDOUT)
-        sft = json.dumps({"max_steps": 4, "eval_dataset": None, "save_steps": 2, "logging_steps": 1})
-        run = cli("deployment", "run", "sft/tiny", "--param", f"ray_address={ray_head}",
-                  "--param", f"store={tmp_path / 'store'}", "--param", f"sft={sft}", "--watch", timeout=600)
-        worker_log = (tmp_path / "worker.log").read_text()
-        assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:] + worker_log[-3000:]
-        assert "Completed" in run.stdout
-        listed = cli("artifact", "ls")
-        assert listed.returncode == 0, listed.stderr
-        for key in ("tiny-sft-model", "tiny-sft-metrics", "tiny-sft-curve"):
-            assert key in listed.stdout, listed.stdout
-        assert list((tmp_path / "store" / "tiny").glob("sft-*/model/MANIFEST.json"))
+                                  stdout=open(logs / "worker.log", "w"), stderr=subprocess.STDOUT)
+        yield p
     finally:
         if worker is not None:
             stop_process(worker, signal.SIGINT)  # workers ignore SIGTERM for 40 s+
         stop_process(server)
+
+
+def test_deployment_run_completes_and_lists_artifacts(prefect, ray_head, tmp_path):
+    sft = json.dumps({"max_steps": 4, "eval_dataset": None, "save_steps": 2, "logging_steps": 1})
+    run = prefect.cli("deployment", "run", "sft/tiny", "--param", f"ray_address={ray_head}",
+                      "--param", f"store={tmp_path / 'store'}", "--param", f"sft={sft}", "--watch", timeout=600)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:] + prefect.worker_log()[-3000:]
+    assert "Completed" in run.stdout
+    listed = prefect.cli("artifact", "ls")
+    assert listed.returncode == 0, listed.stderr
+    for key in ("tiny-sft-model", "tiny-sft-metrics", "tiny-sft-curve"):
+        assert key in listed.stdout, listed.stdout
+    assert list((tmp_path / "store" / "tiny").glob("sft-*/model/MANIFEST.json"))
+
+
+def _flow_run_state(prefect: Prefect, run_id: str) -> str:
+    shown = prefect.cli("flow-run", "inspect", run_id, "--output", "json")
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    return json.loads(shown.stdout)["state"]["type"]
+
+
+def _wait_terminal(prefect: Prefect, run_id: str, timeout_s: float = 600) -> str:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        state = _flow_run_state(prefect, run_id)
+        if state in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
+            return state
+        time.sleep(2)
+    raise AssertionError(f"flow run {run_id} still not finished after {timeout_s}s:\n{prefect.worker_log()[-3000:]}")
+
+
+def test_pipeline_override_and_flow_run_retry_resume_ppo(prefect, ray_head, tmp_path):
+    """`prefect deployment run sft-rm-ppo/tiny --param ppo=…` (no task retries); the PPO job is
+    killed after a committed checkpoint, so the flow run fails; `prefect flow-run retry` runs it
+    again: SFT and RM are skipped (committed), PPO resumes from its checkpoint, and the overridden
+    hyper-parameter shows in the PPO manifest."""
+    from ray.job_submission import JobSubmissionClient
+
+    from tests.test_stage_runner import ray_jobs
+    store = tmp_path / "store"
+    params = {"sft": {"max_steps": 30, "save_steps": 15, "eval_dataset": None, "logging_steps": 5},
+              "rm": {"max_steps": 10, "save_steps": 5, "eval_dataset": None},
+              "ppo": {"max_samples": 32, "num_episodes": 6, "save_steps": 1, "actor_learning_rate": 3e-5}}
+    args = [f"--param={k}={json.dumps(v)}" for k, v in params.items()]
+    run = prefect.cli("deployment", "run", "sft-rm-ppo/tiny", "--param", f"ray_address={ray_head}",
+                      "--param", f"store={store}", "--param", "retries=0", *args)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    run_id = re.search(r"UUID:\s*([0-9a-f-]{36})", run.stdout).group(1)
+
+    client, killed_at = JobSubmissionClient(ray_head), None
+    deadline = time.monotonic() + 600
+    while killed_at is None and time.monotonic() < deadline:
+        for job in ray_jobs(ray_head, "tiny"):
+            out = job.metadata.get("alignflow_output", "")
+            if (job.metadata.get("alignflow_stage") == "ppo" and job.status.value == "RUNNING"
+                    and out.startswith(str(store)) and storage.list_committed(f"{out}/checkpoints")):
+                client.stop_job(job.submission_id)          # SIGTERM to the PPO driver, mid-stage
+                killed_at = storage.get_latest(f"{out}/checkpoints")
+                break
+        time.sleep(0.05)
+    assert killed_at is not None, "the PPO job was not caught mid-stage:\n" + prefect.worker_log()[-3000:]
+    assert _wait_terminal(prefect, run_id) == "FAILED"
+
+    retried = prefect.cli("flow-run", "retry", run_id)
+    assert retried.returncode == 0, retried.stdout[-2000:] + retried.stderr[-2000:]
+    assert _wait_terminal(prefect, run_id) == "COMPLETED", prefect.worker_log()[-4000:]
+
+    jobs = [j for j in ray_jobs(ray_head, "tiny") if j.metadata.get("alignflow_output", "").startswith(str(store))]
+    by_stage = {s: [j.status.value for j in jobs if j.metadata["alignflow_stage"] == s] for s in ("sft", "rm", "ppo")}
+    assert by_stage == {"sft": ["SUCCEEDED"], "rm": ["SUCCEEDED"], "ppo": ["STOPPED", "SUCCEEDED"]}, by_stage
+    resumed = [j for j in jobs if j.metadata["alignflow_stage"] == "ppo"][-1]
+    assert "-f2-" in resumed.submission_id                       # the flow run's second run
+    done = int(killed_at.rstrip("/").rsplit("global_step", 1)[1])
+    log = client.get_job_logs(resumed.submission_id)
+    assert f"resuming PPO from {killed_at}" in log and f"ran iterations {done + 1}..6 of 6" in log, log[-3000:]
+    manifest = storage.read_manifest(f"{resumed.metadata['alignflow_output']}/model")
+    assert manifest["metadata"]["config"]["actor_learning_rate"] == 3e-5
+    print(f"PPO job killed after {killed_at.rsplit('/', 1)[1]}; `prefect flow-run retry` skipped SFT and RM and "
+          f"resumed PPO at iteration {done + 1}")
+
+
+SERVE = """
+import sys
+from alignflow.flows.iterative_dpo import iterative_dpo_flow
+store, ray_address, policy = sys.argv[1:4]
+iterative_dpo_flow.serve(name="nightly", interval=20, limit=1, parameters={
+    "run_name": "served", "store": store, "ray_address": ray_address, "initial_policy": policy})
+"""
+
+
+def test_nightly_iterative_dpo_on_a_schedule_continues_from_the_last_round(prefect, ray_head, tiny_sft, tmp_path):
+    """iterative-dpo/nightly served (`flow.serve`) with a 20 s interval instead of its nightly cron:
+    two scheduled runs execute, one round each, the second from the first's committed policy."""
+    from alignflow.tasks.policy_pointer import read_pointer
+    from alignment.tiny_world.evaluate import greedy_accuracy
+    store = str(tmp_path / "store")
+    served = subprocess.Popen([sys.executable, "-c", SERVE, store, ray_head, str(tiny_sft)], env=prefect.env,
+                              cwd=REPO, stdout=open(tmp_path / "serve.log", "w"), stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 900
+        pointer = None
+        while time.monotonic() < deadline and served.poll() is None:
+            pointer = read_pointer(store, "served")
+            if pointer is not None and pointer.round >= 2:
+                break
+            time.sleep(2)
+    finally:
+        stop_process(served, signal.SIGINT)
+    log = (tmp_path / "serve.log").read_text()
+    assert pointer is not None and pointer.round >= 2, log[-4000:]
+    first, second = pointer.history[:2]
+    assert first["policy_in"] == str(tiny_sft) and second["policy_in"] == first["model_uri"]
+    lineage = storage.read_manifest(second["model_uri"])["metadata"]["config"]
+    assert lineage["pretrain"] == first["model_uri"] and lineage["dataset"] == second["data"]
+    listed = prefect.cli("flow-run", "ls", "--flow-name", "iterative-dpo", "--state-type", "COMPLETED", "-o", "json")
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    assert len([r for r in json.loads(listed.stdout) if r["parameters"].get("run_name") == "served"]) >= 2
+    acc = [greedy_accuracy(h["model_uri"]).accuracy for h in (first, second)]
+    print(f"scheduled iterative DPO: held-out greedy accuracy after round 1 {acc[0]:.1%}, after round 2 {acc[1]:.1%}")
+    assert acc[1] >= acc[0]

@@ -24,14 +24,14 @@ def test_rounds_continue_from_the_latest_committed_policy(ray_head, tiny_sft, tm
                                            initial_policy=str(tiny_sft), **SMALL))
     assert first["round"] == 1 and storage.is_committed(first["model_uri"])
     round1 = first["history"][0]
-    assert round1["policy_in"] == str(tiny_sft) and round1["pairs_rows"] > 0
+    assert round1["policy_in"] == str(tiny_sft) and round1["data_rows"] > 0
 
     # the next run is given no policy: it reads the pointer
     second = asyncio.run(iterative_dpo_flow(run_name="idpo", store=store, ray_address=ray_head, **SMALL))
     assert second["round"] == 2 and second["history"][1]["policy_in"] == first["model_uri"]
     dpo_config = storage.read_manifest(second["model_uri"])["metadata"]["config"]
     assert dpo_config["pretrain"] == first["model_uri"] and dpo_config["ref_pretrain"] is None   # ref = the policy
-    assert dpo_config["dataset"] == second["history"][1]["pairs"]
+    assert dpo_config["dataset"] == second["history"][1]["data"]
 
     # round 3's DPO job dies after its first step (no retries): the pointer stays at round 2
     monkeypatch.setenv("ALIGNFLOW_FAIL_AT_STEP", "1")

@@ -1,11 +1,15 @@
 """The sft-rm-ppo flow for real (Prefect ephemeral API -> Ray jobs on the session's local head ->
 DeepSpeed), with tiny budgets: every stage commits, the PPO stage reads the SFT and RM models
-from the store, a stage override lands in that stage's manifest, and a second run skips all."""
+from the store, a stage override lands in that stage's manifest, and a second run skips all.
+Then the PPO job is killed mid-stage: the task's retry skips SFT and RM and resumes PPO from
+its last committed checkpoint."""
 from __future__ import annotations
 
 import asyncio
 import importlib.util
 import json
+import threading
+import time
 
 import pytest
 
@@ -28,9 +32,15 @@ def demo_module():
     return module
 
 
-def test_pipeline_commits_every_stage_and_chains_them(ray_head, tmp_path, capsys):
-    store = str(tmp_path / "store")
-    result = asyncio.run(sft_rm_ppo_flow(run_name="chain", store=store, ray_address=ray_head, **SMALL))
+@pytest.fixture(scope="module")
+def chained(ray_head, tmp_path_factory):
+    """One run of the flow; its store (with SFT and RM committed) is reused by the tests below."""
+    store = str(tmp_path_factory.mktemp("sft_rm_ppo") / "store")
+    return store, asyncio.run(sft_rm_ppo_flow(run_name="chain", store=store, ray_address=ray_head, **SMALL))
+
+
+def test_pipeline_commits_every_stage_and_chains_them(chained, ray_head, tmp_path, capsys):
+    store, result = chained
     assert list(result) == ["tiny_base", "sft", "rm", "ppo"] and not any(r["skipped"] for r in result.values())
     assert all(storage.is_committed(r["model_uri"]) for r in result.values())
     ppo = storage.read_manifest(result["ppo"]["model_uri"])["metadata"]["config"]
@@ -44,8 +54,55 @@ def test_pipeline_commits_every_stage_and_chains_them(ray_head, tmp_path, capsys
     summary = demo_module().report(result, 1.0, tmp_path / "report.json")
     shown = capsys.readouterr().out
     assert "RL reward (RM score per sample, 2 iterations)" in shown and "after RL" in shown
+    assert all(0 < result[s]["metrics"]["time/loop_s"] < result[s]["stage_wall_s"] for s in ("sft", "rm", "ppo"))
+    assert abs(sum(summary["phases_s"].values()) - 1.0) < 1e-6 and "s training loops +" in shown
     assert json.loads((tmp_path / "report.json").read_text())["sft_accuracy"] == summary["sft_accuracy"]
 
     again = asyncio.run(sft_rm_ppo_flow(run_name="chain", store=store, ray_address=ray_head, **SMALL))
     assert all(r["skipped"] for r in again.values())
     assert {k: r["model_uri"] for k, r in again.items()} == {k: r["model_uri"] for k, r in result.items()}
+
+
+def test_killed_ppo_job_is_retried_from_its_checkpoint_reusing_sft_and_rm(chained, ray_head):
+    from ray.job_submission import JobSubmissionClient
+
+    from tests.test_stage_runner import ray_jobs
+    store, first = chained
+    ppo = {**SMALL["ppo"], "num_episodes": 6}      # 6 iterations: a new PPO stage, same SFT and RM
+    outcome: dict = {}
+
+    def flow_in_background():
+        try:
+            outcome["run"] = asyncio.run(sft_rm_ppo_flow(run_name="chain", store=store, ray_address=ray_head,
+                                                         retries=1, **{**SMALL, "ppo": ppo}))
+        except Exception as e:  # noqa: BLE001 - reported by the assertion below
+            outcome["error"] = e
+    runner = threading.Thread(target=flow_in_background)
+    runner.start()
+    client, killed_at, out = JobSubmissionClient(ray_head), None, None
+    deadline = time.monotonic() + 300
+    while killed_at is None and time.monotonic() < deadline and runner.is_alive():
+        for job in ray_jobs(ray_head, "chain"):
+            out = job.metadata.get("alignflow_output")
+            if (job.metadata.get("alignflow_stage") != "ppo" or job.status.value != "RUNNING"
+                    or first["ppo"]["model_uri"].startswith(out)):
+                continue
+            if storage.list_committed(f"{out}/checkpoints"):
+                client.stop_job(job.submission_id)   # SIGTERM to the PPO driver, mid-stage
+                killed_at = storage.get_latest(f"{out}/checkpoints")
+                break
+        time.sleep(0.05)
+    runner.join(timeout=600)
+    assert killed_at is not None, "the PPO job finished before a checkpoint could be killed mid-stage"
+    assert "run" in outcome, f"the flow failed: {outcome.get('error')!r}"
+    result = outcome["run"]
+    assert all(result[s]["skipped"] for s in ("tiny_base", "sft", "rm")) and not result["ppo"]["skipped"]
+    assert result["sft"]["model_uri"] == first["sft"]["model_uri"] and result["rm"]["model_uri"] == first["rm"]["model_uri"]
+    jobs = [j for j in ray_jobs(ray_head, "chain") if j.metadata.get("alignflow_output") == out]
+    assert [j.status.value for j in jobs] == ["STOPPED", "SUCCEEDED"]
+    assert not any(j.metadata["alignflow_stage"] in ("sft", "rm") and j.start_time > jobs[0].start_time
+                   for j in ray_jobs(ray_head, "chain"))                 # SFT and RM never re-ran
+    done = int(killed_at.rstrip("/").rsplit("global_step", 1)[1])
+    log = client.get_job_logs(jobs[1].submission_id)
+    assert f"resuming PPO from {killed_at}" in log and f"ran iterations {done + 1}..6 of 6" in log, log[-3000:]
+    print(f"PPO job killed after {killed_at.rsplit('/', 1)[1]}; the task's retry resumed at iteration {done + 1}")

@@ -38,6 +38,12 @@ def test_reward_func():
     queries = [prompt + "12 + 7 = 19<|end|>", prompt + "12 + 7 = 18", prompt + "no idea"]
     assert reward_func(queries, [prompt] * 3, ["19"] * 3) == [1.0, 0.0, 0.0]
     assert p.answer == 19
+    # no label: the answer comes from the question (3 * 4 after 12 + 7 in a two-turn prompt)
+    two_turns = prompt + "12 + 7 = 19<|end|>\n<|user|>\nWhat is 3 * 4?<|end|>\n<|assistant|>\n"
+    assert reward_func([two_turns + "12", two_turns + "19"], [two_turns] * 2, [None, None]) == [1.0, 0.0]
+    assert reward_func(queries, [prompt] * 3, [None] * 3) == [1.0, 0.0, 0.0]
+    with pytest.raises(ValueError, match="no 'What is a op b\\?' question"):
+        reward_func(["hi 3"], ["hi"], [None])
     with pytest.raises(ValueError, match="one prompt and label per query"):
         reward_func(queries, [prompt], ["19"])
 

@@ -36,6 +36,8 @@ def load_rows(cfg: BatchInferenceConfig, tokenizer) -> list[tuple[str, list[int]
     for i, row in enumerate(rows):
         text = prompt_text(tokenizer, get_field(row, cfg.input_key, "--input_key", i, cfg.dataset),
                            cfg.apply_chat_template, cfg.input_template)
+        if cfg.enable_csft:      # the same place the csft post-processor put the prefix: before the rendered prompt
+            text = cfg.csft_prompt.format(reward=cfg.csft_reward) + text
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
         if len(ids) > cfg.prompt_max_len:
             dropped += 1
@@ -104,7 +106,8 @@ def main(argv: list[str] | None = None) -> dict:
         log.info("scored %d samples: mean reward %.4f", len(scores), sum(scores) / len(scores))
         if cfg.post_processor:
             scored = [Scored(r["input"], r["output"], r["reward"]) for r in out_rows]
-            out_rows = POST_PROCESSORS[cfg.post_processor](scored, csft_prompt=cfg.csft_prompt)
+            out_rows = POST_PROCESSORS[cfg.post_processor](scored, csft_prompt=cfg.csft_prompt,
+                                                                 rs_min_reward=cfg.rs_min_reward)
             log.info("--post_processor %s: %d rows out of %d samples", cfg.post_processor, len(out_rows), len(scored))
 
     local = Path(tempfile.mkdtemp(prefix="alignflow-inference-"))

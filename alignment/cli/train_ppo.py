@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> dict:
     state = full_state_dict(actor)
     if rt.is_main:
         save_hf_model(actor.module, state, setup.tokenizer, run_dir)
-        final = logger.history[-1] if logger.history else {}
+        final = logger.final()
         storage.commit_dir(run_dir, cfg.save_path,
                            metadata={"stage": "ppo", "config": public_dict(cfg), "final_metrics": final})
         if not local:
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> dict:
         log.info("model committed: %s", cfg.save_path)
     barrier()
     logger.close()
-    return logger.history[-1] if logger.history else {}
+    return logger.final()
 
 
 if __name__ == "__main__":

@@ -31,7 +31,13 @@ class BatchInferenceConfig(DataConfig, ModelConfig, StageConfig):
     value_head_prefix: str = opt("score", "Name of the value head in reward checkpoints")
     post_processor: Optional[str] = opt(None, "rs: best response per prompt (SFT data); iter_dpo: best/worst "
                                               "pairs (DPO data); csft: reward-prefixed prompts", choices=POST_PROCESSOR_NAMES)
+    rs_min_reward: Optional[float] = opt(None, "rs: keep a prompt's best response only if its reward is at least "
+                                               "this (default: always keep it, as OpenRLHF)")
     csft_prompt: str = opt("<rm_score>: {reward:.1f} ", "csft: prefix template, formatted with the reward")
+    enable_csft: bool = opt(False, "Generate from a conditional-SFT model: prefix every prompt with --csft_prompt "
+                                   "formatted with --csft_reward (ask for a high score)")
+    csft_reward: float = opt(1.0, "--enable_csft: the reward written into the prefix (the best score of the "
+                                  "training data, e.g. 1.0 for the tiny world's rule reward)")
     seed: int = opt(42, "Sampling seed")
     num_threads: int = opt(0, "CPU threads (0: all cores)")
 
@@ -53,6 +59,8 @@ class BatchInferenceConfig(DataConfig, ModelConfig, StageConfig):
         if self.post_processor:
             require(scored, f"--post_processor {self.post_processor} ranks responses by reward: add --reward_pretrain "
                             f"or --remote_rm_url")
+        require(not (self.enable_csft and self.eval_task == "rm"),
+                "--enable_csft prefixes generation prompts; --eval_task rm generates nothing: drop one of them")
         if self.post_processor == "iter_dpo":
             require(self.eval_task == "rm" or self.best_of_n >= 2,
                     "--post_processor iter_dpo pairs the best and worst response of a prompt: use --best_of_n >= 2")

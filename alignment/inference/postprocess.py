@@ -24,12 +24,14 @@ def by_prompt(rows: list[Scored]) -> dict[str, list[Scored]]:
     return groups
 
 
-def rejection_sampling(rows: list[Scored], **_: object) -> list[dict]:
-    """rs: the highest-reward response of each prompt, as an SFT sample."""
+def rejection_sampling(rows: list[Scored], rs_min_reward: float | None = None, **_: object) -> list[dict]:
+    """rs: the highest-reward response of each prompt, as an SFT sample; with `rs_min_reward`,
+    only when it scores at least that (a prompt whose best answer is still bad teaches nothing good)."""
     out = []
     for prompt, group in by_prompt(rows).items():
         best = max(group, key=lambda r: r.reward)          # max keeps the first of equal rewards
-        out.append({"input": prompt, "output": best.output, "reward": best.reward})
+        if rs_min_reward is None or best.reward >= rs_min_reward:
+            out.append({"input": prompt, "output": best.output, "reward": best.reward})
     return out
 
 

@@ -275,6 +275,6 @@ def run(cfg: Any) -> dict[str, float]:
     logger = MetricsLogger(cfg, metrics_dir, True, ppo.total_iterations, "ppo")
     run_iterations(cfg, ppo.total_iterations, ppo.step, ppo.kl_ctl, logger, ppo.save, start)
     logger.close()
-    ppo.commit(logger.path, logger.history[-1] if logger.history else {})
+    ppo.commit(logger.path, logger.final())
     log.info("model committed: %s", cfg.save_path)
-    return logger.history[-1] if logger.history else {}
+    return logger.final()

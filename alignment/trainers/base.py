@@ -151,7 +151,7 @@ class Trainer:
                  state.global_step, self.total_steps)
         self.save_final(run_dir, logger)
         logger.close()
-        return logger.history[-1] if logger.history else {}
+        return logger.final()
 
     def _log(self, state: LoopState, logger: MetricsLogger, metrics: dict[str, float]) -> None:
         metrics = mean_across_ranks(metrics)
@@ -181,7 +181,7 @@ class Trainer:
         state = full_state_dict(self.engine)  # collective
         if self.rt.is_main:
             save_hf_model(self.engine.module, state, self.tokenizer, run_dir, extra_config, self.export_state)
-            final = logger.history[-1] if logger.history else {}
+            final = logger.final()
             storage.commit_dir(run_dir, self.cfg.save_path,
                                metadata={"stage": self.stage, "config": public_dict(self.cfg), "final_metrics": final})
             if storage.is_remote(self.cfg.save_path):

@@ -17,6 +17,7 @@ class MetricsLogger:
         self.path = Path(run_dir) / "metrics.jsonl"
         self._wandb = self._tb = self._bar = None
         self.history: list[dict] = []
+        self.started = time.monotonic()     # models are loaded by now: what follows is the loop
         if not enabled:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -53,6 +54,12 @@ class MetricsLogger:
         if self._bar is not None:
             shown = {k.split("/")[-1]: f"{v:.4g}" for k, v in metrics.items() if k.startswith("train/")}
             self._bar.set_postfix(shown, refresh=False)
+
+    def final(self) -> dict[str, float]:
+        """The last logged row plus `time/loop_s`: seconds from this logger's start (models loaded)
+        to now — how the pipeline report splits a stage's wall time into start-up and training."""
+        last = self.history[-1] if self.history else {}
+        return {**last, "time/loop_s": round(time.monotonic() - self.started, 2)}
 
     def advance(self, n: int = 1) -> None:
         if self._bar is not None:

@@ -1,0 +1,64 @@
+"""The `conditional-sft` flow (SteerLM / OpenRLHF's csft): score a dataset of responses →
+prefix each prompt with its reward (batch_inference, csft post-processor) → SFT of the policy on
+the prefixed rows → generate with a chosen score in the prefix, scored again.
+
+    prefect deployment run 'conditional-sft/tiny' --param policy=<SFT model>
+
+`csft_rewards` lists the scores asked for at generation, one batch_inference stage each
+(default [1.0, 0.0]: the first is "the" generation, the others show how much the prefix steers). Returns each stage's
+result and, per asked-for score, the mean reward of what was generated.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import flow, get_run_logger
+
+from alignment.config import ConfigError
+from alignflow.tasks.ray_cluster import ray_cluster
+from alignflow.tasks.stage import run_stage
+from alignflow.tasks.stage_spec import build_config, check_store, check_store_reachable, repo_path
+
+CONFIGS = repo_path("deployments", "configs")
+
+
+@flow(name="conditional-sft")
+async def conditional_sft_flow(policy: str, run_name: str = "tiny-csft", store: str = "runs/store",
+                               ray_address: str | None = None,
+                               score_config_file: str | None = str(CONFIGS / "tiny_csft_score.yaml"),
+                               score: dict[str, Any] | None = None,
+                               sft_config_file: str | None = str(CONFIGS / "tiny_csft_sft.yaml"),
+                               sft: dict[str, Any] | None = None,
+                               generate_config_file: str | None = str(CONFIGS / "tiny_csft_generate.yaml"),
+                               generate: dict[str, Any] | None = None, csft_rewards: list[float] | None = None,
+                               retries: int = 2) -> dict[str, Any]:
+    logger = get_run_logger()
+    store = check_store_reachable(check_store(store))
+    csft_rewards = [1.0, 0.0] if csft_rewards is None else list(csft_rewards)
+    if not csft_rewards:
+        raise ConfigError("csft_rewards is empty: give the score(s) to ask for at generation, e.g. [1.0]")
+    score, sft, generate = dict(score or {}), dict(sft or {}), dict(generate or {})
+    score_cfg = build_config("batch_inference", score_config_file, {**score, "pretrain": policy})
+    if score_cfg.post_processor != "csft":
+        raise ConfigError(f"the scoring stage must use post_processor: csft (got {score_cfg.post_processor!r})")
+    build_config("sft", sft_config_file, {**sft, "pretrain": policy, "dataset": "<scored data>"})
+    generate = {**generate, "enable_csft": True, "csft_prompt": score_cfg.csft_prompt}   # the prefix SFT learned
+    for r in csft_rewards:
+        build_config("batch_inference", generate_config_file, {**generate, "csft_reward": r, "pretrain": "<model>"})
+    results: dict[str, Any] = {}
+    with ray_cluster(ray_address) as address:
+        run = run_stage.with_options(retries=retries)
+        scored = await run("batch_inference", store, run_name, address, score_config_file, score, {"pretrain": policy})
+        data_uri = f"{scored.model_uri}/output.jsonl"
+        trained = await run("sft", store, run_name, address, sft_config_file, sft,
+                            {"pretrain": policy, "dataset": data_uri})
+        results.update(scored=data_uri, scored_rows=scored.metrics.get("rows"),
+                       scored_mean_reward=scored.metrics.get("mean_reward"), model_uri=trained.model_uri,
+                       sft_metrics=trained.metrics, generated={})
+        for r in csft_rewards:
+            gen = await run("batch_inference", store, run_name, address, generate_config_file,
+                            {**generate, "csft_reward": r}, {"pretrain": trained.model_uri})
+            results["generated"][str(r)] = {"output": f"{gen.model_uri}/output.jsonl",
+                                            "mean_reward": gen.metrics.get("mean_reward")}
+            logger.info("generation with score %s in the prefix: mean reward %s", r, gen.metrics.get("mean_reward"))
+    return results

@@ -1,0 +1,56 @@
+"""The loop shared by the round-based flows (iterative DPO, rejection sampling): each round
+generates data with the current policy (a batch_inference stage), trains the next policy on it
+(a DPO or SFT stage whose `dataset` is that data and whose `pretrain` is the current policy),
+then advances the policy pointer in the store.
+
+"The current policy" is the pointer's model when the run has one, so scheduled runs continue
+from the previous run's last committed round; the pointer moves only after a round's model is
+committed, so a failed round is redone from the same policy next time.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import get_run_logger
+
+from alignment.config import ConfigError
+from alignflow.tasks.policy_pointer import PolicyPointer, advance, pointer_uri, read_pointer
+from alignflow.tasks.ray_cluster import ray_cluster
+from alignflow.tasks.stage import run_stage
+from alignflow.tasks.stage_spec import build_config, check_store, check_store_reachable
+
+
+async def policy_rounds(*, train_stage: str, run_name: str, store: str, ray_address: str | None,
+                        initial_policy: str | None, rounds: int, generate_config_file: str | None,
+                        generate: dict[str, Any] | None, train_config_file: str | None,
+                        train: dict[str, Any] | None, retries: int) -> PolicyPointer:
+    logger = get_run_logger()
+    store = check_store_reachable(check_store(store))
+    if rounds < 1:
+        raise ConfigError(f"rounds={rounds}: must be >= 1")
+    pointer = read_pointer(store, run_name)
+    if pointer is None and not initial_policy:
+        raise ConfigError(f"no policy yet at {pointer_uri(store, run_name)}: pass initial_policy=<model dir or store "
+                          f"URI> (e.g. an SFT stage's model) for the first round")
+    generate, train = dict(generate or {}), dict(train or {})
+    # both configs are validated before a cluster starts (the policy and data as placeholders)
+    build_config("batch_inference", generate_config_file, {**generate, "pretrain": "<policy>"})
+    build_config(train_stage, train_config_file, {**train, "pretrain": "<policy>", "dataset": "<generated data>"})
+    with ray_cluster(ray_address) as address:
+        run = run_stage.with_options(retries=retries)
+        for _ in range(rounds):
+            policy = pointer.model_uri if pointer else initial_policy
+            k = (pointer.round if pointer else 0) + 1
+            logger.info("%s round %d from %s", train_stage, k, policy)
+            # the round number seeds the sampling, so rounds see fresh samples even from one policy
+            data = await run("batch_inference", store, run_name, address, generate_config_file,
+                             {**generate, "seed": generate.get("seed", 0) + k}, {"pretrain": policy})
+            data_uri = f"{data.model_uri}/output.jsonl"
+            trained = await run(train_stage, store, run_name, address, train_config_file, train,
+                                {"pretrain": policy, "dataset": data_uri})
+            pointer = advance(store, run_name, pointer, trained.model_uri, {
+                "policy_in": policy, "data": data_uri, "data_rows": data.metrics.get("rows"),
+                "sampled_reward": data.metrics.get("mean_reward"), f"{train_stage}_metrics": trained.metrics})
+            logger.info("round %d committed: %s (%s rows of generated data, mean sampled reward %s)", k,
+                        trained.model_uri, data.metrics.get("rows"), data.metrics.get("mean_reward"))
+    return pointer
