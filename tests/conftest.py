@@ -73,8 +73,15 @@ def losses(save_path: Path) -> list[float]:
 @pytest.fixture(scope="session")
 def tiny_sft(tiny_base, session_tmp) -> Path:
     """The tiny base after the demo's SFT recipe (1,200 steps, ~70 % held-out accuracy): the
-    starting point of the preference stages' tests. Trained once per session through the real CLI."""
+    starting point of the preference stages' tests. Trained once per session through the real CLI.
+    For quicker local iterations ALIGNFLOW_TEST_TINY_SFT may name a model trained by the same
+    recipe (e.g. the demo's runs/demo/store/demo/sft-*/model); CI never sets it."""
     from alignment.tiny_world import recipes
+    reuse = os.environ.get("ALIGNFLOW_TEST_TINY_SFT")
+    if reuse:
+        if not (Path(reuse) / "MANIFEST.json").exists():
+            raise pytest.UsageError(f"ALIGNFLOW_TEST_TINY_SFT={reuse}: no committed model there (no MANIFEST.json)")
+        return Path(reuse).resolve()
     out = session_tmp / "tiny_sft"
     run_module("alignment.cli.train_sft", ["--pretrain", str(tiny_base), "--save_path", str(out),
                                            *recipes.sft_flags()])
