@@ -62,6 +62,9 @@ def test_best_of_n_to_dpo_pairs_and_scoring(tiny_sft, tmp_path):
     (["--post_processor", "rs"], "ranks responses by reward"),
     (["--post_processor", "iter_dpo", "--remote_rm_url", "r.py"], "use --best_of_n >= 2"),
     (["--csft_prompt", "{score}", "--remote_rm_url", "r.py"], "must format with only {reward}"),
+    (["--rs_min_reward", "1", "--remote_rm_url", "r.py"], "filters --post_processor rs, which is not set"),
+    (["--enable_csft", "--eval_task", "rm", "--output_key", "o", "--remote_rm_url", "r.py"],
+     "--eval_task rm generates nothing"),
 ])
 def test_bad_flags_one_clear_line(args, needle, tmp_path):
     proc = run_module("alignment.cli.batch_inference", ["--pretrain", "m", "--dataset", "d.jsonl", *args], check=False)

@@ -59,6 +59,8 @@ class BatchInferenceConfig(DataConfig, ModelConfig, StageConfig):
         if self.post_processor:
             require(scored, f"--post_processor {self.post_processor} ranks responses by reward: add --reward_pretrain "
                             f"or --remote_rm_url")
+        require(self.rs_min_reward is None or self.post_processor == "rs",
+                f"--rs_min_reward {self.rs_min_reward} filters --post_processor rs, which is not set")
         require(not (self.enable_csft and self.eval_task == "rm"),
                 "--enable_csft prefixes generation prompts; --eval_task rm generates nothing: drop one of them")
         if self.post_processor == "iter_dpo":

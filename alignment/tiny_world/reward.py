@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+from alignment.tiny_world.arithmetic import Problem
+
 _INT = re.compile(r"-?\d+")
 _TURN_END = "<|end|>"
 _QUESTION = re.compile(r"What is (\d+) ([-+*]) (\d+)\?")
@@ -33,8 +35,7 @@ def answer_from_prompt(prompt: str) -> int:
         raise ValueError(f"reward_func: no label given and no 'What is a op b?' question in the prompt {prompt[-80:]!r}; "
                          f"pass --label_key")
     a, op, b = found[-1]
-    a, b = int(a), int(b)
-    return a + b if op == "+" else a - b if op == "-" else a * b
+    return Problem(int(a), op, int(b)).answer
 
 
 def reward_func(queries: list[str], prompts: list[str], labels: list[str]) -> list[float]:
