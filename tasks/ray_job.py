@@ -22,6 +22,15 @@ class StageJobFailed(RuntimeError):
     """The stage's Ray job ended in FAILED or STOPPED; the message carries its last error lines."""
 
 
+class StageInputRefused(RuntimeError):
+    """The stage's CLI refused its input (exit status 2: bad data, flag or path, one `error:` line).
+    Not a StageJobFailed: running the same job again would fail the same way, so it is not retried."""
+
+
+# Ray's job message for a failed entrypoint: "Job entrypoint command failed with exit code 2, ..."
+_EXIT_CODE = re.compile(r"failed with exit code (\d+)")
+
+
 @dataclass
 class JobOutcome:
     submission_id: str
@@ -68,5 +77,9 @@ async def run_job(address: str, submission_id: str, entrypoint: str, env: dict[s
     tail = _error_lines(client.get_job_logs(submission_id))
     if status != JobStatus.SUCCEEDED:
         info = client.get_job_info(submission_id)
+        code = _EXIT_CODE.search(info.message or "")
+        if status == JobStatus.FAILED and code and code.group(1) == "2":
+            refused = [ln for ln in tail if "error: " in ln] or tail
+            raise StageInputRefused(f"Ray job {submission_id}: the stage refused its input: {refused[-1].strip()}")
         raise StageJobFailed(f"Ray job {submission_id} {status.value}: {info.message or ''}\n" + "\n".join(tail))
     return JobOutcome(submission_id, status.value, tail)

@@ -154,6 +154,19 @@ def test_half_written_checkpoint_is_never_loaded(ray_head, tmp_path, monkeypatch
     assert f"resumed from {ckpts / 'global_step8'}" in log and "ran optimizer steps 9..12 of 12" in log
 
 
+def test_a_stage_that_refuses_its_input_is_not_retried(ray_head, tmp_path):
+    """A job whose CLI exits 2 (bad data: here a dataset file that doesn't exist) fails the task
+    at once with the CLI's one-line reason; retrying would only fail the same way."""
+    missing = tmp_path / "nowhere.jsonl"
+    t0 = time.monotonic()
+    with pytest.raises(Exception, match=r"the stage refused its input: .*error: .*nowhere\.jsonl"):
+        run_flow(run_name="refused", store=str(tmp_path / "store"), ray_address=ray_head,
+                 sft={**QUICK, "dataset": str(missing)}, retries=2)
+    jobs = [j for j in ray_jobs(ray_head, "refused") if j.metadata["alignflow_stage"] == "sft"]
+    assert [j.status.value for j in jobs] == ["FAILED"]       # one job: no retries
+    print(f"refused input: failed once, after {time.monotonic() - t0:.1f}s")
+
+
 @pytest.mark.parametrize("params, error, needle", [
     ({"ray_address": "http://127.0.0.1:{closed}"}, RayClusterError, "is unreachable"),
     ({"store": "ftp://host/x"}, ConfigError, "unsupported scheme 'ftp'"),
