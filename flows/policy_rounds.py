@@ -42,9 +42,10 @@ async def policy_rounds(*, train_stage: str, run_name: str, store: str, ray_addr
             policy = pointer.model_uri if pointer else initial_policy
             k = (pointer.round if pointer else 0) + 1
             logger.info("%s round %d from %s", train_stage, k, policy)
-            # the round number seeds the sampling, so rounds see fresh samples even from one policy
+            # the round number seeds the sampling, so rounds see fresh samples even from one policy,
+            # and (with rollout_batch_size in the generate config) picks this round's slice of prompts
             data = await run("batch_inference", store, run_name, address, generate_config_file,
-                             {**generate, "seed": generate.get("seed", 0) + k}, {"pretrain": policy})
+                             {**generate, "seed": generate.get("seed", 0) + k, "iter": k - 1}, {"pretrain": policy})
             data_uri = f"{data.model_uri}/output.jsonl"
             trained = await run(train_stage, store, run_name, address, train_config_file, train,
                                 {"pretrain": policy, "dataset": data_uri})

@@ -33,6 +33,18 @@ def read_output(path) -> list[dict]:
 
 
 @pytest.mark.integration
+def test_rounds_take_successive_prompt_slices():
+    from alignment.cli.batch_inference import this_round
+    from alignment.config import BatchInferenceConfig, parse_args
+    rows = [{"i": i} for i in range(10)]
+    cfg = lambda *a: parse_args(BatchInferenceConfig, ["--pretrain", "m", "--dataset", "d.jsonl", *a])  # noqa: E731
+    assert this_round(rows, cfg()) == rows                                       # no --rollout_batch_size: all
+    assert [r["i"] for r in this_round(rows, cfg("--rollout_batch_size", "4", "--iter", "1"))] == [4, 5, 6, 7]
+    # past the end it wraps around: a nightly schedule keeps finding prompts
+    assert [r["i"] for r in this_round(rows, cfg("--rollout_batch_size", "4", "--iter", "2"))] == [8, 9, 0, 1]
+    assert [r["i"] for r in this_round(rows, cfg("--rollout_batch_size", "40", "--iter", "5"))] == list(range(10))
+
+
 def test_best_of_n_to_dpo_pairs_and_scoring(tiny_sft, tmp_path):
     out = tmp_path / "pairs"
     run_module("alignment.cli.batch_inference", [

@@ -14,7 +14,7 @@ from alignflow.tasks.policy_pointer import read_pointer
 
 pytestmark = pytest.mark.integration
 
-SMALL = dict(generate={"max_samples": 64}, dpo={"max_epochs": 1, "save_steps": -1, "train_batch_size": 8,
+SMALL = dict(generate={"rollout_batch_size": 64}, dpo={"max_epochs": 1, "save_steps": -1, "train_batch_size": 8,
                                                 "micro_train_batch_size": 8})
 
 

@@ -25,13 +25,23 @@ from alignment.config.base import public_dict
 log = logging.getLogger("alignment.batch_inference")
 
 
+def this_round(rows: list[dict], cfg: BatchInferenceConfig) -> list[dict]:
+    """--rollout_batch_size N --iter k: rows [k*N, (k+1)*N), so each round of an iterative
+    pipeline samples prompts the earlier rounds did not; past the end it wraps around, so a
+    schedule that runs every night keeps going (a second pass sees the prompts again)."""
+    if not cfg.rollout_batch_size or not rows:
+        return rows
+    start = cfg.iter * cfg.rollout_batch_size
+    return [rows[(start + j) % len(rows)] for j in range(min(cfg.rollout_batch_size, len(rows)))]
+
+
 def load_rows(cfg: BatchInferenceConfig, tokenizer) -> list[tuple[str, list[int], object, str | None]]:
     """(prompt text, prompt ids, label, response or None) per row; over-long prompts dropped and counted."""
     from alignment.datasets.formatting import get_field, prompt_text, require_chat_template
     from alignment.datasets.sources import DataError, blend
     if cfg.apply_chat_template:
         require_chat_template(tokenizer, "--pretrain")
-    rows = blend(cfg.dataset, cfg.dataset_probs, cfg.dataset_split, cfg.max_samples, cfg.seed)
+    rows = this_round(blend(cfg.dataset, cfg.dataset_probs, cfg.dataset_split, cfg.max_samples, cfg.seed), cfg)
     out, dropped = [], 0
     for i, row in enumerate(rows):
         text = prompt_text(tokenizer, get_field(row, cfg.input_key, "--input_key", i, cfg.dataset),

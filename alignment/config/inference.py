@@ -1,4 +1,5 @@
-"""`python -m alignment.cli.batch_inference`: generate and/or score, then post-process."""
+"""Inference configs: `python -m alignment.cli.batch_inference` (generate and/or score, then post-process)
+and `python -m alignment.cli.interactive_chat`."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -38,10 +39,15 @@ class BatchInferenceConfig(DataConfig, ModelConfig, StageConfig):
                                    "formatted with --csft_reward (ask for a high score)")
     csft_reward: float = opt(1.0, "--enable_csft: the reward written into the prefix (the best score of the "
                                   "training data, e.g. 1.0 for the tiny world's rule reward)")
+    rollout_batch_size: int = opt(0, "Prompts per round of an iterative pipeline: this round takes rows "
+                                     "[iter*N, (iter+1)*N) of the dataset, wrapping around (0: every row, up to --max_samples)")
+    iter: int = opt(0, "Round index for --rollout_batch_size (OpenRLHF's iterative DPO passes the round number)")
     seed: int = opt(42, "Sampling seed")
     num_threads: int = opt(0, "CPU threads (0: all cores)")
 
     def check_batch_inference(self) -> None:
+        require(self.rollout_batch_size >= 0 and self.iter >= 0,
+                f"--rollout_batch_size {self.rollout_batch_size} / --iter {self.iter}: must be >= 0")
         require(bool(self.pretrain), "--pretrain is required: the policy (generate) or any model with the tokenizer (rm)")
         require(bool(self.dataset), "--dataset is required: prompts (generate) or prompt/response rows (rm)")
         require(not self.output_path.endswith((".jsonl", ".json")),
@@ -70,3 +76,25 @@ class BatchInferenceConfig(DataConfig, ModelConfig, StageConfig):
             self.csft_prompt.format(reward=1.0)
         except (KeyError, IndexError, ValueError) as e:
             require(False, f"--csft_prompt {self.csft_prompt!r}: must format with only {{reward}} ({e})")
+
+
+@dataclass
+class ChatConfig(ModelConfig, StageConfig):
+    """Chat with a model in the terminal (`python -m alignment.cli.interactive_chat`)."""
+
+    apply_chat_template: bool = opt(False, "Render the conversation with the tokenizer's chat template; without it "
+                                           "plain text: 'User: ...\\nAssistant: ...\\n' per turn, ending in 'Assistant: '")
+    max_len: int = opt(4096, "Most tokens of conversation plus reply; the oldest turns are dropped to fit")
+    max_new_tokens: int = opt(512, "Most new tokens per reply")
+    temperature: float = opt(0.6, "Sampling temperature")
+    top_p: float = opt(0.9, "Nucleus sampling")
+    greedy: bool = opt(False, "Greedy decoding (ignores --temperature and --top_p)", aliases=("--greedy_sampling",))
+    seed: int = opt(42, "Sampling seed (set once, at start)")
+
+    def check_chat(self) -> None:
+        require(self.max_new_tokens >= 1, f"--max_new_tokens {self.max_new_tokens}: must be >= 1")
+        require(self.max_len > self.max_new_tokens,
+                f"--max_len {self.max_len} must be larger than --max_new_tokens {self.max_new_tokens} "
+                f"(room is needed for the conversation)")
+        require(self.temperature > 0 and 0 < self.top_p <= 1,
+                f"--temperature {self.temperature} must be > 0 and --top_p {self.top_p} in (0, 1]")
