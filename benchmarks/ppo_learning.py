@@ -5,6 +5,8 @@ benchmarks/preference_stages.py writes), run `alignment.cli.train_ppo` with
 reward curve (mean per sixth of the run) and the final KL.
 
 Usage: .venv/bin/python benchmarks/ppo_learning.py SFT_DIR RM_DIR OUT_DIR [estimator ...]
+Set PPO_LAUNCHER=deepspeed to start each run as `deepspeed --num_gpus 1 --module alignment.cli.train_ppo`
+(OpenRLHF's launch line) instead of `python -m`.
 """
 from __future__ import annotations
 
@@ -38,13 +40,16 @@ def main() -> None:
         save = out / est
         flags = recipes.ppo_flags(est) + (["--reward_pretrain", str(rm), "--normalize_reward"] if est == "gae" else [])
         t0 = time.time()
-        proc = subprocess.run([sys.executable, "-m", "alignment.cli.train_ppo", "--pretrain", str(sft),
+        launcher = ([str(Path(sys.executable).parent / "deepspeed"), "--num_gpus", "1", "--module"]
+                    if os.environ.get("PPO_LAUNCHER") == "deepspeed" else [sys.executable, "-m"])
+        proc = subprocess.run([*launcher, "alignment.cli.train_ppo", "--pretrain", str(sft),
                                "--save_path", str(save), "--num_threads", "1", *flags], cwd=REPO,
                               env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True)
         if proc.returncode:
             sys.exit(f"{est} failed:\n{proc.stderr[-3000:]}")
         rows = [json.loads(line) for line in (save / "metrics.jsonl").read_text().splitlines()]
-        report["runs"][est] = {"accuracy_after": greedy_accuracy(save).accuracy, "minutes": round((time.time() - t0) / 60, 1),
+        report["runs"][est] = {"launcher": " ".join([Path(launcher[0]).name, *launcher[1:]]),
+                               "accuracy_after": greedy_accuracy(save).accuracy, "minutes": round((time.time() - t0) / 60, 1),
                                "iterations": len(rows), "reward_curve": curve(rows, "train/reward"),
                                "kl_curve": curve(rows, "train/kl")}
         print(json.dumps({est: report["runs"][est]}), flush=True)

@@ -7,11 +7,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 VENV=.venv
-if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && [ "${ALIGNFLOW_FORCE_CPU:-0}" != 1 ]; then
+# ALIGNFLOW_FLAVOUR=gpu|cpu overrides the detection (a GPU image is built where no GPU is visible).
+if [ -n "${ALIGNFLOW_FLAVOUR:-}" ]; then
+  FLAVOUR=$ALIGNFLOW_FLAVOUR
+elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && [ "${ALIGNFLOW_FORCE_CPU:-0}" != 1 ]; then
   FLAVOUR=gpu
 else
   FLAVOUR=cpu
 fi
+case "$FLAVOUR" in cpu|gpu) ;; *) echo "[setup] ALIGNFLOW_FLAVOUR=$FLAVOUR: use cpu or gpu" >&2; exit 2 ;; esac
 REQ=requirements/$FLAVOUR.txt
 CON=requirements/constraints-$FLAVOUR.txt
 stamp_now=$(cat "$REQ" "$CON" scripts/setup_venv.sh pyproject.toml | sha256sum | cut -c1-16)

@@ -65,16 +65,19 @@ def _wait_for_dashboard(url: str, proc_log: Path, timeout_s: float = 120.0) -> N
     raise RayClusterError(f"local Ray head did not answer at {url} within {timeout_s:.0f}s; log: {proc_log}")
 
 
+NODE_PORTS = ("node-manager-port", "object-manager-port", "runtime-env-agent-port", "dashboard-agent-listen-port",
+              "dashboard-agent-grpc-port", "metrics-export-port")
+
+
 @contextlib.contextmanager
-def local_head(num_cpus: int | None = None) -> Iterator[str]:
-    """Start `ray start --head` on loopback; yield its job API address; `ray stop` at exit."""
+def local_head(num_cpus: int | None = None, extra_nodes: int = 0) -> Iterator[str]:
+    """Start `ray start --head` on loopback; yield its job API address; `ray stop` at exit.
+    `extra_nodes` more raylets (`ray start --address`, `num_cpus` each) join it: a multi-node
+    cluster on one machine, for testing placement across nodes."""
     temp_dir = Path(tempfile.mkdtemp(prefix="alignflow-ray-"))
     # Every port is chosen free, none left at Ray's fixed defaults (10001, 52365, ...): a second
     # cluster on the machine (a user's, or a test's) then can't make our job agent fail to start.
-    ports = {name: _free_port() for name in ("port", "dashboard-port", "ray-client-server-port",
-                                             "dashboard-agent-listen-port", "dashboard-agent-grpc-port",
-                                             "runtime-env-agent-port", "metrics-export-port",
-                                             "node-manager-port", "object-manager-port")}
+    ports = {name: _free_port() for name in ("port", "dashboard-port", "ray-client-server-port", *NODE_PORTS)}
     url = f"http://127.0.0.1:{ports['dashboard-port']}"
     cmd = [_ray_bin(), "start", "--head", "--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1",
            "--include-dashboard=true", *[f"--{k}={v}" for k, v in ports.items()],
@@ -87,11 +90,35 @@ def local_head(num_cpus: int | None = None) -> Iterator[str]:
         if done.returncode != 0:
             raise RayClusterError(f"`ray start --head` failed (exit {done.returncode}): {out.read_text()[-800:]}")
         _wait_for_dashboard(url, out)
+        for i in range(extra_nodes):
+            _join_node(f"127.0.0.1:{ports['port']}", num_cpus or 1, temp_dir / f"ray_start_node{i + 1}.log")
+        if extra_nodes:
+            _wait_for_nodes(url, 1 + extra_nodes)
         yield url
     finally:
         stopped = stop_head(temp_dir, ports["port"])
         shutil.rmtree(temp_dir, ignore_errors=True)
         log.info("local Ray head stopped (%d processes)", stopped)
+
+
+def _join_node(gcs_address: str, num_cpus: int, proc_log: Path) -> None:
+    cmd = [_ray_bin(), "start", f"--address={gcs_address}", "--node-ip-address=127.0.0.1", f"--num-cpus={num_cpus}",
+           *[f"--{k}={_free_port()}" for k in NODE_PORTS], "--disable-usage-stats"]
+    with proc_log.open("w") as f:
+        done = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
+    if done.returncode != 0:
+        raise RayClusterError(f"`ray start --address {gcs_address}` failed (exit {done.returncode}): "
+                              f"{proc_log.read_text()[-800:]}")
+
+
+def _wait_for_nodes(url: str, n: int, timeout_s: float = 120.0) -> None:
+    from ray.util.state import list_nodes
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if len(list_nodes(address=url, filters=[("state", "=", "ALIVE")])) >= n:
+            return
+        time.sleep(0.5)
+    raise RayClusterError(f"the local Ray cluster at {url} did not reach {n} nodes within {timeout_s:.0f}s")
 
 
 def stop_head(temp_dir: Path, gcs_port: int, grace_s: float = 3.0) -> int:

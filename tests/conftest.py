@@ -1,8 +1,10 @@
 """Shared fixtures. Heavy things (servers, clusters) start once per session and are stopped here."""
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -21,6 +23,7 @@ os.environ.setdefault("DS_ACCELERATOR", "cpu")
 os.environ.setdefault("WANDB_MODE", "offline")
 # Prefect: ephemeral API with its database in a private directory for this session.
 _PREFECT_HOME = tempfile.mkdtemp(prefix="alignflow-prefect-")
+atexit.register(shutil.rmtree, _PREFECT_HOME, True)   # after Prefect's own exit hooks (registered later, run first)
 os.environ["PREFECT_HOME"] = _PREFECT_HOME
 os.environ.pop("PREFECT_API_URL", None)
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -38,6 +41,19 @@ def tiny_base(session_tmp) -> Path:
     """A seeded random-init tiny Llama (the SFT starting point)."""
     from alignment.tiny_world.base_model import make_base
     return make_base(session_tmp / "tiny_base", seed=0)
+
+
+def launcher(name: str, ranks: int) -> list[str]:
+    """`deepspeed --num_gpus N --module` or `torchrun --nproc_per_node N -m`, on a free rendezvous
+    port (the default 29500 may be held by another run on the machine)."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    exe = str(Path(sys.executable).parent / name)
+    if name == "deepspeed":
+        return [exe, "--num_gpus", str(ranks), "--master_port", port, "--module"]
+    return [exe, "--nproc_per_node", str(ranks), "--master_port", port, "-m"]
 
 
 def python_env(**extra: str) -> dict[str, str]:

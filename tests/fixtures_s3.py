@@ -1,7 +1,6 @@
 """A real S3 endpoint for tests: moto_server on a loopback port (moto.mock_aws does not work with s3fs)."""
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import socket

@@ -3,15 +3,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
 from alignment.tiny_world.paths import tiny_dir
-from tests.conftest import losses, run_module
+from tests.conftest import launcher, losses, run_module
 
 pytestmark = pytest.mark.integration
 
@@ -39,16 +37,11 @@ def test_sft_learns_the_task(tiny_sft):
     assert (out / "MANIFEST.json").exists() and (out / "model.safetensors").exists()
 
 
-@pytest.mark.parametrize("zero_stage, launcher", [
-    (2, ["deepspeed", "--num_gpus", "2", "--module"]),
-    (3, ["torchrun", "--nproc_per_node", "2", "-m"]),
-])
-def test_two_process_zero_trains(tiny_base, tmp_path, zero_stage, launcher):
-    bindir = Path(sys.executable).parent
-    launcher = [str(bindir / launcher[0]), *launcher[1:]]
+@pytest.mark.parametrize("zero_stage, tool", [(2, "deepspeed"), (3, "torchrun")])
+def test_two_process_zero_trains(tiny_base, tmp_path, zero_stage, tool):
     out = tmp_path / f"z{zero_stage}"
     run_cli(["--pretrain", str(tiny_base), "--save_path", str(out), "--zero_stage", str(zero_stage),
-             "--max_steps", "25", "--num_threads", "1", *TINY_SFT], launcher=launcher, threads=1)
+             "--max_steps", "25", "--num_threads", "1", *TINY_SFT], launcher=launcher(tool, 2), threads=1)
     curve = losses(out)
     assert len(curve) == 25 and sum(curve[-5:]) / 5 < 0.8 * sum(curve[:5]) / 5, curve
     state = load_file(out / "model.safetensors")
@@ -81,6 +74,8 @@ def test_resume_equals_uninterrupted(tiny_base, tmp_path):
     (["--dataset", "/nonexistent/data.jsonl"], "dataset file /nonexistent/data.jsonl does not exist"),
     (["--load_in_4bit", "--lora_rank", "8"], "--load_in_4bit needs a CUDA GPU and the bitsandbytes package"),
     (["--load_in_4bit"], "also pass --lora_rank"),
+    (["--ring_attn_size", "2"], "--ring_attn_size 2: ring attention needs CUDA GPUs with flash-attn and ring-flash-attn"),
+    (["--ring_attn_size", "0"], "--ring_attn_size 0: must be >= 1"),
     (["--zero_stage", "4"], "invalid choice: 4"),
 ])
 def test_bad_input_one_clear_line(tiny_base, tmp_path, args, needle):

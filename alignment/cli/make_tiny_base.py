@@ -13,7 +13,7 @@ def main(argv: list[str] | None = None) -> str:
     argv = ["--save_path" if a == "--out" else a for a in argv]
     cfg = parse_args(TinyBaseConfig, argv, prog="alignment.cli.make_tiny_base")
     from alignment.tiny_world.base_model import make_base_committed
-    uri = make_base_committed(cfg.save_path, cfg.seed)
+    uri = make_base_committed(cfg.save_path, cfg.seed, cfg.arch)
     print(uri)
     return uri
 

@@ -18,6 +18,7 @@ def main(argv: list[str] | None = None) -> dict:
     from alignment.datasets.sources import load_train_eval
     from alignment.distributed.runtime import init_runtime
     from alignment.models.builder import load_actor, prepare
+    from alignment.models.moe import moe_top_k
     from alignment.trainers.base import total_steps
     from alignment.trainers.engine import build_engine
     from alignment.trainers.preference import DPOTrainer
@@ -26,6 +27,7 @@ def main(argv: list[str] | None = None) -> dict:
     rt = init_runtime(cfg.local_rank, cfg.num_threads)
     cfg.accumulation_steps(rt.world_size)
     setup = prepare(cfg, rt)
+    top_k = moe_top_k(setup.path, cfg.aux_loss_coef)
     train_set, eval_set = load_train_eval(cfg, lambda rows, src: PairTokenizer(setup.tokenizer, cfg, src)(rows))
     steps = total_steps(len(train_set), cfg, rt.world_size)
     kind = "IPO" if cfg.ipo else ("cDPO" if cfg.label_smoothing > 0 else "DPO")
@@ -34,7 +36,7 @@ def main(argv: list[str] | None = None) -> dict:
     ref = reference_for(cfg, setup, rt.device)
     engine = build_engine(load_actor(setup, cfg), cfg, rt, setup.precision.bf16, steps)
     trainer = DPOTrainer(cfg, rt, engine, setup.tokenizer, train_set, eval_set, ref=ref,
-                         mask_dtype=setup.packed_mask_dtype)
+                         mask_dtype=setup.packed_mask_dtype, moe_top_k=top_k)
     return trainer.fit()
 
 

@@ -19,6 +19,7 @@ def main(argv: list[str] | None = None) -> dict:
     from alignment.datasets.sources import load_train_eval
     from alignment.distributed.runtime import init_runtime
     from alignment.models.builder import load_actor, prepare
+    from alignment.models.moe import moe_top_k
     from alignment.trainers.base import total_steps
     from alignment.trainers.engine import build_engine
     from alignment.trainers.sft import SFTTrainer
@@ -26,13 +27,15 @@ def main(argv: list[str] | None = None) -> dict:
     rt = init_runtime(cfg.local_rank, cfg.num_threads)
     cfg.accumulation_steps(rt.world_size)  # fails now, not after loading, if sizes don't divide
     setup = prepare(cfg, rt)
+    top_k = moe_top_k(setup.path, cfg.aux_loss_coef)
     train_set, eval_set = load_train_eval(cfg, lambda rows, src: SFTTokenizer(setup.tokenizer, cfg, src)(rows)[0])
     steps = total_steps(len(train_set), cfg, rt.world_size)
     log.info("SFT: %d train samples, %d eval, %d optimizer steps, world size %d, %s, attention=%s",
              len(train_set), len(eval_set or []), steps, rt.world_size, setup.precision.label, setup.attn)
     model = load_actor(setup, cfg)
     engine = build_engine(model, cfg, rt, setup.precision.bf16, steps)
-    trainer = SFTTrainer(cfg, rt, engine, setup.tokenizer, train_set, eval_set, mask_dtype=setup.packed_mask_dtype)
+    trainer = SFTTrainer(cfg, rt, engine, setup.tokenizer, train_set, eval_set, mask_dtype=setup.packed_mask_dtype,
+                          moe_top_k=top_k)
     return trainer.fit()
 
 

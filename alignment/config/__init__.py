@@ -5,11 +5,11 @@ from alignment.config.cli import config_to_argv, load_yaml, parse_args
 from alignment.config.groups import (
     CheckpointConfig, DataConfig, LoggingConfig, LoraConfig, ModelConfig, TrainConfig,
 )
-from alignment.config.inference import BatchInferenceConfig
+from alignment.config.inference import BatchInferenceConfig, ChatConfig
 from alignment.config.ppo import PPOConfig
 from alignment.config.stages import DPOConfig, KTOConfig, RMConfig, SFTConfig, TinyBaseConfig
 
 __all__ = [
-    "BatchInferenceConfig", "CheckpointConfig", "ConfigError", "DataConfig", "DPOConfig", "KTOConfig", "RMConfig", "LoggingConfig", "LoraConfig", "ModelConfig",
+    "BatchInferenceConfig", "ChatConfig", "CheckpointConfig", "ConfigError", "DataConfig", "DPOConfig", "KTOConfig", "RMConfig", "LoggingConfig", "LoraConfig", "ModelConfig",
     "PPOConfig", "SFTConfig", "TinyBaseConfig", "TrainConfig", "config_to_argv", "load_yaml", "opt", "parse_args",
 ]

@@ -21,11 +21,15 @@ class ModelConfig:
     load_in_4bit: bool = opt(False, "QLoRA: load the base in 4 bit (needs bitsandbytes and a CUDA GPU)")
     disable_fast_tokenizer: bool = opt(False, "Use the slow (Python) tokenizer")
     tokenizer_chat_template: Optional[str] = opt(None, "Jinja chat template overriding the tokenizer's own")
+    ring_attn_size: int = opt(1, "Ring attention: split each sequence across this many GPUs (1: off). Needs CUDA and ring-flash-attn")
+    ring_head_stride: int = opt(1, "Ring attention: attention heads processed per communication step")
 
     def check_model(self) -> None:
         require(bool(self.pretrain), "--pretrain is required: pass a model directory, s3:// URI or hub name")
-        if self.load_in_4bit:
-            require(getattr(self, "lora_rank", 0) > 0,
+        require(self.ring_attn_size >= 1, f"--ring_attn_size {self.ring_attn_size}: must be >= 1 (1 turns it off)")
+        require(self.ring_head_stride >= 1, f"--ring_head_stride {self.ring_head_stride}: must be >= 1")
+        if self.load_in_4bit and hasattr(self, "lora_rank"):   # training: 4-bit weights are frozen, so LoRA
+            require(self.lora_rank > 0,
                     "--load_in_4bit trains LoRA adapters on a frozen 4-bit base (QLoRA): also pass --lora_rank, e.g. 64")
 
 
@@ -67,16 +71,22 @@ class DataConfig:
         if self.input_template:
             require("{}" in self.input_template,
                     f"--input_template {self.input_template!r} has no '{{}}' where the prompt goes")
-        if self.dataset_probs:
-            n_sets = len(self.dataset.split(","))
-            try:
-                probs = [float(p) for p in self.dataset_probs.split(",")]
-            except ValueError:
-                raise ConfigError(f"--dataset_probs {self.dataset_probs!r}: use comma-separated numbers like 0.3,0.7") from None
-            require(len(probs) == n_sets,
-                    f"--dataset_probs has {len(probs)} values for {n_sets} datasets: give one per --dataset entry")
-            require(all(p >= 0 for p in probs) and sum(probs) > 0,
-                    f"--dataset_probs {self.dataset_probs}: probabilities must be >= 0 and not all 0")
+        check_mixing("--dataset", self.dataset, "--dataset_probs", self.dataset_probs)
+
+
+def check_mixing(data_flag: str, specs: str, probs_flag: str, probs: str | None) -> None:
+    """One probability per comma-separated dataset, numbers >= 0, not all 0."""
+    if not probs:
+        return
+    n_sets = len(specs.split(","))
+    try:
+        values = [float(p) for p in probs.split(",")]
+    except ValueError:
+        raise ConfigError(f"{probs_flag} {probs!r}: use comma-separated numbers like 0.3,0.7") from None
+    require(len(values) == n_sets,
+            f"{probs_flag} has {len(values)} values for {n_sets} datasets: give one per {data_flag} entry")
+    require(all(v >= 0 for v in values) and sum(values) > 0,
+            f"{probs_flag} {probs}: probabilities must be >= 0 and not all 0")
 
 
 @dataclass
@@ -115,6 +125,14 @@ class TrainConfig:
                 f"{self.micro_train_batch_size} x world size {world_size} = {per_step}: "
                 f"use a multiple of {per_step}, e.g. {max(per_step, self.train_batch_size // per_step * per_step)}")
         return self.train_batch_size // per_step
+
+
+@dataclass
+class MoEConfig:
+    aux_loss_coef: float = opt(0.0, "MoE router load-balancing loss weight (sparse-MoE models such as Mixtral; 0: off)")
+
+    def check_moe(self) -> None:
+        require(self.aux_loss_coef >= 0, f"--aux_loss_coef {self.aux_loss_coef}: must be >= 0 (0 turns it off)")
 
 
 @dataclass

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from alignment.config.base import opt, require
-from alignment.config.groups import CheckpointConfig, LoggingConfig, LoraConfig, ModelConfig, TrainConfig
+from alignment.config.groups import CheckpointConfig, LoggingConfig, LoraConfig, ModelConfig, TrainConfig, check_mixing
 from alignment.config.stages import StageConfig
 
 ADVANTAGE_ESTIMATORS = ("gae", "reinforce", "reinforce_baseline", "rloo", "group_norm", "dr_grpo")
@@ -88,6 +88,7 @@ class RolloutConfig:
 
     def check_rollout(self) -> None:
         require(bool(self.prompt_data), "--prompt_data is required: pass a .jsonl file, json@DIR or a hub name")
+        check_mixing("--prompt_data", self.prompt_data, "--prompt_data_probs", self.prompt_data_probs)
         require(self.prompt_max_len > 0 and self.generate_max_len > 0,
                 f"--prompt_max_len {self.prompt_max_len} / --generate_max_len {self.generate_max_len}: must be > 0")
         require(self.temperature > 0, f"--temperature {self.temperature}: must be > 0")

@@ -7,7 +7,7 @@ from typing import Optional
 
 from alignment.config.base import opt, require
 from alignment.config.groups import (
-    CheckpointConfig, DataConfig, LoggingConfig, LoraConfig, ModelConfig, TrainConfig,
+    CheckpointConfig, DataConfig, LoggingConfig, LoraConfig, ModelConfig, MoEConfig, TrainConfig,
 )
 
 
@@ -22,7 +22,7 @@ class StageConfig:
 
 
 @dataclass
-class SFTConfig(LoggingConfig, CheckpointConfig, TrainConfig, LoraConfig, DataConfig, ModelConfig, StageConfig):
+class SFTConfig(LoggingConfig, CheckpointConfig, MoEConfig, TrainConfig, LoraConfig, DataConfig, ModelConfig, StageConfig):
     """Supervised fine-tuning (`python -m alignment.cli.train_sft`)."""
 
     def check_sft(self) -> None:
@@ -73,7 +73,7 @@ class RMConfig(LoggingConfig, CheckpointConfig, TrainConfig, LoraConfig, PairDat
 
 
 @dataclass
-class DPOConfig(LoggingConfig, CheckpointConfig, TrainConfig, LoraConfig, ReferenceConfig, PairDataConfig, DataConfig,
+class DPOConfig(LoggingConfig, CheckpointConfig, MoEConfig, TrainConfig, LoraConfig, ReferenceConfig, PairDataConfig, DataConfig,
                 ModelConfig, StageConfig):
     """DPO / IPO / cDPO on preference pairs against a frozen reference (`python -m alignment.cli.train_dpo`)."""
 
@@ -112,3 +112,5 @@ class TinyBaseConfig(StageConfig):
 
     save_path: str = opt("./ckpt/tiny_base", "Where the model directory goes (local path or s3://)")
     seed: int = opt(0, "Seed of the random initialisation")
+    arch: str = opt("llama", "llama (the tiny world's model) or mixtral (a tiny sparse MoE, for --aux_loss_coef)",
+                    choices=("llama", "mixtral"))

@@ -6,10 +6,11 @@ from typing import Any
 from alignment.datasets.sources import DataError
 
 
-def require_chat_template(tokenizer: Any, where: str) -> None:
+def require_chat_template(tokenizer: Any, where: str, otherwise: str = "use --input_template instead") -> None:
+    """`otherwise`: the other way to format prompts that the calling CLI offers."""
     if not getattr(tokenizer, "chat_template", None):
         raise DataError(f"--apply_chat_template: the tokenizer of {where} has no chat template; "
-                        f"pass --tokenizer_chat_template '<jinja>' or use --input_template instead")
+                        f"pass --tokenizer_chat_template '<jinja>' or {otherwise}")
 
 
 def get_field(row: dict, key: str, flag: str, index: int, source: str) -> Any:

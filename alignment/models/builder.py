@@ -11,7 +11,7 @@ import torch
 from alignment.distributed.runtime import Runtime
 from alignment.models.lora import apply_lora
 from alignment.models.loading import check_4bit, load_causal_lm, load_tokenizer, resolve_model_path
-from alignment.models.precision import Precision, attn_implementation, precision_for
+from alignment.models.precision import Precision, attn_implementation, check_ring_attention, precision_for
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +34,7 @@ def prepare(cfg: Any, rt: Runtime) -> ModelSetup:
     precision = precision_for(cfg.bf16, rt.device)
     attn = attn_implementation(cfg.flash_attn, rt.device)
     check_4bit(cfg.load_in_4bit, rt.device)
+    check_ring_attention(cfg.ring_attn_size, rt.device)
     path = resolve_model_path(cfg.pretrain)
     tok = load_tokenizer(path, cfg.tokenizer_chat_template, use_fast=not cfg.disable_fast_tokenizer)
     return ModelSetup(path, precision, attn, tok)

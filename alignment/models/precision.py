@@ -47,14 +47,15 @@ def resolve_precision(bf16: bool, device: str, native_cpu_bf16: bool | None = No
 
 
 @functools.lru_cache(maxsize=None)
-def _log_once(message: str) -> None:
-    log.warning(message)
+def _log_once(message: str, level: int = logging.WARNING) -> None:
+    log.log(level, message)
 
 
 def precision_for(bf16: bool, device: str) -> Precision:
+    """--bf16's outcome is logged once either way: a warning when it falls back to fp32."""
     p = resolve_precision(bf16, device)
-    if bf16 and not p.bf16:
-        _log_once(p.reason)
+    if bf16:
+        _log_once(p.reason, logging.INFO if p.bf16 else logging.WARNING)
     return p
 
 
@@ -67,3 +68,18 @@ def attn_implementation(flash_attn: bool, device: str) -> str:
     why = "no CUDA device" if device != "cuda" else "the flash-attn package is not installed"
     _log_once(f"--flash_attn requested but {why}: using PyTorch SDPA attention instead")
     return "sdpa"
+
+
+def check_ring_attention(ring_attn_size: int, device: str) -> None:
+    """--ring_attn_size > 1 is refused in one line: where the kernels can't run (no CUDA, no
+    ring-flash-attn) it says so; where they could, that alignflow has not built the sequence-
+    parallel path yet. Either way the long-sequence route that works is --packing_samples."""
+    if ring_attn_size <= 1:
+        return
+    from alignment.models.loading import ModelLoadError
+    if device != "cuda" or importlib.util.find_spec("ring_flash_attn") is None:
+        why = "no CUDA device" if device != "cuda" else "the ring-flash-attn package is not installed"
+        raise ModelLoadError(f"--ring_attn_size {ring_attn_size}: ring attention needs CUDA GPUs with flash-attn and "
+                             f"ring-flash-attn ({why} here); drop the flag and use --packing_samples for long data")
+    raise ModelLoadError(f"--ring_attn_size {ring_attn_size}: ring attention (sequence parallelism) is not implemented "
+                         f"in alignflow yet; drop the flag and use --packing_samples for long data")

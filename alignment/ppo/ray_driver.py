@@ -115,6 +115,9 @@ class RayPPO:
         log.info("placed %s; %d threads per rank", ", ".join(f"{p.role} {p.nodes}x{p.per_node}"
                                                              + (f" on {p.bundle_set}'s bundles" if p.bundle_set != p.role else "")
                                                              for p in self.plans), threads)
+        nodes = {role: ray.get(g.call("node_id")) for role, g in groups.items()}
+        log.info("ranks by Ray node (%d nodes in the cluster): %s", len(ray.nodes()),
+                 "; ".join(f"{role} {' '.join(n[:12] for n in ids)}" for role, ids in nodes.items()))
         return groups
 
     def _start_engine(self, pgs: dict, k: int, core: int) -> Any:
@@ -258,6 +261,8 @@ def run(cfg: Any) -> dict[str, float]:
     from alignment.rewards.scorer import FunctionReward
     from alignment.trainers.tracking import MetricsLogger
 
+    from alignment.models.precision import check_ring_attention
+    check_ring_attention(cfg.ring_attn_size, "cuda" if torch.cuda.is_available() else "cpu")
     tokenizer = load_tokenizer(resolve_model_path(cfg.pretrain), cfg.tokenizer_chat_template,
                                use_fast=not cfg.disable_fast_tokenizer)
     prompts = load_prompts(cfg, tokenizer, cfg.prompt_data, cfg.prompt_split)

@@ -71,6 +71,10 @@ class ModelWorker:
         log.info("%s rank %d/%d ready (%d threads)", role, rank, world_size, threads)
 
     # --- inference ---------------------------------------------------------------------
+    def node_id(self) -> str:
+        import ray
+        return ray.get_runtime_context().get_node_id()
+
     def generate(self, prompt_ids: list[list[int]], params: Any) -> Any:
         from alignment.rollout.hf_engine import HFEngine
         tok = self.setup.tokenizer

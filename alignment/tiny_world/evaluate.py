@@ -17,6 +17,7 @@ class EvalResult:
     accuracy: float
     n: int
     examples: list[tuple[str, str, str]]   # (question, response, label) for the first few
+    correct: list[bool]                     # per evaluated row, in file order
 
 
 @torch.no_grad()
@@ -29,7 +30,7 @@ def greedy_accuracy(model_dir: str | Path, eval_file: str | Path | None = None, 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     rows = [json.loads(line) for line in Path(eval_file or tiny_dir() / "prompts" / "test.jsonl").read_text().splitlines()]
     rows = rows[:limit] if limit else rows
-    correct, examples = 0, []
+    correct, examples, per_row = 0, [], []
     for start in range(0, len(rows), batch_size):
         chunk = rows[start:start + batch_size]
         prompts = [prompt_text(tok, r["context_messages"], True, None) for r in chunk]
@@ -38,10 +39,11 @@ def greedy_accuracy(model_dir: str | Path, eval_file: str | Path | None = None, 
                              eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
         responses = tok.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
         for r, resp in zip(chunk, responses):
-            correct += int(score(resp, r["label"]))
+            per_row.append(bool(score(resp, r["label"])))
+            correct += int(per_row[-1])
             if len(examples) < 5:
                 examples.append((r["input"], resp.strip(), r["label"]))
-    return EvalResult(correct / len(rows), len(rows), examples)
+    return EvalResult(correct / len(rows), len(rows), examples, per_row)
 
 
 @dataclass

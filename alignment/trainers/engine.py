@@ -33,6 +33,9 @@ def make_scheduler(optimizer: torch.optim.Optimizer, cfg: Any, total_steps: int)
 def build_engine(model: torch.nn.Module, cfg: Any, rt: Runtime, bf16: bool, total_steps: int) -> Any:
     import deepspeed
 
+    from alignment.models.moe import mark_zero3_leaves
+    if cfg.zero_stage == 3:
+        mark_zero3_leaves(model)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = make_optimizer(params, cfg, rt.device)
     scheduler = make_scheduler(optimizer, cfg, total_steps)

@@ -16,6 +16,7 @@ from alignment.datasets.sft import Batch
 from alignment.losses.logprobs import sequence_logps
 from alignment.losses.nll import token_logprobs
 from alignment.losses.preference import dpo_loss, kto_kl_estimate, kto_loss, pairwise_rm_loss
+from alignment.models.moe import forward_with_aux
 from alignment.models.reward_model import ValueCapture, export_names
 from alignment.trainers.base import Trainer, eval_shard, mean_across_ranks, sum_across_ranks
 from alignment.trainers.reference import ReferenceModel
@@ -100,31 +101,34 @@ class DPOTrainer(_PairTrainer):
     """DPO, cDPO (--label_smoothing) and IPO (--ipo), optionally + NLL on chosen (--nll_loss_coef)."""
     stage = "dpo"
 
-    def __init__(self, *args, ref: ReferenceModel, **kwargs):
+    def __init__(self, *args, ref: ReferenceModel, moe_top_k: int = 0, **kwargs):
         super().__init__(*args, **kwargs)
         self.ref = ref
+        self.moe_top_k = moe_top_k     # > 0: add --aux_loss_coef x the router balance loss
 
-    def _terms(self, pb: PairBatch):
+    def _terms(self, pb: PairBatch, top_k: int = 0):
         b, n = pb.batch, pb.num_pairs
-        logits = forward_logits(self.engine, b)
+        logits, aux = forward_with_aux(self.engine, b, top_k)
         policy = sequence_logps(logits, b.input_ids, b.loss_mask, b.segments(), b.num_samples)
         ref = self.ref.sequence_logps(b)
         out = dpo_loss(policy[:n], policy[n:], ref[:n], ref[n:], self.cfg.beta, self.cfg.label_smoothing, self.cfg.ipo)
-        return logits, out
+        return logits, out, aux
 
     def loss_on(self, pb: PairBatch) -> tuple[torch.Tensor, dict[str, float]]:
-        logits, out = self._terms(pb)
-        loss = out.loss
+        logits, out, aux = self._terms(pb, self.moe_top_k)
+        loss, metrics = out.loss, _pair_metrics(out)
         if self.cfg.nll_loss_coef > 0:
             loss = loss + self.cfg.nll_loss_coef * chosen_nll(logits, pb)
-        return loss, _pair_metrics(out)
+        if aux is not None:
+            loss, metrics["aux_loss"] = loss + self.cfg.aux_loss_coef * aux, aux.item()
+        return loss, metrics
 
     @torch.no_grad()
     def eval_metrics(self) -> dict[str, float]:
         self.engine.eval()
         sums = torch.zeros(4, dtype=torch.float64)   # pairs, loss, correct, margin
         for pb, w in self.eval_batches():
-            _, out = self._terms(pb)
+            _, out, _ = self._terms(pb)
             w = w.double()
             margin = (out.chosen_reward - out.rejected_reward).double().cpu()
             sums += torch.stack([w.sum(), w.sum() * out.loss.double().cpu(), (w * (margin > 0)).sum(), (w * margin).sum()])

@@ -5,6 +5,7 @@ import torch
 
 from alignment.datasets.sft import Batch, TokenizedSample, collate_packed, collate_padded
 from alignment.losses.nll import sft_loss
+from alignment.models.moe import forward_with_aux
 from alignment.trainers.base import Trainer, eval_shard, sum_across_ranks
 
 
@@ -17,9 +18,10 @@ def forward_logits(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
 class SFTTrainer(Trainer):
     stage = "sft"
 
-    def __init__(self, *args, mask_dtype: torch.dtype | None = torch.bool, **kwargs):
+    def __init__(self, *args, mask_dtype: torch.dtype | None = torch.bool, moe_top_k: int = 0, **kwargs):
         super().__init__(*args, **kwargs)
         self.mask_dtype = mask_dtype   # block-mask form the attention implementation wants
+        self.moe_top_k = moe_top_k     # > 0: add --aux_loss_coef x the router balance loss
 
     def collate(self, items: list[TokenizedSample]) -> Batch:
         if self.cfg.packing_samples:
@@ -29,8 +31,11 @@ class SFTTrainer(Trainer):
         return batch.to(self.rt.torch_device)
 
     def loss_on(self, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
-        logits = forward_logits(self.engine, batch)
-        return sft_loss(logits, batch.input_ids, batch.loss_mask), {}
+        logits, aux = forward_with_aux(self.engine, batch, self.moe_top_k)
+        loss = sft_loss(logits, batch.input_ids, batch.loss_mask)
+        if aux is None:
+            return loss, {}
+        return loss + self.cfg.aux_loss_coef * aux, {"aux_loss": aux.item()}
 
     @torch.no_grad()
     def eval_metrics(self) -> dict[str, float]:
