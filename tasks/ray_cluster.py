@@ -32,6 +32,33 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _head_env() -> dict[str, str]:
+    """Environment of the `ray start` processes of a local head. Ray 2.60 turns token auth on by
+    itself once `~/.ray/auth_token` exists (any bare `ray.init()` on the machine writes one); then
+    our unauthenticated probes and job clients get 401 and the head looks dead. The embedded head
+    is private to one flow and its dashboard listens on loopback only, so it runs without tokens,
+    unless the user chose a mode with RAY_AUTH_MODE (then requests carry their token)."""
+    return {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled")}
+
+
+def _auth_headers() -> dict[str, str]:
+    """The bearer token for a cluster with token auth (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or
+    ~/.ray/auth_token, Ray's own lookup order); none when RAY_AUTH_MODE is not `token`."""
+    if os.environ.get("RAY_AUTH_MODE", "").lower() != "token":
+        return {}
+    token = os.environ.get("RAY_AUTH_TOKEN")
+    path = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")
+    if not token and path.is_file():
+        token = path.read_text().strip()
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def _get_version(url: str, timeout_s: float) -> None:
+    with urllib.request.urlopen(urllib.request.Request(f"{url}/api/version", headers=_auth_headers()),
+                                timeout=timeout_s) as r:
+        r.read()
+
+
 def _ray_bin() -> str:
     local = Path(sys.executable).parent / "ray"
     return str(local) if local.exists() else (shutil.which("ray") or "ray")
@@ -43,8 +70,13 @@ def check_reachable(address: str, timeout_s: float = 10.0) -> str:
     if url.count(":") < 2:
         url += ":8265"
     try:
-        with urllib.request.urlopen(f"{url}/api/version", timeout=timeout_s) as r:
-            r.read()
+        _get_version(url, timeout_s)
+    except urllib.error.HTTPError as e:
+        if e.code == 401:
+            raise RayClusterError(f"Ray cluster at {url} wants an auth token ({e.reason}); set RAY_AUTH_MODE=token and "
+                                  f"RAY_AUTH_TOKEN (or ~/.ray/auth_token) to the cluster's token") from None
+        raise RayClusterError(f"Ray cluster at {url} answered HTTP {e.code} ({e.reason}) at /api/version; "
+                              f"pass its dashboard address (http://HOST:8265)") from None
     except (urllib.error.URLError, OSError) as e:
         reason = getattr(e, "reason", e)
         raise RayClusterError(f"Ray cluster at {url} is unreachable ({reason}); start one with `ray start --head "
@@ -57,9 +89,10 @@ def _wait_for_dashboard(url: str, proc_log: Path, timeout_s: float = 120.0) -> N
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
-            with urllib.request.urlopen(f"{url}/api/version", timeout=2) as r:
-                r.read()
+            _get_version(url, 2)
             return
+        except urllib.error.HTTPError as e:   # it answers, but refuses: waiting longer won't help
+            raise RayClusterError(f"local Ray head at {url} answered HTTP {e.code} ({e.reason}); log: {proc_log}") from None
         except (urllib.error.URLError, OSError):
             time.sleep(0.5)
     raise RayClusterError(f"local Ray head did not answer at {url} within {timeout_s:.0f}s; log: {proc_log}")
@@ -85,7 +118,7 @@ def local_head(num_cpus: int | None = None, extra_nodes: int = 0) -> Iterator[st
     out = temp_dir / "ray_start.log"
     log.info("starting a local Ray head on 127.0.0.1 (job API %s)", url)
     with out.open("w") as f:
-        done = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
+        done = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=_head_env())
     try:
         if done.returncode != 0:
             raise RayClusterError(f"`ray start --head` failed (exit {done.returncode}): {out.read_text()[-800:]}")
@@ -105,7 +138,7 @@ def _join_node(gcs_address: str, num_cpus: int, proc_log: Path) -> None:
     cmd = [_ray_bin(), "start", f"--address={gcs_address}", "--node-ip-address=127.0.0.1", f"--num-cpus={num_cpus}",
            *[f"--{k}={_free_port()}" for k in NODE_PORTS], "--disable-usage-stats"]
     with proc_log.open("w") as f:
-        done = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
+        done = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=_head_env())
     if done.returncode != 0:
         raise RayClusterError(f"`ray start --address {gcs_address}` failed (exit {done.returncode}): "
                               f"{proc_log.read_text()[-800:]}")
