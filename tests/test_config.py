@@ -63,3 +63,18 @@ def test_batch_divisibility_message():
 def test_secret_field_masked():
     cfg = parse_args(SFTConfig, ["--pretrain", "m", "--dataset", "d", "--use_wandb", "planted-key-123"])
     assert "planted-key-123" not in str(public_dict(cfg))
+
+
+@pytest.mark.parametrize("name, cls", [
+    ("tiny_sft", "SFTConfig"), ("tiny_rm", "RMConfig"), ("tiny_ppo", "PPOConfig"), ("tiny_idpo_generate", "BatchInferenceConfig"),
+    ("tiny_idpo_dpo", "DPOConfig"), ("tiny_rs_generate", "BatchInferenceConfig"), ("tiny_rs_sft", "SFTConfig"),
+    ("tiny_csft_score", "BatchInferenceConfig"), ("tiny_csft_generate", "BatchInferenceConfig"), ("tiny_csft_sft", "SFTConfig"),
+])
+def test_shipped_stage_configs_load_into_their_schema(name, cls):
+    """Every deployments/configs file is valid YAML whose keys are its stage's flags (a broken
+    comment line once failed only the slow iterative-DPO flow tests)."""
+    import alignment.config as config
+    from alignment.config import load_yaml
+    from tests.conftest import REPO
+    values = load_yaml(getattr(config, cls), REPO / "deployments" / "configs" / f"{name}.yaml")
+    assert values
