@@ -57,3 +57,19 @@ def test_group_estimator_with_samples_is_fine():
 def test_a_reward_is_required():
     with pytest.raises(ConfigError, match="no reward: pass --reward_pretrain"):
         parse_args(PPOConfig, ["--pretrain", "sft", "--prompt_data", "p.jsonl"])
+
+
+def test_a_fresh_ppo_run_starts_its_metrics_file_empty(tmp_path):
+    """A second run into the same --save_path (not resuming) must not append to the first's rows."""
+    import json
+    from types import SimpleNamespace
+
+    from alignment.losses.kl import KLController
+    from alignment.ppo.loop import run_iterations
+    from alignment.trainers.tracking import MetricsLogger
+    cfg = SimpleNamespace(logging_steps=1, save_steps=-1, disable_ds_ckpt=False, use_wandb=None, use_tensorboard=None)
+    for run in range(2):
+        logger = MetricsLogger(cfg, tmp_path, True, 3, "ppo")
+        run_iterations(cfg, 3, lambda it: {"reward": float(run)}, KLController(0.0), logger, lambda s: None, None)
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["train/reward"]) for r in rows] == [(1, 1.0), (2, 1.0), (3, 1.0)]

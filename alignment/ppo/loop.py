@@ -26,7 +26,9 @@ def run_iterations(cfg: Any, total: int, step: Callable[[int], dict[str, float]]
     first = 0
     if start is not None:
         first, kl_ctl.value = start.iteration, start.kl_coef
-        logger.restore(start.history)     # rows logged after that checkpoint are being redone
+    # a resumed run keeps the rows up to its checkpoint (later ones are being redone); a fresh
+    # run starts the file empty, even where an earlier run into the same --save_path left one
+    logger.restore(start.history if start is not None else [])
     for it in range(first, total):
         metrics = step(it)
         logger.advance()
