@@ -1,0 +1,1 @@
+"""Pieces of benchmarks/trl_compare.py."""

@@ -1,0 +1,241 @@
+"""The comparisons: what each side runs, how one run becomes a number, and the sizes (full, tiny).
+
+A Comparison has two or three sides; a round runs every side once, in order, and the rounds
+alternate (ours, TRL, ours, TRL, ...) so drift of the machine hits both sides alike.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable
+
+from benchmarks.compare import ours
+from benchmarks.compare.measure import run_measured, tail
+from benchmarks.compare.spec import RunSpec, seconds_per_step, throughput
+
+REPO = Path(__file__).resolve().parents[2]
+TRL_RUNNER = Path(__file__).resolve().parent / "trl_runner.py"
+DEMO_SFT_CONFIG = REPO / "deployments" / "configs" / "tiny_sft.yaml"
+FLOW_SCRIPT = """import asyncio, json, sys
+from alignflow.flows.sft import sft_flow
+result = asyncio.run(sft_flow(run_name=sys.argv[1], store=sys.argv[2], sft=json.loads(sys.argv[3])))
+print("FLOW_RESULT " + json.dumps({"stage_wall_s": result["stage_wall_s"], "skipped": result["skipped"]}))
+"""
+
+
+class BenchError(RuntimeError):
+    """A run failed; the message names its log."""
+
+
+@dataclass
+class Sample:
+    value: float          # in the comparison's unit
+    peak_rss_mb: float
+    wall_s: float         # the whole subprocess, start-up included
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Side:
+    label: str
+    run: Callable[[str], Sample]    # tag (unique per run) -> one measurement
+    derived: dict[str, str] = field(default_factory=dict)   # another row's label -> the Sample.extra key it reports
+
+
+@dataclass
+class Comparison:
+    key: str
+    title: str
+    unit: str
+    higher_is_better: bool
+    sides: list[Side]
+    goal: str                 # as the issue states it
+    goal_ratio: float         # ours / baseline must be >= (higher_is_better) or <= this
+    settings: str             # one line for the report
+    baseline: str = "TRL"     # the side the others are divided by
+    skipped: dict[str, str] = field(default_factory=dict)   # side label -> why it was not run
+    results: dict[str, list[Sample]] = field(default_factory=dict)
+
+
+@dataclass
+class Context:
+    work: Path                # scratch root of this benchmark run
+    python: str               # our venv's interpreter
+    trl_python: str
+    threads: int
+    env: dict[str, str]
+    tokens_cache: dict[str, list[int]] = field(default_factory=dict)
+    trl_versions: dict[str, str] = field(default_factory=dict)   # as the TRL runner reports them
+
+    def run(self, cmd: list[str], tag: str, env: dict | None = None):
+        res = run_measured(cmd, {**self.env, **(env or {})}, REPO, self.work / "logs" / f"{tag}.log")
+        if res.returncode != 0:
+            raise BenchError(f"{tag} failed (exit {res.returncode}): {' '.join(cmd[:4])} ...\n"
+                             f"--- {res.log} (tail) ---\n{tail(res.log)}")
+        return res
+
+
+def base_env(threads: int, work: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(OMP_NUM_THREADS=str(threads), DS_ACCELERATOR="cpu", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
+               TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false", WANDB_MODE="offline",
+               RAY_USAGE_STATS_ENABLED="0", PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
+    env.pop("PREFECT_API_URL", None)
+    return env
+
+
+def _fresh(spec: RunSpec, tag: str, ctx: Context) -> RunSpec:
+    out = ctx.work / "runs" / tag
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    return replace(spec, out_dir=str(out))
+
+
+def _value(spec: RunSpec, times: list[float], tokens: list[int] | None) -> float:
+    if spec.kind in ("rloo", "grpo"):
+        return seconds_per_step(times)
+    units = tokens if spec.kind == "sft" else [spec.batch] * len(times)
+    return throughput(times, units)
+
+
+def ours_side(ctx: Context, spec: RunSpec, vllm: bool = False, label: str = "ours") -> Side:
+    def run(tag: str) -> Sample:
+        s = _fresh(spec, tag, ctx)
+        # a new private Ray instance, never a cluster found on the machine; short temp dir (socket path limit)
+        env = {"RAY_ADDRESS": "local", "RAY_TMPDIR": tempfile.mkdtemp(prefix="afb-ray-", dir="/tmp")} if vllm else None
+        try:
+            res = ctx.run(ours.command(ctx.python, s, vllm), tag, env)
+        finally:
+            if env:
+                shutil.rmtree(env["RAY_TMPDIR"], ignore_errors=True)
+        times = ours.step_times(s)
+        tokens = None
+        if spec.kind == "sft":
+            key = json.dumps([spec.model, spec.data, spec.steps, spec.batch, spec.micro])
+            if key not in ctx.tokens_cache:
+                ctx.tokens_cache[key] = ours.sft_tokens_per_step(s)
+            tokens = ctx.tokens_cache[key]
+        return Sample(_value(spec, times, tokens), res.peak_rss_mb, res.wall_s)
+    return Side(label, run)
+
+
+def trl_side(ctx: Context, spec: RunSpec) -> Side:
+    def run(tag: str) -> Sample:
+        s = _fresh(spec, tag, ctx)
+        spec_path = s.save(Path(s.out_dir) / "spec.json")
+        result_path = Path(s.out_dir) / "result.json"
+        res = ctx.run([ctx.trl_python, str(TRL_RUNNER), str(spec_path), str(result_path)], tag)
+        out = json.loads(result_path.read_text())
+        ctx.trl_versions.update(out["versions"])
+        return Sample(_value(spec, out["step_times"], out["tokens_per_step"]), res.peak_rss_mb, res.wall_s)
+    return Side("TRL", run)
+
+
+def orchestration_sides(ctx: Context, base: str, steps: int) -> list[Side]:
+    """The demo's SFT stage (deployments/configs/tiny_sft.yaml) as the bare CLI, and through the
+    `sft` flow: Prefect (ephemeral API) -> local Ray head -> Ray job running the same CLI and config.
+    Two figures per flow run: the stage task's wall time (Ray job submitted -> job done -> model
+    committed: what every stage of a pipeline pays), and the whole flow command (plus the Prefect
+    API's and the Ray head's start-up and shutdown, paid once per flow run)."""
+    prefect_env = {"PREFECT_HOME": str(ctx.work / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+                   "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "90"}
+
+    def cli(tag: str) -> Sample:
+        out = ctx.work / "runs" / tag
+        shutil.rmtree(out, ignore_errors=True)
+        res = ctx.run([ctx.python, "-m", "alignment.cli.train_sft", "--config", str(DEMO_SFT_CONFIG), "--pretrain", base,
+                       "--max_steps", str(steps), "--save_path", f"{out}/model", "--ckpt_path", f"{out}/checkpoints",
+                       "--load_checkpoint"], tag)
+        return Sample(res.wall_s, res.peak_rss_mb, res.wall_s)
+
+    def flow(tag: str) -> Sample:
+        store = ctx.work / "runs" / tag
+        shutil.rmtree(store, ignore_errors=True)
+        res = ctx.run([ctx.python, "-c", FLOW_SCRIPT, tag.replace("_", "-"), str(store),
+                       json.dumps({"pretrain": base, "max_steps": steps})], tag, prefect_env)
+        line = [x for x in res.log.read_text().splitlines() if x.startswith("FLOW_RESULT ")]
+        result = json.loads(line[-1].split(" ", 1)[1]) if line else {"skipped": True}
+        if result["skipped"]:
+            raise BenchError(f"{tag}: the flow did not train the stage; see {res.log}")
+        return Sample(result["stage_wall_s"], res.peak_rss_mb, res.wall_s, {"whole command": res.wall_s})
+
+    return [Side("bare CLI", cli),
+            Side("Prefect → Ray job: stage task", flow, {"Prefect → Ray job: whole flow command": "whole command"})]
+
+
+@dataclass
+class Sizes:
+    """Steps and batch sizes of one benchmark size."""
+    sft_steps: int
+    pair_steps: int
+    rl_iterations: int
+    rl_prompts: int
+    n_samples: int
+    orch_steps: int
+    with_vllm: bool = True
+
+
+FULL = Sizes(sft_steps=30, pair_steps=15, rl_iterations=5, rl_prompts=16, n_samples=8, orch_steps=1200)
+TINY = Sizes(sft_steps=4, pair_steps=4, rl_iterations=3, rl_prompts=4, n_samples=4, orch_steps=4)
+
+
+def comparisons(ctx: Context, model: str, demo_base: str, sizes: Sizes) -> list[Comparison]:
+    data = REPO / "data" / "tiny"
+    common = dict(model=model, out_dir="", threads=ctx.threads, max_len=64)
+    sft = RunSpec("sft", data=str(data / "sft"), steps=sizes.sft_steps, batch=32, micro=32, lr=2e-4, **common)
+    rm = RunSpec("rm", data=str(data / "preference"), steps=sizes.pair_steps, batch=32, micro=16, lr=1e-4, **common)
+    dpo = replace(rm, kind="dpo", lr=5e-6, beta=0.1)
+    rl = dict(data=str(data / "prompts"), steps=sizes.rl_iterations, batch=sizes.rl_prompts * sizes.n_samples,
+              micro=16, lr=3e-5, n_samples=sizes.n_samples, gen_len=16, **common)
+    rloo, grpo = RunSpec("rloo", **rl), RunSpec("grpo", **rl)
+    rl_text = (f"{sizes.rl_prompts} prompts x {sizes.n_samples} samples, ≤ 16 new tokens, temperature 1, one optimizer "
+               f"step on all {rloo.batch} samples (micro-batch 16), lr 3e-5, no KL (ours --init_kl_coef 0, TRL beta 0)")
+    grpo_sides = [ours_side(ctx, grpo, label="ours (HF generate)")]
+    if sizes.with_vllm:
+        grpo_sides.append(ours_side(ctx, grpo, vllm=True, label="ours (vLLM engine)"))
+    grpo_sides.append(trl_side(ctx, grpo))
+    grpo_skipped = {} if sizes.with_vllm else {"ours (vLLM engine)": "not run (--no-vllm)"}
+    return [
+        Comparison("sft", "SFT (packing)", "tokens/s", True, [ours_side(ctx, sft), trl_side(ctx, sft)],
+                   "≥ 1.5× TRL", 1.5, f"{sft.steps} steps of 32 samples (TRL: 16 packed rows of ≤ 64 tokens), lr 2e-4"),
+        Comparison("rm", "Reward model", "pairs/s", True, [ours_side(ctx, rm), trl_side(ctx, rm)],
+                   "—", 0.0, f"{rm.steps} steps of 32 pairs (micro-batch 16), lr 1e-4"),
+        Comparison("dpo", "DPO", "pairs/s", True, [ours_side(ctx, dpo), trl_side(ctx, dpo)],
+                   "≥ 1.25× TRL", 1.25, f"{dpo.steps} steps of 32 pairs (micro-batch 16), beta 0.1, lr 5e-6, "
+                   "frozen reference forward every step on both sides"),
+        Comparison("rloo", "RL iteration: RLOO", "s/iteration", False, [ours_side(ctx, rloo), trl_side(ctx, rloo)],
+                   "≤ 0.5× TRL", 0.5, f"{rloo.steps} iterations; " + rl_text),
+        Comparison("grpo", "RL iteration: GRPO", "s/iteration", False, grpo_sides,
+                   "≤ 0.5× TRL", 0.5, f"{grpo.steps} iterations; " + rl_text + "; the vLLM engine: train_ppo_ray, "
+                   "one engine on one core, actor + reference on the other", skipped=grpo_skipped),
+        Comparison("orchestration", "Orchestration: SFT stage", "s (wall)", False,
+                   orchestration_sides(ctx, demo_base, sizes.orch_steps), "overhead ≤ 5 %", 1.05,
+                   f"the demo's SFT stage (tiny model, deployments/configs/tiny_sft.yaml, {sizes.orch_steps} steps); "
+                   "bare CLI: the whole command; through the flow: the stage task, and the whole flow command",
+                   baseline="bare CLI"),
+    ]
+
+
+def run_rounds(comps: list[Comparison], pairs: int, warmup: int, log: Callable[[str], None] = print) -> None:
+    """Per comparison: `warmup` unrecorded rounds, then `pairs` recorded ones (every side once per round)."""
+    for comp in comps:
+        comp.results = {label: [] for side in comp.sides for label in (side.label, *side.derived)}
+        for r in range(warmup + pairs):
+            for side in comp.sides:
+                tag = f"{comp.key}_{'warmup' if r < warmup else 'r'}{r}_{side.label.split()[0].lower()}"
+                if side.label.startswith("ours ("):
+                    tag += "_" + side.label.split("(")[1].split()[0].lower()
+                sample = side.run(tag)
+                log(f"[bench] {comp.key} round {r + 1}/{warmup + pairs}{' (warm-up)' if r < warmup else ''} "
+                    f"{side.label}: {sample.value:.4g} {comp.unit}, peak RSS {sample.peak_rss_mb:.0f} MB, "
+                    f"wall {sample.wall_s:.1f} s")
+                if r >= warmup:
+                    comp.results[side.label].append(sample)
+                    for label, key in side.derived.items():
+                        comp.results[label].append(Sample(sample.extra[key], sample.peak_rss_mb, sample.wall_s))
+        sys.stdout.flush()

@@ -1,0 +1,46 @@
+"""benchmarks/trl_compare.py at its smoke size: every comparison runs (ours and TRL 1.16) and the
+report gets a row per workload and a chart. Speed is not asserted: the figures of a smoke run mean
+nothing; docs/benchmarks.md holds the full-size run.
+
+One recorded pair, no warm-up and no vLLM side keep it under 4 minutes on 2 cores (the runs are
+start-up bound: ~11 s per training subprocess, ~50 s for the vLLM side, ~50 s for Prefect -> Ray);
+the vLLM engine itself is tested by tests/test_ppo_ray.py."""
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO, python_env
+
+pytestmark = pytest.mark.integration
+
+ROWS = ("SFT (packing)", "Reward model", "DPO", "RL iteration: RLOO", "RL iteration: GRPO, ours (HF generate)",
+        "Orchestration: SFT stage, Prefect → Ray job: stage task",
+        "Orchestration: SFT stage, Prefect → Ray job: whole flow command")
+
+
+def trl_available() -> bool:
+    return importlib.util.find_spec("trl") is not None or (REPO / ".venv-trl" / "bin" / "python").exists()
+
+
+@pytest.mark.skipif(not trl_available(), reason="TRL is not installed in this venv (requirements/cpu.txt pins "
+                                                 "trl==1.16.0; run `make setup`) nor in .venv-trl")
+def test_tiny_comparison_writes_every_workload_row_and_a_chart(tmp_path):
+    md, png = tmp_path / "bench.md", tmp_path / "bench.png"
+    cmd = [sys.executable, "benchmarks/trl_compare.py", "--tiny", "--pairs", "1", "--warmup", "0", "--no-vllm",
+           "--out-md", str(md), "--out-png", str(png), "--work", str(tmp_path / "work")]
+    proc = subprocess.run(cmd, cwd=REPO, env=python_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-2000:]
+    text = md.read_text()
+    for row in ROWS:
+        line = next((x for x in text.splitlines() if x.startswith(f"| {row} |")), None)
+        assert line is not None, f"no table row for {row!r} in:\n{text[:3000]}"
+        assert "nan" not in line.lower() and line.count("|") == 9, line
+    assert "| RL iteration: GRPO, ours (vLLM engine) | s/iteration | not run (--no-vllm) |" in text
+    for section in ("**Machine**", "**Versions**", "parameters", "## How it is measured"):
+        assert section in text
+    assert png.stat().st_size > 10_000
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
