@@ -32,7 +32,6 @@ def read_output(path) -> list[dict]:
     return [json.loads(line) for line in (path / "output.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.integration
 def test_rounds_take_successive_prompt_slices():
     from alignment.cli.batch_inference import this_round
     from alignment.config import BatchInferenceConfig, parse_args
@@ -45,6 +44,7 @@ def test_rounds_take_successive_prompt_slices():
     assert [r["i"] for r in this_round(rows, cfg("--rollout_batch_size", "40", "--iter", "5"))] == list(range(10))
 
 
+@pytest.mark.integration
 def test_best_of_n_to_dpo_pairs_and_scoring(tiny_sft, tmp_path):
     out = tmp_path / "pairs"
     run_module("alignment.cli.batch_inference", [

@@ -11,8 +11,7 @@ from alignment.trainers.base import Trainer, eval_shard, sum_across_ranks
 
 def forward_logits(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
     """[B, T, V] logits for a padded or packed batch."""
-    return model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                 position_ids=batch.position_ids, use_cache=False).logits
+    return forward_with_aux(model, batch, 0)[0]
 
 
 class SFTTrainer(Trainer):
