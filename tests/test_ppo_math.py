@@ -88,3 +88,24 @@ def test_advantages_dispatch_group_estimator_by_hand():
         advantages_and_returns("gae", rewards, mask, n_samples=1)
     w, _ = advantages_and_returns("reinforce", rewards, mask, n_samples=1)
     assert abs(w.mean().item()) < 1e-6   # whitened
+
+
+def test_forward_passes_skipped_only_when_they_change_nothing():
+    """No KL term: no reference forward (KL 0); one optimizer step per rollout too: no old-log-prob
+    forward, and the ratio against the detached new log-probs is 1 (gradient = advantage-weighted)."""
+    from types import SimpleNamespace
+
+    from alignment.ppo.experience import needs_old_logprobs, uses_reference
+
+    cfg = SimpleNamespace(init_kl_coef=0.0, use_kl_loss=False, kl_target=None, max_epochs=1, rollout_batch_size=16,
+                          n_samples_per_prompt=8, train_batch_size=128)
+    assert not uses_reference(cfg) and not needs_old_logprobs(cfg)
+    for change in ({"init_kl_coef": 0.01}, {"use_kl_loss": True}, {"kl_target": 0.1}):
+        assert uses_reference(SimpleNamespace(**{**vars(cfg), **change}))
+    for change in ({"max_epochs": 2}, {"train_batch_size": 64}, {"init_kl_coef": 0.01}):
+        assert needs_old_logprobs(SimpleNamespace(**{**vars(cfg), **change}))
+    logp = torch.tensor([[-1.0, -2.0]], requires_grad=True)
+    loss, clipfrac = policy_loss(logp, logp.detach(), T([[1.0, 1.0]]), torch.ones(1, 2), 0.2, 0.2, None)
+    loss.backward()
+    assert clipfrac.item() == 0 and loss.item() == pytest.approx(-1.0)
+    approx(logp.grad, [-0.5, -0.5])

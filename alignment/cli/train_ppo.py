@@ -66,6 +66,7 @@ def main(argv: list[str] | None = None) -> dict:
     from alignment.models.loading import load_causal_lm, resolve_model_path
     from alignment.models.saving import full_state_dict, save_hf_model
     from alignment.ppo import checkpoint as ppo_checkpoint
+    from alignment.ppo.experience import uses_reference
     from alignment.ppo.loop import run_iterations
     from alignment.ppo.trainer import PPOTrainer, check_sizes
     from alignment.rewards.scorer import make_reward
@@ -92,8 +93,10 @@ def main(argv: list[str] | None = None) -> dict:
         critic = build_engine(load_value_model(critic_setup, cfg),
                               dataclasses.replace(cfg, learning_rate=cfg.critic_learning_rate),
                               rt, setup.precision.bf16, total)
-    ref_device = "cpu" if cfg.ref_reward_offload else rt.device
-    ref = load_causal_lm(setup.path, setup.precision.dtype, setup.attn).to(ref_device).eval().requires_grad_(False)
+    ref = None
+    if uses_reference(cfg):    # else no KL term: the reference is never loaded (its memory and forward saved)
+        ref_device = "cpu" if cfg.ref_reward_offload else rt.device
+        ref = load_causal_lm(setup.path, setup.precision.dtype, setup.attn).to(ref_device).eval().requires_grad_(False)
     trainer = PPOTrainer(cfg, rt, actor, critic, ref, reward, setup.tokenizer, prompts)
 
     local = not storage.is_remote(cfg.save_path)

@@ -1,7 +1,10 @@
-"""Pack variable-length samples into one row without letting them see each other.
+"""Pack variable-length samples into rows without letting them see each other.
 
 A packed row keeps each sample's own position ids (restarting at 0) and a block-diagonal
 causal mask, so the packed forward pass — and the loss — equal the unpacked ones.
+With a dense mask (SDPA, eager) attention costs T² per row whatever the mask hides, so samples
+go into several rows of at most --max_len tokens (first-fit decreasing, TRL's "bfd"); without
+one (flash-attention's varlen path) a micro-batch is one row.
 """
 from __future__ import annotations
 
@@ -30,3 +33,19 @@ def block_causal_mask(seg: torch.Tensor, dtype: torch.dtype = torch.bool) -> tor
     if dtype == torch.bool:
         return allowed
     return torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
+
+
+def first_fit_rows(lengths: list[int], capacity: int) -> list[list[int]]:
+    """Sample indices per row: longest first, each into the first row it fits (rows <= capacity,
+    or one sample when it alone is longer)."""
+    rows: list[list[int]] = []
+    free: list[int] = []
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        row = next((r for r, room in enumerate(free) if lengths[i] <= room), None)
+        if row is None:
+            rows.append([])
+            free.append(max(capacity, lengths[i]))
+            row = len(rows) - 1
+        rows[row].append(i)
+        free[row] -= lengths[i]
+    return rows

@@ -157,13 +157,16 @@ class UnpairedTokenizer(_Tokenize):
         return out
 
 
-def collate(samples: list[TokenizedSample], packed: bool, pad_id: int, mask_dtype: torch.dtype | None) -> Batch:
-    return collate_packed(samples, mask_dtype) if packed else collate_padded(samples, pad_id)
+def collate(samples: list[TokenizedSample], packed: bool, pad_id: int, mask_dtype: torch.dtype | None,
+            row_tokens: int | None = None) -> Batch:
+    return collate_packed(samples, mask_dtype, row_tokens) if packed else collate_padded(samples, pad_id)
 
 
-def collate_pairs(pairs: list[PairSample], packed: bool, pad_id: int, mask_dtype: torch.dtype | None) -> PairBatch:
+def collate_pairs(pairs: list[PairSample], packed: bool, pad_id: int, mask_dtype: torch.dtype | None,
+                  row_tokens: int | None = None) -> PairBatch:
     seqs = [p.chosen for p in pairs] + [p.rejected for p in pairs]
-    return PairBatch(collate(seqs, packed, pad_id, mask_dtype), torch.tensor([p.margin for p in pairs]), len(pairs))
+    return PairBatch(collate(seqs, packed, pad_id, mask_dtype, row_tokens), torch.tensor([p.margin for p in pairs]),
+                     len(pairs))
 
 
 def collate_unpaired(items: list[UnpairedSample], packed: bool, pad_id: int, mask_dtype: torch.dtype | None,
@@ -176,6 +179,6 @@ def collate_unpaired(items: list[UnpairedSample], packed: bool, pad_id: int, mas
         mask = ([0] * len(item.prompt_ids) + [1] * len(other))[:max_len]
         mask[0] = 0
         mismatched.append(TokenizedSample(ids, mask))
-    return UnpairedBatch(collate([x.sample for x in items], packed, pad_id, mask_dtype),
-                         collate(mismatched, packed, pad_id, mask_dtype),
+    return UnpairedBatch(collate([x.sample for x in items], packed, pad_id, mask_dtype, max_len),
+                         collate(mismatched, packed, pad_id, mask_dtype, max_len),
                          torch.tensor([x.desirable for x in items]))

@@ -14,7 +14,7 @@ import torch
 from alignment.datasets.formatting import (
     as_messages, chat, get_field, prompt_and_response, prompt_text, require_chat_template,
 )
-from alignment.datasets.packing import block_causal_mask, packed_position_ids, segment_ids
+from alignment.datasets.packing import block_causal_mask, first_fit_rows
 from alignment.datasets.sources import DataError
 
 log = logging.getLogger(__name__)
@@ -34,6 +34,7 @@ class Batch:
     position_ids: torch.Tensor | None    # [B, T]; restart per sample when packed
     num_samples: int
     lengths: list[int]                   # tokens of each sample, in order
+    segment_map: torch.Tensor | None = None  # packed: [B, T] sample index of each token, -1 on row padding
 
     @property
     def packed(self) -> bool:
@@ -42,17 +43,23 @@ class Batch:
     def to(self, device: str | torch.device) -> "Batch":
         move = lambda t: None if t is None else t.to(device)  # noqa: E731
         return Batch(self.input_ids.to(device), self.loss_mask.to(device), move(self.attention_mask),
-                     move(self.position_ids), self.num_samples, self.lengths)
+                     move(self.position_ids), self.num_samples, self.lengths, move(self.segment_map))
 
     def segments(self) -> torch.Tensor | None:
-        """[B, T] sample index of each token when packed; None when padded (a sample per row)."""
-        return segment_ids(self.lengths)[None].to(self.input_ids.device) if self.packed else None
+        """[B, T] sample index of each token when packed (row padding: 0, which has no loss-mask
+        tokens, so per-sample sums ignore it); None when padded (a sample per row)."""
+        return self.segment_map.clamp(min=0) if self.packed else None
 
     def last_token(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(row, column) of each sample's last token: where a reward model reads its value. [S], [S]."""
-        lengths = torch.tensor(self.lengths, device=self.input_ids.device)
         if self.packed:
-            return torch.zeros_like(lengths), lengths.cumsum(0) - 1
+            t = self.segment_map.shape[1]
+            flat = self.segment_map.reshape(-1)
+            real = (flat >= 0).nonzero().squeeze(-1)
+            last = torch.full((self.num_samples,), -1, dtype=torch.long, device=flat.device)
+            last = last.scatter_reduce(0, flat[real], real, reduce="amax")
+            return last // t, last % t
+        lengths = torch.tensor(self.lengths, device=self.input_ids.device)
         return torch.arange(len(self.lengths), device=lengths.device), lengths - 1
 
 
@@ -140,14 +147,33 @@ def collate_padded(samples: list[TokenizedSample], pad_id: int) -> Batch:
     return Batch(ids, loss, attn, None, len(samples), [len(s.input_ids) for s in samples])
 
 
-def collate_packed(samples: list[TokenizedSample], mask_dtype: torch.dtype | None = torch.bool) -> Batch:
-    """All samples of the micro-batch in one row [1, sum(L)].
+def collate_packed(samples: list[TokenizedSample], mask_dtype: torch.dtype | None = torch.bool,
+                   row_tokens: int | None = None) -> Batch:
+    """The micro-batch's samples packed into rows.
 
-    mask_dtype None: no explicit mask, only restarting position ids (flash-attention's varlen path).
+    mask_dtype None: one row [1, sum(L)], no explicit mask, only restarting position ids
+    (flash-attention's varlen path). With a mask and `row_tokens`: first-fit rows of at most
+    `row_tokens` tokens [R, T], right-padded to the longest row (padding: token 0, loss 0,
+    attending only to padding), so attention costs R·T² instead of sum(L)².
     """
     lengths = [len(s.input_ids) for s in samples]
-    ids = torch.tensor([t for s in samples for t in s.input_ids])[None]
-    loss = torch.tensor([m for s in samples for m in s.loss_mask])[None]
-    pos = packed_position_ids(lengths)[None]
-    mask = None if mask_dtype is None else block_causal_mask(segment_ids(lengths)[None], mask_dtype)
-    return Batch(ids, loss, mask, pos, len(samples), lengths)
+    if mask_dtype is None or row_tokens is None:
+        rows = [list(range(len(samples)))]
+    else:
+        rows = first_fit_rows(lengths, row_tokens)
+    width = max(sum(lengths[i] for i in row) for row in rows)
+    ids = torch.zeros((len(rows), width), dtype=torch.long)
+    loss = torch.zeros_like(ids)
+    pos = torch.zeros_like(ids)
+    seg = torch.full_like(ids, -1)
+    for r, row in enumerate(rows):
+        col = 0
+        for i in row:
+            n, s = lengths[i], samples[i]
+            ids[r, col:col + n] = torch.tensor(s.input_ids)
+            loss[r, col:col + n] = torch.tensor(s.loss_mask)
+            pos[r, col:col + n] = torch.arange(n)
+            seg[r, col:col + n] = i
+            col += n
+    mask = None if mask_dtype is None else block_causal_mask(seg, mask_dtype)
+    return Batch(ids, loss, mask, pos, len(samples), lengths, seg)

@@ -69,7 +69,6 @@ def forward_with_aux(model: Any, batch: Any, top_k: int) -> tuple[torch.Tensor, 
 
 def real_tokens(batch: Any) -> torch.Tensor:
     """[B*T] 1 where a token is a sample's, 0 on padding, for padded and packed batches."""
-    b, t = batch.input_ids.shape
     if batch.packed:
-        return (torch.arange(t, device=batch.input_ids.device) < sum(batch.lengths)).float().repeat(b)
+        return (batch.segment_map >= 0).reshape(-1).float()
     return batch.attention_mask.reshape(-1).float()

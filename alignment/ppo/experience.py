@@ -17,8 +17,8 @@ from alignment.ppo.batch import SequenceBatch
 @dataclass
 class Experience:
     batch: SequenceBatch
-    old_logp: torch.Tensor     # [B, L-1] the policy's log-probs when the samples were made
-    ref_logp: torch.Tensor     # [B, L-1]
+    old_logp: torch.Tensor | None  # [B, L-1] the policy's log-probs when the samples were made (None: on-policy, see below)
+    ref_logp: torch.Tensor | None  # [B, L-1]; None when no KL term uses it
     values: torch.Tensor | None
     advantages: torch.Tensor
     returns: torch.Tensor
@@ -33,7 +33,7 @@ class Experience:
         pick = (lambda t: None if t is None else t[idx])  # noqa: E731
         return Experience(SequenceBatch(b.sequences[idx], b.attention_mask[idx], b.action_mask[idx],
                                         [b.prompt_index[i] for i in idx]),
-                          self.old_logp[idx], self.ref_logp[idx], pick(self.values), self.advantages[idx],
+                          pick(self.old_logp), pick(self.ref_logp), pick(self.values), self.advantages[idx],
                           self.returns[idx], self.scores[idx], self.kl[idx])
 
     def shards(self, n: int) -> list["Experience"]:
@@ -42,12 +42,30 @@ class Experience:
         return [self.rows(list(range(k * size, (k + 1) * size))) for k in range(n)]
 
 
-def assemble(cfg: Any, batch: SequenceBatch, scores: torch.Tensor, old_logp: torch.Tensor,
-             ref_logp: torch.Tensor, values: torch.Tensor | None, kl_coef: float) -> Experience:
+def uses_reference(cfg: Any) -> bool:
+    """The reference policy only enters through the KL: with a fixed coefficient of 0 and no KL loss
+    it changes nothing (OpenRLHF, too, drops the reference at --init_kl_coef 0)."""
+    return cfg.init_kl_coef > 0 or cfg.use_kl_loss or cfg.kl_target is not None
+
+
+def needs_old_logprobs(cfg: Any) -> bool:
+    """Old log-probs serve the KL and the PPO ratio after the first update of a rollout. With one
+    optimizer step per rollout and no KL they equal the detached log-probs of the training forward
+    (ratio 1), so their forward pass is skipped — as TRL's GRPO does."""
+    return (uses_reference(cfg) or cfg.max_epochs > 1
+            or cfg.rollout_batch_size * cfg.n_samples_per_prompt > cfg.train_batch_size)
+
+
+def assemble(cfg: Any, batch: SequenceBatch, scores: torch.Tensor, old_logp: torch.Tensor | None,
+             ref_logp: torch.Tensor | None, values: torch.Tensor | None, kl_coef: float) -> Experience:
     """Rewards per token (score on the last token, −β·KL on each unless --use_kl_loss), then the
-    estimator's advantages and returns. Rows must be grouped n_samples_per_prompt per prompt."""
+    estimator's advantages and returns. Rows must be grouped n_samples_per_prompt per prompt.
+    ref_logp None (no KL term, `uses_reference`): the KL is 0."""
     mask = batch.action_mask
-    kl = kl_estimate(old_logp, ref_logp, cfg.kl_estimator) * mask
+    if ref_logp is None:
+        kl = torch.zeros(mask.shape, dtype=torch.float32)
+    else:
+        kl = kl_estimate(old_logp, ref_logp, cfg.kl_estimator) * mask
     rewards = token_rewards(scores, kl, mask, 0.0 if cfg.use_kl_loss else kl_coef)
     adv, ret = advantages_and_returns(cfg.advantage_estimator, rewards, mask, cfg.n_samples_per_prompt,
                                       cfg.gamma, cfg.lambd, values)

@@ -81,8 +81,8 @@ def train_actor(actor: Any, exp: Experience, cfg: Any, kl_coef: float, seed: int
         b = mb.batch.to(dev)
         mask = b.action_mask
         logp = action_logprobs(actor, b)
-        ploss, clipfrac = policy_loss(logp, mb.old_logp.to(dev), mb.advantages.to(dev), mask, eps_low, eps_high,
-                                      cfg.dual_clip)
+        old = logp.detach() if mb.old_logp is None else mb.old_logp.to(dev)   # None: on-policy (needs_old_logprobs)
+        ploss, clipfrac = policy_loss(logp, old, mb.advantages.to(dev), mask, eps_low, eps_high, cfg.dual_clip)
         loss, row = ploss, {"policy_loss": ploss.item(), "clipfrac": clipfrac.item()}
         if cfg.use_kl_loss:
             kl = masked_mean(kl_estimate(logp, mb.ref_logp.to(dev), cfg.kl_estimator), mask)

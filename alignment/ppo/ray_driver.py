@@ -24,7 +24,7 @@ from alignment.distributed import placement
 from alignment.losses.kl import KLController
 from alignment.models.loading import resolve_model_path
 from alignment.ppo.batch import SequenceBatch, rollout_to_batch
-from alignment.ppo.experience import assemble, experience_metrics
+from alignment.ppo.experience import assemble, experience_metrics, needs_old_logprobs, uses_reference
 from alignment.ppo.trainer import check_sizes, iterations_per_episode, prompt_order, reward_inputs, sampling_params
 from alignment.rollout.types import Rollout
 
@@ -188,13 +188,16 @@ class RayPPO:
         rollout = self.generate(prompts, iteration)
         t_gen = time.time()
         batch = rollout_to_batch(rollout, self.tokenizer.pad_token_id)
-        futures = {"old": self.groups["actor"].map_rows("logprobs", batch),
-                   "ref": self.groups["ref"].map_rows("logprobs", batch)}
+        futures = {}
+        if needs_old_logprobs(cfg):
+            futures["old"] = self.groups["actor"].map_rows("logprobs", batch)
+        if uses_reference(cfg):
+            futures["ref"] = self.groups["ref"].map_rows("logprobs", batch)
         if "critic" in self.groups:
             futures["values"] = self.groups["critic"].map_rows("values", batch)
         scores = self.scores(rollout, prompts)
         out = {k: torch.cat(ray.get(v)) for k, v in futures.items()}
-        exp = assemble(cfg, batch, scores, out["old"], out["ref"], out.get("values"), self.kl_ctl.value)
+        exp = assemble(cfg, batch, scores, out.get("old"), out.get("ref"), out.get("values"), self.kl_ctl.value)
         metrics = experience_metrics(exp, rollout.finished)
         t_exp = time.time()
         seed = cfg.seed + iteration

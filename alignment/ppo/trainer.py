@@ -24,7 +24,7 @@ from alignment.losses.kl import KLController
 from alignment.models.reward_model import ValueCapture
 from alignment.ppo import rank_ops
 from alignment.ppo.batch import rollout_to_batch
-from alignment.ppo.experience import Experience, assemble, experience_metrics
+from alignment.ppo.experience import Experience, assemble, experience_metrics, needs_old_logprobs, uses_reference
 from alignment.rollout.hf_engine import HFEngine
 from alignment.rollout.types import Rollout, SamplingParams
 from alignment.trainers.base import mean_across_ranks
@@ -76,7 +76,7 @@ def score_rollout(reward: Callable, tokenizer: Any, rollout: Rollout, prompts: l
 
 
 class PPOTrainer:
-    def __init__(self, cfg: Any, rt: Runtime, actor: Any, critic: Any | None, ref: torch.nn.Module,
+    def __init__(self, cfg: Any, rt: Runtime, actor: Any, critic: Any | None, ref: torch.nn.Module | None,
                  reward: Callable[[list[str], list[str], list], torch.Tensor], tokenizer: Any,
                  prompts: list[PromptSample]):
         self.cfg, self.rt, self.actor, self.critic, self.ref, self.reward = cfg, rt, actor, critic, ref, reward
@@ -103,8 +103,8 @@ class PPOTrainer:
         t_gen = time.time() - t0
         batch = rollout_to_batch(rollout, self.tokenizer.pad_token_id)
         scores = score_rollout(self.reward, self.tokenizer, rollout, prompts, cfg.reward_clip_range)
-        old = rank_ops.logprobs(self.actor.module, batch, micro)
-        ref = rank_ops.logprobs(self.ref, batch, micro)
+        old = rank_ops.logprobs(self.actor.module, batch, micro) if needs_old_logprobs(cfg) else None
+        ref = rank_ops.logprobs(self.ref, batch, micro) if uses_reference(cfg) else None
         vals = rank_ops.values(self.critic.module, self.capture, batch, micro) if self.critic is not None else None
         exp = assemble(cfg, batch, scores, old, ref, vals, self.kl_ctl.value)
         metrics = experience_metrics(exp, rollout.finished)

@@ -29,7 +29,8 @@ class _PairTrainer(Trainer):
         self.mask_dtype = mask_dtype
 
     def collate(self, items: list[PairSample]) -> PairBatch:
-        pb = collate_pairs(items, self.cfg.packing_samples, self.tokenizer.pad_token_id, self.mask_dtype)
+        pb = collate_pairs(items, self.cfg.packing_samples, self.tokenizer.pad_token_id, self.mask_dtype,
+                           self.cfg.max_len)
         return PairBatch(pb.batch.to(self.rt.torch_device), pb.margins.to(self.rt.torch_device), pb.num_pairs)
 
     def eval_batches(self):

@@ -24,7 +24,7 @@ class SFTTrainer(Trainer):
 
     def collate(self, items: list[TokenizedSample]) -> Batch:
         if self.cfg.packing_samples:
-            batch = collate_packed(items, self.mask_dtype)
+            batch = collate_packed(items, self.mask_dtype, self.cfg.max_len)
         else:
             batch = collate_padded(items, self.tokenizer.pad_token_id)
         return batch.to(self.rt.torch_device)
