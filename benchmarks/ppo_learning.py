@@ -51,7 +51,7 @@ def main() -> None:
         report["runs"][est] = {"launcher": " ".join([Path(launcher[0]).name, *launcher[1:]]),
                                "accuracy_after": greedy_accuracy(save).accuracy, "minutes": round((time.time() - t0) / 60, 1),
                                "iterations": len(rows), "reward_curve": curve(rows, "train/reward"),
-                               "kl_curve": curve(rows, "train/kl")}
+                               "kl_curve": curve(rows, "train/kl") if "train/kl" in rows[-1] else [None]}
         print(json.dumps({est: report["runs"][est]}), flush=True)
     (out / "report.json").write_text(json.dumps(report, indent=1))
     print(f"SFT {report['sft_accuracy']:.1%}")

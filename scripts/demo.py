@@ -69,7 +69,10 @@ def report(result: dict, total: float, out: Path) -> dict:
     k = max(1, len(rewards) // 4)
     print(f"\nRL reward (RM score per sample, {len(rewards)} iterations): first quarter {mean(rewards[:k]):.3f} -> "
           f"last quarter {mean(rewards[-k:]):.3f}   {sparkline(rewards)}")
-    print(f"KL to the SFT policy at the end: {rows[-1].get('train/kl', float('nan')):.3f}")
+    if "train/kl" in rows[-1]:
+        print(f"KL to the SFT policy at the end: {rows[-1]['train/kl']:.3f}")
+    else:
+        print("KL to the SFT policy: not measured (init_kl_coef 0: no KL term, so no reference model is loaded)")
     sft_acc = greedy_accuracy(resolve_model_path(result["sft"]["model_uri"]))
     ppo_acc = greedy_accuracy(resolve_model_path(result["ppo"]["model_uri"]))
     print(f"held-out greedy accuracy ({sft_acc.n} questions): after SFT {sft_acc.accuracy:.1%}, "

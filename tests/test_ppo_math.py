@@ -109,3 +109,21 @@ def test_forward_passes_skipped_only_when_they_change_nothing():
     loss.backward()
     assert clipfrac.item() == 0 and loss.item() == pytest.approx(-1.0)
     approx(logp.grad, [-0.5, -0.5])
+
+
+def test_kl_is_reported_only_when_measured():
+    """Without a reference forward the KL row is absent (not a 0 that reads as 'no drift');
+    with one it is the summed k1 estimate."""
+    from types import SimpleNamespace
+
+    from alignment.ppo.batch import SequenceBatch
+    from alignment.ppo.experience import assemble, experience_metrics
+
+    cfg = SimpleNamespace(kl_estimator="k1", use_kl_loss=False, advantage_estimator="group_norm",
+                          n_samples_per_prompt=2, gamma=1.0, lambd=1.0)
+    batch = SequenceBatch(torch.zeros(2, 3, dtype=torch.long), torch.ones(2, 3, dtype=torch.long),
+                          torch.ones(2, 2), [0, 0])
+    scores, old = T([1.0, 0.0]), T([[-1.0, -1.0], [-1.0, -1.0]])
+    assert "kl" not in experience_metrics(assemble(cfg, batch, scores, None, None, None, 0.0), [True, True])
+    measured = experience_metrics(assemble(cfg, batch, scores, old, old - 0.25, None, 0.0), [True, True])
+    assert measured["kl"] == pytest.approx(0.5)

@@ -73,6 +73,9 @@ def assemble(cfg: Any, batch: SequenceBatch, scores: torch.Tensor, old_logp: tor
 
 
 def experience_metrics(exp: Experience, finished: list[bool]) -> dict[str, float]:
-    return {"reward": exp.scores.mean().item(), "kl": exp.kl.sum(-1).mean().item(),
-            "response_length": exp.batch.response_lengths.float().mean().item(),
-            "finished": sum(finished) / max(len(finished), 1)}
+    out = {"reward": exp.scores.mean().item(),
+           "response_length": exp.batch.response_lengths.float().mean().item(),
+           "finished": sum(finished) / max(len(finished), 1)}
+    if exp.ref_logp is not None:   # no reference loaded (no KL term): the KL was not measured, so no row claims 0
+        out["kl"] = exp.kl.sum(-1).mean().item()
+    return out

@@ -214,7 +214,7 @@ class RayPPO:
         t_sync = self.sync_engines() if "actor" in train else 0.0
         metrics.update(kl_coef=self.kl_ctl.value, time_generate=t_gen - t0, time_experience=t_exp - t_gen,
                        time_train=t_train - t_exp, time_sync=t_sync)
-        self.kl_ctl.update(metrics["kl"], len(exp))
+        self.kl_ctl.update(metrics.get("kl", 0.0), len(exp))   # no kl: no KL term, a fixed controller
         return metrics
 
     # --- resumable state (alignment.ppo.checkpoint) ------------------------------------------

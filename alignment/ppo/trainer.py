@@ -121,5 +121,5 @@ class PPOTrainer:
         if iteration >= self.cfg.freezing_actor_steps:
             metrics.update(rank_ops.train_actor(self.actor, exp, self.cfg, self.kl_ctl.value, seed))
         metrics["time_train"] = time.time() - t0
-        self.kl_ctl.update(metrics["kl"], len(exp))
+        self.kl_ctl.update(metrics.get("kl", 0.0), len(exp))   # no kl: no KL term, a fixed controller
         return mean_across_ranks(metrics)
