@@ -31,6 +31,24 @@ def test_pairs_share_the_prompt_and_mask_only_the_response(tok):
     assert response.startswith(rows[0]["chosen"]) and response.rstrip().endswith("<|end|>")
 
 
+def test_reward_model_pairs_end_at_eos_where_generation_stops(tok):
+    """The RM reads its value at the last token. Generated responses (PPO, batch_inference) end at EOS;
+    the chat template adds a newline after it. RM data ends at EOS so training and scoring read the
+    same token; DPO keeps the template's text."""
+    from alignment.datasets.formatting import end_at_eos
+
+    rows = read_rows(f"json@{tiny_dir() / 'preference'}", "test")[:4]
+    rm = PairTokenizer(tok, RMConfig(pretrain="m", dataset="d", prompt_key="prompt", apply_chat_template=True,
+                                     max_len=64), "pref", end_at_eos=True)(rows)
+    dpo = PairTokenizer(tok, dpo_cfg(), "pref")(rows)
+    assert all(p.chosen.input_ids[-1] == p.rejected.input_ids[-1] == tok.eos_token_id for p in rm)
+    assert all(tok.decode(p.chosen.input_ids[-1:]) == "\n" for p in dpo)
+    assert [p.chosen.input_ids for p in rm] == [p.chosen.input_ids[:-1] for p in dpo]
+    assert end_at_eos("1 + 1 = 2<|end|>\n", "<|end|>") == "1 + 1 = 2<|end|>"
+    assert end_at_eos("1 + 1 = 2", "<|end|>") == "1 + 1 = 2"            # unfinished: left as it is
+    assert end_at_eos("a<|end|>\nb", "<|end|>") == "a<|end|>\nb"      # text after EOS is not whitespace
+
+
 @pytest.mark.parametrize("packed", [False, True])
 def test_collate_pairs_last_tokens(tok, packed):
     rows = read_rows(f"json@{tiny_dir() / 'preference'}", "test")[:3]

@@ -87,8 +87,11 @@ def main(argv: list[str] | None = None) -> dict:
     reward = (make_reward(cfg, tok, setup.precision.dtype, setup.attn, rt.device)
               if cfg.reward_pretrain or cfg.remote_rm_url else None)
 
+    eos = tok.eos_token or ""
     if cfg.eval_task == "rm":
-        samples = [(text, resp, label) for text, _, label, resp in rows]
+        # the reward's query ends at EOS, as a generated response does (and as train_rm trains the RM to read)
+        samples = [(text, resp, label, text + (resp if resp.endswith(eos) else resp + eos))
+                   for text, _, label, resp in rows]
     else:
         if cfg.eval_task == "generate_vllm":
             from alignment.rollout.vllm_engine import VLLMEngine
@@ -101,16 +104,18 @@ def main(argv: list[str] | None = None) -> dict:
         rollout = engine.generate([ids for _, ids, _, _ in rows],
                                   SamplingParams(cfg.max_new_tokens, cfg.temperature, cfg.top_p, cfg.best_of_n, seed=cfg.seed))
         responses = tok.batch_decode(rollout.response_ids, skip_special_tokens=True)
-        samples = [(rows[k][0], resp, rows[k][2]) for k, resp in zip(rollout.prompt_index, responses)]
+        as_generated = tok.batch_decode(rollout.response_ids, skip_special_tokens=False)   # EOS kept, like PPO's queries
+        samples = [(rows[k][0], resp, rows[k][2], rows[k][0] + raw)
+                   for k, resp, raw in zip(rollout.prompt_index, responses, as_generated)]
         log.info("generated %d responses (%d prompts x %d), %d tokens", len(samples), len(rows), cfg.best_of_n,
                  rollout.response_tokens())
 
-    out_rows: list[dict] = [{"input": p, "output": r} for p, r, _ in samples]
+    out_rows: list[dict] = [{"input": p, "output": r} for p, r, _, _ in samples]
     if reward is not None:
         scores: list[float] = []
         for s in range(0, len(samples), cfg.micro_batch_size):
             chunk = samples[s:s + cfg.micro_batch_size]
-            scores += reward([p + r for p, r, _ in chunk], [p for p, _, _ in chunk], [lab for _, _, lab in chunk]).tolist()
+            scores += reward([x[3] for x in chunk], [x[0] for x in chunk], [x[2] for x in chunk]).tolist()
         for row, score in zip(out_rows, scores):
             row["reward"] = score
         log.info("scored %d samples: mean reward %.4f", len(scores), sum(scores) / len(scores))

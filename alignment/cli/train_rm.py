@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> dict:
     cfg.accumulation_steps(rt.world_size)
     setup = prepare(cfg, rt)
     train_set, eval_set = load_train_eval(
-        cfg, lambda rows, src: PairTokenizer(setup.tokenizer, cfg, src)(rows, use_margin=cfg.margin_loss))
+        cfg, lambda rows, src: PairTokenizer(setup.tokenizer, cfg, src, end_at_eos=True)(rows, use_margin=cfg.margin_loss))
     steps = total_steps(len(train_set), cfg, rt.world_size)
     log.info("RM: %d train pairs, %d eval, %d optimizer steps, world size %d, %s, attention=%s, loss=%s",
              len(train_set), len(eval_set or []), steps, rt.world_size, setup.precision.label, setup.attn, cfg.loss)

@@ -41,6 +41,17 @@ def chat(tokenizer: Any, messages: list[dict], add_generation_prompt: bool) -> s
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
 
 
+def end_at_eos(text: str, eos: str | None) -> str:
+    """`text` cut right after its final EOS when only whitespace follows it (a chat template's newline
+    after the end-of-turn token). A reward model reads its value at the last token, and generation
+    stops at EOS, so PPO's queries end there: training and scoring must read the same token."""
+    if eos:
+        stripped = text.rstrip()
+        if stripped.endswith(eos):
+            return stripped
+    return text
+
+
 def prompt_text(tokenizer: Any, value: Any, apply_chat_template: bool, input_template: str | None) -> str:
     """The prompt as the model sees it at generation time (shared by SFT, RL prompts and eval)."""
     if apply_chat_template:

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from alignment.datasets.formatting import get_field, prompt_and_response, require_chat_template
+from alignment.datasets.formatting import end_at_eos, get_field, prompt_and_response, require_chat_template
 from alignment.datasets.sft import Batch, TokenizedSample, collate_packed, collate_padded
 from alignment.datasets.sources import DataError
 
@@ -49,8 +49,9 @@ class UnpairedBatch:
 
 
 class _Tokenize:
-    def __init__(self, tokenizer: Any, cfg: Any, source: str):
-        self.tok, self.cfg, self.source = tokenizer, cfg, source
+    def __init__(self, tokenizer: Any, cfg: Any, source: str, end_at_eos: bool = False):
+        """end_at_eos: responses stop at their EOS (the reward model's data, see `end_at_eos`)."""
+        self.tok, self.cfg, self.source, self.end_at_eos = tokenizer, cfg, source, end_at_eos
         if cfg.apply_chat_template:
             require_chat_template(tokenizer, cfg.pretrain)
 
@@ -60,6 +61,8 @@ class _Tokenize:
     def split(self, prompt: Any, response: Any) -> tuple[list[int], list[int]]:
         head, text = prompt_and_response(self.tok, prompt, response, self.cfg.apply_chat_template,
                                          self.cfg.input_template)
+        if self.end_at_eos:
+            text = end_at_eos(text, self.tok.eos_token)
         return self.ids(head), self.ids(text)
 
     def sample(self, prompt_ids: list[int], response_ids: list[int]) -> TokenizedSample | None:

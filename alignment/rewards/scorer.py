@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from alignment.datasets.formatting import end_at_eos
 from alignment.rewards.remote import RemoteRewardClient
 from alignment.rewards.reward_func import check_rewards, load_reward_func
 
@@ -41,6 +42,9 @@ class RewardModels:
         return total
 
     def _score(self, model: torch.nn.Module, texts: list[str]) -> torch.Tensor:
+        # read at the response's EOS, as in training (train_rm ends responses there), even when a
+        # client sends the chat template's text after it
+        texts = [end_at_eos(t, self.tokenizer.eos_token) for t in texts]
         side, self.tokenizer.padding_side = self.tokenizer.padding_side, "right"
         try:
             enc = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)

@@ -78,9 +78,12 @@ def rm_agreement(rm_dir: str | Path, policy_dir: str | Path, eval_file: str | Pa
         out = policy.generate(**enc, max_new_tokens=max_new_tokens, do_sample=True, temperature=1.0, top_k=0,
                               num_return_sequences=samples, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
         responses = tok.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+        generated = [as_generated(t, tok.eos_token)
+                     for t in tok.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=False)]
         for i, r in enumerate(chunk):
             mine = responses[i * samples:(i + 1) * samples]
-            texts = [chat_sample(tok, r["context_messages"], resp) for resp in mine]
+            # scored as PPO scores them: the prompt as rendered + the response as generated (EOS kept)
+            texts = [prompts[i] + g for g in generated[i * samples:(i + 1) * samples]]
             batch = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False, padding_side="right")
             rewards = rm(**batch).logits.squeeze(-1).tolist()
             right = [rw for rw, resp in zip(rewards, mine) if score(resp, r["label"])]
@@ -92,7 +95,6 @@ def rm_agreement(rm_dir: str | Path, policy_dir: str | Path, eval_file: str | Pa
     return AgreementResult(agree / pairs if pairs else float("nan"), pairs, used)
 
 
-def chat_sample(tok, messages: list[dict], response: str) -> str:
-    """The full conversation with `response` as the assistant turn, as the RM saw it in training."""
-    text = response.split("<|end|>", 1)[0].strip()
-    return tok.apply_chat_template(messages + [{"role": "assistant", "content": text}], tokenize=False)
+def as_generated(decoded: str, eos: str) -> str:
+    """A decoded response up to and including its EOS (generate() pads finished rows after it)."""
+    return decoded.split(eos, 1)[0] + eos if eos in decoded else decoded
