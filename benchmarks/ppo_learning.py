@@ -1,8 +1,8 @@
 """Does the PPO family raise held-out accuracy on the tiny world? (~20 minutes per estimator on
-one core; gae ~30.) From a committed SFT model (and, for gae, a trained RM — e.g. the ones
-benchmarks/preference_stages.py writes), run `alignment.cli.train_ppo` with
-`recipes.ppo_flags(estimator)` and report held-out greedy accuracy before/after, the sampled
-reward curve (mean per sixth of the run) and the final KL.
+one core; gae ~30.) From a committed SFT model and a trained RM (e.g. the ones
+benchmarks/preference_stages.py writes; RM_DIR `none`: the rule reward, critic-free estimators
+only), run `alignment.cli.train_ppo` with `recipes.ppo_flags(estimator, RM_DIR)` and report
+held-out greedy accuracy before/after, the sampled reward curve (mean per sixth of the run) and the final KL.
 
 Usage: .venv/bin/python benchmarks/ppo_learning.py SFT_DIR RM_DIR OUT_DIR [estimator ...]
 Set PPO_LAUNCHER=deepspeed to start each run as `deepspeed --num_gpus 1 --module alignment.cli.train_ppo`
@@ -38,7 +38,7 @@ def main() -> None:
     report = {"sft_accuracy": greedy_accuracy(sft).accuracy, "runs": {}}
     for est in estimators:
         save = out / est
-        flags = recipes.ppo_flags(est) + (["--reward_pretrain", str(rm), "--normalize_reward"] if est == "gae" else [])
+        flags = recipes.ppo_flags(est, None if str(rm) == "none" else str(rm))
         t0 = time.time()
         launcher = ([str(Path(sys.executable).parent / "deepspeed"), "--num_gpus", "1", "--module"]
                     if os.environ.get("PPO_LAUNCHER") == "deepspeed" else [sys.executable, "-m"])

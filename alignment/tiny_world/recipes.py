@@ -50,13 +50,14 @@ def kto_flags() -> list[str]:
             "--logging_steps", "10", "--eval_steps", "105"]
 
 
-def ppo_flags(estimator: str) -> list[str]:
+def ppo_flags(estimator: str, reward_model: str | None = None) -> list[str]:
     """The PPO-family recipe that raises held-out accuracy (docs/ppo.md): 8 samples for each of 16
     prompts per iteration, one optimizer step on all 128 samples, a low actor lr (3e-5) and many
     steps — 4 passes over the 2,375 prompts SFT never saw (592 iterations, ~20 minutes on one
     core; gae ~1.5x). Shorter or higher-lr runs stayed within the noise of the 300 eval problems.
-    No KL penalty: at this lr the policy drifts slowly (KL ~0.3 at the end). gae takes its reward
-    and critic from the trained RM; the others use the rule reward."""
+    No KL penalty: at this lr the policy drifts slowly (KL ~0.3 at the end). With `reward_model`
+    every estimator takes its reward from that trained RM (normalised; gae's critic starts from it
+    too); without one the critic-free estimators use the rule reward (gae needs the RM)."""
     d = tiny_dir() / "prompts"
     flags = ["--prompt_data", f"json@{d}", "--input_key", "context_messages", "--label_key", "label",
              "--apply_chat_template", "--generate_max_len", "16", "--advantage_estimator", estimator,
@@ -64,6 +65,10 @@ def ppo_flags(estimator: str) -> list[str]:
              "--train_batch_size", "128", "--micro_train_batch_size", "16", "--actor_learning_rate", "3e-5",
              "--init_kl_coef", "0", "--max_samples", "2375", "--num_episodes", "4", "--logging_steps", "1",
              "--seed", "42"]
-    if estimator != "gae":
+    if reward_model:
+        flags += ["--reward_pretrain", reward_model, "--normalize_reward"]
+    elif estimator == "gae":
+        raise ValueError("gae needs a trained reward model (its critic starts from it)")
+    else:
         flags += ["--remote_rm_url", "alignment/tiny_world/reward.py"]
     return flags
