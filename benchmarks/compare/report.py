@@ -41,12 +41,13 @@ METHOD = """\
   (`bf16=False`), SDPA attention, no gradient checkpointing, constant lr without warm-up, AdamW
   betas (0.9, 0.95), no weight decay, clip 1.0, the same torch thread count, `HF_HUB_OFFLINE=1`,
   `report_to="none"`. Ours runs DeepSpeed ZeRO-2 (its default) in one process; TRL runs plain
-  `Trainer` (accelerate, one process). Packing: ours puts a micro-batch's samples in one row
-  with a block-diagonal mask; TRL's SFT packs best-fit rows of `max_length` and flattens a batch
-  padding-free (the same attention work). TRL's DPO and RM pad (its DPO padding-free is disabled
-  in 1.16); ours packs. DPO: a frozen reference model's forward every step on both sides
+  `Trainer` (accelerate, one process). Packing: ours puts a micro-batch's samples first-fit
+  into rows of ≤ `--max_len` tokens with a block-diagonal mask; TRL's SFT packs best-fit rows of
+  `max_length` and flattens a batch padding-free. TRL's DPO and RM pad (its DPO padding-free is
+  disabled in 1.16); ours packs. DPO: a frozen reference model's forward every step on both sides
   (`precompute_ref_log_probs=False`). RL: no KL term (TRL `beta=0` loads no reference model;
-  ours, `--init_kl_coef 0`, still computes reference log-probs for its KL metric).
+  ours, `--init_kl_coef 0`, runs no reference forward either, and with one optimizer step per
+  rollout no old-log-prob forward).
 """
 
 
