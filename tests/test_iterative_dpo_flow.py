@@ -14,8 +14,10 @@ from alignflow.tasks.policy_pointer import read_pointer
 
 pytestmark = pytest.mark.integration
 
-SMALL = dict(generate={"rollout_batch_size": 64}, dpo={"max_epochs": 1, "save_steps": -1, "train_batch_size": 8,
-                                                "micro_train_batch_size": 8})
+# 256 prompts x 4 samples: an SFT model near 80 % answers most prompts the same way 4 times, so
+# only prompts with a right and a wrong sample make pairs (~12 here; 64 prompts once gave 3)
+SMALL = dict(generate={"rollout_batch_size": 256}, dpo={"max_epochs": 1, "save_steps": -1, "train_batch_size": 2,
+                                                 "micro_train_batch_size": 2})
 
 
 def test_rounds_continue_from_the_latest_committed_policy(ray_head, tiny_sft, tmp_path, monkeypatch):
