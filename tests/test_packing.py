@@ -3,7 +3,8 @@ import pytest
 import torch
 
 from alignment.config import SFTConfig
-from alignment.datasets.packing import block_causal_mask, packed_position_ids, segment_ids
+from alignment.datasets.packing import block_causal_mask, first_fit_rows
+from alignment.datasets.sft import TokenizedSample
 from alignment.datasets.sft import SFTTokenizer, collate_packed, collate_padded
 from alignment.datasets.sources import read_rows
 from alignment.losses.nll import sft_loss
@@ -11,9 +12,12 @@ from alignment.tiny_world.paths import tiny_dir
 
 
 def test_block_causal_mask_hand_checked():
-    m = block_causal_mask(segment_ids([2, 1])[None])[0, 0]
+    m = block_causal_mask(torch.tensor([[0, 0, 1]]))[0, 0]
     assert m.tolist() == [[True, False, False], [True, True, False], [False, False, True]]
-    assert packed_position_ids([2, 3]).tolist() == [0, 1, 0, 1, 2]
+    # longest first, each into the first row with room; a sample longer than a row gets its own
+    assert first_fit_rows([3, 5, 2, 9, 4], capacity=8) == [[3], [1, 0], [4, 2]]
+    b = collate_packed([TokenizedSample([5, 6], [0, 1]), TokenizedSample([7, 8, 9], [0, 1, 1])], torch.bool, 8)
+    assert b.position_ids.tolist() == [[0, 1, 2, 0, 1]] and b.segment_map.tolist() == [[1, 1, 1, 0, 0]]
 
 
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])

@@ -11,16 +11,6 @@ from __future__ import annotations
 import torch
 
 
-def segment_ids(lengths: list[int]) -> torch.Tensor:
-    """[T] sample index of each token, T = sum(lengths)."""
-    return torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))
-
-
-def packed_position_ids(lengths: list[int]) -> torch.Tensor:
-    """[T] positions restarting at 0 for each sample."""
-    return torch.cat([torch.arange(n) for n in lengths])
-
-
 def block_causal_mask(seg: torch.Tensor, dtype: torch.dtype = torch.bool) -> torch.Tensor:
     """[B, T] segment ids -> [B, 1, T, T] mask: token i attends to j iff same segment and j <= i.
 
