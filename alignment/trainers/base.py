@@ -31,7 +31,7 @@ def mean_across_ranks(values: dict[str, float]) -> dict[str, float]:
     if not dist.is_initialized() or dist.get_world_size() == 1 or not values:
         return values
     keys = sorted(values)
-    t = torch.tensor([values[k] for k in keys], dtype=torch.float64)
+    t = torch.tensor([values[k] for k in keys], dtype=torch.float64, device=_collective_device())
     dist.all_reduce(t)
     return {k: v / dist.get_world_size() for k, v in zip(keys, t.tolist())}
 
@@ -52,9 +52,23 @@ def eval_shard(n: int, rank: int, world: int) -> list[tuple[int, float]]:
     return [(i, 1.0) if i < n else (0, 0.0) for i in range(rank * per_rank, (rank + 1) * per_rank)]
 
 
+def _collective_device() -> torch.device:
+    """Where a collective's tensor must live: NCCL reduces CUDA tensors only, gloo CPU ones."""
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 def sum_across_ranks(values: torch.Tensor) -> torch.Tensor:
+    """Sums `values` across ranks in place (a CPU tensor travels through the GPU under NCCL)."""
     if dist.is_initialized():
-        dist.all_reduce(values)
+        dev = _collective_device()
+        if values.device == dev:
+            dist.all_reduce(values)
+        else:
+            t = values.to(dev)
+            dist.all_reduce(t)
+            values.copy_(t)
     return values
 
 

@@ -59,7 +59,7 @@ class MetricsLogger:
         """The last logged row plus `time/loop_s`: seconds from this logger's start (models loaded)
         to now — how the pipeline report splits a stage's wall time into start-up and training."""
         last = self.history[-1] if self.history else {}
-        return {**last, "time/loop_s": round(time.monotonic() - self.started, 2)}
+        return {**last, "time/loop_s": round(time.monotonic() - self.started, 2), **cuda_peak_memory()}
 
     def advance(self, n: int = 1) -> None:
         if self._bar is not None:
@@ -72,6 +72,14 @@ class MetricsLogger:
             self._tb.close()
         if self._wandb is not None:
             self._wandb.finish()
+
+
+def cuda_peak_memory() -> dict[str, float]:
+    """This process's peak CUDA memory held by tensors (GiB), on GPUs only: what a stage needs."""
+    import torch
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return {}
+    return {"mem/cuda_peak_gib": round(torch.cuda.max_memory_allocated() / 2**30, 3)}
 
 
 def _start_wandb(cfg: Any, stage: str) -> Any:
