@@ -118,7 +118,7 @@ def test_pipeline_override_and_flow_run_retry_resume_ppo(prefect, ray_head, tmp_
     store = tmp_path / "store"
     params = {"sft": {"max_steps": 30, "save_steps": 15, "eval_dataset": None, "logging_steps": 5},
               "rm": {"max_steps": 10, "save_steps": 5, "eval_dataset": None},
-              "ppo": {"max_samples": 32, "num_episodes": 6, "save_steps": 1, "actor_learning_rate": 3e-5}}
+              "ppo": {"max_samples": 16, "num_episodes": 6, "save_steps": 1, "actor_learning_rate": 3e-5}}
     args = [f"--param={k}={json.dumps(v)}" for k, v in params.items()]
     run = prefect.cli("deployment", "run", "sft-rm-ppo/tiny", "--param", f"ray_address={ray_head}",
                       "--param", f"store={store}", "--param", "retries=0", *args)

@@ -127,3 +127,31 @@ def test_kl_is_reported_only_when_measured():
     assert "kl" not in experience_metrics(assemble(cfg, batch, scores, None, None, None, 0.0), [True, True])
     measured = experience_metrics(assemble(cfg, batch, scores, old, old - 0.25, None, 0.0), [True, True])
     assert measured["kl"] == pytest.approx(0.5)
+
+
+def test_critic_reads_values_in_the_normalised_reward_units(tmp_path):
+    """Under --normalize_reward the critic (initialised from the RM) predicts (v − mean)/std with the
+    RM's stats, like the rewards it is regressed on; without stats or the flag, raw values."""
+    import json
+
+    from alignment.models.reward_model import ValueCapture, critic_value_scale
+
+    (tmp_path / "config.json").write_text(json.dumps({"mean": 2.0, "std": 4.0}))
+    assert critic_value_scale(tmp_path, True) == (2.0, 4.0) and critic_value_scale(tmp_path, False) is None
+    (tmp_path / "config.json").write_text(json.dumps({}))
+    assert critic_value_scale(tmp_path, True) is None
+
+    class Critic(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.score = torch.nn.Linear(1, 1, bias=False)
+            torch.nn.init.constant_(self.score.weight, 1.0)
+
+        def forward(self, x):
+            return self.score(x)
+
+    x = torch.tensor([[[6.0], [10.0]]])                               # [B=1, T=2, 1] -> head output 6, 10
+    raw, scaled = Critic(), Critic()
+    cap_raw, cap_scaled = ValueCapture(raw), ValueCapture(scaled, (2.0, 4.0))
+    raw(x), scaled(x)
+    assert cap_raw.take().tolist() == [[6.0, 10.0]] and cap_scaled.take().tolist() == [[1.0, 2.0]]

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from alignment.tiny_world.arithmetic import Problem, TaskSpec, make_splits
+from alignment.tiny_world.arithmetic import Problem, TaskSpec, make_splits, near_misses
 from alignment.tiny_world.build import build
 from alignment.tiny_world.paths import tiny_dir
 from alignment.tiny_world.reward import extract_answer, reward_func
@@ -12,16 +12,16 @@ from alignment.tiny_world.reward import extract_answer, reward_func
 def test_regenerated_world_equals_shipped(tmp_path):
     out = build(tmp_path / "tiny")
     shipped = tiny_dir()
-    for rel in ["sft/train.jsonl", "preference/test.jsonl", "prompts/test.jsonl", "llama_config.json",
-                "tokenizer/tokenizer.json"]:
+    for rel in ["sft/train.jsonl", "preference/test.jsonl", "prompts/test.jsonl", "rm/train.jsonl", "rm/test.jsonl",
+                "llama_config.json", "tokenizer/tokenizer.json"]:
         assert (out / rel).read_text() == (shipped / rel).read_text(), rel
 
 
 def test_eval_questions_never_trained_on():
     splits = make_splits(TaskSpec(), seed=0)
     eval_q = {r["input"] for r in splits["eval"]}
-    for name in ("sft_train", "pref_train", "rl_prompts"):
-        key = "prompt" if name.startswith("pref") else "input"
+    for name in ("sft_train", "pref_train", "rm_train", "rl_prompts"):
+        key = "prompt" if name.startswith(("pref", "rm")) else "input"
         assert not eval_q & {r[key] for r in splits[name]}, name
 
 
@@ -30,6 +30,20 @@ def test_rejected_is_wrong_and_chosen_right():
     for r in rows:
         assert extract_answer(r["chosen"]) == int(r["label"])
         assert extract_answer(r["rejected"]) != int(r["label"])
+
+
+def test_rm_pairs_are_distinct_near_misses_of_every_training_question():
+    from collections import defaultdict
+    splits = make_splits(TaskSpec(), seed=0)
+    rejected = defaultdict(list)
+    for r in splits["rm_train"]:
+        assert extract_answer(r["chosen"]) == int(r["label"]) != extract_answer(r["rejected"])
+        rejected[r["prompt"]].append(extract_answer(r["rejected"]))
+    assert set(rejected) == {r["prompt"] for r in splits["pref_train"]}          # every training question
+    assert all(len(v) == len(set(v)) == 6 for v in rejected.values())            # 6 different mistakes each
+    assert not {r["prompt"] for r in splits["rm_test"]} & set(rejected)           # held-out questions
+    misses = near_misses(Problem(29, "-", 18))   # the SFT policy's kind of mistake: 29 - 18 = 10
+    assert {10, 12, 21, 1, 47} <= set(misses) and 11 not in misses and min(misses) >= 0
 
 
 def test_reward_func():

@@ -64,6 +64,7 @@ def main(argv: list[str] | None = None) -> dict:
     from alignment.distributed.runtime import init_runtime
     from alignment.models.builder import load_actor, load_value_model, prepare
     from alignment.models.loading import load_causal_lm, resolve_model_path
+    from alignment.models.reward_model import critic_value_scale
     from alignment.models.saving import full_state_dict, save_hf_model
     from alignment.ppo import checkpoint as ppo_checkpoint
     from alignment.ppo.experience import uses_reference
@@ -86,18 +87,19 @@ def main(argv: list[str] | None = None) -> dict:
              cfg.n_samples_per_prompt, total, rt.world_size, setup.precision.label)
     actor = build_engine(load_actor(setup, cfg), dataclasses.replace(cfg, learning_rate=cfg.actor_learning_rate),
                          rt, setup.precision.bf16, total)
-    critic = None
+    critic, critic_scale = None, None
     if cfg.advantage_estimator == "gae":
         source = cfg.critic_pretrain or (cfg.reward_pretrain.split(",")[0] if cfg.reward_pretrain else cfg.pretrain)
         critic_setup = dataclasses.replace(setup, path=resolve_model_path(source, "--critic_pretrain"))
         critic = build_engine(load_value_model(critic_setup, cfg),
                               dataclasses.replace(cfg, learning_rate=cfg.critic_learning_rate),
                               rt, setup.precision.bf16, total)
+        critic_scale = critic_value_scale(critic_setup.path, cfg.normalize_reward)
     ref = None
     if uses_reference(cfg):    # else no KL term: the reference is never loaded (its memory and forward saved)
         ref_device = "cpu" if cfg.ref_reward_offload else rt.device
         ref = load_causal_lm(setup.path, setup.precision.dtype, setup.attn).to(ref_device).eval().requires_grad_(False)
-    trainer = PPOTrainer(cfg, rt, actor, critic, ref, reward, setup.tokenizer, prompts)
+    trainer = PPOTrainer(cfg, rt, actor, critic, ref, reward, setup.tokenizer, prompts, critic_scale)
 
     local = not storage.is_remote(cfg.save_path)
     run_dir = Path(cfg.save_path.removeprefix("file://")) if local else Path(tempfile.mkdtemp(prefix="alignflow-save-"))

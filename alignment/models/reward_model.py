@@ -62,14 +62,17 @@ def value_head(model: torch.nn.Module) -> torch.nn.Module:
 
 
 class ValueCapture:
-    """Holds the head's output [B, T] from the latest forward pass."""
+    """Holds the head's output [B, T] from the latest forward pass; with `scale` = (mean, std),
+    as (output − mean) / std (a critic under --normalize_reward, see `critic_value_scale`)."""
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, scale: tuple[float, float] | None = None):
         self.values: torch.Tensor | None = None
+        self.scale = scale
         value_head(model).register_forward_hook(self._hook)
 
     def _hook(self, module: Any, inputs: Any, output: torch.Tensor) -> None:
-        self.values = output.squeeze(-1)
+        values = output.squeeze(-1)
+        self.values = values if self.scale is None else (values - self.scale[0]) / self.scale[1]
 
     def take(self) -> torch.Tensor:
         values, self.values = self.values, None
@@ -83,6 +86,17 @@ def export_names(state: dict[str, torch.Tensor], prefix: str) -> dict[str, torch
     if prefix == HEAD:
         return state
     return {(prefix + k[len(HEAD):] if k.startswith(HEAD + ".") else k): v for k, v in state.items()}
+
+
+def critic_value_scale(path: str | Path, normalize_reward: bool) -> tuple[float, float] | None:
+    """How a critic's values are read under --normalize_reward (as OpenRLHF's critic): in the
+    normalised reward's units, with the reward stats of the RM it starts from. Without them a
+    critic initialised from the RM predicts raw RM scores against normalised returns (a value loss
+    ~30 at the start on the tiny world) and PPO (gae) did not learn. None: raw values."""
+    config = json.loads((Path(path) / "config.json").read_text())
+    if not normalize_reward or "mean" not in config or "std" not in config:
+        return None
+    return float(config["mean"]), float(config["std"])
 
 
 def read_reward_stats(path: str | Path) -> tuple[float, float]:

@@ -78,13 +78,13 @@ def score_rollout(reward: Callable, tokenizer: Any, rollout: Rollout, prompts: l
 class PPOTrainer:
     def __init__(self, cfg: Any, rt: Runtime, actor: Any, critic: Any | None, ref: torch.nn.Module | None,
                  reward: Callable[[list[str], list[str], list], torch.Tensor], tokenizer: Any,
-                 prompts: list[PromptSample]):
+                 prompts: list[PromptSample], critic_scale: tuple[float, float] | None = None):
         self.cfg, self.rt, self.actor, self.critic, self.ref, self.reward = cfg, rt, actor, critic, ref, reward
         self.tokenizer, self.prompts = tokenizer, prompts
         self.gen = HFEngine(actor.module, tokenizer.eos_token_id, tokenizer.pad_token_id,
                             batch_size=max(cfg.micro_rollout_batch_size, 1), device=rt.torch_device)
         self.kl_ctl = KLController(cfg.init_kl_coef, cfg.kl_target, cfg.kl_horizon)
-        self.capture = ValueCapture(critic.module) if critic is not None else None
+        self.capture = ValueCapture(critic.module, critic_scale) if critic is not None else None
         self.per_rank = cfg.rollout_batch_size // rt.world_size
         self.total_iterations = cfg.num_episodes * iterations_per_episode(len(prompts), cfg.rollout_batch_size)
 

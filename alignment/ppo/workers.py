@@ -51,13 +51,14 @@ class ModelWorker:
                                        self.rt, setup.precision.bf16, total_steps)
             self.model = self.engine.module
         elif role == "critic":
-            from alignment.models.reward_model import ValueCapture
+            from alignment.models.reward_model import ValueCapture, critic_value_scale
             source = cfg.critic_pretrain or (cfg.reward_pretrain.split(",")[0] if cfg.reward_pretrain else cfg.pretrain)
             critic_setup = dataclasses.replace(setup, path=resolve_model_path(source, "--critic_pretrain"))
             self.engine = build_engine(load_value_model(critic_setup, cfg),
                                        dataclasses.replace(cfg, learning_rate=cfg.critic_learning_rate),
                                        self.rt, setup.precision.bf16, total_steps)
-            self.model, self.capture = self.engine.module, ValueCapture(self.engine.module)
+            self.model = self.engine.module
+            self.capture = ValueCapture(self.model, critic_value_scale(critic_setup.path, cfg.normalize_reward))
         elif role == "ref":
             device = "cpu" if cfg.ref_reward_offload else self.rt.torch_device
             self.model = load_causal_lm(setup.path, setup.precision.dtype, setup.attn).to(device).eval()

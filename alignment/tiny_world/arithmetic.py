@@ -72,6 +72,33 @@ def wrong_answer(p: Problem, rng: random.Random) -> int:
     return rng.choice(choices)
 
 
+def near_misses(p: Problem) -> list[int]:
+    """Every plausible mistake on `p`, the ones a small model makes most: a units or tens digit
+    off by one to three, a digit dropped, doubled or swapped, the wrong operator."""
+    right = p.answer
+    out = {right + d for d in (1, 2, 3, 9, 10, 11, 20)} | {right - d for d in (1, 2, 3, 9, 10, 11, 20)}
+    out |= {p.a + p.b, abs(p.a - p.b), p.a * p.b, right // 10}
+    digits = str(right)
+    if len(digits) > 1:
+        out |= {int(digits[::-1]), int(digits[:-1] + digits[-1] * 2), int(digits[0] + digits)}
+    return sorted(c for c in out if c != right and 0 <= c < 1000)
+
+
+def rm_rows(problems: list[Problem], per_problem: int, rng: random.Random) -> list[dict]:
+    """Preference pairs for the reward model: `per_problem` different near misses per question.
+
+    One rejected answer per question (the DPO/KTO pairs) teaches an RM to spot that mistake, not
+    to check the sum: on the policy's own (right, wrong) samples such an RM agreed with the rule
+    only ~65 % of the time. Several near misses of the same question force it to check."""
+    rows = []
+    for p in problems:
+        for wrong in rng.sample(near_misses(p), min(per_problem, len(near_misses(p)))):
+            rows.append({"prompt": p.question, "chosen": p.response(), "rejected": p.response(wrong),
+                         "label": str(p.answer)})
+    rng.shuffle(rows)
+    return rows
+
+
 def user_turn(p: Problem) -> list[dict]:
     return [{"role": "user", "content": p.question}]
 
@@ -121,6 +148,7 @@ def make_splits(spec: TaskSpec = TaskSpec(), seed: int = 0, n_eval: int = 300,
     train = problems[n_eval + n_pref_test:]
     pref_train = [preference_row(p, rng) for p in train]
     pref_test_rows = [preference_row(p, rng) for p in pref_test]
+    rm_rng = random.Random(seed + 3)   # its own stream: the other splits stay as they were
     return {
         "sft_train": [sft_row(p) for p in train[:n_sft]],
         "sft_test": [sft_row(p) for p in eval_set[:100]],
@@ -128,6 +156,8 @@ def make_splits(spec: TaskSpec = TaskSpec(), seed: int = 0, n_eval: int = 300,
         "pref_test": pref_test_rows,
         "unpaired_train": unpaired_rows(pref_train, seed + 1),
         "unpaired_test": unpaired_rows(pref_test_rows, seed + 2),
+        "rm_train": rm_rows(train, 6, rm_rng),
+        "rm_test": rm_rows(pref_test, 2, rm_rng),
         "rl_prompts": [prompt_row(p) for p in train[n_sft:] + train[:n_sft]],
         "eval": [prompt_row(p) for p in eval_set],
     }

@@ -15,6 +15,8 @@ LAYOUT = {
     "pref_test": ("preference", "test.jsonl"),
     "unpaired_train": ("unpaired", "train.jsonl"),
     "unpaired_test": ("unpaired", "test.jsonl"),
+    "rm_train": ("rm", "train.jsonl"),
+    "rm_test": ("rm", "test.jsonl"),
     "rl_prompts": ("prompts", "train.jsonl"),
     "eval": ("prompts", "test.jsonl"),
 }
