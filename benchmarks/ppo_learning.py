@@ -1,5 +1,5 @@
-"""Does the PPO family raise held-out accuracy on the tiny world? (~20 minutes per estimator on
-one core; gae ~30.) From a committed SFT model and a trained RM (e.g. the ones
+"""Does the PPO family raise held-out accuracy on the tiny world? (~3.5 minutes per estimator on
+one core; gae ~6.) From a committed SFT model and a trained RM (e.g. the ones
 benchmarks/preference_stages.py writes; RM_DIR `none`: the rule reward, critic-free estimators
 only), run `alignment.cli.train_ppo` with `recipes.ppo_flags(estimator, RM_DIR)` and report
 held-out greedy accuracy before/after, the sampled reward curve (mean per sixth of the run) and the final KL.

@@ -56,9 +56,12 @@ class MetricsLogger:
             self._bar.set_postfix(shown, refresh=False)
 
     def final(self) -> dict[str, float]:
-        """The last logged row plus `time/loop_s`: seconds from this logger's start (models loaded)
-        to now — how the pipeline report splits a stage's wall time into start-up and training."""
-        last = self.history[-1] if self.history else {}
+        """The latest value of every logged key (an eval row is often followed by train rows) plus
+        `time/loop_s`: seconds from this logger's start (models loaded) to now — how the pipeline
+        report splits a stage's wall time into start-up and training."""
+        last: dict = {}
+        for row in self.history:
+            last.update(row)
         return {**last, "time/loop_s": round(time.monotonic() - self.started, 2), **cuda_peak_memory()}
 
     def advance(self, n: int = 1) -> None:
