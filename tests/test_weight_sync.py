@@ -31,3 +31,14 @@ def test_engine_generates_with_the_trainers_weights_after_sync(tiny_sft, engine)
     assert result["changed_by_update"] >= 4, result          # the update really moved the greedy answers
     assert result["equal_after_sync"] == result["prompts"] == 16, result
     assert result["chunks"] >= 4 and result["largest_chunk_bytes"] <= 0.5 * (1 << 20), result
+
+
+@pytest.mark.integration
+def test_gloo_broadcast_reaches_the_vllm_engine(tiny_sft):
+    """--vllm_sync_backend gloo's path: the engine joins a process group of its own with the
+    trainer's rank 0 and reloads from the broadcast, tensor by tensor."""
+    proc = run_module("alignment.cli.check_weight_sync", ["--pretrain", str(tiny_sft), "--engine", "vllm",
+                                                           "--sync", "gloo", "--throughput_prompts", "0"])
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["sync"] == "gloo" and result["changed_by_update"] >= 4, result
+    assert result["equal_after_sync"] == result["prompts"] == 16, result

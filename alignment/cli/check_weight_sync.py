@@ -40,11 +40,16 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--prompts", type=int, default=16, help="Held-out prompts compared greedily")
     p.add_argument("--max_new_tokens", type=int, default=16)
     p.add_argument("--chunk_mb", type=float, default=1.0, help="Most megabytes per sync chunk")
+    p.add_argument("--sync", choices=("chunks", "gloo"), default="chunks",
+                   help="chunks: shards through memory (the object-store path); gloo (vLLM only): the collective "
+                        "broadcast PPO uses with --vllm_sync_backend gloo, a thread here playing actor rank 0")
     p.add_argument("--update_steps", type=int, default=3)
     p.add_argument("--update_lr", type=float, default=3e-3)
     p.add_argument("--throughput_prompts", type=int, default=64, help="Prompts x 4 samples timed (0: skip)")
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
+    if a.sync == "gloo" and a.engine != "vllm":
+        p.error("--sync gloo: the collective broadcast goes to vLLM engines; use --engine vllm")
 
     import torch
 
@@ -77,7 +82,9 @@ def main(argv: list[str] | None = None) -> dict:
     max_bytes = int(a.chunk_mb * (1 << 20))
     t0 = time.time()
     parts = list(chunks(state, max_bytes))
-    if a.engine == "vllm":
+    if a.sync == "gloo":
+        collective_sync(engine, state)
+    elif a.engine == "vllm":
         engine.load_weight_chunks(parts)
     else:
         engine.load_weights(item for part in parts for item in part.items())
@@ -85,7 +92,7 @@ def main(argv: list[str] | None = None) -> dict:
     after = engine.generate(prompts[:a.prompts], greedy).response_ids
 
     result = {"engine": a.engine, "prompts": a.prompts, "equal_after_sync": sum(x == y for x, y in zip(after, expected)),
-              "changed_by_update": sum(x != y for x, y in zip(before, expected)), "chunks": len(parts),
+              "changed_by_update": sum(x != y for x, y in zip(before, expected)), "sync": a.sync, "chunks": len(parts),
               "largest_chunk_bytes": max(sum(t.numel() * t.element_size() for t in c.values()) for c in parts),
               "sync_seconds": round(sync_s, 3)}
     if a.throughput_prompts:
@@ -97,6 +104,32 @@ def main(argv: list[str] | None = None) -> dict:
     if result["equal_after_sync"] != a.prompts:
         sys.exit(1)
     return result
+
+
+def collective_sync(engine, state) -> None:
+    """The engine joins a 2-member gloo group as rank 1 while a thread, as actor rank 0, broadcasts."""
+    import threading
+
+    import torch
+
+    from alignment.rollout import collective_sync as cs
+    group = cs.SyncGroup("127.0.0.1", cs.free_port("127.0.0.1"), 2, "gloo")
+    errors: list[BaseException] = []
+
+    def root() -> None:
+        try:
+            cs.broadcast(cs.open_group(group, 0), state, torch.device("cpu"))
+        except BaseException as e:  # noqa: BLE001 - re-raised below, in the main thread
+            errors.append(e)
+    sender = threading.Thread(target=root)
+    sender.start()
+    engine.join_sync_group(group, 1)
+    loaded = engine.receive_weights(cs.specs(state))
+    sender.join()
+    if errors:
+        raise errors[0]
+    if loaded != len(state):
+        raise SystemExit(f"error: the engine loaded {loaded} of {len(state)} broadcast tensors")
 
 
 if __name__ == "__main__":

@@ -80,8 +80,9 @@ class RolloutConfig:
     vllm_num_engines: int = opt(0, "vLLM rollout engines (0: the batched HF engine inside the actor)")
     vllm_tensor_parallel_size: int = opt(1, "Tensor-parallel size of each vLLM engine")
     vllm_gpu_memory_utilization: float = opt(0.9, "Fraction of GPU memory vLLM may take")
-    vllm_sync_backend: str = opt("nccl", "Weight sync to the engines; today always chunks through Ray's object store "
-                                         "(the NCCL broadcast is not built yet)",
+    vllm_sync_backend: str = opt("nccl", "Weight sync to the vLLM engines: a broadcast from actor rank 0 over NCCL (GPUs, "
+                                         "engines on their own GPUs) or gloo (CPU); nccl without GPUs or with "
+                                         "--colocate_all_models sends chunks through Ray's object store instead (logged)",
                                  choices=("nccl", "gloo"))
     enable_prefix_caching: bool = opt(False, "vLLM prefix caching")
     vllm_sync_chunk_mb: int = opt(64, "Most megabytes per chunk when the actor's weights are sent to the vLLM engines")

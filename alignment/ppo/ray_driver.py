@@ -105,13 +105,18 @@ class RayPPO:
         engine_cores, trainer_cores = placement.split_cores(cores, self.cfg.vllm_num_engines)
         trainer_cores = trainer_cores if self.cfg.vllm_num_engines and not self.gpu else None
         self.engines = [self._start_engine(pgs, k, engine_cores[k]) for k in range(self.cfg.vllm_num_engines)]
-        if self.engines and self.gpu and self.cfg.vllm_sync_backend == "nccl":
-            log.warning("--vllm_sync_backend nccl: weights go to the vLLM engines in chunks through Ray's object "
-                        "store; the NCCL broadcast is not built yet")
+        self.collective_sync = bool(self.engines) and (self.cfg.vllm_sync_backend == "gloo" or (
+            self.gpu and not self.cfg.colocate_all_models))
+        if self.engines and not self.collective_sync:
+            log.warning("--vllm_sync_backend nccl needs the engines on GPUs of their own (%s): weights go to the vLLM "
+                        "engines in chunks through Ray's object store (--vllm_sync_backend gloo broadcasts over gloo)",
+                        "--colocate_all_models shares them" if self.gpu else "this cluster has no GPUs")
         groups = {p.role: ModelGroup(p, pgs[p.bundle_set], self.gpu) for p in self.plans if p.role != "vllm"}
         total = self.total_iterations * self.steps_per_iteration
         ray.get([f for g in groups.values() for f in g.init(self.cfg, threads, total, trainer_cores)]
                 + [e.ready.remote() for e in self.engines])
+        if self.collective_sync:
+            self._open_sync_group(groups["actor"].workers[0])
         log.info("placed %s; %d threads per rank", ", ".join(f"{p.role} {p.nodes}x{p.per_node}"
                                                              + (f" on {p.bundle_set}'s bundles" if p.bundle_set != p.role else "")
                                                              for p in self.plans), threads)
@@ -137,12 +142,30 @@ class RayPPO:
                             not self.gpu, cfg.vllm_gpu_memory_utilization, cfg.enable_prefix_caching,
                             "bfloat16" if cfg.bf16 else "auto")
 
+    def _open_sync_group(self, root: Any) -> None:
+        """Actor rank 0 (root) and every engine join one process group for the weight broadcast."""
+        import ray
+
+        from alignment.rollout.collective_sync import SyncGroup
+        host, port = ray.get(root.sync_group_address.remote())
+        group = SyncGroup(host, port, 1 + len(self.engines), self.cfg.vllm_sync_backend)
+        ray.get([root.join_sync_group.remote(group)]
+                + [e.join_sync_group.remote(group, k + 1) for k, e in enumerate(self.engines)])
+        log.info("weight sync: %s broadcast from actor rank 0 to %d vLLM engine(s) (%s:%d)", group.backend,
+                 len(self.engines), host, port)
+
     def sync_engines(self) -> float:
-        """Push the actor's new weights to every vLLM engine in bounded chunks; seconds taken."""
+        """Push the actor's new weights to every vLLM engine (a collective broadcast, or bounded
+        chunks through the object store); seconds taken."""
         import ray
         if not self.engines:
             return 0.0
         t0 = time.time()
+        if self.collective_sync:
+            tensor_specs = ray.get(self.groups["actor"].call("prepare_sync"))[0]
+            root = self.groups["actor"].workers[0]
+            ray.get([root.broadcast_weights.remote()] + [e.receive_weights.remote(tensor_specs) for e in self.engines])
+            return time.time() - t0
         refs = [r for part in ray.get(self.groups["actor"].call("weight_chunks", self.cfg.vllm_sync_chunk_mb << 20))
                 for r in part]
         ray.get([e.load_weight_refs.remote(refs) for e in self.engines])

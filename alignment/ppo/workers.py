@@ -114,6 +114,34 @@ class ModelWorker:
         state = policy_weights(self.engine)
         return [] if state is None else [ray.put(part) for part in chunks(state, max_bytes)]
 
+    # --- collective weight sync to vLLM engines (rank 0 is the broadcast's root) ----------
+    def sync_group_address(self) -> tuple[str, int]:
+        import ray
+
+        from alignment.rollout.collective_sync import free_port
+        host = ray.util.get_node_ip_address()
+        return host, free_port(host)
+
+    def join_sync_group(self, group: Any) -> bool:
+        import torch
+
+        from alignment.rollout.collective_sync import open_group
+        self._sync_pg = open_group(group, 0)
+        self._sync_device = self.rt.torch_device if group.backend == "nccl" else torch.device("cpu")
+        return True
+
+    def prepare_sync(self) -> list:
+        """Every rank (ZeRO-3 gathers collectively); rank 0 keeps the weights, returns their specs."""
+        from alignment.models.saving import policy_weights
+        from alignment.rollout.collective_sync import specs
+        self._sync_state = policy_weights(self.engine)
+        return [] if self._sync_state is None else specs(self._sync_state)
+
+    def broadcast_weights(self) -> int:
+        from alignment.rollout.collective_sync import broadcast
+        state, self._sync_state = self._sync_state, None
+        return broadcast(self._sync_pg, state, self._sync_device)
+
     def save_checkpoint(self, ckpt_uri: str, iteration: int) -> None:
         from alignment.ppo import checkpoint as ppo_checkpoint
         ppo_checkpoint.save_engine(self.engine, ckpt_uri, iteration, self.role)
