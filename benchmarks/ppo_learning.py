@@ -31,7 +31,7 @@ def curve(rows: list[dict], key: str, parts: int = 6) -> list[float]:
 
 
 def main() -> None:
-    from alignment.tiny_world.evaluate import greedy_accuracy
+    from alignment.tiny_world.evaluate import greedy_accuracy, kl_to_reference
     sft, rm, out = (Path(a) for a in sys.argv[1:4])
     estimators = sys.argv[4:] or ["gae", "reinforce", "rloo", "group_norm"]
     out.mkdir(parents=True, exist_ok=True)
@@ -51,13 +51,14 @@ def main() -> None:
         report["runs"][est] = {"launcher": " ".join([Path(launcher[0]).name, *launcher[1:]]),
                                "accuracy_after": greedy_accuracy(save).accuracy, "minutes": round((time.time() - t0) / 60, 1),
                                "iterations": len(rows), "reward_curve": curve(rows, "train/reward"),
-                               "kl_curve": curve(rows, "train/kl") if "train/kl" in rows[-1] else [None]}
+                               "kl_curve": curve(rows, "train/kl") if "train/kl" in rows[-1] else [None],
+                               "kl_to_sft_after": round(kl_to_reference(save, sft), 3)}   # measured even without a KL term
         print(json.dumps({est: report["runs"][est]}), flush=True)
     (out / "report.json").write_text(json.dumps(report, indent=1))
     print(f"SFT {report['sft_accuracy']:.1%}")
     for est, r in report["runs"].items():
         print(f"{est:11s} {r['accuracy_after']:.1%}  reward {r['reward_curve'][0]} -> {r['reward_curve'][-1]}  "
-              f"KL {r['kl_curve'][-1]}  ({r['iterations']} iterations, {r['minutes']} min)")
+              f"KL {r['kl_curve'][-1]} (to SFT after: {r['kl_to_sft_after']})  ({r['iterations']} iterations, {r['minutes']} min)")
 
 
 if __name__ == "__main__":

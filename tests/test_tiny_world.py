@@ -68,3 +68,20 @@ def test_digits_are_single_tokens():
     pieces = tok.convert_ids_to_tokens(tok("123 + 45", add_special_tokens=False)["input_ids"])
     assert [p for p in pieces if p.strip("Ġ").isdigit()] == ["1", "2", "3", "4", "5"]
     assert tok.chat_template and tok.eos_token == "<|end|>"
+
+
+def test_kl_to_reference_is_zero_for_the_same_model_and_positive_after_a_change(tmp_path):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from alignment.tiny_world.base_model import make_base
+    from alignment.tiny_world.evaluate import kl_to_reference
+    base = make_base(tmp_path / "base", seed=0)
+    moved = AutoModelForCausalLM.from_pretrained(base)
+    with torch.no_grad():
+        moved.lm_head.weight.add_(0.05 * torch.randn(moved.lm_head.weight.shape, generator=torch.Generator().manual_seed(0)))
+    moved.save_pretrained(tmp_path / "moved")
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        (tmp_path / "moved" / name).write_bytes((base / name).read_bytes())
+    assert kl_to_reference(base, base, limit=8, samples=2) == 0.0
+    assert kl_to_reference(tmp_path / "moved", base, limit=8, samples=2) > 0.01

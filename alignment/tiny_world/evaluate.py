@@ -98,3 +98,39 @@ def rm_agreement(rm_dir: str | Path, policy_dir: str | Path, eval_file: str | Pa
 def as_generated(decoded: str, eos: str) -> str:
     """A decoded response up to and including its EOS (generate() pads finished rows after it)."""
     return decoded.split(eos, 1)[0] + eos if eos in decoded else decoded
+
+
+@torch.no_grad()
+def kl_to_reference(policy_dir: str | Path, ref_dir: str | Path, eval_file: str | Path | None = None,
+                    limit: int = 300, samples: int = 4, seed: int = 0, max_new_tokens: int = 16) -> float:
+    """KL(policy ‖ reference) per response, measured after training: the mean over the policy's own
+    samples (temperature 1) on held-out prompts of Σ_t log π(y_t) − log π_ref(y_t) (the k1 estimate
+    PPO logs). For runs without a KL term, which log none."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from alignment.losses.nll import token_logprobs
+    tok = AutoTokenizer.from_pretrained(policy_dir)
+    tok.padding_side = "left"
+    policy = AutoModelForCausalLM.from_pretrained(policy_dir, dtype=torch.float32).eval()
+    ref = AutoModelForCausalLM.from_pretrained(ref_dir, dtype=torch.float32).eval()
+    rows = [json.loads(line) for line in Path(eval_file or tiny_dir() / "prompts" / "test.jsonl").read_text().splitlines()]
+    torch.manual_seed(seed)
+    total, n = 0.0, 0
+    for start in range(0, min(limit, len(rows)), 32):
+        chunk = rows[start:min(start + 32, limit)]
+        enc = tok([prompt_text(tok, r["context_messages"], True, None) for r in chunk], return_tensors="pt",
+                  padding=True, add_special_tokens=False)
+        out = policy.generate(**enc, max_new_tokens=max_new_tokens, do_sample=True, temperature=1.0, top_k=0,
+                              num_return_sequences=samples, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+        prompt_len = enc["input_ids"].shape[1]
+        response = out[:, prompt_len:]
+        # response tokens up to and including the first EOS; pads after it are not actions
+        ended = (response == tok.eos_token_id).int().cumsum(1)
+        action = ((ended == 0) | ((ended == 1) & (response == tok.eos_token_id))).float()
+        attention = torch.cat([enc["attention_mask"].repeat_interleave(samples, 0), action.long()], 1)
+        positions = (attention.cumsum(1) - 1).clamp(min=0)     # left padding: as generate() placed the tokens
+        lp = [token_logprobs(m(input_ids=out, attention_mask=attention, position_ids=positions).logits, out)[:, prompt_len - 1:]
+              for m in (policy, ref)]
+        total += ((lp[0] - lp[1]) * action).sum().item()
+        n += out.shape[0]
+    return total / n
