@@ -85,6 +85,11 @@ class VLLMEngine:
         import torch
 
         from alignment.rollout.collective_sync import open_group
+        executor = getattr(self.llm.llm_engine, "model_executor", None)
+        if executor is None or not hasattr(executor, "driver_worker"):   # checked before the sender waits on us
+            raise RuntimeError("collective weight sync needs the in-process vLLM engine (VLLM_ENABLE_V1_MULTIPROCESSING=0, "
+                               "one engine per Ray actor); use the object-store sync otherwise")
+        self._sync_worker = executor.driver_worker.worker
         self._sync_device = torch.device("cuda", torch.cuda.current_device()) if group.backend == "nccl" else torch.device("cpu")
         self._sync_pg = open_group(group, rank)
         return True
@@ -92,12 +97,8 @@ class VLLMEngine:
     def receive_weights(self, tensor_specs: list) -> int:
         """Reload the policy from actor rank 0's broadcast, tensor by tensor; returns the tensors loaded."""
         from alignment.rollout.collective_sync import receive
-        executor = getattr(self.llm.llm_engine, "model_executor", None)
-        if executor is None or not hasattr(executor, "driver_worker"):
-            raise RuntimeError("collective weight sync needs the in-process vLLM engine (VLLM_ENABLE_V1_MULTIPROCESSING=0, "
-                               "one engine per Ray actor); use the object-store sync otherwise")
         received = receive(self._sync_pg, tensor_specs, self._sync_device)
-        executor.driver_worker.worker.reload_weights(weights_iterator=received, is_checkpoint_format=True)
+        self._sync_worker.reload_weights(weights_iterator=received, is_checkpoint_format=True)
         skipped = sum(1 for _ in received)    # stay in step with the sender even if vLLM stopped early
         self.llm.reset_prefix_cache()
         return len(tensor_specs) - skipped
