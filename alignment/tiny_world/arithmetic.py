@@ -92,7 +92,8 @@ def rm_rows(problems: list[Problem], per_problem: int, rng: random.Random) -> li
     only ~65 % of the time. Several near misses of the same question force it to check."""
     rows = []
     for p in problems:
-        for wrong in rng.sample(near_misses(p), min(per_problem, len(near_misses(p)))):
+        misses = near_misses(p)
+        for wrong in rng.sample(misses, min(per_problem, len(misses))):
             rows.append({"prompt": p.question, "chosen": p.response(), "rejected": p.response(wrong),
                          "label": str(p.answer)})
     rng.shuffle(rows)
