@@ -1,5 +1,5 @@
 """The sft-rm-ppo flow for real (Prefect ephemeral API -> Ray jobs on the session's local head ->
-DeepSpeed) with the shipped configs, i.e. the demo's budget and seed (~10 minutes on 2 cores):
+DeepSpeed) with the shipped configs, i.e. the demo's budget and seed (~13 minutes on 2 cores):
 every stage commits, the PPO stage reads the SFT and RM models from the store, held-out accuracy
 after RL is above SFT's and the RL reward rises, and a second run skips all. Then a short PPO
 stage's job is killed mid-stage: the task's retry skips SFT and RM and resumes PPO from its last
@@ -39,7 +39,7 @@ def chained(ray_head, tmp_path_factory):
     return store, asyncio.run(sft_rm_ppo_flow(run_name="chain", store=store, ray_address=ray_head))
 
 
-@pytest.mark.timeout(3000)   # the shipped budgets: ~10 min here, more on a slower machine
+@pytest.mark.timeout(3000)   # the shipped budgets: ~13 min here, more on a slower machine
 def test_pipeline_commits_every_stage_and_chains_them(chained, ray_head, tmp_path, capsys):
     store, result = chained
     assert list(result) == ["tiny_base", "sft", "rm", "ppo"] and not any(r["skipped"] for r in result.values())
@@ -68,6 +68,7 @@ def test_pipeline_commits_every_stage_and_chains_them(chained, ray_head, tmp_pat
     assert {k: r["model_uri"] for k, r in again.items()} == {k: r["model_uri"] for k, r in result.items()}
 
 
+@pytest.mark.timeout(3000)   # alone (-k), it sets up `chained` itself
 def test_killed_ppo_job_is_retried_from_its_checkpoint_reusing_sft_and_rm(chained, ray_head):
     from ray.job_submission import JobSubmissionClient
 

@@ -62,12 +62,9 @@ def _collective_device() -> torch.device:
 def sum_across_ranks(values: torch.Tensor) -> torch.Tensor:
     """Sums `values` across ranks in place (a CPU tensor travels through the GPU under NCCL)."""
     if dist.is_initialized():
-        dev = _collective_device()
-        if values.device == dev:
-            dist.all_reduce(values)
-        else:
-            t = values.to(dev)
-            dist.all_reduce(t)
+        t = values.to(_collective_device())   # `values` itself when already there
+        dist.all_reduce(t)
+        if t is not values:
             values.copy_(t)
     return values
 
