@@ -10,12 +10,14 @@ result and, per asked-for score, the mean reward of what was generated.
 """
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from prefect import flow, get_run_logger
 
 from alignment.config import ConfigError
 from alignflow.tasks.ray_cluster import ray_cluster
+from alignflow.tasks.report import build_report, publish_report
 from alignflow.tasks.stage import run_stage
 from alignflow.tasks.stage_spec import build_config, check_store, check_store_reachable, repo_path
 
@@ -33,6 +35,7 @@ async def conditional_sft_flow(policy: str, run_name: str = "tiny-csft", store: 
                                generate: dict[str, Any] | None = None, csft_rewards: list[float] | None = None,
                                retries: int = 2) -> dict[str, Any]:
     logger = get_run_logger()
+    started = time.monotonic()
     store = check_store_reachable(check_store(store))
     csft_rewards = [1.0, 0.0] if csft_rewards is None else list(csft_rewards)
     if not csft_rewards:
@@ -46,19 +49,24 @@ async def conditional_sft_flow(policy: str, run_name: str = "tiny-csft", store: 
     for r in csft_rewards:
         build_config("batch_inference", generate_config_file, {**generate, "csft_reward": r, "pretrain": "<model>"})
     results: dict[str, Any] = {}
+    summaries: dict[str, dict] = {}
     with ray_cluster(ray_address) as address:
         run = run_stage.with_options(retries=retries)
         scored = await run("batch_inference", store, run_name, address, score_config_file, score, {"pretrain": policy})
         data_uri = f"{scored.model_uri}/output.jsonl"
         trained = await run("sft", store, run_name, address, sft_config_file, sft,
                             {"pretrain": policy, "dataset": data_uri})
+        summaries.update(score=scored.summary(), sft=trained.summary())
         results.update(scored=data_uri, scored_rows=scored.metrics.get("rows"),
                        scored_mean_reward=scored.metrics.get("mean_reward"), model_uri=trained.model_uri,
                        sft_metrics=trained.metrics, generated={})
         for r in csft_rewards:
             gen = await run("batch_inference", store, run_name, address, generate_config_file,
                             {**generate, "csft_reward": r}, {"pretrain": trained.model_uri})
+            summaries[f"generate (score {r})"] = gen.summary()
             results["generated"][str(r)] = {"output": f"{gen.model_uri}/output.jsonl",
                                             "mean_reward": gen.metrics.get("mean_reward")}
             logger.info("generation with score %s in the prefix: mean reward %s", r, gen.metrics.get("mean_reward"))
+    report = build_report("conditional-sft", run_name, summaries, time.monotonic() - started)
+    await publish_report(report)
     return results

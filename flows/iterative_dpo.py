@@ -30,7 +30,7 @@ async def iterative_dpo_flow(run_name: str = "tiny-idpo", store: str = "runs/sto
                              dpo_config_file: str | None = str(CONFIGS / "tiny_idpo_dpo.yaml"),
                              dpo: dict[str, Any] | None = None, retries: int = 2) -> dict[str, Any]:
     """Runs `rounds` rounds; returns the policy pointer (round, model URI, history)."""
-    pointer = await policy_rounds(train_stage="dpo", run_name=run_name, store=store, ray_address=ray_address,
+    pointer = await policy_rounds(flow_name="iterative-dpo", train_stage="dpo", run_name=run_name, store=store, ray_address=ray_address,
                                   initial_policy=initial_policy, rounds=rounds,
                                   generate_config_file=generate_config_file, generate=generate,
                                   train_config_file=dpo_config_file, train=dpo, retries=retries)

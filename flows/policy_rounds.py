@@ -9,22 +9,26 @@ committed, so a failed round is redone from the same policy next time.
 """
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from prefect import get_run_logger
 
 from alignment.config import ConfigError
 from alignflow.tasks.policy_pointer import PolicyPointer, advance, pointer_uri, read_pointer
+from alignflow.tasks import curves
 from alignflow.tasks.ray_cluster import ray_cluster
+from alignflow.tasks.report import build_report, publish_report
 from alignflow.tasks.stage import run_stage
 from alignflow.tasks.stage_spec import build_config, check_store, check_store_reachable
 
 
-async def policy_rounds(*, train_stage: str, run_name: str, store: str, ray_address: str | None,
+async def policy_rounds(*, flow_name: str, train_stage: str, run_name: str, store: str, ray_address: str | None,
                         initial_policy: str | None, rounds: int, generate_config_file: str | None,
                         generate: dict[str, Any] | None, train_config_file: str | None,
                         train: dict[str, Any] | None, retries: int) -> PolicyPointer:
     logger = get_run_logger()
+    started = time.monotonic()
     store = check_store_reachable(check_store(store))
     if rounds < 1:
         raise ConfigError(f"rounds={rounds}: must be >= 1")
@@ -36,6 +40,7 @@ async def policy_rounds(*, train_stage: str, run_name: str, store: str, ray_addr
     # both configs are validated before a cluster starts (the policy and data as placeholders)
     build_config("batch_inference", generate_config_file, {**generate, "pretrain": "<policy>"})
     build_config(train_stage, train_config_file, {**train, "pretrain": "<policy>", "dataset": "<generated data>"})
+    summaries: dict[str, dict] = {}
     with ray_cluster(ray_address) as address:
         run = run_stage.with_options(retries=retries)
         for _ in range(rounds):
@@ -52,6 +57,10 @@ async def policy_rounds(*, train_stage: str, run_name: str, store: str, ray_addr
             pointer = advance(store, run_name, pointer, trained.model_uri, {
                 "policy_in": policy, "data": data_uri, "data_rows": data.metrics.get("rows"),
                 "sampled_reward": data.metrics.get("mean_reward"), f"{train_stage}_metrics": trained.metrics})
+            summaries[f"generate (round {k})"] = data.summary()
+            summaries[f"{train_stage} (round {k})"] = trained.summary()
             logger.info("round %d committed: %s (%s rows of generated data, mean sampled reward %s)", k,
                         trained.model_uri, data.metrics.get("rows"), data.metrics.get("mean_reward"))
+    report = build_report(flow_name, run_name, summaries, time.monotonic() - started)
+    await publish_report(report, {"rounds": curves.rounds_panels(pointer.history)})
     return pointer

@@ -28,7 +28,7 @@ async def rejection_sampling_flow(run_name: str = "tiny-rs", store: str = "runs/
                                   sft_config_file: str | None = str(CONFIGS / "tiny_rs_sft.yaml"),
                                   sft: dict[str, Any] | None = None, retries: int = 2) -> dict[str, Any]:
     """Runs `rounds` rounds; returns the policy pointer (round, model URI, history)."""
-    pointer = await policy_rounds(train_stage="sft", run_name=run_name, store=store, ray_address=ray_address,
+    pointer = await policy_rounds(flow_name="rejection-sampling", train_stage="sft", run_name=run_name, store=store, ray_address=ray_address,
                                   initial_policy=initial_policy, rounds=rounds,
                                   generate_config_file=generate_config_file, generate=generate,
                                   train_config_file=sft_config_file, train=sft, retries=retries)

@@ -7,11 +7,13 @@ Parameters: the stage config as a YAML file (`sft_config_file`, same format as t
 """
 from __future__ import annotations
 
+import time
 from typing import Any
 
-from prefect import flow, get_run_logger
+from prefect import flow
 
 from alignflow.tasks.ray_cluster import ray_cluster
+from alignflow.tasks.report import build_report, publish_report
 from alignflow.tasks.stage import run_stage
 from alignflow.tasks.stage_spec import StageResult, build_config, check_store, check_store_reachable, repo_path
 
@@ -23,23 +25,24 @@ async def sft_flow(run_name: str = "tiny", store: str = "runs/store", ray_addres
                    sft_config_file: str | None = TINY_SFT_CONFIG, sft: dict[str, Any] | None = None,
                    retries: int = 2) -> dict[str, Any]:
     """SFT as a Ray job. With no `pretrain` in the config, a seeded tiny random-init base is made first."""
-    logger = get_run_logger()
+    started = time.monotonic()
     # Everything that can be wrong with the parameters fails here, before a cluster starts.
     store = check_store_reachable(check_store(store))
     overrides = dict(sft or {})
     needs_base = not overrides.get("pretrain") and not config_has_pretrain(sft_config_file)
     build_config("sft", sft_config_file, {**overrides, **({"pretrain": "<tiny_base output>"} if needs_base else {})})
+    stages: dict[str, StageResult] = {}
     with ray_cluster(ray_address) as address:
         inputs = {}
         if needs_base:
-            base: StageResult = await run_stage.with_options(retries=retries)(
+            stages["tiny_base"] = await run_stage.with_options(retries=retries)(
                 "tiny_base", store, run_name, address, overrides={"seed": 0})
-            inputs["pretrain"] = base.model_uri
-        result: StageResult = await run_stage.with_options(retries=retries)(
+            inputs["pretrain"] = stages["tiny_base"].model_uri
+        stages["sft"] = await run_stage.with_options(retries=retries)(
             "sft", store, run_name, address, sft_config_file, overrides, inputs)
-    logger.info("sft: %s (%s)", result.model_uri, "skipped, already committed" if result.skipped else "trained")
-    return {"model_uri": result.model_uri, "skipped": result.skipped, "metrics": result.metrics,
-            "stage_wall_s": round(result.wall_s, 2)}
+    report = build_report("sft", run_name, {k: r.summary() for k, r in stages.items()}, time.monotonic() - started)
+    await publish_report(report)
+    return stages["sft"].summary()
 
 
 def config_has_pretrain(path: str | None) -> bool:

@@ -5,8 +5,11 @@ import asyncio
 import logging
 import re
 from dataclasses import dataclass
+from typing import Awaitable, Callable
 
 from ray.job_submission import JobStatus, JobSubmissionClient
+
+from alignment.events import PREFIX as EVENT_PREFIX
 
 # Environment passed to jobs explicitly. Only non-secret settings: credentials reach a job
 # through the cluster's own environment, so they never land in Ray's job metadata.
@@ -39,14 +42,17 @@ class JobOutcome:
 
 
 def _error_lines(log_text: str, n: int = 12) -> list[str]:
-    lines = [ln for ln in log_text.splitlines() if ln.strip() and not re.match(r"^\S+:\s+\d+%\|", ln)]
+    lines = [ln for ln in log_text.splitlines()
+             if ln.strip() and not re.match(r"^\S+:\s+\d+%\|", ln) and EVENT_PREFIX not in ln]
     flagged = [ln for ln in lines if re.search(r"error|Error|Traceback|Exception|failure", ln)]
     return (flagged or lines)[-n:]
 
 
 async def run_job(address: str, submission_id: str, entrypoint: str, env: dict[str, str], metadata: dict[str, str],
-                  logger: logging.Logger | logging.LoggerAdapter) -> JobOutcome:
-    """Submit and follow one job. Raises StageJobFailed when it fails; stops it if we're cancelled."""
+                  logger: logging.Logger | logging.LoggerAdapter,
+                  on_line: Callable[[str], Awaitable[bool]] | None = None) -> JobOutcome:
+    """Submit and follow one job. Raises StageJobFailed when it fails; stops it if we're cancelled.
+    `on_line` sees every log line first; the lines it consumes (progress events) are not logged."""
     client = JobSubmissionClient(address)
     for attempt in range(60):
         try:
@@ -62,7 +68,9 @@ async def run_job(address: str, submission_id: str, entrypoint: str, env: dict[s
     try:
         async for chunk in client.tail_job_logs(submission_id):
             for line in chunk.splitlines():
-                if line.strip() and not _PROGRESS.search(line):  # progress-bar redraws stay out of the log
+                if not line.strip() or _PROGRESS.search(line):  # progress-bar redraws stay out of the log
+                    continue
+                if on_line is None or not await on_line(line):
                     logger.info("%s", line)
     except BaseException:
         # Cancelled (CancelledError), terminated by a worker (Prefect turns SIGTERM into an

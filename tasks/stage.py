@@ -11,7 +11,9 @@ from prefect.runtime import flow_run, task_run
 
 from alignment import storage
 from alignment.config.cli import config_to_argv
-from alignflow.tasks.artifacts import publish, read_metrics
+from alignment import events
+from alignflow.tasks.artifacts import publish_stage, read_metrics
+from alignflow.tasks.progress import StageProgress
 from alignflow.tasks.ray_job import PASSED_ENV, StageJobFailed, run_job
 from alignflow.tasks.stage_spec import STAGES, StageResult, build_config, check_store, identity_hash, job_config, stage_dir
 
@@ -54,20 +56,24 @@ async def run_stage(stage: str, store: str, run_name: str, ray_address: str, con
         logger.info("stage %s already committed at %s: skipping it (same config and inputs)", stage, model_uri)
         return StageResult(stage, model_uri, True, manifest.get("metadata", {}).get("final_metrics", {}),
                            time.monotonic() - started)
-    argv = config_to_argv(job_config(stage, cfg, out))
+    argv = config_to_argv(job_config(stage, cfg, out, run_name))
     entrypoint = shlex.join([job_python(), "-m", STAGES[stage].module, *argv])
     env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
     env.setdefault("PYTHONUNBUFFERED", "1")
+    env[events.ENV_SWITCH] = "1"    # rank 0 reports progress as events in its log (alignment.events)
     latest = storage.get_latest(f"{out}/checkpoints") if STAGES[stage].resumable else None
     if latest:
         logger.info("resuming stage %s from committed checkpoint %s", stage, latest)
+    progress = StageProgress(run_name, stage, logger)
+    await progress.start()
     await run_job(ray_address, submission_id(run_name, stage, digest), entrypoint, env,
-                  {"alignflow_run": run_name, "alignflow_stage": stage, "alignflow_output": out}, logger)
+                  {"alignflow_run": run_name, "alignflow_stage": stage, "alignflow_output": out}, logger,
+                  progress.on_line)
     manifest = storage.read_manifest(model_uri)
     if manifest is None:
         raise RuntimeError(f"stage {stage}: the Ray job succeeded but {model_uri} has no MANIFEST.json")
-    rows = read_metrics(model_uri)
-    await publish(run_name, stage, model_uri, rows, out)
+    await progress.finish()
+    await publish_stage(run_name, stage, model_uri, read_metrics(model_uri), out, manifest)
     final = manifest.get("metadata", {}).get("final_metrics", {})
     logger.info("stage %s committed %s in %.1fs", stage, model_uri, time.monotonic() - started)
     return StageResult(stage, model_uri, False, final, time.monotonic() - started)

@@ -60,6 +60,11 @@ class StageResult:
     metrics: dict[str, float] = field(default_factory=dict)
     wall_s: float = 0.0
 
+    def summary(self, **extra: Any) -> dict[str, Any]:
+        """What a flow returns per stage (JSON), and what its report is built from."""
+        return {"stage": self.stage, "model_uri": self.model_uri, "skipped": self.skipped, "metrics": self.metrics,
+                "stage_wall_s": round(self.wall_s, 2), **extra}
+
 
 def check_store(store: str) -> str:
     """Normalise the store URI: absolute for local paths; only file:// and s3:// are supported."""
@@ -107,6 +112,9 @@ def build_config(stage: str, config_file: str | None, overrides: dict[str, Any] 
     for name in PATH_FIELDS:
         if isinstance(values.get(name), str):
             values[name] = _absolute(values[name])
+    if values.get("use_tensorboard") and STAGES[stage].resumable:
+        raise ConfigError(f"{stage}: use_tensorboard={values['use_tensorboard']!r}: in a flow every stage writes its "
+                          f"TensorBoard events into its output (<stage dir>/model/tensorboard); drop use_tensorboard")
     use_wandb = values.get("use_wandb")
     if use_wandb and str(use_wandb).lower() not in WANDB_SWITCHES:
         raise ConfigError(f"{stage}: use_wandb looks like an API key; keys never go in flow parameters: set "
@@ -126,11 +134,16 @@ def stage_dir(store: str, run_name: str, stage: str, digest: str) -> str:
     return f"{store.rstrip('/')}/{run_name}/{stage}-{digest}"
 
 
-def job_config(stage: str, cfg: Any, out_dir: str) -> Any:
-    """The config the Ray job runs with: outputs under the stage dir, resume switched on."""
+def job_config(stage: str, cfg: Any, out_dir: str, run_name: str = "") -> Any:
+    """The config the Ray job runs with: outputs under the stage dir, resume switched on; trackers
+    that follow the pipeline: TensorBoard events inside the committed output, wandb runs grouped by
+    pipeline run and named `<run>-<stage>` unless the config names them."""
     changes: dict[str, Any] = {STAGES[stage].output_field: f"{out_dir}/model"}
     if STAGES[stage].resumable:
-        changes.update(ckpt_path=f"{out_dir}/checkpoints", load_checkpoint=True)
+        changes.update(ckpt_path=f"{out_dir}/checkpoints", load_checkpoint=True,
+                       use_tensorboard=f"{out_dir}/model/tensorboard",
+                       wandb_group=cfg.wandb_group or run_name or None,
+                       wandb_run_name=cfg.wandb_run_name or (f"{run_name}-{stage}" if run_name else None))
     return replace(cfg, **changes)
 
 

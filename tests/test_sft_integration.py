@@ -148,3 +148,26 @@ def test_openrlhf_readme_sft_command_runs(tiny_base, tmp_path):
                     "--learning_rate", "5e-6", "--gradient_checkpointing"])
     assert "using PyTorch SDPA" in proc.stderr  # --flash_attn fell back, and said so
     assert len(losses(out)) == 3 and (out / "MANIFEST.json").exists()  # 1,000 samples / 256 per step
+
+
+def test_resumed_run_keeps_one_wandb_run_and_one_tensorboard_curve(tiny_base, tmp_path):
+    """As a pipeline stage runs (--load_checkpoint on every attempt): a crash after step 3 and a
+    resume from the step-2 checkpoint give one wandb run id (offline) and, inside the committed
+    model, TensorBoard events with each step once."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from alignment import storage
+    out, ckpt = tmp_path / "model", tmp_path / "ckpt"
+    wandb_dirs = {k: str(tmp_path / "wandb") for k in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR", "WANDB_CONFIG_DIR")}
+    args = ["--pretrain", str(tiny_base), "--save_path", str(out), "--ckpt_path", str(ckpt), "--load_checkpoint",
+            "--max_steps", "4", "--save_steps", "2", "--use_wandb", "offline", "--wandb_run_name", "r-sft",
+            "--use_tensorboard", str(out / "tensorboard"), *TINY_SFT]
+    crashed = run_cli(args, env={"WANDB_MODE": "offline", "ALIGNFLOW_FAIL_AT_STEP": "3", **wandb_dirs}, check=False)
+    assert crashed.returncode != 0 and "simulated failure after step 3" in crashed.stderr
+    run_cli(args, env={"WANDB_MODE": "offline", **wandb_dirs})
+    runs = sorted(p.name for p in (tmp_path / "wandb").rglob("offline-run-*") if p.is_dir())
+    assert len(runs) == 2 and len({name.rsplit("-", 1)[1] for name in runs}) == 1, runs
+    events = EventAccumulator(str(out / "tensorboard"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("train/loss")] == [1, 2, 3, 4]
+    tracking = storage.read_manifest(out)["metadata"]["tracking"]
+    assert tracking["tensorboard"] == str(out / "tensorboard") and "offline-run-" in tracking["wandb"]

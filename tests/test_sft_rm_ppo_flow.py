@@ -54,7 +54,7 @@ def test_pipeline_commits_every_stage_and_chains_them(chained, ray_head, tmp_pat
     summary = demo_module().report(result, 1.0, tmp_path / "report.json")
     shown = capsys.readouterr().out
     print(shown)
-    assert "RL reward (RM score per sample, 296 iterations)" in shown and "after RL" in shown
+    assert "RL reward (score per sample, 296 iterations)" in shown and "after ppo" in shown
     # the acceptance: on this fixed seed and budget, RL with the trained RM beats SFT on held-out questions
     assert summary["rl_reward_last_quarter"] > summary["rl_reward_first_quarter"], summary
     assert summary["rl_accuracy"] > summary["sft_accuracy"], summary

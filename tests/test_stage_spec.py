@@ -17,7 +17,7 @@ def cfg(**over):
 
 def test_identity_ignores_bookkeeping_but_not_hyperparameters():
     base = identity_hash("sft", cfg())
-    assert identity_hash("sft", cfg(logging_steps=7, save_steps=11, use_tensorboard="/tb")) == base
+    assert identity_hash("sft", cfg(logging_steps=7, save_steps=11, wandb_run_name="x")) == base
     assert identity_hash("sft", cfg(learning_rate=1e-4)) != base
     assert identity_hash("sft", cfg(), inputs={"pretrain": "s3://b/x"}) != base
 
@@ -29,9 +29,19 @@ def test_relative_data_paths_become_absolute():
 
 def test_job_config_points_outputs_into_the_stage_dir():
     out = stage_dir("s3://b/p", "run", "sft", "abc")
-    j = job_config("sft", cfg(), out)
+    j = job_config("sft", cfg(), out, "run")
     assert j.save_path == "s3://b/p/run/sft-abc/model" and j.ckpt_path == "s3://b/p/run/sft-abc/checkpoints"
     assert j.load_checkpoint
+    # trackers follow the pipeline: events committed with the model, wandb grouped by run
+    assert j.use_tensorboard == "s3://b/p/run/sft-abc/model/tensorboard"
+    assert (j.wandb_group, j.wandb_run_name) == ("run", "run-sft")
+    named = job_config("sft", cfg(wandb_group="g", wandb_run_name="mine"), out, "run")
+    assert (named.wandb_group, named.wandb_run_name) == ("g", "mine")
+
+
+def test_flows_refuse_a_tensorboard_dir_of_their_own():
+    with pytest.raises(ConfigError, match="in a flow every stage writes its TensorBoard events into its output"):
+        cfg(use_tensorboard="/tb")
 
 
 def test_store_uris():

@@ -128,6 +128,8 @@ def main(argv: list[str] | None = None) -> dict:
     local = Path(tempfile.mkdtemp(prefix="alignflow-inference-"))
     try:
         (local / "output.jsonl").write_text("".join(json.dumps(r) + "\n" for r in out_rows))
+        if reward is not None:   # every sample's score, before post-processing: the pipeline's reward histogram
+            (local / "rewards.json").write_text(json.dumps(scores))
         final = {"rows": float(len(out_rows))}
         if reward is not None:
             final["mean_reward"] = sum(scores) / len(scores)     # over every sample, before post-processing

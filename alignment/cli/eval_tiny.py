@@ -1,7 +1,11 @@
-"""python -m alignment.cli.eval_tiny --pretrain DIR [--limit N]: held-out accuracy on the arithmetic task."""
+"""python -m alignment.cli.eval_tiny --pretrain DIR|URI [--limit N] [--save_json URI]: held-out
+greedy accuracy on the arithmetic task. --save_json writes the result into the store (atomically),
+next to the model it measured; the pipeline reads it from there."""
 import argparse
 import json
 
+from alignment import storage
+from alignment.models.loading import resolve_model_path
 from alignment.tiny_world.evaluate import greedy_accuracy
 
 if __name__ == "__main__":
@@ -9,6 +13,10 @@ if __name__ == "__main__":
     p.add_argument("--pretrain", required=True)
     p.add_argument("--eval_file", default=None)
     p.add_argument("--limit", type=int, default=None)
+    p.add_argument("--save_json", default=None)
     a = p.parse_args()
-    r = greedy_accuracy(a.pretrain, a.eval_file, a.limit)
-    print(json.dumps({"accuracy": r.accuracy, "n": r.n, "examples": r.examples}, indent=1))
+    r = greedy_accuracy(resolve_model_path(a.pretrain), a.eval_file, a.limit)
+    text = json.dumps({"accuracy": r.accuracy, "n": r.n, "examples": r.examples}, indent=1)
+    if a.save_json:
+        storage.write_text_atomic(a.save_json, text)
+    print(text)

@@ -107,7 +107,8 @@ def main(argv: list[str] | None = None) -> dict:
         storage.remove(f"{cfg.save_path.rstrip('/')}/{storage.MANIFEST}")
     engines = {"actor": actor, **({"critic": critic} if critic is not None else {})}
     start = resume(cfg, rt, engines)
-    logger = MetricsLogger(cfg, run_dir, rt.is_main, trainer.total_iterations, "ppo")
+    logger = MetricsLogger(cfg, run_dir, rt.is_main, trainer.total_iterations, "ppo",
+                           cfg.rollout_batch_size * cfg.n_samples_per_prompt)
 
     def save(state: ppo_checkpoint.PPOState) -> None:
         for role, engine in engines.items():
@@ -123,7 +124,8 @@ def main(argv: list[str] | None = None) -> dict:
         save_hf_model(actor.module, state, setup.tokenizer, run_dir)
         final = logger.final()
         storage.commit_dir(run_dir, cfg.save_path,
-                           metadata={"stage": "ppo", "config": public_dict(cfg), "final_metrics": final})
+                           metadata={"stage": "ppo", "config": public_dict(cfg), "final_metrics": final,
+                                     "tracking": logger.links})
         if not local:
             shutil.rmtree(run_dir, ignore_errors=True)
         log.info("model committed: %s", cfg.save_path)

@@ -28,7 +28,7 @@ def run_iterations(cfg: Any, total: int, step: Callable[[int], dict[str, float]]
         first, kl_ctl.value = start.iteration, start.kl_coef
     # a resumed run keeps the rows up to its checkpoint (later ones are being redone); a fresh
     # run starts the file empty, even where an earlier run into the same --save_path left one
-    logger.restore(start.history if start is not None else [])
+    logger.restore(start.history if start is not None else [], first)
     for it in range(first, total):
         metrics = step(it)
         logger.advance()

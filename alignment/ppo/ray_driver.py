@@ -267,12 +267,14 @@ class RayPPO:
         self.sync_engines()          # the engines started from --pretrain
         return state
 
-    def commit(self, metrics_file: Path, final: dict[str, float]) -> None:
+    def commit(self, metrics_dir: Path, final: dict[str, float], tracking: dict[str, str]) -> None:
+        """The model, with what the driver wrote beside it (metrics.jsonl, TensorBoard events
+        placed inside --save_path), committed by the actor group."""
         import ray
-        files = {"metrics.jsonl": metrics_file.read_bytes()} if metrics_file.exists() else {}
+        files = {str(p.relative_to(metrics_dir)): p.read_bytes() for p in sorted(metrics_dir.rglob("*")) if p.is_file()}
         ray.get(self.groups["actor"].call("commit", self.cfg.save_path,
-                                          {"stage": "ppo", "config": public_dict(self.cfg), "final_metrics": final},
-                                          files))
+                                          {"stage": "ppo", "config": public_dict(self.cfg), "final_metrics": final,
+                                           "tracking": tracking}, files))
 
 
 def run(cfg: Any) -> dict[str, float]:
@@ -303,9 +305,10 @@ def run(cfg: Any) -> dict[str, float]:
     storage.remove(f"{cfg.save_path.rstrip('/')}/{storage.MANIFEST}")
     metrics_dir = Path(tempfile.mkdtemp(prefix="alignflow-ppo-metrics-"))
     start = ppo.resume()
-    logger = MetricsLogger(cfg, metrics_dir, True, ppo.total_iterations, "ppo")
+    logger = MetricsLogger(cfg, metrics_dir, True, ppo.total_iterations, "ppo",
+                           cfg.rollout_batch_size * cfg.n_samples_per_prompt)
     run_iterations(cfg, ppo.total_iterations, ppo.step, ppo.kl_ctl, logger, ppo.save, start)
     logger.close()
-    ppo.commit(logger.path, logger.final())
+    ppo.commit(metrics_dir, logger.final(), logger.links)
     log.info("model committed: %s", cfg.save_path)
     return logger.final()

@@ -163,6 +163,7 @@ class ModelWorker:
             run_dir = Path(save_path.removeprefix("file://")) if local else Path(tempfile.mkdtemp(prefix="alignflow-save-"))
             save_hf_model(self.engine.module, state, self.setup.tokenizer, run_dir)
             for name, data in files.items():
+                (run_dir / name).parent.mkdir(parents=True, exist_ok=True)
                 (run_dir / name).write_bytes(data)
             storage.commit_dir(run_dir, save_path, metadata=metadata)
             if not local:

@@ -124,8 +124,8 @@ class Trainer:
         if rt.is_main:
             # the old model at --save_path (if any) stops being "committed" before we touch it
             storage.remove(f"{cfg.save_path.rstrip('/')}/{storage.MANIFEST}")
-        logger = MetricsLogger(cfg, run_dir, rt.is_main, self.total_steps, self.stage)
-        logger.restore(state.history)  # rows logged after the resumed checkpoint are dropped
+        logger = MetricsLogger(cfg, run_dir, rt.is_main, self.total_steps, self.stage, cfg.train_batch_size)
+        logger.restore(state.history, state.global_step)  # rows logged after the resumed checkpoint are dropped
         self.engine.train()
         first_step = state.global_step + 1
         done = state.global_step >= self.total_steps
@@ -194,7 +194,8 @@ class Trainer:
             save_hf_model(self.engine.module, state, self.tokenizer, run_dir, extra_config, self.export_state)
             final = logger.final()
             storage.commit_dir(run_dir, self.cfg.save_path,
-                               metadata={"stage": self.stage, "config": public_dict(self.cfg), "final_metrics": final})
+                               metadata={"stage": self.stage, "config": public_dict(self.cfg), "final_metrics": final,
+                                         "tracking": logger.links})
             if storage.is_remote(self.cfg.save_path):
                 shutil.rmtree(run_dir, ignore_errors=True)
             log.info("model committed: %s", self.cfg.save_path)

@@ -1,0 +1,81 @@
+"""The external trackers a stage can log to: Weights & Biases and TensorBoard (rank 0 only).
+
+wandb: a run named by --wandb_run_name in --wandb_group. A run that resumes from a checkpoint
+(--load_checkpoint) continues the same wandb run: its id is derived from --ckpt_path, so the
+curve of a stage that crashed and resumed is one run, not two. (wandb keeps the highest step it
+has seen: steps redone after a resume, below that, are dropped by wandb itself.)
+
+TensorBoard: events under --use_tensorboard. A directory inside --save_path is written into the
+model's staging directory, so the events are committed with the model and survive the node
+(`tensorboard --logdir <store>` then sees every stage); they are rebuilt from the metrics
+history on resume, so the committed events hold one whole curve.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+
+def wandb_run_id(resume_key: str) -> str:
+    """A stable wandb run id (wandb allows [a-z0-9], up to 64 characters) for one resumable run."""
+    return hashlib.sha256(resume_key.encode()).hexdigest()[:16]
+
+
+def start_wandb(cfg: Any, stage: str) -> tuple[Any, str]:
+    """The wandb run and where to find it (its URL, or its offline directory to `wandb sync`)."""
+    import wandb
+
+    key = cfg.use_wandb
+    if key.lower() == "offline" or os.environ.get("WANDB_MODE") == "offline":
+        os.environ["WANDB_MODE"] = "offline"  # no network or no key: log locally, sync later
+    elif key.lower() in ("true", "1", "env"):
+        wandb.login()  # the key comes from WANDB_API_KEY (how pipelines pass it: never as a parameter)
+    else:
+        wandb.login(key=key, relogin=True)  # the key itself is never logged
+    resume = {"id": wandb_run_id(cfg.ckpt_path), "resume": "allow"} if getattr(cfg, "load_checkpoint", False) else {}
+    run = wandb.init(entity=cfg.wandb_org, project=cfg.wandb_project, group=cfg.wandb_group,
+                     name=cfg.wandb_run_name or stage, config={k: v for k, v in vars(cfg).items() if k != "use_wandb"},
+                     reinit="finish_previous", **resume)
+    where = run.url or str(Path(run.dir).parent)   # offline: .../wandb/offline-run-<time>-<id>
+    return run, where
+
+
+def tensorboard_inside_model(cfg: Any) -> str | None:
+    """The path of --use_tensorboard relative to --save_path, when it lies inside it."""
+    target, inside = cfg.use_tensorboard.rstrip("/"), cfg.save_path.rstrip("/") + "/"
+    return target[len(inside):] if target.startswith(inside) else None
+
+
+class TensorBoard:
+    def __init__(self, cfg: Any, run_dir: Path, stage: str):
+        from torch.utils.tensorboard import SummaryWriter
+
+        rel = tensorboard_inside_model(cfg)
+        if rel:
+            directory = run_dir / rel
+            self.where, self.ours = cfg.use_tensorboard.rstrip("/"), True
+            shutil.rmtree(directory, ignore_errors=True)   # ours: rebuilt from the resumed history by replay()
+        else:   # the user's own directory (OpenRLHF's layout: one folder per run name): appended to
+            directory = Path(cfg.use_tensorboard) / (cfg.wandb_run_name or stage)
+            self.where, self.ours = str(directory), False
+        directory.mkdir(parents=True, exist_ok=True)
+        self.writer = SummaryWriter(str(directory))
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        for k, v in metrics.items():
+            self.writer.add_scalar(k, v, step)
+
+    def replay(self, rows: list[dict]) -> None:
+        """A resumed run's history, written again into our fresh directory (a user's own
+        directory kept the first attempt's events: nothing to add there)."""
+        if not self.ours:
+            return
+        for row in rows:
+            self.log(row["step"], {k: v for k, v in row.items() if k not in ("step", "time")})
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()

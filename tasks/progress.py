@@ -1,0 +1,101 @@
+"""A running stage in Prefect: a progress artifact, a steady log line and live curves, all fed by
+the progress events the stage's process writes to its Ray job log (`alignment.events`).
+
+    sft: step 300/1200 (25%) · loss 0.612 · eval/loss 0.655 · 61.2 samples/s · ETA 2m41s
+
+The log line comes at most every ALIGNFLOW_PROGRESS_EVERY_S seconds (default 10), the curve
+artifact is redrawn at most every ALIGNFLOW_CURVE_EVERY_S seconds (default 30), the progress
+artifact at most every 2 s. Torch-free (runs in the Prefect process).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+from prefect.artifacts import acreate_progress_artifact, aupdate_progress_artifact
+
+from alignment.events import ProgressEvent, parse_event
+from alignflow.tasks import curves
+from alignflow.tasks.artifacts import artifact_key, publish_curves
+
+ARTIFACT_EVERY_S = 2.0
+
+
+def every_s(name: str, default: float) -> float:
+    value = os.environ.get(name, str(default))
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        raise ValueError(f"{name}={value!r}: give a number of seconds") from None
+
+
+def duration(seconds: float) -> str:
+    seconds = int(seconds)
+    h, m, s = seconds // 3600, seconds // 60 % 60, seconds % 60
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s" if m else f"{s}s"
+
+
+def headline_keys(stage: str, row: dict[str, float]) -> list[str]:
+    """Up to three metrics worth a log line: the stage's curve keys, in their order, present now."""
+    wanted = [k for spec in curves.STAGE_PANELS.get(stage, ()) for k in spec.keys] or ["train/loss"]
+    return [k for k in wanted if k in row][:3]
+
+
+class StageProgress:
+    def __init__(self, run_name: str, stage: str, logger: logging.Logger | logging.LoggerAdapter):
+        self.run_name, self.stage, self.logger = run_name, stage, logger
+        self.log_every = every_s("ALIGNFLOW_PROGRESS_EVERY_S", 10.0)
+        self.curve_every = every_s("ALIGNFLOW_CURVE_EVERY_S", 30.0)
+        self.rows: list[dict] = []
+        self.latest: dict[str, float] = {}
+        self.artifact_id = None
+        self._first: tuple[float, ProgressEvent] | None = None
+        self._last_log = self._last_artifact = self._last_curve = 0.0
+        self._percent = 0.0
+
+    async def start(self) -> None:
+        self.artifact_id = await acreate_progress_artifact(
+            0.0, key=artifact_key(self.run_name, self.stage, "progress"),
+            description=f"{self.stage} of run {self.run_name}: optimizer steps (PPO: iterations) done")
+
+    async def on_line(self, line: str) -> bool:
+        """Consume `line` if it is a progress event (then it stays out of the Prefect log)."""
+        ev = parse_event(line)
+        if ev is None:
+            return False
+        now = time.monotonic()
+        if self._first is None or ev.step < self._first[1].step:   # first event, or a restarted process
+            self._first = (now, ev)
+        if ev.row:
+            self.rows.append({"step": ev.step, **ev.row})
+            self.latest.update(ev.row)
+        self._percent = 100.0 * ev.step / ev.total if ev.total else 0.0
+        done = ev.total and ev.step >= ev.total
+        if done or now - self._last_artifact >= ARTIFACT_EVERY_S:
+            self._last_artifact = now
+            await aupdate_progress_artifact(self.artifact_id, self._percent)
+        if done or now - self._last_log >= self.log_every:
+            self._last_log = now
+            self.logger.info("%s", self.line(ev, now))
+        if self.rows and now - self._last_curve >= self.curve_every:
+            self._last_curve = now
+            await publish_curves(self.run_name, self.stage, curves.stage_panels(self.stage, self.rows),
+                                 f"Live: step {ev.step}/{ev.total}.")
+        return True
+
+    def line(self, ev: ProgressEvent, now: float) -> str:
+        parts = [f"{self.stage}: step {ev.step}/{ev.total} ({self._percent:.0f}%)"]
+        parts += [f"{k.removeprefix('train/')} {self.latest[k]:.4g}" for k in headline_keys(self.stage, self.latest)]
+        t0, first = self._first
+        elapsed, steps = now - t0, ev.step - first.step
+        if elapsed > 0 and steps > 0:
+            if ev.samples > first.samples:
+                parts.append(f"{(ev.samples - first.samples) / elapsed:.1f} samples/s")
+            parts.append(f"ETA {duration((ev.total - ev.step) * elapsed / steps)}")
+        return " · ".join(parts)
+
+    async def finish(self) -> None:
+        """The stage committed: the bar reads 100 % (a skipped or event-less stage's too)."""
+        if self.artifact_id is not None:
+            await aupdate_progress_artifact(self.artifact_id, 100.0)

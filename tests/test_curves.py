@@ -1,0 +1,144 @@
+"""The pictures and progress of a stage, without a cluster: which series each stage kind draws
+(from a metrics.jsonl written like a trainer writes it), the PNG itself, the progress events'
+round trip, and the progress line the Prefect task logs."""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+import pytest
+
+from alignment.events import ProgressEvent, format_event, parse_event
+from alignflow.tasks import curves
+from alignflow.tasks.artifacts import read_metrics
+from alignflow.tasks.report import PipelineReport, StageLine, build_report
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+# What each trainer logs (key names as in alignment/trainers and alignment/ppo), every 5 steps,
+# with an eval row every 10.
+LOGGED = {
+    "sft": (["loss", "lr"], ["loss"]),
+    "rm": (["loss", "acc", "chosen_reward", "rejected_reward", "lr"], ["loss", "acc", "reward_mean"]),
+    "dpo": (["loss", "reward_acc", "reward_margin", "chosen_reward", "lr"], ["loss", "reward_acc", "reward_margin"]),
+    "kto": (["loss", "kl", "desirable_reward", "undesirable_reward"], ["loss", "reward_gap"]),
+    "ppo": (["reward", "kl", "response_length", "clipfrac", "policy_loss", "time_generate", "time_experience",
+             "time_train", "time_sync"], []),
+}
+
+
+def write_metrics(tmp_path, stage: str) -> str:
+    train, evaluated = LOGGED[stage]
+    rows = []
+    for step in range(5, 31, 5):
+        rows.append({"step": step, "time": 1.0, **{f"train/{k}": step / 10 for k in train}})
+        if evaluated and step % 10 == 0:
+            rows.append({"step": step, "time": 1.0, **{f"eval/{k}": step / 20 for k in evaluated}})
+    model = tmp_path / stage / "model"
+    model.mkdir(parents=True)
+    (model / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(model)
+
+
+EXPECTED = {
+    "sft": {"loss": ["train/loss", "eval/loss"]},
+    "rm": {"loss": ["train/loss", "eval/loss"], "pairwise accuracy": ["train/acc", "eval/acc"]},
+    "dpo": {"loss": ["train/loss", "eval/loss"], "reward margin": ["train/reward_margin", "eval/reward_margin"],
+            "reward accuracy": ["train/reward_acc", "eval/reward_acc"]},
+    "kto": {"loss": ["train/loss", "eval/loss"],
+            "implicit rewards": ["train/desirable_reward", "train/undesirable_reward", "eval/reward_gap"],
+            "KL estimate": ["train/kl"]},
+    "ppo": {"reward": ["train/reward"], "KL to the reference": ["train/kl"], "response length": ["train/response_length"],
+            "policy": ["train/clipfrac"],
+            "phase times": ["train/time_generate", "train/time_experience", "train/time_train", "train/time_sync"]},
+}
+
+
+@pytest.mark.parametrize("stage", sorted(EXPECTED))
+def test_each_stage_kind_draws_its_series(tmp_path, stage):
+    rows = read_metrics(write_metrics(tmp_path, stage))
+    panels = curves.stage_panels(stage, rows)
+    assert {p.title: list(p.series) for p in panels} == EXPECTED[stage]
+    train_points = panels[0].series[EXPECTED[stage][panels[0].title][0]]
+    assert train_points == [(float(s), s / 10) for s in range(5, 31, 5)]
+    png = curves.render(panels, f"run / {stage}")
+    assert png.startswith(PNG) and len(png) > 5000
+
+
+def test_ppo_without_a_kl_term_has_no_kl_panel(tmp_path):
+    rows = [{k: v for k, v in r.items() if k != "train/kl"} for r in read_metrics(write_metrics(tmp_path, "ppo"))]
+    assert "KL to the reference" not in [p.title for p in curves.stage_panels("ppo", rows)]
+
+
+def test_reward_histogram_and_rounds_chart():
+    hist = curves.reward_histogram([0.1, 0.5, 0.9, 0.9], "reward")
+    assert hist[0].kind == "hist" and [y for _, y in hist[0].series["reward"]] == [0.1, 0.5, 0.9, 0.9]
+    assert curves.render(hist, "t").startswith(PNG)
+    history = [{"round": 1, "sampled_reward": 0.4}, {"round": 2, "sampled_reward": 0.55, "heldout_accuracy": 0.7}]
+    panels = {p.title: p.series for p in curves.rounds_panels(history)}
+    assert panels == {"held-out accuracy": {"heldout_accuracy": [(2.0, 0.7)]},
+                      "mean sampled reward": {"sampled_reward": [(1.0, 0.4), (2.0, 0.55)]}}
+    assert curves.render([], "nothing") is None
+
+
+def test_progress_events_round_trip_and_ignore_other_lines():
+    ev = ProgressEvent(12, 40, 384, {"train/loss": 0.5})
+    line = "(pid=123) " + format_event(ev)
+    assert parse_event(line) == ev
+    assert parse_event("sft:  30%|███ | 12/40 [00:03<00:07]") is None
+    assert parse_event(format_event(ev)[:-5]) is None   # a torn line is shown as text, not parsed
+
+
+def test_progress_line_and_cadence(monkeypatch):
+    from alignflow.tasks import progress as progress_mod
+
+    updates, clock = [], [100.0]
+    monkeypatch.setattr(progress_mod.time, "monotonic", lambda: clock[0])
+    monkeypatch.setenv("ALIGNFLOW_PROGRESS_EVERY_S", "10")
+    monkeypatch.setenv("ALIGNFLOW_CURVE_EVERY_S", "1000")
+
+    async def fake_update(artifact_id, progress):   # the Prefect API call, recorded
+        updates.append(progress)
+
+    async def fake_curves(*args, **kwargs):
+        return None
+    monkeypatch.setattr(progress_mod, "aupdate_progress_artifact", fake_update)
+    monkeypatch.setattr(progress_mod, "publish_curves", fake_curves)
+    lines: list[str] = []
+    logger = logging.getLogger("test-progress")
+    monkeypatch.setattr(logger, "info", lambda fmt, *a: lines.append(fmt % a))
+    p = progress_mod.StageProgress("run", "sft", logger)
+
+    async def follow() -> None:
+        assert not await p.on_line("plain job output")
+        for step in range(0, 101):       # one event per second of (fake) time, 32 samples per step
+            clock[0] = 100.0 + step
+            row = {"train/loss": 2.0 - step / 100} if step % 25 == 0 else {}
+            assert await p.on_line(format_event(ProgressEvent(step, 100, 32 * step, row)))
+    asyncio.run(follow())
+    assert len(lines) == 11                                   # t=0, every 10 s, and the last step
+    assert lines[5] == "sft: step 50/100 (50%) · loss 1.5 · 32.0 samples/s · ETA 50s"
+    assert updates[-1] == 100.0 and len(updates) == 51        # every 2 s, and the last step
+    assert [r["step"] for r in p.rows] == [0, 25, 50, 75, 100]
+
+
+def test_report_text_and_markdown(tmp_path):
+    model = write_metrics(tmp_path, "ppo")
+    result = {"sft": {"stage": "sft", "model_uri": "s3://b/run/sft-1/model", "skipped": True, "stage_wall_s": 0.1,
+                      "metrics": {"eval/loss": 0.5, "time/loop_s": 50.0}, "heldout": {"accuracy": 0.75, "n": 300}},
+              "ppo": {"stage": "ppo", "model_uri": model, "skipped": False, "stage_wall_s": 120.0,
+                      "metrics": {"train/reward": 0.6, "time/loop_s": 100.0},
+                      "heldout": {"accuracy": 0.79, "n": 300, "examples": [["1+1", "1+1=2", "2"]]}}}
+    rep = build_report("sft-rm-ppo", "demo", result, 150.0)
+    assert isinstance(rep, PipelineReport) and [ln.label for ln in rep.lines] == ["sft", "ppo"]
+    assert rep.phases == {"training loops": 100.0, "stage jobs' start-up, model loading, commits": 20.0,
+                          "Prefect + Ray start-up and the rest": 30.0}
+    text = rep.text()
+    assert "after sft 75.0%, after ppo 79.0%" in text and "RL reward (score per sample, 6 iterations)" in text
+    assert "[ok ] 1+1" in text
+    md = rep.markdown({"ppo": b"\x89PNG fake"})
+    assert "| sft | skipped (already committed) | - | eval loss 0.500 | `s3://b/run/sft-1/model` |" in md
+    assert "](s3://" not in md                            # no link a browser can't open
+    assert "| after ppo: 79.0% | 300 |" in md and "data:image/png;base64," in md
+    assert isinstance(rep.lines[0], StageLine)
