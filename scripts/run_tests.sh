@@ -3,4 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline DS_ACCELERATOR=cpu
+bash scripts/install_browser.sh
 exec .venv/bin/python -m pytest -q -ra --durations=25 "$@" tests

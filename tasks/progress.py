@@ -53,6 +53,8 @@ class StageProgress:
         self._first: tuple[float, ProgressEvent] | None = None
         self._last_log = self._last_artifact = self._last_curve = 0.0
         self._percent = 0.0
+        self._event: ProgressEvent | None = None     # the latest event, and when it came
+        self._now = 0.0
 
     async def start(self) -> None:
         self.artifact_id = await acreate_progress_artifact(
@@ -71,11 +73,11 @@ class StageProgress:
             self.rows.append({"step": ev.step, **ev.row})
             self.latest.update(ev.row)
         self._percent = 100.0 * ev.step / ev.total if ev.total else 0.0
-        done = ev.total and ev.step >= ev.total
-        if done or now - self._last_artifact >= ARTIFACT_EVERY_S:
+        self._event, self._now = ev, now
+        if now - self._last_artifact >= ARTIFACT_EVERY_S:
             self._last_artifact = now
             await aupdate_progress_artifact(self.artifact_id, self._percent)
-        if done or now - self._last_log >= self.log_every:
+        if now - self._last_log >= self.log_every:
             self._last_log = now
             self.logger.info("%s", self.line(ev, now))
         if self.rows and now - self._last_curve >= self.curve_every:
@@ -96,6 +98,9 @@ class StageProgress:
         return " · ".join(parts)
 
     async def finish(self) -> None:
-        """The stage committed: the bar reads 100 % (a skipped or event-less stage's too)."""
+        """The stage committed: the bar reads 100 % (an event-less stage's too), and the log ends
+        with the last progress line, final metrics included."""
+        if self._event is not None and self._last_log < self._now:
+            self.logger.info("%s", self.line(self._event, self._now))
         if self.artifact_id is not None:
             await aupdate_progress_artifact(self.artifact_id, 100.0)

@@ -109,6 +109,7 @@ def test_progress_line_and_cadence(monkeypatch):
     logger = logging.getLogger("test-progress")
     monkeypatch.setattr(logger, "info", lambda fmt, *a: lines.append(fmt % a))
     p = progress_mod.StageProgress("run", "sft", logger)
+    p.artifact_id = "the-progress-artifact"   # as start() sets it
 
     async def follow() -> None:
         assert not await p.on_line("plain job output")
@@ -116,10 +117,12 @@ def test_progress_line_and_cadence(monkeypatch):
             clock[0] = 100.0 + step
             row = {"train/loss": 2.0 - step / 100} if step % 25 == 0 else {}
             assert await p.on_line(format_event(ProgressEvent(step, 100, 32 * step, row)))
+        await p.finish()
     asyncio.run(follow())
-    assert len(lines) == 11                                   # t=0, every 10 s, and the last step
+    assert len(lines) == 11                                   # t=0, then every 10 s: the last one at step 100
     assert lines[5] == "sft: step 50/100 (50%) · loss 1.5 · 32.0 samples/s · ETA 50s"
-    assert updates[-1] == 100.0 and len(updates) == 51        # every 2 s, and the last step
+    assert lines[-1] == "sft: step 100/100 (100%) · loss 1 · 32.0 samples/s · ETA 0s"
+    assert updates[-1] == 100.0 and len(updates) == 52        # every 2 s, and 100 % at the end
     assert [r["step"] for r in p.rows] == [0, 25, 50, 75, 100]
 
 

@@ -1,9 +1,11 @@
 """The deployments against a real Prefect server (`prefect server start`) and process worker,
-started once for this module: `prefect deployment run` of sft/tiny and of sft-rm-ppo/tiny with
-a stage override, `prefect flow-run retry` of a pipeline whose PPO job was killed, and
-iterative-dpo/nightly served on a short interval schedule."""
+started once for this module: `prefect deployment run` of sft/tiny (its artifacts checked through
+the API and in a real browser) and of sft-rm-ppo/tiny with a stage override, `prefect flow-run
+retry` of a pipeline whose PPO job was killed, and iterative-dpo/nightly served on a short
+interval schedule."""
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -17,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from alignment import storage
+from tests.browser import chromium, open_flow_run_artifact
 from tests.conftest import REPO
 from tests.fixtures_s3 import free_port, stop_process
 
@@ -42,6 +45,21 @@ class Prefect:
 
     def __init__(self, env: dict[str, str], logs: Path):
         self.env, self.logs = env, logs
+        self.api = env["PREFECT_API_URL"]
+        self.ui = self.api.removesuffix("/api")
+
+    def artifacts(self, flow_run_id: str) -> list:
+        """Every artifact (every version) of a flow run and its task runs, oldest first."""
+        from prefect.client.orchestration import PrefectClient
+        from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+        from prefect.client.schemas.sorting import ArtifactSort
+
+        async def read() -> list:
+            async with PrefectClient(self.api) as client:
+                return (await client.read_artifacts(
+                    artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id])),
+                    sort=ArtifactSort.CREATED_DESC))[::-1]
+        return asyncio.run(read())
 
     def cli(self, *args: str, timeout: int = 120) -> subprocess.CompletedProcess:
         return subprocess.run([PREFECT, *args], env=self.env, cwd=REPO, capture_output=True, text=True, timeout=timeout)
@@ -58,7 +76,8 @@ def prefect(tmp_path_factory):
     env = {**os.environ, "PREFECT_HOME": str(logs / "prefect_home"), "PREFECT_API_URL": api,
            "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_WORKER_QUERY_SECONDS": "1",
            "PREFECT_WORKER_PREFETCH_SECONDS": "1", "PREFECT_RUNNER_POLL_FREQUENCY": "1", "ALIGNFLOW_HOME": str(REPO),
-           "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "2"}
+           "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "2", "PREFECT_UI_API_URL": api,
+           "ALIGNFLOW_CURVE_EVERY_S": "1"}
     server_env = {k: v for k, v in env.items() if k != "PREFECT_API_URL"}
     server = subprocess.Popen([PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
                               env=server_env, stdout=open(logs / "server.log", "w"), stderr=subprocess.STDOUT)
@@ -78,17 +97,42 @@ def prefect(tmp_path_factory):
         stop_process(server)
 
 
-def test_deployment_run_completes_and_lists_artifacts(prefect, ray_head, tmp_path):
-    sft = json.dumps({"max_steps": 4, "eval_dataset": None, "save_steps": 2, "logging_steps": 1})
+def test_deployment_run_publishes_progress_curves_and_report_seen_in_a_browser(prefect, ray_head, tmp_path):
+    """`prefect deployment run sft/tiny`: the stage's progress artifact reaches 100 %, its curve
+    artifact is redrawn while it runs and once more at the end, the model artifact shows the store
+    path as text (no link a browser resolves against the UI's host), and the flow run's report
+    renders in Chromium: table rows and a non-empty curve image."""
+    chromium()   # before the run: a missing browser fails (CI) or skips (elsewhere) at once
+    sft = json.dumps({"max_steps": 8, "eval_dataset": None, "save_steps": 4, "logging_steps": 1})
     run = prefect.cli("deployment", "run", "sft/tiny", "--param", f"ray_address={ray_head}",
                       "--param", f"store={tmp_path / 'store'}", "--param", f"sft={sft}", "--watch", timeout=600)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:] + prefect.worker_log()[-3000:]
     assert "Completed" in run.stdout
+    run_id = re.search(r"UUID:\s*([0-9a-f-]{36})", run.stdout).group(1)
+    assert list((tmp_path / "store" / "tiny").glob("sft-*/model/MANIFEST.json"))
     listed = prefect.cli("artifact", "ls")
     assert listed.returncode == 0, listed.stderr
-    for key in ("tiny-sft-model", "tiny-sft-metrics", "tiny-sft-curve"):
-        assert key in listed.stdout, listed.stdout
-    assert list((tmp_path / "store" / "tiny").glob("sft-*/model/MANIFEST.json"))
+
+    by_key: dict[str, list] = {}
+    for a in prefect.artifacts(run_id):
+        by_key.setdefault(a.key, []).append(a)
+    for key in ("tiny-sft-progress", "tiny-sft-model", "tiny-sft-metrics", "tiny-sft-curve", "tiny-sft-report"):
+        assert key in by_key and key in listed.stdout, (key, sorted(by_key))
+    progress = by_key["tiny-sft-progress"][-1]
+    assert progress.data == 100 and progress.updated > progress.created
+    drawn = [a.data for a in by_key["tiny-sft-curve"]]
+    assert any("Live: step" in d for d in drawn[:-1]) and "Series: train/loss" in drawn[-1], [d[-120:] for d in drawn]
+    model = by_key["tiny-sft-model"][-1].data
+    stored = next((tmp_path / "store" / "tiny").glob("sft-*/model"))
+    assert f"Store URI: `{stored}`" in model and f"from_pretrained('{stored}')" in model and "](/" not in model
+    assert f"tensorboard: `{stored}/tensorboard`" in model and list((stored / "tensorboard").glob("events.*"))
+
+    shots = os.environ.get("ALIGNFLOW_SCREENSHOTS")
+    report = open_flow_run_artifact(prefect.ui, run_id, "tiny-sft-report", Path(shots) if shots else None)
+    assert "/artifacts/artifact/" in report.url
+    assert report.images and all(width > 100 for width in report.images), report.images
+    assert any(row.startswith("sft\t") and "loss" in row for row in report.rows), report.rows
+    assert "data:image/png" not in report.text          # the picture shows, not its URL
 
 
 def _flow_run_state(prefect: Prefect, run_id: str) -> str:
@@ -111,17 +155,18 @@ def test_pipeline_override_and_flow_run_retry_resume_ppo(prefect, ray_head, tmp_
     """`prefect deployment run sft-rm-ppo/tiny --param ppo=…` (no task retries); the PPO job is
     killed after a committed checkpoint, so the flow run fails; `prefect flow-run retry` runs it
     again: SFT and RM are skipped (committed), PPO resumes from its checkpoint, and the overridden
-    hyper-parameter shows in the PPO manifest."""
+    hyper-parameter shows in the PPO manifest. The PPO stage's curve artifact draws its reward and KL."""
     from ray.job_submission import JobSubmissionClient
 
     from tests.test_stage_runner import ray_jobs
     store = tmp_path / "store"
     params = {"sft": {"max_steps": 30, "save_steps": 15, "eval_dataset": None, "logging_steps": 5},
               "rm": {"max_steps": 10, "save_steps": 5, "eval_dataset": None},
-              "ppo": {"max_samples": 16, "num_episodes": 6, "save_steps": 1, "actor_learning_rate": 3e-5}}
+              "ppo": {"max_samples": 16, "num_episodes": 6, "save_steps": 1, "actor_learning_rate": 3e-5,
+                      "init_kl_coef": 0.01}}
     args = [f"--param={k}={json.dumps(v)}" for k, v in params.items()]
     run = prefect.cli("deployment", "run", "sft-rm-ppo/tiny", "--param", f"ray_address={ray_head}",
-                      "--param", f"store={store}", "--param", "retries=0", *args)
+                      "--param", f"store={store}", "--param", "retries=0", "--param", "heldout_eval=false", *args)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     run_id = re.search(r"UUID:\s*([0-9a-f-]{36})", run.stdout).group(1)
 
@@ -153,6 +198,8 @@ def test_pipeline_override_and_flow_run_retry_resume_ppo(prefect, ray_head, tmp_
     assert f"resuming PPO from {killed_at}" in log and f"ran iterations {done + 1}..6 of 6" in log, log[-3000:]
     manifest = storage.read_manifest(f"{resumed.metadata['alignflow_output']}/model")
     assert manifest["metadata"]["config"]["actor_learning_rate"] == 3e-5
+    curve = [a.data for a in prefect.artifacts(run_id) if a.key == "tiny-ppo-curve"][-1]
+    assert "train/reward" in curve and "train/kl" in curve, curve[-300:]
     print(f"PPO job killed after {killed_at.rsplit('/', 1)[1]}; `prefect flow-run retry` skipped SFT and RM and "
           f"resumed PPO at iteration {done + 1}")
 
