@@ -11,15 +11,11 @@ import shlex
 from prefect import get_run_logger, task
 
 from alignment import storage
-from alignflow.tasks.ray_job import PASSED_ENV, StageJobFailed, run_job
-from alignflow.tasks.stage import job_python, submission_id
+from alignflow.tasks.ray_job import PASSED_ENV, run_job
+from alignflow.tasks.stage import job_python, retry_only_job_failures, submission_id
 
 
-def _retry_job_failures(task, task_run, state) -> bool:
-    return isinstance(state.data, StageJobFailed)
-
-
-@task(retries=2, retry_delay_seconds=1, task_run_name="heldout-eval-{label}", retry_condition_fn=_retry_job_failures)
+@task(retries=2, retry_delay_seconds=1, task_run_name="heldout-eval-{label}", retry_condition_fn=retry_only_job_failures)
 async def heldout_accuracy(label: str, model_uri: str, run_name: str, ray_address: str) -> dict:
     """{"accuracy", "n", "examples"} of the committed model at `model_uri`."""
     logger = get_run_logger()

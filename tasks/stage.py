@@ -30,13 +30,13 @@ def submission_id(run_name: str, stage: str, digest: str) -> str:
     return f"alignflow-{run_name}-{stage}-{digest[:8]}-{run}-f{flow_run.run_count or 1}-try{task_run.run_count or 1}"
 
 
-def _retry_only_job_failures(task, task_run, state) -> bool:
+def retry_only_job_failures(task, task_run, state) -> bool:
     """Retry a failed or killed job (it resumes from its checkpoint); never a bad parameter.
     Prefect hands the exception over as the failed state's data."""
     return isinstance(state.data, StageJobFailed)
 
 
-@task(retries=2, retry_delay_seconds=1, task_run_name="{stage}", retry_condition_fn=_retry_only_job_failures)
+@task(retries=2, retry_delay_seconds=1, task_run_name="{stage}", retry_condition_fn=retry_only_job_failures)
 async def run_stage(stage: str, store: str, run_name: str, ray_address: str, config_file: str | None = None,
                     overrides: dict | None = None, inputs: dict[str, str] | None = None) -> StageResult:
     """Run `stage` unless its output is already committed in the store.
