@@ -1,11 +1,12 @@
-"""Screenshots of the Prefect UI for docs/pipeline.md, from a real run (not a test; ~5 min on 2 cores).
+"""Screenshots of the Prefect UI for docs/pipeline.md, from a real run (not a test).
 
-    .venv/bin/python scripts/docs_screenshots.py docs/img
+    .venv/bin/python scripts/docs_screenshots.py docs/img           # the shipped configs (~14 min on 2 cores)
+    .venv/bin/python scripts/docs_screenshots.py docs/img --short   # short budgets, a KL term (~4 min)
 
-Starts a `prefect server` on loopback (state in a temp dir), runs a short sft-rm-ppo flow against
-it (embedded Ray head, local store, a KL term so the PPO curves have one), then opens the flow
-run in Debian's Chromium (tests/browser.py) and saves: the flow run page, its Artifacts tab, the
-report artifact, the PPO curve artifact and a stage's model artifact. Stops the server by PID.
+Starts a `prefect server` on loopback (state in a temp dir), runs the sft-rm-ppo flow against it
+(embedded Ray head, local store), then opens the flow run in Debian's Chromium (tests/browser.py)
+and saves: the flow run page, the report artifact, the PPO curve artifact and the PPO model
+artifact. Stops the server by PID.
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def main(out: Path) -> None:
+def main(out: Path, short: bool) -> None:
     home = Path(tempfile.mkdtemp(prefix="alignflow-shots-"))
     port = free_port()
     api = f"http://127.0.0.1:{port}/api"
@@ -53,7 +54,8 @@ def main(out: Path) -> None:
         from prefect.context import FlowRunContext  # noqa: F401  (prefect reads its settings on import)
 
         from alignflow.flows.sft_rm_ppo import sft_rm_ppo_flow
-        state = asyncio.run(sft_rm_ppo_flow(run_name="docs", store=str(home / "store"), return_state=True, **SHORT))
+        state = asyncio.run(sft_rm_ppo_flow(run_name="docs", store=str(home / "store"), return_state=True,
+                                          **(SHORT if short else {})))
         run_id = str(state.state_details.flow_run_id)
         shoot(api.removesuffix("/api"), run_id, out)
     finally:
@@ -71,17 +73,18 @@ def shoot(ui: str, run_id: str, out: Path) -> None:
         page = browser.new_page(viewport={"width": 1400, "height": 900})
         page.goto(f"{ui}/runs/flow-run/{run_id}")
         page.get_by_text("Artifacts", exact=True).first.click(timeout=60_000)
-        page.wait_for_timeout(2000)
+        page.wait_for_timeout(3000)
         page.screenshot(path=str(out / "prefect-flow-run.png"))
-        page.screenshot(path=str(out / "prefect-artifacts.png"), full_page=True)
-        for key in ("docs-sft-rm-ppo-report", "docs-ppo-curve", "docs-ppo-model"):
-            page.goto(f"{ui}/runs/flow-run/{run_id}")
-            page.get_by_text("Artifacts", exact=True).first.click(timeout=60_000)
-            page.get_by_text(key, exact=True).last.click(timeout=60_000)
+        # the UI scrolls inside its own container: a tall window shows a whole artifact
+        for key, height in (("docs-sft-rm-ppo-report", 2600), ("docs-ppo-curve", 1250), ("docs-ppo-model", 700)):
+            page.set_viewport_size({"width": 1400, "height": height})
+            page.goto(f"{ui}/artifacts/key/{key}")
+            page.wait_for_selector("img" if key.endswith(("report", "curve")) else "pre", timeout=60_000)
             page.wait_for_timeout(2000)
-            page.screenshot(path=str(out / f"prefect-{key.removeprefix('docs-')}.png"), full_page=True)
+            page.screenshot(path=str(out / f"prefect-{key.removeprefix('docs-')}.png"))
         browser.close()
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1] if len(sys.argv) > 1 else REPO / "docs" / "img"))
+    args = [a for a in sys.argv[1:] if a != "--short"]
+    main(Path(args[0] if args else REPO / "docs" / "img"), "--short" in sys.argv[1:])
