@@ -2,6 +2,7 @@
 
     .venv/bin/python scripts/docs_screenshots.py docs/img           # the shipped configs (~14 min on 2 cores)
     .venv/bin/python scripts/docs_screenshots.py docs/img --short   # short budgets, a KL term (~4 min)
+    .venv/bin/python scripts/docs_screenshots.py docs/img UI_URL FLOW_RUN_ID   # a run already on a server
 
 Starts a `prefect server` on loopback (state in a temp dir), runs the sft-rm-ppo flow against it
 (embedded Ray head, local store), then opens the flow run in Debian's Chromium (tests/browser.py)
@@ -63,11 +64,31 @@ def main(out: Path, short: bool) -> None:
         server.wait(timeout=60)
 
 
+def latest_artifact_ids(api: str, keys: list[str]) -> dict[str, str]:
+    from prefect.client.orchestration import PrefectClient
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+    from prefect.client.schemas.sorting import ArtifactSort
+
+    async def read() -> dict[str, str]:
+        async with PrefectClient(api) as client:
+            found = await client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=keys)),
+                                                sort=ArtifactSort.CREATED_DESC)
+        latest: dict[str, str] = {}
+        for a in found:
+            latest.setdefault(a.key, str(a.id))
+        return latest
+    return asyncio.run(read())
+
+
 def shoot(ui: str, run_id: str, out: Path) -> None:
+    """The flow run page, the curve's versions (redrawn while the stage ran), and the latest
+    version of the report, the PPO curve and the PPO model artifacts."""
     from playwright.sync_api import sync_playwright
 
     from tests.browser import chromium
     out.mkdir(parents=True, exist_ok=True)
+    pages = {"sft-rm-ppo-report": 2600, "ppo-curve": 1250, "ppo-model": 650}
+    ids = latest_artifact_ids(f"{ui}/api", [f"docs-{k}" for k in pages])
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium(), args=["--no-sandbox"])
         page = browser.new_page(viewport={"width": 1400, "height": 900})
@@ -75,16 +96,21 @@ def shoot(ui: str, run_id: str, out: Path) -> None:
         page.get_by_text("Artifacts", exact=True).first.click(timeout=60_000)
         page.wait_for_timeout(3000)
         page.screenshot(path=str(out / "prefect-flow-run.png"))
-        # the UI scrolls inside its own container: a tall window shows a whole artifact
-        for key, height in (("docs-sft-rm-ppo-report", 2600), ("docs-ppo-curve", 1250), ("docs-ppo-model", 700)):
+        page.goto(f"{ui}/artifacts/key/docs-ppo-curve")
+        page.get_by_text("Created docs-ppo-curve").wait_for(timeout=60_000)
+        page.screenshot(path=str(out / "prefect-curve-versions.png"))
+        for name, height in pages.items():   # the UI scrolls inside its own container: a tall window
             page.set_viewport_size({"width": 1400, "height": height})
-            page.goto(f"{ui}/artifacts/key/{key}")
-            page.wait_for_selector("img" if key.endswith(("report", "curve")) else "pre", timeout=60_000)
-            page.wait_for_timeout(2000)
-            page.screenshot(path=str(out / f"prefect-{key.removeprefix('docs-')}.png"))
+            page.goto(f"{ui}/artifacts/artifact/{ids['docs-' + name]}")
+            page.get_by_text("Show raw data").wait_for(timeout=60_000)
+            page.wait_for_timeout(1500)
+            page.screenshot(path=str(out / f"prefect-{name}.png"))
         browser.close()
 
 
 if __name__ == "__main__":
     args = [a for a in sys.argv[1:] if a != "--short"]
-    main(Path(args[0] if args else REPO / "docs" / "img"), "--short" in sys.argv[1:])
+    if len(args) == 3:   # OUT UI FLOW_RUN_ID: screenshots of an existing run on a running server
+        shoot(args[1], args[2], Path(args[0]))
+    else:
+        main(Path(args[0] if args else REPO / "docs" / "img"), "--short" in sys.argv[1:])
