@@ -2,6 +2,7 @@
 the progress events the stage's process writes to its Ray job log (`alignment.events`).
 
     sft: step 300/1200 (25%) · loss 0.612 · eval/loss 0.655 · 61.2 samples/s · ETA 2m41s
+    ppo: iteration 50/296 (17%) · reward 0.4308 · response_length 10.41 · clipfrac 0 · 159.8 samples/s · ETA 3m17s
 
 The log line comes at most every ALIGNFLOW_PROGRESS_EVERY_S seconds (default 10), the curve
 artifact is redrawn at most every ALIGNFLOW_CURVE_EVERY_S seconds (default 30), the progress
@@ -87,7 +88,8 @@ class StageProgress:
         return True
 
     def line(self, ev: ProgressEvent, now: float) -> str:
-        parts = [f"{self.stage}: step {ev.step}/{ev.total} ({self._percent:.0f}%)"]
+        unit = "iteration" if self.stage == "ppo" else "step"
+        parts = [f"{self.stage}: {unit} {ev.step}/{ev.total} ({self._percent:.0f}%)"]
         parts += [f"{k.removeprefix('train/')} {self.latest[k]:.4g}" for k in headline_keys(self.stage, self.latest)]
         t0, first = self._first
         elapsed, steps = now - t0, ev.step - first.step

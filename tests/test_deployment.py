@@ -198,6 +198,7 @@ def test_pipeline_override_and_flow_run_retry_resume_ppo(prefect, ray_head, tmp_
     assert f"resuming PPO from {killed_at}" in log and f"ran iterations {done + 1}..6 of 6" in log, log[-3000:]
     manifest = storage.read_manifest(f"{resumed.metadata['alignflow_output']}/model")
     assert manifest["metadata"]["config"]["actor_learning_rate"] == 3e-5
+    assert list((Path(resumed.metadata["alignflow_output"]) / "model" / "tensorboard").glob("events.*"))
     curve = [a.data for a in prefect.artifacts(run_id) if a.key == "tiny-ppo-curve"][-1]
     assert "train/reward" in curve and "train/kl" in curve, curve[-300:]
     print(f"PPO job killed after {killed_at.rsplit('/', 1)[1]}; `prefect flow-run retry` skipped SFT and RM and "

@@ -106,6 +106,8 @@ def test_lora_bf16_checkpointing_tracking(tiny_base, tmp_path):
         assert proc.stderr.count("no native bf16") == 1
     assert key not in proc.stdout + proc.stderr
     assert key not in (out / "MANIFEST.json").read_text()
+    recorded = [p for p in (tmp_path / "wandb").rglob("*") if p.is_file() and key.encode() in p.read_bytes()]
+    assert not recorded, recorded          # wandb records the command line: the key was scrubbed from it
     assert any((tmp_path / "tb").rglob("events.out.tfevents*")) and any((tmp_path / "wandb").rglob("*.wandb"))
     state = load_file(out / "model.safetensors")
     assert not any("lora" in k for k in state)

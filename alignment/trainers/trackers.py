@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -29,12 +30,16 @@ def start_wandb(cfg: Any, stage: str) -> tuple[Any, str]:
     import wandb
 
     key = cfg.use_wandb
+    switch = key.lower() in ("offline", "true", "1", "env")
+    if not switch:
+        # A key given as --use_wandb KEY: into this process's environment (wandb.login(key=...) would
+        # also write it to ~/.netrc), and out of sys.argv, which wandb records in its run files.
+        os.environ["WANDB_API_KEY"] = key
+        sys.argv = [arg.replace(key, "***") for arg in sys.argv]
     if key.lower() == "offline" or os.environ.get("WANDB_MODE") == "offline":
         os.environ["WANDB_MODE"] = "offline"  # no network or no key: log locally, sync later
-    elif key.lower() in ("true", "1", "env"):
-        wandb.login()  # the key comes from WANDB_API_KEY (how pipelines pass it: never as a parameter)
     else:
-        wandb.login(key=key, relogin=True)  # the key itself is never logged
+        wandb.login()  # the key comes from WANDB_API_KEY (how pipelines pass it: never as a parameter)
     resume = {"id": wandb_run_id(cfg.ckpt_path), "resume": "allow"} if getattr(cfg, "load_checkpoint", False) else {}
     run = wandb.init(entity=cfg.wandb_org, project=cfg.wandb_project, group=cfg.wandb_group,
                      name=cfg.wandb_run_name or stage, config={k: v for k, v in vars(cfg).items() if k != "use_wandb"},
