@@ -52,7 +52,6 @@ def main(out: Path, short: bool) -> None:
             except OSError:
                 time.sleep(0.5)
         os.environ.update(PREFECT_API_URL=api, PREFECT_HOME=env["PREFECT_HOME"])
-        from prefect.context import FlowRunContext  # noqa: F401  (prefect reads its settings on import)
 
         from alignflow.flows.sft_rm_ppo import sft_rm_ppo_flow
         state = asyncio.run(sft_rm_ppo_flow(run_name="docs", store=str(home / "store"), return_state=True,
