@@ -80,7 +80,7 @@ def test_killed_ppo_job_is_retried_from_its_checkpoint_reusing_sft_and_rm(chaine
     def flow_in_background():
         try:
             outcome["run"] = asyncio.run(sft_rm_ppo_flow(run_name="chain", store=store, ray_address=ray_head,
-                                                         retries=1, ppo=ppo))
+                                                         retries=1, ppo=ppo, heldout_eval=False))
         except Exception as e:  # noqa: BLE001 - reported by the assertion below
             outcome["error"] = e
     runner = threading.Thread(target=flow_in_background)
