@@ -35,7 +35,7 @@ def start_wandb(cfg: Any, stage: str) -> tuple[Any, str]:
         # A key given as --use_wandb KEY: into this process's environment (wandb.login(key=...) would
         # also write it to ~/.netrc), and out of sys.argv, which wandb records in its run files.
         os.environ["WANDB_API_KEY"] = key
-        sys.argv = [arg.replace(key, "***") for arg in sys.argv]
+        sys.argv = ["***" if arg == key else arg.replace("=" + key, "=***") for arg in sys.argv]
     if key.lower() == "offline" or os.environ.get("WANDB_MODE") == "offline":
         os.environ["WANDB_MODE"] = "offline"  # no network or no key: log locally, sync later
     else:
