@@ -90,6 +90,21 @@ def test_progress_events_round_trip_and_ignore_other_lines():
     assert parse_event(format_event(ev)[:-5]) is None   # a torn line is shown as text, not parsed
 
 
+def stage_progress(monkeypatch, update, redraw, level: str):
+    """A StageProgress for run/sft whose Prefect calls are `update` and `redraw`, and the lines
+    it logs at `level`."""
+    from alignflow.tasks import progress as progress_mod
+
+    monkeypatch.setattr(progress_mod, "aupdate_progress_artifact", update)
+    monkeypatch.setattr(progress_mod, "publish_curves", redraw)
+    lines: list[str] = []
+    logger = logging.getLogger(f"test-progress-{level}")
+    monkeypatch.setattr(logger, level, lambda fmt, *a: lines.append(fmt % a))
+    p = progress_mod.StageProgress("run", "sft", logger)
+    p.artifact_id = "the-progress-artifact"   # as start() sets it
+    return p, lines
+
+
 def test_progress_line_and_cadence(monkeypatch):
     from alignflow.tasks import progress as progress_mod
 
@@ -103,13 +118,7 @@ def test_progress_line_and_cadence(monkeypatch):
 
     async def fake_curves(*args, **kwargs):
         return None
-    monkeypatch.setattr(progress_mod, "aupdate_progress_artifact", fake_update)
-    monkeypatch.setattr(progress_mod, "publish_curves", fake_curves)
-    lines: list[str] = []
-    logger = logging.getLogger("test-progress")
-    monkeypatch.setattr(logger, "info", lambda fmt, *a: lines.append(fmt % a))
-    p = progress_mod.StageProgress("run", "sft", logger)
-    p.artifact_id = "the-progress-artifact"   # as start() sets it
+    p, lines = stage_progress(monkeypatch, fake_update, fake_curves, "info")
 
     async def follow() -> None:
         assert not await p.on_line("plain job output")
@@ -149,16 +158,8 @@ def test_report_text_and_markdown(tmp_path):
 
 def test_a_failing_prefect_api_does_not_stop_the_stage(monkeypatch):
     """Progress and live curves are best effort: an API error is a warning, the job goes on."""
-    from alignflow.tasks import progress as progress_mod
-
     async def unreachable(*args, **kwargs):
         raise ConnectionError("prefect api unreachable")
-    monkeypatch.setattr(progress_mod, "aupdate_progress_artifact", unreachable)
-    monkeypatch.setattr(progress_mod, "publish_curves", unreachable)
-    warnings: list[str] = []
-    logger = logging.getLogger("test-progress-api")
-    monkeypatch.setattr(logger, "warning", lambda fmt, *a: warnings.append(fmt % a))
-    p = progress_mod.StageProgress("run", "sft", logger)
-    p.artifact_id = "the-progress-artifact"
+    p, warnings = stage_progress(monkeypatch, unreachable, unreachable, "warning")
     consumed = asyncio.run(p.on_line(format_event(ProgressEvent(1, 10, 32, {"train/loss": 1.0}))))
     assert consumed and len(warnings) == 2 and "ConnectionError: prefect api unreachable" in warnings[0]
