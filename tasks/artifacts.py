@@ -22,7 +22,7 @@ from alignflow.tasks import curves
 # Unset: no link (a file:// or s3:// href would resolve against the Prefect UI's host).
 CONSOLE_URL_ENV = "ALIGNFLOW_S3_CONSOLE_URL"
 
-LOADERS = {"rm": "AutoModelForSequenceClassification", "batch_inference": None}
+LOADERS = {"rm": "AutoModelForSequenceClassification"}   # the transformers class per stage; default causal LM
 
 
 def artifact_key(*parts: str) -> str:
