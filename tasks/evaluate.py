@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shlex
 
 from prefect import get_run_logger, task
 
 from alignment import storage
-from alignflow.tasks.ray_job import PASSED_ENV, run_job
-from alignflow.tasks.stage import job_python, retry_only_job_failures, submission_id
+from alignflow.tasks.ray_job import job_env, job_python, run_job
+from alignflow.tasks.stage import retry_only_job_failures, submission_id
 
 
 @task(retries=2, retry_delay_seconds=1, task_run_name="heldout-eval-{label}", retry_condition_fn=retry_only_job_failures)
@@ -24,7 +23,7 @@ async def heldout_accuracy(label: str, model_uri: str, run_name: str, ray_addres
     if text is None:
         entrypoint = shlex.join([job_python(), "-m", "alignment.cli.eval_tiny", "--pretrain", model_uri,
                                  "--save_json", result_uri])
-        env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
+        env = job_env()
         digest = hashlib.sha256(model_uri.encode()).hexdigest()[:8]
         await run_job(ray_address, submission_id(run_name, f"eval-{label}", digest), entrypoint, env,
                       {"alignflow_run": run_name, "alignflow_stage": f"eval-{label}"}, logger)

@@ -3,8 +3,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Awaitable, Callable
 
 from ray.job_submission import JobStatus, JobSubmissionClient
@@ -16,6 +19,31 @@ from alignment.events import PREFIX as EVENT_PREFIX
 PASSED_ENV = ("AWS_ENDPOINT_URL_S3", "AWS_DEFAULT_REGION", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE",
               "TRANSFORMERS_OFFLINE", "WANDB_MODE", "DS_ACCELERATOR", "ALIGNFLOW_CACHE", "ALIGNFLOW_STORE_RETRIES",
               "OMP_NUM_THREADS", "ALIGNFLOW_FAIL_AT_STEP")  # the last: failure injection (docs/resume.md)
+
+
+def job_python() -> str:
+    """Interpreter of the stage jobs: ALIGNFLOW_JOB_PYTHON, else this one (the embedded cluster shares our venv)."""
+    return os.environ.get("ALIGNFLOW_JOB_PYTHON", sys.executable)
+
+
+def job_env() -> dict[str, str]:
+    """Environment of a stage job: PASSED_ENV and the names listed in ALIGNFLOW_JOB_ENV (comma-separated,
+    e.g. set per deployment through `job_variables: {env: ...}`), as they are in this process."""
+    extra = [n.strip() for n in os.environ.get("ALIGNFLOW_JOB_ENV", "").split(",") if n.strip()]
+    env = {k: os.environ[k] for k in (*PASSED_ENV, *extra) if k in os.environ}
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    env.setdefault("RAY_COLOR_PREFIX", "0")   # rank lines come as "(RayTrainWorker pid=..) ...", no colour codes
+    return env
+
+
+def runtime_env(env: dict[str, str]) -> dict:
+    """The job's runtime_env: its environment and the project's code. `alignment` travels as a
+    py_module (Ray zips it once per content hash and caches it on every node), ahead of any
+    installed copy on the job's and the ranks' sys.path, so a node needs only the Python
+    environment (requirements), not a checkout at the same path."""
+    import alignment
+    return {"env_vars": env, "py_modules": [str(Path(alignment.__file__).parent)],
+            "excludes": ["__pycache__", "*.pyc"]}
 
 
 _PROGRESS = re.compile(r"\|\s*\d+/\d+ \[")  # tqdm: "| 972/1200 [01:57<00:30, ..."
@@ -57,7 +85,7 @@ async def run_job(address: str, submission_id: str, entrypoint: str, env: dict[s
     for attempt in range(60):
         try:
             client.submit_job(entrypoint=entrypoint, submission_id=submission_id, metadata=metadata,
-                              runtime_env={"env_vars": env})
+                              runtime_env=runtime_env(env))
             break
         except RuntimeError as e:
             # a head that has just started answers before its job agent is up

@@ -1,9 +1,7 @@
 """The stage task: skip a finished stage, or run it as a Ray job that resumes from its last checkpoint."""
 from __future__ import annotations
 
-import os
 import shlex
-import sys
 import time
 
 from prefect import get_run_logger, task
@@ -14,13 +12,8 @@ from alignment.config.cli import config_to_argv
 from alignment import events
 from alignflow.tasks.artifacts import publish_stage, read_metrics
 from alignflow.tasks.progress import StageProgress
-from alignflow.tasks.ray_job import PASSED_ENV, StageJobFailed, run_job
+from alignflow.tasks.ray_job import StageJobFailed, job_env, job_python, run_job
 from alignflow.tasks.stage_spec import STAGES, StageResult, build_config, check_store, identity_hash, job_config, stage_dir
-
-
-def job_python() -> str:
-    """Interpreter of the stage jobs: ALIGNFLOW_JOB_PYTHON, else this one (the embedded cluster shares our venv)."""
-    return os.environ.get("ALIGNFLOW_JOB_PYTHON", sys.executable)
 
 
 def submission_id(run_name: str, stage: str, digest: str) -> str:
@@ -58,8 +51,7 @@ async def run_stage(stage: str, store: str, run_name: str, ray_address: str, con
                            time.monotonic() - started)
     argv = config_to_argv(job_config(stage, cfg, out, run_name))
     entrypoint = shlex.join([job_python(), "-m", STAGES[stage].module, *argv])
-    env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
-    env.setdefault("PYTHONUNBUFFERED", "1")
+    env = job_env()
     env[events.ENV_SWITCH] = "1"    # rank 0 reports progress as events in its log (alignment.events)
     latest = storage.get_latest(f"{out}/checkpoints") if STAGES[stage].resumable else None
     if latest:

@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 
 from alignment.cli.common import run_main
+from alignment.distributed import ray_ranks
 from alignment.config import BatchInferenceConfig, parse_args
 from alignment.config.base import public_dict
 
@@ -64,8 +65,21 @@ def load_rows(cfg: BatchInferenceConfig, tokenizer) -> list[tuple[str, list[int]
     return out
 
 
+def gather_to_main(samples: list[tuple], world_size: int) -> list[tuple]:
+    """Every rank's (prompt index, ...) samples on rank 0, in prompt order (stable: a prompt's
+    best-of-n samples keep their order); other ranks get []."""
+    if world_size == 1:
+        return samples
+    import torch.distributed as dist
+    parts: list[list[tuple]] | None = [[] for _ in range(world_size)] if dist.get_rank() == 0 else None
+    dist.gather_object(samples, parts, dst=0)
+    return sorted((x for part in parts for x in part), key=lambda x: x[0]) if parts is not None else []
+
+
 def main(argv: list[str] | None = None) -> dict:
     cfg = parse_args(BatchInferenceConfig, argv, prog="alignment.cli.batch_inference")
+    if ray_ranks.on_ray(cfg):     # a Ray job, or more than one rank: place the ranks on Ray
+        return ray_ranks.run_ranks(main, argv, cfg, "batch_inference")
     if cfg.eval_task == "generate_vllm":
         from alignment.rollout.vllm_engine import vllm_missing_reason
         reason = vllm_missing_reason("--eval_task generate_vllm", "--eval_task generate (the HF engine)")
@@ -84,38 +98,48 @@ def main(argv: list[str] | None = None) -> dict:
     setup = prepare(cfg, rt)
     tok = setup.tokenizer
     rows = load_rows(cfg, tok)
+    # data parallel: rank r takes prompts r, r+W, ...; every sample keeps its prompt's index for the gather
+    mine = list(range(rt.rank, len(rows), rt.world_size))
     reward = (make_reward(cfg, tok, setup.precision.dtype, setup.attn, rt.device)
               if cfg.reward_pretrain or cfg.remote_rm_url else None)
 
     eos = tok.eos_token or ""
     if cfg.eval_task == "rm":
         # the reward's query ends at EOS, as a generated response does (and as train_rm trains the RM to read)
-        samples = [(text, resp, label, text + (resp if resp.endswith(eos) else resp + eos))
-                   for text, _, label, resp in rows]
+        samples = [(k, rows[k][0], rows[k][3], rows[k][2],
+                    rows[k][0] + (rows[k][3] if rows[k][3].endswith(eos) else rows[k][3] + eos)) for k in mine]
     else:
         if cfg.eval_task == "generate_vllm":
             from alignment.rollout.vllm_engine import VLLMEngine
-            engine = VLLMEngine(setup.path, cfg.prompt_max_len + cfg.max_new_tokens, cfg.seed, cpu=rt.device == "cpu")
+            engine = VLLMEngine(setup.path, cfg.prompt_max_len + cfg.max_new_tokens, cfg.seed + rt.rank,
+                                cpu=rt.device == "cpu")
         else:
             from alignment.rollout.hf_engine import HFEngine
             model = load_causal_lm(setup.path, setup.precision.dtype, setup.attn).to(rt.torch_device)
             engine = HFEngine(model, tok.eos_token_id, tok.pad_token_id, batch_size=cfg.micro_batch_size,
                               device=rt.torch_device)
-        rollout = engine.generate([ids for _, ids, _, _ in rows],
-                                  SamplingParams(cfg.max_new_tokens, cfg.temperature, cfg.top_p, cfg.best_of_n, seed=cfg.seed))
+        rollout = engine.generate([rows[k][1] for k in mine], SamplingParams(
+            cfg.max_new_tokens, cfg.temperature, cfg.top_p, cfg.best_of_n, seed=cfg.seed + rt.rank))
         responses = tok.batch_decode(rollout.response_ids, skip_special_tokens=True)
         as_generated = tok.batch_decode(rollout.response_ids, skip_special_tokens=False)   # EOS kept, like PPO's queries
-        samples = [(rows[k][0], resp, rows[k][2], rows[k][0] + raw)
-                   for k, resp, raw in zip(rollout.prompt_index, responses, as_generated)]
-        log.info("generated %d responses (%d prompts x %d), %d tokens", len(samples), len(rows), cfg.best_of_n,
-                 rollout.response_tokens())
+        samples = [(mine[j], rows[mine[j]][0], resp, rows[mine[j]][2], rows[mine[j]][0] + raw)
+                   for j, resp, raw in zip(rollout.prompt_index, responses, as_generated)]
+        log.info("generated %d responses (%d prompts x %d) on %d rank(s), %d tokens on rank 0", len(samples) *
+                 rt.world_size, len(rows), cfg.best_of_n, rt.world_size, rollout.response_tokens())
 
-    out_rows: list[dict] = [{"input": p, "output": r} for p, r, _, _ in samples]
+    scores: list[float] | None = None
     if reward is not None:
-        scores: list[float] = []
+        scores = []
         for s in range(0, len(samples), cfg.micro_batch_size):
             chunk = samples[s:s + cfg.micro_batch_size]
-            scores += reward([x[3] for x in chunk], [x[0] for x in chunk], [x[2] for x in chunk]).tolist()
+            scores += reward([x[4] for x in chunk], [x[1] for x in chunk], [x[3] for x in chunk]).tolist()
+    ranked = gather_to_main([(x[0], x[1], x[2], None if scores is None else scores[i]) for i, x in enumerate(samples)],
+                            rt.world_size)
+    if not rt.is_main:
+        return {}
+    out_rows: list[dict] = [{"input": p, "output": r} for _, p, r, _ in ranked]
+    if reward is not None:
+        scores = [score for *_, score in ranked]
         for row, score in zip(out_rows, scores):
             row["reward"] = score
         log.info("scored %d samples: mean reward %.4f", len(scores), sum(scores) / len(scores))

@@ -6,7 +6,7 @@ import os
 import sys
 from typing import Callable
 
-def _user_errors() -> tuple[type[BaseException], ...]:
+def user_errors() -> tuple[type[BaseException], ...]:
     """Errors that are the user's to fix: printed as one line, exit code 2, no traceback."""
     from alignment.config.base import ConfigError
     from alignment.datasets.sources import DataError
@@ -16,11 +16,13 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     return (ConfigError, DataError, ModelLoadError, RewardError, StorageError)
 
 
-def setup_logging() -> None:
+def setup_logging(force: bool = False) -> None:
+    """INFO from rank 0, warnings from the others. `force`: replace handlers a host process
+    (a Ray worker) installed before RANK was known."""
     rank = os.environ.get("RANK", "0")
     level = logging.INFO if rank == "0" else logging.WARNING
     logging.basicConfig(level=level, format=f"%(asctime)s [rank{rank}] %(levelname)s %(name)s: %(message)s",
-                        stream=sys.stderr)
+                        stream=sys.stderr, force=force)
     for noisy in ("DeepSpeed", "deepspeed", "httpx", "urllib3", "fsspec", "s3fs", "botocore", "aiobotocore"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
@@ -36,7 +38,7 @@ def run_main(main: Callable[[list[str] | None], object], argv: list[str] | None 
     setup_logging()
     try:
         main(argv)
-    except _user_errors() as e:
+    except user_errors() as e:
         _close_progress_bars()
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 
 from alignment.cli.common import run_main
+from alignment.distributed import ray_ranks
 from alignment.config import DPOConfig, parse_args
 
 log = logging.getLogger("alignment.train_dpo")
@@ -14,6 +15,8 @@ log = logging.getLogger("alignment.train_dpo")
 
 def main(argv: list[str] | None = None) -> dict:
     cfg = parse_args(DPOConfig, argv, prog="alignment.cli.train_dpo")
+    if ray_ranks.on_ray(cfg):     # a Ray job, or more than one rank: place the ranks on Ray
+        return ray_ranks.run_ranks(main, argv, cfg, "train_dpo")
     from alignment.datasets.preference import PairTokenizer
     from alignment.datasets.sources import load_train_eval
     from alignment.distributed.runtime import init_runtime

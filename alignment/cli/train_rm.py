@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 
 from alignment.cli.common import run_main
+from alignment.distributed import ray_ranks
 from alignment.config import RMConfig, parse_args
 
 log = logging.getLogger("alignment.train_rm")
@@ -15,6 +16,8 @@ log = logging.getLogger("alignment.train_rm")
 
 def main(argv: list[str] | None = None) -> dict:
     cfg = parse_args(RMConfig, argv, prog="alignment.cli.train_rm")
+    if ray_ranks.on_ray(cfg):     # a Ray job, or more than one rank: place the ranks on Ray
+        return ray_ranks.run_ranks(main, argv, cfg, "train_rm")
     from alignment.datasets.preference import PairTokenizer
     from alignment.datasets.sources import load_train_eval
     from alignment.distributed.runtime import init_runtime

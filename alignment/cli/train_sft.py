@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 
 from alignment.cli.common import run_main
+from alignment.distributed import ray_ranks
 from alignment.config import SFTConfig, parse_args
 
 log = logging.getLogger("alignment.train_sft")
@@ -15,6 +16,8 @@ log = logging.getLogger("alignment.train_sft")
 
 def main(argv: list[str] | None = None) -> dict:
     cfg = parse_args(SFTConfig, argv, prog="alignment.cli.train_sft")
+    if ray_ranks.on_ray(cfg):     # a Ray job, or more than one rank: place the ranks on Ray
+        return ray_ranks.run_ranks(main, argv, cfg, "train_sft")
     from alignment.datasets.sft import SFTTokenizer
     from alignment.datasets.sources import load_train_eval
     from alignment.distributed.runtime import init_runtime

@@ -89,6 +89,32 @@ def check_mixing(data_flag: str, specs: str, probs_flag: str, probs: str | None)
             f"{probs_flag} {probs}: probabilities must be >= 0 and not all 0")
 
 
+PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
+
+
+@dataclass
+class RanksConfig:
+    """Where the stage's ranks go on a Ray cluster (alignment.distributed.ray_ranks). Under
+    torchrun/deepspeed the launcher sets the world size and these must be left at 1 or match it."""
+    num_nodes: int = opt(1, "Nodes of the stage's rank group on Ray (OpenRLHF's name); ranks = this x --num_gpus_per_node")
+    num_gpus_per_node: int = opt(1, "Ranks per node on Ray: one GPU each, or one CPU each (gloo) on a CPU-only cluster")
+    placement_strategy: str = opt("PACK", "Ray placement-group strategy of the ranks (SPREAD: one node per rank "
+                                          "where possible)", choices=PLACEMENT_STRATEGIES)
+    accelerator_type: Optional[str] = opt(None, "Only place ranks on nodes with this Ray accelerator type (e.g. H100); "
+                                                "refused in one line when the cluster has none")
+
+    def ranks(self) -> int:
+        return self.num_nodes * self.num_gpus_per_node
+
+    def ranks_flags(self) -> str:
+        """How the rank count was asked for, for messages."""
+        return f"--num_nodes {self.num_nodes} x --num_gpus_per_node {self.num_gpus_per_node}"
+
+    def check_ranks(self) -> None:
+        require(self.num_nodes >= 1 and self.num_gpus_per_node >= 1,
+                f"--num_nodes {self.num_nodes} / --num_gpus_per_node {self.num_gpus_per_node}: both must be >= 1")
+
+
 @dataclass
 class TrainConfig:
     micro_train_batch_size: int = opt(8, "Samples (or packed rows) per rank per forward/backward")

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from alignment.config.base import opt, require
-from alignment.config.groups import DataConfig, ModelConfig
+from alignment.config.groups import DataConfig, ModelConfig, RanksConfig
 from alignment.config.stages import StageConfig
 
 EVAL_TASKS = ("generate", "generate_vllm", "rm")
@@ -14,7 +14,7 @@ POST_PROCESSOR_NAMES = ("rs", "iter_dpo", "csft")     # alignment.inference.post
 
 
 @dataclass
-class BatchInferenceConfig(DataConfig, ModelConfig, StageConfig):
+class BatchInferenceConfig(RanksConfig, DataConfig, ModelConfig, StageConfig):
     eval_task: str = opt("generate", "generate (HF engine) / generate_vllm (vLLM engine): sample responses to "
                                      "--dataset prompts; rm: score (prompt, response) rows", choices=EVAL_TASKS)
     output_path: str = opt("./batch_inference", "Output directory (local or s3://): output.jsonl + MANIFEST.json")
@@ -42,10 +42,27 @@ class BatchInferenceConfig(DataConfig, ModelConfig, StageConfig):
     rollout_batch_size: int = opt(0, "Prompts per round of an iterative pipeline: this round takes rows "
                                      "[iter*N, (iter+1)*N) of the dataset, wrapping around (0: every row, up to --max_samples)")
     iter: int = opt(0, "Round index for --rollout_batch_size (OpenRLHF's iterative DPO passes the round number)")
+    vllm_num_engines: int = opt(0, "--eval_task generate_vllm: vLLM engines, one rank (GPU) each, each generating "
+                                   "its share of the prompts (0: --num_nodes x --num_gpus_per_node ranks)")
     seed: int = opt(42, "Sampling seed")
-    num_threads: int = opt(0, "CPU threads (0: all cores)")
+    num_threads: int = opt(0, "CPU threads per rank (0: cores / ranks on this node)")
+
+    def ranks(self) -> int:
+        """Data-parallel ranks: one per vLLM engine with generate_vllm, else the placement's size."""
+        if self.eval_task == "generate_vllm" and self.vllm_num_engines:
+            return self.vllm_num_engines
+        return super().ranks()
+
+    def ranks_flags(self) -> str:
+        if self.eval_task == "generate_vllm" and self.vllm_num_engines:
+            return f"--vllm_num_engines {self.vllm_num_engines}"
+        return super().ranks_flags()
 
     def check_batch_inference(self) -> None:
+        require(self.vllm_num_engines >= 0, f"--vllm_num_engines {self.vllm_num_engines}: must be >= 0")
+        require(not (self.vllm_num_engines and self.eval_task != "generate_vllm"),
+                f"--vllm_num_engines {self.vllm_num_engines} needs --eval_task generate_vllm; the HF engine "
+                f"({self.eval_task}) spreads over --num_nodes x --num_gpus_per_node ranks")
         require(self.rollout_batch_size >= 0 and self.iter >= 0,
                 f"--rollout_batch_size {self.rollout_batch_size} / --iter {self.iter}: must be >= 0")
         require(bool(self.pretrain), "--pretrain is required: the policy (generate) or any model with the tokenizer (rm)")

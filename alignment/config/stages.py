@@ -7,7 +7,7 @@ from typing import Optional
 
 from alignment.config.base import opt, require
 from alignment.config.groups import (
-    CheckpointConfig, DataConfig, LoggingConfig, LoraConfig, ModelConfig, MoEConfig, TrainConfig,
+    CheckpointConfig, DataConfig, LoggingConfig, LoraConfig, ModelConfig, MoEConfig, RanksConfig, TrainConfig,
 )
 
 
@@ -22,7 +22,7 @@ class StageConfig:
 
 
 @dataclass
-class SFTConfig(LoggingConfig, CheckpointConfig, MoEConfig, TrainConfig, LoraConfig, DataConfig, ModelConfig, StageConfig):
+class SFTConfig(RanksConfig, LoggingConfig, CheckpointConfig, MoEConfig, TrainConfig, LoraConfig, DataConfig, ModelConfig, StageConfig):
     """Supervised fine-tuning (`python -m alignment.cli.train_sft`)."""
 
     def check_sft(self) -> None:
@@ -53,7 +53,7 @@ class ReferenceConfig:
 
 
 @dataclass
-class RMConfig(LoggingConfig, CheckpointConfig, TrainConfig, LoraConfig, PairDataConfig, DataConfig, ModelConfig,
+class RMConfig(RanksConfig, LoggingConfig, CheckpointConfig, TrainConfig, LoraConfig, PairDataConfig, DataConfig, ModelConfig,
                StageConfig):
     """Reward model: a scalar head on a causal-LM backbone, trained on preference pairs
     (`python -m alignment.cli.train_rm`)."""
@@ -73,7 +73,7 @@ class RMConfig(LoggingConfig, CheckpointConfig, TrainConfig, LoraConfig, PairDat
 
 
 @dataclass
-class DPOConfig(LoggingConfig, CheckpointConfig, MoEConfig, TrainConfig, LoraConfig, ReferenceConfig, PairDataConfig, DataConfig,
+class DPOConfig(RanksConfig, LoggingConfig, CheckpointConfig, MoEConfig, TrainConfig, LoraConfig, ReferenceConfig, PairDataConfig, DataConfig,
                 ModelConfig, StageConfig):
     """DPO / IPO / cDPO on preference pairs against a frozen reference (`python -m alignment.cli.train_dpo`)."""
 
@@ -89,7 +89,7 @@ class DPOConfig(LoggingConfig, CheckpointConfig, MoEConfig, TrainConfig, LoraCon
 
 
 @dataclass
-class KTOConfig(LoggingConfig, CheckpointConfig, TrainConfig, LoraConfig, ReferenceConfig, DataConfig, ModelConfig,
+class KTOConfig(RanksConfig, LoggingConfig, CheckpointConfig, TrainConfig, LoraConfig, ReferenceConfig, DataConfig, ModelConfig,
                 StageConfig):
     """KTO on unpaired desirable/undesirable responses (`python -m alignment.cli.train_kto`)."""
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from alignment.config.groups import RanksConfig
 from alignment.distributed.runtime import Runtime
 from alignment.models.lora import apply_lora
 from alignment.models.loading import check_4bit, load_causal_lm, load_tokenizer, resolve_model_path
@@ -36,6 +37,9 @@ def prepare(cfg: Any, rt: Runtime) -> ModelSetup:
     check_4bit(cfg.load_in_4bit, rt.device)
     check_ring_attention(cfg.ring_attn_size, rt.device)
     path = resolve_model_path(cfg.pretrain)
+    if isinstance(cfg, RanksConfig) and getattr(cfg, "load_checkpoint", False):   # the DeepSpeed trainers' resume
+        from alignment.trainers.checkpoint import check_world_size
+        check_world_size(cfg.ckpt_path, rt.world_size)
     tok = load_tokenizer(path, cfg.tokenizer_chat_template, use_fast=not cfg.disable_fast_tokenizer)
     return ModelSetup(path, precision, attn, tok)
 

@@ -115,7 +115,9 @@ def save(engine: Any, ckpt_uri: str, state: LoopState, max_keep: int, metadata: 
     _barrier()
     uri = f"{ckpt_uri.rstrip('/')}/{tag}"
     if _rank() == 0:
-        storage.commit_dir(local_root / tag, uri, metadata={"global_step": state.global_step, **(metadata or {})})
+        world = dist.get_world_size() if dist.is_initialized() else 1
+        storage.commit_dir(local_root / tag, uri, metadata={"global_step": state.global_step, "world_size": world,
+                                                            **(metadata or {})})
         storage.set_latest(ckpt_uri, tag)
         storage.apply_retention(ckpt_uri, keep=max_keep, prefix=PREFIX)
         if storage.is_remote(ckpt_uri):
@@ -123,6 +125,18 @@ def save(engine: Any, ckpt_uri: str, state: LoopState, max_keep: int, metadata: 
         log.info("checkpoint committed: %s", uri)
     _barrier()
     return uri
+
+
+def check_world_size(ckpt_uri: str, world_size: int) -> None:
+    """Before any weights load: the newest checkpoint must come from as many ranks as this run has.
+    Its ZeRO optimizer state is sharded per rank, and the data order depends on the rank count too."""
+    from alignment.config.base import ConfigError
+    latest = storage.get_latest(ckpt_uri)
+    written = ((storage.read_manifest(latest) or {}).get("metadata", {}).get("world_size") if latest else None)
+    if written is not None and written != world_size:
+        raise ConfigError(f"checkpoint {latest} was written by {written} ranks but this run has {world_size}: resume "
+                          f"with {written} ranks (--num_nodes x --num_gpus_per_node, or the launcher's size), or "
+                          f"start over with a new --ckpt_path")
 
 
 def load_latest(engine: Any, ckpt_uri: str) -> LoopState | None:
