@@ -118,7 +118,8 @@ def local_head(num_cpus: int | None = None, extra_nodes: int = 0) -> Iterator[st
     out = temp_dir / "ray_start.log"
     log.info("starting a local Ray head on 127.0.0.1 (job API %s)", url)
     with out.open("w") as f:
-        done = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=_head_env())
+        # started in its private dir: jobs run there, not in whatever directory the flow was started from
+        done = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=_head_env(), cwd=temp_dir)
     try:
         if done.returncode != 0:
             raise RayClusterError(f"`ray start --head` failed (exit {done.returncode}): {out.read_text()[-800:]}")
@@ -138,7 +139,7 @@ def _join_node(gcs_address: str, num_cpus: int, proc_log: Path) -> None:
     cmd = [_ray_bin(), "start", f"--address={gcs_address}", "--node-ip-address=127.0.0.1", f"--num-cpus={num_cpus}",
            *[f"--{k}={_free_port()}" for k in NODE_PORTS], "--disable-usage-stats"]
     with proc_log.open("w") as f:
-        done = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=_head_env())
+        done = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=_head_env(), cwd=proc_log.parent)
     if done.returncode != 0:
         raise RayClusterError(f"`ray start --address {gcs_address}` failed (exit {done.returncode}): "
                               f"{proc_log.read_text()[-800:]}")

@@ -32,6 +32,7 @@ def job_env() -> dict[str, str]:
     extra = [n.strip() for n in os.environ.get("ALIGNFLOW_JOB_ENV", "").split(",") if n.strip()]
     env = {k: os.environ[k] for k in (*PASSED_ENV, *extra) if k in os.environ}
     env.setdefault("PYTHONUNBUFFERED", "1")
+    env.setdefault("PYTHONSAFEPATH", "1")     # `python -m` must not import a checkout that happens to be the job's cwd
     env.setdefault("RAY_COLOR_PREFIX", "0")   # rank lines come as "(RayTrainWorker pid=..) ...", no colour codes
     return env
 

@@ -1,7 +1,7 @@
 """Stage configs: each one a flat composition of the shared groups plus its own fields."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from typing import Optional
 
@@ -14,7 +14,13 @@ from alignment.config.groups import (
 @dataclass
 class StageConfig:
     def validate(self) -> "StageConfig":
-        """Run every group's checks (those that need no world size). Raises ConfigError."""
+        """Every field with choices holds one of them (a YAML file or a flow parameter skips argparse),
+        then every group's checks (those that need no world size). Raises ConfigError."""
+        for f in fields(self):
+            choices = f.metadata.get("choices")
+            value = getattr(self, f.name)
+            require(not choices or value is None or value in choices,
+                    f"--{f.name} {value!r}: not one of {', '.join(map(str, choices or ()))}")
         for name in dir(self):
             if name.startswith("check_"):
                 getattr(self, name)()

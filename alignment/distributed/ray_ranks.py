@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
+from pathlib import Path
 from typing import Any, Callable
 
 from alignment.config.base import ConfigError
@@ -102,14 +103,18 @@ def run_ranks(main: Callable[[list[str] | None], Any], argv: list[str] | None, c
     from ray.train.torch import TorchTrainer
 
     argv = list(sys.argv[1:] if argv is None else argv)
+    # Ray Train's controller notices finished ranks at this interval (default 2 s): every stage would wait for it
+    os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5")
     if not ray.is_initialized():
         ray.init(log_to_driver=True)     # inside a Ray job this joins the job's cluster
     total = ray.cluster_resources()
     gpu, bundle = check_resources(cfg, total)
     n = world_size(cfg)
     free = ray.available_resources().get(bundle_kind(gpu), 0)
-    log.info("%s: placing %d ranks (%s per rank, %s) on the Ray cluster (%g %s, %g free)", name, n, bundle,
+    log.info("%s: placing %d rank(s) (%s per rank, %s) on the Ray cluster (%g %s, %g free)", name, n, bundle,
              cfg.placement_strategy, total.get(bundle_kind(gpu), 0), bundle_kind(gpu), free)
+    import alignment
+    log.info("%s: code from %s, working directory %s", name, Path(alignment.__file__).parent, os.getcwd())
     if free < n * bundle[bundle_kind(gpu)]:
         log.warning("%s: waiting for %g %s held by other work on the cluster", name,
                     n * bundle[bundle_kind(gpu)] - free, bundle_kind(gpu))
@@ -120,7 +125,9 @@ def run_ranks(main: Callable[[list[str] | None], Any], argv: list[str] | None, c
                                      accelerator_type=cfg.accelerator_type or None),
         # a failed rank fails the run: the stage's retry resumes from the last committed checkpoint
         run_config=RunConfig(name=name, storage_path=tempfile.mkdtemp(prefix="alignflow-raytrain-"),
-                             failure_config=FailureConfig(max_failures=0)))
+                             failure_config=FailureConfig(max_failures=0),
+                             # a rank's print() goes to the job log once (Ray Train would also log it)
+                             worker_runtime_env={"env_vars": {"RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}}))
     try:
         trainer.fit()
     except Exception as e:

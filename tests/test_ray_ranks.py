@@ -1,0 +1,125 @@
+"""Every training stage places its ranks on the Ray cluster (Ray Train, alignment.distributed.ray_ranks).
+
+Unit: the resource check and the launcher rule. Integration (Prefect ephemeral API -> Ray job on the
+session's 2-CPU head -> Ray Train ranks -> DeepSpeed on gloo): the `sft` flow with 2 ranks matches
+`torchrun --nproc_per_node 2` step for step, runs from the shipped code outside the checkout, and an
+RM stage with 2 ranks commits a model plain transformers loads; 3 ranks on 2 CPUs are refused in
+one line before any model loads."""
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from alignment import storage
+from alignment.config import ConfigError, SFTConfig
+from alignment.config.cli import config_to_argv
+from alignment.distributed import ray_ranks
+from alignflow.tasks.ray_job import StageInputRefused, job_env, runtime_env
+from alignflow.tasks.stage_spec import build_config
+from tests.conftest import REPO, launcher, losses, run_module
+from tests.test_stage_runner import ray_jobs, run_flow
+
+
+def cfg(**kw) -> SFTConfig:
+    return SFTConfig(pretrain="m", dataset="d", **kw).validate()
+
+
+def test_resource_check_names_what_is_missing():
+    assert ray_ranks.check_resources(cfg(num_gpus_per_node=2), {"CPU": 2.0}) == (False, {"CPU": 1.0})
+    with pytest.raises(ConfigError, match=r"--num_nodes 1 x --num_gpus_per_node 3 = 3 ranks need 3 CPU \(one CPU per "
+                                          r"rank: this Ray cluster has no GPUs\), but the Ray cluster has 2"):
+        ray_ranks.check_resources(cfg(num_gpus_per_node=3), {"CPU": 2.0})
+    assert ray_ranks.check_resources(cfg(num_nodes=2, num_gpus_per_node=4), {"CPU": 64.0, "GPU": 8.0})[0]
+    with pytest.raises(ConfigError, match="need 16 GPU"):
+        ray_ranks.check_resources(cfg(num_nodes=2, num_gpus_per_node=8), {"CPU": 64.0, "GPU": 8.0})
+    with pytest.raises(ConfigError, match=r"--accelerator_type H100: the Ray cluster has no such accelerator \(it has: A100\)"):
+        ray_ranks.check_resources(cfg(accelerator_type="H100"), {"CPU": 8.0, "GPU": 8.0, "accelerator_type:A100": 1.0})
+    with pytest.raises(ConfigError, match="--placement_strategy"):
+        cfg(placement_strategy="ANYWHERE")
+
+
+def test_launcher_sets_the_world_and_ray_is_used_otherwise(monkeypatch):
+    for k in ("RANK", "WORLD_SIZE", "RAY_ADDRESS"):
+        monkeypatch.delenv(k, raising=False)
+    assert not ray_ranks.on_ray(cfg()) and ray_ranks.on_ray(cfg(num_gpus_per_node=2))
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")            # a Ray job: ranks go on the cluster
+    assert ray_ranks.on_ray(cfg())
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")                          # torchrun / deepspeed / a Ray Train rank
+    assert not ray_ranks.on_ray(cfg()) and not ray_ranks.on_ray(cfg(num_gpus_per_node=2))
+    with pytest.raises(ConfigError, match="= 4 ranks, but the launcher started 2"):
+        ray_ranks.on_ray(cfg(num_nodes=2, num_gpus_per_node=2))
+
+
+def test_job_env_and_shipped_code(monkeypatch):
+    monkeypatch.setenv("ALIGNFLOW_JOB_ENV", "MY_SETTING, HF_HOME")
+    monkeypatch.setenv("MY_SETTING", "x")
+    monkeypatch.delenv("HF_HOME", raising=False)
+    env = job_env()
+    assert env["MY_SETTING"] == "x" and "HF_HOME" not in env and env["PYTHONUNBUFFERED"] == "1"
+    assert runtime_env(env)["py_modules"] == [str(REPO / "alignment")]
+
+
+# A short tiny-world SFT with 2 ranks: 32 samples per step = 2 ranks x 16.
+TWO_RANKS = {"max_steps": 8, "save_steps": -1, "eval_dataset": None, "logging_steps": 1, "train_batch_size": 32,
+             "micro_train_batch_size": 16, "num_gpus_per_node": 2}
+
+
+def job_log(address: str, run_name: str, stage: str) -> str:
+    from ray.job_submission import JobSubmissionClient
+    jobs = [j for j in ray_jobs(address, run_name) if j.metadata["alignflow_stage"] == stage]
+    return JobSubmissionClient(address).get_job_logs(jobs[-1].submission_id)
+
+
+@pytest.mark.integration
+def test_sft_flow_with_two_ranks_equals_torchrun(ray_head, tiny_base, tmp_path):
+    result, _ = run_flow(run_name="ranks", store=str(tmp_path / "store"), ray_address=ray_head,
+                         sft={**TWO_RANKS, "pretrain": str(tiny_base)})
+    placed = Path(result["model_uri"])
+    log = job_log(ray_head, "ranks", "sft")
+    assert "train_sft: placing 2 rank(s) ({'CPU': 1.0} per rank, PACK)" in log, log[-3000:]
+    assert len(set(re.findall(r"rank [01] of 2 on Ray node (\w+)", log))) == 1      # PACK on a one-node cluster
+    code = re.search(r"code from (\S+), working directory (\S+)", log)
+    assert code and "runtime_resources" in code.group(1) and not code.group(1).startswith(str(REPO)), log[-3000:]
+    assert not code.group(2).startswith(str(REPO))                                # the job ran outside the checkout
+
+    # the same config under torchrun, as a user would launch it
+    config = build_config("sft", str(REPO / "deployments/configs/tiny_sft.yaml"),
+                          {**TWO_RANKS, "pretrain": str(tiny_base), "num_gpus_per_node": 1})
+    out = tmp_path / "torchrun"
+    run_module("alignment.cli.train_sft", [*config_to_argv(config), "--save_path", str(out)], launcher("torchrun", 2))
+    ray, torchrun = losses(placed), losses(out)
+    assert len(ray) == 8 and max(abs(a - b) for a, b in zip(ray, torchrun)) < 1e-5, (ray, torchrun)
+    from transformers import AutoModelForCausalLM
+    assert AutoModelForCausalLM.from_pretrained(placed).config.model_type == "llama"
+
+
+@pytest.mark.integration
+def test_three_ranks_on_two_cpus_are_refused_before_any_model_loads(ray_head, tiny_base, tmp_path):
+    with pytest.raises(StageInputRefused, match=r"3 ranks need 3 CPU .* but the Ray cluster has 2; use fewer ranks"):
+        run_flow(run_name="toomany", store=str(tmp_path / "store"), ray_address=ray_head, retries=0,
+                 sft={**TWO_RANKS, "pretrain": str(tiny_base), "num_gpus_per_node": 3, "train_batch_size": 48})
+    log = job_log(ray_head, "toomany", "sft")
+    assert "Loading weights" not in log and "placing" not in log
+    assert len([ln for ln in log.splitlines() if ln.startswith("error: ")]) == 1, log
+
+
+@pytest.mark.integration
+def test_rm_stage_with_two_ranks_commits_a_loadable_model(ray_head, tmp_path):
+    from alignflow.flows.sft_rm_ppo import sft_rm_ppo_flow
+    from transformers import AutoModelForSequenceClassification
+    result = asyncio.run(sft_rm_ppo_flow(
+        run_name="rm2", store=str(tmp_path / "store"), ray_address=ray_head, heldout_eval=False,
+        sft={"max_steps": 4, "eval_dataset": None, "save_steps": -1},
+        rm={"max_steps": 4, "eval_dataset": None, "save_steps": -1, "micro_train_batch_size": 8, "num_gpus_per_node": 2},
+        ppo={"max_samples": 16, "num_episodes": 1, "save_steps": -1}))
+    rm = result["rm"]["model_uri"]
+    assert "train_rm: placing 2 rank(s)" in job_log(ray_head, "rm2", "rm")
+    manifest = json.loads((Path(rm) / "MANIFEST.json").read_text())
+    assert manifest["metadata"]["config"]["num_gpus_per_node"] == 2
+    model = AutoModelForSequenceClassification.from_pretrained(rm)
+    assert model.config.num_labels == 1 and storage.is_committed(result["ppo"]["model_uri"])
