@@ -10,7 +10,7 @@ import pytest
 from alignment.config.inference import POST_PROCESSOR_NAMES
 from alignment.inference.postprocess import POST_PROCESSORS, Scored, conditional_sft, iterative_dpo_pairs, rejection_sampling
 from alignment.tiny_world.paths import tiny_dir
-from tests.conftest import run_module
+from tests.conftest import launcher, run_module
 
 ROWS = [Scored("p1", "a", 0.1), Scored("p2", "x", 1.0), Scored("p1", "b", 0.9), Scored("p1", "c", 0.9),
         Scored("p2", "y", 1.0)]
@@ -59,13 +59,16 @@ def test_best_of_n_to_dpo_pairs_and_scoring(tiny_sft, tmp_path):
 
     data = tmp_path / "scored.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in [
-        {"q": "What is 2 + 3?", "a": "2 + 3 = 5", "label": "5"}, {"q": "What is 2 + 3?", "a": "2 + 3 = 6", "label": "5"}]))
-    scored = tmp_path / "scored"
-    run_module("alignment.cli.batch_inference", [
-        "--eval_task", "rm", "--pretrain", str(tiny_sft), "--dataset", str(data), "--input_key", "q",
-        "--output_key", "a", "--label_key", "label", "--remote_rm_url", "alignment/tiny_world/reward.py",
-        "--output_path", str(scored)])
-    assert [r["reward"] for r in read_output(scored)] == [1.0, 0.0]
+        {"q": "What is 2 + 3?", "a": "2 + 3 = 5", "label": "5"}, {"q": "What is 2 + 3?", "a": "2 + 3 = 6", "label": "5"},
+        {"q": "What is 1 + 1?", "a": "1 + 1 = 2", "label": "2"}]))
+    score = ["--eval_task", "rm", "--pretrain", str(tiny_sft), "--dataset", str(data), "--input_key", "q",
+             "--output_key", "a", "--label_key", "label", "--remote_rm_url", "alignment/tiny_world/reward.py"]
+    run_module("alignment.cli.batch_inference", [*score, "--output_path", str(tmp_path / "scored")])
+    assert [r["reward"] for r in read_output(tmp_path / "scored")] == [1.0, 0.0, 1.0]
+    # data parallel: two ranks score their share each, rank 0 writes every row in the input's order
+    run_module("alignment.cli.batch_inference", [*score, "--output_path", str(tmp_path / "scored2")],
+               launcher("torchrun", 2))
+    assert read_output(tmp_path / "scored2") == read_output(tmp_path / "scored")
 
 
 @pytest.mark.parametrize("args, needle", [

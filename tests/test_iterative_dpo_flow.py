@@ -16,8 +16,10 @@ pytestmark = pytest.mark.integration
 
 # 256 prompts x 4 samples: an SFT model near 80 % answers most prompts the same way 4 times, so
 # only prompts with a right and a wrong sample make pairs (~12 here; 64 prompts once gave 3)
-SMALL = dict(generate={"rollout_batch_size": 256}, dpo={"max_epochs": 1, "save_steps": -1, "train_batch_size": 2,
-                                                 "micro_train_batch_size": 2})
+# Generation and DPO each run on 2 ranks placed on the cluster (data-parallel sampling, ZeRO-2 on gloo).
+SMALL = dict(generate={"rollout_batch_size": 256, "num_gpus_per_node": 2},
+             dpo={"max_epochs": 1, "save_steps": -1, "train_batch_size": 2, "micro_train_batch_size": 1,
+                  "num_gpus_per_node": 2})
 
 
 def test_rounds_continue_from_the_latest_committed_policy(ray_head, tiny_sft, tmp_path, monkeypatch):
@@ -33,7 +35,9 @@ def test_rounds_continue_from_the_latest_committed_policy(ray_head, tiny_sft, tm
     assert second["round"] == 2 and second["history"][1]["policy_in"] == first["model_uri"]
     dpo_config = storage.read_manifest(second["model_uri"])["metadata"]["config"]
     assert dpo_config["pretrain"] == first["model_uri"] and dpo_config["ref_pretrain"] is None   # ref = the policy
-    assert dpo_config["dataset"] == second["history"][1]["data"]
+    assert dpo_config["dataset"] == second["history"][1]["data"] and dpo_config["num_gpus_per_node"] == 2
+    from transformers import AutoModelForCausalLM
+    assert AutoModelForCausalLM.from_pretrained(second["model_uri"]).config.model_type == "llama"
 
     # round 3's DPO job dies after its first step (no retries): the pointer stays at round 2
     monkeypatch.setenv("ALIGNFLOW_FAIL_AT_STEP", "1")

@@ -5,6 +5,7 @@ gloo group across them and finish."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -39,3 +40,21 @@ def test_actor_ranks_span_both_nodes(two_nodes, tiny_base, tmp_path):
     assert len(nodes) == 2 and actor == nodes and ref == nodes, (placed.group(0), nodes)
     assert "placed actor 2x1, ref 2x1 on actor's bundles" in logs and "ran iterations 1..2 of 2" in logs
     assert [r["step"] for r in metric_rows(out)] == [1, 2] and (out / "MANIFEST.json").exists()
+
+
+def test_sft_stage_with_spread_places_one_rank_per_node(two_nodes, tiny_base, tmp_path):
+    """The `sft` flow on the two-node cluster with --num_nodes 2 --placement_strategy SPREAD: one rank
+    per node, one gloo group across them, one committed model."""
+    from ray.util.state import list_nodes
+
+    from tests.test_ray_ranks import TWO_RANKS, job_log
+    from tests.test_stage_runner import run_flow
+    result, _ = run_flow(run_name="spread", store=str(tmp_path / "store"), ray_address=two_nodes,
+                         sft={**TWO_RANKS, "pretrain": str(tiny_base), "num_nodes": 2, "num_gpus_per_node": 1,
+                              "placement_strategy": "SPREAD", "max_steps": 4})
+    log = job_log(two_nodes, "spread", "sft")
+    placed = dict(re.findall(r"rank (\d) of 2 on Ray node (\w+)", log))
+    nodes = {n.node_id for n in list_nodes(address=two_nodes)}
+    assert set(placed) == {"0", "1"} and placed["0"] != placed["1"] and set(placed.values()) == nodes, log[-3000:]
+    assert (tmp_path / "store").exists() and (Path(result["model_uri"]) / "MANIFEST.json").exists()
+    assert len(metric_rows(Path(result["model_uri"]))) == 4
