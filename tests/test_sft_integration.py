@@ -59,6 +59,13 @@ def test_resume_equals_uninterrupted(tiny_base, tmp_path):
     assert crashed.returncode != 0 and "simulated failure after step 6" in crashed.stderr
     assert (ckpt / "latest").read_text().strip() == "global_step4"
     assert not (part / "MANIFEST.json").exists()  # no committed final model from the crashed run
+    # the checkpoint came from 1 rank: resuming it on 2 is refused in one line, before any weights load
+    other = run_cli([*common, "--save_path", str(part), "--ckpt_path", str(ckpt), "--load_checkpoint"],
+                    launcher("torchrun", 2), check=False)
+    refused = [ln for ln in other.stderr.splitlines() if ln.startswith("error: ")]
+    assert other.returncode != 0 and refused, other.stderr[-2000:]
+    assert "was written by 1 ranks but this run has 2: resume with 1 ranks" in refused[0]
+    assert "Loading weights" not in other.stderr and (ckpt / "latest").read_text().strip() == "global_step4"
     run_cli([*common, "--save_path", str(part), "--ckpt_path", str(ckpt), "--load_checkpoint"])
     a, b = load_file(full / "model.safetensors"), load_file(part / "model.safetensors")
     assert a.keys() == b.keys()
