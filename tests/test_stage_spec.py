@@ -62,3 +62,28 @@ def test_prefect_layer_does_not_import_torch():
     code = "import sys, alignflow.flows.sft, alignflow.tasks.stage; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert out.stdout.strip() == "False", out.stderr[-2000:]
+
+
+def test_the_llama3_8b_template_is_a_valid_multi_gpu_recipe():
+    """The commented llama3-8b deployment, uncommented: its stage configs validate, SFT and RM place 16
+    GPU ranks (2 x 8) that fit a 2-node x 8-GPU cluster and are refused on one node."""
+    import yaml
+
+    from alignment.distributed import ray_ranks
+    from alignflow.tasks.stage_spec import repo_path
+    text = repo_path("deployments", "prefect.yaml").read_text()
+    block = text[text.index("  # - name: llama3-8b"):]
+    deployment = yaml.safe_load("\n".join(line.replace("  # ", "  ", 1) for line in block.splitlines()))[0]
+    params = deployment["parameters"]
+    inputs = {"sft": {}, "rm": {"pretrain": "<sft output>"},
+              "ppo": {"pretrain": "<sft output>", "reward_pretrain": "<rm output>"}}
+    for stage, extra in inputs.items():
+        cfg = build_config(stage, str(repo_path(params[f"{stage}_config_file"])), extra)
+        if stage == "ppo":
+            assert cfg.actor_num_gpus_per_node == 8 and cfg.vllm_num_engines == 4
+            continue
+        assert (cfg.num_nodes, cfg.num_gpus_per_node, cfg.zero_stage, cfg.bf16) == (2, 8, 3, True)
+        assert ray_ranks.check_resources(cfg, {"CPU": 192.0, "GPU": 16.0})[0]
+        with pytest.raises(ConfigError, match="16 ranks need 16 GPU"):
+            ray_ranks.check_resources(cfg, {"CPU": 96.0, "GPU": 8.0})
+    assert deployment["work_pool"]["job_variables"]["env"]["ALIGNFLOW_JOB_ENV"]
