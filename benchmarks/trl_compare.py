@@ -32,7 +32,7 @@ from benchmarks.compare.measure import become_subreaper  # noqa: E402
 # 5 pairs of every workload in ~1 h 45 min
 FULL_MODEL = dict(hidden_size=512, num_hidden_layers=8, intermediate_size=1376, num_attention_heads=8,
                   num_key_value_heads=8, head_dim=64)
-KEYS = ("sft", "rm", "dpo", "rloo", "grpo", "orchestration")
+KEYS = ("sft", "rm", "dpo", "rloo", "grpo", "orchestration", "placement")
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:

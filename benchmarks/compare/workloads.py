@@ -185,6 +185,7 @@ TINY = Sizes(sft_steps=4, pair_steps=4, rl_iterations=3, rl_prompts=4, n_samples
 
 
 def comparisons(ctx: Context, model: str, demo_base: str, sizes: Sizes) -> list[Comparison]:
+    from benchmarks.compare.placement import placement_comparison   # it builds on this module's types
     data = REPO / "data" / "tiny"
     common = dict(model=model, out_dir="", threads=ctx.threads, max_len=64)
     sft = RunSpec("sft", data=str(data / "sft"), steps=sizes.sft_steps, batch=32, micro=32, lr=2e-4, **common)
@@ -218,6 +219,7 @@ def comparisons(ctx: Context, model: str, demo_base: str, sizes: Sizes) -> list[
                    f"the demo's SFT stage (tiny model, deployments/configs/tiny_sft.yaml, {sizes.orch_steps} steps); "
                    "bare CLI: the whole command; through the flow: the stage task, and the whole flow command",
                    baseline="bare CLI"),
+        placement_comparison(ctx, demo_base, sizes.orch_steps),
     ]
 
 
