@@ -155,13 +155,15 @@ def test_pipeline_override_and_flow_run_retry_resume_ppo(prefect, ray_head, tmp_
     """`prefect deployment run sft-rm-ppo/tiny --param ppo=…` (no task retries); the PPO job is
     killed after a committed checkpoint, so the flow run fails; `prefect flow-run retry` runs it
     again: SFT and RM are skipped (committed), PPO resumes from its checkpoint, and the overridden
-    hyper-parameter shows in the PPO manifest. The PPO stage's curve artifact draws its reward and KL."""
+    hyper-parameter shows in the PPO manifest. The PPO stage's curve artifact draws its reward and KL.
+    The RM stage runs on 2 ranks placed on the cluster and commits a model plain transformers loads."""
     from ray.job_submission import JobSubmissionClient
 
     from tests.test_stage_runner import ray_jobs
     store = tmp_path / "store"
     params = {"sft": {"max_steps": 30, "save_steps": 15, "eval_dataset": None, "logging_steps": 5},
-              "rm": {"max_steps": 10, "save_steps": 5, "eval_dataset": None},
+              "rm": {"max_steps": 10, "save_steps": 5, "eval_dataset": None, "num_gpus_per_node": 2,
+                     "micro_train_batch_size": 8},
               "ppo": {"max_samples": 16, "num_episodes": 6, "save_steps": 1, "actor_learning_rate": 3e-5,
                       "init_kl_coef": 0.01}}
     args = [f"--param={k}={json.dumps(v)}" for k, v in params.items()]
@@ -198,6 +200,11 @@ def test_pipeline_override_and_flow_run_retry_resume_ppo(prefect, ray_head, tmp_
     assert f"resuming PPO from {killed_at}" in log and f"ran iterations {done + 1}..6 of 6" in log, log[-3000:]
     manifest = storage.read_manifest(f"{resumed.metadata['alignflow_output']}/model")
     assert manifest["metadata"]["config"]["actor_learning_rate"] == 3e-5
+    rm_job = next(j for j in jobs if j.metadata["alignflow_stage"] == "rm")
+    assert "train_rm: placing 2 rank(s)" in client.get_job_logs(rm_job.submission_id)
+    from transformers import AutoModelForSequenceClassification
+    rm_model = AutoModelForSequenceClassification.from_pretrained(f"{rm_job.metadata['alignflow_output']}/model")
+    assert rm_model.config.num_labels == 1
     assert list((Path(resumed.metadata["alignflow_output"]) / "model" / "tensorboard").glob("events.*"))
     curve = [a.data for a in prefect.artifacts(run_id) if a.key == "tiny-ppo-curve"][-1]
     assert "train/reward" in curve and "train/kl" in curve, curve[-300:]

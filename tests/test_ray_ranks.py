@@ -2,19 +2,17 @@
 
 Unit: the resource check and the launcher rule. Integration (Prefect ephemeral API -> Ray job on the
 session's 2-CPU head -> Ray Train ranks -> DeepSpeed on gloo): the `sft` flow with 2 ranks matches
-`torchrun --nproc_per_node 2` step for step, runs from the shipped code outside the checkout, and an
-RM stage with 2 ranks commits a model plain transformers loads; 3 ranks on 2 CPUs are refused in
-one line before any model loads."""
+`torchrun --nproc_per_node 2` step for step and runs from the shipped code outside the checkout;
+3 ranks on 2 CPUs are refused in one line before any model loads. Elsewhere: RM on 2 ranks
+(tests/test_deployment.py), DPO and batch inference on 2 ranks (tests/test_iterative_dpo_flow.py),
+SPREAD over two nodes (tests/test_multinode.py), kill -9 of a rank (tests/test_stage_runner.py)."""
 from __future__ import annotations
 
-import asyncio
-import json
 import re
 from pathlib import Path
 
 import pytest
 
-from alignment import storage
 from alignment.config import ConfigError, SFTConfig
 from alignment.config.cli import config_to_argv
 from alignment.distributed import ray_ranks
@@ -106,20 +104,3 @@ def test_three_ranks_on_two_cpus_are_refused_before_any_model_loads(ray_head, ti
     log = job_log(ray_head, "toomany", "sft")
     assert "Loading weights" not in log and "placing" not in log
     assert len([ln for ln in log.splitlines() if ln.startswith("error: ")]) == 1, log
-
-
-@pytest.mark.integration
-def test_rm_stage_with_two_ranks_commits_a_loadable_model(ray_head, tmp_path):
-    from alignflow.flows.sft_rm_ppo import sft_rm_ppo_flow
-    from transformers import AutoModelForSequenceClassification
-    result = asyncio.run(sft_rm_ppo_flow(
-        run_name="rm2", store=str(tmp_path / "store"), ray_address=ray_head, heldout_eval=False,
-        sft={"max_steps": 4, "eval_dataset": None, "save_steps": -1},
-        rm={"max_steps": 4, "eval_dataset": None, "save_steps": -1, "micro_train_batch_size": 8, "num_gpus_per_node": 2},
-        ppo={"max_samples": 16, "num_episodes": 1, "save_steps": -1}))
-    rm = result["rm"]["model_uri"]
-    assert "train_rm: placing 2 rank(s)" in job_log(ray_head, "rm2", "rm")
-    manifest = json.loads((Path(rm) / "MANIFEST.json").read_text())
-    assert manifest["metadata"]["config"]["num_gpus_per_node"] == 2
-    model = AutoModelForSequenceClassification.from_pretrained(rm)
-    assert model.config.num_labels == 1 and storage.is_committed(result["ppo"]["model_uri"])
