@@ -1,4 +1,4 @@
-"""benchmarks/trl_compare.py at its smoke size: every comparison runs (ours and TRL 1.16) and the
+"""benchmarks/trl_compare.py at its smoke size: every comparison runs (ours and TRL 1.16; orchestration through the same flow helper as placement) and the
 report gets a row per workload and a chart. Speed is not asserted: the figures of a smoke run mean
 nothing; docs/benchmarks.md holds the full-size run.
 
@@ -17,9 +17,12 @@ from tests.conftest import REPO, python_env
 
 pytestmark = pytest.mark.integration
 
+# Every comparison but "orchestration": its flow side is the same `sft_flow_sample` the placement
+# comparison runs (with 2 ranks), so the smoke run skips one ~50 s Prefect -> Ray start-up.
+ONLY = "sft,rm,dpo,rloo,grpo,placement"
 ROWS = ("SFT (packing)", "Reward model", "DPO", "RL iteration: RLOO", "RL iteration: GRPO, ours (HF generate)",
-        "Orchestration: SFT stage, Prefect → Ray job: stage task",
-        "Orchestration: SFT stage, Prefect → Ray job: whole flow command")
+        "Placement: 2-rank SFT stage, flow → Ray Train, 2 ranks: stage task",
+        "Placement: 2-rank SFT stage, flow → Ray Train, 2 ranks: whole flow command")
 
 
 def trl_available() -> bool:
@@ -30,7 +33,7 @@ def trl_available() -> bool:
                                                  "trl==1.16.0; run `make setup`) nor in .venv-trl")
 def test_tiny_comparison_writes_every_workload_row_and_a_chart(tmp_path):
     md, png = tmp_path / "bench.md", tmp_path / "bench.png"
-    cmd = [sys.executable, "benchmarks/trl_compare.py", "--tiny", "--pairs", "1", "--warmup", "0", "--no-vllm",
+    cmd = [sys.executable, "benchmarks/trl_compare.py", "--tiny", "--pairs", "1", "--warmup", "0", "--no-vllm", "--only", ONLY,
            "--out-md", str(md), "--out-png", str(png), "--work", str(tmp_path / "work")]
     proc = subprocess.run(cmd, cwd=REPO, env=python_env(), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-2000:]

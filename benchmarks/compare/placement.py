@@ -3,12 +3,11 @@ whose Ray job places the 2 ranks with Ray Train (Prefect ephemeral API -> local 
 job -> TorchTrainer -> the same CLI and config on each rank)."""
 from __future__ import annotations
 
-import json
 import shutil
 import socket
 from pathlib import Path
 
-from benchmarks.compare.workloads import DEMO_SFT_CONFIG, FLOW_SCRIPT, BenchError, Comparison, Context, Sample, Side
+from benchmarks.compare.workloads import DEMO_SFT_CONFIG, Comparison, Context, Sample, Side, sft_flow_sample
 
 # 32 samples per step = 2 ranks x micro-batch 16 (the demo's config has micro-batch 32 for one rank)
 TWO_RANKS = {"num_gpus_per_node": 2, "micro_train_batch_size": 16}
@@ -21,8 +20,6 @@ def _free_port() -> str:
 
 
 def placement_sides(ctx: Context, base: str, steps: int) -> list[Side]:
-    prefect_env = {"PREFECT_HOME": str(ctx.work / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-                   "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "90"}
     torchrun = str(Path(ctx.python).parent / "torchrun")
 
     def launcher(tag: str) -> Sample:
@@ -35,15 +32,7 @@ def placement_sides(ctx: Context, base: str, steps: int) -> list[Side]:
         return Sample(res.wall_s, res.peak_rss_mb, res.wall_s)
 
     def flow(tag: str) -> Sample:
-        store = ctx.work / "runs" / tag
-        shutil.rmtree(store, ignore_errors=True)
-        res = ctx.run([ctx.python, "-c", FLOW_SCRIPT, tag.replace("_", "-"), str(store),
-                       json.dumps({"pretrain": base, "max_steps": steps, **TWO_RANKS})], tag, prefect_env)
-        line = [x for x in res.log.read_text().splitlines() if x.startswith("FLOW_RESULT ")]
-        result = json.loads(line[-1].split(" ", 1)[1]) if line else {"skipped": True}
-        if result["skipped"]:
-            raise BenchError(f"{tag}: the flow did not train the stage; see {res.log}")
-        return Sample(result["stage_wall_s"], res.peak_rss_mb, res.wall_s, {"whole command": res.wall_s})
+        return sft_flow_sample(ctx, tag, {"pretrain": base, "max_steps": steps, **TWO_RANKS})
 
     return [Side("torchrun, 2 ranks", launcher),
             Side("flow → Ray Train, 2 ranks: stage task", flow,

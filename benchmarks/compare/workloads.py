@@ -136,15 +136,27 @@ def trl_side(ctx: Context, spec: RunSpec) -> Side:
     return Side("TRL", run)
 
 
+def sft_flow_sample(ctx: Context, tag: str, sft: dict) -> Sample:
+    """One run of the `sft` flow on its own Prefect API and Ray head: the stage task's wall time, and
+    the whole command's (as the "whole command" extra)."""
+    store = ctx.work / "runs" / tag
+    shutil.rmtree(store, ignore_errors=True)
+    prefect_env = {"PREFECT_HOME": str(ctx.work / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+                   "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "90"}
+    res = ctx.run([ctx.python, "-c", FLOW_SCRIPT, tag.replace("_", "-"), str(store), json.dumps(sft)], tag, prefect_env)
+    line = [x for x in res.log.read_text().splitlines() if x.startswith("FLOW_RESULT ")]
+    result = json.loads(line[-1].split(" ", 1)[1]) if line else {"skipped": True}
+    if result["skipped"]:
+        raise BenchError(f"{tag}: the flow did not train the stage; see {res.log}")
+    return Sample(result["stage_wall_s"], res.peak_rss_mb, res.wall_s, {"whole command": res.wall_s})
+
+
 def orchestration_sides(ctx: Context, base: str, steps: int) -> list[Side]:
     """The demo's SFT stage (deployments/configs/tiny_sft.yaml) as the bare CLI, and through the
     `sft` flow: Prefect (ephemeral API) -> local Ray head -> Ray job running the same CLI and config.
     Two figures per flow run: the stage task's wall time (Ray job submitted -> job done -> model
     committed: what every stage of a pipeline pays), and the whole flow command (plus the Prefect
     API's and the Ray head's start-up and shutdown, paid once per flow run)."""
-    prefect_env = {"PREFECT_HOME": str(ctx.work / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-                   "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "90"}
-
     def cli(tag: str) -> Sample:
         out = ctx.work / "runs" / tag
         shutil.rmtree(out, ignore_errors=True)
@@ -154,15 +166,7 @@ def orchestration_sides(ctx: Context, base: str, steps: int) -> list[Side]:
         return Sample(res.wall_s, res.peak_rss_mb, res.wall_s)
 
     def flow(tag: str) -> Sample:
-        store = ctx.work / "runs" / tag
-        shutil.rmtree(store, ignore_errors=True)
-        res = ctx.run([ctx.python, "-c", FLOW_SCRIPT, tag.replace("_", "-"), str(store),
-                       json.dumps({"pretrain": base, "max_steps": steps})], tag, prefect_env)
-        line = [x for x in res.log.read_text().splitlines() if x.startswith("FLOW_RESULT ")]
-        result = json.loads(line[-1].split(" ", 1)[1]) if line else {"skipped": True}
-        if result["skipped"]:
-            raise BenchError(f"{tag}: the flow did not train the stage; see {res.log}")
-        return Sample(result["stage_wall_s"], res.peak_rss_mb, res.wall_s, {"whole command": res.wall_s})
+        return sft_flow_sample(ctx, tag, {"pretrain": base, "max_steps": steps})
 
     return [Side("bare CLI", cli),
             Side("Prefect → Ray job: stage task", flow, {"Prefect → Ray job: whole flow command": "whole command"})]
