@@ -1,5 +1,5 @@
-"""benchmarks/trl_compare.py at its smoke size: every comparison runs (ours and TRL 1.16; orchestration through the same flow helper as placement) and the
-report gets a row per workload and a chart. Speed is not asserted: the figures of a smoke run mean
+"""benchmarks/trl_compare.py at its smoke size: every comparison runs (ours and TRL 1.16; orchestration
+through the same flow helper as placement) and the report gets a row per workload and a chart. Speed is not asserted: the figures of a smoke run mean
 nothing; docs/benchmarks.md holds the full-size run.
 
 One recorded pair, no warm-up and no vLLM side keep it under 4 minutes on 2 cores (the runs are
