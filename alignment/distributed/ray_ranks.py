@@ -102,6 +102,8 @@ def run_ranks(main: Callable[[list[str] | None], Any], argv: list[str] | None, c
     from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
+    import alignment
+
     argv = list(sys.argv[1:] if argv is None else argv)
     # Ray Train's controller notices finished ranks at this interval (default 2 s): every stage would wait for it
     os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5")
@@ -113,26 +115,26 @@ def run_ranks(main: Callable[[list[str] | None], Any], argv: list[str] | None, c
     free = ray.available_resources().get(bundle_kind(gpu), 0)
     log.info("%s: placing %d rank(s) (%s per rank, %s) on the Ray cluster (%g %s, %g free)", name, n, bundle,
              cfg.placement_strategy, total.get(bundle_kind(gpu), 0), bundle_kind(gpu), free)
-    import alignment
     log.info("%s: code from %s, working directory %s", name, Path(alignment.__file__).parent, os.getcwd())
     if free < n * bundle[bundle_kind(gpu)]:
         log.warning("%s: waiting for %g %s held by other work on the cluster", name,
                     n * bundle[bundle_kind(gpu)] - free, bundle_kind(gpu))
-    trainer = TorchTrainer(
-        _rank_main, train_loop_config={"main": main, "argv": argv, "cwd": os.getcwd()},
-        scaling_config=ScalingConfig(num_workers=n, use_gpu=gpu, resources_per_worker=bundle,
-                                     placement_strategy=cfg.placement_strategy,
-                                     accelerator_type=cfg.accelerator_type or None),
-        # a failed rank fails the run: the stage's retry resumes from the last committed checkpoint
-        run_config=RunConfig(name=name, storage_path=tempfile.mkdtemp(prefix="alignflow-raytrain-"),
-                             failure_config=FailureConfig(max_failures=0),
-                             # a rank's print() goes to the job log once (Ray Train would also log it)
-                             worker_runtime_env={"env_vars": {"RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}}))
-    try:
-        trainer.fit()
-    except Exception as e:
-        user = _user_error(e)
-        if user is not None:
-            raise user from None
-        raise
+    # Ray Train keeps only its run state in storage_path (our ranks commit to the store themselves)
+    with tempfile.TemporaryDirectory(prefix="alignflow-raytrain-") as run_state:
+        trainer = TorchTrainer(
+            _rank_main, train_loop_config={"main": main, "argv": argv, "cwd": os.getcwd()},
+            scaling_config=ScalingConfig(num_workers=n, use_gpu=gpu, resources_per_worker=bundle,
+                                         placement_strategy=cfg.placement_strategy,
+                                         accelerator_type=cfg.accelerator_type or None),
+            # a failed rank fails the run: the stage's retry resumes from the last committed checkpoint
+            run_config=RunConfig(name=name, storage_path=run_state, failure_config=FailureConfig(max_failures=0),
+                                 # a rank's print() goes to the job log once (Ray Train would also log it)
+                                 worker_runtime_env={"env_vars": {"RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}}))
+        try:
+            trainer.fit()
+        except Exception as e:
+            user = _user_error(e)
+            if user is not None:
+                raise user from None
+            raise
     return {}
