@@ -1,8 +1,10 @@
 # The two commands of the README. Each one creates/updates .venv first (idempotent, fast when done).
-.PHONY: setup demo test
+.PHONY: setup demo test test-demo
 setup:
 	@bash scripts/setup_venv.sh
 demo: setup
 	@.venv/bin/python scripts/demo.py
 test: setup
 	@bash scripts/run_tests.sh
+test-demo: setup
+	@ALIGNFLOW_TEST_MARKERS=demo bash scripts/run_tests.sh

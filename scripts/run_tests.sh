@@ -4,4 +4,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline DS_ACCELERATOR=cpu
 bash scripts/install_browser.sh
-exec .venv/bin/python -m pytest -q -ra --durations=25 "$@" tests
+# ALIGNFLOW_TEST_MARKERS: the tests to run (default: all but the demo's 14-minute pipeline, `make test-demo`)
+exec .venv/bin/python -m pytest -q -ra --durations=25 -m "${ALIGNFLOW_TEST_MARKERS:-not demo}" "$@" tests

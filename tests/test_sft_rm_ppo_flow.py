@@ -39,6 +39,7 @@ def chained(ray_head, tmp_path_factory):
     return store, asyncio.run(sft_rm_ppo_flow(run_name="chain", store=store, ray_address=ray_head))
 
 
+@pytest.mark.demo            # `make test-demo` (CI runs it after `make test`): the demo's 14 minutes
 @pytest.mark.timeout(3000)   # the shipped budgets: ~13 min here, more on a slower machine
 def test_pipeline_commits_every_stage_and_chains_them(chained, ray_head, tmp_path, capsys):
     store, result = chained
@@ -68,19 +69,30 @@ def test_pipeline_commits_every_stage_and_chains_them(chained, ray_head, tmp_pat
     assert {k: r["model_uri"] for k, r in again.items()} == {k: r["model_uri"] for k, r in result.items()}
 
 
-@pytest.mark.timeout(3000)   # alone (-k), it sets up `chained` itself
-def test_killed_ppo_job_is_retried_from_its_checkpoint_reusing_sft_and_rm(chained, ray_head):
+@pytest.fixture(scope="module")
+def short_chain(ray_head, tmp_path_factory):
+    """The flow with short SFT and RM stages (their shipped configs, fewer steps) and a 1-iteration PPO."""
+    store = str(tmp_path_factory.mktemp("short_chain") / "store")
+    return store, asyncio.run(sft_rm_ppo_flow(
+        run_name="chain", store=store, ray_address=ray_head, heldout_eval=False,
+        sft={"max_steps": 40, "eval_dataset": None}, rm={"max_steps": 20, "eval_dataset": None},
+        ppo={"max_samples": 16, "num_episodes": 1}))
+
+
+def test_killed_ppo_job_is_retried_from_its_checkpoint_reusing_sft_and_rm(short_chain, ray_head):
     from ray.job_submission import JobSubmissionClient
 
     from tests.test_stage_runner import ray_jobs
-    store, first = chained
+    store, first = short_chain
     ppo = SHORT_PPO                                 # 6 iterations: a new PPO stage, same SFT and RM
     outcome: dict = {}
 
     def flow_in_background():
         try:
             outcome["run"] = asyncio.run(sft_rm_ppo_flow(run_name="chain", store=store, ray_address=ray_head,
-                                                         retries=1, ppo=ppo, heldout_eval=False))
+                                                         retries=1, ppo=ppo, heldout_eval=False,
+                                                         sft={"max_steps": 40, "eval_dataset": None},
+                                                         rm={"max_steps": 20, "eval_dataset": None}))
         except Exception as e:  # noqa: BLE001 - reported by the assertion below
             outcome["error"] = e
     runner = threading.Thread(target=flow_in_background)
