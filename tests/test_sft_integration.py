@@ -8,6 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from alignment import storage
 from alignment.tiny_world.paths import tiny_dir
 from tests.conftest import launcher, losses, run_module
 
@@ -72,6 +73,16 @@ def test_resume_equals_uninterrupted(tiny_base, tmp_path):
     worst = max((a[k] - b[k]).abs().max().item() for k in a)
     assert worst < 1e-5, worst
     assert losses(full) == pytest.approx(losses(part), abs=1e-5)
+    # a later run to the same --save_path that dies mid-training leaves the committed model as it was
+    before = tree_bytes(part)
+    rerun = run_cli([*common, "--save_path", str(part), "--ckpt_path", str(tmp_path / "rerun_ckpt"), "--seed", "8"],
+                    env={"ALIGNFLOW_FAIL_AT_STEP": "2"}, check=False)
+    assert rerun.returncode != 0 and "simulated failure after step 2" in rerun.stderr
+    assert tree_bytes(part) == before and storage.read_manifest(part) is not None
+
+
+def tree_bytes(root) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 @pytest.mark.parametrize("args, needle", [

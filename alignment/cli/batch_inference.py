@@ -15,8 +15,6 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-import tempfile
-from pathlib import Path
 
 from alignment.cli.common import run_main
 from alignment.distributed import ray_ranks
@@ -86,7 +84,7 @@ def main(argv: list[str] | None = None) -> dict:
         if reason:
             from alignment.config import ConfigError
             raise ConfigError(reason)
-    from alignment import storage
+    from alignment import outputs
     from alignment.inference.postprocess import POST_PROCESSORS, Scored
     from alignment.models.builder import prepare
     from alignment.models.loading import load_causal_lm
@@ -149,7 +147,7 @@ def main(argv: list[str] | None = None) -> dict:
                                                                  rs_min_reward=cfg.rs_min_reward)
             log.info("--post_processor %s: %d rows out of %d samples", cfg.post_processor, len(out_rows), len(scored))
 
-    local = Path(tempfile.mkdtemp(prefix="alignflow-inference-"))
+    local = outputs.staging_dir(cfg.output_path)   # a committed output there stays intact until the commit
     try:
         (local / "output.jsonl").write_text("".join(json.dumps(r) + "\n" for r in out_rows))
         if reward is not None:   # every sample's score, before post-processing: the pipeline's reward histogram
@@ -157,7 +155,7 @@ def main(argv: list[str] | None = None) -> dict:
         final = {"rows": float(len(out_rows))}
         if reward is not None:
             final["mean_reward"] = sum(scores) / len(scores)     # over every sample, before post-processing
-        storage.commit_dir(local, cfg.output_path.rstrip("/"), metadata={
+        outputs.commit_output(local, cfg.output_path, metadata={
             "stage": "batch_inference", "config": public_dict(cfg), "final_metrics": final})
     finally:
         shutil.rmtree(local, ignore_errors=True)

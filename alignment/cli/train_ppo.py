@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import shutil
-from pathlib import Path
 
 from alignment.cli.common import run_main
 from alignment.config import ConfigError, PPOConfig, parse_args
@@ -57,9 +55,7 @@ def main(argv: list[str] | None = None) -> dict:
         raise ConfigError("--vllm_num_engines: vLLM engines run with alignment.cli.train_ppo_ray; "
                           "train_ppo generates with HF (drop the flag)")
     refuse_unbuilt(cfg)
-    import tempfile
-
-    from alignment import storage
+    from alignment import outputs
     from alignment.datasets.prompts import load_prompts
     from alignment.distributed.runtime import init_runtime
     from alignment.models.builder import load_actor, load_value_model, prepare
@@ -101,10 +97,8 @@ def main(argv: list[str] | None = None) -> dict:
         ref = load_causal_lm(setup.path, setup.precision.dtype, setup.attn).to(ref_device).eval().requires_grad_(False)
     trainer = PPOTrainer(cfg, rt, actor, critic, ref, reward, setup.tokenizer, prompts, critic_scale)
 
-    local = not storage.is_remote(cfg.save_path)
-    run_dir = Path(cfg.save_path.removeprefix("file://")) if local else Path(tempfile.mkdtemp(prefix="alignflow-save-"))
-    if rt.is_main:
-        storage.remove(f"{cfg.save_path.rstrip('/')}/{storage.MANIFEST}")
+    # built here, committed over --save_path at the end: a committed model there stays intact until then
+    run_dir = outputs.staging_dir(cfg.save_path) if rt.is_main else None
     engines = {"actor": actor, **({"critic": critic} if critic is not None else {})}
     start = resume(cfg, rt, engines)
     logger = MetricsLogger(cfg, run_dir, rt.is_main, trainer.total_iterations, "ppo",
@@ -123,11 +117,8 @@ def main(argv: list[str] | None = None) -> dict:
     if rt.is_main:
         save_hf_model(actor.module, state, setup.tokenizer, run_dir)
         final = logger.final()
-        storage.commit_dir(run_dir, cfg.save_path,
-                           metadata={"stage": "ppo", "config": public_dict(cfg), "final_metrics": final,
-                                     "tracking": logger.links})
-        if not local:
-            shutil.rmtree(run_dir, ignore_errors=True)
+        outputs.commit_output(run_dir, cfg.save_path, metadata={"stage": "ppo", "config": public_dict(cfg),
+                                                                 "final_metrics": final, "tracking": logger.links})
         log.info("model committed: %s", cfg.save_path)
     barrier()
     logger.close()

@@ -282,7 +282,6 @@ def run(cfg: Any) -> dict[str, float]:
     any model loads."""
     import ray
 
-    from alignment import storage
     from alignment.datasets.prompts import load_prompts
     from alignment.models.loading import load_tokenizer
     from alignment.ppo.loop import run_iterations
@@ -302,7 +301,6 @@ def run(cfg: Any) -> dict[str, float]:
     log.info("PPO on Ray (%s): %d prompts, %d iterations of %d prompts x %d samples, %d optimizer steps per "
              "iteration", cfg.advantage_estimator, len(prompts), ppo.total_iterations, cfg.rollout_batch_size,
              cfg.n_samples_per_prompt, ppo.steps_per_iteration)
-    storage.remove(f"{cfg.save_path.rstrip('/')}/{storage.MANIFEST}")
     metrics_dir = Path(tempfile.mkdtemp(prefix="alignflow-ppo-metrics-"))
     start = ppo.resume()
     logger = MetricsLogger(cfg, metrics_dir, True, ppo.total_iterations, "ppo",

@@ -8,10 +8,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import shutil
 import socket
-import tempfile
-from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -155,19 +152,16 @@ class ModelWorker:
         store: rank 0 writes, every rank calls (gathering ZeRO-3 shards is collective)."""
         import torch.distributed as dist
 
-        from alignment import storage
+        from alignment import outputs
         from alignment.models.saving import full_state_dict, save_hf_model
         state = full_state_dict(self.engine)
         if self.rt.is_main:
-            local = not storage.is_remote(save_path)
-            run_dir = Path(save_path.removeprefix("file://")) if local else Path(tempfile.mkdtemp(prefix="alignflow-save-"))
+            run_dir = outputs.staging_dir(save_path)   # the old committed model stays intact until the commit
             save_hf_model(self.engine.module, state, self.setup.tokenizer, run_dir)
             for name, data in files.items():
                 (run_dir / name).parent.mkdir(parents=True, exist_ok=True)
                 (run_dir / name).write_bytes(data)
-            storage.commit_dir(run_dir, save_path, metadata=metadata)
-            if not local:
-                shutil.rmtree(run_dir, ignore_errors=True)
+            outputs.commit_output(run_dir, save_path, metadata)
         dist.barrier()
 
 

@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from alignment import storage
+from alignment import outputs
 from alignment.config.base import ConfigError, public_dict
 from alignment.distributed.runtime import Runtime
 from alignment.models.saving import full_state_dict, save_hf_model
@@ -109,21 +107,13 @@ class Trainer:
         return state
 
     # --- shared loop ------------------------------------------------------------------
-    def _run_dir(self) -> Path:
-        """Where the final model is written before its commit: --save_path itself when local."""
-        if not storage.is_remote(self.cfg.save_path):
-            return Path(self.cfg.save_path.removeprefix("file://"))
-        return Path(tempfile.mkdtemp(prefix="alignflow-save-"))
-
     def fit(self) -> dict[str, float]:
         cfg, rt = self.cfg, self.rt
         state = LoopState()
         if cfg.load_checkpoint:
             state = checkpoint.load_latest(self.engine, cfg.ckpt_path) or state
-        run_dir = self._run_dir()
-        if rt.is_main:
-            # the old model at --save_path (if any) stops being "committed" before we touch it
-            storage.remove(f"{cfg.save_path.rstrip('/')}/{storage.MANIFEST}")
+        # the model is built here; a committed model at --save_path stays untouched until the commit
+        run_dir = outputs.staging_dir(cfg.save_path) if rt.is_main else None   # other ranks write nothing
         logger = MetricsLogger(cfg, run_dir, rt.is_main, self.total_steps, self.stage, cfg.train_batch_size)
         logger.restore(state.history, state.global_step)  # rows logged after the resumed checkpoint are dropped
         self.engine.train()
@@ -187,17 +177,15 @@ class Trainer:
         checkpoint.save(self.engine, self.cfg.ckpt_path, state, self.cfg.max_ckpt_num,
                         metadata={"stage": self.stage})
 
-    def save_final(self, run_dir: Path, logger: MetricsLogger) -> None:
+    def save_final(self, run_dir: Path | None, logger: MetricsLogger) -> None:
         extra_config = self.final_config()    # collective
         state = full_state_dict(self.engine)  # collective
         if self.rt.is_main:
             save_hf_model(self.engine.module, state, self.tokenizer, run_dir, extra_config, self.export_state)
             final = logger.final()
-            storage.commit_dir(run_dir, self.cfg.save_path,
-                               metadata={"stage": self.stage, "config": public_dict(self.cfg), "final_metrics": final,
-                                         "tracking": logger.links})
-            if storage.is_remote(self.cfg.save_path):
-                shutil.rmtree(run_dir, ignore_errors=True)
+            outputs.commit_output(run_dir, self.cfg.save_path,
+                                  metadata={"stage": self.stage, "config": public_dict(self.cfg),
+                                            "final_metrics": final, "tracking": logger.links})
             log.info("model committed: %s", self.cfg.save_path)
         if dist.is_initialized():
             dist.barrier()

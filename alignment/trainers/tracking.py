@@ -17,10 +17,10 @@ EVENT_EVERY_S = 1.0   # progress-only events at most this often (rows are always
 
 
 class MetricsLogger:
-    def __init__(self, cfg: Any, run_dir: str | Path, enabled: bool, total_steps: int, stage: str,
+    def __init__(self, cfg: Any, run_dir: str | Path | None, enabled: bool, total_steps: int, stage: str,
                  samples_per_step: int = 0):
         self.enabled = enabled
-        self.path = Path(run_dir) / "metrics.jsonl"
+        self.path = Path(run_dir or ".") / "metrics.jsonl"   # written only when enabled (rank 0)
         self._wandb = self._tb = self._bar = None
         self._events = False
         self.links: dict[str, str] = {}     # where the trackers' records are (for the stage's artifact)

@@ -1,0 +1,104 @@
+"""A stage's final output: built in a staging directory, then committed over --save_path in one step.
+
+A committed model at --save_path stays committed, intact, until the new one replaces it: training
+never writes into --save_path. On a local path the staged directory (a hidden sibling, so on the
+same filesystem) gets its MANIFEST.json and is then swapped with the old one by one atomic
+`renameat2(RENAME_EXCHANGE)`; a crash at any point leaves either the old committed model or the new
+one. Object stores have no directory rename: there the old MANIFEST.json is removed only when the
+upload of the new files starts (storage.commit_dir), so the uncommitted window is the upload, not
+the training run.
+"""
+from __future__ import annotations
+
+import ctypes
+import errno
+import hashlib
+import logging
+import os
+import shutil
+import socket
+import tempfile
+import uuid
+from pathlib import Path
+
+from alignment import storage
+
+log = logging.getLogger(__name__)
+
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+
+
+def local_path(uri: str) -> Path:
+    return Path(os.path.abspath(os.path.expanduser(uri.removeprefix("file://"))))
+
+
+def _host() -> str:
+    return hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+
+
+def _remove_dead_leftovers(dest: Path) -> None:
+    """Staging directories of runs on this host that died before their commit (killed, OOM)."""
+    for old in dest.parent.glob(f".{dest.name}.staging-{_host()}-*"):
+        pid = int(old.name.rsplit("-", 2)[-2])
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            log.info("removing %s: left by process %d, which died before its commit", old, pid)
+            shutil.rmtree(old, ignore_errors=True)
+        except PermissionError:   # alive, someone else's
+            pass
+
+
+def staging_dir(save_path: str) -> Path:
+    """A new, empty directory where the output of `save_path` is built before its commit."""
+    if storage.is_remote(save_path):
+        return Path(tempfile.mkdtemp(prefix="alignflow-save-"))
+    dest = local_path(save_path.rstrip("/"))
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    _remove_dead_leftovers(dest)
+    staged = dest.parent / f".{dest.name}.staging-{_host()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    staged.mkdir()
+    return staged
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths atomically (Linux renameat2). False where the OS or filesystem can't."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        rename2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    if rename2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
+        return False
+    raise OSError(err, f"renameat2({a}, {b}, RENAME_EXCHANGE): {os.strerror(err)}")
+
+
+def _swap_into_place(staged: Path, dest: Path) -> None:
+    """Put the committed `staged` directory at `dest`; the old `dest` (if any) is deleted after."""
+    if not dest.exists():
+        os.rename(staged, dest)
+        return
+    if not _exchange(staged, dest):
+        # no atomic exchange here: two renames; between them `dest` is missing (never half-written)
+        old = dest.parent / f".{dest.name}.old-{uuid.uuid4().hex[:12]}"
+        os.rename(dest, old)
+        os.rename(staged, dest)
+        staged = old
+    shutil.rmtree(staged, ignore_errors=True)   # now the previous output
+
+
+def commit_output(staged: Path, save_path: str, metadata: dict) -> dict:
+    """Commit the files built in `staged` (see staging_dir) as `save_path`; returns the manifest.
+    `staged` is consumed."""
+    try:
+        if storage.is_remote(save_path):
+            return storage.commit_dir(staged, save_path.rstrip("/"), metadata=metadata)
+        manifest = storage.commit_dir(staged, staged, metadata=metadata)   # hashed in place, MANIFEST last
+        _swap_into_place(staged, local_path(save_path.rstrip("/")))
+        return manifest
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)

@@ -1,0 +1,68 @@
+"""A stage's output is built aside and committed over --save_path in one step (alignment.outputs)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from alignment import outputs, storage
+
+
+def _build(staged: Path, text: str) -> None:
+    (staged / "sub").mkdir()
+    (staged / "model.bin").write_text(text)
+    (staged / "sub" / "x.txt").write_text(text * 2)
+
+
+@pytest.mark.parametrize("atomic", [True, False])
+def test_commit_replaces_the_committed_output_in_one_step(tmp_path: Path, monkeypatch, atomic: bool) -> None:
+    if not atomic:   # a filesystem without renameat2(RENAME_EXCHANGE): two renames
+        monkeypatch.setattr(outputs, "_exchange", lambda a, b: False)
+    dest = tmp_path / "model"
+    first = outputs.staging_dir(str(dest))
+    assert first.parent == tmp_path and first.name.startswith(".model.staging-")
+    _build(first, "old")
+    outputs.commit_output(first, str(dest), {"v": 1})
+    assert (dest / "model.bin").read_text() == "old" and storage.read_manifest(dest)["metadata"] == {"v": 1}
+
+    second = outputs.staging_dir(f"file://{dest}")
+    _build(second, "new")
+    # while the new output is being built the old one is committed and untouched
+    assert storage.read_manifest(dest)["metadata"] == {"v": 1}
+    assert storage.download_dir(dest, verify=True) == dest
+    outputs.commit_output(second, str(dest), {"v": 2})
+    assert (dest / "model.bin").read_text() == "new" and storage.read_manifest(dest)["metadata"] == {"v": 2}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]    # no staged or old copy left
+
+
+def test_a_failed_commit_leaves_the_old_output(tmp_path: Path, monkeypatch) -> None:
+    dest = tmp_path / "model"
+    staged = outputs.staging_dir(str(dest))
+    _build(staged, "old")
+    outputs.commit_output(staged, str(dest), {"v": 1})
+    before = {p: p.read_bytes() for p in dest.rglob("*") if p.is_file()}
+    staged = outputs.staging_dir(str(dest))
+    _build(staged, "new")
+
+    def broken(*_a, **_k):
+        raise storage.StorageError("disk full")
+    monkeypatch.setattr(storage, "commit_dir", broken)
+    with pytest.raises(storage.StorageError):
+        outputs.commit_output(staged, str(dest), {"v": 2})
+    assert {p: p.read_bytes() for p in dest.rglob("*") if p.is_file()} == before
+    assert not staged.exists()
+
+
+def test_staging_left_by_a_dead_process_is_removed(tmp_path: Path) -> None:
+    dest = tmp_path / "model"
+    dead = os.fork()
+    if dead == 0:
+        os._exit(0)
+    os.waitpid(dead, 0)
+    leftover = tmp_path / f".model.staging-{outputs._host()}-{dead}-deadbeef"
+    live = tmp_path / f".model.staging-{outputs._host()}-{os.getpid()}-cafebabe"
+    leftover.mkdir()
+    live.mkdir()
+    staged = outputs.staging_dir(str(dest))
+    assert not leftover.exists() and live.exists() and staged.exists()
