@@ -23,6 +23,8 @@ from typing import Any, Callable, TypeVar
 import fsspec
 from fsspec.core import split_protocol
 
+from alignment.errors import TransientError
+
 try:  # botocore comes with s3fs; local-only use works without it
     from botocore.exceptions import BotoCoreError, ClientError, ConnectionError as _BotoConnError, HTTPClientError
 except ImportError:  # pragma: no cover
@@ -42,6 +44,10 @@ T = TypeVar("T")
 
 class StorageError(RuntimeError):
     """A store operation failed for good; the one-line message names the URI and what to do about it."""
+
+
+class StoreUnavailable(StorageError, TransientError):
+    """The store stayed unreachable or overloaded through every retry: worth running again later."""
 
 
 def is_remote(uri: str | Path) -> bool:
@@ -141,7 +147,8 @@ def _retry(fn: Callable[[], T], what: str, uri: str | Path) -> T:
             if transient:
                 where = f" (AWS_ENDPOINT_URL_S3={os.environ.get('AWS_ENDPOINT_URL_S3', 'unset')})" if is_remote(uri) else ""
                 fix = f"failed {tries} times; check that the store is reachable{where} and retry"
-            raise StorageError(_one_line(f"{what} {uri}: {type(e).__name__}: {e}; {fix}")) from e
+            error = StoreUnavailable if transient else StorageError
+            raise error(_one_line(f"{what} {uri}: {type(e).__name__}: {e}; {fix}")) from e
     raise AssertionError("unreachable")  # pragma: no cover
 
 

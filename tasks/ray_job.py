@@ -6,19 +6,22 @@ import logging
 import os
 import re
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Awaitable, Callable
 
 from ray.job_submission import JobStatus, JobSubmissionClient
 
+from alignment.errors import EXIT_INPUT, EXIT_TRANSIENT
 from alignment.events import PREFIX as EVENT_PREFIX
 
 # Environment passed to jobs explicitly. Only non-secret settings: credentials reach a job
 # through the cluster's own environment, so they never land in Ray's job metadata.
 PASSED_ENV = ("AWS_ENDPOINT_URL_S3", "AWS_DEFAULT_REGION", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE",
               "TRANSFORMERS_OFFLINE", "WANDB_MODE", "DS_ACCELERATOR", "ALIGNFLOW_CACHE", "ALIGNFLOW_STORE_RETRIES",
-              "OMP_NUM_THREADS", "ALIGNFLOW_FAIL_AT_STEP")  # the last: failure injection (docs/resume.md)
+              "OMP_NUM_THREADS", "ALIGNFLOW_FAIL_AT_STEP", "ALIGNFLOW_HANG_AT_STEP")  # the last two: failure
+# injection (docs/resume.md, docs/reliability.md)
 
 
 def job_python() -> str:
@@ -77,11 +80,96 @@ def _error_lines(log_text: str, n: int = 12) -> list[str]:
     return (flagged or lines)[-n:]
 
 
+@dataclass(frozen=True)
+class Watch:
+    """When a running stage job counts as hung: no log line for `heartbeat_s` (rank 0 logs a progress
+    event at every optimizer step), or still running after `timeout_s`. A hung job is stopped and
+    the stage retried (it resumes from its last checkpoint). Per deployment through the worker's
+    environment (`job_variables: {env: {ALIGNFLOW_STAGE_HEARTBEAT_S: ...}}`)."""
+
+    heartbeat_s: float = 1800.0
+    timeout_s: float | None = None
+    reconnect_s: float = 300.0    # how long the Ray head may stay unreachable before the task gives up
+
+    @classmethod
+    def from_env(cls) -> "Watch":
+        timeout = float(os.environ.get("ALIGNFLOW_STAGE_TIMEOUT_S", "0"))
+        return cls(float(os.environ.get("ALIGNFLOW_STAGE_HEARTBEAT_S", cls.heartbeat_s)), timeout or None)
+
+
+class StageJobHung(StageJobFailed):
+    """The job went silent past the heartbeat or ran past its timeout; it was stopped."""
+
+
+async def _status(client: JobSubmissionClient, submission_id: str, watch: Watch, logger) -> JobStatus:
+    """The job's status, asked again through a network blip (up to `watch.reconnect_s`)."""
+    deadline = time.monotonic() + watch.reconnect_s
+    while True:
+        try:
+            return client.get_job_status(submission_id)
+        except (OSError, RuntimeError) as e:      # requests' errors are OSErrors; HTTP errors RuntimeErrors
+            if time.monotonic() > deadline:
+                raise StageJobFailed(f"lost the Ray head while following job {submission_id}: {e}") from e
+            logger.warning("Ray head not answering about job %s (%s); asking again", submission_id, e)
+            await asyncio.sleep(2.0)
+
+
+async def _follow(client: JobSubmissionClient, submission_id: str, emit: Callable[[str], Awaitable[None]],
+                  watch: Watch, logger) -> None:
+    """Stream the job's log into `emit` until the job ends. A dropped stream (a network blip between
+    this worker and the head) is reopened and the lines already seen are skipped: the job keeps running."""
+    started = last_line = time.monotonic()
+    seen = 0
+    while True:
+        count = 0
+        stream = client.tail_job_logs(submission_id)
+        try:
+            while True:
+                now = time.monotonic()
+                quiet_left = watch.heartbeat_s - (now - last_line)
+                run_left = watch.timeout_s - (now - started) if watch.timeout_s else float("inf")
+                try:
+                    chunk = await asyncio.wait_for(stream.__anext__(), max(0.0, min(quiet_left, run_left)))
+                except asyncio.TimeoutError:
+                    what = (f"ran past its timeout of {watch.timeout_s:.0f}s" if run_left <= quiet_left else
+                            f"logged nothing for {watch.heartbeat_s:.0f}s (ALIGNFLOW_STAGE_HEARTBEAT_S)")
+                    raise StageJobHung(f"Ray job {submission_id} {what}: stopped as hung") from None
+                for line in chunk.splitlines():
+                    count += 1
+                    if count > seen:          # a reopened stream starts from the first line again
+                        seen, last_line = count, time.monotonic()
+                        await emit(line)
+        except StopAsyncIteration:
+            pass
+        except (OSError, RuntimeError, asyncio.IncompleteReadError) as e:   # aiohttp's errors are OSErrors
+            if isinstance(e, StageJobFailed):
+                raise
+            logger.warning("log stream of Ray job %s broke (%s: %s)", submission_id, type(e).__name__, e)
+        finally:
+            await stream.aclose()
+        if (await _status(client, submission_id, watch, logger)).is_terminal():
+            return
+        logger.warning("Ray job %s is still running: reconnecting to its log (%d lines seen)", submission_id, seen)
+        await asyncio.sleep(1.0)
+
+
+def _stop(client: JobSubmissionClient, submission_id: str, logger) -> None:
+    """Stop the job; a head that is already gone (the flow is being torn down) is only a warning."""
+    try:
+        client.stop_job(submission_id)
+        logger.warning("task interrupted: stopped Ray job %s", submission_id)
+    except Exception as e:     # noqa: BLE001 - reported; the interruption itself is re-raised by the caller
+        logger.warning("task interrupted: could not stop Ray job %s (%s: %s); the head may be gone already",
+                       submission_id, type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+
+
 async def run_job(address: str, submission_id: str, entrypoint: str, env: dict[str, str], metadata: dict[str, str],
                   logger: logging.Logger | logging.LoggerAdapter,
-                  on_line: Callable[[str], Awaitable[bool]] | None = None) -> JobOutcome:
-    """Submit and follow one job. Raises StageJobFailed when it fails; stops it if we're cancelled.
+                  on_line: Callable[[str], Awaitable[bool]] | None = None, watch: Watch | None = None) -> JobOutcome:
+    """Submit and follow one job. Raises StageJobFailed when it fails or hangs (StageInputRefused when
+    it refused its input); stops it if we're cancelled.
     `on_line` sees every log line first; the lines it consumes (progress events) are not logged."""
+    watch = watch or Watch.from_env()
     client = JobSubmissionClient(address)
     for attempt in range(60):
         try:
@@ -94,29 +182,31 @@ async def run_job(address: str, submission_id: str, entrypoint: str, env: dict[s
                 raise
             await asyncio.sleep(1.0)
     logger.info("submitted Ray job %s: %s", submission_id, entrypoint)
+
+    async def emit(line: str) -> None:
+        if not line.strip() or _PROGRESS.search(line):  # progress-bar redraws stay out of the log
+            return
+        if on_line is None or not await on_line(line):
+            logger.info("%s", line)
+
     try:
-        async for chunk in client.tail_job_logs(submission_id):
-            for line in chunk.splitlines():
-                if not line.strip() or _PROGRESS.search(line):  # progress-bar redraws stay out of the log
-                    continue
-                if on_line is None or not await on_line(line):
-                    logger.info("%s", line)
+        await _follow(client, submission_id, emit, watch, logger)
+        status = await _status(client, submission_id, watch, logger)
+        while not status.is_terminal():
+            await asyncio.sleep(0.5)
+            status = await _status(client, submission_id, watch, logger)
     except BaseException:
-        # Cancelled (CancelledError), terminated by a worker (Prefect turns SIGTERM into an
+        # Hung, cancelled (CancelledError), terminated by a worker (Prefect turns SIGTERM into an
         # exception) or interrupted: the job must not outlive its task.
-        client.stop_job(submission_id)
-        logger.warning("task interrupted: stopped Ray job %s", submission_id)
+        _stop(client, submission_id, logger)
         raise
-    status = client.get_job_status(submission_id)
-    while not status.is_terminal():
-        await asyncio.sleep(0.5)
-        status = client.get_job_status(submission_id)
     tail = _error_lines(client.get_job_logs(submission_id))
     if status != JobStatus.SUCCEEDED:
         info = client.get_job_info(submission_id)
         code = _EXIT_CODE.search(info.message or "")
-        if status == JobStatus.FAILED and code and code.group(1) == "2":
+        if status == JobStatus.FAILED and code and code.group(1) == str(EXIT_INPUT):
             refused = [ln for ln in tail if "error: " in ln] or tail
             raise StageInputRefused(f"Ray job {submission_id}: the stage refused its input: {refused[-1].strip()}")
-        raise StageJobFailed(f"Ray job {submission_id} {status.value}: {info.message or ''}\n" + "\n".join(tail))
+        kind = " (a transient fault: retried)" if code and code.group(1) == str(EXIT_TRANSIENT) else ""
+        raise StageJobFailed(f"Ray job {submission_id} {status.value}{kind}: {info.message or ''}\n" + "\n".join(tail))
     return JobOutcome(submission_id, status.value, tail)

@@ -5,6 +5,7 @@ import shlex
 import time
 
 from prefect import get_run_logger, task
+from prefect.tasks import exponential_backoff
 from prefect.runtime import flow_run, task_run
 
 from alignment import storage
@@ -24,12 +25,16 @@ def submission_id(run_name: str, stage: str, digest: str) -> str:
 
 
 def retry_only_job_failures(task, task_run, state) -> bool:
-    """Retry a failed or killed job (it resumes from its checkpoint); never a bad parameter.
-    Prefect hands the exception over as the failed state's data."""
+    """Retry a failed, killed or hung job, or one that met a transient fault (exit 75: the store or a
+    reward server down); it resumes from its checkpoint. Never a refused input (exit 2: it would
+    fail the same way). Prefect hands the exception over as the failed state's data."""
     return isinstance(state.data, StageJobFailed)
 
 
-@task(retries=2, retry_delay_seconds=1, task_run_name="{stage}", retry_condition_fn=retry_only_job_failures)
+# 2 s, 4 s, 8 s, ... between tries (Prefect's exponential backoff, ±20 % jitter): a store or reward
+# server that is restarting gets time to come back
+@task(retries=2, retry_delay_seconds=exponential_backoff(backoff_factor=2), retry_jitter_factor=0.2,
+      task_run_name="{stage}", retry_condition_fn=retry_only_job_failures)
 async def run_stage(stage: str, store: str, run_name: str, ray_address: str, config_file: str | None = None,
                     overrides: dict | None = None, inputs: dict[str, str] | None = None) -> StageResult:
     """Run `stage` unless its output is already committed in the store.

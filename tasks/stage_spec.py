@@ -41,12 +41,13 @@ STAGES: dict[str, StageKind] = {
 
 # Fields that don't change what a stage produces: left out of its identity hash, so e.g.
 # a different logging interval or checkpoint cadence still finds the finished stage.
-NOT_IDENTITY = {"save_path", "output_path", "ckpt_path", "load_checkpoint", "save_steps", "max_ckpt_num", "disable_ds_ckpt",
+NOT_IDENTITY = {"save_path", "output_path", "ckpt_path", "load_checkpoint", "save_steps", "save_minutes", "max_ckpt_num", "disable_ds_ckpt",
                 "local_rank", "num_threads", "logging_steps", "use_wandb", "wandb_org", "wandb_group",
                 "wandb_project", "wandb_run_name", "use_tensorboard", "placement_strategy", "accelerator_type"}
 PATH_FIELDS = ("pretrain", "ref_pretrain", "dataset", "eval_dataset", "reward_pretrain", "critic_pretrain",
                "prompt_data", "remote_rm_url")
 SUPPORTED_SCHEMES = ("file", "s3")
+DEFAULT_SAVE_MINUTES = 30.0   # a flow stage's checkpoint cadence when the config sets none
 WANDB_SWITCHES = ("offline", "true", "1", "env")
 
 
@@ -140,6 +141,8 @@ def job_config(stage: str, cfg: Any, out_dir: str, run_name: str = "") -> Any:
     pipeline run and named `<run>-<stage>` unless the config names them."""
     changes: dict[str, Any] = {STAGES[stage].output_field: f"{out_dir}/model"}
     if STAGES[stage].resumable:
+        if cfg.save_steps == -1 and not cfg.save_minutes and not cfg.disable_ds_ckpt:
+            changes["save_minutes"] = DEFAULT_SAVE_MINUTES   # so that a retried stage always resumes
         changes.update(ckpt_path=f"{out_dir}/checkpoints", load_checkpoint=True,
                        use_tensorboard=f"{out_dir}/model/tensorboard",
                        wandb_group=cfg.wandb_group or run_name or None,

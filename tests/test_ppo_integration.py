@@ -11,6 +11,7 @@ import json
 
 import pytest
 
+from alignment.errors import EXIT_TRANSIENT
 from alignment.tiny_world.paths import tiny_dir
 from tests.conftest import launcher, metric_rows, run_module
 
@@ -108,7 +109,6 @@ def test_openrlhf_readme_line_under_the_deepspeed_launcher(tiny_sft, tiny_rm, tm
 @pytest.mark.parametrize("args, needle", [
     (["--prompt_max_len", "3", *RULE], "prompts are longer than --prompt_max_len 3; raise --prompt_max_len"),
     (["--advantage_estimator", "rloo", *RULE], "--n_samples_per_prompt 1 gives nothing to compare"),
-    (["--remote_rm_url", "http://127.0.0.1:9/get_reward"], "reward server http://127.0.0.1:9/get_reward unreachable"),
     (["--rollout_batch_size", "10", *RULE], "is not a multiple of --train_batch_size 16"),
     (["--eval_dataset", "x.jsonl", *RULE], "--eval_dataset: periodic evaluation inside PPO is not implemented yet"),
 ])
@@ -118,4 +118,14 @@ def test_bad_input_one_clear_line(tiny_sft, tmp_path, args, needle):
     proc = run_module("alignment.cli.train_ppo", [*base, *args], check=False)
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
     assert proc.returncode == 2 and len(errors) == 1 and needle in errors[0], proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_reward_server_that_stays_down_is_a_transient_fault(tiny_sft, tmp_path):
+    """Not the user's input: exit 75 (retried by a flow), one line, before any model loads."""
+    base = ["--pretrain", str(tiny_sft), "--save_path", str(tmp_path / "o"), *PROMPTS, *SMALL, "--train_batch_size", "16"]
+    proc = run_module("alignment.cli.train_ppo", [*base, "--remote_rm_url", "http://127.0.0.1:9/get_reward"], check=False)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert proc.returncode == EXIT_TRANSIENT and len(errors) == 1, proc.stderr[-2000:]
+    assert "reward server http://127.0.0.1:9/get_reward unreachable" in errors[0] and "transient" in errors[0]
     assert "Traceback" not in proc.stderr

@@ -10,7 +10,7 @@ import pytest
 
 import alignment.tiny_world.reward as tiny_reward
 from alignment.rewards.remote import RemoteRewardClient
-from alignment.rewards.reward_func import RewardError, check_rewards, load_reward_func
+from alignment.rewards.reward_func import RewardError, RewardServerDown, check_rewards, load_reward_func
 
 PROMPTS = ["<|user|>What is 2 + 3?<|end|><|assistant|>", "<|user|>What is 4 * 5?<|end|><|assistant|>"]
 QUERIES = [PROMPTS[0] + "2 + 3 = 5<|end|>", PROMPTS[1] + "4 * 5 = 21<|end|>"]
@@ -98,7 +98,7 @@ def test_unreachable_server_says_so():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     client = RemoteRewardClient.from_flag(f"http://127.0.0.1:{port}/get_reward", retries=1, backoff_s=0.01, timeout_s=2)
-    with pytest.raises(RewardError, match=f"127.0.0.1:{port}/get_reward unreachable after 2 tries"):
+    with pytest.raises(RewardServerDown, match=f"127.0.0.1:{port}/get_reward unreachable after 2 tries"):
         client(QUERIES, PROMPTS, LABELS)
 
 

@@ -183,12 +183,13 @@ def test_retry_transient_then_give_up(monkeypatch: pytest.MonkeyPatch) -> None:
     assert storage._retry(flaky, "read", "s3://b/x") == "ok" and len(calls) == 3
     monkeypatch.setenv("ALIGNFLOW_STORE_RETRIES", "2")
     calls.clear()
-    with pytest.raises(StorageError, match=r"^read s3://b/x: .*reachable"):
+    with pytest.raises(storage.StoreUnavailable, match=r"^read s3://b/x: .*reachable"):   # transient: exit 75
         storage._retry(lambda: flaky() and "", "read", "s3://b/x")
     assert len(calls) == 2
     calls.clear()
-    with pytest.raises(StorageError, match="does not exist"):  # permanent: one try
+    with pytest.raises(StorageError, match="does not exist") as permanent:  # one try, exit 2
         storage._retry(lambda: calls.append(1) or open("/nonexistent/x"), "read", "/nonexistent/x")
+    assert not isinstance(permanent.value, storage.StoreUnavailable)
     assert len(calls) == 1
     with pytest.raises(ZeroDivisionError):  # bugs keep their type
         storage._retry(lambda: 1 / 0, "read", "x")

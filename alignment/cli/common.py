@@ -6,6 +6,9 @@ import os
 import sys
 from typing import Callable
 
+from alignment.errors import EXIT_INPUT, EXIT_TRANSIENT, TransientError
+
+
 def user_errors() -> tuple[type[BaseException], ...]:
     """Errors that are the user's to fix: printed as one line, exit code 2, no traceback."""
     from alignment.config.base import ConfigError
@@ -38,7 +41,11 @@ def run_main(main: Callable[[list[str] | None], object], argv: list[str] | None 
     setup_logging()
     try:
         main(argv)
+    except TransientError as e:   # before user_errors: a StoreUnavailable is also a StorageError
+        _close_progress_bars()
+        print(f"error: {e} (a transient fault: run it again later; a flow retries it)", file=sys.stderr)
+        sys.exit(EXIT_TRANSIENT)
     except user_errors() as e:
         _close_progress_bars()
         print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(EXIT_INPUT)

@@ -165,6 +165,8 @@ class MoEConfig:
 class CheckpointConfig:
     save_path: str = opt("./ckpt", "Where the final HF-format model goes (local path or s3://)")
     save_steps: int = opt(-1, "Commit a resumable checkpoint every N optimizer steps (-1: only at the end)")
+    save_minutes: float = opt(0.0, "Also commit a resumable checkpoint once this many minutes have passed since the "
+                                   "last one (0: off). A flow stage with neither set checkpoints every 30 minutes")
     ckpt_path: str = opt("./ckpt/checkpoints", "Where resumable checkpoints go (local path or s3://)")
     load_checkpoint: bool = opt(False, "Resume from the newest committed checkpoint under --ckpt_path")
     max_ckpt_num: int = opt(3, "Keep this many resumable checkpoints")
@@ -173,6 +175,7 @@ class CheckpointConfig:
     def check_checkpoint(self) -> None:
         require(self.max_ckpt_num >= 1, f"--max_ckpt_num {self.max_ckpt_num}: must be >= 1")
         require(self.save_steps == -1 or self.save_steps > 0, f"--save_steps {self.save_steps}: use -1 or a positive number")
+        require(self.save_minutes >= 0, f"--save_minutes {self.save_minutes}: use 0 (off) or a positive number")
 
 
 @dataclass

@@ -65,15 +65,18 @@ def bundle_kind(gpu: bool) -> str:
 
 
 def _user_error(err: BaseException) -> BaseException | None:
-    """The ConfigError/DataError/... a rank raised, if that is why the run failed (exit 2, not a crash)."""
+    """The ConfigError/DataError/... (exit 2) or transient fault (exit 75) a rank raised, if that is
+    why the run failed: the driver re-raises it, so the job's exit status says so (not a crash)."""
     from alignment.cli.common import user_errors
+    from alignment.errors import TransientError
+    known = (*user_errors(), TransientError)
     seen: list[BaseException] = [err]
     while seen:
         e = seen.pop()
         cause = getattr(e, "cause", None)   # RayTaskError carries the rank's exception here
-        if isinstance(cause, user_errors()):
+        if isinstance(cause, known):
             return cause
-        if isinstance(e, user_errors()):
+        if isinstance(e, known):
             return e
         seen += [x for x in (e.__cause__, cause, *getattr(e, "worker_failures", {}).values()) if x is not None]
     return None

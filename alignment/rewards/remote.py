@@ -14,7 +14,7 @@ import urllib.request
 from urllib.parse import urlsplit
 from dataclasses import dataclass
 
-from alignment.rewards.reward_func import RewardError, check_rewards
+from alignment.rewards.reward_func import RewardError, RewardServerDown, check_rewards
 
 
 @dataclass
@@ -45,7 +45,7 @@ class RemoteRewardClient:
                     break
                 except OSError as err:
                     if attempt == self.retries:
-                        raise RewardError(f"reward server {url} unreachable after {self.retries + 1} tries "
+                        raise RewardServerDown(f"reward server {url} unreachable after {self.retries + 1} tries "
                                           f"({err.strerror or err}); is serve_rm running there?") from None
                     time.sleep(self.backoff_s * 2 ** attempt)
 
@@ -69,11 +69,12 @@ class RemoteRewardClient:
             except urllib.error.HTTPError as err:
                 if err.code < 500 or attempt == self.retries:
                     detail = err.read()[:200].decode(errors="replace")
-                    raise RewardError(f"reward server {url} answered HTTP {err.code}: {detail}") from None
+                    error = RewardServerDown if err.code >= 500 else RewardError
+                    raise error(f"reward server {url} answered HTTP {err.code}: {detail}") from None
             except (urllib.error.URLError, TimeoutError, ConnectionError) as err:
                 if attempt == self.retries:
                     reason = getattr(err, "reason", err)
-                    raise RewardError(f"reward server {url} unreachable after {self.retries + 1} tries ({reason}); "
+                    raise RewardServerDown(f"reward server {url} unreachable after {self.retries + 1} tries ({reason}); "
                                       f"is serve_rm running there?") from None
             time.sleep(self.backoff_s * 2 ** attempt)
         try:

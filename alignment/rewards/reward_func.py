@@ -8,11 +8,17 @@ import math
 from pathlib import Path
 from typing import Callable
 
+from alignment.errors import TransientError
+
 RewardFn = Callable[[list[str], list[str], list], list[float]]
 
 
 class RewardError(RuntimeError):
     """A reward source failed or answered something unusable; the message says which and why."""
+
+
+class RewardServerDown(RewardError, TransientError):
+    """A reward server stayed unreachable (or answered 5xx) through every retry: worth running again later."""
 
 
 def load_reward_func(path: str) -> RewardFn:

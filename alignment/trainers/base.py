@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from alignment.distributed.runtime import Runtime
 from alignment.models.saving import full_state_dict, save_hf_model
 from alignment.trainers import checkpoint
 from alignment.trainers.checkpoint import LoopState
+from alignment.trainers.schedule import SaveSchedule
 from alignment.trainers.sampler import micro_batches, micro_batches_per_epoch
 from alignment.trainers.tracking import MetricsLogger
 
@@ -68,11 +70,17 @@ def sum_across_ranks(values: torch.Tensor) -> torch.Tensor:
 
 
 def maybe_inject_failure(step: int) -> None:
-    """ALIGNFLOW_FAIL_AT_STEP=N crashes the run after step N (and its checkpoint): how the
-    tests and the resume docs exercise "a failed stage resumes from its last checkpoint"."""
+    """ALIGNFLOW_FAIL_AT_STEP=N crashes the run after step N (and its checkpoint);
+    ALIGNFLOW_HANG_AT_STEP=N makes it hang there, silent, as a stuck collective would: how the tests
+    and the resume/reliability docs exercise "a failed or hung stage resumes from its last checkpoint"."""
     fail_at = int(os.environ.get("ALIGNFLOW_FAIL_AT_STEP", "0"))
     if fail_at and step == fail_at:
         raise RuntimeError(f"ALIGNFLOW_FAIL_AT_STEP={fail_at}: simulated failure after step {step}")
+    hang_at = int(os.environ.get("ALIGNFLOW_HANG_AT_STEP", "0"))
+    if hang_at and step == hang_at:
+        log.warning("ALIGNFLOW_HANG_AT_STEP=%d: hanging after step %d", hang_at, step)
+        while True:
+            time.sleep(3600)
 
 
 class Trainer:
@@ -81,6 +89,7 @@ class Trainer:
     def __init__(self, cfg: Any, rt: Runtime, engine: Any, tokenizer: Any, train_set: list, eval_set: list | None):
         self.cfg, self.rt, self.engine, self.tokenizer = cfg, rt, engine, tokenizer
         self.train_set, self.eval_set = train_set, eval_set
+        self.schedule = SaveSchedule(cfg)
         self.accum = cfg.accumulation_steps(rt.world_size)
         self.steps_per_epoch = steps_per_epoch(len(train_set), cfg, rt.world_size)
         self.total_steps = total_steps(len(train_set), cfg, rt.world_size)
@@ -112,6 +121,8 @@ class Trainer:
         state = LoopState()
         if cfg.load_checkpoint:
             state = checkpoint.load_latest(self.engine, cfg.ckpt_path) or state
+            if state.global_step:
+                self.schedule.saved(state.global_step)   # that checkpoint is the last save
         # the model is built here; a committed model at --save_path stays untouched until the commit
         run_dir = outputs.staging_dir(cfg.save_path) if rt.is_main else None   # other ranks write nothing
         logger = MetricsLogger(cfg, run_dir, rt.is_main, self.total_steps, self.stage, cfg.train_batch_size)
@@ -146,7 +157,7 @@ class Trainer:
                     self._log(state, logger, {f"eval/{k}": v for k, v in self.eval_metrics().items()})
         if cfg.eval_steps == -1 and self.eval_set and done:
             self._log(state, logger, {f"eval/{k}": v for k, v in self.eval_metrics().items()})
-        if not cfg.disable_ds_ckpt and cfg.save_steps > 0 and state.global_step % cfg.save_steps:
+        if self.schedule.due_at_end(state.global_step):
             self._checkpoint(state, logger)  # a final resumable checkpoint too
         log.info("%s: ran optimizer steps %d..%d of %d in this process", self.stage, first_step,
                  state.global_step, self.total_steps)
@@ -169,13 +180,14 @@ class Trainer:
         if cfg.eval_steps > 0 and state.global_step % cfg.eval_steps == 0 and self.eval_set:
             self._log(state, logger, {f"eval/{k}": v for k, v in self.eval_metrics().items()})
             self.engine.train()
-        if cfg.save_steps > 0 and state.global_step % cfg.save_steps == 0 and not cfg.disable_ds_ckpt:
+        if self.schedule.due(state.global_step):
             self._checkpoint(state, logger)
 
     def _checkpoint(self, state: LoopState, logger: MetricsLogger) -> None:
         state.history = logger.history
         checkpoint.save(self.engine, self.cfg.ckpt_path, state, self.cfg.max_ckpt_num,
                         metadata={"stage": self.stage})
+        self.schedule.saved(state.global_step)
 
     def save_final(self, run_dir: Path | None, logger: MetricsLogger) -> None:
         extra_config = self.final_config()    # collective
