@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 
 from alignment.cli.common import run_main
+from alignment.cli.preflight import check_outputs
 from alignment.distributed import ray_ranks
 from alignment.config import DPOConfig, parse_args
 
@@ -15,6 +16,7 @@ log = logging.getLogger("alignment.train_dpo")
 
 def main(argv: list[str] | None = None) -> dict:
     cfg = parse_args(DPOConfig, argv, prog="alignment.cli.train_dpo")
+    check_outputs(cfg)
     if ray_ranks.on_ray(cfg):     # a Ray job, or more than one rank: place the ranks on Ray
         return ray_ranks.run_ranks(main, argv, cfg, "train_dpo")
     from alignment.datasets.preference import PairTokenizer

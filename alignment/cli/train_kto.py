@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 
 from alignment.cli.common import run_main
+from alignment.cli.preflight import check_outputs
 from alignment.distributed import ray_ranks
 from alignment.config import KTOConfig, parse_args
 
@@ -12,6 +13,7 @@ log = logging.getLogger("alignment.train_kto")
 
 def main(argv: list[str] | None = None) -> dict:
     cfg = parse_args(KTOConfig, argv, prog="alignment.cli.train_kto")
+    check_outputs(cfg)
     if ray_ranks.on_ray(cfg):     # a Ray job, or more than one rank: place the ranks on Ray
         return ray_ranks.run_ranks(main, argv, cfg, "train_kto")
     from alignment.datasets.preference import UnpairedTokenizer

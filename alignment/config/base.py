@@ -24,6 +24,23 @@ def require(cond: bool, message: str) -> None:
         raise ConfigError(message)
 
 
+def check_store_uri(flag: str, uri: str | None) -> None:
+    """An output URI's scheme must name a store fsspec can open here: a typo (ftpx://) or a missing
+    driver (gs:// without gcsfs) would otherwise surface only when the trained model is saved."""
+    if not uri or "://" not in uri:
+        return
+    import fsspec   # not torch: the schema stays light for the Prefect layer
+
+    protocol = uri.split("://", 1)[0]
+    try:
+        fsspec.get_filesystem_class(protocol)
+    except ValueError:
+        raise ConfigError(f"{flag} {uri}: unknown storage scheme {protocol}://; use a local path or a store "
+                          f"URI such as s3://bucket/path") from None
+    except ImportError as e:
+        raise ConfigError(f"{flag} {uri}: {protocol}:// needs a package that is not installed ({e})") from None
+
+
 # Fields that may hold credentials: never written to manifests, artifacts or logs.
 SECRET_FIELDS = frozenset({"use_wandb"})
 

@@ -5,6 +5,7 @@ Precedence: defaults < `--config FILE.yaml` < flags on the command line.
 from __future__ import annotations
 
 import argparse
+import difflib
 import sys
 import types
 import typing
@@ -39,8 +40,24 @@ def _bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true/false, got {text!r}")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse answers a bad flag with its usage block (50 lines for a stage) and exit; here it is one
+    ConfigError line like every other input error (the CLI wrapper prints it, exit status 2)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        if message.startswith("unrecognized arguments: "):
+            unknown = message.split(": ", 1)[1].split()
+            flags = [a.split("=", 1)[0] for a in unknown if a.startswith("-")] or unknown
+            known = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
+            close = difflib.get_close_matches(flags[0], known, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            s = "s" if len(unknown) > 1 else ""
+            raise ConfigError(f"unrecognized argument{s} {' '.join(unknown)}{hint}; see --help for the flags")
+        raise ConfigError(" ".join(message.split()))
+
+
 def build_parser(cls: type, prog: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description=(cls.__doc__ or "").strip(),
+    parser = _Parser(prog=prog, description=(cls.__doc__ or "").strip(),
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--config", default=None, help="YAML file with flag values (flags given here win)")
     hints = typing.get_type_hints(cls)

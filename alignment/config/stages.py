@@ -5,22 +5,29 @@ from dataclasses import dataclass, fields
 
 from typing import Optional
 
-from alignment.config.base import opt, require
+from alignment.config.base import check_store_uri, opt, require
 from alignment.config.groups import (
     CheckpointConfig, DataConfig, LoggingConfig, LoraConfig, ModelConfig, MoEConfig, RanksConfig, TrainConfig,
 )
+
+
+# Where stages write; their URI schemes are checked with the flags, before anything runs.
+OUTPUT_FIELDS = ("save_path", "ckpt_path", "output_path")
 
 
 @dataclass
 class StageConfig:
     def validate(self) -> "StageConfig":
         """Every field with choices holds one of them (a YAML file or a flow parameter skips argparse),
-        then every group's checks (those that need no world size). Raises ConfigError."""
+        output URIs have a known scheme, then every group's checks (those that need no world size).
+        Raises ConfigError."""
         for f in fields(self):
             choices = f.metadata.get("choices")
             value = getattr(self, f.name)
             require(not choices or value is None or value in choices,
                     f"--{f.name} {value!r}: not one of {', '.join(map(str, choices or ()))}")
+        for name in OUTPUT_FIELDS:
+            check_store_uri(f"--{name}", getattr(self, name, None))
         for name in dir(self):
             if name.startswith("check_"):
                 getattr(self, name)()

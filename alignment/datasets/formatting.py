@@ -1,6 +1,7 @@
 """Turn a row into prompt/response text: chat template, --input_template, or plain text."""
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from alignment.datasets.sources import DataError
@@ -18,6 +19,30 @@ def get_field(row: dict, key: str, flag: str, index: int, source: str) -> Any:
         raise DataError(f"{source} row {index}: missing key {key!r} ({flag}); the row has keys "
                         f"{sorted(row)[:8]}: set {flag} to one of them")
     return row[key]
+
+
+def describe(value: Any) -> str:
+    """What a JSON value is, in the file's terms, for messages: 'a number (5)'."""
+    kinds = {str: "a string", bool: "a boolean", int: "a number", float: "a number", dict: "an object",
+             list: "a list", type(None): "null"}
+    short = json.dumps(value)[:60] if not isinstance(value, str) else repr(value[:40])
+    return f"{kinds.get(type(value), type(value).__name__)} ({short})"
+
+
+def is_message(m: Any) -> bool:
+    return isinstance(m, dict) and "role" in m and "content" in m
+
+
+def get_text(row: dict, key: str, flag: str, index: int, source: str, optional: bool = False) -> Any:
+    """A prompt or response field: a string, one {role, content} message or a non-empty list of them
+    (or null when `optional`: a row without a prompt part). Anything else is reported here with its
+    row and key, not later as a shapeless type error."""
+    value = get_field(row, key, flag, index, source)
+    if (optional and value is None) or isinstance(value, str) or is_message(value) or (
+            isinstance(value, list) and value and all(is_message(m) for m in value)):
+        return value
+    raise DataError(f"{source} row {index}: {flag} {key!r} is {describe(value)}; expected a string or a list "
+                    f"of {{role, content}} messages")
 
 
 def as_messages(value: Any, role: str) -> list[dict]:

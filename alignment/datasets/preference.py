@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from alignment.datasets.formatting import end_at_eos, get_field, prompt_and_response, require_chat_template
+from alignment.datasets.formatting import end_at_eos, get_field, get_text, prompt_and_response, require_chat_template
 from alignment.datasets.sft import Batch, TokenizedSample, collate_packed, collate_padded
 from alignment.datasets.sources import DataError
 
@@ -83,7 +83,7 @@ class PairTokenizer(_Tokenize):
 
     def _prompt_and_answer(self, value: Any, row: dict, index: int) -> tuple[Any, Any]:
         if self.cfg.prompt_key:
-            return get_field(row, self.cfg.prompt_key, "--prompt_key", index, self.source), value
+            return get_text(row, self.cfg.prompt_key, "--prompt_key", index, self.source, optional=True), value
         if isinstance(value, list) and len(value) > 1:   # a whole conversation: the last turn is the answer
             return value[:-1], value[-1]
         return None, value                               # plain text: no prompt part
@@ -91,8 +91,8 @@ class PairTokenizer(_Tokenize):
     def __call__(self, rows: list[dict], use_margin: bool = False) -> list[PairSample]:
         cfg, out, same, dropped = self.cfg, [], 0, 0
         for index, row in enumerate(rows):
-            chosen = get_field(row, cfg.chosen_key, "--chosen_key", index, self.source)
-            rejected = get_field(row, cfg.rejected_key, "--rejected_key", index, self.source)
+            chosen = get_text(row, cfg.chosen_key, "--chosen_key", index, self.source)
+            rejected = get_text(row, cfg.rejected_key, "--rejected_key", index, self.source)
             if chosen == rejected:
                 same += 1   # no preference to learn from; counted and skipped, not fatal
                 continue
@@ -139,8 +139,8 @@ class UnpairedTokenizer(_Tokenize):
         if not cfg.output_key:
             raise DataError("--output_key is required for KTO: the JSON key of the response")
         for index, row in enumerate(rows):
-            prompt = get_field(row, cfg.input_key, "--input_key", index, self.source)
-            response = get_field(row, cfg.output_key, "--output_key", index, self.source)
+            prompt = get_text(row, cfg.input_key, "--input_key", index, self.source, optional=True)
+            response = get_text(row, cfg.output_key, "--output_key", index, self.source)
             label = parse_label(get_field(row, cfg.label_key, "--label_key", index, self.source),
                                 index, cfg.label_key, self.source)
             p_ids, r_ids = self.split(prompt, response)

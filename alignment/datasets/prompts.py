@@ -5,7 +5,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from alignment.datasets.formatting import get_field, prompt_text, require_chat_template
+from alignment.datasets.formatting import get_field, get_text, prompt_text, require_chat_template
 from alignment.datasets.sources import DataError, blend
 
 log = logging.getLogger(__name__)
@@ -21,10 +21,12 @@ class PromptSample:
 def load_prompts(cfg: Any, tokenizer: Any, spec: str, split: str) -> list[PromptSample]:
     if cfg.apply_chat_template:
         require_chat_template(tokenizer, "--pretrain")
-    rows = blend(spec, cfg.prompt_data_probs if spec == cfg.prompt_data else None, split, cfg.max_samples, cfg.seed)
+    main = spec == cfg.prompt_data
+    rows = blend(spec, cfg.prompt_data_probs if main else None, split, cfg.max_samples, cfg.seed,
+                 "--prompt_data" if main else "--eval_dataset")
     out, dropped = [], 0
     for i, row in enumerate(rows):
-        text = prompt_text(tokenizer, get_field(row, cfg.input_key, "--input_key", i, spec), cfg.apply_chat_template,
+        text = prompt_text(tokenizer, get_text(row, cfg.input_key, "--input_key", i, spec), cfg.apply_chat_template,
                            cfg.input_template)
         label = get_field(row, cfg.label_key, "--label_key", i, spec) if cfg.label_key else None
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]

@@ -12,7 +12,8 @@ from typing import Any
 import torch
 
 from alignment.datasets.formatting import (
-    as_messages, chat, get_field, prompt_and_response, prompt_text, require_chat_template,
+    as_messages, chat, describe, get_field, get_text, is_message, prompt_and_response, prompt_text,
+    require_chat_template,
 )
 from alignment.datasets.packing import block_causal_mask, first_fit_rows
 from alignment.datasets.sources import DataError
@@ -86,8 +87,12 @@ class SFTTokenizer:
     def pieces(self, row: dict, index: int) -> list[tuple[str, bool]]:
         """(text, is_target) pieces of one row, in order."""
         cfg = self.cfg
-        value = get_field(row, cfg.input_key, "--input_key", index, self.source)
         if cfg.multiturn:
+            value = get_field(row, cfg.input_key, "--input_key", index, self.source)
+            if not (isinstance(value, list) and value and all(is_message(m) for m in value)):
+                raise DataError(f"{self.source} row {index}: --input_key {cfg.input_key!r} is {describe(value)}, but "
+                                f"--multiturn needs a conversation: a list of {{role, content}} messages with "
+                                f"assistant turns; point --input_key at one, or drop --multiturn and set --output_key")
             msgs = as_messages(value, "user")
             pieces, done = [], ""
             for i, m in enumerate(msgs):
@@ -100,14 +105,15 @@ class SFTTokenizer:
                     pieces.append((through[len(done):], False))
                 done = through
             return [p for p in pieces if p[0]]
-        response = get_field(row, cfg.output_key, "--output_key", index, self.source) if cfg.output_key else None
+        value = get_text(row, cfg.input_key, "--input_key", index, self.source)
+        response = get_text(row, cfg.output_key, "--output_key", index, self.source) if cfg.output_key else None
         if response is None:
             return [(prompt_text(self.tok, value, cfg.apply_chat_template, cfg.input_template), True)]
         prompt, text = prompt_and_response(self.tok, value, response, cfg.apply_chat_template, cfg.input_template)
         return [(prompt, cfg.pretrain_mode), (text, True)]
 
     def __call__(self, rows: list[dict]) -> tuple[list[TokenizedSample], TokenizeStats]:
-        stats, out = TokenizeStats(), []
+        stats, out, untaught = TokenizeStats(), [], 0
         for index, row in enumerate(rows):
             ids, mask = [], []
             for text, target in self.pieces(row, index):
@@ -116,6 +122,7 @@ class SFTTokenizer:
                 mask += [int(target)] * len(piece)
             if mask:
                 mask[0] = 0  # the first token of a sample has no prediction inside that sample
+            untaught += sum(mask) == 0   # nothing to learn even before truncation (e.g. no assistant turn)
             if len(ids) > self.cfg.max_len:
                 ids, mask = ids[: self.cfg.max_len], mask[: self.cfg.max_len]
                 stats.truncated += 1
@@ -129,8 +136,10 @@ class SFTTokenizer:
                         "tokens left and were dropped", self.source, stats.truncated, len(rows),
                         self.cfg.max_len, stats.dropped)
         if not out:
-            raise DataError(f"{self.source}: no usable samples (all {len(rows)} rows were empty or longer than "
-                            f"--max_len {self.cfg.max_len}); raise --max_len or check the keys")
+            where = "no assistant turn in --input_key" if self.cfg.multiturn else "empty response"
+            raise DataError(f"{self.source}: no usable samples in {len(rows)} rows: {untaught} have nothing to learn "
+                            f"({where}) and {len(rows) - untaught} lose their response to --max_len "
+                            f"{self.cfg.max_len}; raise --max_len or check the keys")
         return out, stats
 
 

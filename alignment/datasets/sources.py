@@ -63,12 +63,39 @@ def parse_json_lines(text: str, where: str) -> list[dict]:
     return rows
 
 
-def read_json_file(uri: str) -> list[dict]:
+def check_store(flag: str, uri: str, error: type[Exception] | None = None) -> None:
+    """One request to a remote URI's store, so that a missing bucket is named as such (not as a
+    missing file) with its flag. Other store errors (unreachable, access denied) propagate as
+    storage raised them: they name the URI, and an unreachable store stays a transient fault."""
+    from alignment import storage
+    if not storage.is_remote(uri):
+        return
     try:
-        with fsspec.open(uri, "rt", encoding="utf-8") as f:
-            text = f.read()
+        storage.check_reachable(uri)
+    except storage.StorageError as e:
+        if isinstance(e.__cause__, FileNotFoundError):   # `ls` of the bucket itself: only the bucket can be missing
+            bucket = uri.split("://", 1)[1].split("/", 1)[0]
+            raise (error or DataError)(f"{flag} {uri}: the bucket {bucket!r} does not exist; create it or "
+                                       f"fix the URI") from None
+        raise
+
+
+def _decode(data: bytes, uri: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise DataError(f"{uri}:{line}: not UTF-8 (byte 0x{data[e.start]:02x}); save the file as UTF-8, "
+                        f"e.g. iconv -f latin1 -t utf-8") from None
+
+
+def read_json_file(uri: str, flag: str = "--dataset") -> list[dict]:
+    try:
+        with fsspec.open(uri, "rb") as f:
+            text = _decode(f.read(), uri)
     except FileNotFoundError:
-        raise DataError(f"dataset file {uri} does not exist: check the --dataset path") from None
+        check_store(flag, uri)
+        raise DataError(f"dataset file {uri} does not exist: check the {flag} path") from None
     stripped = text.lstrip()
     if uri.endswith(".json") and stripped.startswith("["):
         try:
@@ -81,11 +108,12 @@ def read_json_file(uri: str) -> list[dict]:
     return parse_json_lines(text, uri)
 
 
-def _split_files(location: str, split: str) -> list[str]:
+def _split_files(location: str, split: str, flag: str = "--dataset") -> list[str]:
     """Files of `split` in a directory: `<split>.jsonl`, `<split>-*.jsonl`, `<split>/...` (HF layout)."""
     fs, root = fsspec.core.url_to_fs(location)
     if not fs.isdir(root):
-        raise DataError(f"dataset directory {location} does not exist: check the --dataset path")
+        check_store(flag, location)
+        raise DataError(f"dataset directory {location} does not exist: check the {flag} path")
     protocol = location.split("://")[0] + "://" if "://" in location else ""
     found = []
     for path in sorted(fs.find(root)):
@@ -112,16 +140,17 @@ def _read_hub(name: str, split: str) -> list[dict]:
     return [dict(r) for r in ds]
 
 
-def read_rows(spec: str, split: str = "train") -> list[dict]:
+def read_rows(spec: str, split: str = "train", flag: str = "--dataset") -> list[dict]:
+    """`flag`: the option `spec` came from, named in errors (--dataset, --eval_dataset, --prompt_data)."""
     src = resolve(spec)
     if src.kind == "file":
-        rows = read_json_file(src.location)
+        rows = read_json_file(src.location, flag)
     elif src.kind == "dir":
-        files = _split_files(src.location, split)
+        files = _split_files(src.location, split, flag)
         if not files:
             raise DataError(f"dataset {spec!r} has no '{split}' split: expected {split}.jsonl "
                             f"(or {split}-*.jsonl) in {src.location}")
-        rows = [r for f in files for r in read_json_file(f)]
+        rows = [r for f in files for r in read_json_file(f, flag)]
     else:
         rows = _read_hub(src.location, split)
     if not rows:
@@ -129,12 +158,13 @@ def read_rows(spec: str, split: str = "train") -> list[dict]:
     return rows
 
 
-def blend(specs: str, probs: str | None, split: str, max_samples: int, seed: int) -> list[dict]:
+def blend(specs: str, probs: str | None, split: str, max_samples: int, seed: int,
+          flag: str = "--dataset") -> list[dict]:
     """Mix comma-separated datasets. With probabilities, draw `min(max_samples, total rows)` rows,
     each from dataset i with probability p_i (sampling without replacement inside a dataset,
     wrapping around when one runs out), like OpenRLHF's interleaving."""
     names = [s for s in specs.split(",") if s.strip()]
-    parts = [read_rows(s, split) for s in names]
+    parts = [read_rows(s, split, flag) for s in names]
     if len(parts) == 1:
         return parts[0][:max_samples]
     weights = [float(p) for p in probs.split(",")] if probs else [1.0] * len(parts)
@@ -156,5 +186,5 @@ def load_train_eval(cfg: Any, tokenize: Callable[[list[dict], str], list]) -> tu
     train = tokenize(rows, cfg.dataset)
     if not cfg.eval_dataset:
         return train, None
-    eval_rows = blend(cfg.eval_dataset, None, cfg.eval_split, cfg.max_samples, cfg.seed)
+    eval_rows = blend(cfg.eval_dataset, None, cfg.eval_split, cfg.max_samples, cfg.seed, "--eval_dataset")
     return train, tokenize(eval_rows, cfg.eval_dataset)

@@ -10,7 +10,7 @@ import torch
 
 from alignment.config.groups import RanksConfig
 from alignment.distributed.runtime import Runtime
-from alignment.models.lora import apply_lora
+from alignment.models.lora import apply_lora, check_targets
 from alignment.models.loading import check_4bit, load_causal_lm, load_tokenizer, resolve_model_path
 from alignment.models.precision import Precision, attn_implementation, check_ring_attention, precision_for
 
@@ -41,6 +41,8 @@ def prepare(cfg: Any, rt: Runtime) -> ModelSetup:
         from alignment.trainers.checkpoint import check_world_size
         check_world_size(cfg.ckpt_path, rt.world_size)
     tok = load_tokenizer(path, cfg.tokenizer_chat_template, use_fast=not cfg.disable_fast_tokenizer)
+    if getattr(cfg, "lora_rank", 0) > 0:
+        check_targets(path, cfg.target_modules, extra=(getattr(cfg, "value_head_prefix", "score"),))
     return ModelSetup(path, precision, attn, tok)
 
 

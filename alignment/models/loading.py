@@ -46,12 +46,28 @@ def _hub_error(name: str, flag: str, e: Exception) -> ModelLoadError:
                           f"hub ({why}); pass a local model path instead")
 
 
+# Any one of these in a model directory means a tokenizer was saved there (tokenizer_config.json covers
+# the exotic kinds); a folder with none of them is a common mistake: weights saved without tokenizer.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt",
+                   "spiece.model")
+
+
 def load_tokenizer(path: str, chat_template: str | None = None, use_fast: bool = True, flag: str = "--pretrain") -> Any:
     from transformers import AutoTokenizer
 
+    local = Path(path).is_dir()
+    if local and not any((Path(path) / f).exists() for f in TOKENIZER_FILES):
+        raise ModelLoadError(f"{flag} {path}: no tokenizer in that directory (none of {', '.join(TOKENIZER_FILES)}); "
+                             f"save the tokenizer next to the weights (tokenizer.save_pretrained(DIR))")
     try:
         tok = AutoTokenizer.from_pretrained(path, use_fast=use_fast)
-    except OSError as e:
+    except (OSError, ValueError, TypeError) as e:
+        if local:   # not the hub's fault: the files there are incomplete or of a kind this install can't read
+            why = " ".join(str(e).split())[:200]
+            raise ModelLoadError(f"{flag} {path}: the tokenizer in that directory does not load ({type(e).__name__}: "
+                                 f"{why}); re-save it with tokenizer.save_pretrained(DIR)") from e
+        if not isinstance(e, OSError):
+            raise
         raise _hub_error(path, flag, e) from e
     if chat_template:
         tok.chat_template = chat_template

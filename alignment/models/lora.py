@@ -19,6 +19,26 @@ def apply_lora(model: torch.nn.Module, rank: int, alpha: int, dropout: float, ta
     return get_peft_model(model, cfg)
 
 
+def check_targets(path: str, targets: list[str], extra: tuple[str, ...] = ()) -> None:
+    """--target_modules must name modules of the model: checked on a weightless (meta-device) copy
+    built from config.json, so a typo fails in one line before the weights load, not in peft after.
+    `extra`: modules the loaded model adds (a reward model's value head)."""
+    if targets == ["all-linear"]:
+        return
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from alignment.config.base import ConfigError
+
+    with torch.device("meta"):
+        skeleton = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path))
+    names = [n for n, _ in skeleton.named_modules()] + list(extra)
+    missing = [t for t in targets if not any(n == t or n.endswith("." + t) for n in names)]
+    if missing:
+        linear = sorted({n.rsplit(".", 1)[-1] for n, m in skeleton.named_modules() if isinstance(m, torch.nn.Linear)})
+        raise ConfigError(f"--target_modules {' '.join(missing)}: no such module in {path}; its linear layers are "
+                          f"{', '.join(linear)} (or pass all-linear)")
+
+
 def is_lora(model: torch.nn.Module) -> bool:
     return hasattr(model, "peft_config")
 

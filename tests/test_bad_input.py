@@ -1,0 +1,247 @@
+"""Bad input a user really types: every case is ONE `error:` line on stderr naming the flag or file,
+exit status 2, no traceback or argparse usage block, no model loaded, and the committed model at
+--save_path left byte-identical (issue 21, point 4).
+
+Argparse-level cases and two representative deeper ones run as real `python -m` subprocesses. The
+rest run in one driver subprocess (`_drive`) that calls each CLI's `run_main` with argv: 40 separate
+torch/DeepSpeed start-ups would take minutes on 2 cores. The driver fails a case loudly if it reaches
+`PreTrainedModel.from_pretrained` or `ray.init` (the model loads / Ray starts); the real subprocesses
+are checked for transformers' "Loading weights" bar instead.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from alignment.tiny_world.paths import tiny_dir
+from tests.conftest import python_env
+from tests.fixtures_s3 import PLANTED_SECRET
+
+pytestmark = pytest.mark.integration
+
+T = str(tiny_dir())
+SFT = ["--pretrain", "@MODEL@", "--dataset", f"{T}/sft/train.jsonl", "--input_key", "input", "--output_key", "output",
+       "--save_path", "@OUT@", "--max_len", "64", "--train_batch_size", "8", "--micro_train_batch_size", "8"]
+PAIRS = ["--pretrain", "@MODEL@", "--dataset", f"{T}/preference/train.jsonl", "--prompt_key", "prompt",
+         "--save_path", "@OUT@", "--max_len", "64", "--train_batch_size", "8", "--micro_train_batch_size", "8"]
+KTO = ["--pretrain", "@MODEL@", "--dataset", f"{T}/unpaired/train.jsonl", "--input_key", "input", "--output_key",
+       "output", "--save_path", "@OUT@", "--max_len", "64", "--train_batch_size", "8", "--micro_train_batch_size", "8"]
+PPO = ["--pretrain", "@MODEL@", "--prompt_data", f"{T}/prompts/train.jsonl", "--input_key", "input", "--label_key",
+       "label", "--remote_rm_url", f"{T}/reward_func.py", "--save_path", "@OUT@", "--rollout_batch_size", "8",
+       "--micro_rollout_batch_size", "8", "--train_batch_size", "8", "--micro_train_batch_size", "8"]
+GEN = ["--pretrain", "@MODEL@", "--dataset", f"{T}/prompts/test.jsonl", "--input_key", "input",
+       "--output_path", "@WORK@/gen"]
+NO_BUCKET = "s3://alignflow-no-such-bucket"
+
+# (name, CLI, argv, what the one line must contain, run as a real subprocess)
+CASES = [
+    # argparse: an unknown flag, a value of the wrong type, a choice that does not exist
+    ("sft_unknown_flag", "train_sft", [*SFT, "--foo"], "unrecognized argument --foo", True),
+    ("sft_flag_typo", "train_sft", [*SFT, "--leraning_rate", "1e-5"], "did you mean --learning_rate", True),
+    ("sft_zero_stage_5", "train_sft", [*SFT, "--zero_stage", "5"], "--zero_stage: invalid choice: 5", True),
+    ("ppo_ray_unknown_estimator", "train_ppo_ray", [*PPO, "--advantage_estimator", "ppo2"],
+     "--advantage_estimator: invalid choice: 'ppo2'", True),
+    ("batch_unknown_eval_task", "batch_inference", [*GEN, "--eval_task", "classify"],
+     "--eval_task: invalid choice: 'classify'", True),
+    ("rm_lr_string", "train_rm", [*PAIRS, "--learning_rate", "fast"], "--learning_rate: invalid float value", True),
+    ("dpo_bool_string", "train_dpo", [*PAIRS, "--ipo", "maybe"], "--ipo: expected true/false, got 'maybe'", True),
+    ("kto_unknown_scheduler", "train_kto", [*KTO, "--lr_scheduler", "exp"], "--lr_scheduler: invalid choice", False),
+    ("sft_zero_stage_word", "train_sft", [*SFT, "--zero_stage", "two"], "--zero_stage: invalid int value", False),
+    ("rm_unknown_loss", "train_rm", [*PAIRS, "--loss", "hinge"], "--loss: invalid choice: 'hinge'", False),
+    ("sft_bool_flag_number", "train_sft", [*SFT, "--packing_samples", "2"], "--packing_samples: expected true/false", False),
+    ("sft_target_modules_empty", "train_sft", [*SFT, "--target_modules"], "--target_modules: expected at least one", False),
+    ("sft_missing_config_file", "train_sft", [*SFT, "--config", "@WORK@/nope.yaml"], "nope.yaml: file not found", False),
+    ("sft_config_unknown_key", "train_sft", [*SFT, "--config", "@BAD@/typo.yaml"], "unknown option 'lerning_rate'", False),
+    # values that parse but make no sense
+    ("sft_negative_micro_batch", "train_sft", [*SFT, "--micro_train_batch_size", "-1"], "--micro_train_batch_size -1", False),
+    ("sft_negative_train_batch", "train_sft", [*SFT, "--train_batch_size", "-8"], "--train_batch_size -8", False),
+    ("sft_batches_not_divisible", "train_sft", [*SFT, "--train_batch_size", "10", "--micro_train_batch_size", "4"],
+     "--train_batch_size 10 is not divisible", False),
+    ("sft_max_len_0", "train_sft", [*SFT, "--max_len", "0"], "--max_len 0", False),
+    ("sft_max_samples_0", "train_sft", [*SFT, "--max_samples", "0"], "--max_samples 0", False),
+    ("sft_warmup_ratio", "train_sft", [*SFT, "--lr_warmup_ratio", "1.5"], "--lr_warmup_ratio 1.5", False),
+    ("sft_lora_dropout", "train_sft", [*SFT, "--lora_rank", "8", "--lora_dropout", "1.5"], "--lora_dropout 1.5", False),
+    ("sft_unknown_lora_target", "train_sft", [*SFT, "--lora_rank", "8", "--target_modules", "qq_proj"],
+     "--target_modules qq_proj", False),
+    ("sft_probs_mismatch", "train_sft", [*SFT, "--dataset_probs", "0.5,0.5"], "--dataset_probs has 2 values", False),
+    ("sft_template_no_slot", "train_sft", [*SFT, "--input_template", "User: "], "--input_template 'User: '", False),
+    ("sft_multiturn_no_template", "train_sft", [*SFT, "--multiturn"], "--multiturn needs --apply_chat_template", False),
+    ("dpo_negative_beta", "train_dpo", [*PAIRS, "--beta", "-1"], "--beta -1.0", False),
+    ("dpo_ipo_and_smoothing", "train_dpo", [*PAIRS, "--ipo", "--label_smoothing", "0.1"], "--ipo with --label_smoothing",
+     False),
+    ("rm_margin_logexp", "train_rm", [*PAIRS, "--margin_loss", "--loss", "logexp"], "--margin_loss needs --loss sigmoid",
+     False),
+    ("rm_bad_head_prefix", "train_rm", [*PAIRS, "--value_head_prefix", "my-head"], "--value_head_prefix 'my-head'", False),
+    ("kto_micro_batch_1", "train_kto", [*KTO, "--micro_train_batch_size", "1"], "--micro_train_batch_size 1", False),
+    ("ppo_ray_no_prompt_data", "train_ppo_ray", [a for a in PPO if a != f"{T}/prompts/train.jsonl" and
+                                                 a != "--prompt_data"], "--prompt_data is required", False),
+    ("ppo_ray_group_estimator_n1", "train_ppo_ray", [*PPO, "--advantage_estimator", "rloo"],
+     "--n_samples_per_prompt 1", False),
+    ("ppo_ray_top_p", "train_ppo_ray", [*PPO, "--top_p", "1.5"], "--top_p 1.5", False),
+    # where things are: model, data and output paths
+    ("sft_nonexistent_pretrain", "train_sft", [*SFT, "--pretrain", "@WORK@/no_model"], "directory does not exist", False),
+    ("dpo_pretrain_hub_offline", "train_dpo", [*PAIRS, "--pretrain", "meta-llama/Llama-3-8B"], "the hub is offline",
+     False),
+    ("sft_pretrain_without_tokenizer", "train_sft", [*SFT, "--pretrain", "@BAD@/no_tokenizer"], "no tokenizer", False),
+    ("sft_save_path_ftpx", "train_sft", [*SFT, "--save_path", "ftpx://host/out"], "--save_path ftpx://host/out", True),
+    ("dpo_save_path_no_bucket", "train_dpo", [*PAIRS, "--save_path", f"{NO_BUCKET}/dpo"], "the bucket 'alignflow-no-such-bucket' does not exist", False),
+    ("kto_ckpt_path_no_bucket", "train_kto", [*KTO, "--ckpt_path", f"{NO_BUCKET}/ckpt"],
+     "--ckpt_path s3://alignflow-no-such-bucket/ckpt: the bucket", False),
+    ("batch_output_path_ftpx", "batch_inference", [*GEN, "--output_path", "ftpx://h/gen"], "--output_path ftpx://",
+     False),
+    ("ppo_ray_save_path_ftpx", "train_ppo_ray", [*PPO, "--save_path", "ftpx://h/ppo"], "--save_path ftpx://h/ppo", False),
+    ("sft_missing_dataset", "train_sft", [*SFT, "--dataset", "@WORK@/nope.jsonl"], "nope.jsonl does not exist", False),
+    ("sft_missing_eval_dataset", "train_sft", [*SFT, "--eval_dataset", "@WORK@/nope.jsonl"], "--eval_dataset", False),
+    ("ppo_ray_missing_prompt_file", "train_ppo_ray", [*PPO, "--prompt_data", "@WORK@/nope.jsonl"],
+     "check the --prompt_data path", False),
+    ("sft_dataset_no_bucket", "train_sft", [*SFT, "--dataset", f"{NO_BUCKET}/data/train.jsonl"],
+     "--dataset s3://alignflow-no-such-bucket/data/train.jsonl: the bucket", False),
+    ("sft_dataset_hub_offline", "train_sft", [*SFT, "--dataset", "someone/some-data"], "the hub is offline", False),
+    # what is in the data files
+    ("sft_non_utf8", "train_sft", [*SFT, "--dataset", "@BAD@/latin1.jsonl"], "latin1.jsonl:3", True),
+    ("sft_malformed_json", "train_sft", [*SFT, "--dataset", "@BAD@/malformed.jsonl"], "malformed.jsonl:2", False),
+    ("sft_empty_dataset", "train_sft", [*SFT, "--dataset", "@BAD@/empty.jsonl"], "has 0 rows", False),
+    ("sft_wrong_input_key", "train_sft", [*SFT, "--input_key", "prompt"], "missing key 'prompt' (--input_key)", False),
+    ("sft_no_output_key", "train_sft", [a for a in SFT if a not in ("--output_key", "output")], "--output_key", False),
+    ("sft_multiturn_string", "train_sft", [*SFT, "--multiturn", "--apply_chat_template"],
+     "row 0: --input_key 'input' is a string", False),
+    ("rm_int_chosen", "train_rm", [*PAIRS, "--dataset", "@BAD@/int_chosen.jsonl"], "row 1: --chosen_key 'chosen'", False),
+    ("rm_wrong_rejected_key", "train_rm", [*PAIRS, "--rejected_key", "worse"], "missing key 'worse'", False),
+    ("kto_bad_label", "train_kto", [*KTO, "--label_key", "output"], "--label_key 'output'", False),
+    ("ppo_ray_wrong_input_key", "train_ppo_ray", [*PPO, "--input_key", "question"], "missing key 'question'", False),
+]
+
+
+def _drive(spec: str) -> None:
+    """In a fresh interpreter: run each case's CLI entry in-process and write {name: [code, stderr, s]}."""
+    import importlib
+    import logging
+    import os
+    import traceback
+
+    import ray
+    from transformers import PreTrainedModel
+
+    from alignment.cli.common import run_main
+
+    def forbidden(what):
+        def hit(*a, **k):
+            print(f"FORBIDDEN: {what} before the error", file=sys.stderr)
+            raise RuntimeError(what)
+        return hit
+
+    PreTrainedModel.from_pretrained = classmethod(forbidden("a model loaded"))   # every Auto* load ends here
+    ray.init = forbidden("Ray started")
+    job = json.loads(Path(spec).read_text())
+    results = {}
+    for name, module, argv in job["cases"]:
+        main = importlib.import_module(f"alignment.cli.{module}").main
+        saved_env, saved_err, buf = dict(os.environ), sys.stderr, io.StringIO()
+        sys.stderr = buf
+        for h in logging.root.handlers[:]:   # run_main's basicConfig then logs into this case's buffer
+            logging.root.removeHandler(h)
+        start, code = time.monotonic(), 0
+        try:
+            run_main(main, argv)
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 1
+        except BaseException:   # what `python -m` would print
+            traceback.print_exc()
+            code = 1
+        finally:
+            sys.stderr = saved_err
+            os.environ.clear()
+            os.environ.update(saved_env)
+        results[name] = [code, buf.getvalue(), time.monotonic() - start]
+    Path(job["out"]).write_text(json.dumps(results))
+
+
+def _tree_hash(root: Path) -> dict[str, str]:
+    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def world(tiny_base, tmp_path_factory, moto_endpoint):
+    """Bad files, a committed model at --save_path, and the env every run gets (S3 pointed at moto)."""
+    from alignment import storage
+    work = tmp_path_factory.mktemp("bad_input")
+    bad = work / "bad"
+    bad.mkdir()
+    good = (tiny_dir() / "sft/train.jsonl").read_text().splitlines()
+    (bad / "latin1.jsonl").write_bytes("\n".join(good[:2]).encode() + '\n{"input": "caf\xe9", "output": "x"}\n'
+                                      .encode("latin-1"))
+    (bad / "malformed.jsonl").write_text(good[0] + '\n{"input": "a", "output": }\n')
+    (bad / "empty.jsonl").write_text("\n")
+    (bad / "int_chosen.jsonl").write_text('{"prompt": "p", "chosen": "a", "rejected": "b"}\n'
+                                          '{"prompt": "p", "chosen": 5, "rejected": "b"}\n')
+    (bad / "typo.yaml").write_text("lerning_rate: 1e-5\n")
+    (bad / "no_tokenizer").mkdir()
+    for f in ("config.json", "model.safetensors"):   # a model folder someone forgot to save the tokenizer into
+        shutil.copy(tiny_base / f, bad / "no_tokenizer" / f)
+    out = work / "committed"
+    shutil.copytree(tiny_base, out)
+    storage.commit_dir(out, out, metadata={"stage": "test_bad_input"})
+    env = python_env(AWS_ENDPOINT_URL_S3=moto_endpoint, AWS_ACCESS_KEY_ID="testing",
+                     AWS_SECRET_ACCESS_KEY=PLANTED_SECRET, AWS_DEFAULT_REGION="us-east-1", OMP_NUM_THREADS="1")
+    for var in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "RAY_ADDRESS"):
+        env.pop(var, None)
+    subst = {"@MODEL@": str(tiny_base), "@OUT@": str(out), "@BAD@": str(bad), "@WORK@": str(work)}
+    return work, out, env, lambda argv: [_subst(a, subst) for a in argv]
+
+
+def _subst(arg: str, subst: dict[str, str]) -> str:
+    for key, value in subst.items():
+        arg = arg.replace(key, value)
+    return arg
+
+
+@pytest.fixture(scope="module")
+def results(world):
+    """{case name: (exit status, stderr, seconds)} for every case; the committed model hashed around them."""
+    work, out, env, fill = world
+    before = _tree_hash(out)
+    cwd = work / "cwd"   # the CLIs' relative defaults (./ckpt) land here: nothing may appear
+    cwd.mkdir()
+    res = {}
+    for name, module, argv, _, real in CASES:
+        if real:
+            start = time.monotonic()
+            proc = subprocess.run([sys.executable, "-m", f"alignment.cli.{module}", *fill(argv)], cwd=cwd, env=env,
+                                  capture_output=True, text=True, timeout=300)
+            res[name] = (proc.returncode, proc.stderr, time.monotonic() - start)
+    spec = work / "driver.json"
+    spec.write_text(json.dumps({"out": str(work / "driver_out.json"),
+                                "cases": [(n, m, fill(a)) for n, m, a, _, real in CASES if not real]}))
+    proc = subprocess.run([sys.executable, "-c", f"from tests.test_bad_input import _drive; _drive({str(spec)!r})"],
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res.update({k: tuple(v) for k, v in json.loads((work / "driver_out.json").read_text()).items()})
+    print("\n".join(f"{n}: {res[n][2]:.1f}s  {res[n][1].strip()}" for n, *_ in CASES))
+    assert _tree_hash(out) == before, "a bad-input run changed the committed model at --save_path"
+    assert not any(cwd.iterdir()), sorted(cwd.iterdir())
+    return res
+
+
+def test_corpus_is_big_enough():
+    assert len(CASES) >= 40 and len({c[0] for c in CASES}) == len(CASES)
+    assert sum(c[4] for c in CASES) >= 6   # the usage-block cases and two deeper ones run as real processes
+
+
+@pytest.mark.parametrize("name, module, argv, needle, real", CASES, ids=[c[0] for c in CASES])
+def test_one_clear_line(results, name, module, argv, needle, real):
+    code, stderr, _ = results[name]
+    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    assert code == 2, stderr[-3000:]
+    assert len(lines) == 1 and lines[0].startswith("error: "), stderr[-3000:]
+    assert needle in lines[0], lines[0]
+    assert "Traceback" not in stderr and "usage:" not in stderr and "FORBIDDEN" not in stderr
+    assert "Loading weights" not in stderr and PLANTED_SECRET not in stderr
