@@ -1,5 +1,5 @@
 # The two commands of the README. Each one creates/updates .venv first (idempotent, fast when done).
-.PHONY: setup demo test test-demo
+.PHONY: setup demo test test-demo test-chaos
 setup:
 	@bash scripts/setup_venv.sh
 demo: setup
@@ -8,3 +8,5 @@ test: setup
 	@bash scripts/run_tests.sh
 test-demo: setup
 	@ALIGNFLOW_TEST_MARKERS=demo bash scripts/run_tests.sh
+test-chaos: setup
+	@ALIGNFLOW_TEST_MARKERS=chaos bash scripts/run_tests.sh

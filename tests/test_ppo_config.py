@@ -67,7 +67,8 @@ def test_a_fresh_ppo_run_starts_its_metrics_file_empty(tmp_path):
     from alignment.losses.kl import KLController
     from alignment.ppo.loop import run_iterations
     from alignment.trainers.tracking import MetricsLogger
-    cfg = SimpleNamespace(logging_steps=1, save_steps=-1, disable_ds_ckpt=False, use_wandb=None, use_tensorboard=None)
+    cfg = SimpleNamespace(logging_steps=1, save_steps=-1, save_minutes=0.0, disable_ds_ckpt=False, use_wandb=None,
+                          use_tensorboard=None)
     for run in range(2):
         logger = MetricsLogger(cfg, tmp_path, True, 3, "ppo")
         run_iterations(cfg, 3, lambda it: {"reward": float(run)}, KLController(0.0), logger, lambda s: None, None)

@@ -18,6 +18,7 @@ import shutil
 
 from alignment.cli.common import run_main
 from alignment.distributed import ray_ranks
+from alignment.cli.preflight import check_outputs
 from alignment.config import BatchInferenceConfig, parse_args
 from alignment.config.base import public_dict
 
@@ -76,6 +77,7 @@ def gather_to_main(samples: list[tuple], world_size: int) -> list[tuple]:
 
 def main(argv: list[str] | None = None) -> dict:
     cfg = parse_args(BatchInferenceConfig, argv, prog="alignment.cli.batch_inference")
+    check_outputs(cfg)
     if ray_ranks.on_ray(cfg):     # a Ray job, or more than one rank: place the ranks on Ray
         return ray_ranks.run_ranks(main, argv, cfg, "batch_inference")
     if cfg.eval_task == "generate_vllm":

@@ -11,6 +11,7 @@ import dataclasses
 import logging
 
 from alignment.cli.common import run_main
+from alignment.cli.preflight import check_outputs
 from alignment.config import ConfigError, PPOConfig, parse_args
 from alignment.config.base import public_dict
 
@@ -55,6 +56,7 @@ def main(argv: list[str] | None = None) -> dict:
         raise ConfigError("--vllm_num_engines: vLLM engines run with alignment.cli.train_ppo_ray; "
                           "train_ppo generates with HF (drop the flag)")
     refuse_unbuilt(cfg)
+    check_outputs(cfg)
     from alignment import outputs
     from alignment.datasets.prompts import load_prompts
     from alignment.distributed.runtime import init_runtime
