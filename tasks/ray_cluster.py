@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import secrets
 import shutil
 import socket
 import subprocess
@@ -32,13 +33,40 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+_EMBEDDED_TOKEN = secrets.token_hex(32)
+
+
+def _auth_env() -> dict[str, str]:
+    """Token auth for an embedded head. Ray 2.60's GCS, raylet, agents and workers listen on every
+    interface (and on the host's address), whatever --node-ip-address says: without auth anyone who
+    can reach the machine could join the cluster and run code. So the embedded head runs with Ray's
+    token auth, with a random token made per process (Ray caches the token a process has read),
+    unless the user chose a mode with RAY_AUTH_MODE (then their token is used)."""
+    if os.environ.get("RAY_AUTH_MODE"):
+        return {}
+    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": _EMBEDDED_TOKEN}
+
+
 def _head_env() -> dict[str, str]:
-    """Environment of the `ray start` processes of a local head. Ray 2.60 turns token auth on by
-    itself once `~/.ray/auth_token` exists (any bare `ray.init()` on the machine writes one); then
-    our unauthenticated probes and job clients get 401 and the head looks dead. The embedded head
-    is private to one flow and its dashboard listens on loopback only, so it runs without tokens,
-    unless the user chose a mode with RAY_AUTH_MODE (then requests carry their token)."""
-    return {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled")}
+    """Environment of the `ray start` processes of a local head (jobs and ranks inherit it)."""
+    return {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **_auth_env()}
+
+
+@contextlib.contextmanager
+def _client_auth() -> Iterator[None]:
+    """This process talks to the embedded head with its token (Ray's clients read it from the
+    environment); the previous environment is back afterwards."""
+    added = _auth_env()
+    before = {k: os.environ.get(k) for k in added}
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def _auth_headers() -> dict[str, str]:
@@ -116,23 +144,24 @@ def local_head(num_cpus: int | None = None, extra_nodes: int = 0) -> Iterator[st
            "--include-dashboard=true", *[f"--{k}={v}" for k, v in ports.items()],
            f"--num-cpus={num_cpus or os.cpu_count() or 1}", f"--temp-dir={temp_dir}", "--disable-usage-stats"]
     out = temp_dir / "ray_start.log"
-    log.info("starting a local Ray head on 127.0.0.1 (job API %s)", url)
-    with out.open("w") as f:
+    log.info("starting a local Ray head on 127.0.0.1 (job API %s, token auth)", url)
+    with _client_auth(), out.open("w") as f:
         # started in its private dir: jobs run there, not in whatever directory the flow was started from
         done = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=_head_env(), cwd=temp_dir)
-    try:
-        if done.returncode != 0:
-            raise RayClusterError(f"`ray start --head` failed (exit {done.returncode}): {out.read_text()[-800:]}")
-        _wait_for_dashboard(url, out)
-        for i in range(extra_nodes):
-            _join_node(f"127.0.0.1:{ports['port']}", num_cpus or 1, temp_dir / f"ray_start_node{i + 1}.log")
-        if extra_nodes:
-            _wait_for_nodes(url, 1 + extra_nodes)
-        yield url
-    finally:
-        stopped = stop_head(temp_dir, ports["port"])
-        shutil.rmtree(temp_dir, ignore_errors=True)
-        log.info("local Ray head stopped (%d processes)", stopped)
+    with _client_auth():
+        try:
+            if done.returncode != 0:
+                raise RayClusterError(f"`ray start --head` failed (exit {done.returncode}): {out.read_text()[-800:]}")
+            _wait_for_dashboard(url, out)
+            for i in range(extra_nodes):
+                _join_node(f"127.0.0.1:{ports['port']}", num_cpus or 1, temp_dir / f"ray_start_node{i + 1}.log")
+            if extra_nodes:
+                _wait_for_nodes(url, 1 + extra_nodes)
+            yield url
+        finally:
+            stopped = stop_head(temp_dir, ports["port"])
+            shutil.rmtree(temp_dir, ignore_errors=True)
+            log.info("local Ray head stopped (%d processes)", stopped)
 
 
 def _join_node(gcs_address: str, num_cpus: int, proc_log: Path) -> None:

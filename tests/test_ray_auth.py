@@ -1,5 +1,5 @@
-"""Ray token auth around our cluster probes: the embedded head runs without tokens even when
-`~/.ray/auth_token` exists (Ray 2.60 would otherwise turn auth on and our probes get 401), and a
+"""Ray token auth: the embedded head runs with a per-process random token (its servers listen on
+every interface, so without it anyone reaching the machine could join and run code), and a
 user's cluster that wants a token is one clear line instead of "unreachable"."""
 from __future__ import annotations
 
@@ -12,11 +12,46 @@ from alignflow.tasks import ray_cluster
 from alignflow.tasks.ray_cluster import RayClusterError, check_reachable
 
 
-def test_embedded_head_disables_token_auth_unless_the_user_chose(monkeypatch):
+def test_embedded_head_uses_a_random_token_unless_the_user_chose(monkeypatch):
     monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
-    assert ray_cluster._head_env()["RAY_AUTH_MODE"] == "disabled"
-    monkeypatch.setenv("RAY_AUTH_MODE", "token")
-    assert ray_cluster._head_env()["RAY_AUTH_MODE"] == "token"
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    env = ray_cluster._head_env()
+    assert env["RAY_AUTH_MODE"] == "token" and len(env["RAY_AUTH_TOKEN"]) == 64
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")     # the user's choice stands
+    assert ray_cluster._head_env()["RAY_AUTH_MODE"] == "disabled" and "RAY_AUTH_TOKEN" not in ray_cluster._head_env()
+
+
+@pytest.mark.integration
+def test_embedded_head_refuses_whoever_lacks_its_token(ray_head, tmp_path):
+    """From outside (no token): the job API answers 401 and joining the cluster's GCS as a driver
+    fails; with the token (this process) jobs run. The listeners are printed for the record."""
+    import json
+    import os
+    import re
+    import subprocess
+    import sys
+    import time
+    import urllib.error
+    import urllib.request
+
+    import psutil
+    from ray.job_submission import JobSubmissionClient
+    with pytest.raises(urllib.error.HTTPError, match="401"):
+        urllib.request.urlopen(f"{ray_head}/api/version", timeout=10)
+    client = JobSubmissionClient(ray_head)
+    sid = client.submit_job(entrypoint="python -c \"import json, ray; ray.init(); "
+                                       "print('GCS=' + ray.get_runtime_context().gcs_address)\"")
+    while not client.get_job_status(sid).is_terminal():
+        time.sleep(0.5)
+    gcs = re.search(r"GCS=([\d.]+:\d+)", client.get_job_logs(sid)).group(1)
+    outsider = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")} | {"HOME": str(tmp_path)}
+    probe = subprocess.run([sys.executable, "-c", f"import ray; ray.init(address={gcs!r}); print('JOINED')"],
+                           env=outsider, capture_output=True, text=True, timeout=120)
+    assert probe.returncode != 0 and "JOINED" not in probe.stdout, (probe.stdout, probe.stderr[-2000:])
+    assert "auth" in probe.stderr.lower() or "token" in probe.stderr.lower(), probe.stderr[-2000:]
+    open_ports = sorted({(c.laddr.ip, c.laddr.port) for c in psutil.net_connections("inet")
+                         if c.status == "LISTEN" and c.laddr.ip not in ("127.0.0.1", "::1", "::ffff:127.0.0.1")})
+    print(json.dumps({"gcs": gcs, "non_loopback_listeners_on_host": len(open_ports)}))
 
 
 def test_probes_carry_the_token_only_in_token_mode(monkeypatch, tmp_path):
