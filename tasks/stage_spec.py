@@ -16,6 +16,7 @@ from alignment.config import (
 )
 from alignment.config.base import SECRET_FIELDS
 from alignment.config.cli import _coerce, load_yaml
+from alignflow.tasks.fingerprint import fingerprint
 
 
 @dataclass(frozen=True)
@@ -124,9 +125,16 @@ def build_config(stage: str, config_file: str | None, overrides: dict[str, Any] 
 
 
 def identity_hash(stage: str, cfg: Any, inputs: dict[str, str] | None = None) -> str:
-    """Hash of what determines the stage's output: its config (minus NOT_IDENTITY) and input URIs."""
+    """Hash of what determines the stage's output: its config (minus NOT_IDENTITY), input URIs, and
+    the content of the local files its path fields name (tasks/fingerprint.py)."""
     ident = {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name not in NOT_IDENTITY | SECRET_FIELDS}
-    blob = json.dumps({"stage": stage, "config": ident, "inputs": inputs or {}}, sort_keys=True, default=str)
+    content = {}
+    for name in PATH_FIELDS:
+        value = getattr(cfg, name, None)
+        if isinstance(value, str) and (prints := fingerprint(value)):
+            content[name] = prints
+    blob = json.dumps({"stage": stage, "config": ident, "inputs": inputs or {}, **({"content": content} if content else {})},
+                      sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 

@@ -22,6 +22,25 @@ def test_identity_ignores_bookkeeping_but_not_hyperparameters():
     assert identity_hash("sft", cfg(), inputs={"pretrain": "s3://b/x"}) != base
 
 
+def test_identity_follows_the_content_of_local_data(tmp_path):
+    """Fix a row in my.jsonl and rerun: the stage runs again (same size, same name, new content);
+    touching the file without changing it still finds the committed stage."""
+    import os
+    data = tmp_path / "my.jsonl"
+    data.write_text('{"input": "a", "output": "b"}\n')
+    base = identity_hash("sft", cfg(dataset=str(data)))
+    os.utime(data, (1, 1))
+    assert identity_hash("sft", cfg(dataset=str(data))) == base
+    data.write_text('{"input": "a", "output": "c"}\n')
+    assert identity_hash("sft", cfg(dataset=str(data))) != base
+    folder = tmp_path / "dir"
+    folder.mkdir()
+    (folder / "part-0.jsonl").write_text("{}\n")
+    before = identity_hash("sft", cfg(dataset=f"json@{folder}"))
+    (folder / "part-1.jsonl").write_text("{}\n")
+    assert identity_hash("sft", cfg(dataset=f"json@{folder}")) != before
+
+
 def test_relative_data_paths_become_absolute():
     c = cfg()
     assert c.dataset == f"json@{REPO / 'data' / 'tiny' / 'sft'}"
