@@ -28,10 +28,12 @@ async def iterative_dpo_flow(run_name: str = "tiny-idpo", store: str = "runs/sto
                              generate_config_file: str | None = str(CONFIGS / "tiny_idpo_generate.yaml"),
                              generate: dict[str, Any] | None = None,
                              dpo_config_file: str | None = str(CONFIGS / "tiny_idpo_dpo.yaml"),
-                             dpo: dict[str, Any] | None = None, retries: int = 2) -> dict[str, Any]:
-    """Runs `rounds` rounds; returns the policy pointer (round, model URI, history)."""
+                             dpo: dict[str, Any] | None = None, retries: int = 2,
+                             restart: bool = False) -> dict[str, Any]:
+    """Runs `rounds` rounds; returns the policy pointer (round, model URI, history). `restart`: start
+    again from `initial_policy` although the run already has a policy."""
     pointer = await policy_rounds(flow_name="iterative-dpo", train_stage="dpo", run_name=run_name, store=store, ray_address=ray_address,
                                   initial_policy=initial_policy, rounds=rounds,
                                   generate_config_file=generate_config_file, generate=generate,
-                                  train_config_file=dpo_config_file, train=dpo, retries=retries)
+                                  train_config_file=dpo_config_file, train=dpo, retries=retries, restart=restart)
     return asdict(pointer)

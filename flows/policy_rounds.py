@@ -23,19 +23,41 @@ from alignflow.tasks.stage import run_stage
 from alignflow.tasks.stage_spec import build_config, check_store, check_store_reachable
 
 
+def start_pointer(store: str, run_name: str, initial_policy: str | None, restart: bool,
+                  flow_name: str) -> PolicyPointer | None:
+    """The pointer this run continues from (None: start from `initial_policy`). An initial_policy
+    other than the one the run started from is refused, not ignored, unless `restart`; the same one
+    (a schedule that always passes it) continues from the pointer."""
+    pointer = read_pointer(store, run_name)
+    where = pointer_uri(store, run_name)
+    if pointer is None and not initial_policy:
+        raise ConfigError(f"{flow_name} run {run_name!r} has no policy yet ({where} does not exist): give its first "
+                          f"run --param initial_policy=<model dir or store URI> (e.g. an SFT stage's model); later "
+                          f"runs continue from the latest committed round")
+    if pointer is None or not initial_policy:
+        return pointer
+    started_from = pointer.history[0].get("policy_in") if pointer.history else None
+    if restart:     # the pointer is replaced after this run's first committed round
+        return None
+    if initial_policy != started_from:
+        raise ConfigError(f"initial_policy={initial_policy}: run {run_name!r} already has a policy at round "
+                          f"{pointer.round} ({where}, started from {started_from}); drop initial_policy to continue "
+                          f"from it, or pass --param restart=true to start over from the new one")
+    return pointer
+
+
 async def policy_rounds(*, flow_name: str, train_stage: str, run_name: str, store: str, ray_address: str | None,
                         initial_policy: str | None, rounds: int, generate_config_file: str | None,
                         generate: dict[str, Any] | None, train_config_file: str | None,
-                        train: dict[str, Any] | None, retries: int) -> PolicyPointer:
+                        train: dict[str, Any] | None, retries: int, restart: bool = False) -> PolicyPointer:
     logger = get_run_logger()
     started = time.monotonic()
     store = check_store_reachable(check_store(store))
     if rounds < 1:
         raise ConfigError(f"rounds={rounds}: must be >= 1")
-    pointer = read_pointer(store, run_name)
-    if pointer is None and not initial_policy:
-        raise ConfigError(f"no policy yet at {pointer_uri(store, run_name)}: pass initial_policy=<model dir or store "
-                          f"URI> (e.g. an SFT stage's model) for the first round")
+    pointer = start_pointer(store, run_name, initial_policy, restart, flow_name)
+    if restart:
+        logger.info("restart=true: %s starts again from initial_policy %s", run_name, initial_policy)
     generate, train = dict(generate or {}), dict(train or {})
     # both configs are validated before a cluster starts (the policy and data as placeholders)
     build_config("batch_inference", generate_config_file, {**generate, "pretrain": "<policy>"})

@@ -26,10 +26,12 @@ async def rejection_sampling_flow(run_name: str = "tiny-rs", store: str = "runs/
                                   generate_config_file: str | None = str(CONFIGS / "tiny_rs_generate.yaml"),
                                   generate: dict[str, Any] | None = None,
                                   sft_config_file: str | None = str(CONFIGS / "tiny_rs_sft.yaml"),
-                                  sft: dict[str, Any] | None = None, retries: int = 2) -> dict[str, Any]:
-    """Runs `rounds` rounds; returns the policy pointer (round, model URI, history)."""
+                                  sft: dict[str, Any] | None = None, retries: int = 2,
+                                  restart: bool = False) -> dict[str, Any]:
+    """Runs `rounds` rounds; returns the policy pointer (round, model URI, history). `restart`: start
+    again from `initial_policy` although the run already has a policy."""
     pointer = await policy_rounds(flow_name="rejection-sampling", train_stage="sft", run_name=run_name, store=store, ray_address=ray_address,
                                   initial_policy=initial_policy, rounds=rounds,
                                   generate_config_file=generate_config_file, generate=generate,
-                                  train_config_file=sft_config_file, train=sft, retries=retries)
+                                  train_config_file=sft_config_file, train=sft, retries=retries, restart=restart)
     return asdict(pointer)

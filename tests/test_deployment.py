@@ -85,16 +85,35 @@ def prefect(tmp_path_factory):
     try:
         _wait_healthy(api, server)
         p = Prefect(env, logs)
-        assert p.cli("work-pool", "create", "alignflow", "--type", "process").returncode == 0
-        deployed = p.cli("--no-prompt", "deploy", "--all", "--prefect-file", "deployments/prefect.yaml")
+        # the documented commands: checked, no prompts (stdin closed: a prompt would crash with EOFError)
+        deployed = subprocess.run(["bash", "scripts/deploy.sh"], env=env, cwd=REPO, capture_output=True, text=True,
+                                  timeout=300, stdin=subprocess.DEVNULL)
         assert deployed.returncode == 0, deployed.stdout[-2000:] + deployed.stderr[-2000:]
-        worker = subprocess.Popen([PREFECT, "worker", "start", "--pool", "alignflow"], env=env, cwd=REPO,
+        worker = subprocess.Popen(["bash", "scripts/worker.sh"], env=env, cwd=REPO,
                                   stdout=open(logs / "worker.log", "w"), stderr=subprocess.STDOUT)
         yield p
     finally:
         if worker is not None:
             stop_process(worker, signal.SIGINT)  # workers ignore SIGTERM for 40 s+
         stop_process(server)
+
+
+def test_deploy_asked_nothing_and_the_nightly_runs_one_at_a_time(prefect):
+    """scripts/deploy.sh ran with stdin closed (the fixture); the nightly deployment has a
+    concurrency limit of 1 that queues a second run; a worker without PREFECT_API_URL refuses."""
+    from prefect.client.orchestration import PrefectClient
+
+    async def read():
+        async with PrefectClient(prefect.api) as client:
+            return await client.read_deployment_by_name("iterative-dpo/nightly")
+    nightly = asyncio.run(read())
+    assert nightly.global_concurrency_limit.limit == 1
+    assert nightly.concurrency_options.collision_strategy.value == "ENQUEUE"
+    bare = subprocess.run(["bash", "scripts/worker.sh"], env={k: v for k, v in prefect.env.items()
+                                                            if k != "PREFECT_API_URL"},
+                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    lines = [ln for ln in bare.stderr.splitlines() if ln.strip()]
+    assert bare.returncode == 2 and len(lines) == 1 and "PREFECT_API_URL is not set" in lines[0], bare.stderr
 
 
 def test_deployment_run_publishes_progress_curves_and_report_seen_in_a_browser(prefect, ray_head, tmp_path):

@@ -45,3 +45,27 @@ def test_rounds_continue_from_the_latest_committed_policy(ray_head, tiny_sft, tm
         asyncio.run(iterative_dpo_flow(run_name="idpo", store=store, ray_address=ray_head, retries=0,
                                        generate=SMALL["generate"], dpo={**SMALL["dpo"], "save_steps": 1}))
     assert read_pointer(store, "idpo").round == 2 and read_pointer(store, "idpo").model_uri == second["model_uri"]
+
+
+def test_a_later_initial_policy_is_refused_not_ignored(tmp_path):
+    """Only the pointer decides once it exists: the same initial_policy (a schedule that always
+    passes it) continues, another one is refused in one line unless restart=true."""
+    from alignment.config import ConfigError
+    from alignflow.flows.policy_rounds import start_pointer
+    from alignflow.tasks.policy_pointer import advance
+    store = str(tmp_path / "store")
+    with pytest.raises(ConfigError, match="has no policy yet .*give its first run --param initial_policy="):
+        start_pointer(store, "r", None, False, "iterative-dpo")
+    assert start_pointer(store, "r", "/models/sft", False, "iterative-dpo") is None
+    model = tmp_path / "round1"
+    model.mkdir()
+    (model / "w.bin").write_bytes(b"x")
+    storage.commit_dir(model, model)
+    advance(store, "r", None, str(model), {"policy_in": "/models/sft"})
+    assert start_pointer(store, "r", None, False, "iterative-dpo").round == 1
+    assert start_pointer(store, "r", "/models/sft", False, "iterative-dpo").round == 1
+    with pytest.raises(ConfigError, match=r"initial_policy=/models/other: run 'r' already has a policy at round 1 "
+                                          r".*restart=true") as e:
+        start_pointer(store, "r", "/models/other", False, "iterative-dpo")
+    assert "\n" not in str(e.value)
+    assert start_pointer(store, "r", "/models/other", True, "iterative-dpo") is None
