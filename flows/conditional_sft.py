@@ -13,9 +13,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from prefect import flow, get_run_logger
+from prefect import get_run_logger
 
 from alignment.config import ConfigError
+from alignflow.tasks.params import StageOverrides, checked_flow, overrides
 from alignflow.tasks.ray_cluster import ray_cluster
 from alignflow.tasks.report import build_report, publish_report
 from alignflow.tasks.stage import run_stage
@@ -24,15 +25,15 @@ from alignflow.tasks.stage_spec import build_config, check_store, check_store_re
 CONFIGS = repo_path("deployments", "configs")
 
 
-@flow(name="conditional-sft")
+@checked_flow(name="conditional-sft")
 async def conditional_sft_flow(policy: str, run_name: str = "tiny-csft", store: str = "runs/store",
                                ray_address: str | None = None,
                                score_config_file: str | None = str(CONFIGS / "tiny_csft_score.yaml"),
-                               score: dict[str, Any] | None = None,
+                               score: StageOverrides | None = None,
                                sft_config_file: str | None = str(CONFIGS / "tiny_csft_sft.yaml"),
-                               sft: dict[str, Any] | None = None,
+                               sft: StageOverrides | None = None,
                                generate_config_file: str | None = str(CONFIGS / "tiny_csft_generate.yaml"),
-                               generate: dict[str, Any] | None = None, csft_rewards: list[float] | None = None,
+                               generate: StageOverrides | None = None, csft_rewards: list[float] | None = None,
                                retries: int = 2) -> dict[str, Any]:
     logger = get_run_logger()
     started = time.monotonic()
@@ -40,7 +41,7 @@ async def conditional_sft_flow(policy: str, run_name: str = "tiny-csft", store: 
     csft_rewards = [1.0, 0.0] if csft_rewards is None else list(csft_rewards)
     if not csft_rewards:
         raise ConfigError("csft_rewards is empty: give the score(s) to ask for at generation, e.g. [1.0]")
-    score, sft, generate = dict(score or {}), dict(sft or {}), dict(generate or {})
+    score, sft, generate = overrides(score), overrides(sft), overrides(generate)
     score_cfg = build_config("batch_inference", score_config_file, {**score, "pretrain": policy})
     if score_cfg.post_processor != "csft":
         raise ConfigError(f"the scoring stage must use post_processor: csft (got {score_cfg.post_processor!r})")

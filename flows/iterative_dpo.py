@@ -14,21 +14,21 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from prefect import flow
 
+from alignflow.tasks.params import StageOverrides, checked_flow
 from alignflow.flows.policy_rounds import policy_rounds
 from alignflow.tasks.stage_spec import repo_path
 
 CONFIGS = repo_path("deployments", "configs")
 
 
-@flow(name="iterative-dpo")
+@checked_flow(name="iterative-dpo")
 async def iterative_dpo_flow(run_name: str = "tiny-idpo", store: str = "runs/store", ray_address: str | None = None,
                              initial_policy: str | None = None, rounds: int = 1,
                              generate_config_file: str | None = str(CONFIGS / "tiny_idpo_generate.yaml"),
-                             generate: dict[str, Any] | None = None,
+                             generate: StageOverrides | None = None,
                              dpo_config_file: str | None = str(CONFIGS / "tiny_idpo_dpo.yaml"),
-                             dpo: dict[str, Any] | None = None, retries: int = 2,
+                             dpo: StageOverrides | None = None, retries: int = 2,
                              restart: bool = False) -> dict[str, Any]:
     """Runs `rounds` rounds; returns the policy pointer (round, model URI, history). `restart`: start
     again from `initial_policy` although the run already has a policy."""

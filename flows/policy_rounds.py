@@ -10,11 +10,10 @@ committed, so a failed round is redone from the same policy next time.
 from __future__ import annotations
 
 import time
-from typing import Any
-
 from prefect import get_run_logger
 
 from alignment.config import ConfigError
+from alignflow.tasks.params import StageOverrides, overrides
 from alignflow.tasks.policy_pointer import PolicyPointer, advance, pointer_uri, read_pointer
 from alignflow.tasks import curves
 from alignflow.tasks.ray_cluster import ray_cluster
@@ -48,8 +47,8 @@ def start_pointer(store: str, run_name: str, initial_policy: str | None, restart
 
 async def policy_rounds(*, flow_name: str, train_stage: str, run_name: str, store: str, ray_address: str | None,
                         initial_policy: str | None, rounds: int, generate_config_file: str | None,
-                        generate: dict[str, Any] | None, train_config_file: str | None,
-                        train: dict[str, Any] | None, retries: int, restart: bool = False) -> PolicyPointer:
+                        generate: StageOverrides | None, train_config_file: str | None,
+                        train: StageOverrides | None, retries: int, restart: bool = False) -> PolicyPointer:
     logger = get_run_logger()
     started = time.monotonic()
     store = check_store_reachable(check_store(store))
@@ -58,7 +57,7 @@ async def policy_rounds(*, flow_name: str, train_stage: str, run_name: str, stor
     pointer = start_pointer(store, run_name, initial_policy, restart, flow_name)
     if restart:
         logger.info("restart=true: %s starts again from initial_policy %s", run_name, initial_policy)
-    generate, train = dict(generate or {}), dict(train or {})
+    generate, train = overrides(generate), overrides(train)
     # both configs are validated before a cluster starts (the policy and data as placeholders)
     build_config("batch_inference", generate_config_file, {**generate, "pretrain": "<policy>"})
     build_config(train_stage, train_config_file, {**train, "pretrain": "<policy>", "dataset": "<generated data>"})

@@ -10,8 +10,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from prefect import flow
 
+from alignflow.tasks.params import StageOverrides, checked_flow, overrides as plain
 from alignflow.tasks.ray_cluster import ray_cluster
 from alignflow.tasks.report import build_report, publish_report
 from alignflow.tasks.stage import run_stage
@@ -20,15 +20,15 @@ from alignflow.tasks.stage_spec import StageResult, build_config, check_store, c
 TINY_SFT_CONFIG = str(repo_path("deployments", "configs", "tiny_sft.yaml"))
 
 
-@flow(name="sft")
+@checked_flow(name="sft")
 async def sft_flow(run_name: str = "tiny", store: str = "runs/store", ray_address: str | None = None,
-                   sft_config_file: str | None = TINY_SFT_CONFIG, sft: dict[str, Any] | None = None,
+                   sft_config_file: str | None = TINY_SFT_CONFIG, sft: StageOverrides | None = None,
                    retries: int = 2) -> dict[str, Any]:
     """SFT as a Ray job. With no `pretrain` in the config, a seeded tiny random-init base is made first."""
     started = time.monotonic()
     # Everything that can be wrong with the parameters fails here, before a cluster starts.
     store = check_store_reachable(check_store(store))
-    overrides = dict(sft or {})
+    overrides = plain(sft)
     needs_base = not overrides.get("pretrain") and not config_has_pretrain(sft_config_file)
     build_config("sft", sft_config_file, {**overrides, **({"pretrain": "<tiny_base output>"} if needs_base else {})})
     stages: dict[str, StageResult] = {}

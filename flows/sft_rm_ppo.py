@@ -13,8 +13,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from prefect import flow
 
+from alignflow.tasks.params import StageOverrides, checked_flow, overrides
 from alignflow.flows.sft import config_has_pretrain
 from alignflow.tasks.evaluate import heldout_accuracy
 from alignflow.tasks.ray_cluster import ray_cluster
@@ -25,11 +25,11 @@ from alignflow.tasks.stage_spec import StageResult, build_config, check_store, c
 CONFIGS = repo_path("deployments", "configs")
 
 
-@flow(name="sft-rm-ppo")
+@checked_flow(name="sft-rm-ppo")
 async def sft_rm_ppo_flow(run_name: str = "tiny", store: str = "runs/store", ray_address: str | None = None,
-                          sft_config_file: str | None = str(CONFIGS / "tiny_sft.yaml"), sft: dict[str, Any] | None = None,
-                          rm_config_file: str | None = str(CONFIGS / "tiny_rm.yaml"), rm: dict[str, Any] | None = None,
-                          ppo_config_file: str | None = str(CONFIGS / "tiny_ppo.yaml"), ppo: dict[str, Any] | None = None,
+                          sft_config_file: str | None = str(CONFIGS / "tiny_sft.yaml"), sft: StageOverrides | None = None,
+                          rm_config_file: str | None = str(CONFIGS / "tiny_rm.yaml"), rm: StageOverrides | None = None,
+                          ppo_config_file: str | None = str(CONFIGS / "tiny_ppo.yaml"), ppo: StageOverrides | None = None,
                           retries: int = 2, heldout_eval: bool = True) -> dict[str, Any]:
     """Each stage's result: model URI, skipped or trained, final metrics, wall time; with
     `heldout_eval` (the tiny recipe's before/after check: greedy accuracy on the arithmetic task's
@@ -38,7 +38,7 @@ async def sft_rm_ppo_flow(run_name: str = "tiny", store: str = "runs/store", ray
     started = time.monotonic()
     # Every config is validated before a cluster starts (upstream outputs stand in as placeholders).
     store = check_store_reachable(check_store(store))
-    sft, rm, ppo = dict(sft or {}), dict(rm or {}), dict(ppo or {})
+    sft, rm, ppo = overrides(sft), overrides(rm), overrides(ppo)
     needs_base = not sft.get("pretrain") and not config_has_pretrain(sft_config_file)
     build_config("sft", sft_config_file, {**({"pretrain": "<tiny_base output>"} if needs_base else {}), **sft})
     build_config("rm", rm_config_file, {**rm, "pretrain": "<sft output>"})

@@ -109,6 +109,12 @@ def test_deploy_asked_nothing_and_the_nightly_runs_one_at_a_time(prefect):
     nightly = asyncio.run(read())
     assert nightly.global_concurrency_limit.limit == 1
     assert nightly.concurrency_options.collision_strategy.value == "ENQUEUE"
+    # a wandb key as a parameter: refused by the server's parameter validation, so no flow run holds it
+    key = "0123456789abcdef-planted-wandb-key"
+    refused = prefect.cli("deployment", "run", "sft/tiny", "--param", json.dumps({"use_wandb": key}).join(["sft=", ""]))
+    assert refused.returncode != 0 and "use_wandb" in refused.stdout + refused.stderr, refused.stdout[-2000:]
+    # neither the server's database (PREFECT_HOME) nor its or the worker's log has it
+    assert not [p for p in Path(prefect.logs).rglob("*") if p.is_file() and key.encode() in p.read_bytes()]
     bare = subprocess.run(["bash", "scripts/worker.sh"], env={k: v for k, v in prefect.env.items()
                                                             if k != "PREFECT_API_URL"},
                           cwd=REPO, capture_output=True, text=True, timeout=60)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import threading
 import time
@@ -189,7 +190,7 @@ def test_a_stage_that_refuses_its_input_is_not_retried(ray_head, tmp_path):
     ({"ray_address": "http://127.0.0.1:{closed}"}, RayClusterError, "is unreachable"),
     ({"store": "ftp://host/x"}, ConfigError, "unsupported scheme 'ftp'"),
     ({"sft": {"train_batch_size": 0}}, ConfigError, "--train_batch_size 0: must be > 0"),
-    ({"sft": {"use_wandb": "0123456789abcdef"}}, ConfigError, "keys never go in flow parameters"),
+    ({"sft": {"use_wandb": "0123456789abcdef-planted-wandb-key"}}, ConfigError, "keys never go in flow parameters"),
 ])
 def test_bad_parameters_fail_before_anything_runs(params, error, needle, tmp_path):
     params = {k: (v.format(closed=free_port()) if isinstance(v, str) else v) for k, v in params.items()}
@@ -199,6 +200,10 @@ def test_bad_parameters_fail_before_anything_runs(params, error, needle, tmp_pat
         run_flow(run_name="bad", **params)
     assert "\n" not in str(e.value)
     assert not any((tmp_path / "store").rglob("MANIFEST.json"))
+    key = (params.get("sft") or {}).get("use_wandb")
+    if key:   # refused before Prefect created a flow run: the key is in none of its files
+        home = Path(os.environ["PREFECT_HOME"])
+        assert not [p for p in home.rglob("*") if p.is_file() and key.encode() in p.read_bytes()]
     print(f"{needle}: failed after {time.monotonic() - t0:.1f}s")
 
 
