@@ -229,6 +229,12 @@ def read_manifest(uri: str | Path) -> dict | None:
     return manifest
 
 
+def exists(uri: str | Path) -> bool:
+    """True when a file or directory is at `uri` (transient store errors retried)."""
+    fs, path = filesystem(uri)
+    return _retry(lambda: fs.exists(path), "check", uri)
+
+
 def is_committed(uri: str | Path) -> bool:
     """True once the directory's MANIFEST.json exists (cheap: no parse)."""
     fs, path = filesystem(uri)

@@ -59,6 +59,7 @@ def _client_auth() -> Iterator[None]:
     added = _auth_env()
     before = {k: os.environ.get(k) for k in added}
     os.environ.update(added)
+    _reload_ray_auth()
     try:
         yield
     finally:
@@ -67,6 +68,15 @@ def _client_auth() -> Iterator[None]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+        _reload_ray_auth()
+
+
+def _reload_ray_auth() -> None:
+    """Ray reads the auth mode and token once per process and caches them; make it read them again
+    (what Ray's own ray.init does after turning token auth on)."""
+    from ray._raylet import AuthenticationTokenLoader, Config
+    Config.initialize("")
+    AuthenticationTokenLoader.instance().reset_cache()
 
 
 def _auth_headers() -> dict[str, str]:

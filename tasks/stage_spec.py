@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -117,11 +118,43 @@ def build_config(stage: str, config_file: str | None, overrides: dict[str, Any] 
     if values.get("use_tensorboard") and STAGES[stage].resumable:
         raise ConfigError(f"{stage}: use_tensorboard={values['use_tensorboard']!r}: in a flow every stage writes its "
                           f"TensorBoard events into its output (<stage dir>/model/tensorboard); drop use_tensorboard")
+    check_inputs(stage, values)
     use_wandb = values.get("use_wandb")
     if use_wandb and str(use_wandb).lower() not in WANDB_SWITCHES:
         raise ConfigError(f"{stage}: use_wandb looks like an API key; keys never go in flow parameters: set "
                           f"WANDB_API_KEY in the environment of the Ray cluster and pass use_wandb=env")
     return cls(**values).validate()
+
+
+DATA_FIELDS = ("dataset", "eval_dataset", "prompt_data")
+_HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+
+
+def check_inputs(stage: str, values: dict[str, Any]) -> None:
+    """Every input a stage names exists before anything starts: local files and folders, store URIs
+    (one request each), data specs that parse and hub names that are names. Placeholders of upstream
+    outputs (`<sft output>`) are checked when the upstream stage has committed them."""
+    from alignment import storage
+    from alignment.datasets.sources import DataError, resolve
+
+    for name in PATH_FIELDS:
+        value = values.get(name)
+        if not isinstance(value, str) or not value or value.startswith("<") or name == "remote_rm_url":
+            continue
+        for item in value.split(",") if name in DATA_FIELDS else [value]:
+            kind, location = "dir", item
+            if name in DATA_FIELDS:
+                try:
+                    source = resolve(item)
+                except DataError as e:
+                    raise ConfigError(f"{stage}: --{name}: {e}") from None
+                kind, location = source.kind, source.location
+            if kind != "hub" and ("://" in location or os.path.isabs(location)):
+                if not storage.exists(location):
+                    raise ConfigError(f"{stage}: --{name} {location}: does not exist; fix the path or URI")
+            elif not _HUB_NAME.match(location):
+                raise ConfigError(f"{stage}: --{name} {location!r}: neither an existing path nor a hub name "
+                                  f"(ORG/NAME); fix the path or the name")
 
 
 def identity_hash(stage: str, cfg: Any, inputs: dict[str, str] | None = None) -> str:

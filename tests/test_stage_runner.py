@@ -174,13 +174,15 @@ def test_half_written_checkpoint_is_never_loaded(ray_head, tmp_path, monkeypatch
 
 
 def test_a_stage_that_refuses_its_input_is_not_retried(ray_head, tmp_path):
-    """A job whose CLI exits 2 (bad data: here a dataset file that doesn't exist) fails the task
-    at once with the CLI's one-line reason; retrying would only fail the same way."""
-    missing = tmp_path / "nowhere.jsonl"
+    """A job whose CLI exits 2 (bad data only the job can see: a dataset file with a malformed
+    row) fails the task at once with the CLI's one-line reason; retrying would only fail the same way."""
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"input": "a", "output": "b"}\nnot json\n')
     t0 = time.monotonic()
-    with pytest.raises(Exception, match=r"the stage refused its input: .*error: .*nowhere\.jsonl"):
+    with pytest.raises(Exception, match=r"the stage refused its input: .*error: .*broken\.jsonl:2"):
         run_flow(run_name="refused", store=str(tmp_path / "store"), ray_address=ray_head,
-                 sft={**QUICK, "dataset": str(missing)}, retries=2)
+                 sft={**QUICK, "dataset": str(broken), "input_key": "input", "output_key": "output",
+                      "apply_chat_template": False, "multiturn": False}, retries=2)
     jobs = [j for j in ray_jobs(ray_head, "refused") if j.metadata["alignflow_stage"] == "sft"]
     assert [j.status.value for j in jobs] == ["FAILED"]       # one job: no retries
     print(f"refused input: failed once, after {time.monotonic() - t0:.1f}s")
@@ -190,6 +192,8 @@ def test_a_stage_that_refuses_its_input_is_not_retried(ray_head, tmp_path):
     ({"ray_address": "http://127.0.0.1:{closed}"}, RayClusterError, "is unreachable"),
     ({"store": "ftp://host/x"}, ConfigError, "unsupported scheme 'ftp'"),
     ({"sft": {"train_batch_size": 0}}, ConfigError, "--train_batch_size 0: must be > 0"),
+    ({"sft": {"dataset": "/nowhere/data.jsonl"}}, ConfigError, "--dataset /nowhere/data.jsonl: does not exist"),
+    ({"sft": {"packing_samples": "maybe"}}, ConfigError, "--packing_samples 'maybe': expected true or false"),
     ({"sft": {"use_wandb": "0123456789abcdef-planted-wandb-key"}}, ConfigError, "keys never go in flow parameters"),
 ])
 def test_bad_parameters_fail_before_anything_runs(params, error, needle, tmp_path):

@@ -1,4 +1,5 @@
 """The orchestrator's pure parts: stage identity, config building, store URIs; torch-free layers."""
+import re
 import subprocess
 import sys
 
@@ -12,7 +13,7 @@ TINY = str(REPO / "deployments" / "configs" / "tiny_sft.yaml")
 
 
 def cfg(**over):
-    return build_config("sft", TINY, {"pretrain": "/m", **over})
+    return build_config("sft", TINY, {"pretrain": str(REPO / "data"), **over})   # any existing folder
 
 
 def test_identity_ignores_bookkeeping_but_not_hyperparameters():
@@ -106,3 +107,20 @@ def test_the_llama3_8b_template_is_a_valid_multi_gpu_recipe():
         with pytest.raises(ConfigError, match="16 ranks need 16 GPU"):
             ray_ranks.check_resources(cfg, {"CPU": 96.0, "GPU": 8.0})
     assert deployment["work_pool"]["job_variables"]["env"]["ALIGNFLOW_JOB_ENV"]
+
+
+@pytest.mark.parametrize("over, needle", [
+    ({"packing_samples": "maybe"}, "--packing_samples 'maybe': expected true or false"),
+    ({"dataset": "/nowhere/x.jsonl"}, "--dataset /nowhere/x.jsonl: does not exist"),
+    ({"dataset": "parquet@/tmp"}, "only json@DIR is supported"),
+    ({"eval_dataset": "not a name!"}, "neither an existing path nor a hub name"),
+    ({"pretrain": "/nowhere/model"}, "--pretrain /nowhere/model: does not exist"),
+])
+def test_a_flow_refuses_bad_stage_values_before_anything_starts(over, needle):
+    with pytest.raises(ConfigError, match=re.escape(needle)):
+        cfg(**over)
+
+
+def test_flow_values_true_false_strings_become_bools():
+    assert cfg(packing_samples="false").packing_samples is False and cfg(packing_samples="true").packing_samples is True
+    assert cfg(dataset="HuggingFaceH4/ultrachat_200k").dataset == "HuggingFaceH4/ultrachat_200k"   # a hub name

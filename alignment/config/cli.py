@@ -79,6 +79,9 @@ def build_parser(cls: type, prog: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+
+
 def _coerce(cls: type, values: dict[str, Any], source: str) -> dict[str, Any]:
     hints = typing.get_type_hints(cls)
     known = {f.name: f for f in fields(cls)}
@@ -89,7 +92,13 @@ def _coerce(cls: type, values: dict[str, Any], source: str) -> dict[str, Any]:
             hint = f" (did you mean {', '.join('--' + c for c in close)}?)" if close else ""
             raise ConfigError(f"{source}: unknown option {key!r}{hint}")
         inner, is_list = _unwrap(hints[key])
-        if is_list and value is not None:
+        if inner is bool and value is not None and not isinstance(value, bool):
+            # YAML and flow parameters: "false" must not become a truthy string
+            word = str(value).strip().lower()
+            if word not in _TRUE + _FALSE:
+                raise ConfigError(f"{source}: --{key} {value!r}: expected true or false")
+            value = word in _TRUE
+        elif is_list and value is not None:
             items = value if isinstance(value, (list, tuple)) else [value]
             flat = [p for item in items for p in str(item).split(",") if p != ""]
             try:
