@@ -120,9 +120,11 @@ def tiny_rm(tiny_sft, session_tmp) -> Path:
 @pytest.fixture(scope="session")
 def ray_head(moto_endpoint):
     """One local Ray head for the session (loopback, private temp dir), stopped by PID at the end.
-    Started with the S3 settings in its environment, as a real cluster would have them."""
+    Started with the S3 settings and a wandb key in its environment, as a real cluster would have them."""
     from alignflow.tasks.ray_cluster import local_head
+    from tests.fixtures_s3 import PLANTED_WANDB_KEY
     with pytest.MonkeyPatch.context() as mp:
         point_env_at(mp, moto_endpoint)
+        mp.setenv("WANDB_API_KEY", PLANTED_WANDB_KEY)
         with local_head(num_cpus=2) as address:
             yield address

@@ -18,6 +18,8 @@ BUCKET = "alignflow-test"
 # Every test talks to S3 with this secret key (moto accepts any); tests grep logs, manifests,
 # artifacts and Ray job metadata for it to prove credentials never leak.
 PLANTED_SECRET = "alignflow-planted-secret-Zq81x"
+# The wandb key in the session Ray cluster's environment (how a pipeline passes it: use_wandb=env)
+PLANTED_WANDB_KEY = "alignflow-planted-wandb-key-7Hq2Lm0123456789abcdef"
 
 
 def stop_process(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout_s: float = 30) -> None:

@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import re
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -18,7 +19,7 @@ from alignment.config import ConfigError
 from alignment.storage import StorageError
 from alignflow.flows.sft import sft_flow
 from alignflow.tasks.ray_cluster import RayClusterError
-from tests.fixtures_s3 import PLANTED_SECRET, free_port, stop_process
+from tests.fixtures_s3 import PLANTED_SECRET, PLANTED_WANDB_KEY, free_port, stop_process
 
 pytestmark = pytest.mark.integration
 
@@ -54,7 +55,8 @@ def ray_jobs(address: str, run_name: str) -> list:
 
 def test_sft_on_s3_skip_rerun_and_no_secret_leaks(ray_head, s3_root, tmp_path):
     from transformers import AutoModelForCausalLM
-    first, run_id = run_flow(run_name="s3run", store=s3_root, ray_address=ray_head, sft=QUICK)
+    # wandb on (offline): its key is in the Ray cluster's environment (the ray_head fixture), never a parameter
+    first, run_id = run_flow(run_name="s3run", store=s3_root, ray_address=ray_head, sft={**QUICK, "use_wandb": "env"})
     model_uri = first["model_uri"]
     assert not first["skipped"] and model_uri.startswith(s3_root)
     assert storage.is_committed(model_uri)
@@ -64,13 +66,13 @@ def test_sft_on_s3_skip_rerun_and_no_secret_leaks(ray_head, s3_root, tmp_path):
     assert model.config.model_type == "llama"
 
     t0 = time.monotonic()
-    again, _ = run_flow(run_name="s3run", store=s3_root, ray_address=ray_head, sft=QUICK)
+    again, _ = run_flow(run_name="s3run", store=s3_root, ray_address=ray_head, sft={**QUICK, "use_wandb": "env"})
     skip_s = time.monotonic() - t0
     assert again["skipped"] and again["model_uri"] == model_uri
     print(f"second run with the same parameters: skipped in {skip_s:.1f}s of flow time")
 
     changed, _ = run_flow(run_name="s3run", store=s3_root, ray_address=ray_head,
-                          sft={**QUICK, "learning_rate": 1e-3})
+                          sft={**QUICK, "use_wandb": "env", "learning_rate": 1e-3})
     assert not changed["skipped"] and changed["model_uri"] != model_uri
 
     # the planted secret key is nowhere: flow logs, manifests, artifacts, Ray job metadata
@@ -88,6 +90,28 @@ def test_sft_on_s3_skip_rerun_and_no_secret_leaks(ray_head, s3_root, tmp_path):
     keys = {a.key for a in found}
     assert {"s3run-sft-model", "s3run-sft-metrics", "s3run-sft-curve"} <= keys
     assert PLANTED_SECRET not in json.dumps([a.data for a in found], default=str)
+    # and in no file: every object in the store, wandb's run files, Prefect's database, Ray's session logs
+    wandb_dir = Path(storage.read_manifest(model_uri)["metadata"]["tracking"]["wandb"])
+    fs, root = storage.filesystem(s3_root)
+    places = {"store": [(p, fs.cat_file(p)) for p in fs.find(root)],
+              "wandb": _files(wandb_dir), "prefect": _files(Path(os.environ["PREFECT_HOME"])),
+              "ray": [f for d in Path(tempfile.gettempdir()).glob("alignflow-ray-*") for f in _files(d)]}
+    assert len(places["store"]) > 10 and places["wandb"] and places["ray"], {k: len(v) for k, v in places.items()}
+    for secret in (PLANTED_SECRET, PLANTED_WANDB_KEY):
+        hits = [str(p) for files in places.values() for p, data in files if secret.encode() in data]
+        assert not hits, (secret, hits)
+    print({k: len(v) for k, v in places.items()}, "files searched: no planted secret")
+
+
+def _files(root: Path) -> list[tuple[Path, bytes]]:
+    out = []
+    for p in root.rglob("*"):
+        try:
+            if p.is_file() and not p.is_symlink():
+                out.append((p, p.read_bytes()))
+        except OSError:   # a file of a running process that went away meanwhile
+            continue
+    return out
 
 
 def rank_processes() -> list:
