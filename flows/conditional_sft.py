@@ -19,7 +19,7 @@ from alignment.config import ConfigError
 from alignflow.tasks.params import StageOverrides, checked_flow, overrides
 from alignflow.tasks.ray_cluster import ray_cluster
 from alignflow.tasks.report import build_report, publish_report
-from alignflow.tasks.stage import run_stage
+from alignflow.tasks.stage import stage_runner
 from alignflow.tasks.stage_spec import build_config, check_store, check_store_reachable, repo_path
 
 CONFIGS = repo_path("deployments", "configs")
@@ -51,18 +51,18 @@ async def conditional_sft_flow(policy: str, run_name: str = "tiny-csft", store: 
         build_config("batch_inference", generate_config_file, {**generate, "csft_reward": r, "pretrain": "<model>"})
     results: dict[str, Any] = {}
     summaries: dict[str, dict] = {}
-    with ray_cluster(ray_address) as address:
-        run = run_stage.with_options(retries=retries)
-        scored = await run("batch_inference", store, run_name, address, score_config_file, score, {"pretrain": policy})
+    with ray_cluster(ray_address) as cluster:
+        run = stage_runner(retries)
+        scored = await run("batch_inference", store, run_name, cluster, score_config_file, score, {"pretrain": policy})
         data_uri = f"{scored.model_uri}/output.jsonl"
-        trained = await run("sft", store, run_name, address, sft_config_file, sft,
+        trained = await run("sft", store, run_name, cluster, sft_config_file, sft,
                             {"pretrain": policy, "dataset": data_uri})
         summaries.update(score=scored.summary(), sft=trained.summary())
         results.update(scored=data_uri, scored_rows=scored.metrics.get("rows"),
                        scored_mean_reward=scored.metrics.get("mean_reward"), model_uri=trained.model_uri,
                        sft_metrics=trained.metrics, generated={})
         for r in csft_rewards:
-            gen = await run("batch_inference", store, run_name, address, generate_config_file,
+            gen = await run("batch_inference", store, run_name, cluster, generate_config_file,
                             {**generate, "csft_reward": r}, {"pretrain": trained.model_uri})
             summaries[f"generate (score {r})"] = gen.summary()
             results["generated"][str(r)] = {"output": f"{gen.model_uri}/output.jsonl",

@@ -18,7 +18,7 @@ from alignflow.tasks.policy_pointer import PolicyPointer, advance, pointer_uri, 
 from alignflow.tasks import curves
 from alignflow.tasks.ray_cluster import ray_cluster
 from alignflow.tasks.report import build_report, publish_report
-from alignflow.tasks.stage import run_stage
+from alignflow.tasks.stage import stage_runner
 from alignflow.tasks.stage_spec import build_config, check_store, check_store_reachable
 
 
@@ -62,18 +62,18 @@ async def policy_rounds(*, flow_name: str, train_stage: str, run_name: str, stor
     build_config("batch_inference", generate_config_file, {**generate, "pretrain": "<policy>"})
     build_config(train_stage, train_config_file, {**train, "pretrain": "<policy>", "dataset": "<generated data>"})
     summaries: dict[str, dict] = {}
-    with ray_cluster(ray_address) as address:
-        run = run_stage.with_options(retries=retries)
+    with ray_cluster(ray_address) as cluster:
+        run = stage_runner(retries)
         for _ in range(rounds):
             policy = pointer.model_uri if pointer else initial_policy
             k = (pointer.round if pointer else 0) + 1
             logger.info("%s round %d from %s", train_stage, k, policy)
             # the round number seeds the sampling, so rounds see fresh samples even from one policy,
             # and (with rollout_batch_size in the generate config) picks this round's slice of prompts
-            data = await run("batch_inference", store, run_name, address, generate_config_file,
+            data = await run("batch_inference", store, run_name, cluster, generate_config_file,
                              {**generate, "seed": generate.get("seed", 0) + k, "iter": k - 1}, {"pretrain": policy})
             data_uri = f"{data.model_uri}/output.jsonl"
-            trained = await run(train_stage, store, run_name, address, train_config_file, train,
+            trained = await run(train_stage, store, run_name, cluster, train_config_file, train,
                                 {"pretrain": policy, "dataset": data_uri})
             pointer = advance(store, run_name, pointer, trained.model_uri, {
                 "policy_in": policy, "data": data_uri, "data_rows": data.metrics.get("rows"),

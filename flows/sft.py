@@ -14,7 +14,7 @@ from typing import Any
 from alignflow.tasks.params import StageOverrides, checked_flow, overrides as plain
 from alignflow.tasks.ray_cluster import ray_cluster
 from alignflow.tasks.report import build_report, publish_report
-from alignflow.tasks.stage import run_stage
+from alignflow.tasks.stage import stage_runner
 from alignflow.tasks.stage_spec import StageResult, build_config, check_store, check_store_reachable, repo_path
 
 TINY_SFT_CONFIG = str(repo_path("deployments", "configs", "tiny_sft.yaml"))
@@ -32,14 +32,13 @@ async def sft_flow(run_name: str = "tiny", store: str = "runs/store", ray_addres
     needs_base = not overrides.get("pretrain") and not config_has_pretrain(sft_config_file)
     build_config("sft", sft_config_file, {**overrides, **({"pretrain": "<tiny_base output>"} if needs_base else {})})
     stages: dict[str, StageResult] = {}
-    with ray_cluster(ray_address) as address:
+    with ray_cluster(ray_address) as cluster:
+        run = stage_runner(retries)
         inputs = {}
         if needs_base:
-            stages["tiny_base"] = await run_stage.with_options(retries=retries)(
-                "tiny_base", store, run_name, address, overrides={"seed": 0})
+            stages["tiny_base"] = await run("tiny_base", store, run_name, cluster, overrides={"seed": 0})
             inputs["pretrain"] = stages["tiny_base"].model_uri
-        stages["sft"] = await run_stage.with_options(retries=retries)(
-            "sft", store, run_name, address, sft_config_file, overrides, inputs)
+        stages["sft"] = await run("sft", store, run_name, cluster, sft_config_file, overrides, inputs)
     report = build_report("sft", run_name, {k: r.summary() for k, r in stages.items()}, time.monotonic() - started)
     await publish_report(report)
     return stages["sft"].summary()

@@ -19,7 +19,7 @@ from alignflow.flows.sft import config_has_pretrain
 from alignflow.tasks.evaluate import heldout_accuracy
 from alignflow.tasks.ray_cluster import ray_cluster
 from alignflow.tasks.report import build_report, publish_report
-from alignflow.tasks.stage import run_stage
+from alignflow.tasks.stage import stage_runner
 from alignflow.tasks.stage_spec import StageResult, build_config, check_store, check_store_reachable, repo_path
 
 CONFIGS = repo_path("deployments", "configs")
@@ -44,21 +44,21 @@ async def sft_rm_ppo_flow(run_name: str = "tiny", store: str = "runs/store", ray
     build_config("rm", rm_config_file, {**rm, "pretrain": "<sft output>"})
     build_config("ppo", ppo_config_file, {**ppo, "pretrain": "<sft output>", "reward_pretrain": "<rm output>"})
     results: dict[str, StageResult] = {}
-    with ray_cluster(ray_address) as address:
-        run = run_stage.with_options(retries=retries)
+    with ray_cluster(ray_address) as cluster:
+        run = stage_runner(retries)
         sft_inputs = {}
         if needs_base:
-            results["tiny_base"] = await run("tiny_base", store, run_name, address, overrides={"seed": 0})
+            results["tiny_base"] = await run("tiny_base", store, run_name, cluster, overrides={"seed": 0})
             sft_inputs["pretrain"] = results["tiny_base"].model_uri
-        results["sft"] = await run("sft", store, run_name, address, sft_config_file, sft, sft_inputs)
-        results["rm"] = await run("rm", store, run_name, address, rm_config_file, rm,
+        results["sft"] = await run("sft", store, run_name, cluster, sft_config_file, sft, sft_inputs)
+        results["rm"] = await run("rm", store, run_name, cluster, rm_config_file, rm,
                                   {"pretrain": results["sft"].model_uri})
-        results["ppo"] = await run("ppo", store, run_name, address, ppo_config_file, ppo,
+        results["ppo"] = await run("ppo", store, run_name, cluster, ppo_config_file, ppo,
                                    {"pretrain": results["sft"].model_uri, "reward_pretrain": results["rm"].model_uri})
         summaries = {name: r.summary() for name, r in results.items()}
         if heldout_eval:
             for name in ("sft", "ppo"):
-                summaries[name]["heldout"] = await heldout_accuracy(name, results[name].model_uri, run_name, address)
+                summaries[name]["heldout"] = await heldout_accuracy(name, results[name].model_uri, run_name, cluster.address)
     report = build_report("sft-rm-ppo", run_name, summaries, time.monotonic() - started)
     await publish_report(report)
     return summaries

@@ -223,11 +223,23 @@ def stop_head(temp_dir: Path, gcs_port: int, grace_s: float = 3.0) -> int:
     return len(mine)
 
 
+class Cluster:
+    """A flow's Ray cluster: the given one, or an embedded head started the first time a stage needs
+    it (`address`), so a flow whose stages are all committed starts none."""
+
+    def __init__(self, stack: contextlib.ExitStack, address: str | None, num_cpus: int | None):
+        self._stack, self._address, self._num_cpus = stack, address, num_cpus
+
+    @property
+    def address(self) -> str:
+        if self._address is None:
+            self._address = self._stack.enter_context(local_head(self._num_cpus))
+        return self._address
+
+
 @contextlib.contextmanager
-def ray_cluster(address: str | None, num_cpus: int | None = None) -> Iterator[str]:
-    """The given cluster (checked) or an embedded local head for the duration of the block."""
-    if address:
-        yield check_reachable(address)
-    else:
-        with local_head(num_cpus) as url:
-            yield url
+def ray_cluster(address: str | None, num_cpus: int | None = None) -> Iterator[Cluster]:
+    """The given cluster (checked now) or an embedded local head, started on first use and stopped
+    at the end of the block."""
+    with contextlib.ExitStack() as stack:
+        yield Cluster(stack, check_reachable(address) if address else None, num_cpus)

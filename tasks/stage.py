@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import shlex
 import time
+from typing import Any, Awaitable, Callable
 
 from prefect import get_run_logger, task
 from prefect.tasks import exponential_backoff
@@ -13,6 +14,7 @@ from alignment.config.cli import config_to_argv
 from alignment import events
 from alignflow.tasks.artifacts import publish_stage, read_metrics
 from alignflow.tasks.progress import StageProgress
+from alignflow.tasks.ray_cluster import Cluster
 from alignflow.tasks.ray_job import StageJobFailed, job_env, job_python, run_job
 from alignflow.tasks.stage_spec import STAGES, StageResult, build_config, check_store, identity_hash, job_config, stage_dir
 
@@ -22,6 +24,33 @@ def submission_id(run_name: str, stage: str, digest: str) -> str:
     same flow run again), the stage identity and the task's try number. Ray refuses a reused id."""
     run = str(flow_run.id or "local")[:8]
     return f"alignflow-{run_name}-{stage}-{digest[:8]}-{run}-f{flow_run.run_count or 1}-try{task_run.run_count or 1}"
+
+
+def committed(stage: str, store: str, run_name: str, config_file: str | None, overrides: dict | None,
+              inputs: dict[str, str] | None) -> tuple[Any, str, StageResult | None]:
+    """The stage's config and identity, and its result when its output is already committed."""
+    cfg = build_config(stage, config_file, {**(overrides or {}), **(inputs or {})})
+    digest = identity_hash(stage, cfg, inputs)
+    model_uri = f"{stage_dir(check_store(store), run_name, stage, digest)}/model"
+    manifest = storage.read_manifest(model_uri)
+    if manifest is None:
+        return cfg, digest, None
+    get_run_logger().info("stage %s already committed at %s: skipping it (same config and inputs)", stage, model_uri)
+    return cfg, digest, StageResult(stage, model_uri, True, manifest.get("metadata", {}).get("final_metrics", {}))
+
+
+def stage_runner(retries: int) -> Callable[..., Awaitable[StageResult]]:
+    """How a flow runs a stage on its cluster: a committed stage is skipped before anything else, so a
+    flow whose stages are all committed never starts a Ray head; the others run as `run_stage` tasks."""
+    task_with_retries = run_stage.with_options(retries=retries)
+
+    async def run(stage: str, store: str, run_name: str, cluster: Cluster, config_file: str | None = None,
+                  overrides: dict | None = None, inputs: dict[str, str] | None = None) -> StageResult:
+        _, _, done = committed(stage, store, run_name, config_file, overrides, inputs)
+        if done is not None:
+            return done
+        return await task_with_retries(stage, store, run_name, cluster.address, config_file, overrides, inputs)
+    return run
 
 
 def retry_only_job_failures(task, task_run, state) -> bool:
@@ -45,15 +74,11 @@ async def run_stage(stage: str, store: str, run_name: str, ray_address: str, con
     logger = get_run_logger()
     started = time.monotonic()
     store = check_store(store)
-    cfg = build_config(stage, config_file, {**(overrides or {}), **(inputs or {})})
-    digest = identity_hash(stage, cfg, inputs)
+    cfg, digest, done = committed(stage, store, run_name, config_file, overrides, inputs)
+    if done is not None:
+        return done
     out = stage_dir(store, run_name, stage, digest)
     model_uri = f"{out}/model"
-    manifest = storage.read_manifest(model_uri)
-    if manifest is not None:
-        logger.info("stage %s already committed at %s: skipping it (same config and inputs)", stage, model_uri)
-        return StageResult(stage, model_uri, True, manifest.get("metadata", {}).get("final_metrics", {}),
-                           time.monotonic() - started)
     argv = config_to_argv(job_config(stage, cfg, out, run_name))
     entrypoint = shlex.join([job_python(), "-m", STAGES[stage].module, *argv])
     env = job_env()

@@ -276,7 +276,7 @@ def test_bad_credentials(tmp_path, monkeypatch):
         stop_process(proc)
 
 
-def test_embedded_ray_head_is_started_and_stopped(tmp_path):
+def test_embedded_ray_head_is_started_and_stopped(tmp_path, monkeypatch):
     """No ray_address: the flow starts its own head on loopback and stops every process of it."""
     import psutil
 
@@ -288,6 +288,20 @@ def test_embedded_ray_head_is_started_and_stopped(tmp_path):
     time.sleep(1)
     leftover = ray_pids() - before
     assert not leftover, [psutil.Process(p).cmdline() for p in leftover if psutil.pid_exists(p)]
+    # run again: every stage is committed, so no Ray head is started at all
+    from alignflow.tasks import ray_cluster
+    started = []
+
+    def recording_head(*args, **kwargs):
+        started.append(args)
+        return real_head(*args, **kwargs)
+    real_head = ray_cluster.local_head
+    monkeypatch.setattr(ray_cluster, "local_head", recording_head)
+    t0 = time.monotonic()
+    again, run_id = run_flow(run_name="embedded", store=str(tmp_path / "store"), sft=QUICK)
+    assert again["skipped"] and again["model_uri"] == result["model_uri"] and not started
+    assert "already committed" in flow_logs(run_id)
+    print(f"all-committed rerun: {time.monotonic() - t0:.1f}s, no Ray head")
 
 
 def test_cancelled_flow_stops_its_ray_job(ray_head, tmp_path):
