@@ -10,6 +10,7 @@ from prefect.tasks import exponential_backoff
 from prefect.runtime import flow_run, task_run
 
 from alignment import storage
+from alignment.errors import TransientError
 from alignment.config.cli import config_to_argv
 from alignment import events
 from alignflow.tasks.artifacts import publish_stage, read_metrics
@@ -56,8 +57,9 @@ def stage_runner(retries: int) -> Callable[..., Awaitable[StageResult]]:
 def retry_only_job_failures(task, task_run, state) -> bool:
     """Retry a failed, killed or hung job, or one that met a transient fault (exit 75: the store or a
     reward server down); it resumes from its checkpoint. Never a refused input (exit 2: it would
-    fail the same way). Prefect hands the exception over as the failed state's data."""
-    return isinstance(state.data, StageJobFailed)
+    fail the same way). Also a transient fault of the task's own store calls (the store still down
+    when the retried task reads it). Prefect hands the exception over as the failed state's data."""
+    return isinstance(state.data, (StageJobFailed, TransientError))
 
 
 # 2 s, 4 s, 8 s, ... between tries (Prefect's exponential backoff, ±20 % jitter): a store or reward

@@ -85,13 +85,8 @@ def test_store_down_30s_mid_stage(ray_head, seaweed, tmp_path, monkeypatch):
     point_env_at(monkeypatch, seaweed.endpoint)
     # 7 tries per store operation (~25 s here: each try is botocore's 3 attempts, ~1.8 s against a
     # refused port, plus 0.2..6.4 s backoff) instead of the default 5 (~9 s), in this process and,
-    # through PASSED_ENV, in the jobs. Why: when the job fails with exit 75 the stage task retries
-    # ~2 s later and, in this (the flow's) process, first reads the store (is the model committed?
-    # the newest checkpoint?). With 5 tries that read can end inside a 30 s outage (in one run with
-    # the default it got its answer with under a second to spare), and a StoreUnavailable raised in
-    # the task itself is not a StageJobFailed, so retry_only_job_failures does not retry it and the
-    # whole flow fails. With 7 the task's read outlasts the outage; the trainer's commit either
-    # outlasts it too (the stage survives) or fails (exit 75, retried).
+    # through PASSED_ENV, in the jobs: a 30 s outage then costs one task retry, not all of them
+    # (each failed try, the job's exit 75 or the task's own StoreUnavailable, uses one retry).
     monkeypatch.setenv("ALIGNFLOW_STORE_RETRIES", "7")
     store = f"s3://{BUCKET}/{uuid.uuid4().hex[:12]}"
     fs, root = storage.filesystem(store)
