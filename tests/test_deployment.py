@@ -241,7 +241,9 @@ SERVE = """
 import sys
 from alignflow.flows.iterative_dpo import iterative_dpo_flow
 store, ray_address, policy = sys.argv[1:4]
-iterative_dpo_flow.serve(name="nightly", interval=20, limit=1, parameters={
+# its own deployment name: the shipped iterative-dpo/nightly (registered by the fixture) has a
+# concurrency limit the served runner would have to honour; this test is about the schedule
+iterative_dpo_flow.serve(name="nightly-served", interval=20, limit=1, parameters={
     "run_name": "served", "store": store, "ray_address": ray_address, "initial_policy": policy})
 """
 

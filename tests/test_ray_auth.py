@@ -39,11 +39,13 @@ def test_embedded_head_refuses_whoever_lacks_its_token(ray_head, tmp_path):
     with pytest.raises(urllib.error.HTTPError, match="401"):
         urllib.request.urlopen(f"{ray_head}/api/version", timeout=10)
     client = JobSubmissionClient(ray_head)
-    sid = client.submit_job(entrypoint="python -c \"import json, ray; ray.init(); "
+    sid = client.submit_job(entrypoint=f"{sys.executable} -c \"import ray; ray.init(); "
                                        "print('GCS=' + ray.get_runtime_context().gcs_address)\"")
     while not client.get_job_status(sid).is_terminal():
         time.sleep(0.5)
-    gcs = re.search(r"GCS=([\d.]+:\d+)", client.get_job_logs(sid)).group(1)
+    found = re.search(r"GCS=([\d.]+:\d+)", client.get_job_logs(sid))
+    assert found, (client.get_job_status(sid), client.get_job_logs(sid)[-2000:])
+    gcs = found.group(1)
     outsider = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")} | {"HOME": str(tmp_path)}
     probe = subprocess.run([sys.executable, "-c", f"import ray; ray.init(address={gcs!r}); print('JOINED')"],
                            env=outsider, capture_output=True, text=True, timeout=120)
