@@ -8,7 +8,6 @@ the prefixed rows → generate with a chosen score in the prefix, scored again.
 (default [1.0, 0.0]: the first is "the" generation, the others show how much the prefix steers). Returns each stage's
 result and, per asked-for score, the mean reward of what was generated.
 """
-from __future__ import annotations
 
 import time
 from typing import Any

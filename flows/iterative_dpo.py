@@ -9,7 +9,6 @@ so scheduled runs pick up where the previous one stopped; the pointer moves only
 model is committed, so a failed round is redone from the same policy next time. The first round
 starts from `initial_policy` (a model directory or store URI, e.g. an SFT stage's output).
 """
-from __future__ import annotations
 
 from dataclasses import asdict
 from typing import Any

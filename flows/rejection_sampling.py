@@ -7,7 +7,6 @@ current policy on the kept samples → commit → advance the policy pointer.
 Like iterative-dpo, a run continues from the latest committed policy of its `run_name` in the
 store, and a failed round leaves the pointer where it was.
 """
-from __future__ import annotations
 
 from dataclasses import asdict
 from typing import Any

@@ -5,7 +5,6 @@
 Parameters: the stage config as a YAML file (`sft_config_file`, same format as the CLI's
 --config) plus `sft` overrides (any SFT flag name), the store URI, the Ray address, the run name.
 """
-from __future__ import annotations
 
 import time
 from typing import Any

@@ -8,7 +8,6 @@ name of that stage), the store URI, the Ray address (none: a local head for this
 name. The RM stage trains from the SFT model; the PPO stage reads both from the store: the
 policy and reference from SFT, the reward model (and the critic's initialisation) from RM.
 """
-from __future__ import annotations
 
 import time
 from typing import Any
