@@ -4,9 +4,8 @@ A committed model at --save_path stays committed, intact, until the new one repl
 never writes into --save_path. On a local path the staged directory (a hidden sibling, so on the
 same filesystem) gets its MANIFEST.json and is then swapped with the old one by one atomic
 `renameat2(RENAME_EXCHANGE)`; a crash at any point leaves either the old committed model or the new
-one. Object stores have no directory rename: there the old MANIFEST.json is removed only when the
-upload of the new files starts (storage.commit_dir), so the uncommitted window is the upload, not
-the training run.
+one. Object stores have no directory rename: there the new files go to a new version folder and one
+PUT of MANIFEST.json switches to it (storage.commit_dir), so the old model stays committed until then.
 """
 from __future__ import annotations
 

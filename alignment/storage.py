@@ -1,53 +1,36 @@
 """Checkpoint directories in object storage (local paths, file://, s3://) via fsspec.
 
-A directory counts as *committed* only once its MANIFEST.json exists. The manifest is written last
-(and removed first on a re-commit), so a crash mid-upload leaves a directory every reader ignores.
+A directory counts as *committed* only once its MANIFEST.json exists; the manifest is written last,
+so a crash mid-upload leaves a directory every reader ignores. Re-committing over a committed
+object-store directory never uncommits it: the new files go to a fresh version folder
+(`<uri>/v-<time>-<id>/`, named by the manifest's "root"), the one PUT of the new MANIFEST.json
+switches readers over, and only then are the old files deleted (S3 has no directory rename).
 S3 endpoint and credentials come from the standard AWS environment (AWS_ENDPOINT_URL_S3,
 AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, ...) so the same code runs against a real S3 unchanged.
 """
 from __future__ import annotations
 
-import errno
 import fcntl
 import hashlib
 import json
 import os
 import re
 import shutil
-import time
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any
 
 import fsspec
 from fsspec.core import split_protocol
 
-from alignment.errors import TransientError
+from alignment.store_retry import StorageError, StoreUnavailable, _missing_bucket, _one_line, _retry
 
-try:  # botocore comes with s3fs; local-only use works without it
-    from botocore.exceptions import BotoCoreError, ClientError, ConnectionError as _BotoConnError, HTTPClientError
-except ImportError:  # pragma: no cover
-    BotoCoreError = ClientError = _BotoConnError = HTTPClientError = ()  # type: ignore[assignment,misc]
+__all__ = ["StorageError", "StoreUnavailable"]   # the store's errors, importable from here as before
 
 MANIFEST = "MANIFEST.json"
 LATEST = "latest"
-DEFAULT_TRIES = 5  # ALIGNFLOW_STORE_RETRIES overrides; waits 0.2, 0.4, 0.8, 1.6 s between tries
-BACKOFF_S = 0.2
 _LOCAL = (None, "file", "local")
-_TRANSIENT_CODES = {"SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "Throttling",
-                    "ThrottlingException", "503", "500", "502", "504"}
-_TRANSIENT_ERRNOS = {errno.ECONNREFUSED, errno.ECONNRESET, errno.ECONNABORTED, errno.ETIMEDOUT,
-                     errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EPIPE, errno.EBUSY, getattr(errno, "EREMOTEIO", -1)}
-T = TypeVar("T")
-
-
-class StorageError(RuntimeError):
-    """A store operation failed for good; the one-line message names the URI and what to do about it."""
-
-
-class StoreUnavailable(StorageError, TransientError):
-    """The store stayed unreachable or overloaded through every retry: worth running again later."""
 
 
 def is_remote(uri: str | Path) -> bool:
@@ -79,77 +62,6 @@ def filesystem(uri: str | Path) -> tuple[fsspec.AbstractFileSystem, str]:
 
 def _join(uri: str | Path, name: str) -> str:
     return f"{str(uri).rstrip('/')}/{name}"
-
-
-def _one_line(text: str) -> str:
-    """Collapse to one line and scrub anything secret-looking that a library put in an error."""
-    text = " ".join(str(text).split())
-    for var in ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
-        if os.environ.get(var):
-            text = text.replace(os.environ[var], "***")
-    return re.sub(r"//[^/@\s]+@", "//***@", text)  # user:password@host in endpoint URLs
-
-
-def _chain(e: BaseException | None):
-    for _ in range(8):  # an exception and what it was raised from (bounded: chains can loop)
-        if e is None:
-            return
-        yield e
-        e = e.__cause__ or e.__context__
-
-
-def _missing_bucket(e: BaseException) -> bool:
-    return any("NoSuchBucket" in repr(getattr(x, "response", "")) or "bucket does not exist" in str(x).lower()
-               for x in _chain(e))
-
-
-def _is_transient(e: BaseException) -> bool:
-    """Worth retrying: the store is unreachable or overloaded, not wrong about what we asked."""
-    if isinstance(e, (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, FileExistsError)):
-        return False
-    for x in _chain(e):
-        if isinstance(x, (ConnectionError, TimeoutError, _BotoConnError, HTTPClientError)):
-            return True
-        resp = getattr(x, "response", None)
-        if isinstance(resp, dict):
-            status = resp.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
-            if status >= 500 or resp.get("Error", {}).get("Code") in _TRANSIENT_CODES:
-                return True
-        if isinstance(x, OSError) and x.errno in _TRANSIENT_ERRNOS:
-            return True
-    return False
-
-
-def _fix(e: BaseException) -> str:
-    if _missing_bucket(e):
-        return "the bucket does not exist; create it or fix the URI"
-    if isinstance(e, FileNotFoundError):
-        return "the path does not exist; check the URI"
-    if isinstance(e, PermissionError):
-        return "access denied; check the credentials (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY) and policy"
-    return "check the URI and the store"
-
-
-def _retry(fn: Callable[[], T], what: str, uri: str | Path) -> T:
-    """Run fn, retrying transient store errors with exponential backoff; store errors become StorageError."""
-    tries = max(1, int(os.environ.get("ALIGNFLOW_STORE_RETRIES", DEFAULT_TRIES)))
-    for attempt in range(tries):
-        try:
-            return fn()
-        except Exception as e:
-            transient = _is_transient(e)
-            if not transient and not isinstance(e, (OSError, BotoCoreError, ClientError)):
-                raise  # a bug, not a store problem: keep its type and traceback
-            if transient and attempt + 1 < tries:
-                time.sleep(BACKOFF_S * 2**attempt)
-                continue
-            fix = _fix(e)
-            if transient:
-                where = f" (AWS_ENDPOINT_URL_S3={os.environ.get('AWS_ENDPOINT_URL_S3', 'unset')})" if is_remote(uri) else ""
-                fix = f"failed {tries} times; check that the store is reachable{where} and retry"
-            error = StoreUnavailable if transient else StorageError
-            raise error(_one_line(f"{what} {uri}: {type(e).__name__}: {e}; {fix}")) from e
-    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def read_text(uri: str | Path) -> str | None:
@@ -223,10 +135,23 @@ def read_manifest(uri: str | Path) -> dict | None:
         manifest = json.loads(text)
         if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
             raise ValueError("no 'files' mapping")
+        if not re.fullmatch(r"(v-[\w.-]+)?", manifest.get("root", "")):
+            raise ValueError(f"root {manifest['root']!r} is not a version folder name")
     except ValueError as e:
         raise StorageError(f"{_join(uri, MANIFEST)} is not a valid manifest ({_one_line(str(e))}); "
                            f"delete it and re-commit the directory") from e
     return manifest
+
+
+def _files_root(uri: str | Path, manifest: dict) -> str:
+    """Where the manifest's files are: the directory itself, or its current version folder."""
+    return _join(uri, manifest["root"]) if manifest.get("root") else str(uri).rstrip("/")
+
+
+def file_in(dir_uri: str | Path, rel: str) -> str:
+    """URI of file `rel` of the committed directory at dir_uri (inside its version folder, if any)."""
+    manifest = read_manifest(dir_uri)
+    return _join(_files_root(dir_uri, manifest) if manifest else dir_uri, rel)
 
 
 def exists(uri: str | Path) -> bool:
@@ -244,7 +169,9 @@ def is_committed(uri: str | Path) -> bool:
 def commit_dir(local_dir: str | Path, uri: str | Path, metadata: dict | None = None) -> dict:
     """Upload every file under local_dir to uri, then write uri/MANIFEST.json last; returns the manifest.
 
-    When uri is local_dir itself (a local save path) nothing is copied: the files are hashed in place."""
+    When uri is local_dir itself (a local save path) nothing is copied: the files are hashed in place.
+    Over a committed object-store directory the upload goes to a new version folder and the old
+    version stays committed until the new manifest replaces the old one (module docstring)."""
     src = Path(local_dir)
     if not src.is_dir():
         raise StorageError(f"commit {uri}: source {src} is not a directory; save the files there first")
@@ -252,19 +179,47 @@ def commit_dir(local_dir: str | Path, uri: str | Path, metadata: dict | None = N
     in_place = not is_remote(uri) and os.path.realpath(path) == os.path.realpath(src)
     files = sorted(p for p in src.rglob("*") if p.is_file() and not (p.parent == src and (
         p.name == MANIFEST or p.name.startswith(f".{MANIFEST}.tmp-"))))
-    # the old manifest goes before any file changes, so readers never see it over new files
-    _retry(lambda: fs.rm_file(f"{path}/{MANIFEST}") if fs.exists(f"{path}/{MANIFEST}") else None, "uncommit", uri)
+    old = _old_manifest(uri) if is_remote(uri) else None
+    root = f"v-{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}" if old else ""
+    if not is_remote(uri):   # local commits go to fresh directories (outputs.py swaps them into place)
+        _retry(lambda: fs.rm_file(f"{path}/{MANIFEST}") if fs.exists(f"{path}/{MANIFEST}") else None,
+               "uncommit", uri)
     entries: dict[str, dict[str, Any]] = {}
     for p in files:
         rel = p.relative_to(src).as_posix()
         entries[rel] = {"size": p.stat().st_size, "sha256": _sha256(p)}
         if not in_place:
-            _retry(lambda: fs.put_file(str(p), f"{path}/{rel}"), "upload", _join(uri, rel))
+            key = f"{root}/{rel}" if root else rel
+            _retry(lambda: fs.put_file(str(p), f"{path}/{key}"), "upload", _join(uri, key))
     fs.invalidate_cache()
     manifest = {"format": 1, "files": entries, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                "metadata": metadata}
+                "metadata": metadata, **({"root": root} if root else {})}
     write_text_atomic(_join(uri, MANIFEST), json.dumps(manifest, indent=1, sort_keys=True))
+    if old:
+        _drop_old_version(uri, old, root)
     return manifest
+
+
+def _old_manifest(uri: str | Path) -> dict | None:
+    try:
+        return read_manifest(uri)
+    except StoreUnavailable:
+        raise
+    except StorageError:   # an unreadable manifest commits nothing: overwrite it like a first commit
+        return None
+
+
+def _drop_old_version(uri: str | Path, old: dict, root: str) -> None:
+    """After the switch: delete the previous version's files and version folders of crashed commits."""
+    fs, path = filesystem(uri)
+    old_root = old.get("root", "")
+    for rel in old["files"]:
+        key = f"{old_root}/{rel}" if old_root else rel
+        _retry(lambda: fs.rm_file(f"{path}/{key}") if fs.exists(f"{path}/{key}") else None, "delete", _join(uri, key))
+    for name in _children(uri, "v-"):
+        if name != root:
+            remove(_join(uri, name))
+    fs.invalidate_cache()
 
 
 def _check_files(root: Path, manifest: dict, hashes: bool) -> str | None:
@@ -281,7 +236,7 @@ def _check_files(root: Path, manifest: dict, hashes: bool) -> str | None:
 
 
 def _fetch(uri: str, manifest: dict, dest: Path, verify: bool) -> None:
-    fs, path = filesystem(uri)
+    fs, path = filesystem(_files_root(uri, manifest))
     (dest / MANIFEST).unlink(missing_ok=True)  # the local copy is "committed" only after it checks out
     for rel in manifest["files"]:
         if rel.startswith("/") or ".." in rel.split("/"):
@@ -292,6 +247,22 @@ def _fetch(uri: str, manifest: dict, dest: Path, verify: bool) -> None:
     if problem:
         raise StorageError(f"download {uri}: {problem}; the upload is corrupt or was overwritten, re-commit it")
     write_text_atomic(dest / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True))
+
+
+def _fetch_current(uri: str, manifest: dict, dest: Path, verify: bool) -> dict:
+    """_fetch, again with the new manifest when a re-commit switched versions (and deleted the old
+    files) under us; returns the manifest that was fetched."""
+    for _ in range(3):
+        try:
+            _fetch(uri, manifest, dest, verify)
+            return manifest
+        except StorageError:
+            newer = read_manifest(uri)
+            if newer is None or newer == manifest:
+                raise
+            manifest = newer
+    _fetch(uri, manifest, dest, verify)
+    return manifest
 
 
 def download_dir(uri: str | Path, local_dir: str | Path | None = None, verify: bool = True) -> Path:
@@ -305,13 +276,14 @@ def download_dir(uri: str | Path, local_dir: str | Path | None = None, verify: b
                            f"point at a committed directory or commit it first")
     fs, path = filesystem(uri)
     if not is_remote(uri) and (local_dir is None or os.path.realpath(local_dir) == os.path.realpath(path)):
-        problem = _check_files(Path(path), manifest, verify)
+        files = Path(filesystem(_files_root(uri, manifest))[1])
+        problem = _check_files(files, manifest, verify)
         if problem:
             raise StorageError(f"{uri}: {problem}; the directory changed after it was committed, re-commit it")
-        return Path(path)
+        return files
     if local_dir is not None:
         dest = Path(local_dir)
-        _fetch(str(uri), manifest, dest, verify)
+        _fetch_current(str(uri), manifest, dest, verify)
         return dest
     root = Path(os.environ.get("ALIGNFLOW_CACHE") or Path.home() / ".cache" / "alignflow")
     dest = root / hashlib.sha256(fs.unstrip_protocol(path).encode()).hexdigest()[:16]
@@ -323,7 +295,7 @@ def download_dir(uri: str | Path, local_dir: str | Path | None = None, verify: b
             return dest
         tmp = root / f".{dest.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         try:  # fetch beside the entry and swap it in: a reader never sees a half-written copy
-            _fetch(str(uri), manifest, tmp, verify)
+            _fetch_current(str(uri), manifest, tmp, verify)
             shutil.rmtree(dest, ignore_errors=True)
             os.replace(tmp, dest)
         finally:

@@ -14,6 +14,7 @@ from typing import Any
 
 from prefect import get_run_logger
 
+from alignment import storage
 from alignment.config import ConfigError
 from alignflow.tasks.params import StageOverrides, checked_flow, overrides
 from alignflow.tasks.ray_cluster import ray_cluster
@@ -53,7 +54,7 @@ async def conditional_sft_flow(policy: str, run_name: str = "tiny-csft", store: 
     with ray_cluster(ray_address) as cluster:
         run = stage_runner(retries)
         scored = await run("batch_inference", store, run_name, cluster, score_config_file, score, {"pretrain": policy})
-        data_uri = f"{scored.model_uri}/output.jsonl"
+        data_uri = storage.file_in(scored.model_uri, "output.jsonl")
         trained = await run("sft", store, run_name, cluster, sft_config_file, sft,
                             {"pretrain": policy, "dataset": data_uri})
         summaries.update(score=scored.summary(), sft=trained.summary())
@@ -64,7 +65,7 @@ async def conditional_sft_flow(policy: str, run_name: str = "tiny-csft", store: 
             gen = await run("batch_inference", store, run_name, cluster, generate_config_file,
                             {**generate, "csft_reward": r}, {"pretrain": trained.model_uri})
             summaries[f"generate (score {r})"] = gen.summary()
-            results["generated"][str(r)] = {"output": f"{gen.model_uri}/output.jsonl",
+            results["generated"][str(r)] = {"output": storage.file_in(gen.model_uri, "output.jsonl"),
                                             "mean_reward": gen.metrics.get("mean_reward")}
             logger.info("generation with score %s in the prefix: mean reward %s", r, gen.metrics.get("mean_reward"))
     report = build_report("conditional-sft", run_name, summaries, time.monotonic() - started)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from prefect import get_run_logger
 
+from alignment import storage
 from alignment.config import ConfigError
 from alignflow.tasks.params import StageOverrides, overrides
 from alignflow.tasks.policy_pointer import PolicyPointer, advance, pointer_uri, read_pointer
@@ -72,7 +73,7 @@ async def policy_rounds(*, flow_name: str, train_stage: str, run_name: str, stor
             # and (with rollout_batch_size in the generate config) picks this round's slice of prompts
             data = await run("batch_inference", store, run_name, cluster, generate_config_file,
                              {**generate, "seed": generate.get("seed", 0) + k, "iter": k - 1}, {"pretrain": policy})
-            data_uri = f"{data.model_uri}/output.jsonl"
+            data_uri = storage.file_in(data.model_uri, "output.jsonl")
             trained = await run(train_stage, store, run_name, cluster, train_config_file, train,
                                 {"pretrain": policy, "dataset": data_uri})
             pointer = advance(store, run_name, pointer, trained.model_uri, {

@@ -30,7 +30,7 @@ def artifact_key(*parts: str) -> str:
 
 
 def read_metrics(model_uri: str) -> list[dict]:
-    text = storage.read_text(f"{model_uri}/metrics.jsonl") or ""
+    text = storage.read_text(storage.file_in(model_uri, "metrics.jsonl")) or ""
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
@@ -49,7 +49,7 @@ def load_snippet(stage: str, model_uri: str) -> str:
     """Python that loads the committed output with plain transformers."""
     if stage == "batch_inference":
         return (f"from alignment import storage\nrows = [json.loads(l) for l in "
-                f"storage.read_text({model_uri + '/output.jsonl'!r}).splitlines()]")
+                f"storage.read_text(storage.file_in({model_uri!r}, 'output.jsonl')).splitlines()]")
     cls = LOADERS.get(stage, "AutoModelForCausalLM")
     local = model_uri.removeprefix("file://")
     if storage.is_remote(model_uri):   # a store URI: fetched once into the local cache
@@ -93,7 +93,7 @@ async def publish_stage(run_name: str, stage: str, model_uri: str, rows: list[di
     await acreate_markdown_artifact(key=f"{prefix}-model", markdown=model_markdown(stage, run_name, model_uri, tracking),
                                     description=f"Committed {stage} output of run {run_name}")
     if stage == "batch_inference":
-        rewards = json.loads(storage.read_text(f"{model_uri}/rewards.json") or "[]")
+        rewards = json.loads(storage.read_text(storage.file_in(model_uri, "rewards.json")) or "[]")
         panels = curves.reward_histogram(rewards, f"reward of the {len(rewards)} samples")
     else:
         panels = curves.stage_panels(stage, rows)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from alignment import storage
+from alignment import storage, store_retry
 from alignment.storage import StorageError
 from tests.fixtures_s3 import free_port
 
@@ -17,7 +17,7 @@ from tests.fixtures_s3 import free_port
 @pytest.fixture(autouse=True)
 def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ALIGNFLOW_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(storage, "BACKOFF_S", 0.01)
+    monkeypatch.setattr(store_retry, "BACKOFF_S", 0.01)
 
 
 def make_dir(root: Path, seed: str = "x") -> Path:
@@ -180,19 +180,19 @@ def test_retry_transient_then_give_up(monkeypatch: pytest.MonkeyPatch) -> None:
             raise ConnectionRefusedError(111, "Connection refused")
         return "ok"
 
-    assert storage._retry(flaky, "read", "s3://b/x") == "ok" and len(calls) == 3
+    assert store_retry._retry(flaky, "read", "s3://b/x") == "ok" and len(calls) == 3
     monkeypatch.setenv("ALIGNFLOW_STORE_RETRIES", "2")
     calls.clear()
     with pytest.raises(storage.StoreUnavailable, match=r"^read s3://b/x: .*reachable"):   # transient: exit 75
-        storage._retry(lambda: flaky() and "", "read", "s3://b/x")
+        store_retry._retry(lambda: flaky() and "", "read", "s3://b/x")
     assert len(calls) == 2
     calls.clear()
     with pytest.raises(StorageError, match="does not exist") as permanent:  # one try, exit 2
-        storage._retry(lambda: calls.append(1) or open("/nonexistent/x"), "read", "/nonexistent/x")
+        store_retry._retry(lambda: calls.append(1) or open("/nonexistent/x"), "read", "/nonexistent/x")
     assert not isinstance(permanent.value, storage.StoreUnavailable)
     assert len(calls) == 1
     with pytest.raises(ZeroDivisionError):  # bugs keep their type
-        storage._retry(lambda: 1 / 0, "read", "x")
+        store_retry._retry(lambda: 1 / 0, "read", "x")
 
 
 # --- S3 (a real moto_server) -----------------------------------------------------------------------------
@@ -212,6 +212,34 @@ def test_s3_commit_download_round_trip(tmp_path: Path, s3_root: str) -> None:
     storage.commit_dir(make_dir(tmp_path / "src2", "y"), uri)  # new content: cache refreshed
     again = storage.download_dir(uri)
     assert tree(again) == tree(tmp_path / "src2") and not (again / "marker").exists()
+
+
+def test_s3_recommit_keeps_the_old_version_committed_until_the_switch(tmp_path: Path, s3_root: str,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    uri = f"{s3_root}/recommitted"
+    fs, path = storage.filesystem(uri)
+    storage.commit_dir(make_dir(tmp_path / "v1", "one"), uri)
+    fs.pipe_file(f"{path}/v-19990101T000000-dead0000/config.json", b"a crashed commit's upload")
+    seen: list[dict[str, bytes]] = []
+
+    def put_and_look(src: str, dst: str, **kw) -> None:   # a reader in the middle of the new upload
+        assert storage.is_committed(uri)
+        seen.append(tree(storage.download_dir(uri, tmp_path / f"mid{len(seen)}")))
+        type(fs).put_file(fs, src, dst, **kw)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(fs, "put_file", put_and_look)
+        manifest = storage.commit_dir(make_dir(tmp_path / "v2", "two"), uri)
+    assert len(seen) == 3 and all(t == tree(tmp_path / "v1") for t in seen)   # the old model, whole, every time
+    root = manifest["root"]
+    assert root.startswith("v-") and storage.read_manifest(uri) == manifest
+    assert tree(storage.download_dir(uri, tmp_path / "after")) == tree(tmp_path / "v2")
+    left = sorted(p.removeprefix(path + "/") for p in fs.find(path))
+    assert left == sorted([storage.MANIFEST] + [f"{root}/{rel}" for rel in manifest["files"]])  # old files gone
+    assert storage.read_text(storage.file_in(uri, "config.json")) == json.dumps({"seed": "two"})
+    third = storage.commit_dir(make_dir(tmp_path / "v3", "three"), uri)   # version to version
+    assert third["root"] != root and not fs.exists(f"{path}/{root}")
+    assert tree(storage.download_dir(uri, tmp_path / "third")) == tree(tmp_path / "v3")
 
 
 def test_s3_latest_pointer_and_retention(tmp_path: Path, s3_root: str) -> None:

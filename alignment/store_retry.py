@@ -1,0 +1,115 @@
+"""Store errors and the retry policy every store call goes through.
+
+Transient errors (connection refused/reset, timeouts, 5xx, throttling) are retried with exponential
+backoff; when they outlast the retries they become StoreUnavailable, a TransientError (the CLIs exit
+75 and the stage task retries later). Anything else the store says (missing path, missing bucket,
+denied) is a StorageError with one line naming the URI and the fix.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import re
+import time
+from pathlib import Path
+from typing import Callable, TypeVar
+
+from fsspec.core import split_protocol
+
+from alignment.errors import TransientError
+
+try:  # botocore comes with s3fs; local-only use works without it
+    from botocore.exceptions import BotoCoreError, ClientError, ConnectionError as _BotoConnError, HTTPClientError
+except ImportError:  # pragma: no cover
+    BotoCoreError = ClientError = _BotoConnError = HTTPClientError = ()  # type: ignore[assignment,misc]
+
+DEFAULT_TRIES = 5  # ALIGNFLOW_STORE_RETRIES overrides; waits 0.2, 0.4, 0.8, 1.6 s between tries
+BACKOFF_S = 0.2
+_TRANSIENT_CODES = {"SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "Throttling",
+                    "ThrottlingException", "503", "500", "502", "504"}
+_TRANSIENT_ERRNOS = {errno.ECONNREFUSED, errno.ECONNRESET, errno.ECONNABORTED, errno.ETIMEDOUT,
+                     errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EPIPE, errno.EBUSY, getattr(errno, "EREMOTEIO", -1)}
+T = TypeVar("T")
+
+
+def _is_remote(uri: str | Path) -> bool:
+    return split_protocol(str(uri))[0] not in (None, "file", "local")
+
+
+class StorageError(RuntimeError):
+    """A store operation failed for good; the one-line message names the URI and what to do about it."""
+
+
+class StoreUnavailable(StorageError, TransientError):
+    """The store stayed unreachable or overloaded through every retry: worth running again later."""
+
+
+def _one_line(text: str) -> str:
+    """Collapse to one line and scrub anything secret-looking that a library put in an error."""
+    text = " ".join(str(text).split())
+    for var in ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        if os.environ.get(var):
+            text = text.replace(os.environ[var], "***")
+    return re.sub(r"//[^/@\s]+@", "//***@", text)  # user:password@host in endpoint URLs
+
+
+def _chain(e: BaseException | None):
+    for _ in range(8):  # an exception and what it was raised from (bounded: chains can loop)
+        if e is None:
+            return
+        yield e
+        e = e.__cause__ or e.__context__
+
+
+def _missing_bucket(e: BaseException) -> bool:
+    return any("NoSuchBucket" in repr(getattr(x, "response", "")) or "bucket does not exist" in str(x).lower()
+               for x in _chain(e))
+
+
+def _is_transient(e: BaseException) -> bool:
+    """Worth retrying: the store is unreachable or overloaded, not wrong about what we asked."""
+    if isinstance(e, (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, FileExistsError)):
+        return False
+    for x in _chain(e):
+        if isinstance(x, (ConnectionError, TimeoutError, _BotoConnError, HTTPClientError)):
+            return True
+        resp = getattr(x, "response", None)
+        if isinstance(resp, dict):
+            status = resp.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
+            if status >= 500 or resp.get("Error", {}).get("Code") in _TRANSIENT_CODES:
+                return True
+        if isinstance(x, OSError) and x.errno in _TRANSIENT_ERRNOS:
+            return True
+    return False
+
+
+def _fix(e: BaseException) -> str:
+    if _missing_bucket(e):
+        return "the bucket does not exist; create it or fix the URI"
+    if isinstance(e, FileNotFoundError):
+        return "the path does not exist; check the URI"
+    if isinstance(e, PermissionError):
+        return "access denied; check the credentials (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY) and policy"
+    return "check the URI and the store"
+
+
+def _retry(fn: Callable[[], T], what: str, uri: str | Path) -> T:
+    """Run fn, retrying transient store errors with exponential backoff; store errors become StorageError."""
+    tries = max(1, int(os.environ.get("ALIGNFLOW_STORE_RETRIES", DEFAULT_TRIES)))
+    for attempt in range(tries):
+        try:
+            return fn()
+        except Exception as e:
+            transient = _is_transient(e)
+            if not transient and not isinstance(e, (OSError, BotoCoreError, ClientError)):
+                raise  # a bug, not a store problem: keep its type and traceback
+            if transient and attempt + 1 < tries:
+                time.sleep(BACKOFF_S * 2**attempt)
+                continue
+            fix = _fix(e)
+            if transient:
+                where = f" (AWS_ENDPOINT_URL_S3={os.environ.get('AWS_ENDPOINT_URL_S3', 'unset')})" if _is_remote(uri) else ""
+                fix = f"failed {tries} times; check that the store is reachable{where} and retry"
+            error = StoreUnavailable if transient else StorageError
+            raise error(_one_line(f"{what} {uri}: {type(e).__name__}: {e}; {fix}")) from e
+    raise AssertionError("unreachable")  # pragma: no cover
