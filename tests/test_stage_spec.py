@@ -23,6 +23,13 @@ def test_identity_ignores_bookkeeping_but_not_hyperparameters():
     assert identity_hash("sft", cfg(), inputs={"pretrain": "s3://b/x"}) != base
 
 
+def test_identity_follows_the_hub_revision():
+    hub = identity_hash("sft", cfg(pretrain="HuggingFaceTB/SmolLM2-135M-Instruct"))
+    pinned = identity_hash("sft", cfg(pretrain="HuggingFaceTB/SmolLM2-135M-Instruct", revision="v1.0"))
+    assert len({hub, pinned, identity_hash("sft", cfg(pretrain="HuggingFaceTB/SmolLM2-135M-Instruct",
+                                                          revision="0123abc"))}) == 3
+
+
 def test_identity_follows_the_content_of_local_data(tmp_path):
     """Fix a row in my.jsonl and rerun: the stage runs again (same size, same name, new content);
     touching the file without changing it still finds the committed stage."""
@@ -115,6 +122,7 @@ def test_the_llama3_8b_template_is_a_valid_multi_gpu_recipe():
     ({"dataset": "parquet@/tmp"}, "only json@DIR is supported"),
     ({"eval_dataset": "not a name!"}, "neither an existing path nor a hub name"),
     ({"pretrain": "/nowhere/model"}, "--pretrain /nowhere/model: does not exist"),
+    ({"revision": "v1.0"}, "--revision v1.0: --pretrain " + str(REPO / "data") + " is a directory or store URI"),
 ])
 def test_a_flow_refuses_bad_stage_values_before_anything_starts(over, needle):
     with pytest.raises(ConfigError, match=re.escape(needle)):

@@ -14,6 +14,8 @@ from alignment.config.base import ConfigError, opt, require
 @dataclass
 class ModelConfig:
     pretrain: Optional[str] = opt(None, "HF model directory, store URI (s3://...) or hub name to start from")
+    revision: Optional[str] = opt(None, "Hub revision of --pretrain (branch, tag or commit sha) to pin; part of the "
+                                        "stage identity, so a flow reruns the stage when it changes")
     bf16: bool = opt(False, "Train in bfloat16. On CPUs without native bf16 the math runs in fp32 (logged once)")
     flash_attn: bool = opt(False, "Use flash-attention 2; falls back to PyTorch SDPA (logged once) where flash-attn is missing")
     gradient_checkpointing: bool = opt(False, "Recompute activations in backward to save memory")
@@ -26,6 +28,9 @@ class ModelConfig:
 
     def check_model(self) -> None:
         require(bool(self.pretrain), "--pretrain is required: pass a model directory, s3:// URI or hub name")
+        require(not self.revision or not (self.pretrain.startswith(("/", ".", "~")) or "://" in self.pretrain),
+                f"--revision {self.revision}: --pretrain {self.pretrain} is a directory or store URI, not a hub name; "
+                f"drop --revision (it pins a Hugging Face hub model)")
         require(self.ring_attn_size >= 1, f"--ring_attn_size {self.ring_attn_size}: must be >= 1 (1 turns it off)")
         require(self.ring_head_stride >= 1, f"--ring_head_stride {self.ring_head_stride}: must be >= 1")
         if self.load_in_4bit and hasattr(self, "lora_rank"):   # training: 4-bit weights are frozen, so LoRA

@@ -36,7 +36,7 @@ def prepare(cfg: Any, rt: Runtime) -> ModelSetup:
     attn = attn_implementation(cfg.flash_attn, rt.device)
     check_4bit(cfg.load_in_4bit, rt.device)
     check_ring_attention(cfg.ring_attn_size, rt.device)
-    path = resolve_model_path(cfg.pretrain)
+    path = resolve_model_path(cfg.pretrain, revision=cfg.revision)
     if isinstance(cfg, RanksConfig) and getattr(cfg, "load_checkpoint", False):   # the DeepSpeed trainers' resume
         from alignment.trainers.checkpoint import check_world_size
         check_world_size(cfg.ckpt_path, rt.world_size)

@@ -21,8 +21,15 @@ def _looks_like_path(name: str) -> bool:
     return name.startswith(("/", ".", "~")) or os.sep * 2 in name or name.count("/") > 1 or os.path.exists(name)
 
 
-def resolve_model_path(name: str, flag: str = "--pretrain") -> str:
-    """A local directory for `name`: downloads committed store URIs; hub names pass through."""
+def resolve_model_path(name: str, flag: str = "--pretrain", revision: str | None = None) -> str:
+    """A local directory for `name`: downloads committed store URIs; hub names pass through, or, with a
+    `revision` (branch, tag or commit), become the local snapshot of exactly that revision, so every
+    later load (tokenizer, model, reference, config) reads the same files."""
+    if revision:
+        if storage.is_remote(name) or _looks_like_path(name):
+            raise ModelLoadError(f"--revision {revision}: {flag} {name} is a directory or store URI, not a hub name; "
+                                 f"drop --revision (it pins a Hugging Face hub model)")
+        return _hub_snapshot(name, revision, flag)
     if storage.is_remote(name) or name.startswith("file://"):
         if not storage.is_committed(name):
             raise ModelLoadError(f"{flag} {name}: no committed model there (no MANIFEST.json); "
@@ -37,6 +44,19 @@ def resolve_model_path(name: str, flag: str = "--pretrain") -> str:
             raise ModelLoadError(f"{flag} {name}: no config.json in that directory; is it a Hugging Face model?")
         return str(path)
     return name  # a hub name: from_pretrained is the real path for users who have the hub
+
+
+def _hub_snapshot(name: str, revision: str, flag: str) -> str:
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RevisionNotFoundError
+
+    try:
+        return snapshot_download(name, revision=revision)
+    except RevisionNotFoundError as e:
+        raise ModelLoadError(f"--revision {revision}: {name} has no such branch, tag or commit; "
+                             f"pass one listed on its hub page") from e
+    except (LocalEntryNotFoundError, HfHubHTTPError, OSError) as e:
+        raise _hub_error(f"{name}@{revision}", flag, e) from e
 
 
 def _hub_error(name: str, flag: str, e: Exception) -> ModelLoadError:

@@ -138,7 +138,7 @@ class RayPPO:
         actor = ray.remote(vllm_engine_actor()).options(
             num_cpus=plan.share, num_gpus=plan.share if self.gpu else 0, runtime_env={"env_vars": env},
             scheduling_strategy=PlacementGroupSchedulingStrategy(pgs[plan.bundle_set], placement_group_bundle_index=k))
-        return actor.remote(resolve_model_path(cfg.pretrain), cfg.prompt_max_len + cfg.generate_max_len, cfg.seed + k,
+        return actor.remote(resolve_model_path(cfg.pretrain, revision=cfg.revision), cfg.prompt_max_len + cfg.generate_max_len, cfg.seed + k,
                             not self.gpu, cfg.vllm_gpu_memory_utilization, cfg.enable_prefix_caching,
                             "bfloat16" if cfg.bf16 else "auto")
 
@@ -290,7 +290,7 @@ def run(cfg: Any) -> dict[str, float]:
 
     from alignment.models.precision import check_ring_attention
     check_ring_attention(cfg.ring_attn_size, "cuda" if torch.cuda.is_available() else "cpu")
-    tokenizer = load_tokenizer(resolve_model_path(cfg.pretrain), cfg.tokenizer_chat_template,
+    tokenizer = load_tokenizer(resolve_model_path(cfg.pretrain, revision=cfg.revision), cfg.tokenizer_chat_template,
                                use_fast=not cfg.disable_fast_tokenizer)
     prompts = load_prompts(cfg, tokenizer, cfg.prompt_data, cfg.prompt_split)
     function_reward = FunctionReward(cfg.remote_rm_url) if cfg.remote_rm_url else None

@@ -37,6 +37,6 @@ class ReferenceModel:
 
 
 def reference_for(cfg: Any, setup: Any, device: str) -> ReferenceModel:
-    name = cfg.ref_pretrain or cfg.pretrain
+    name = cfg.ref_pretrain or setup.path   # --pretrain as resolved (at its --revision)
     flag = "--ref_pretrain" if cfg.ref_pretrain else "--pretrain"
     return ReferenceModel(name, setup.precision.dtype, setup.attn, device, cfg.ref_offload, flag)
