@@ -69,7 +69,9 @@ class Prefect:
 
 
 @pytest.fixture(scope="module")
-def prefect(tmp_path_factory):
+def prefect(tmp_path_factory, ray_head):
+    # after ray_head: the worker's (and a served flow's) environment then holds the session cluster's
+    # token (RAY_AUTH_MODE/RAY_AUTH_TOKEN), as a real worker's would; before it, they could not reach it
     logs = tmp_path_factory.mktemp("prefect")
     port = free_port()
     api = f"http://127.0.0.1:{port}/api"
@@ -243,8 +245,12 @@ from alignflow.flows.iterative_dpo import iterative_dpo_flow
 store, ray_address, policy = sys.argv[1:4]
 # its own deployment name: the shipped iterative-dpo/nightly (registered by the fixture) has a
 # concurrency limit the served runner would have to honour; this test is about the schedule
+# 256 prompts and one DPO epoch a round (the shipped round is 1,024 prompts, 2 epochs): enough pairs
+# to train on, and the schedule is what this test is about
 iterative_dpo_flow.serve(name="nightly-served", interval=20, limit=1, parameters={
-    "run_name": "served", "store": store, "ray_address": ray_address, "initial_policy": policy})
+    "run_name": "served", "store": store, "ray_address": ray_address, "initial_policy": policy,
+    "generate": {"rollout_batch_size": 256},
+    "dpo": {"max_epochs": 1, "train_batch_size": 4, "micro_train_batch_size": 4}})
 """
 
 

@@ -127,6 +127,7 @@ def rank_processes() -> list:
     return found
 
 
+@pytest.mark.chaos   # a kill -9 test: runs with the chaos suite (`make test-chaos`), which CI runs too
 def test_killed_rank_fails_the_job_and_the_retry_resumes_and_matches(ray_head, tmp_path):
     """kill -9 of one of the stage's two ranks mid-stage: the job fails, the task retries, the retry
     resumes from the newest committed checkpoint, and the model equals an uninterrupted run's."""
