@@ -102,6 +102,18 @@ def write_text_atomic(uri: str | Path, text: str) -> None:
     _retry(write, "write", uri)
 
 
+def fetch_file(uri: str | Path, dest: str | Path) -> None:
+    """Copy one file from the store to a local path (transient errors retried)."""
+    fs, path = filesystem(uri)
+    _retry(lambda: fs.get_file(path, str(dest)), "download", uri)
+
+
+def list_files(uri: str | Path) -> list[str]:
+    """Paths, relative to `uri`, of every file under it (empty when there is nothing there)."""
+    fs, path = filesystem(uri)
+    return [key[len(path):].lstrip("/") for key in _retry(lambda: fs.find(path), "list", uri)]
+
+
 def remove(uri: str | Path) -> None:
     """Delete a file or a directory tree; missing is fine. The manifest goes first, so a crash
     mid-delete leaves an uncommitted (ignored) directory rather than a committed, broken one."""

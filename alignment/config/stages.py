@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-
 from typing import Optional
 
 from alignment.config.base import check_store_uri, opt, require
@@ -127,3 +126,21 @@ class TinyBaseConfig(StageConfig):
     seed: int = opt(0, "Seed of the random initialisation")
     arch: str = opt("llama", "llama (the tiny world's model) or mixtral (a tiny sparse MoE, for --aux_loss_coef)",
                     choices=("llama", "mixtral"))
+
+
+@dataclass
+class ImportModelConfig(StageConfig):
+    """Commit a model made elsewhere as a plain Hugging Face folder in the store
+    (`python -m alignment.cli.import_model SRC --save_path URI`)."""
+
+    source: Optional[str] = opt(None, "The model to import: a .gguf file, a Hugging Face model folder (local or s3://, "
+                                      "with or without our MANIFEST.json) or a hub name. Also the first positional argument")
+    save_path: Optional[str] = opt(None, "Where the committed HF folder goes (local path or s3://)")
+    gguf_file: Optional[str] = opt(None, "Which .gguf file of a folder or hub repo holding several to import")
+    revision: Optional[str] = opt(None, "Hub revision (branch, tag or commit sha) of a hub-name --source")
+
+    def check_import(self) -> None:
+        require(bool(self.source), "no model to import: pass SRC (a .gguf file, a model folder, s3:// URI or hub name)")
+        require(bool(self.save_path), "--save_path is required: where the imported model is committed")
+        require(not self.revision or not (self.source.startswith(("/", ".", "~")) or "://" in self.source),
+                f"--revision {self.revision}: {self.source} is a file, folder or store URI, not a hub name; drop --revision")
