@@ -44,11 +44,12 @@ def test_openrlhf_readme_command_runs_as_a_ray_job(ray_head, tiny_sft, tiny_rm, 
               "--rollout_batch_size", "16", "--max_samples", "32", "--max_epochs", "1", "--prompt_max_len", "1024",
               "--generate_max_len", "16", "--zero_stage", "3", "--bf16", "--actor_learning_rate", "5e-7",
               "--critic_learning_rate", "9e-6", "--init_kl_coef", "0.01", *PROMPTS[:2], "--input_key",
-              "context_messages", "--apply_chat_template", "--normalize_reward", "--adam_offload", "--flash_attn",
-              "--gradient_checkpointing"]
+              "context_messages", "--apply_chat_template", "--normalize_reward", "--packing_samples", "--adam_offload",
+              "--flash_attn", "--gradient_checkpointing"]
     status, logs = ray_job(ray_head, readme, "ppo-readme")
     assert status.endswith("SUCCEEDED"), logs[-3000:]
     assert "placed actor 1x1, critic 1x1, ref 1x1 on actor's bundles, reward 1x1 on critic's bundles" in logs
+    assert "--packing_samples: training and scoring forward passes on packed rows (block-causal mask)" in logs
     rows = metric_rows(out)
     assert [r["step"] for r in rows] == [1, 2]
     assert all("train/value_loss" in r and "train/kl" in r and "train/policy_loss" in r for r in rows)

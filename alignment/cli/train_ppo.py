@@ -97,7 +97,9 @@ def main(argv: list[str] | None = None) -> dict:
     if uses_reference(cfg):    # else no KL term: the reference is never loaded (its memory and forward saved)
         ref_device = "cpu" if cfg.ref_reward_offload else rt.device
         ref = load_causal_lm(setup.path, setup.precision.dtype, setup.attn).to(ref_device).eval().requires_grad_(False)
-    trainer = PPOTrainer(cfg, rt, actor, critic, ref, reward, setup.tokenizer, prompts, critic_scale)
+    from alignment.ppo.packed import packing_for
+    trainer = PPOTrainer(cfg, rt, actor, critic, ref, reward, setup.tokenizer, prompts, critic_scale,
+                         packing_for(cfg, setup))
 
     # built here, committed over --save_path at the end: a committed model there stays intact until then
     run_dir = outputs.staging_dir(cfg.save_path) if rt.is_main else None

@@ -51,7 +51,13 @@ class LoraConfig:
 
 
 @dataclass
-class DataConfig:
+class PackingConfig:
+    packing_samples: bool = opt(False, "Pack several samples into one row for the training forward passes, keeping "
+                                       "per-sample positions and attention (same losses, less padding computed)")
+
+
+@dataclass
+class DataConfig(PackingConfig):
     dataset: Optional[str] = opt(None, "Comma-separated datasets: .jsonl/.json files, json@DIR, directories, store URIs or hub names")
     dataset_probs: Optional[str] = opt(None, "Comma-separated sampling probabilities for --dataset (default: equal)")
     dataset_split: str = opt("train", "Split to train on")
@@ -65,7 +71,6 @@ class DataConfig:
     apply_chat_template: bool = opt(False, "Render prompts with the tokenizer's chat template")
     multiturn: bool = opt(False, "Train on every assistant turn of the conversation in --input_key")
     pretrain_mode: bool = opt(False, "Loss on every token (continued pre-training), not only the response")
-    packing_samples: bool = opt(False, "Pack several samples into one row, keeping per-sample positions and attention")
 
     def check_data(self) -> None:
         require(bool(self.dataset), "--dataset is required: pass a .jsonl file, json@DIR or a hub name")

@@ -9,7 +9,9 @@ from dataclasses import dataclass
 from typing import Optional
 
 from alignment.config.base import opt, require
-from alignment.config.groups import CheckpointConfig, LoggingConfig, LoraConfig, ModelConfig, TrainConfig, check_mixing
+from alignment.config.groups import (
+    CheckpointConfig, LoggingConfig, LoraConfig, ModelConfig, PackingConfig, TrainConfig, check_mixing,
+)
 from alignment.config.stages import StageConfig
 
 ADVANTAGE_ESTIMATORS = ("gae", "reinforce", "reinforce_baseline", "rloo", "group_norm", "dr_grpo")
@@ -169,7 +171,7 @@ class RewardSourceConfig:
 
 @dataclass
 class PPOConfig(LoggingConfig, CheckpointConfig, TrainConfig, LoraConfig, AlgorithmConfig, RewardSourceConfig,
-                RolloutConfig, PlacementConfig, ModelConfig, StageConfig):
+                RolloutConfig, PlacementConfig, PackingConfig, ModelConfig, StageConfig):
     """PPO / REINFORCE++ / RLOO / GRPO on Ray (`python -m alignment.cli.train_ppo_ray`)."""
 
     def check_ppo(self) -> None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from alignment.losses.nll import token_logprobs
+from alignment.ppo.packed import Packing, pack, packed_token_logprobs
 from alignment.rollout.types import Rollout
 
 
@@ -47,7 +48,12 @@ def rollout_to_batch(rollout: Rollout, pad_id: int) -> SequenceBatch:
     return SequenceBatch(seq, attn, action, list(rollout.prompt_index))
 
 
-def action_logprobs(model: torch.nn.Module, batch: SequenceBatch) -> torch.Tensor:
-    """[B, L-1] log π(token t+1 | ≤ t), zero off the response."""
-    logits = model(input_ids=batch.sequences, attention_mask=batch.attention_mask).logits
-    return token_logprobs(logits, batch.sequences) * batch.action_mask
+def action_logprobs(model: torch.nn.Module, batch: SequenceBatch, packing: Packing | None = None) -> torch.Tensor:
+    """[B, L-1] log π(token t+1 | ≤ t), zero off the response. `packing`: run the forward pass on
+    packed rows (--packing_samples; alignment/ppo/packed.py)."""
+    if packing is None:
+        logits = model(input_ids=batch.sequences, attention_mask=batch.attention_mask).logits
+        return token_logprobs(logits, batch.sequences) * batch.action_mask
+    rows = pack(batch.sequences, batch.attention_mask, packing)
+    logits = model(**rows.forward_kwargs()).logits
+    return packed_token_logprobs(logits, rows, tuple(batch.sequences.shape)) * batch.action_mask

@@ -14,6 +14,7 @@ from alignment.losses.nll import masked_mean
 from alignment.losses.ppo import policy_loss, value_loss
 from alignment.ppo.batch import SequenceBatch, action_logprobs
 from alignment.ppo.experience import Experience
+from alignment.ppo.packed import Packing, pack, unpack
 
 
 def micro_slices(batch: SequenceBatch, size: int) -> Iterator[SequenceBatch]:
@@ -26,22 +27,29 @@ def model_device(model: torch.nn.Module) -> torch.device:
 
 
 @torch.no_grad()
-def logprobs(model: torch.nn.Module, batch: SequenceBatch, micro: int) -> torch.Tensor:
+def logprobs(model: torch.nn.Module, batch: SequenceBatch, micro: int, packing: Packing | None = None) -> torch.Tensor:
     """[B, L-1] action log-probs, computed `micro` rows at a time on the model's device; CPU out."""
     dev = model_device(model)
-    return torch.cat([action_logprobs(model, mb.to(dev)).cpu() for mb in micro_slices(batch, micro)])
+    return torch.cat([action_logprobs(model, mb.to(dev), packing).cpu() for mb in micro_slices(batch, micro)])
 
 
-def value_forward(critic: Any, capture: Any, batch: SequenceBatch) -> torch.Tensor:
+def value_forward(critic: Any, capture: Any, batch: SequenceBatch, packing: Packing | None = None) -> torch.Tensor:
     """[B, L-1]: V of the state before each action (the value read at token t scores action t+1)."""
-    critic(input_ids=batch.sequences, attention_mask=batch.attention_mask)
-    return capture.take()[:, :-1].float() * batch.action_mask
+    if packing is None:
+        critic(input_ids=batch.sequences, attention_mask=batch.attention_mask)
+        v = capture.take()
+    else:
+        rows = pack(batch.sequences, batch.attention_mask, packing)
+        critic(**rows.forward_kwargs())
+        v = unpack(capture.take(), rows, tuple(batch.sequences.shape))
+    return v[:, :-1].float() * batch.action_mask
 
 
 @torch.no_grad()
-def values(critic: torch.nn.Module, capture: Any, batch: SequenceBatch, micro: int) -> torch.Tensor:
+def values(critic: torch.nn.Module, capture: Any, batch: SequenceBatch, micro: int,
+           packing: Packing | None = None) -> torch.Tensor:
     dev = model_device(critic)
-    return torch.cat([value_forward(critic, capture, mb.to(dev)).cpu() for mb in micro_slices(batch, micro)])
+    return torch.cat([value_forward(critic, capture, mb.to(dev), packing).cpu() for mb in micro_slices(batch, micro)])
 
 
 def _epochs(exp: Experience, cfg: Any, seed: int) -> Iterator[Experience]:
@@ -58,13 +66,14 @@ def _mean(rows: list[dict[str, float]]) -> dict[str, float]:
     return {k: sum(r[k] for r in rows) / len(rows) for k in rows[0]} if rows else {}
 
 
-def train_critic(critic: Any, capture: Any, exp: Experience, cfg: Any, seed: int) -> dict[str, float]:
+def train_critic(critic: Any, capture: Any, exp: Experience, cfg: Any, seed: int,
+                 packing: Packing | None = None) -> dict[str, float]:
     """Clipped value loss on each micro-batch; DeepSpeed steps at accumulation boundaries."""
     critic.train()
     dev, rows = model_device(critic.module), []
     for mb in _epochs(exp, cfg, seed):
         b = mb.batch.to(dev)
-        v = value_forward(critic, capture, b)
+        v = value_forward(critic, capture, b, packing)
         loss = value_loss(v, mb.values.to(dev), mb.returns.to(dev), b.action_mask, cfg.value_clip)
         critic.backward(loss)
         critic.step()
@@ -72,7 +81,8 @@ def train_critic(critic: Any, capture: Any, exp: Experience, cfg: Any, seed: int
     return _mean(rows)
 
 
-def train_actor(actor: Any, exp: Experience, cfg: Any, kl_coef: float, seed: int) -> dict[str, float]:
+def train_actor(actor: Any, exp: Experience, cfg: Any, kl_coef: float, seed: int,
+                packing: Packing | None = None) -> dict[str, float]:
     """Clipped (optionally dual-clipped) policy loss, plus β·KL when --use_kl_loss."""
     actor.train()
     eps_low, eps_high = cfg.eps_clip_low_high or (cfg.eps_clip, cfg.eps_clip)
@@ -80,7 +90,7 @@ def train_actor(actor: Any, exp: Experience, cfg: Any, kl_coef: float, seed: int
     for mb in _epochs(exp, cfg, seed):
         b = mb.batch.to(dev)
         mask = b.action_mask
-        logp = action_logprobs(actor, b)
+        logp = action_logprobs(actor, b, packing)
         old = logp.detach() if mb.old_logp is None else mb.old_logp.to(dev)   # None: on-policy (needs_old_logprobs)
         ploss, clipfrac = policy_loss(logp, old, mb.advantages.to(dev), mask, eps_low, eps_high, cfg.dual_clip)
         loss, row = ploss, {"policy_loss": ploss.item(), "clipfrac": clipfrac.item()}

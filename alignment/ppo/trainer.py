@@ -27,6 +27,7 @@ from alignment.ppo.batch import rollout_to_batch
 from alignment.ppo.experience import Experience, assemble, experience_metrics, needs_old_logprobs, uses_reference
 from alignment.rollout.hf_engine import HFEngine
 from alignment.rollout.types import Rollout, SamplingParams
+from alignment.ppo.packed import Packing
 from alignment.trainers.base import mean_across_ranks
 
 log = logging.getLogger(__name__)
@@ -78,8 +79,10 @@ def score_rollout(reward: Callable, tokenizer: Any, rollout: Rollout, prompts: l
 class PPOTrainer:
     def __init__(self, cfg: Any, rt: Runtime, actor: Any, critic: Any | None, ref: torch.nn.Module | None,
                  reward: Callable[[list[str], list[str], list], torch.Tensor], tokenizer: Any,
-                 prompts: list[PromptSample], critic_scale: tuple[float, float] | None = None):
+                 prompts: list[PromptSample], critic_scale: tuple[float, float] | None = None,
+                 packing: Packing | None = None):
         self.cfg, self.rt, self.actor, self.critic, self.ref, self.reward = cfg, rt, actor, critic, ref, reward
+        self.packing = packing   # --packing_samples: the training and scoring forward passes on packed rows
         self.tokenizer, self.prompts = tokenizer, prompts
         self.gen = HFEngine(actor.module, tokenizer.eos_token_id, tokenizer.pad_token_id,
                             batch_size=max(cfg.micro_rollout_batch_size, 1), device=rt.torch_device)
@@ -103,9 +106,10 @@ class PPOTrainer:
         t_gen = time.time() - t0
         batch = rollout_to_batch(rollout, self.tokenizer.pad_token_id)
         scores = score_rollout(self.reward, self.tokenizer, rollout, prompts, cfg.reward_clip_range)
-        old = rank_ops.logprobs(self.actor.module, batch, micro) if needs_old_logprobs(cfg) else None
-        ref = rank_ops.logprobs(self.ref, batch, micro) if uses_reference(cfg) else None
-        vals = rank_ops.values(self.critic.module, self.capture, batch, micro) if self.critic is not None else None
+        pk = self.packing
+        old = rank_ops.logprobs(self.actor.module, batch, micro, pk) if needs_old_logprobs(cfg) else None
+        ref = rank_ops.logprobs(self.ref, batch, micro, pk) if uses_reference(cfg) else None
+        vals = rank_ops.values(self.critic.module, self.capture, batch, micro, pk) if self.critic is not None else None
         exp = assemble(cfg, batch, scores, old, ref, vals, self.kl_ctl.value)
         metrics = experience_metrics(exp, rollout.finished)
         metrics.update(kl_coef=self.kl_ctl.value, time_generate=t_gen, time_experience=time.time() - t0 - t_gen)
@@ -117,9 +121,9 @@ class PPOTrainer:
         t0 = time.time()
         seed = self.cfg.seed + iteration
         if self.critic is not None:
-            metrics.update(rank_ops.train_critic(self.critic, self.capture, exp, self.cfg, seed))
+            metrics.update(rank_ops.train_critic(self.critic, self.capture, exp, self.cfg, seed, self.packing))
         if iteration >= self.cfg.freezing_actor_steps:
-            metrics.update(rank_ops.train_actor(self.actor, exp, self.cfg, self.kl_ctl.value, seed))
+            metrics.update(rank_ops.train_actor(self.actor, exp, self.cfg, self.kl_ctl.value, seed, self.packing))
         metrics["time_train"] = time.time() - t0
         self.kl_ctl.update(metrics.get("kl", 0.0), len(exp))   # no kl: no KL term, a fixed controller
         return mean_across_ranks(metrics)

@@ -38,11 +38,13 @@ class ModelWorker:
         from alignment.distributed.runtime import init_runtime
         from alignment.models.builder import load_actor, load_value_model, prepare
         from alignment.models.loading import load_causal_lm, resolve_model_path
+        from alignment.ppo.packed import packing_for
         from alignment.trainers.engine import build_engine
 
         self.role, self.cfg = role, cfg
         self.rt = init_runtime(-1, threads)
         self.setup = setup = prepare(cfg, self.rt)
+        self.packing = packing_for(cfg, setup)
         if role == "actor":
             self.engine = build_engine(load_actor(setup, cfg), dataclasses.replace(cfg, learning_rate=cfg.actor_learning_rate),
                                        self.rt, setup.precision.bf16, total_steps)
@@ -82,11 +84,11 @@ class ModelWorker:
 
     def logprobs(self, batch: Any) -> Any:
         from alignment.ppo import rank_ops
-        return rank_ops.logprobs(self.model, batch, self.cfg.micro_rollout_batch_size)
+        return rank_ops.logprobs(self.model, batch, self.cfg.micro_rollout_batch_size, self.packing)
 
     def values(self, batch: Any) -> Any:
         from alignment.ppo import rank_ops
-        return rank_ops.values(self.model, self.capture, batch, self.cfg.micro_rollout_batch_size)
+        return rank_ops.values(self.model, self.capture, batch, self.cfg.micro_rollout_batch_size, self.packing)
 
     def scores(self, queries: list[str], prompts: list[str], labels: list) -> Any:
         return self.reward(queries, prompts, labels)
@@ -96,9 +98,9 @@ class ModelWorker:
         from alignment.ppo import rank_ops
         from alignment.trainers.base import mean_across_ranks
         if self.role == "critic":
-            stats = rank_ops.train_critic(self.engine, self.capture, exp, self.cfg, seed)
+            stats = rank_ops.train_critic(self.engine, self.capture, exp, self.cfg, seed, self.packing)
         else:
-            stats = rank_ops.train_actor(self.engine, exp, self.cfg, kl_coef, seed)
+            stats = rank_ops.train_actor(self.engine, exp, self.cfg, kl_coef, seed, self.packing)
         return mean_across_ranks(stats)
 
     def weight_chunks(self, max_bytes: int) -> list:
