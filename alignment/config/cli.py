@@ -40,6 +40,22 @@ def _bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true/false, got {text!r}")
 
 
+# OpenRLHF flags users paste that alignflow does not build: refused with what to do instead (an
+# accepted-and-ignored flag would silently change what a run means).
+_DYNAMIC = ("token-budget micro-batches are not built yet: drop it and size --micro_train_batch_size "
+            "(add --packing_samples so short samples are not padded)")
+_PTX = ("the pre-training (PTX) loss inside PPO is not built: drop --pretrain_data/--ptx_coef, or run an SFT stage "
+        "with --pretrain_mode on that data before PPO")
+OPENRLHF_NOT_BUILT = {
+    "--vllm_enable_sleep": "vLLM sleep mode is not built (the engines stay resident): drop it; where GPU memory is "
+                           "short, lower --vllm_gpu_memory_utilization",
+    "--deepspeed_enable_sleep": "DeepSpeed sleep (offloading idle engines) is not built: drop it; --adam_offload "
+                                "and --ref_reward_offload move state to CPU",
+    "--use_dynamic_batch": _DYNAMIC, "--train_max_tokens_per_gpu": _DYNAMIC, "--rollout_max_tokens_per_gpu": _DYNAMIC,
+    "--pretrain_data": _PTX, "--ptx_coef": _PTX,
+}
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse answers a bad flag with its usage block (50 lines for a stage) and exit; here it is one
     ConfigError line like every other input error (the CLI wrapper prints it, exit status 2)."""
@@ -48,6 +64,9 @@ class _Parser(argparse.ArgumentParser):
         if message.startswith("unrecognized arguments: "):
             unknown = message.split(": ", 1)[1].split()
             flags = [a.split("=", 1)[0] for a in unknown if a.startswith("-")] or unknown
+            for flag in flags:
+                if flag in OPENRLHF_NOT_BUILT:
+                    raise ConfigError(f"{flag}: {OPENRLHF_NOT_BUILT[flag]}")
             known = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
             close = difflib.get_close_matches(flags[0], known, n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
