@@ -6,7 +6,9 @@ Ray job through the stage runner (skipped when already committed, retried from i
 Parameters: per stage a YAML config file (the CLI's --config format) and overrides (any flag
 name of that stage), the store URI, the Ray address (none: a local head for this run), the run
 name. The RM stage trains from the SFT model; the PPO stage reads both from the store: the
-policy and reference from SFT, the reward model (and the critic's initialisation) from RM.
+policy and reference from SFT, the reward model (and the critic's initialisation) from RM. Given
+PPO's reward (`ppo={"reward_pretrain": URI}`, `{"remote_rm_url": URL or reward_func.py}`), the flow
+trains no RM.
 """
 
 import time
@@ -39,9 +41,13 @@ async def sft_rm_ppo_flow(run_name: str = "tiny", store: str = "runs/store", ray
     store = check_store_reachable(check_store(store))
     sft, rm, ppo = overrides(sft), overrides(rm), overrides(ppo)
     needs_base = not sft.get("pretrain") and not config_has_pretrain(sft_config_file)
+    # a reward model URI, reward server or reward function given to PPO: no RM stage to train
+    train_rm = not own_reward(ppo_config_file, ppo)
     build_config("sft", sft_config_file, {**({"pretrain": "<tiny_base output>"} if needs_base else {}), **sft})
-    build_config("rm", rm_config_file, {**rm, "pretrain": "<sft output>"})
-    build_config("ppo", ppo_config_file, {**ppo, "pretrain": "<sft output>", "reward_pretrain": "<rm output>"})
+    if train_rm:
+        build_config("rm", rm_config_file, {**rm, "pretrain": "<sft output>"})
+    build_config("ppo", ppo_config_file, {**ppo, "pretrain": "<sft output>",
+                                          **({"reward_pretrain": "<rm output>"} if train_rm else {})})
     results: dict[str, StageResult] = {}
     with ray_cluster(ray_address) as cluster:
         run = stage_runner(retries)
@@ -50,10 +56,12 @@ async def sft_rm_ppo_flow(run_name: str = "tiny", store: str = "runs/store", ray
             results["tiny_base"] = await run("tiny_base", store, run_name, cluster, overrides={"seed": 0})
             sft_inputs["pretrain"] = results["tiny_base"].model_uri
         results["sft"] = await run("sft", store, run_name, cluster, sft_config_file, sft, sft_inputs)
-        results["rm"] = await run("rm", store, run_name, cluster, rm_config_file, rm,
-                                  {"pretrain": results["sft"].model_uri})
-        results["ppo"] = await run("ppo", store, run_name, cluster, ppo_config_file, ppo,
-                                   {"pretrain": results["sft"].model_uri, "reward_pretrain": results["rm"].model_uri})
+        ppo_inputs = {"pretrain": results["sft"].model_uri}
+        if train_rm:
+            results["rm"] = await run("rm", store, run_name, cluster, rm_config_file, rm,
+                                      {"pretrain": results["sft"].model_uri})
+            ppo_inputs["reward_pretrain"] = results["rm"].model_uri
+        results["ppo"] = await run("ppo", store, run_name, cluster, ppo_config_file, ppo, ppo_inputs)
         summaries = {name: r.summary() for name, r in results.items()}
         if heldout_eval:
             for name in ("sft", "ppo"):
@@ -61,3 +69,11 @@ async def sft_rm_ppo_flow(run_name: str = "tiny", store: str = "runs/store", ray
     report = build_report("sft-rm-ppo", run_name, summaries, time.monotonic() - started)
     await publish_report(report)
     return summaries
+
+
+def own_reward(ppo_config_file: str | None, ppo: dict) -> bool:
+    """PPO was given its reward (`reward_pretrain` or `remote_rm_url`, in the overrides or the config file)."""
+    from alignment.config import PPOConfig, load_yaml
+
+    configured = load_yaml(PPOConfig, ppo_config_file) if ppo_config_file else {}
+    return any(ppo.get(k) or configured.get(k) for k in ("reward_pretrain", "remote_rm_url"))

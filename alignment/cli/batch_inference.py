@@ -115,7 +115,8 @@ def main(argv: list[str] | None = None) -> dict:
                                 cpu=rt.device == "cpu")
         else:
             from alignment.rollout.hf_engine import HFEngine
-            model = load_causal_lm(setup.path, setup.precision.dtype, setup.attn).to(rt.torch_device)
+            model = load_causal_lm(setup.path, setup.precision.dtype, setup.attn,
+                           trust_remote_code=setup.trust_remote_code).to(rt.torch_device)
             engine = HFEngine(model, tok.eos_token_id, tok.pad_token_id, batch_size=cfg.micro_batch_size,
                               device=rt.torch_device)
         rollout = engine.generate([rows[k][1] for k in mine], SamplingParams(

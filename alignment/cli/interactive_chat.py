@@ -53,7 +53,8 @@ def main(argv: list[str] | None = None) -> None:
     tok = setup.tokenizer
     if cfg.apply_chat_template:
         require_chat_template(tok, cfg.pretrain, "drop --apply_chat_template for plain User:/Assistant: text")
-    model = load_causal_lm(setup.path, setup.precision.dtype, setup.attn, load_in_4bit=cfg.load_in_4bit)
+    model = load_causal_lm(setup.path, setup.precision.dtype, setup.attn, load_in_4bit=cfg.load_in_4bit,
+                           trust_remote_code=setup.trust_remote_code)
     model = (model if cfg.load_in_4bit else model.to(rt.torch_device)).eval()   # bitsandbytes places 4-bit weights itself
     sampling = ({"do_sample": False} if cfg.greedy else
                 {"do_sample": True, "temperature": cfg.temperature, "top_p": cfg.top_p})

@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> dict:
     rt = init_runtime(cfg.local_rank, cfg.num_threads)
     cfg.accumulation_steps(rt.world_size)
     setup = prepare(cfg, rt)
-    top_k = moe_top_k(setup.path, cfg.aux_loss_coef)
+    top_k = moe_top_k(setup.path, cfg.aux_loss_coef, setup.trust_remote_code)
     train_set, eval_set = load_train_eval(cfg, lambda rows, src: PairTokenizer(setup.tokenizer, cfg, src)(rows))
     steps = total_steps(len(train_set), cfg, rt.world_size)
     kind = "IPO" if cfg.ipo else ("cDPO" if cfg.label_smoothing > 0 else "DPO")

@@ -96,7 +96,8 @@ def main(argv: list[str] | None = None) -> dict:
     ref = None
     if uses_reference(cfg):    # else no KL term: the reference is never loaded (its memory and forward saved)
         ref_device = "cpu" if cfg.ref_reward_offload else rt.device
-        ref = load_causal_lm(setup.path, setup.precision.dtype, setup.attn).to(ref_device).eval().requires_grad_(False)
+        ref = load_causal_lm(setup.path, setup.precision.dtype, setup.attn,
+                           trust_remote_code=setup.trust_remote_code).to(ref_device).eval().requires_grad_(False)
     from alignment.ppo.packed import packing_for
     trainer = PPOTrainer(cfg, rt, actor, critic, ref, reward, setup.tokenizer, prompts, critic_scale,
                          packing_for(cfg, setup))

@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> dict:
     rt = init_runtime(cfg.local_rank, cfg.num_threads)
     cfg.accumulation_steps(rt.world_size)  # fails now, not after loading, if sizes don't divide
     setup = prepare(cfg, rt)
-    top_k = moe_top_k(setup.path, cfg.aux_loss_coef)
+    top_k = moe_top_k(setup.path, cfg.aux_loss_coef, setup.trust_remote_code)
     train_set, eval_set = load_train_eval(cfg, lambda rows, src: SFTTokenizer(setup.tokenizer, cfg, src)(rows)[0])
     steps = total_steps(len(train_set), cfg, rt.world_size)
     log.info("SFT: %d train samples, %d eval, %d optimizer steps, world size %d, %s, attention=%s",

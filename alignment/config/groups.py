@@ -14,6 +14,8 @@ from alignment.config.base import ConfigError, opt, require
 @dataclass
 class ModelConfig:
     pretrain: Optional[str] = opt(None, "HF model directory, store URI (s3://...) or hub name to start from")
+    trust_remote_code: bool = opt(False, "Let transformers run the model repo's own Python code (custom architectures); "
+                                         "only for models whose code you trust")
     revision: Optional[str] = opt(None, "Hub revision of --pretrain (branch, tag or commit sha) to pin; part of the "
                                         "stage identity, so a flow reruns the stage when it changes")
     bf16: bool = opt(False, "Train in bfloat16. On CPUs without native bf16 the math runs in fp32 (logged once)")

@@ -23,6 +23,7 @@ class ModelSetup:
     precision: Precision
     attn: str            # "sdpa" | "flash_attention_2" | "eager"
     tokenizer: Any
+    trust_remote_code: bool = False   # --trust_remote_code, for every load of this model
 
     @property
     def packed_mask_dtype(self) -> torch.dtype | None:
@@ -40,10 +41,11 @@ def prepare(cfg: Any, rt: Runtime) -> ModelSetup:
     if isinstance(cfg, RanksConfig) and getattr(cfg, "load_checkpoint", False):   # the DeepSpeed trainers' resume
         from alignment.trainers.checkpoint import check_world_size
         check_world_size(cfg.ckpt_path, rt.world_size)
-    tok = load_tokenizer(path, cfg.tokenizer_chat_template, use_fast=not cfg.disable_fast_tokenizer)
+    trust = cfg.trust_remote_code
+    tok = load_tokenizer(path, cfg.tokenizer_chat_template, use_fast=not cfg.disable_fast_tokenizer, trust_remote_code=trust)
     if getattr(cfg, "lora_rank", 0) > 0:
-        check_targets(path, cfg.target_modules, extra=(getattr(cfg, "value_head_prefix", "score"),))
-    return ModelSetup(path, precision, attn, tok)
+        check_targets(path, cfg.target_modules, extra=(getattr(cfg, "value_head_prefix", "score"),), trust_remote_code=trust)
+    return ModelSetup(path, precision, attn, tok, trust)
 
 
 def seed_init(seed: int) -> None:
@@ -55,7 +57,8 @@ def seed_init(seed: int) -> None:
 
 def load_actor(setup: ModelSetup, cfg: Any) -> torch.nn.Module:
     seed_init(cfg.seed)
-    model = load_causal_lm(setup.path, setup.precision.dtype, setup.attn, load_in_4bit=cfg.load_in_4bit)
+    model = load_causal_lm(setup.path, setup.precision.dtype, setup.attn, load_in_4bit=cfg.load_in_4bit,
+                           trust_remote_code=setup.trust_remote_code)
     return _for_training(model, cfg, "CAUSAL_LM")
 
 
@@ -65,7 +68,7 @@ def load_value_model(setup: ModelSetup, cfg: Any) -> torch.nn.Module:
 
     seed_init(cfg.seed)
     model = load_reward_model(setup.path, setup.precision.dtype, setup.attn, setup.tokenizer.pad_token_id,
-                              load_in_4bit=cfg.load_in_4bit)
+                              load_in_4bit=cfg.load_in_4bit, trust_remote_code=setup.trust_remote_code)
     return _for_training(model, cfg, "SEQ_CLS")
 
 

@@ -72,7 +72,8 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model",
                    "spiece.model")
 
 
-def load_tokenizer(path: str, chat_template: str | None = None, use_fast: bool = True, flag: str = "--pretrain") -> Any:
+def load_tokenizer(path: str, chat_template: str | None = None, use_fast: bool = True, flag: str = "--pretrain",
+                   trust_remote_code: bool = False) -> Any:
     from transformers import AutoTokenizer
 
     local = Path(path).is_dir()
@@ -80,8 +81,10 @@ def load_tokenizer(path: str, chat_template: str | None = None, use_fast: bool =
         raise ModelLoadError(f"{flag} {path}: no tokenizer in that directory (none of {', '.join(TOKENIZER_FILES)}); "
                              f"save the tokenizer next to the weights (tokenizer.save_pretrained(DIR))")
     try:
-        tok = AutoTokenizer.from_pretrained(path, use_fast=use_fast)
+        tok = AutoTokenizer.from_pretrained(path, use_fast=use_fast, trust_remote_code=trust_remote_code)
     except (OSError, ValueError, TypeError) as e:
+        if isinstance(e, ValueError) and "trust_remote_code" in str(e):
+            raise _remote_code_error(path, flag, e) from e
         if local:   # not the hub's fault: the files there are incomplete or of a kind this install can't read
             why = " ".join(str(e).split())[:200]
             raise ModelLoadError(f"{flag} {path}: the tokenizer in that directory does not load ({type(e).__name__}: "
@@ -97,14 +100,25 @@ def load_tokenizer(path: str, chat_template: str | None = None, use_fast: bool =
 
 
 def load_causal_lm(path: str, dtype: torch.dtype, attn: str, flag: str = "--pretrain",
-                   load_in_4bit: bool = False) -> torch.nn.Module:
+                   load_in_4bit: bool = False, trust_remote_code: bool = False) -> torch.nn.Module:
     from transformers import AutoModelForCausalLM
 
     try:
         return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=attn,
+                                                    trust_remote_code=trust_remote_code,
                                                     **quantization_kwargs(load_in_4bit, dtype))
     except OSError as e:
         raise _hub_error(path, flag, e) from e
+    except ValueError as e:
+        raise _remote_code_error(path, flag, e) from e
+
+
+def _remote_code_error(path: str, flag: str, e: ValueError) -> Exception:
+    """transformers refuses a model that ships its own code unless told to trust it: say so in one line."""
+    if "trust_remote_code" in str(e):
+        return ModelLoadError(f"{flag} {path}: the model ships its own Python code (a custom architecture); "
+                              f"pass --trust_remote_code if you trust that code")
+    return e
 
 
 def quantization_kwargs(load_in_4bit: bool, dtype: torch.dtype) -> dict[str, Any]:

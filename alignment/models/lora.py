@@ -19,7 +19,7 @@ def apply_lora(model: torch.nn.Module, rank: int, alpha: int, dropout: float, ta
     return get_peft_model(model, cfg)
 
 
-def check_targets(path: str, targets: list[str], extra: tuple[str, ...] = ()) -> None:
+def check_targets(path: str, targets: list[str], extra: tuple[str, ...] = (), trust_remote_code: bool = False) -> None:
     """--target_modules must name modules of the model: checked on a weightless (meta-device) copy
     built from config.json, so a typo fails in one line before the weights load, not in peft after.
     `extra`: modules the loaded model adds (a reward model's value head)."""
@@ -30,7 +30,8 @@ def check_targets(path: str, targets: list[str], extra: tuple[str, ...] = ()) ->
     from alignment.config.base import ConfigError
 
     with torch.device("meta"):
-        skeleton = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path))
+        skeleton = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code),
+                                                    trust_remote_code=trust_remote_code)
     names = [n for n, _ in skeleton.named_modules()] + list(extra)
     missing = [t for t in targets if not any(n == t or n.endswith("." + t) for n in names)]
     if missing:

@@ -15,13 +15,13 @@ from alignment.models.loading import ModelLoadError
 log = logging.getLogger(__name__)
 
 
-def moe_top_k(path: str, aux_loss_coef: float) -> int:
+def moe_top_k(path: str, aux_loss_coef: float, trust_remote_code: bool = False) -> int:
     """Experts per token of the model at `path` when --aux_loss_coef > 0 (0 when the flag is off);
     a dense model is refused with one line."""
     if aux_loss_coef <= 0:
         return 0
     from transformers import AutoConfig
-    config = AutoConfig.from_pretrained(path)
+    config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
     top_k = getattr(config, "num_experts_per_tok", None)
     if not hasattr(config, "output_router_logits") or not top_k:
         raise ModelLoadError(f"--aux_loss_coef {aux_loss_coef}: {path} is a dense {config.model_type} model with no "

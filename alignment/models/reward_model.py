@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from alignment.models.loading import ModelLoadError, _hub_error, quantization_kwargs
+from alignment.models.loading import ModelLoadError, _hub_error, _remote_code_error, quantization_kwargs
 from alignment.models.lora import is_lora
 
 log = logging.getLogger(__name__)
@@ -23,16 +23,20 @@ HEAD = "score"
 
 
 def load_reward_model(path: str, dtype: torch.dtype, attn: str, pad_token_id: int | None,
-                      flag: str = "--pretrain", load_in_4bit: bool = False) -> torch.nn.Module:
+                      flag: str = "--pretrain", load_in_4bit: bool = False,
+                      trust_remote_code: bool = False) -> torch.nn.Module:
     """From a causal LM (fresh head) or a saved reward model (its head, whatever its prefix)."""
     from transformers import AutoModelForSequenceClassification
 
     try:
         model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, dtype=dtype,
                                                                    attn_implementation=attn,
+                                                                   trust_remote_code=trust_remote_code,
                                                                    **quantization_kwargs(load_in_4bit, dtype))
     except OSError as e:
         raise _hub_error(path, flag, e) from e
+    except ValueError as e:
+        raise _remote_code_error(path, flag, e) from e
     if not hasattr(model, HEAD):
         raise ModelLoadError(f"{flag} {path}: {type(model).__name__} has no '{HEAD}' head; alignflow's reward "
                              f"models need a *ForSequenceClassification class with one (Llama, Qwen, Mistral, ...)")

@@ -291,6 +291,7 @@ def run(cfg: Any) -> dict[str, float]:
     from alignment.models.precision import check_ring_attention
     check_ring_attention(cfg.ring_attn_size, "cuda" if torch.cuda.is_available() else "cpu")
     tokenizer = load_tokenizer(resolve_model_path(cfg.pretrain, revision=cfg.revision), cfg.tokenizer_chat_template,
+                               trust_remote_code=cfg.trust_remote_code,
                                use_fast=not cfg.disable_fast_tokenizer)
     prompts = load_prompts(cfg, tokenizer, cfg.prompt_data, cfg.prompt_split)
     function_reward = FunctionReward(cfg.remote_rm_url) if cfg.remote_rm_url else None

@@ -60,7 +60,8 @@ class ModelWorker:
             self.capture = ValueCapture(self.model, critic_value_scale(critic_setup.path, cfg.normalize_reward))
         elif role == "ref":
             device = "cpu" if cfg.ref_reward_offload else self.rt.torch_device
-            self.model = load_causal_lm(setup.path, setup.precision.dtype, setup.attn).to(device).eval()
+            self.model = load_causal_lm(setup.path, setup.precision.dtype, setup.attn,
+                           trust_remote_code=setup.trust_remote_code).to(device).eval()
             self.model.requires_grad_(False)
         elif role == "reward":
             from alignment.rewards.scorer import make_reward

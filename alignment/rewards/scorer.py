@@ -18,7 +18,7 @@ class RewardModels:
     """--reward_pretrain a,b [--reward_weights]: each RM scores the full query at its last token."""
 
     def __init__(self, paths: list[str], weights: list[float], tokenizer: Any, dtype: torch.dtype, attn: str,
-                 device: str, normalize: bool, batch_size: int = 32):
+                 device: str, normalize: bool, batch_size: int = 32, trust_remote_code: bool = False):
         from alignment.models.loading import resolve_model_path
         from alignment.models.reward_model import load_reward_model, read_reward_stats
 
@@ -26,7 +26,8 @@ class RewardModels:
         self.models, self.stats = [], []
         for p in paths:
             local = resolve_model_path(p, "--reward_pretrain")
-            model = load_reward_model(local, dtype, attn, tokenizer.pad_token_id, flag="--reward_pretrain")
+            model = load_reward_model(local, dtype, attn, tokenizer.pad_token_id, flag="--reward_pretrain",
+                                      trust_remote_code=trust_remote_code)
             self.models.append(model.to(device).eval().requires_grad_(False))
             self.stats.append(read_reward_stats(local) if normalize else None)
 
@@ -76,4 +77,5 @@ def make_reward(cfg: Any, tokenizer: Any, dtype: torch.dtype, attn: str, device:
         return FunctionReward(cfg.remote_rm_url)
     paths = [p for p in cfg.reward_pretrain.split(",") if p]
     weights = [float(w) for w in cfg.reward_weights.split(",")] if cfg.reward_weights else [1.0] * len(paths)
-    return RewardModels(paths, weights, tokenizer, dtype, attn, device, cfg.normalize_reward)
+    return RewardModels(paths, weights, tokenizer, dtype, attn, device, cfg.normalize_reward,
+                        trust_remote_code=getattr(cfg, "trust_remote_code", False))

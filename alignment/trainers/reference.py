@@ -20,10 +20,11 @@ log = logging.getLogger(__name__)
 
 
 class ReferenceModel:
-    def __init__(self, name: str, dtype: torch.dtype, attn: str, device: str, offload: bool, flag: str):
+    def __init__(self, name: str, dtype: torch.dtype, attn: str, device: str, offload: bool, flag: str,
+                 trust_remote_code: bool = False):
         self.device = "cpu" if offload else device
         path = resolve_model_path(name, flag)
-        self.model = load_causal_lm(path, dtype, attn, flag=flag).to(self.device).eval()
+        self.model = load_causal_lm(path, dtype, attn, flag=flag, trust_remote_code=trust_remote_code).to(self.device).eval()
         self.model.requires_grad_(False)
         log.info("reference model %s on %s", name, self.device)
 
@@ -39,4 +40,4 @@ class ReferenceModel:
 def reference_for(cfg: Any, setup: Any, device: str) -> ReferenceModel:
     name = cfg.ref_pretrain or setup.path   # --pretrain as resolved (at its --revision)
     flag = "--ref_pretrain" if cfg.ref_pretrain else "--pretrain"
-    return ReferenceModel(name, setup.precision.dtype, setup.attn, device, cfg.ref_offload, flag)
+    return ReferenceModel(name, setup.precision.dtype, setup.attn, device, cfg.ref_offload, flag, setup.trust_remote_code)

@@ -1,0 +1,39 @@
+"""Writes data/smol/: the SmolLM2 recipe's small SFT and preference sets in OpenRLHF's message-list
+shape (deterministic; rerun to regenerate). Task: answer with only the number, for sums of two
+two-digit numbers; the rejected answer is off by one (plus a short explanation a 135M instruct
+model tends to add), so preference learning has something to push on."""
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+OUT = Path(__file__).resolve().parents[1] / "data" / "smol"
+
+
+def question(a: int, b: int) -> str:
+    return f"What is {a} + {b}? Answer with the number only."
+
+
+def rows(rng: random.Random, n: int) -> list[tuple[int, int]]:
+    return [(rng.randint(10, 89), rng.randint(10, 89)) for _ in range(n)]
+
+
+def main() -> None:
+    rng = random.Random(2026)
+    splits = {"train": rows(rng, 96), "test": rows(rng, 64)}
+    for split, pairs in splits.items():
+        sft, pref = [], []
+        for a, b in pairs:
+            user = {"role": "user", "content": question(a, b)}
+            right = {"role": "assistant", "content": str(a + b)}
+            wrong = {"role": "assistant", "content": f"The answer is {a + b + rng.choice((-1, 1))}."}
+            sft.append({"messages": [user, right], "label": str(a + b)})
+            pref.append({"chosen": [user, right], "rejected": [user, wrong]})
+        for name, data in (("sft", sft), ("preference", pref)):
+            (OUT / name).mkdir(parents=True, exist_ok=True)
+            (OUT / name / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in data))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+"""The SmolLM2 recipe through the `sft-dpo` flow (Prefect ephemeral API -> Ray jobs on the session's
+head -> DeepSpeed): a few SFT steps on short sums, then DPO on the right sum over an off-by-one
+answer, both in OpenRLHF's message-list shape. And `sft-rm-ppo` given a reward function trains no RM."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from alignment import storage
+from alignflow.flows.sft_dpo import sft_dpo_flow
+from alignflow.flows.sft_rm_ppo import sft_rm_ppo_flow
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.integration
+
+
+def test_smollm2_sft_then_dpo_raises_reward_accuracy_and_keeps_the_chat_template(ray_head, smol, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    store = str(tmp_path / "store")
+    result = asyncio.run(sft_dpo_flow(pretrain=str(smol), store=store, ray_address=ray_head))
+    assert set(result) == {"sft", "dpo"} and not any(r["skipped"] for r in result.values())
+    dpo_config = storage.read_manifest(result["dpo"]["model_uri"])["metadata"]["config"]
+    assert dpo_config["pretrain"] == result["sft"]["model_uri"] and dpo_config["ref_pretrain"] is None
+    rows = [r for r in _metrics(result["dpo"]["model_uri"]) if "train/reward_acc" in r]
+    first, last = rows[0]["train/reward_acc"], sum(r["train/reward_acc"] for r in rows[-3:]) / 3
+    print(f"SmolLM2 DPO on its training pairs: reward accuracy {first:.2f} at step 1 -> {last:.2f} (last 3 steps)")
+    assert last > first and last >= 0.75, rows
+    for stage in ("sft", "dpo"):
+        path = result[stage]["model_uri"]
+        assert AutoModelForCausalLM.from_pretrained(path).config.model_type == "llama"
+        assert "im_start" in AutoTokenizer.from_pretrained(path).chat_template
+    again = asyncio.run(sft_dpo_flow(pretrain=str(smol), store=store, ray_address=ray_head))
+    assert all(r["skipped"] for r in again.values())
+
+
+def test_sft_rm_ppo_with_a_reward_function_trains_no_reward_model(ray_head, tiny_sft, tmp_path):
+    reward = str(REPO / "alignment" / "tiny_world" / "reward.py")
+    result = asyncio.run(sft_rm_ppo_flow(
+        run_name="own-reward", store=str(tmp_path / "store"), ray_address=ray_head, heldout_eval=False,
+        sft={"pretrain": str(tiny_sft), "max_steps": 2, "eval_dataset": None},
+        ppo={"remote_rm_url": reward, "label_key": "label", "max_samples": 8, "rollout_batch_size": 8,
+             "num_episodes": 1, "advantage_estimator": "rloo", "n_samples_per_prompt": 2, "train_batch_size": 16,
+             "micro_train_batch_size": 16, "normalize_reward": False}))
+    assert set(result) == {"sft", "ppo"}, result
+    ppo_config = storage.read_manifest(result["ppo"]["model_uri"])["metadata"]["config"]
+    assert ppo_config["remote_rm_url"] == reward and ppo_config["reward_pretrain"] is None
+
+
+def _metrics(model_uri: str) -> list[dict]:
+    import json
+    return [json.loads(line) for line in storage.read_text(storage.file_in(model_uri, "metrics.jsonl")).splitlines()]
