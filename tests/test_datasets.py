@@ -116,3 +116,44 @@ def test_mixing_follows_probabilities(tmp_path):
     share_a = sum(r["src"] == "a" for r in rows) / len(rows)
     assert len(rows) == 2000 and abs(share_a - 0.3) < 0.04
     assert blend(f"{a},{b}", "0.3,0.7", "train", 2000, seed=1) == rows  # deterministic
+
+
+def test_parquet_csv_arrow_and_save_to_disk_give_the_jsonl_rows(tmp_path):
+    """The same 200 rows as jsonl, parquet (a file and parquet@DIR), csv (string columns), arrow and
+    a save_to_disk DatasetDict: read_rows gives the same samples, in order; slices as 🤗 datasets does."""
+    import datasets
+    rows = read_rows(f"json@{tiny_dir() / 'sft'}", "train")[:200]
+    flat = [{"input": r["input"], "output": r["output"]} for r in rows]
+    ds = datasets.Dataset.from_list(rows)
+    (tmp_path / "pq").mkdir()
+    ds.to_parquet(str(tmp_path / "pq" / "train-00000.parquet"))
+    ds.to_parquet(str(tmp_path / "one.parquet"))
+    datasets.Dataset.from_list(flat).to_csv(str(tmp_path / "flat.csv"), index=False)
+    datasets.DatasetDict({"train": ds, "test": ds.select(range(10))}).save_to_disk(str(tmp_path / "saved"))
+    ds.save_to_disk(str(tmp_path / "one_saved"))
+    arrow = next((tmp_path / "one_saved").glob("*.arrow"))
+    assert read_rows(str(tmp_path / "one.parquet")) == rows
+    assert read_rows(f"parquet@{tmp_path / 'pq'}", "train") == rows
+    assert read_rows(str(tmp_path / "flat.csv")) == flat
+    assert read_rows(str(arrow)) == rows
+    assert read_rows(str(tmp_path / "saved"), "train") == rows and len(read_rows(str(tmp_path / "saved"), "test")) == 10
+    assert read_rows(str(tmp_path / "one_saved")) == rows
+    assert read_rows(str(tmp_path / "one.parquet"), "train[:10%]") == rows[:20]
+    assert read_rows(f"json@{tiny_dir() / 'sft'}", "train[10:15]") == read_rows(f"json@{tiny_dir() / 'sft'}")[10:15]
+    with pytest.raises(DataError, match="has no 'validation' split; it has train, test"):
+        read_rows(str(tmp_path / "saved"), "validation")
+    with pytest.raises(DataError, match="expected NAME or NAME"):
+        read_rows(str(tmp_path / "one.parquet"), "train[:ten]")
+    (tmp_path / "broken.parquet").write_text("not parquet")
+    with pytest.raises(DataError, match="broken.parquet: not a readable parquet file"):
+        read_rows(str(tmp_path / "broken.parquet"))
+
+
+def test_openrlhf_name_at_data_dir_specs():
+    from alignment.datasets.sources import resolve
+    hub = resolve("openai/gsm8k@main")
+    assert (hub.kind, hub.location, hub.data_dir) == ("hub", "openai/gsm8k", "main")
+    with pytest.raises(DataError, match="the hub is offline"):
+        read_rows("openai/gsm8k@main", "train")
+    with pytest.raises(DataError, match="NAME is a file format"):
+        resolve("xml@/tmp")

@@ -119,7 +119,7 @@ def test_the_llama3_8b_template_is_a_valid_multi_gpu_recipe():
 @pytest.mark.parametrize("over, needle", [
     ({"packing_samples": "maybe"}, "--packing_samples 'maybe': expected true or false"),
     ({"dataset": "/nowhere/x.jsonl"}, "--dataset /nowhere/x.jsonl: does not exist"),
-    ({"dataset": "parquet@/tmp"}, "only json@DIR is supported"),
+    ({"dataset": "xml@/tmp"}, "NAME is a file format (json, jsonl, parquet, csv, arrow) or a hub dataset name"),
     ({"eval_dataset": "not a name!"}, "neither an existing path nor a hub name"),
     ({"pretrain": "/nowhere/model"}, "--pretrain /nowhere/model: does not exist"),
     ({"revision": "v1.0"}, "--revision v1.0: --pretrain " + str(REPO / "data") + " is a directory or store URI"),

@@ -1,20 +1,28 @@
-"""Read rows from dataset specs: .jsonl/.json files, json@DIR, split directories, store URIs
-(anything fsspec opens, e.g. s3://) or Hugging Face hub names; mix several by probability.
+"""Read rows from dataset specs: .jsonl/.json/.parquet/.csv/.arrow files, BUILDER@DIR (json, jsonl,
+parquet, csv, arrow), split directories, `save_to_disk` folders, store URIs (anything fsspec opens,
+e.g. s3://) or Hugging Face hub names (NAME@DATA_DIR as OpenRLHF reads it, e.g. openai/gsm8k@main);
+a split may be sliced as 🤗 datasets does (`train[:10%]`, `test[100:200]`); mix several by probability.
 
-Local and store files are parsed here rather than by `datasets`, so a malformed line is
-reported with its file and line number before any model is loaded.
+JSON files are parsed here rather than by `datasets`, so a malformed line is reported with its file
+and line number before any model is loaded; parquet, csv and arrow files, `save_to_disk` folders
+and hub datasets are read by 🤗 datasets.
 """
 from __future__ import annotations
 
 import json
 import os
 import random
+import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import fsspec
 
 JSON_SUFFIXES = (".jsonl", ".json")
+TABLE_SUFFIXES = (".parquet", ".csv", ".arrow")          # read by 🤗 datasets
+BUILDERS = {"json": JSON_SUFFIXES, "jsonl": JSON_SUFFIXES, "parquet": (".parquet",), "csv": (".csv",),
+            "arrow": (".arrow",)}
+_SLICE = re.compile(r"^(?P<name>[\w.-]+)(\[(?P<start>-?\d+%?)?:(?P<end>-?\d+%?)?\])?$")
 
 
 class DataError(ValueError):
@@ -26,6 +34,8 @@ class Source:
     spec: str       # as the user wrote it
     kind: str       # "file" | "dir" | "hub"
     location: str   # file/dir URI or hub name
+    suffixes: tuple[str, ...] = JSON_SUFFIXES + TABLE_SUFFIXES   # files a directory is read from
+    data_dir: str | None = None   # hub NAME@DATA_DIR
 
 
 def _exists(uri: str) -> bool:
@@ -37,10 +47,14 @@ def resolve(spec: str) -> Source:
     spec = spec.strip()
     if "@" in spec and not spec.startswith(("s3://", "gs://", "http")):
         builder, _, location = spec.partition("@")
-        if builder not in ("json", "jsonl"):
-            raise DataError(f"dataset {spec!r}: only json@DIR is supported for the NAME@DIR form")
-        return Source(spec, "dir", location)
-    if spec.endswith(JSON_SUFFIXES):
+        if builder in BUILDERS:
+            return Source(spec, "dir", location, BUILDERS[builder])
+        local = "://" in location or os.path.isabs(location) or os.path.exists(location)   # FORMAT@DIR meant
+        if local or not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", builder):
+            raise DataError(f"dataset {spec!r}: in NAME@DIR, NAME is a file format ({', '.join(BUILDERS)}) "
+                            f"or a hub dataset name")
+        return Source(spec, "hub", builder, data_dir=location)
+    if spec.endswith(JSON_SUFFIXES + TABLE_SUFFIXES):
         return Source(spec, "file", spec)
     if "://" in spec or os.path.isabs(spec) or spec.startswith(".") or _exists(spec):
         return Source(spec, "dir", spec)
@@ -108,8 +122,28 @@ def read_json_file(uri: str, flag: str = "--dataset") -> list[dict]:
     return parse_json_lines(text, uri)
 
 
-def _split_files(location: str, split: str, flag: str = "--dataset") -> list[str]:
-    """Files of `split` in a directory: `<split>.jsonl`, `<split>-*.jsonl`, `<split>/...` (HF layout)."""
+def _read_table(uri: str, flag: str) -> list[dict]:
+    """A parquet, csv or arrow file, through 🤗 datasets."""
+    import datasets
+    builder = uri.rsplit(".", 1)[-1].lower()
+    if not _exists(uri):
+        check_store(flag, uri)
+        raise DataError(f"dataset file {uri} does not exist: check the {flag} path")
+    try:
+        ds = datasets.load_dataset(builder, data_files=uri, split="train")
+    except Exception as e:  # noqa: BLE001 - one actionable line, cause kept
+        raise DataError(f"{uri}: not a readable {builder} file ({type(e).__name__}: "
+                        f"{' '.join(str(e).split())[:200]}); fix or re-export the file") from e
+    return [dict(r) for r in ds]
+
+
+def read_file(uri: str, flag: str = "--dataset") -> list[dict]:
+    return read_json_file(uri, flag) if uri.endswith(JSON_SUFFIXES) else _read_table(uri, flag)
+
+
+def _split_files(location: str, split: str, flag: str = "--dataset",
+                 suffixes: tuple[str, ...] = JSON_SUFFIXES) -> list[str]:
+    """Files of `split` in a directory: `<split>.jsonl`, `<split>-*.parquet`, `<split>/...` (HF layout)."""
     fs, root = fsspec.core.url_to_fs(location)
     if not fs.isdir(root):
         check_store(flag, location)
@@ -119,7 +153,7 @@ def _split_files(location: str, split: str, flag: str = "--dataset") -> list[str
     for path in sorted(fs.find(root)):
         rel = os.path.relpath(path, root)
         name = os.path.basename(rel)
-        if not name.endswith(JSON_SUFFIXES):
+        if not name.endswith(suffixes):
             continue
         stem = name.split(".")[0]
         first_dir = rel.split(os.sep)[0] if os.sep in rel else ""
@@ -128,10 +162,27 @@ def _split_files(location: str, split: str, flag: str = "--dataset") -> list[str
     return found
 
 
-def _read_hub(name: str, split: str) -> list[dict]:
+def _saved_to_disk(location: str) -> bool:
+    """A `Dataset.save_to_disk` / `DatasetDict.save_to_disk` folder."""
+    return "://" not in location and (os.path.exists(os.path.join(location, "dataset_dict.json")) or
+                                      os.path.exists(os.path.join(location, "state.json")))
+
+
+def _read_saved(location: str, split: str) -> list[dict]:
+    import datasets
+    ds = datasets.load_from_disk(location)
+    if isinstance(ds, datasets.DatasetDict):
+        if split not in ds:
+            raise DataError(f"dataset {location} (save_to_disk) has no '{split}' split; it has "
+                            f"{', '.join(ds)}: pass one of them as the split")
+        ds = ds[split]
+    return [dict(r) for r in ds]
+
+
+def _read_hub(name: str, split: str, data_dir: str | None = None) -> list[dict]:
     try:
         import datasets
-        ds = datasets.load_dataset(name, split=split)
+        ds = datasets.load_dataset(name, data_dir=data_dir, split=split)
     except Exception as e:  # noqa: BLE001 - turned into one actionable line, cause kept
         offline = os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("HF_DATASETS_OFFLINE") == "1"
         why = "the hub is offline (HF_HUB_OFFLINE=1)" if offline else f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
@@ -140,19 +191,44 @@ def _read_hub(name: str, split: str) -> list[dict]:
     return [dict(r) for r in ds]
 
 
+def split_slice(split: str) -> tuple[str, slice]:
+    """`train[:10%]` -> ("train", rows 0 .. 10 % of them), as 🤗 datasets reads split strings
+    (percentages are rounded to the nearest row)."""
+    m = _SLICE.match(split.strip())
+    if not m:
+        raise DataError(f"split {split!r}: expected NAME or NAME[START:END] (rows or %, e.g. train[:10%])")
+    return m["name"], slice(m["start"], m["end"]) if m.group(2) else slice(None)
+
+
+def _apply_slice(rows: list[dict], part: slice) -> list[dict]:
+    def at(bound: str | None) -> int | None:
+        if bound is None:
+            return None
+        return round(float(bound[:-1]) / 100 * len(rows)) if bound.endswith("%") else int(bound)
+    return rows[at(part.start):at(part.stop)]
+
+
 def read_rows(spec: str, split: str = "train", flag: str = "--dataset") -> list[dict]:
-    """`flag`: the option `spec` came from, named in errors (--dataset, --eval_dataset, --prompt_data)."""
+    """`flag`: the option `spec` came from, named in errors (--dataset, --eval_dataset, --prompt_data).
+    `split` may carry a slice (`train[:10%]`)."""
     src = resolve(spec)
+    name, part = split_slice(split)
     if src.kind == "file":
-        rows = read_json_file(src.location, flag)
+        rows = read_file(src.location, flag)
+    elif src.kind == "dir" and _saved_to_disk(src.location):
+        rows = _read_saved(src.location, name)
     elif src.kind == "dir":
-        files = _split_files(src.location, split, flag)
+        files = _split_files(src.location, name, flag, src.suffixes)
         if not files:
-            raise DataError(f"dataset {spec!r} has no '{split}' split: expected {split}.jsonl "
-                            f"(or {split}-*.jsonl) in {src.location}")
-        rows = [r for f in files for r in read_json_file(f, flag)]
+            raise DataError(f"dataset {spec!r} has no '{name}' split: expected {name}.jsonl "
+                            f"(or {name}-*.jsonl, .parquet, .csv, .arrow) in {src.location}")
+        rows = [r for f in files for r in read_file(f, flag)]
     else:
-        rows = _read_hub(src.location, split)
+        return _nonempty(_read_hub(src.location, split, src.data_dir), spec, split)
+    return _nonempty(_apply_slice(rows, part), spec, split)
+
+
+def _nonempty(rows: list[dict], spec: str, split: str) -> list[dict]:
     if not rows:
         raise DataError(f"dataset {spec!r} (split {split}) is empty: it has 0 rows")
     return rows
