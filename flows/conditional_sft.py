@@ -16,7 +16,7 @@ from prefect import get_run_logger
 
 from alignment import storage
 from alignment.config import ConfigError
-from alignflow.tasks.params import StageOverrides, checked_flow, overrides
+from alignflow.tasks.params import GenerateOverrides, SFTOverrides, checked_flow, overrides
 from alignflow.tasks.ray_cluster import ray_cluster
 from alignflow.tasks.report import build_report, publish_report
 from alignflow.tasks.stage import stage_runner
@@ -29,11 +29,11 @@ CONFIGS = repo_path("deployments", "configs")
 async def conditional_sft_flow(policy: str, run_name: str = "tiny-csft", store: str = "runs/store",
                                ray_address: str | None = None,
                                score_config_file: str | None = str(CONFIGS / "tiny_csft_score.yaml"),
-                               score: StageOverrides | None = None,
+                               score: GenerateOverrides | None = None,
                                sft_config_file: str | None = str(CONFIGS / "tiny_csft_sft.yaml"),
-                               sft: StageOverrides | None = None,
+                               sft: SFTOverrides | None = None,
                                generate_config_file: str | None = str(CONFIGS / "tiny_csft_generate.yaml"),
-                               generate: StageOverrides | None = None, csft_rewards: list[float] | None = None,
+                               generate: GenerateOverrides | None = None, csft_rewards: list[float] | None = None,
                                retries: int = 2) -> dict[str, Any]:
     logger = get_run_logger()
     started = time.monotonic()

@@ -12,7 +12,7 @@ from dataclasses import asdict
 from typing import Any
 
 
-from alignflow.tasks.params import StageOverrides, checked_flow
+from alignflow.tasks.params import GenerateOverrides, SFTOverrides, checked_flow
 from alignflow.flows.policy_rounds import policy_rounds
 from alignflow.tasks.stage_spec import repo_path
 
@@ -23,9 +23,9 @@ CONFIGS = repo_path("deployments", "configs")
 async def rejection_sampling_flow(run_name: str = "tiny-rs", store: str = "runs/store", ray_address: str | None = None,
                                   initial_policy: str | None = None, rounds: int = 1,
                                   generate_config_file: str | None = str(CONFIGS / "tiny_rs_generate.yaml"),
-                                  generate: StageOverrides | None = None,
+                                  generate: GenerateOverrides | None = None,
                                   sft_config_file: str | None = str(CONFIGS / "tiny_rs_sft.yaml"),
-                                  sft: StageOverrides | None = None, retries: int = 2,
+                                  sft: SFTOverrides | None = None, retries: int = 2,
                                   restart: bool = False) -> dict[str, Any]:
     """Runs `rounds` rounds; returns the policy pointer (round, model URI, history). `restart`: start
     again from `initial_policy` although the run already has a policy."""

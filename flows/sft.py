@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 
-from alignflow.tasks.params import StageOverrides, checked_flow, overrides as plain
+from alignflow.tasks.params import SFTOverrides, checked_flow, overrides as plain
 from alignflow.tasks.ray_cluster import ray_cluster
 from alignflow.tasks.report import build_report, publish_report
 from alignflow.tasks.stage import stage_runner
@@ -21,7 +21,7 @@ TINY_SFT_CONFIG = str(repo_path("deployments", "configs", "tiny_sft.yaml"))
 
 @checked_flow(name="sft")
 async def sft_flow(run_name: str = "tiny", store: str = "runs/store", ray_address: str | None = None,
-                   sft_config_file: str | None = TINY_SFT_CONFIG, sft: StageOverrides | None = None,
+                   sft_config_file: str | None = TINY_SFT_CONFIG, sft: SFTOverrides | None = None,
                    retries: int = 2) -> dict[str, Any]:
     """SFT as a Ray job. With no `pretrain` in the config, a seeded tiny random-init base is made first."""
     started = time.monotonic()

@@ -13,7 +13,7 @@ the Ray address (none: a local head for this run), the run name.
 import time
 from typing import Any, Literal
 
-from alignflow.tasks.params import StageOverrides, checked_flow, overrides
+from alignflow.tasks.params import DPOOverrides, KTOOverrides, SFTOverrides, checked_flow, overrides
 from alignflow.tasks.ray_cluster import ray_cluster
 from alignflow.tasks.report import build_report, publish_report
 from alignflow.tasks.stage import stage_runner
@@ -25,10 +25,10 @@ CONFIGS = repo_path("deployments", "configs")
 @checked_flow(name="sft-dpo")
 async def sft_dpo_flow(pretrain: str, run_name: str = "smollm2", store: str = "runs/store",
                        ray_address: str | None = None,
-                       sft_config_file: str | None = str(CONFIGS / "smol_sft.yaml"), sft: StageOverrides | None = None,
+                       sft_config_file: str | None = str(CONFIGS / "smol_sft.yaml"), sft: SFTOverrides | None = None,
                        preference_stage: Literal["dpo", "kto"] = "dpo",
                        preference_config_file: str | None = str(CONFIGS / "smol_dpo.yaml"),
-                       preference: StageOverrides | None = None, retries: int = 2) -> dict[str, Any]:
+                       preference: DPOOverrides | KTOOverrides | None = None, retries: int = 2) -> dict[str, Any]:
     """Each stage's result: model URI, skipped or trained, final metrics, wall time. Ends with a
     report artifact."""
     started = time.monotonic()

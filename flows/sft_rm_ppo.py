@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 
-from alignflow.tasks.params import StageOverrides, checked_flow, overrides
+from alignflow.tasks.params import PPOOverrides, RMOverrides, SFTOverrides, checked_flow, overrides
 from alignflow.flows.sft import config_has_pretrain
 from alignflow.tasks.evaluate import heldout_accuracy
 from alignflow.tasks.ray_cluster import ray_cluster
@@ -28,9 +28,9 @@ CONFIGS = repo_path("deployments", "configs")
 
 @checked_flow(name="sft-rm-ppo")
 async def sft_rm_ppo_flow(run_name: str = "tiny", store: str = "runs/store", ray_address: str | None = None,
-                          sft_config_file: str | None = str(CONFIGS / "tiny_sft.yaml"), sft: StageOverrides | None = None,
-                          rm_config_file: str | None = str(CONFIGS / "tiny_rm.yaml"), rm: StageOverrides | None = None,
-                          ppo_config_file: str | None = str(CONFIGS / "tiny_ppo.yaml"), ppo: StageOverrides | None = None,
+                          sft_config_file: str | None = str(CONFIGS / "tiny_sft.yaml"), sft: SFTOverrides | None = None,
+                          rm_config_file: str | None = str(CONFIGS / "tiny_rm.yaml"), rm: RMOverrides | None = None,
+                          ppo_config_file: str | None = str(CONFIGS / "tiny_ppo.yaml"), ppo: PPOOverrides | None = None,
                           retries: int = 2, heldout_eval: bool = True) -> dict[str, Any]:
     """Each stage's result: model URI, skipped or trained, final metrics, wall time; with
     `heldout_eval` (the tiny recipe's before/after check: greedy accuracy on the arithmetic task's

@@ -1,18 +1,22 @@
-"""The type of a flow's per-stage overrides (`sft={...}`, `ppo={...}`): any flag name of that stage,
-checked against the stage's schema when the flow starts.
+"""The types of a flow's per-stage overrides (`sft={...}`, `ppo={...}`): one pydantic model per stage,
+made from that stage's config schema (every flag a field, its help and default as the description,
+choices as a Literal), so `prefect deployment inspect` and the Prefect UI show each stage's fields and
+an unknown key is refused when the run is created. The stage's schema checks the values again when
+the flow starts.
 
 `use_wandb` is only a switch here. Prefect validates a deployment run's parameters against this
 schema when the run is created, so an API key given as `use_wandb` is refused *before* the flow run
 exists and never reaches Prefect's database (a check inside the flow would come after Prefect had
 stored it). The key itself comes from WANDB_API_KEY in the Ray cluster's environment (`use_wandb=env`).
 """
-from __future__ import annotations
-
+import dataclasses
+import typing
 from typing import Any, Callable, Literal, Optional, Union
 
 from prefect import Flow
+from prefect.exceptions import ParameterTypeError
 from prefect.utilities.callables import get_call_parameters
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from alignment.config import ConfigError
 
@@ -23,13 +27,37 @@ SWITCHES = ("offline", "true", "1", "env", "false", "0")
 class StageOverrides(BaseModel):
     """Overrides of one stage's config: any of its flag names, e.g. {"max_steps": 200, "lr": 1e-5}."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="forbid")
     use_wandb: Optional[Union[bool, WandbSwitch]] = Field(
         None, description="wandb switch only: true/offline/env (the API key comes from WANDB_API_KEY on the Ray "
                           "cluster, never from a parameter)")
 
 
-def overrides(value: StageOverrides | dict[str, Any] | None) -> dict[str, Any]:
+def _field_type(tp: Any, choices: tuple | None) -> Any:
+    """Optional[...] of the schema field's type; a list field also takes a comma-separated string (as YAML does)."""
+    if choices:
+        return Optional[Literal[tuple(choices)]]  # type: ignore[misc]
+    args = [a for a in typing.get_args(tp) if a is not type(None)] if typing.get_origin(tp) is Union else [tp]
+    base = args[0] if len(args) == 1 else Union[tuple(args)]  # type: ignore[misc]
+    return Optional[Union[base, str]] if typing.get_origin(base) is list else Optional[base]
+
+
+def stage_overrides(config_cls: type, name: str) -> type[BaseModel]:
+    """The overrides model of one stage: every field of `config_cls`, unset by default (the recipe or
+    the schema default applies), `use_wandb` only a switch."""
+    hints = typing.get_type_hints(config_cls)
+    fields: dict[str, Any] = {}
+    for f in dataclasses.fields(config_cls):
+        if f.name == "use_wandb":
+            continue
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        help_text = f.metadata.get("help", "")
+        fields[f.name] = (_field_type(hints[f.name], f.metadata.get("choices")),
+                          Field(None, description=f"{help_text} (default: {default!r})".strip()))
+    return create_model(name, __base__=StageOverrides, __config__=None, **fields)
+
+
+def overrides(value: Optional[Union[BaseModel, dict]]) -> dict[str, Any]:
     """The overrides as a plain dict, with only the keys the user gave."""
     if value is None:
         return {}
@@ -52,10 +80,29 @@ class CheckedFlow(Flow):
             if switch is not None and str(switch).lower() not in SWITCHES:
                 raise ConfigError(f"{name}.use_wandb looks like an API key; keys never go in flow parameters: set "
                                   f"WANDB_API_KEY in the environment of the Ray cluster and pass use_wandb=env")
-        self.validate_parameters(parameters)
+        try:
+            self.validate_parameters(parameters)
+        except ParameterTypeError as e:   # one line, like every other input error
+            raise ConfigError(f"{self.name}: bad parameters: {' '.join(str(e).split())[:400]}") from None
         return super().__call__(*args, **kwargs)
 
 
 def checked_flow(**flow_options: Any) -> Callable[[Callable[..., Any]], CheckedFlow]:
     """`@flow(...)` for our flows, as a CheckedFlow."""
     return lambda fn: CheckedFlow(fn=fn, **flow_options)
+
+
+def _models() -> dict[str, type[BaseModel]]:
+    from alignment.config import DPOConfig, KTOConfig, PPOConfig, RMConfig, SFTConfig
+    from alignment.config.inference import BatchInferenceConfig
+    return {"SFTOverrides": stage_overrides(SFTConfig, "SFTOverrides"),
+            "RMOverrides": stage_overrides(RMConfig, "RMOverrides"),
+            "PPOOverrides": stage_overrides(PPOConfig, "PPOOverrides"),
+            "DPOOverrides": stage_overrides(DPOConfig, "DPOOverrides"),
+            "KTOOverrides": stage_overrides(KTOConfig, "KTOOverrides"),
+            "GenerateOverrides": stage_overrides(BatchInferenceConfig, "GenerateOverrides")}
+
+
+_M = _models()
+SFTOverrides, RMOverrides, PPOOverrides = _M["SFTOverrides"], _M["RMOverrides"], _M["PPOOverrides"]
+DPOOverrides, KTOOverrides, GenerateOverrides = _M["DPOOverrides"], _M["KTOOverrides"], _M["GenerateOverrides"]

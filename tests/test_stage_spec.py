@@ -132,3 +132,21 @@ def test_a_flow_refuses_bad_stage_values_before_anything_starts(over, needle):
 def test_flow_values_true_false_strings_become_bools():
     assert cfg(packing_samples="false").packing_samples is False and cfg(packing_samples="true").packing_samples is True
     assert cfg(dataset="HuggingFaceH4/ultrachat_200k").dataset == "HuggingFaceH4/ultrachat_200k"   # a hub name
+
+
+def test_flow_parameters_are_typed_per_stage():
+    """Prefect's parameter schema (what `prefect deployment inspect` and the UI show) has each stage's
+    fields with their help, default and choices; an unknown key is one line before any flow run exists."""
+    import asyncio
+
+    from alignflow.flows.sft import sft_flow
+    from alignflow.flows.sft_rm_ppo import sft_rm_ppo_flow
+    schema = sft_rm_ppo_flow.parameters.model_dump()
+    ppo = schema["definitions"]["PPOOverrides"]["properties"]
+    from alignment.config.ppo import ADVANTAGE_ESTIMATORS
+    assert ppo["advantage_estimator"]["description"].endswith("(default: 'gae')")   # the schema's own default
+    assert {"enum": list(ADVANTAGE_ESTIMATORS), "type": "string"} in ppo["advantage_estimator"]["anyOf"]
+    assert "packing_samples" in ppo and "Peak learning rate" in schema["definitions"]["SFTOverrides"]["properties"][
+        "learning_rate"]["description"]
+    with pytest.raises(ConfigError, match="max_stepz"):
+        asyncio.run(sft_flow(sft={"max_stepz": 3}))
