@@ -14,3 +14,13 @@ EXIT_TRANSIENT = 75
 
 class TransientError(RuntimeError):
     """Marks an error as transient: the same run may succeed later (exit status 75)."""
+
+
+def user_errors() -> tuple[type[BaseException], ...]:
+    """Errors that are the user's to fix: printed as one line, exit code 2, no traceback."""
+    from alignment.config.base import ConfigError
+    from alignment.datasets.sources import DataError
+    from alignment.models.loading import ModelLoadError
+    from alignment.rewards.reward_func import RewardError
+    from alignment.storage import StorageError
+    return (ConfigError, DataError, ModelLoadError, RewardError, StorageError)

@@ -64,6 +64,11 @@ def test_policy_loss_clip_and_dual_clip():
     assert loss.item() == pytest.approx(5.0)
     loss, _ = policy_loss(T([math.log(5.0)]), T([0.0]), T([-1.0]), one, dual_clip=3.0)
     assert loss.item() == pytest.approx(3.0)                                   # bounded at −c·A
+    # a log-ratio of 200 (exp overflows fp32): clamped at 20 before exp, so the loss stays finite
+    far = T([200.0]).requires_grad_()
+    loss, _ = policy_loss(far, T([0.0]), T([-1.0]), one)
+    loss.backward()
+    assert math.isfinite(loss.item()) and loss.item() == pytest.approx(math.exp(20.0)) and far.grad.item() == 0.0
 
 
 def test_value_loss_clip():

@@ -52,7 +52,8 @@ def test_openrlhf_readme_command_runs_as_a_ray_job(ray_head, tiny_sft, tiny_rm, 
     assert "--packing_samples: training and scoring forward passes on packed rows (block-causal mask)" in logs
     rows = metric_rows(out)
     assert [r["step"] for r in rows] == [1, 2]
-    assert all("train/value_loss" in r and "train/kl" in r and "train/policy_loss" in r for r in rows)
+    assert all("train/value_loss" in r and "train/kl" in r and "train/policy_loss" in r and "train/approx_kl" in r
+               for r in rows)
     assert (out / "MANIFEST.json").exists()
     AutoModelForCausalLM.from_pretrained(out)
 

@@ -22,6 +22,11 @@ def test_rm_sigmoid_and_logexp():
     close(pairwise_rm_loss(chosen, rejected, kind="logexp"), 0.81326169)         # same function
     # margin 0.5 on the first pair: -log σ(0.5) = log(1 + e^-0.5) = 0.47407698
     close(pairwise_rm_loss(chosen, rejected, T([0.5, 0.0])), (0.47407698 + NLS_M1) / 2)
+    # a reward gap of 100 (past fp32's exp range): finite, = the gap, and a finite gradient
+    wide = T([0.0]).requires_grad_()
+    loss = pairwise_rm_loss(wide, T([100.0]), kind="logexp")
+    loss.backward()
+    assert loss.item() == pytest.approx(100.0) and wide.grad.item() == pytest.approx(-1.0)
     with pytest.raises(ValueError, match="unknown reward-model loss"):
         pairwise_rm_loss(chosen, rejected, kind="hinge")
 

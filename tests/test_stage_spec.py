@@ -150,3 +150,12 @@ def test_flow_parameters_are_typed_per_stage():
         "learning_rate"]["description"]
     with pytest.raises(ConfigError, match="max_stepz"):
         asyncio.run(sft_flow(sft={"max_stepz": 3}))
+
+
+def test_the_library_never_imports_its_entry_points():
+    """alignment/ (what runs inside Ray jobs) does not import alignment.cli: the CLIs sit on top."""
+    import re as _re
+    offenders = [str(p.relative_to(REPO)) for p in (REPO / "alignment").rglob("*.py")
+                 if "cli" not in p.relative_to(REPO / "alignment").parts[:1]
+                 and _re.search(r"^\s*(from alignment\.cli|import alignment\.cli)", p.read_text(), _re.M)]
+    assert not offenders, offenders

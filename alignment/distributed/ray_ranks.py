@@ -67,7 +67,7 @@ def bundle_kind(gpu: bool) -> str:
 def _user_error(err: BaseException) -> BaseException | None:
     """The ConfigError/DataError/... (exit 2) or transient fault (exit 75) a rank raised, if that is
     why the run failed: the driver re-raises it, so the job's exit status says so (not a crash)."""
-    from alignment.cli.common import user_errors
+    from alignment.errors import user_errors
     from alignment.errors import TransientError
     known = (*user_errors(), TransientError)
     seen: list[BaseException] = [err]
@@ -86,7 +86,7 @@ def _rank_main(config: dict) -> None:
     """One rank (in a Ray Train worker): log where it runs, then the CLI's own main."""
     import ray
 
-    from alignment.cli.common import setup_logging
+    from alignment.logs import setup_logging
     setup_logging(force=True)
     if os.path.isdir(config["cwd"]):   # relative paths mean what they meant to the user (shared or same-path file systems)
         os.chdir(config["cwd"])

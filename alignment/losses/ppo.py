@@ -12,10 +12,15 @@ import torch
 from alignment.losses.nll import masked_mean
 
 
+# log ρ is clamped before exp (as verl does): a token whose probability moved by e^20 is clipped by
+# the objective anyway, and an unclamped exp overflows to inf (then NaN gradients) in bf16/fp32
+LOG_RATIO_CLAMP = 20.0
+
+
 def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
                 eps_low: float = 0.2, eps_high: float = 0.2, dual_clip: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(loss, clip fraction). −min(ρA, clip(ρ, 1−ε_low, 1+ε_high)A), ρ = π/π_old."""
-    ratio = torch.exp(logp - old_logp)
+    ratio = torch.exp((logp - old_logp).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
     surr1 = ratio * advantages
     surr2 = ratio.clamp(1.0 - eps_low, 1.0 + eps_high) * advantages
     objective = torch.min(surr1, surr2)

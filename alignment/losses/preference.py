@@ -28,8 +28,8 @@ def pairwise_rm_loss(chosen: torch.Tensor, rejected: torch.Tensor, margin: torch
     if kind == "sigmoid":
         diff = chosen - rejected - (margin if margin is not None else 0.0)
         return -F.logsigmoid(diff).mean()
-    if kind == "logexp":
-        return torch.log1p(torch.exp(rejected - chosen)).mean()
+    if kind == "logexp":   # softplus: log1p(exp(x)) overflows to inf in fp32 once x passes ~88
+        return F.softplus(rejected - chosen).mean()
     raise ValueError(f"unknown reward-model loss {kind!r}: use sigmoid or logexp")
 
 

@@ -93,7 +93,9 @@ def train_actor(actor: Any, exp: Experience, cfg: Any, kl_coef: float, seed: int
         logp = action_logprobs(actor, b, packing)
         old = logp.detach() if mb.old_logp is None else mb.old_logp.to(dev)   # None: on-policy (needs_old_logprobs)
         ploss, clipfrac = policy_loss(logp, old, mb.advantages.to(dev), mask, eps_low, eps_high, cfg.dual_clip)
-        loss, row = ploss, {"policy_loss": ploss.item(), "clipfrac": clipfrac.item()}
+        loss, row = ploss, {"policy_loss": ploss.item(), "clipfrac": clipfrac.item(),
+                            # how far this update has moved π from the policy that sampled (k3 estimate)
+                            "approx_kl": masked_mean(kl_estimate(logp.detach(), old, "k3"), mask).item()}
         if cfg.use_kl_loss:
             kl = masked_mean(kl_estimate(logp, mb.ref_logp.to(dev), cfg.kl_estimator), mask)
             loss = loss + kl_coef * kl

@@ -27,7 +27,7 @@ class ModelWorker:
 
     def init(self, role: str, cfg: Any, rank: int, world_size: int, ranks_per_node: int, master: tuple[str, int],
              threads: int, total_steps: int, cores: list[int] | None = None) -> None:
-        from alignment.cli.common import setup_logging
+        from alignment.logs import setup_logging
         os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK="0",
                           LOCAL_WORLD_SIZE=str(ranks_per_node), MASTER_ADDR=master[0], MASTER_PORT=str(master[1]),
                           OMP_WAIT_POLICY="PASSIVE")   # idle ranks of other groups must not spin on the cores
