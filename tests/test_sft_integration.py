@@ -129,6 +129,9 @@ def test_lora_bf16_checkpointing_tracking(tiny_base, tmp_path):
     assert any((tmp_path / "tb").rglob("events.out.tfevents*")) and any((tmp_path / "wandb").rglob("*.wandb"))
     state = load_file(out / "model.safetensors")
     assert not any("lora" in k for k in state)
+    adapter = json.loads((out / "adapter" / "adapter_config.json").read_text())    # the adapter, as PEFT saves it
+    assert adapter["r"] == 8 and sorted(adapter["target_modules"]) == ["q_proj", "v_proj"]
+    assert (out / "adapter" / "adapter_model.safetensors").exists()
     merged = AutoModelForCausalLM.from_pretrained(out).state_dict()
     base = AutoModelForCausalLM.from_pretrained(tiny_base).state_dict()
     same = lambda k: torch.equal(merged[k], base[k].to(merged[k].dtype))  # noqa: E731 (saved in the training dtype)

@@ -44,10 +44,22 @@ def is_lora(model: torch.nn.Module) -> bool:
     return hasattr(model, "peft_config")
 
 
-def merged_copy(model: torch.nn.Module, state_dict: dict[str, torch.Tensor]) -> torch.nn.Module:
-    """A plain HF model with the adapters in `state_dict` merged (the trained model is untouched)."""
-    import copy
-
-    clone = copy.deepcopy(model).to("cpu")
-    clone.load_state_dict(state_dict, strict=True)
-    return clone.merge_and_unload()
+def merged_state(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The plain model's weights from a PEFT model's full `state` (its own copy: it is consumed):
+    each adapter folded into its base weight in place, W += scaling·B·A, so the merge adds no second
+    copy of the model (merge_and_unload on a deep copy would). Keys as the plain model names them."""
+    for name, layer in model.named_modules():
+        scaling = getattr(layer, "scaling", None)
+        if not isinstance(scaling, dict) or "default" not in scaling or not hasattr(layer, "lora_A"):
+            continue
+        a, b = state.pop(f"{name}.lora_A.default.weight"), state.pop(f"{name}.lora_B.default.weight")
+        weight = state[f"{name}.base_layer.weight"]
+        delta = (b.float() @ a.float()) * scaling["default"]
+        weight.add_((delta.T if getattr(layer, "fan_in_fan_out", False) else delta).to(weight.dtype))
+    plain: dict[str, torch.Tensor] = {}
+    for key, value in state.items():
+        if ".original_module." in key or ".lora_" in key:
+            continue   # a fully trained module's frozen original (its trained copy is kept), other adapters
+        key = key.removeprefix("base_model.model.").replace(".base_layer.", ".").replace(".modules_to_save.default.", ".")
+        plain[key] = value
+    return plain

@@ -8,7 +8,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from alignment.models.lora import is_lora, merged_copy
+from alignment.models.lora import is_lora, merged_state
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ def policy_weights(engine: Any) -> dict[str, torch.Tensor] | None:
     state = full_state_dict(engine)
     if state is None or not is_lora(engine.module):
         return state
-    return merged_copy(engine.module, state).state_dict()
+    return merged_state(engine.module, state)
 
 
 def save_hf_model(module: torch.nn.Module, state: dict[str, torch.Tensor], tokenizer: Any,
@@ -37,12 +37,16 @@ def save_hf_model(module: torch.nn.Module, state: dict[str, torch.Tensor], token
                   rename: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]] | None = None) -> Path:
     """Write config, safetensors weights (in the training dtype) and tokenizer, so plain
     `from_pretrained(out_dir)` loads it. `extra_config` entries go into config.json;
-    `rename` maps the final (merged) weight names to the saved ones."""
+    `rename` maps the final (merged) weight names to the saved ones. A LoRA model is saved twice
+    over: its adapter as PEFT saves it in `out_dir/adapter` (`PeftModel.from_pretrained(base,
+    out_dir/adapter)`), and merged into the base at `out_dir`, merged in place in `state` (which is
+    consumed), so saving never holds a second copy of the model."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     if is_lora(module):
-        model = merged_copy(module, state)
-        state = model.state_dict()
+        module.save_pretrained(out / "adapter", state_dict=state, safe_serialization=True)
+        model = module.get_base_model()
+        state = merged_state(module, state)
     else:
         model = module
     for key, value in (extra_config or {}).items():
