@@ -1,9 +1,11 @@
 # The two commands of the README. Each one creates/updates .venv first (idempotent, fast when done).
-.PHONY: setup demo test test-demo test-chaos
+.PHONY: setup demo demo-smol test test-demo test-chaos
 setup:
 	@bash scripts/setup_venv.sh
 demo: setup
 	@.venv/bin/python scripts/demo.py
+demo-smol: setup
+	@.venv/bin/python scripts/demo_smol.py
 test: setup
 	@bash scripts/run_tests.sh
 test-demo: setup

