@@ -1,5 +1,5 @@
 """The SmolLM2 recipe through the `sft-dpo` flow (Prefect ephemeral API -> Ray jobs on the session's
-head -> DeepSpeed): a few SFT steps on short sums, then DPO on the right sum over an off-by-one
+head -> DeepSpeed): 2 SFT steps on short sums, then 5 DPO steps on the right sum over an off-by-one
 answer, both in OpenRLHF's message-list shape. And `sft-rm-ppo` given a reward function trains no RM."""
 from __future__ import annotations
 
@@ -18,7 +18,9 @@ pytestmark = pytest.mark.integration
 def test_smollm2_sft_then_dpo_raises_reward_accuracy_and_keeps_the_chat_template(ray_head, smol, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
     store = str(tmp_path / "store")
-    result = asyncio.run(sft_dpo_flow(pretrain=str(smol), store=store, ray_address=ray_head))
+    small = {"sft": {"max_steps": 2, "train_batch_size": 4, "micro_train_batch_size": 4},
+             "preference": {"max_steps": 5, "train_batch_size": 4, "micro_train_batch_size": 4}}
+    result = asyncio.run(sft_dpo_flow(pretrain=str(smol), store=store, ray_address=ray_head, **small))
     assert set(result) == {"sft", "dpo"} and not any(r["skipped"] for r in result.values())
     dpo_config = storage.read_manifest(result["dpo"]["model_uri"])["metadata"]["config"]
     assert dpo_config["pretrain"] == result["sft"]["model_uri"] and dpo_config["ref_pretrain"] is None
@@ -30,7 +32,7 @@ def test_smollm2_sft_then_dpo_raises_reward_accuracy_and_keeps_the_chat_template
         path = result[stage]["model_uri"]
         assert AutoModelForCausalLM.from_pretrained(path).config.model_type == "llama"
         assert "im_start" in AutoTokenizer.from_pretrained(path).chat_template
-    again = asyncio.run(sft_dpo_flow(pretrain=str(smol), store=store, ray_address=ray_head))
+    again = asyncio.run(sft_dpo_flow(pretrain=str(smol), store=store, ray_address=ray_head, **small))
     assert all(r["skipped"] for r in again.values())
 
 
@@ -38,7 +40,7 @@ def test_sft_rm_ppo_with_a_reward_function_trains_no_reward_model(ray_head, tiny
     reward = str(REPO / "alignment" / "tiny_world" / "reward.py")
     result = asyncio.run(sft_rm_ppo_flow(
         run_name="own-reward", store=str(tmp_path / "store"), ray_address=ray_head, heldout_eval=False,
-        sft={"pretrain": str(tiny_sft), "max_steps": 2, "eval_dataset": None},
+        sft={"pretrain": str(tiny_sft), "max_steps": 1, "eval_dataset": None},
         ppo={"remote_rm_url": reward, "label_key": "label", "max_samples": 8, "rollout_batch_size": 8,
              "num_episodes": 1, "advantage_estimator": "rloo", "n_samples_per_prompt": 2, "train_batch_size": 16,
              "micro_train_batch_size": 16, "normalize_reward": False}))
