@@ -1,5 +1,5 @@
-"""benchmarks/trl_compare.py at its smoke size: every comparison runs (ours and TRL 1.16; orchestration
-through the same flow helper as placement) and the report gets a row per workload and a chart. Speed is not asserted: the figures of a smoke run mean
+"""benchmarks/trl_compare.py at its smoke size: every comparison but the two through a flow runs (ours
+and TRL 1.16) and the report gets a row per workload and a chart. Speed is not asserted: the figures of a smoke run mean
 nothing; docs/benchmarks.md holds the full-size run.
 
 One recorded pair, no warm-up and no vLLM side keep it under 4 minutes on 2 cores (the runs are
@@ -17,12 +17,11 @@ from tests.conftest import REPO, python_env
 
 pytestmark = pytest.mark.integration
 
-# Every comparison but "orchestration": its flow side is the same `sft_flow_sample` the placement
-# comparison runs (with 2 ranks), so the smoke run skips one ~50 s Prefect -> Ray start-up.
-ONLY = "sft,rm,dpo,rloo,grpo,placement"
-ROWS = ("SFT (packing)", "Reward model", "DPO", "RL iteration: RLOO", "RL iteration: GRPO, ours (HF generate)",
-        "Placement: 2-rank SFT stage, flow → Ray Train, 2 ranks: stage task",
-        "Placement: 2-rank SFT stage, flow → Ray Train, 2 ranks: whole flow command")
+# Every comparison but the two that go through a flow ("orchestration", "placement"): each is one
+# Prefect -> Ray start-up plus a flow run (~60 s here), and the flow path itself is what
+# tests/test_ray_ranks.py runs (2 ranks through the flow = torchrun).
+ONLY = "sft,rm,dpo,rloo,grpo"
+ROWS = ("SFT (packing)", "Reward model", "DPO", "RL iteration: RLOO", "RL iteration: GRPO, ours (HF generate)")
 
 
 def trl_available() -> bool:

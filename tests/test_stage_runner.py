@@ -218,7 +218,8 @@ def test_a_stage_that_refuses_its_input_is_not_retried(ray_head, tmp_path):
     ({"store": "ftp://host/x"}, ConfigError, "unsupported scheme 'ftp'"),
     ({"sft": {"train_batch_size": 0}}, ConfigError, "--train_batch_size 0: must be > 0"),
     ({"sft": {"dataset": "/nowhere/data.jsonl"}}, ConfigError, "--dataset /nowhere/data.jsonl: does not exist"),
-    ({"sft": {"packing_samples": "maybe"}}, ConfigError, "--packing_samples 'maybe': expected true or false"),
+    ({"sft": {"packing_samples": "maybe"}}, ConfigError, "sft.packing_samples: Input should be a valid boolean"),
+    ({"sft": {"max_stepz": 3}}, ConfigError, "sft.max_stepz: Extra inputs are not permitted"),
     ({"sft": {"use_wandb": "0123456789abcdef-planted-wandb-key"}}, ConfigError, "keys never go in flow parameters"),
 ])
 def test_bad_parameters_fail_before_anything_runs(params, error, needle, tmp_path):
