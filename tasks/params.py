@@ -25,7 +25,8 @@ SWITCHES = ("offline", "true", "1", "env", "false", "0")
 
 
 class StageOverrides(BaseModel):
-    """Overrides of one stage's config: any of its flag names, e.g. {"max_steps": 200, "lr": 1e-5}."""
+    """The base of every stage's overrides model (stage_overrides): `use_wandb` only a switch, no
+    keys that are not the stage's flags."""
 
     model_config = ConfigDict(extra="forbid")
     use_wandb: Optional[Union[bool, WandbSwitch]] = Field(
