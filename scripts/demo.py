@@ -17,14 +17,10 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("DS_ACCELERATOR", "cpu")
-os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
-os.environ.setdefault("PREFECT_HOME", str(REPO / "runs" / "demo" / "prefect"))  # keeps ~/.prefect untouched
-Path(os.environ["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)   # before prefect is imported
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from embedded_env import setup  # noqa: E402
+
+REPO = setup("demo")   # before prefect is imported
 
 
 def report(result: dict, total: float, out: Path) -> dict:

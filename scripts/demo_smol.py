@@ -11,20 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("DS_ACCELERATOR", "cpu")
-os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
-os.environ.setdefault("PREFECT_HOME", str(REPO / "runs" / "demo_smol" / "prefect"))
-Path(os.environ["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)   # before prefect is imported
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from embedded_env import setup  # noqa: E402
+
+REPO = setup("demo_smol")   # before prefect is imported
 
 STORE = REPO / "runs" / "demo_smol" / "store"
 # the demo's budget: 2 epochs of SFT, 1 of DPO (the recipe's files keep the suite's few steps)
