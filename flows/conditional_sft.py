@@ -18,23 +18,20 @@ from alignment import storage
 from alignment.config import ConfigError
 from alignflow.tasks.params import GenerateOverrides, SFTOverrides, checked_flow, overrides
 from alignflow.tasks.ray_cluster import ray_cluster
+from alignflow.tasks.recipes import StagePlan, load_recipe
 from alignflow.tasks.report import build_report, publish_report
 from alignflow.tasks.stage import stage_runner
-from alignflow.tasks.stage_spec import build_config, check_store, check_store_reachable, repo_path
-
-CONFIGS = repo_path("deployments", "configs")
+from alignflow.tasks.stage_spec import check_store, check_store_reachable
 
 
 @checked_flow(name="conditional-sft")
-async def conditional_sft_flow(policy: str, run_name: str = "tiny-csft", store: str = "runs/store",
-                               ray_address: str | None = None,
-                               score_config_file: str | None = str(CONFIGS / "tiny_csft_score.yaml"),
-                               score: GenerateOverrides | None = None,
-                               sft_config_file: str | None = str(CONFIGS / "tiny_csft_sft.yaml"),
-                               sft: SFTOverrides | None = None,
-                               generate_config_file: str | None = str(CONFIGS / "tiny_csft_generate.yaml"),
+async def conditional_sft_flow(policy: str, run_name: str = "conditional-sft", store: str = "runs/store",
+                               ray_address: str | None = None, recipe: str | None = None,
+                               score: GenerateOverrides | None = None, sft: SFTOverrides | None = None,
                                generate: GenerateOverrides | None = None, csft_rewards: list[float] | None = None,
                                retries: int = 2) -> dict[str, Any]:
+    """The recipe's `score.yaml`, `sft.yaml` and `generate.yaml` configure the three stages (e.g.
+    `recipe="tiny-csft"`)."""
     logger = get_run_logger()
     started = time.monotonic()
     store = check_store_reachable(check_store(store))
@@ -42,13 +39,16 @@ async def conditional_sft_flow(policy: str, run_name: str = "tiny-csft", store: 
     if not csft_rewards:
         raise ConfigError("csft_rewards is empty: give the score(s) to ask for at generation, e.g. [1.0]")
     score, sft, generate = overrides(score), overrides(sft), overrides(generate)
-    score_cfg = build_config("batch_inference", score_config_file, {**score, "pretrain": policy})
+    plan = StagePlan(load_recipe(recipe))
+    score_config_file, sft_config_file, generate_config_file = (plan.recipe.file(r) for r in ("score", "sft", "generate"))
+    score_cfg = plan.check("score", "batch_inference", {**score, "pretrain": policy})
     if score_cfg.post_processor != "csft":
         raise ConfigError(f"the scoring stage must use post_processor: csft (got {score_cfg.post_processor!r})")
-    build_config("sft", sft_config_file, {**sft, "pretrain": policy, "dataset": "<scored data>"})
+    plan.check("sft", "sft", {**sft, "pretrain": policy, "dataset": "<scored data>"})
     generate = {**generate, "enable_csft": True, "csft_prompt": score_cfg.csft_prompt}   # the prefix SFT learned
     for r in csft_rewards:
-        build_config("batch_inference", generate_config_file, {**generate, "csft_reward": r, "pretrain": "<model>"})
+        plan.check(f"generate (score {r})", "batch_inference", {**generate, "csft_reward": r, "pretrain": "<model>"})
+    await plan.publish("conditional-sft", run_name)
     results: dict[str, Any] = {}
     summaries: dict[str, dict] = {}
     with ray_cluster(ray_address) as cluster:

@@ -18,9 +18,10 @@ from alignflow.tasks.params import StageOverrides, overrides
 from alignflow.tasks.policy_pointer import PolicyPointer, advance, pointer_uri, read_pointer
 from alignflow.tasks import curves
 from alignflow.tasks.ray_cluster import ray_cluster
+from alignflow.tasks.recipes import StagePlan, load_recipe
 from alignflow.tasks.report import build_report, publish_report
 from alignflow.tasks.stage import stage_runner
-from alignflow.tasks.stage_spec import build_config, check_store, check_store_reachable
+from alignflow.tasks.stage_spec import check_store, check_store_reachable
 
 
 def start_pointer(store: str, run_name: str, initial_policy: str | None, restart: bool,
@@ -47,9 +48,10 @@ def start_pointer(store: str, run_name: str, initial_policy: str | None, restart
 
 
 async def policy_rounds(*, flow_name: str, train_stage: str, run_name: str, store: str, ray_address: str | None,
-                        initial_policy: str | None, rounds: int, generate_config_file: str | None,
-                        generate: StageOverrides | None, train_config_file: str | None,
-                        train: StageOverrides | None, retries: int, restart: bool = False) -> PolicyPointer:
+                        initial_policy: str | None, rounds: int, recipe: str | None,
+                        generate: StageOverrides | None, train: StageOverrides | None, retries: int,
+                        restart: bool = False) -> PolicyPointer:
+    """The recipe's `generate.yaml` and `<train_stage>.yaml` configure the two stages of a round."""
     logger = get_run_logger()
     started = time.monotonic()
     store = check_store_reachable(check_store(store))
@@ -60,8 +62,11 @@ async def policy_rounds(*, flow_name: str, train_stage: str, run_name: str, stor
         logger.info("restart=true: %s starts again from initial_policy %s", run_name, initial_policy)
     generate, train = overrides(generate), overrides(train)
     # both configs are validated before a cluster starts (the policy and data as placeholders)
-    build_config("batch_inference", generate_config_file, {**generate, "pretrain": "<policy>"})
-    build_config(train_stage, train_config_file, {**train, "pretrain": "<policy>", "dataset": "<generated data>"})
+    plan = StagePlan(load_recipe(recipe))
+    plan.check("generate", "batch_inference", {**generate, "pretrain": "<policy>"})
+    plan.check(train_stage, train_stage, {**train, "pretrain": "<policy>", "dataset": "<generated data>"})
+    await plan.publish(flow_name, run_name)
+    generate_config_file, train_config_file = plan.recipe.file("generate"), plan.recipe.file(train_stage)
     summaries: dict[str, dict] = {}
     with ray_cluster(ray_address) as cluster:
         run = stage_runner(retries)

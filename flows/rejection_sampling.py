@@ -14,23 +14,18 @@ from typing import Any
 
 from alignflow.tasks.params import GenerateOverrides, SFTOverrides, checked_flow
 from alignflow.flows.policy_rounds import policy_rounds
-from alignflow.tasks.stage_spec import repo_path
-
-CONFIGS = repo_path("deployments", "configs")
 
 
 @checked_flow(name="rejection-sampling")
-async def rejection_sampling_flow(run_name: str = "tiny-rs", store: str = "runs/store", ray_address: str | None = None,
-                                  initial_policy: str | None = None, rounds: int = 1,
-                                  generate_config_file: str | None = str(CONFIGS / "tiny_rs_generate.yaml"),
+async def rejection_sampling_flow(run_name: str = "rejection-sampling", store: str = "runs/store", ray_address: str | None = None,
+                                  initial_policy: str | None = None, rounds: int = 1, recipe: str | None = None,
                                   generate: GenerateOverrides | None = None,
-                                  sft_config_file: str | None = str(CONFIGS / "tiny_rs_sft.yaml"),
                                   sft: SFTOverrides | None = None, retries: int = 2,
                                   restart: bool = False) -> dict[str, Any]:
-    """Runs `rounds` rounds; returns the policy pointer (round, model URI, history). `restart`: start
+    """Runs `rounds` rounds (the recipe's `generate.yaml` and `sft.yaml` configure them, e.g.
+    `recipe="tiny-rs"`); returns the policy pointer (round, model URI, history). `restart`: start
     again from `initial_policy` although the run already has a policy."""
     pointer = await policy_rounds(flow_name="rejection-sampling", train_stage="sft", run_name=run_name, store=store, ray_address=ray_address,
                                   initial_policy=initial_policy, rounds=rounds,
-                                  generate_config_file=generate_config_file, generate=generate,
-                                  train_config_file=sft_config_file, train=sft, retries=retries, restart=restart)
+                                  recipe=recipe, generate=generate, train=sft, retries=retries, restart=restart)
     return asdict(pointer)

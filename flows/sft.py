@@ -1,49 +1,54 @@
-"""The `sft` flow: one SFT stage (plus the tiny world's random-init base when no model is given).
+"""The `sft` flow: one SFT stage (plus the tiny world's random-init base when its recipe has one and
+no model is given).
 
     prefect deployment run 'sft/tiny' --param sft='{"max_steps": 200}'
 
-Parameters: the stage config as a YAML file (`sft_config_file`, same format as the CLI's
---config) plus `sft` overrides (any SFT flag name), the store URI, the Ray address, the run name.
+Parameters: the recipe (a folder of stage YAMLs, tasks/recipes.py; none: the schema's defaults),
+`sft` overrides (any SFT flag name), the store URI, the Ray address, the run name.
 """
 
 import time
 from typing import Any
 
-
 from alignflow.tasks.params import SFTOverrides, checked_flow, overrides as plain
 from alignflow.tasks.ray_cluster import ray_cluster
+from alignflow.tasks.recipes import Recipe, StagePlan, load_recipe
 from alignflow.tasks.report import build_report, publish_report
 from alignflow.tasks.stage import stage_runner
-from alignflow.tasks.stage_spec import StageResult, build_config, check_store, check_store_reachable, repo_path
-
-TINY_SFT_CONFIG = str(repo_path("deployments", "configs", "tiny_sft.yaml"))
+from alignflow.tasks.stage_spec import StageResult, check_store, check_store_reachable
 
 
 @checked_flow(name="sft")
-async def sft_flow(run_name: str = "tiny", store: str = "runs/store", ray_address: str | None = None,
-                   sft_config_file: str | None = TINY_SFT_CONFIG, sft: SFTOverrides | None = None,
-                   retries: int = 2) -> dict[str, Any]:
-    """SFT as a Ray job. With no `pretrain` in the config, a seeded tiny random-init base is made first."""
+async def sft_flow(run_name: str = "sft", store: str = "runs/store", ray_address: str | None = None,
+                   recipe: str | None = None, sft: SFTOverrides | None = None, retries: int = 2) -> dict[str, Any]:
+    """SFT as a Ray job. `recipe`: a shipped recipe's name (`tiny`, `smollm2`, ...) or your folder."""
     started = time.monotonic()
     # Everything that can be wrong with the parameters fails here, before a cluster starts.
     store = check_store_reachable(check_store(store))
+    plan = StagePlan(load_recipe(recipe))
     overrides = plain(sft)
-    needs_base = not overrides.get("pretrain") and not config_has_pretrain(sft_config_file)
-    build_config("sft", sft_config_file, {**overrides, **({"pretrain": "<tiny_base output>"} if needs_base else {})})
+    needs_base = makes_base(plan.recipe, overrides)
+    if needs_base:
+        plan.check("tiny_base", "tiny_base", {})
+    plan.check("sft", "sft", {**overrides, **({"pretrain": "<tiny_base output>"} if needs_base else {})})
+    await plan.publish("sft", run_name)
     stages: dict[str, StageResult] = {}
     with ray_cluster(ray_address) as cluster:
         run = stage_runner(retries)
         inputs = {}
         if needs_base:
-            stages["tiny_base"] = await run("tiny_base", store, run_name, cluster, overrides={"seed": 0})
+            stages["tiny_base"] = await run("tiny_base", store, run_name, cluster, plan.recipe.file("tiny_base"))
             inputs["pretrain"] = stages["tiny_base"].model_uri
-        stages["sft"] = await run("sft", store, run_name, cluster, sft_config_file, overrides, inputs)
+        stages["sft"] = await run("sft", store, run_name, cluster, plan.recipe.file("sft"), overrides, inputs)
     report = build_report("sft", run_name, {k: r.summary() for k, r in stages.items()}, time.monotonic() - started)
     await publish_report(report)
     return stages["sft"].summary()
 
 
-def config_has_pretrain(path: str | None) -> bool:
+def makes_base(recipe: Recipe, sft: dict[str, Any]) -> bool:
+    """The recipe makes its own base model (`tiny_base.yaml`) and neither it nor the run gives SFT a `pretrain`."""
     from alignment.config import SFTConfig, load_yaml
 
-    return bool(path and load_yaml(SFTConfig, path).get("pretrain"))  # a missing file is a ConfigError
+    sft_file = recipe.file("sft")
+    given = sft.get("pretrain") or (sft_file and load_yaml(SFTConfig, sft_file).get("pretrain"))
+    return recipe.has("tiny_base") and not given

@@ -5,8 +5,8 @@ when committed, retried from its checkpoint). The most common offline recipe.
     prefect deployment run 'sft-dpo/smollm2' --param pretrain=s3://bucket/models/smollm2
 
 Parameters: `pretrain` (the model SFT starts from: a committed store URI, a directory or a hub
-name; `python -m alignment.cli.import_model` brings one into the store), per stage a YAML config
-(the CLI's --config format) and overrides, the preference stage (`dpo` or `kto`), the store URI,
+name; `python -m alignment.cli.import_model` brings one into the store), the recipe (a folder of
+stage YAMLs: `sft.yaml`, `dpo.yaml` / `kto.yaml`; none: schema defaults), per stage overrides, the preference stage (`dpo` or `kto`), the store URI,
 the Ray address (none: a local head for this run), the run name.
 """
 
@@ -15,19 +15,16 @@ from typing import Any, Literal
 
 from alignflow.tasks.params import DPOOverrides, KTOOverrides, SFTOverrides, checked_flow, overrides
 from alignflow.tasks.ray_cluster import ray_cluster
+from alignflow.tasks.recipes import StagePlan, load_recipe
 from alignflow.tasks.report import build_report, publish_report
 from alignflow.tasks.stage import stage_runner
-from alignflow.tasks.stage_spec import StageResult, build_config, check_store, check_store_reachable, repo_path
-
-CONFIGS = repo_path("deployments", "configs")
+from alignflow.tasks.stage_spec import StageResult, check_store, check_store_reachable
 
 
 @checked_flow(name="sft-dpo")
-async def sft_dpo_flow(pretrain: str, run_name: str = "smollm2", store: str = "runs/store",
-                       ray_address: str | None = None,
-                       sft_config_file: str | None = str(CONFIGS / "smol_sft.yaml"), sft: SFTOverrides | None = None,
+async def sft_dpo_flow(pretrain: str, run_name: str = "sft-dpo", store: str = "runs/store",
+                       ray_address: str | None = None, recipe: str | None = None, sft: SFTOverrides | None = None,
                        preference_stage: Literal["dpo", "kto"] = "dpo",
-                       preference_config_file: str | None = str(CONFIGS / "smol_dpo.yaml"),
                        preference: DPOOverrides | KTOOverrides | None = None, retries: int = 2) -> dict[str, Any]:
     """Each stage's result: model URI, skipped or trained, final metrics, wall time. Ends with a
     report artifact."""
@@ -35,13 +32,16 @@ async def sft_dpo_flow(pretrain: str, run_name: str = "smollm2", store: str = "r
     store = check_store_reachable(check_store(store))
     sft, pref = {**overrides(sft), "pretrain": pretrain}, overrides(preference)
     # both configs checked before a cluster starts (the SFT output stands in as a placeholder)
-    build_config("sft", sft_config_file, sft)
-    build_config(preference_stage, preference_config_file, {**pref, "pretrain": "<sft output>"})
+    plan = StagePlan(load_recipe(recipe))
+    files = plan.recipe.file
+    plan.check("sft", "sft", sft)
+    plan.check(preference_stage, preference_stage, {**pref, "pretrain": "<sft output>"})
+    await plan.publish("sft-dpo", run_name)
     results: dict[str, StageResult] = {}
     with ray_cluster(ray_address) as cluster:
         run = stage_runner(retries)
-        results["sft"] = await run("sft", store, run_name, cluster, sft_config_file, sft)
-        results[preference_stage] = await run(preference_stage, store, run_name, cluster, preference_config_file, pref,
+        results["sft"] = await run("sft", store, run_name, cluster, files("sft"), sft)
+        results[preference_stage] = await run(preference_stage, store, run_name, cluster, files(preference_stage), pref,
                                               {"pretrain": results["sft"].model_uri})
     summaries = {name: r.summary() for name, r in results.items()}
     await publish_report(build_report("sft-dpo", run_name, summaries, time.monotonic() - started))

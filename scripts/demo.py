@@ -44,7 +44,8 @@ def main() -> None:
     from alignflow.flows.sft_rm_ppo import sft_rm_ppo_flow
 
     t0 = time.time()
-    result = asyncio.run(sft_rm_ppo_flow(run_name="demo", store=str(REPO / "runs" / "demo" / "store")))
+    result = asyncio.run(sft_rm_ppo_flow(run_name="demo", store=str(REPO / "runs" / "demo" / "store"), recipe="tiny",
+                                         heldout_eval=True))
     report(result, time.time() - t0, REPO / "runs" / "demo" / "report.json")
 
 

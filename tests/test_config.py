@@ -65,16 +65,21 @@ def test_secret_field_masked():
     assert "planted-key-123" not in str(public_dict(cfg))
 
 
-@pytest.mark.parametrize("name, cls", [
-    ("tiny_sft", "SFTConfig"), ("tiny_rm", "RMConfig"), ("tiny_ppo", "PPOConfig"), ("tiny_idpo_generate", "BatchInferenceConfig"),
-    ("tiny_idpo_dpo", "DPOConfig"), ("tiny_rs_generate", "BatchInferenceConfig"), ("tiny_rs_sft", "SFTConfig"),
-    ("tiny_csft_score", "BatchInferenceConfig"), ("tiny_csft_generate", "BatchInferenceConfig"), ("tiny_csft_sft", "SFTConfig"),
-])
-def test_shipped_stage_configs_load_into_their_schema(name, cls):
-    """Every deployments/configs file is valid YAML whose keys are its stage's flags (a broken
-    comment line once failed only the slow iterative-DPO flow tests)."""
+RECIPE_SCHEMAS = {"sft": "SFTConfig", "rm": "RMConfig", "ppo": "PPOConfig", "dpo": "DPOConfig", "kto": "KTOConfig",
+                  "generate": "BatchInferenceConfig", "score": "BatchInferenceConfig", "tiny_base": "TinyBaseConfig"}
+
+
+def _recipe_files():
+    from tests.conftest import REPO
+    return sorted((p.parent.name, p.stem) for p in (REPO / "deployments" / "recipes").glob("*/*.yaml"))
+
+
+@pytest.mark.parametrize("recipe, role", _recipe_files())
+def test_shipped_recipe_files_load_into_their_schema(recipe, role):
+    """Every deployments/recipes/<recipe>/<role>.yaml is valid YAML whose keys are its stage's flags (a
+    broken comment line once failed only the slow iterative-DPO flow tests)."""
     import alignment.config as config
     from alignment.config import load_yaml
     from tests.conftest import REPO
-    values = load_yaml(getattr(config, cls), REPO / "deployments" / "configs" / f"{name}.yaml")
+    values = load_yaml(getattr(config, RECIPE_SCHEMAS[role]), REPO / "deployments" / "recipes" / recipe / f"{role}.yaml")
     assert values

@@ -24,7 +24,7 @@ SMALL = dict(generate={"rollout_batch_size": 256, "num_gpus_per_node": 2},
 
 def test_rounds_continue_from_the_latest_committed_policy(ray_head, tiny_sft, tmp_path, monkeypatch):
     store = str(tmp_path / "store")
-    first = asyncio.run(iterative_dpo_flow(run_name="idpo", store=store, ray_address=ray_head,
+    first = asyncio.run(iterative_dpo_flow(run_name="idpo", store=store, recipe="tiny-idpo", ray_address=ray_head,
                                            initial_policy=str(tiny_sft), **SMALL))
     assert first["round"] == 1 and storage.is_committed(first["model_uri"])
     round1 = first["history"][0]
@@ -40,7 +40,7 @@ def test_rounds_continue_from_the_latest_committed_policy(ray_head, tiny_sft, tm
     # round 2's DPO job dies after its first step (no retries): the pointer stays at round 1
     monkeypatch.setenv("ALIGNFLOW_FAIL_AT_STEP", "1")
     with pytest.raises(Exception, match="simulated failure"):
-        asyncio.run(iterative_dpo_flow(run_name="idpo", store=store, ray_address=ray_head, retries=0,
+        asyncio.run(iterative_dpo_flow(run_name="idpo", store=store, recipe="tiny-idpo", ray_address=ray_head, retries=0,
                                        generate=SMALL["generate"], dpo={**SMALL["dpo"], "save_steps": 1}))
     assert read_pointer(store, "idpo").round == 1 and read_pointer(store, "idpo").model_uri == first["model_uri"]
 

@@ -86,7 +86,7 @@ def test_sft_flow_with_two_ranks_equals_torchrun(ray_head, tiny_base, tmp_path):
     assert not code.group(2).startswith(str(REPO))                                # the job ran outside the checkout
 
     # the same config under torchrun, as a user would launch it
-    config = build_config("sft", str(REPO / "deployments/configs/tiny_sft.yaml"),
+    config = build_config("sft", str(REPO / "deployments/recipes/tiny/sft.yaml"),
                           {**TWO_RANKS, "pretrain": str(tiny_base), "num_gpus_per_node": 1})
     out = tmp_path / "torchrun"
     run_module("alignment.cli.train_sft", [*config_to_argv(config), "--save_path", str(out)], launcher("torchrun", 2))

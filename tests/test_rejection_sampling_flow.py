@@ -18,7 +18,7 @@ pytestmark = pytest.mark.integration
 def test_two_rounds_raise_held_out_accuracy(ray_head, tiny_sft, tmp_path):
     from alignment.tiny_world.evaluate import greedy_accuracy
     store = str(tmp_path / "store")
-    result = asyncio.run(rejection_sampling_flow(run_name="rs", store=store, ray_address=ray_head,
+    result = asyncio.run(rejection_sampling_flow(run_name="rs", store=store, recipe="tiny-rs", ray_address=ray_head,
                                                  initial_policy=str(tiny_sft), rounds=2))
     assert result["round"] == 2
     first, second = result["history"]

@@ -20,7 +20,7 @@ def test_smollm2_sft_then_dpo_raises_reward_accuracy_and_keeps_the_chat_template
     store = str(tmp_path / "store")
     small = {"sft": {"max_steps": 2, "train_batch_size": 4, "micro_train_batch_size": 4},
              "preference": {"max_steps": 5, "train_batch_size": 4, "micro_train_batch_size": 4}}
-    result = asyncio.run(sft_dpo_flow(pretrain=str(smol), store=store, ray_address=ray_head, **small))
+    result = asyncio.run(sft_dpo_flow(pretrain=str(smol), store=store, ray_address=ray_head, recipe="smollm2", **small))
     assert set(result) == {"sft", "dpo"} and not any(r["skipped"] for r in result.values())
     dpo_config = storage.read_manifest(result["dpo"]["model_uri"])["metadata"]["config"]
     assert dpo_config["pretrain"] == result["sft"]["model_uri"] and dpo_config["ref_pretrain"] is None
@@ -32,14 +32,14 @@ def test_smollm2_sft_then_dpo_raises_reward_accuracy_and_keeps_the_chat_template
         path = result[stage]["model_uri"]
         assert AutoModelForCausalLM.from_pretrained(path).config.model_type == "llama"
         assert "im_start" in AutoTokenizer.from_pretrained(path).chat_template
-    again = asyncio.run(sft_dpo_flow(pretrain=str(smol), store=store, ray_address=ray_head, **small))
+    again = asyncio.run(sft_dpo_flow(pretrain=str(smol), store=store, ray_address=ray_head, recipe="smollm2", **small))
     assert all(r["skipped"] for r in again.values())
 
 
 def test_sft_rm_ppo_with_a_reward_function_trains_no_reward_model(ray_head, tiny_sft, tmp_path):
     reward = str(REPO / "alignment" / "tiny_world" / "reward.py")
     result = asyncio.run(sft_rm_ppo_flow(
-        run_name="own-reward", store=str(tmp_path / "store"), ray_address=ray_head, heldout_eval=False,
+        run_name="own-reward", store=str(tmp_path / "store"), ray_address=ray_head, recipe="tiny",
         sft={"pretrain": str(tiny_sft), "max_steps": 1, "eval_dataset": None},
         ppo={"remote_rm_url": reward, "label_key": "label", "max_samples": 8, "rollout_batch_size": 8,
              "num_episodes": 1, "advantage_estimator": "rloo", "n_samples_per_prompt": 2, "train_batch_size": 16,

@@ -31,7 +31,7 @@ def demo_module():
 def chained(ray_head, tmp_path_factory):
     """One run of the flow with the shipped configs; its store (SFT and RM committed) is reused below."""
     store = str(tmp_path_factory.mktemp("sft_rm_ppo") / "store")
-    return store, asyncio.run(sft_rm_ppo_flow(run_name="chain", store=store, ray_address=ray_head))
+    return store, asyncio.run(sft_rm_ppo_flow(run_name="chain", store=store, ray_address=ray_head, recipe="tiny"))
 
 
 @pytest.mark.demo            # `make test-demo` (CI runs it after `make test`): the demo's 14 minutes
@@ -42,7 +42,7 @@ def test_pipeline_commits_every_stage_and_chains_them(chained, ray_head, tmp_pat
     assert all(storage.is_committed(r["model_uri"]) for r in result.values())
     ppo = storage.read_manifest(result["ppo"]["model_uri"])["metadata"]["config"]
     assert ppo["pretrain"] == result["sft"]["model_uri"] and ppo["reward_pretrain"] == result["rm"]["model_uri"]
-    assert ppo["actor_learning_rate"] == 1e-4 and ppo["advantage_estimator"] == "group_norm"   # tiny_ppo.yaml
+    assert ppo["actor_learning_rate"] == 1e-4 and ppo["advantage_estimator"] == "group_norm"   # recipes/tiny/ppo.yaml
     assert storage.read_manifest(result["rm"]["model_uri"])["metadata"]["config"]["pretrain"] == result["sft"]["model_uri"]
     stage_dir = result["ppo"]["model_uri"].rsplit("/", 1)[0]
     assert storage.list_committed(f"{stage_dir}/checkpoints") == ["global_step250", "global_step296"]  # max_ckpt_num 2
@@ -59,6 +59,6 @@ def test_pipeline_commits_every_stage_and_chains_them(chained, ray_head, tmp_pat
     assert abs(sum(summary["phases_s"].values()) - 1.0) < 1e-6 and "s training loops +" in shown
     assert json.loads((tmp_path / "report.json").read_text())["sft_accuracy"] == summary["sft_accuracy"]
 
-    again = asyncio.run(sft_rm_ppo_flow(run_name="chain", store=store, ray_address=ray_head))
+    again = asyncio.run(sft_rm_ppo_flow(run_name="chain", store=store, ray_address=ray_head, recipe="tiny"))
     assert all(r["skipped"] for r in again.values())
     assert {k: r["model_uri"] for k, r in again.items()} == {k: r["model_uri"] for k, r in result.items()}

@@ -29,7 +29,7 @@ QUICK = {"max_steps": 6, "save_steps": 3, "eval_dataset": None, "logging_steps":
 
 def run_flow(**params):
     """Run the flow; return (result, flow_run_id)."""
-    state = asyncio.run(sft_flow(return_state=True, **params))
+    state = asyncio.run(sft_flow(return_state=True, **{"recipe": "tiny", **params}))
     return state.result(), state.state_details.flow_run_id
 
 
@@ -311,7 +311,7 @@ def test_cancelled_flow_stops_its_ray_job(ray_head, tmp_path):
     from ray.job_submission import JobSubmissionClient
 
     async def scenario():
-        flow = asyncio.ensure_future(sft_flow(run_name="cancel", store=str(tmp_path / "store"), ray_address=ray_head,
+        flow = asyncio.ensure_future(sft_flow(run_name="cancel", recipe="tiny", store=str(tmp_path / "store"), ray_address=ray_head,
                                               sft={"max_steps": 2000, "eval_dataset": None}))
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:

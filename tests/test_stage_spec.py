@@ -9,7 +9,7 @@ from alignment.config import ConfigError
 from alignflow.tasks.stage_spec import build_config, check_store, identity_hash, job_config, stage_dir
 from tests.conftest import REPO
 
-TINY = str(REPO / "deployments" / "configs" / "tiny_sft.yaml")
+TINY = str(REPO / "deployments" / "recipes" / "tiny" / "sft.yaml")
 
 
 def cfg(**over):
@@ -105,7 +105,7 @@ def test_the_llama3_8b_template_is_a_valid_multi_gpu_recipe():
     inputs = {"sft": {}, "rm": {"pretrain": "<sft output>"},
               "ppo": {"pretrain": "<sft output>", "reward_pretrain": "<rm output>"}}
     for stage, extra in inputs.items():
-        cfg = build_config(stage, str(repo_path(params[f"{stage}_config_file"])), extra)
+        cfg = build_config(stage, str(repo_path("deployments", "recipes", params["recipe"], f"{stage}.yaml")), extra)
         if stage == "ppo":
             assert cfg.actor_num_gpus_per_node == 8 and cfg.vllm_num_engines == 4
             continue

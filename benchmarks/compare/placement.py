@@ -42,7 +42,7 @@ def placement_sides(ctx: Context, base: str, steps: int) -> list[Side]:
 def placement_comparison(ctx: Context, demo_base: str, steps: int) -> Comparison:
     return Comparison("placement", "Placement: 2-rank SFT stage", "s (wall)", False,
                       placement_sides(ctx, demo_base, steps), "placement ≤ 5 %", 1.05,
-                      f"the demo's SFT stage (deployments/configs/tiny_sft.yaml, {steps} steps, 2 ranks x micro-batch "
+                      f"the demo's SFT stage (deployments/recipes/tiny/sft.yaml, {steps} steps, 2 ranks x micro-batch "
                       "16); torchrun: the whole command; through the flow: the stage task (Ray job submitted -> ranks "
                       "placed -> model committed), and the whole flow command (plus Prefect's and the Ray head's "
                       "start-up)", baseline="torchrun, 2 ranks")

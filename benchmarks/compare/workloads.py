@@ -20,10 +20,10 @@ from benchmarks.compare.spec import RunSpec, seconds_per_step, throughput
 
 REPO = Path(__file__).resolve().parents[2]
 TRL_RUNNER = Path(__file__).resolve().parent / "trl_runner.py"
-DEMO_SFT_CONFIG = REPO / "deployments" / "configs" / "tiny_sft.yaml"
+DEMO_SFT_CONFIG = REPO / "deployments" / "recipes" / "tiny" / "sft.yaml"
 FLOW_SCRIPT = """import asyncio, json, sys
 from alignflow.flows.sft import sft_flow
-result = asyncio.run(sft_flow(run_name=sys.argv[1], store=sys.argv[2], sft=json.loads(sys.argv[3])))
+result = asyncio.run(sft_flow(run_name=sys.argv[1], store=sys.argv[2], recipe="tiny", sft=json.loads(sys.argv[3])))
 print("FLOW_RESULT " + json.dumps({"stage_wall_s": result["stage_wall_s"], "skipped": result["skipped"]}))
 """
 
@@ -152,7 +152,7 @@ def sft_flow_sample(ctx: Context, tag: str, sft: dict) -> Sample:
 
 
 def orchestration_sides(ctx: Context, base: str, steps: int) -> list[Side]:
-    """The demo's SFT stage (deployments/configs/tiny_sft.yaml) as the bare CLI, and through the
+    """The demo's SFT stage (deployments/recipes/tiny/sft.yaml) as the bare CLI, and through the
     `sft` flow: Prefect (ephemeral API) -> local Ray head -> Ray job running the same CLI and config.
     Two figures per flow run: the stage task's wall time (Ray job submitted -> job done -> model
     committed: what every stage of a pipeline pays), and the whole flow command (plus the Prefect
@@ -220,7 +220,7 @@ def comparisons(ctx: Context, model: str, demo_base: str, sizes: Sizes) -> list[
                    "one engine on one core, actor + reference on the other", skipped=grpo_skipped),
         Comparison("orchestration", "Orchestration: SFT stage", "s (wall)", False,
                    orchestration_sides(ctx, demo_base, sizes.orch_steps), "overhead ≤ 5 %", 1.05,
-                   f"the demo's SFT stage (tiny model, deployments/configs/tiny_sft.yaml, {sizes.orch_steps} steps); "
+                   f"the demo's SFT stage (tiny model, deployments/recipes/tiny/sft.yaml, {sizes.orch_steps} steps); "
                    "bare CLI: the whole command; through the flow: the stage task, and the whole flow command",
                    baseline="bare CLI"),
         placement_comparison(ctx, demo_base, sizes.orch_steps),

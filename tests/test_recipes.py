@@ -1,0 +1,76 @@
+"""Recipes (deployments/recipes/<name>/<stage>.yaml): named by a run, or none at all; the merged
+config of every stage is validated up front and published as an artifact."""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+
+import pytest
+
+from alignment import storage
+from alignment.config import ConfigError, SFTConfig
+from tests.conftest import REPO
+
+
+def test_a_recipe_is_a_shipped_name_or_a_folder_and_anything_else_is_one_line(tmp_path):
+    from alignflow.tasks.recipes import load_recipe
+    tiny = load_recipe("tiny")
+    assert tiny.file("sft").endswith("deployments/recipes/tiny/sft.yaml") and tiny.has("tiny_base")
+    assert not tiny.has("dpo") and load_recipe(None).file("sft") is None
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "sft.yaml").write_text("learning_rate: 1.0e-5\n")
+    assert load_recipe(str(tmp_path / "mine")).file("sft") == str(tmp_path / "mine" / "sft.yaml")
+    with pytest.raises(ConfigError, match=r"recipe 'tinny': neither a shipped recipe \(llama3-8b, smollm2, tiny, "):
+        load_recipe("tinny")
+
+
+def test_the_merged_configs_name_every_stage_and_no_secret():
+    from alignflow.tasks.recipes import StagePlan, load_recipe
+    plan = StagePlan(load_recipe("smollm2"))
+    plan.check("sft", "sft", {"pretrain": str(REPO / "data"), "use_wandb": "env", "learning_rate": 3e-5})
+    plan.check("dpo", "dpo", {"pretrain": "<sft output>"})
+    text = plan.markdown("sft-dpo", "mine")
+    assert "## sft (`sft`)" in text and "## dpo (`dpo`)" in text and "pretrain: <sft output>" in text
+    assert "learning_rate: 3.0e-05" in text and "max_len: 128" in text and "use_wandb" not in text
+
+
+def test_flow_parameters_name_a_recipe_and_no_config_files():
+    from alignflow.flows.sft_dpo import sft_dpo_flow
+    from alignflow.flows.sft_rm_ppo import sft_rm_ppo_flow
+    for flow in (sft_rm_ppo_flow, sft_dpo_flow):
+        props = flow.parameters.model_dump()["properties"]
+        assert "recipe" in props and not [p for p in props if p.endswith("_config_file")]
+        assert props["recipe"]["default"] is None
+
+
+@pytest.mark.integration
+def test_a_run_with_its_own_model_and_data_and_no_recipe_inherits_no_tiny_value(ray_head, tiny_base, tmp_path):
+    """Own `pretrain` and `dataset`, no recipe: every other field of the committed stage's config is
+    the schema's default (the tiny recipe sets lr 2e-3, max_len 64, 1200 steps ... none of which may
+    show), and the run's `configs` artifact shows that merged config."""
+    from prefect.client.orchestration import get_client
+
+    from alignflow.flows.sft import sft_flow
+    given = {"pretrain": str(tiny_base), "dataset": f"json@{REPO / 'data' / 'tiny' / 'sft'}",
+             "input_key": "context_messages", "apply_chat_template": True, "multiturn": True, "max_steps": 2,
+             "train_batch_size": 8, "micro_train_batch_size": 8}
+    state = asyncio.run(sft_flow(run_name="own-run", store=str(tmp_path / "store"), ray_address=ray_head,
+                                 sft=given, return_state=True))
+    result = state.result()
+    config = storage.read_manifest(result["model_uri"])["metadata"]["config"]
+    set_by_flow = {"save_path", "ckpt_path", "load_checkpoint", "save_minutes", "use_tensorboard", "wandb_group",
+                   "wandb_run_name", "use_wandb"}
+    defaults = {f.name: (f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default)
+                for f in dataclasses.fields(SFTConfig)}
+    differ = {k: (config[k], defaults[k]) for k in defaults
+              if k not in set(given) | set_by_flow and k in config and config[k] != defaults[k]}
+    assert not differ, differ
+    tiny = json.dumps(storage.read_manifest(result["model_uri"])["metadata"]["config"])
+    assert '"learning_rate": 0.002' not in tiny and '"max_len": 64' not in tiny
+
+    async def artifact():
+        async with get_client() as client:
+            return [a for a in await client.read_artifacts() if a.key == "own-run-configs"]
+    found = asyncio.run(artifact())
+    assert found and "no recipe (schema defaults)" in found[-1].data and "max_steps: 2" in found[-1].data
