@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> dict:
     from alignment.models.builder import load_actor, load_value_model, prepare
     from alignment.models.loading import load_causal_lm, resolve_model_path
     from alignment.models.reward_model import critic_value_scale
-    from alignment.models.saving import full_state_dict, save_hf_model
+    from alignment.models.saving import full_state_dict, lora_save, save_hf_model
     from alignment.ppo import checkpoint as ppo_checkpoint
     from alignment.ppo.experience import uses_reference
     from alignment.ppo.loop import run_iterations
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> dict:
     run_iterations(cfg, trainer.total_iterations, trainer.step, trainer.kl_ctl, logger, save, start)
     state = full_state_dict(actor)
     if rt.is_main:
-        save_hf_model(actor.module, state, setup.tokenizer, run_dir)
+        save_hf_model(actor.module, state, setup.tokenizer, run_dir, lora=lora_save(cfg))
         final = logger.final()
         outputs.commit_output(run_dir, cfg.save_path, metadata={"stage": "ppo", "config": public_dict(cfg),
                                                                  "final_metrics": final, "tracking": logger.links})

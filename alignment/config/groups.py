@@ -53,6 +53,17 @@ class LoraConfig:
 
 
 @dataclass
+class LoraSaveConfig:
+    """How a LoRA-trained policy is saved (SFT, DPO, KTO, PPO). A reward model is always saved merged:
+    its config.json carries the reward's normalisation, which an adapter folder has no place for."""
+
+    merge_lora: bool = opt(False, "With --lora_rank: also save the model with the adapters merged in (save_path holds "
+                                  "the merged model, save_path/adapter the adapter). Without it save_path holds only "
+                                  "the PEFT adapter (adapter_config.json names the base), as OpenRLHF and TRL save it; "
+                                  "every alignflow stage and `from_pretrained` (with peft installed) load it")
+
+
+@dataclass
 class PackingConfig:
     packing_samples: bool = opt(False, "Pack several samples into one row for the training forward passes, keeping "
                                        "per-sample positions and attention (same losses, less padding computed)")

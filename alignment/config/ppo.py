@@ -10,7 +10,7 @@ from typing import Optional
 
 from alignment.config.base import opt, require
 from alignment.config.groups import (
-    CheckpointConfig, LoggingConfig, LoraConfig, ModelConfig, PackingConfig, TrainConfig, check_mixing,
+    CheckpointConfig, LoggingConfig, LoraConfig, LoraSaveConfig, ModelConfig, PackingConfig, TrainConfig, check_mixing,
 )
 from alignment.config.stages import StageConfig
 
@@ -170,7 +170,7 @@ class RewardSourceConfig:
 
 
 @dataclass
-class PPOConfig(LoggingConfig, CheckpointConfig, TrainConfig, LoraConfig, AlgorithmConfig, RewardSourceConfig,
+class PPOConfig(LoggingConfig, CheckpointConfig, TrainConfig, LoraConfig, LoraSaveConfig, AlgorithmConfig, RewardSourceConfig,
                 RolloutConfig, PlacementConfig, PackingConfig, ModelConfig, StageConfig):
     """PPO / REINFORCE++ / RLOO / GRPO on Ray (`python -m alignment.cli.train_ppo_ray`)."""
 

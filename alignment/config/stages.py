@@ -6,7 +6,7 @@ from typing import Optional
 
 from alignment.config.base import check_store_uri, opt, require
 from alignment.config.groups import (
-    CheckpointConfig, DataConfig, LoggingConfig, LoraConfig, ModelConfig, MoEConfig, RanksConfig, TrainConfig,
+    CheckpointConfig, DataConfig, LoggingConfig, LoraConfig, LoraSaveConfig, ModelConfig, MoEConfig, RanksConfig, TrainConfig,
 )
 
 
@@ -34,7 +34,7 @@ class StageConfig:
 
 
 @dataclass
-class SFTConfig(RanksConfig, LoggingConfig, CheckpointConfig, MoEConfig, TrainConfig, LoraConfig, DataConfig, ModelConfig, StageConfig):
+class SFTConfig(RanksConfig, LoggingConfig, CheckpointConfig, MoEConfig, TrainConfig, LoraConfig, LoraSaveConfig, DataConfig, ModelConfig, StageConfig):
     """Supervised fine-tuning (`python -m alignment.cli.train_sft`)."""
 
     def check_sft(self) -> None:
@@ -85,7 +85,7 @@ class RMConfig(RanksConfig, LoggingConfig, CheckpointConfig, TrainConfig, LoraCo
 
 
 @dataclass
-class DPOConfig(RanksConfig, LoggingConfig, CheckpointConfig, MoEConfig, TrainConfig, LoraConfig, ReferenceConfig, PairDataConfig, DataConfig,
+class DPOConfig(RanksConfig, LoggingConfig, CheckpointConfig, MoEConfig, TrainConfig, LoraConfig, LoraSaveConfig, ReferenceConfig, PairDataConfig, DataConfig,
                 ModelConfig, StageConfig):
     """DPO / IPO / cDPO on preference pairs against a frozen reference (`python -m alignment.cli.train_dpo`)."""
 
@@ -101,7 +101,7 @@ class DPOConfig(RanksConfig, LoggingConfig, CheckpointConfig, MoEConfig, TrainCo
 
 
 @dataclass
-class KTOConfig(RanksConfig, LoggingConfig, CheckpointConfig, TrainConfig, LoraConfig, ReferenceConfig, DataConfig, ModelConfig,
+class KTOConfig(RanksConfig, LoggingConfig, CheckpointConfig, TrainConfig, LoraConfig, LoraSaveConfig, ReferenceConfig, DataConfig, ModelConfig,
                 StageConfig):
     """KTO on unpaired desirable/undesirable responses (`python -m alignment.cli.train_kto`)."""
 

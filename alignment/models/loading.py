@@ -34,16 +34,65 @@ def resolve_model_path(name: str, flag: str = "--pretrain", revision: str | None
         if not storage.is_committed(name):
             raise ModelLoadError(f"{flag} {name}: no committed model there (no MANIFEST.json); "
                                  f"point it at a finished stage's output")
-        return str(storage.download_dir(name))
+        local = storage.download_dir(name)
+        return merged_adapter(local, flag) if is_adapter_dir(local) else str(local)
     if _looks_like_path(name):
         path = Path(name).expanduser()
         if not path.is_dir():
             raise ModelLoadError(f"{flag} {name}: directory does not exist; pass a model directory "
                                  f"(with config.json) or a hub name")
+        if is_adapter_dir(path):
+            return merged_adapter(path, flag)
         if not (path / "config.json").exists():
             raise ModelLoadError(f"{flag} {name}: no config.json in that directory; is it a Hugging Face model?")
         return str(path)
     return name  # a hub name: from_pretrained is the real path for users who have the hub
+
+
+def is_adapter_dir(path: Path) -> bool:
+    """A LoRA stage's output saved without --merge_lora: a PEFT adapter folder, no config.json."""
+    return (path / "adapter_config.json").exists() and not (path / "config.json").exists()
+
+
+def merged_adapter(path: Path, flag: str) -> str:
+    """A plain model folder for a PEFT adapter folder: its base (adapter_config.json's
+    base_model_name_or_path, resolved like --pretrain, so a store URI or another adapter works) with
+    the adapter merged in, and the adapter folder's tokenizer (the stage that trained it may have
+    set its chat template). Built once per node into $ALIGNFLOW_CACHE/merged/<hash of the adapter>;
+    PEFT's merge_and_unload folds each adapter into its base weight in place, so building it holds
+    one copy of the model. Ranks racing on one node: the first rename wins, the others use it."""
+    import hashlib
+    import json
+    import shutil
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    adapter = json.loads((path / "adapter_config.json").read_text())
+    if adapter.get("task_type") not in (None, "CAUSAL_LM"):
+        raise ModelLoadError(f"{flag} {path}: a {adapter.get('task_type')} LoRA adapter; only causal-LM adapters "
+                             f"load here: pass the stage's merged model (trained with --merge_lora)")
+    digest = hashlib.sha256()
+    for name in ("adapter_config.json", "adapter_model.safetensors"):
+        digest.update((path / name).read_bytes())
+    dest = Path(os.environ.get("ALIGNFLOW_CACHE") or Path.home() / ".cache" / "alignflow") / "merged" / digest.hexdigest()[:24]
+    if (dest / "config.json").exists():
+        return str(dest)
+    base = resolve_model_path(adapter["base_model_name_or_path"], f"{flag} (the base in {path}/adapter_config.json)")
+    from peft import PeftModel
+
+    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base, dtype="auto"), str(path))
+    merged = model.merge_and_unload()
+    tmp = dest.with_name(f"{dest.name}.tmp-{os.getpid()}")
+    merged.save_pretrained(tmp, safe_serialization=True)
+    AutoTokenizer.from_pretrained(str(path)).save_pretrained(tmp)
+    log.info("%s %s: a LoRA adapter on %s; merged once into %s", flag, path, adapter["base_model_name_or_path"], dest)
+    try:
+        tmp.rename(dest)
+    except OSError:
+        if not (dest / "config.json").exists():
+            raise
+        shutil.rmtree(tmp)   # another rank of this node merged it first
+    return str(dest)
 
 
 def _hub_snapshot(name: str, revision: str, flag: str) -> str:

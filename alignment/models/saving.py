@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -32,17 +33,42 @@ def policy_weights(engine: Any) -> dict[str, torch.Tensor] | None:
     return merged_state(engine.module, state)
 
 
+@dataclass(frozen=True)
+class LoraSave:
+    """How a LoRA model is saved: the adapter alone (naming `base`, the model it was trained from, as
+    the run gave it: a store URI, directory or hub name), or also merged into the base."""
+
+    base: str
+    merge: bool = False
+
+
+def lora_save(cfg: Any) -> LoraSave | None:
+    """The stage's LoRA save policy; None for a stage without --merge_lora (the reward model: merged)."""
+    return LoraSave(cfg.pretrain, cfg.merge_lora) if hasattr(cfg, "merge_lora") else None
+
+
 def save_hf_model(module: torch.nn.Module, state: dict[str, torch.Tensor], tokenizer: Any,
                   out_dir: str | Path, extra_config: dict[str, Any] | None = None,
-                  rename: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]] | None = None) -> Path:
+                  rename: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]] | None = None,
+                  lora: LoraSave | None = None) -> Path:
     """Write config, safetensors weights (in the training dtype) and tokenizer, so plain
     `from_pretrained(out_dir)` loads it. `extra_config` entries go into config.json;
-    `rename` maps the final (merged) weight names to the saved ones. A LoRA model is saved twice
-    over: its adapter as PEFT saves it in `out_dir/adapter` (`PeftModel.from_pretrained(base,
-    out_dir/adapter)`), and merged into the base at `out_dir`, merged in place in `state` (which is
+    `rename` maps the final (merged) weight names to the saved ones.
+
+    A LoRA model: with `lora.merge` off, only its adapter as PEFT saves it (adapter_config.json naming
+    `lora.base`, adapter_model.safetensors) and the tokenizer; `models.loading.resolve_model_path`
+    turns such a folder into a merged model when a later stage loads it. With `lora.merge` (or no
+    `lora`: the reward model, whose config.json must carry `extra_config`), the adapter goes to
+    `out_dir/adapter` and the merged model to `out_dir`, merged in place in `state` (which is
     consumed), so saving never holds a second copy of the model."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    if is_lora(module) and lora is not None and not lora.merge:
+        module.peft_config["default"].base_model_name_or_path = lora.base
+        module.save_pretrained(out, state_dict=state, safe_serialization=True)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(out)
+        return out
     if is_lora(module):
         module.save_pretrained(out / "adapter", state_dict=state, safe_serialization=True)
         model = module.get_base_model()

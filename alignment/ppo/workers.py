@@ -156,11 +156,11 @@ class ModelWorker:
         import torch.distributed as dist
 
         from alignment import outputs
-        from alignment.models.saving import full_state_dict, save_hf_model
+        from alignment.models.saving import full_state_dict, lora_save, save_hf_model
         state = full_state_dict(self.engine)
         if self.rt.is_main:
             run_dir = outputs.staging_dir(save_path)   # the old committed model stays intact until the commit
-            save_hf_model(self.engine.module, state, self.setup.tokenizer, run_dir)
+            save_hf_model(self.engine.module, state, self.setup.tokenizer, run_dir, lora=lora_save(self.cfg))
             for name, data in files.items():
                 (run_dir / name).parent.mkdir(parents=True, exist_ok=True)
                 (run_dir / name).write_bytes(data)

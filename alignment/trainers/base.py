@@ -17,7 +17,7 @@ import torch.distributed as dist
 from alignment import outputs
 from alignment.config.base import ConfigError, public_dict
 from alignment.distributed.runtime import Runtime
-from alignment.models.saving import full_state_dict, save_hf_model
+from alignment.models.saving import full_state_dict, lora_save, save_hf_model
 from alignment.trainers import checkpoint
 from alignment.trainers.checkpoint import LoopState
 from alignment.trainers.schedule import SaveSchedule
@@ -193,7 +193,8 @@ class Trainer:
         extra_config = self.final_config()    # collective
         state = full_state_dict(self.engine)  # collective
         if self.rt.is_main:
-            save_hf_model(self.engine.module, state, self.tokenizer, run_dir, extra_config, self.export_state)
+            save_hf_model(self.engine.module, state, self.tokenizer, run_dir, extra_config, self.export_state,
+                          lora=lora_save(self.cfg))
             final = logger.final()
             outputs.commit_output(run_dir, self.cfg.save_path,
                                   metadata={"stage": self.stage, "config": public_dict(self.cfg),
