@@ -45,7 +45,8 @@ STAGES: dict[str, StageKind] = {
 # a different logging interval or checkpoint cadence still finds the finished stage.
 NOT_IDENTITY = {"save_path", "output_path", "ckpt_path", "load_checkpoint", "save_steps", "save_minutes", "max_ckpt_num", "disable_ds_ckpt",
                 "local_rank", "num_threads", "logging_steps", "use_wandb", "wandb_org", "wandb_group",
-                "wandb_project", "wandb_run_name", "use_tensorboard", "placement_strategy", "accelerator_type"}
+                "wandb_project", "wandb_run_name", "use_tensorboard", "placement_strategy", "accelerator_type",
+                "dataset_num_proc"}   # how many processes tokenize, not what: the tokens are the same
 PATH_FIELDS = ("pretrain", "ref_pretrain", "dataset", "eval_dataset", "reward_pretrain", "critic_pretrain",
                "prompt_data", "remote_rm_url")
 SUPPORTED_SCHEMES = ("file", "s3")

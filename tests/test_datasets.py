@@ -5,7 +5,8 @@ import pytest
 
 from alignment.config import SFTConfig
 from alignment.datasets.sft import SFTTokenizer
-from alignment.datasets.sources import DataError, blend, read_rows
+from alignment.datasets.mixing import blend
+from alignment.datasets.sources import DataError, read_rows
 from alignment.tiny_world.paths import tiny_dir
 
 

@@ -91,6 +91,8 @@ def test_margin_read_when_asked(tok):
     assert PairTokenizer(tok, cfg, "m")(rows, use_margin=True)[0].margin == 0.5
     with pytest.raises(DataError, match="'margin' is 'big', not a number"):
         PairTokenizer(tok, cfg, "m")([dict(rows[0], margin="big")], use_margin=True)
+    with pytest.raises(DataError, match=r"row 0: missing key 'margin' \(--margin_loss\)"):   # not a KeyError
+        PairTokenizer(tok, cfg, "m", use_margin=True)([{"prompt": "q", "chosen": "a", "rejected": "b"}])
 
 
 def kto_cfg(**kw):

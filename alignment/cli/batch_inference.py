@@ -38,7 +38,8 @@ def this_round(rows: list[dict], cfg: BatchInferenceConfig) -> list[dict]:
 def load_rows(cfg: BatchInferenceConfig, tokenizer) -> list[tuple[str, list[int], object, str | None]]:
     """(prompt text, prompt ids, label, response or None) per row; over-long prompts dropped and counted."""
     from alignment.datasets.formatting import get_field, prompt_text, require_chat_template
-    from alignment.datasets.sources import DataError, blend
+    from alignment.datasets.mixing import blend
+    from alignment.datasets.sources import DataError
     if cfg.apply_chat_template:
         require_chat_template(tokenizer, "--pretrain")
     rows = this_round(blend(cfg.dataset, cfg.dataset_probs, cfg.dataset_split, cfg.max_samples, cfg.seed), cfg)

@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> dict:
     if ray_ranks.on_ray(cfg):     # a Ray job, or more than one rank: place the ranks on Ray
         return ray_ranks.run_ranks(main, argv, cfg, "train_dpo")
     from alignment.datasets.preference import PairTokenizer
-    from alignment.datasets.sources import load_train_eval
+    from alignment.datasets.tokenized import load_train_eval
     from alignment.distributed.runtime import init_runtime
     from alignment.models.builder import load_actor, prepare
     from alignment.models.moe import moe_top_k
@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> dict:
     cfg.accumulation_steps(rt.world_size)
     setup = prepare(cfg, rt)
     top_k = moe_top_k(setup.path, cfg.aux_loss_coef, setup.trust_remote_code)
-    train_set, eval_set = load_train_eval(cfg, lambda rows, src: PairTokenizer(setup.tokenizer, cfg, src)(rows))
+    train_set, eval_set = load_train_eval(cfg, lambda src: PairTokenizer(setup.tokenizer, cfg, src))
     steps = total_steps(len(train_set), cfg, rt.world_size)
     kind = "IPO" if cfg.ipo else ("cDPO" if cfg.label_smoothing > 0 else "DPO")
     log.info("%s: %d train pairs, %d eval, %d optimizer steps, beta %g, world size %d, %s", kind, len(train_set),

@@ -17,7 +17,7 @@ def main(argv: list[str] | None = None) -> dict:
     if ray_ranks.on_ray(cfg):     # a Ray job, or more than one rank: place the ranks on Ray
         return ray_ranks.run_ranks(main, argv, cfg, "train_kto")
     from alignment.datasets.preference import UnpairedTokenizer
-    from alignment.datasets.sources import load_train_eval
+    from alignment.datasets.tokenized import load_train_eval
     from alignment.distributed.runtime import init_runtime
     from alignment.models.builder import load_actor, prepare
     from alignment.trainers.base import total_steps
@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> dict:
     rt = init_runtime(cfg.local_rank, cfg.num_threads)
     cfg.accumulation_steps(rt.world_size)
     setup = prepare(cfg, rt)
-    train_set, eval_set = load_train_eval(cfg, lambda rows, src: UnpairedTokenizer(setup.tokenizer, cfg, src)(rows))
+    train_set, eval_set = load_train_eval(cfg, lambda src: UnpairedTokenizer(setup.tokenizer, cfg, src))
     steps = total_steps(len(train_set), cfg, rt.world_size)
     good = sum(s.desirable for s in train_set)
     log.info("KTO: %d train samples (%d desirable, %d undesirable), %d eval, %d optimizer steps, beta %g, "

@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> dict:
     if ray_ranks.on_ray(cfg):     # a Ray job, or more than one rank: place the ranks on Ray
         return ray_ranks.run_ranks(main, argv, cfg, "train_rm")
     from alignment.datasets.preference import PairTokenizer
-    from alignment.datasets.sources import load_train_eval
+    from alignment.datasets.tokenized import load_train_eval
     from alignment.distributed.runtime import init_runtime
     from alignment.models.builder import load_value_model, prepare
     from alignment.trainers.base import total_steps
@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> dict:
     cfg.accumulation_steps(rt.world_size)
     setup = prepare(cfg, rt)
     train_set, eval_set = load_train_eval(
-        cfg, lambda rows, src: PairTokenizer(setup.tokenizer, cfg, src, end_at_eos=True)(rows, use_margin=cfg.margin_loss))
+        cfg, lambda src: PairTokenizer(setup.tokenizer, cfg, src, end_at_eos=True, use_margin=cfg.margin_loss))
     steps = total_steps(len(train_set), cfg, rt.world_size)
     log.info("RM: %d train pairs, %d eval, %d optimizer steps, world size %d, %s, attention=%s, loss=%s",
              len(train_set), len(eval_set or []), steps, rt.world_size, setup.precision.label, setup.attn, cfg.loss)

@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> dict:
     if ray_ranks.on_ray(cfg):     # a Ray job, or more than one rank: place the ranks on Ray
         return ray_ranks.run_ranks(main, argv, cfg, "train_sft")
     from alignment.datasets.sft import SFTTokenizer
-    from alignment.datasets.sources import load_train_eval
+    from alignment.datasets.tokenized import load_train_eval
     from alignment.distributed.runtime import init_runtime
     from alignment.models.builder import load_actor, prepare
     from alignment.models.moe import moe_top_k
@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> dict:
     cfg.accumulation_steps(rt.world_size)  # fails now, not after loading, if sizes don't divide
     setup = prepare(cfg, rt)
     top_k = moe_top_k(setup.path, cfg.aux_loss_coef, setup.trust_remote_code)
-    train_set, eval_set = load_train_eval(cfg, lambda rows, src: SFTTokenizer(setup.tokenizer, cfg, src)(rows)[0])
+    train_set, eval_set = load_train_eval(cfg, lambda src: SFTTokenizer(setup.tokenizer, cfg, src))
     steps = total_steps(len(train_set), cfg, rt.world_size)
     log.info("SFT: %d train samples, %d eval, %d optimizer steps, world size %d, %s, attention=%s",
              len(train_set), len(eval_set or []), steps, rt.world_size, setup.precision.label, setup.attn)

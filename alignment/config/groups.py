@@ -69,6 +69,11 @@ class PackingConfig:
                                        "per-sample positions and attention (same losses, less padding computed)")
 
 
+DATASET_NUM_PROC_HELP = ("Processes tokenizing the data (Dataset.map num_proc; TRL's name). 0: 1 below 10,000 rows "
+                         "(starting workers costs more than it saves), else min(8, cores). Not part of the stage "
+                         "identity: the tokens are the same either way")
+
+
 @dataclass
 class DataConfig(PackingConfig):
     dataset: Optional[str] = opt(None, "Comma-separated datasets: .jsonl/.json files, json@DIR, directories, store URIs or hub names")
@@ -77,6 +82,7 @@ class DataConfig(PackingConfig):
     eval_dataset: Optional[str] = opt(None, "Evaluation dataset (same forms as --dataset)")
     eval_split: str = opt("test", "Split to evaluate on")
     max_samples: int = opt(100_000_000, "Use at most this many samples from the (mixed) dataset")
+    dataset_num_proc: int = opt(0, DATASET_NUM_PROC_HELP)
     max_len: int = opt(2048, "Truncate samples to this many tokens (truncations are counted and reported)")
     input_key: str = opt("input", "JSON key of the prompt / conversation")
     output_key: Optional[str] = opt(None, "JSON key of the response")
@@ -89,6 +95,7 @@ class DataConfig(PackingConfig):
         require(bool(self.dataset), "--dataset is required: pass a .jsonl file, json@DIR or a hub name")
         require(self.max_len > 1, f"--max_len {self.max_len}: must be > 1")
         require(self.max_samples > 0, f"--max_samples {self.max_samples}: must be > 0")
+        require(self.dataset_num_proc >= 0, f"--dataset_num_proc {self.dataset_num_proc}: must be >= 0 (0: automatic)")
         require(not (self.input_template and self.apply_chat_template),
                 "--input_template and --apply_chat_template both given: pick one way to format prompts")
         if self.input_template:

@@ -10,7 +10,8 @@ from typing import Optional
 
 from alignment.config.base import opt, require
 from alignment.config.groups import (
-    CheckpointConfig, LoggingConfig, LoraConfig, LoraSaveConfig, ModelConfig, PackingConfig, TrainConfig, check_mixing,
+    DATASET_NUM_PROC_HELP, CheckpointConfig, LoggingConfig, LoraConfig, LoraSaveConfig, ModelConfig, PackingConfig,
+    TrainConfig, check_mixing,
 )
 from alignment.config.stages import StageConfig
 
@@ -71,6 +72,7 @@ class RolloutConfig:
     input_template: Optional[str] = opt(None, "Template wrapping the prompt, e.g. 'User: {}\\nAssistant: '")
     apply_chat_template: bool = opt(False, "Render prompts with the tokenizer's chat template")
     max_samples: int = opt(100_000_000, "Use at most this many prompts")
+    dataset_num_proc: int = opt(0, DATASET_NUM_PROC_HELP)
     prompt_max_len: int = opt(1024, "Prompts longer than this (in tokens) are dropped, counted and reported")
     generate_max_len: int = opt(1024, "Most new tokens per response")
     temperature: float = opt(1.0, "Sampling temperature")
@@ -92,6 +94,7 @@ class RolloutConfig:
     def check_rollout(self) -> None:
         require(bool(self.prompt_data), "--prompt_data is required: pass a .jsonl file, json@DIR or a hub name")
         check_mixing("--prompt_data", self.prompt_data, "--prompt_data_probs", self.prompt_data_probs)
+        require(self.dataset_num_proc >= 0, f"--dataset_num_proc {self.dataset_num_proc}: must be >= 0 (0: automatic)")
         require(self.prompt_max_len > 0 and self.generate_max_len > 0,
                 f"--prompt_max_len {self.prompt_max_len} / --generate_max_len {self.generate_max_len}: must be > 0")
         require(self.temperature > 0, f"--temperature {self.temperature}: must be > 0")

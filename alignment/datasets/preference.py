@@ -14,6 +14,7 @@ import torch
 from alignment.datasets.formatting import end_at_eos, get_field, get_text, prompt_and_response, require_chat_template
 from alignment.datasets.sft import Batch, TokenizedSample, collate_packed, collate_padded
 from alignment.datasets.sources import DataError
+from alignment.datasets.tokenized import columns_of
 
 log = logging.getLogger(__name__)
 
@@ -49,11 +50,17 @@ class UnpairedBatch:
 
 
 class _Tokenize:
+    # config fields every row tokenizer here reads (subclasses add theirs): part of the cache key
+    SETTINGS: tuple[str, ...] = ("max_len", "input_template", "apply_chat_template")
+
     def __init__(self, tokenizer: Any, cfg: Any, source: str, end_at_eos: bool = False):
         """end_at_eos: responses stop at their EOS (the reward model's data, see `end_at_eos`)."""
         self.tok, self.cfg, self.source, self.end_at_eos = tokenizer, cfg, source, end_at_eos
         if cfg.apply_chat_template:
             require_chat_template(tokenizer, cfg.pretrain)
+
+    def settings(self) -> dict[str, Any]:
+        return {"end_at_eos": self.end_at_eos, **{name: getattr(self.cfg, name) for name in self.SETTINGS}}
 
     def ids(self, text: str) -> list[int]:
         return self.tok(text, add_special_tokens=False)["input_ids"] if text else []
@@ -78,8 +85,31 @@ class _Tokenize:
                         "raise --max_len to keep them", self.source, dropped, n_rows, self.cfg.max_len, what)
 
 
+def _ids_features(*names: str) -> dict[str, Any]:
+    from datasets import List, Value
+    return {name: List(Value("int8" if name.endswith("_mask") else "int32")) for name in names}
+
+
+KEPT, IDENTICAL, TOO_LONG = 0, 1, 2   # PairTokenizer's per-row status column
+
+
 class PairTokenizer(_Tokenize):
     """Rows with --chosen_key/--rejected_key (and --prompt_key, or chat lists whose last turn is the answer)."""
+    SETTINGS = _Tokenize.SETTINGS + ("prompt_key", "chosen_key", "rejected_key")
+
+    def __init__(self, tokenizer: Any, cfg: Any, source: str, end_at_eos: bool = False, use_margin: bool = False):
+        """use_margin: read each row's 'margin' (the RM's --margin_loss)."""
+        super().__init__(tokenizer, cfg, source, end_at_eos)
+        self.use_margin = use_margin
+        self.skipped_identical = 0   # of the last `finish`
+
+    def settings(self) -> dict[str, Any]:
+        return {"use_margin": self.use_margin, **super().settings()}
+
+    def features(self) -> Any:
+        from datasets import Features, Value
+        return Features({**_ids_features("chosen_ids", "chosen_mask", "rejected_ids", "rejected_mask"),
+                         "margin": Value("float64"), "status": Value("int8")})
 
     def _prompt_and_answer(self, value: Any, row: dict, index: int) -> tuple[Any, Any]:
         if self.cfg.prompt_key:
@@ -88,38 +118,52 @@ class PairTokenizer(_Tokenize):
             return value[:-1], value[-1]
         return None, value                               # plain text: no prompt part
 
-    def __call__(self, rows: list[dict], use_margin: bool = False) -> list[PairSample]:
-        cfg, out, same, dropped = self.cfg, [], 0, 0
-        for index, row in enumerate(rows):
-            chosen = get_text(row, cfg.chosen_key, "--chosen_key", index, self.source)
-            rejected = get_text(row, cfg.rejected_key, "--rejected_key", index, self.source)
-            if chosen == rejected:
-                same += 1   # no preference to learn from; counted and skipped, not fatal
-                continue
-            prompt, c_answer = self._prompt_and_answer(chosen, row, index)
-            _, r_answer = self._prompt_and_answer(rejected, row, index)
-            c_prompt, c_resp = self.split(prompt, c_answer)
-            r_prompt, r_resp = self.split(prompt, r_answer)
-            c, r = self.sample(c_prompt, c_resp), self.sample(r_prompt, r_resp)
-            if c is None or r is None:
-                dropped += 1
-                continue
-            margin = 0.0
-            if use_margin:
-                try:
-                    margin = float(get_field(row, "margin", "--margin_loss", index, self.source))
-                except (TypeError, ValueError):
-                    raise DataError(f"{self.source} row {index}: 'margin' is {row['margin']!r}, not a number") from None
-            out.append(PairSample(c, r, margin))
+    def columns(self, row: dict, index: int) -> dict[str, Any]:
+        cfg = self.cfg
+        skipped = {"chosen_ids": [], "chosen_mask": [], "rejected_ids": [], "rejected_mask": [], "margin": 0.0}
+        chosen = get_text(row, cfg.chosen_key, "--chosen_key", index, self.source)
+        rejected = get_text(row, cfg.rejected_key, "--rejected_key", index, self.source)
+        if chosen == rejected:
+            return {**skipped, "status": IDENTICAL}   # no preference to learn from; counted, not fatal
+        prompt, c_answer = self._prompt_and_answer(chosen, row, index)
+        _, r_answer = self._prompt_and_answer(rejected, row, index)
+        c_prompt, c_resp = self.split(prompt, c_answer)
+        r_prompt, r_resp = self.split(prompt, r_answer)
+        c, r = self.sample(c_prompt, c_resp), self.sample(r_prompt, r_resp)
+        if c is None or r is None:
+            return {**skipped, "status": TOO_LONG}
+        margin = 0.0
+        if self.use_margin:
+            # read outside the try: get_field's DataError is a ValueError, and must stay its own message
+            value = get_field(row, "margin", "--margin_loss", index, self.source)
+            try:
+                margin = float(value)
+            except (TypeError, ValueError):
+                raise DataError(f"{self.source} row {index}: 'margin' is {value!r}, not a number") from None
+        return {"chosen_ids": c.input_ids, "chosen_mask": c.loss_mask, "rejected_ids": r.input_ids,
+                "rejected_mask": r.loss_mask, "margin": margin, "status": KEPT}
+
+    def finish(self, columns: dict[str, list], n_rows: int) -> list[PairSample]:
+        out = [PairSample(TokenizedSample(ci, cm), TokenizedSample(ri, rm), margin)
+               for ci, cm, ri, rm, margin, status in zip(
+                   columns["chosen_ids"], columns["chosen_mask"], columns["rejected_ids"], columns["rejected_mask"],
+                   columns["margin"], columns["status"]) if status == KEPT]
+        same, dropped = columns["status"].count(IDENTICAL), columns["status"].count(TOO_LONG)
         if same:
             log.warning("%s: skipped %d of %d pairs whose chosen equals rejected (nothing to prefer)",
-                        self.source, same, len(rows))
-        self.warn(len(rows), dropped, "response")
+                        self.source, same, n_rows)
+        self.warn(n_rows, dropped, "response")
         self.skipped_identical = same
         if not out:
-            raise DataError(f"{self.source}: no usable preference pairs in {len(rows)} rows "
-                            f"({same} had chosen == rejected, {dropped} too long for --max_len {cfg.max_len})")
+            raise DataError(f"{self.source}: no usable preference pairs in {n_rows} rows "
+                            f"({same} had chosen == rejected, {dropped} too long for --max_len {self.cfg.max_len})")
         return out
+
+    def __call__(self, rows: list[dict], use_margin: bool | None = None) -> list[PairSample]:
+        """In this process, without the cache (alignment.datasets.tokenized.tokenize is the cached path)."""
+        if use_margin is not None:
+            self.use_margin = use_margin
+        return self.finish(columns_of(self, rows), len(rows))
 
 
 def parse_label(value: Any, index: int, key: str, source: str) -> bool:
@@ -133,31 +177,50 @@ def parse_label(value: Any, index: int, key: str, source: str) -> bool:
 
 class UnpairedTokenizer(_Tokenize):
     """KTO rows: --input_key (prompt), --output_key (response), --label_key (true/false)."""
+    SETTINGS = _Tokenize.SETTINGS + ("input_key", "output_key", "label_key")
 
-    def __call__(self, rows: list[dict]) -> list[UnpairedSample]:
-        cfg, out, dropped = self.cfg, [], 0
+    def __init__(self, tokenizer: Any, cfg: Any, source: str, end_at_eos: bool = False):
+        super().__init__(tokenizer, cfg, source, end_at_eos)
         if not cfg.output_key:
             raise DataError("--output_key is required for KTO: the JSON key of the response")
-        for index, row in enumerate(rows):
-            prompt = get_text(row, cfg.input_key, "--input_key", index, self.source, optional=True)
-            response = get_text(row, cfg.output_key, "--output_key", index, self.source)
-            label = parse_label(get_field(row, cfg.label_key, "--label_key", index, self.source),
-                                index, cfg.label_key, self.source)
-            p_ids, r_ids = self.split(prompt, response)
-            s = self.sample(p_ids, r_ids)
-            if s is None:
-                dropped += 1
-                continue
-            out.append(UnpairedSample(s, p_ids, r_ids, label))
-        self.warn(len(rows), dropped, "response")
+
+    def features(self) -> Any:
+        from datasets import Features, Value
+        return Features({**_ids_features("input_ids", "loss_mask", "prompt_ids", "response_ids"),
+                         "desirable": Value("bool"), "keep": Value("bool")})
+
+    def columns(self, row: dict, index: int) -> dict[str, Any]:
+        cfg = self.cfg
+        prompt = get_text(row, cfg.input_key, "--input_key", index, self.source, optional=True)
+        response = get_text(row, cfg.output_key, "--output_key", index, self.source)
+        label = parse_label(get_field(row, cfg.label_key, "--label_key", index, self.source),
+                            index, cfg.label_key, self.source)
+        p_ids, r_ids = self.split(prompt, response)
+        s = self.sample(p_ids, r_ids)
+        if s is None:
+            return {"input_ids": [], "loss_mask": [], "prompt_ids": [], "response_ids": [], "desirable": label,
+                    "keep": False}
+        return {"input_ids": s.input_ids, "loss_mask": s.loss_mask, "prompt_ids": p_ids, "response_ids": r_ids,
+                "desirable": label, "keep": True}
+
+    def finish(self, columns: dict[str, list], n_rows: int) -> list[UnpairedSample]:
+        out = [UnpairedSample(TokenizedSample(ids, mask), p_ids, r_ids, desirable)
+               for ids, mask, p_ids, r_ids, desirable, keep in zip(
+                   columns["input_ids"], columns["loss_mask"], columns["prompt_ids"], columns["response_ids"],
+                   columns["desirable"], columns["keep"]) if keep]
+        self.warn(n_rows, n_rows - len(out), "response")
         if not out:
-            raise DataError(f"{self.source}: no usable samples in {len(rows)} rows (empty, or longer than "
-                            f"--max_len {cfg.max_len})")
+            raise DataError(f"{self.source}: no usable samples in {n_rows} rows (empty, or longer than "
+                            f"--max_len {self.cfg.max_len})")
         kinds = {s.desirable for s in out}
         if len(kinds) == 1:
             log.warning("%s: every sample is %s; KTO learns best from both kinds", self.source,
                         "desirable" if kinds.pop() else "undesirable")
         return out
+
+    def __call__(self, rows: list[dict]) -> list[UnpairedSample]:
+        """In this process, without the cache (alignment.datasets.tokenized.tokenize is the cached path)."""
+        return self.finish(columns_of(self, rows), len(rows))
 
 
 def collate(samples: list[TokenizedSample], packed: bool, pad_id: int, mask_dtype: torch.dtype | None,

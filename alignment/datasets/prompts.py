@@ -1,12 +1,15 @@
-"""RL prompts: rendered and tokenized once; over-long prompts are dropped, counted and reported."""
+"""RL prompts: rendered and tokenized once per node (through the tokenization cache); over-long
+prompts are dropped, counted and reported."""
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from typing import Any
 
 from alignment.datasets.formatting import get_field, get_text, prompt_text, require_chat_template
-from alignment.datasets.sources import DataError, blend
+from alignment.datasets.mixing import blend_rows
+from alignment.datasets.sources import DataError
 
 log = logging.getLogger(__name__)
 
@@ -18,26 +21,52 @@ class PromptSample:
     label: Any           # passed to reward_func / reward servers as `labels` (None without --label_key)
 
 
+class PromptTokenizer:
+    """A row tokenizer (alignment.datasets.tokenized) for --prompt_data / --eval_dataset prompts."""
+    # every config field `columns` reads: part of the tokenization cache key
+    SETTINGS = ("input_key", "label_key", "input_template", "apply_chat_template", "prompt_max_len")
+
+    def __init__(self, tokenizer: Any, cfg: Any, source: str):
+        self.tok, self.cfg, self.source = tokenizer, cfg, source
+        if cfg.apply_chat_template:
+            require_chat_template(tokenizer, "--pretrain")
+
+    def settings(self) -> dict[str, Any]:
+        return {name: getattr(self.cfg, name) for name in self.SETTINGS}
+
+    def features(self) -> Any:
+        from datasets import Features, List, Value
+        # the label is any JSON value (a number, a string, a list of tests): one JSON text column
+        return Features({"text": Value("string"), "ids": List(Value("int32")), "label": Value("string"),
+                         "keep": Value("bool")})
+
+    def columns(self, row: dict, index: int) -> dict[str, Any]:
+        cfg = self.cfg
+        text = prompt_text(self.tok, get_text(row, cfg.input_key, "--input_key", index, self.source),
+                           cfg.apply_chat_template, cfg.input_template)
+        label = get_field(row, cfg.label_key, "--label_key", index, self.source) if cfg.label_key else None
+        ids = self.tok(text, add_special_tokens=False)["input_ids"]
+        keep = len(ids) <= cfg.prompt_max_len
+        return {"text": text if keep else "", "ids": ids if keep else [], "label": json.dumps(label), "keep": keep}
+
+    def finish(self, columns: dict[str, list], n_rows: int) -> list[PromptSample]:
+        out = [PromptSample(text, ids, json.loads(label))
+               for text, ids, label, keep in zip(columns["text"], columns["ids"], columns["label"], columns["keep"])
+               if keep]
+        dropped = n_rows - len(out)
+        if dropped:
+            log.warning("dropped %d of %d prompts of %s longer than --prompt_max_len %d tokens",
+                        dropped, n_rows, self.source, self.cfg.prompt_max_len)
+        if not out:
+            raise DataError(f"{self.source}: all {n_rows} prompts are longer than --prompt_max_len "
+                            f"{self.cfg.prompt_max_len}; raise --prompt_max_len")
+        return out
+
+
 def load_prompts(cfg: Any, tokenizer: Any, spec: str, split: str) -> list[PromptSample]:
-    if cfg.apply_chat_template:
-        require_chat_template(tokenizer, "--pretrain")
+    from alignment.datasets.tokenized import tokenize
+    t = PromptTokenizer(tokenizer, cfg, spec)
     main = spec == cfg.prompt_data
-    rows = blend(spec, cfg.prompt_data_probs if main else None, split, cfg.max_samples, cfg.seed,
-                 "--prompt_data" if main else "--eval_dataset")
-    out, dropped = [], 0
-    for i, row in enumerate(rows):
-        text = prompt_text(tokenizer, get_text(row, cfg.input_key, "--input_key", i, spec), cfg.apply_chat_template,
-                           cfg.input_template)
-        label = get_field(row, cfg.label_key, "--label_key", i, spec) if cfg.label_key else None
-        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-        if len(ids) > cfg.prompt_max_len:
-            dropped += 1
-            continue
-        out.append(PromptSample(text, ids, label))
-    if dropped:
-        log.warning("dropped %d of %d prompts of %s longer than --prompt_max_len %d tokens",
-                    dropped, len(rows), spec, cfg.prompt_max_len)
-    if not out:
-        raise DataError(f"{spec}: all {len(rows)} prompts are longer than --prompt_max_len {cfg.prompt_max_len}; "
-                        f"raise --prompt_max_len")
-    return out
+    rows = blend_rows(spec, cfg.prompt_data_probs if main else None, split, cfg.max_samples, cfg.seed,
+                      "--prompt_data" if main else "--eval_dataset")
+    return tokenize(rows, t, cfg.dataset_num_proc)

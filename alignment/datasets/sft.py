@@ -17,6 +17,7 @@ from alignment.datasets.formatting import (
 )
 from alignment.datasets.packing import block_causal_mask, first_fit_rows
 from alignment.datasets.sources import DataError
+from alignment.datasets.tokenized import columns_of
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +77,7 @@ class SFTTokenizer:
 
     def __init__(self, tokenizer: Any, cfg: Any, source: str = "dataset"):
         self.tok, self.cfg, self.source = tokenizer, cfg, source
+        self.stats = TokenizeStats()   # of the last `finish`
         if cfg.apply_chat_template:
             require_chat_template(tokenizer, cfg.pretrain)
         if not cfg.pretrain_mode and not cfg.multiturn and not cfg.output_key:
@@ -112,35 +114,56 @@ class SFTTokenizer:
         prompt, text = prompt_and_response(self.tok, value, response, cfg.apply_chat_template, cfg.input_template)
         return [(prompt, cfg.pretrain_mode), (text, True)]
 
-    def __call__(self, rows: list[dict]) -> tuple[list[TokenizedSample], TokenizeStats]:
-        stats, out, untaught = TokenizeStats(), [], 0
-        for index, row in enumerate(rows):
-            ids, mask = [], []
-            for text, target in self.pieces(row, index):
-                piece = self._ids(text)
-                ids += piece
-                mask += [int(target)] * len(piece)
-            if mask:
-                mask[0] = 0  # the first token of a sample has no prediction inside that sample
-            untaught += sum(mask) == 0   # nothing to learn even before truncation (e.g. no assistant turn)
-            if len(ids) > self.cfg.max_len:
-                ids, mask = ids[: self.cfg.max_len], mask[: self.cfg.max_len]
-                stats.truncated += 1
-            if sum(mask) == 0:
-                stats.dropped += 1
-                continue
-            out.append(TokenizedSample(ids, mask))
-        stats.kept = len(out)
+    # every config field `columns` reads: part of the tokenization cache key
+    SETTINGS = ("max_len", "input_key", "output_key", "input_template", "apply_chat_template", "multiturn",
+                "pretrain_mode")
+
+    def settings(self) -> dict[str, Any]:
+        return {name: getattr(self.cfg, name) for name in self.SETTINGS}
+
+    def features(self) -> Any:
+        from datasets import Features, List, Value
+        return Features({"input_ids": List(Value("int32")), "loss_mask": List(Value("int8")),
+                         "truncated": Value("bool"), "untaught": Value("bool"), "keep": Value("bool")})
+
+    def columns(self, row: dict, index: int) -> dict[str, Any]:
+        """One row: its ids and loss mask (empty when dropped) and what happened to it."""
+        ids, mask = [], []
+        for text, target in self.pieces(row, index):
+            piece = self._ids(text)
+            ids += piece
+            mask += [int(target)] * len(piece)
+        if mask:
+            mask[0] = 0  # the first token of a sample has no prediction inside that sample
+        untaught = sum(mask) == 0   # nothing to learn even before truncation (e.g. no assistant turn)
+        truncated = len(ids) > self.cfg.max_len
+        if truncated:
+            ids, mask = ids[: self.cfg.max_len], mask[: self.cfg.max_len]
+        keep = sum(mask) > 0
+        return {"input_ids": ids if keep else [], "loss_mask": mask if keep else [], "truncated": truncated,
+                "untaught": untaught, "keep": keep}
+
+    def finish(self, columns: dict[str, list], n_rows: int) -> list[TokenizedSample]:
+        """The kept samples, in row order; `self.stats` counts the rest (logged, as is an empty result)."""
+        out = [TokenizedSample(ids, mask) for ids, mask, keep in
+               zip(columns["input_ids"], columns["loss_mask"], columns["keep"]) if keep]
+        self.stats = stats = TokenizeStats(kept=len(out), truncated=sum(columns["truncated"]),
+                                           dropped=n_rows - len(out))
+        untaught = sum(columns["untaught"])
         if stats.truncated or stats.dropped:
             log.warning("%s: %d of %d samples longer than --max_len %d were truncated; %d had no response "
-                        "tokens left and were dropped", self.source, stats.truncated, len(rows),
+                        "tokens left and were dropped", self.source, stats.truncated, n_rows,
                         self.cfg.max_len, stats.dropped)
         if not out:
             where = "no assistant turn in --input_key" if self.cfg.multiturn else "empty response"
-            raise DataError(f"{self.source}: no usable samples in {len(rows)} rows: {untaught} have nothing to learn "
-                            f"({where}) and {len(rows) - untaught} lose their response to --max_len "
+            raise DataError(f"{self.source}: no usable samples in {n_rows} rows: {untaught} have nothing to learn "
+                            f"({where}) and {n_rows - untaught} lose their response to --max_len "
                             f"{self.cfg.max_len}; raise --max_len or check the keys")
-        return out, stats
+        return out
+
+    def __call__(self, rows: list[dict]) -> tuple[list[TokenizedSample], TokenizeStats]:
+        """In this process, without the cache (alignment.datasets.tokenized.tokenize is the cached path)."""
+        return self.finish(columns_of(self, rows), len(rows)), self.stats
 
 
 def collate_padded(samples: list[TokenizedSample], pad_id: int) -> Batch:

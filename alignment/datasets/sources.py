@@ -1,7 +1,8 @@
 """Read rows from dataset specs: .jsonl/.json/.parquet/.csv/.arrow files, BUILDER@DIR (json, jsonl,
 parquet, csv, arrow), split directories, `save_to_disk` folders, store URIs (anything fsspec opens,
 e.g. s3://) or Hugging Face hub names (NAME@DATA_DIR as OpenRLHF reads it, e.g. openai/gsm8k@main);
-a split may be sliced as 🤗 datasets does (`train[:10%]`, `test[100:200]`); mix several by probability.
+a split may be sliced as 🤗 datasets does (`train[:10%]`, `test[100:200]`). Mixing is mixing.py,
+tokenization (cached per node) tokenized.py.
 
 JSON files are parsed here rather than by `datasets`, so a malformed line is reported with its file
 and line number before any model is loaded; parquet, csv and arrow files, `save_to_disk` folders
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import re
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -234,30 +234,11 @@ def _nonempty(rows: list[dict], spec: str, split: str) -> list[dict]:
     return rows
 
 
-def blend(specs: str, probs: str | None, split: str, max_samples: int, seed: int,
-          flag: str = "--dataset") -> list[dict]:
-    """Mix comma-separated datasets. With probabilities, draw `min(max_samples, total rows)` rows,
-    each from dataset i with probability p_i (sampling without replacement inside a dataset,
-    wrapping around when one runs out), like OpenRLHF's interleaving."""
-    names = [s for s in specs.split(",") if s.strip()]
-    parts = [read_rows(s, split, flag) for s in names]
-    if len(parts) == 1:
-        return parts[0][:max_samples]
-    weights = [float(p) for p in probs.split(",")] if probs else [1.0] * len(parts)
-    rng = random.Random(seed)
-    orders = [rng.sample(range(len(p)), len(p)) for p in parts]
-    cursors = [0] * len(parts)
-    total = min(max_samples, sum(len(p) for p in parts))
-    out = []
-    for _ in range(total):
-        i = rng.choices(range(len(parts)), weights=weights)[0]
-        out.append(parts[i][orders[i][cursors[i] % len(parts[i])]])
-        cursors[i] += 1
-    return out
-
-
 def load_train_eval(cfg: Any, tokenize: Callable[[list[dict], str], list]) -> tuple[list, list | None]:
-    """Blend and tokenize --dataset (and --eval_dataset when given): the samples every stage trains on."""
+    """Mix --dataset (and --eval_dataset) and tokenize them with `tokenize(rows, source)` in this
+    process, without the cache: the samples the CLIs get, for tools that replay them with their
+    own tokenizer call (benchmarks/compare). The CLIs use alignment.datasets.tokenized.load_train_eval."""
+    from alignment.datasets.mixing import blend   # mixing reads through this module
     rows = blend(cfg.dataset, cfg.dataset_probs, cfg.dataset_split, cfg.max_samples, cfg.seed)
     train = tokenize(rows, cfg.dataset)
     if not cfg.eval_dataset:
