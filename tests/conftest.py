@@ -21,6 +21,12 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 os.environ.setdefault("WANDB_MODE", "offline")
+# Store downloads, merged LoRA adapters, tokenized datasets and 🤗 datasets are cached per node: per session here.
+_CACHES = tempfile.mkdtemp(prefix="alignflow-test-caches-")
+atexit.register(shutil.rmtree, _CACHES, True)
+os.environ.setdefault("ALIGNFLOW_CACHE", os.path.join(_CACHES, "alignflow"))
+os.environ.setdefault("ALIGNFLOW_TOKENIZED_CACHE", os.path.join(_CACHES, "tokenized"))
+os.environ.setdefault("HF_DATASETS_CACHE", os.path.join(_CACHES, "hf_datasets"))
 # Prefect: ephemeral API with its database in a private directory for this session.
 _PREFECT_HOME = tempfile.mkdtemp(prefix="alignflow-prefect-")
 atexit.register(shutil.rmtree, _PREFECT_HOME, True)   # after Prefect's own exit hooks (registered later, run first)
