@@ -21,7 +21,7 @@ def _optim(spec: RunSpec) -> list[str]:
     return ["--lr_scheduler", "constant", "--lr_warmup_ratio", "0", "--adam_betas", "0.9", "0.95", "--l2", "0",
             "--max_norm", "1.0", "--zero_stage", "2", "--num_threads", str(spec.threads), "--seed", str(spec.seed),
             "--logging_steps", "1", "--disable_ds_ckpt", "--save_path", f"{spec.out_dir}/model",
-            "--ckpt_path", f"{spec.out_dir}/ckpt", "--pretrain", spec.model]
+            "--ckpt_path", f"{spec.out_dir}/ckpt", "--pretrain", spec.model, *(["--bf16"] if spec.bf16 else [])]
 
 
 def sft_flags(spec: RunSpec) -> list[str]:
@@ -64,6 +64,14 @@ def step_times(spec: RunSpec) -> list[float]:
     path = Path(spec.out_dir) / "model" / "metrics.jsonl"
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     return [r["time"] for r in rows if any(k.startswith("train/") for k in r)]
+
+
+def cuda_peak_gib(spec: RunSpec) -> float | None:
+    """The run's peak CUDA memory held by tensors (the MANIFEST's final metrics; None on CPU)."""
+    path = Path(spec.out_dir) / "model" / "MANIFEST.json"
+    if not path.exists():
+        return None
+    return json.loads(path.read_text())["metadata"]["final_metrics"].get("mem/cuda_peak_gib")
 
 
 def sft_tokens_per_step(spec: RunSpec) -> list[int]:

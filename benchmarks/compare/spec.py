@@ -26,6 +26,9 @@ class RunSpec:
     beta: float = 0.1         # DPO
     n_samples: int = 8        # RL: completions per prompt (prompts per iteration = batch / n_samples)
     gen_len: int = 16         # RL: most new tokens per completion
+    device: str = "cpu"       # "cpu" | "cuda": where both sides train
+    bf16: bool = False        # ours --bf16 (DeepSpeed bf16: bf16 weights, fp32 master); TRL bf16=True (AMP
+                              # autocast over fp32 weights): fp32 master weights and optimizer state on both sides
 
     @property
     def accum(self) -> int:

@@ -62,12 +62,13 @@ def rule_reward(completions: list, label: list, **_) -> list[float]:
 
 def common_args(spec: RunSpec) -> dict:
     """TrainingArguments equal to our flags: constant lr (no warm-up), AdamW betas (0.9, 0.95), no weight
-    decay, clip 1.0, fp32, no checkpointing / eval / saving, a log row per step."""
+    decay, clip 1.0, fp32 (spec.bf16: bf16 autocast over fp32 weights), no checkpointing / eval / saving, a log
+    row per step; on the CPU, or on the GPU when spec.device is "cuda"."""
     return dict(output_dir=spec.out_dir, per_device_train_batch_size=spec.micro, gradient_accumulation_steps=spec.accum,
                 learning_rate=spec.lr, lr_scheduler_type="constant", warmup_steps=0, adam_beta1=0.9, adam_beta2=0.95,
                 weight_decay=0.0, max_grad_norm=1.0, max_steps=spec.steps, logging_steps=1, save_strategy="no",
-                eval_strategy="no", report_to="none", bf16=False, fp16=False, gradient_checkpointing=False,
-                seed=spec.seed, use_cpu=True, dataloader_num_workers=0, disable_tqdm=True)
+                eval_strategy="no", report_to="none", bf16=spec.bf16, fp16=False, gradient_checkpointing=False,
+                seed=spec.seed, use_cpu=spec.device == "cpu", dataloader_num_workers=0, disable_tqdm=True)
 
 
 class CountingCollator:
@@ -123,6 +124,8 @@ def main() -> None:
     import transformers
     from transformers import TrainerCallback
 
+    if spec.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("error: the spec says device cuda, but torch sees no CUDA device")
     torch.set_num_threads(spec.threads)
     torch.manual_seed(spec.seed)
     trainer = build(spec)
@@ -133,6 +136,8 @@ def main() -> None:
 
     class StepClock(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
+            if spec.device == "cuda":   # the step's kernels done, as ours (its per-step metrics are read back)
+                torch.cuda.synchronize()
             step_times.append(time.time())
 
     trainer.add_callback(StepClock())
@@ -141,6 +146,7 @@ def main() -> None:
     result = {"side": "trl", "kind": spec.kind, "step_times": step_times,
               "tokens_per_step": counter.tokens[:len(step_times)] if counter else None,
               "load_s": round(loop_start - STARTED, 2),
+              "cuda_peak_gib": round(torch.cuda.max_memory_allocated() / 2**30, 3) if spec.device == "cuda" else None,
               "versions": {"trl": trl.__version__, "transformers": transformers.__version__, "torch": torch.__version__}}
     result_path.write_text(json.dumps(result))
 

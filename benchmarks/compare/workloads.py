@@ -71,6 +71,8 @@ class Context:
     env: dict[str, str]
     tokens_cache: dict[str, list[int]] = field(default_factory=dict)
     trl_versions: dict[str, str] = field(default_factory=dict)   # as the TRL runner reports them
+    device: str = "cpu"       # where both sides train: "cpu" | "cuda" (RunSpec.device)
+    bf16: bool = False        # RunSpec.bf16
 
     def run(self, cmd: list[str], tag: str, env: dict | None = None):
         res = run_measured(cmd, {**self.env, **(env or {})}, REPO, self.work / "logs" / f"{tag}.log")
@@ -80,11 +82,16 @@ class Context:
         return res
 
 
-def base_env(threads: int, work: Path) -> dict[str, str]:
+def base_env(threads: int, work: Path, device: str = "cpu") -> dict[str, str]:
     env = dict(os.environ)
-    env.update(OMP_NUM_THREADS=str(threads), DS_ACCELERATOR="cpu", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
+    env.update(OMP_NUM_THREADS=str(threads), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
                TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false", WANDB_MODE="offline",
-               RAY_USAGE_STATS_ENABLED="0", PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
+               RAY_USAGE_STATS_ENABLED="0", PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])),
+               PYTHONUNBUFFERED="1")
+    if device == "cpu":
+        env["DS_ACCELERATOR"] = "cpu"
+    else:   # DeepSpeed detects CUDA itself; a DS_ACCELERATOR=cpu left in the environment would hide the GPU
+        env.pop("DS_ACCELERATOR", None)
     env.pop("PREFECT_API_URL", None)
     return env
 
@@ -120,7 +127,9 @@ def ours_side(ctx: Context, spec: RunSpec, vllm: bool = False, label: str = "our
             if key not in ctx.tokens_cache:
                 ctx.tokens_cache[key] = ours.sft_tokens_per_step(s)
             tokens = ctx.tokens_cache[key]
-        return Sample(_value(spec, times, tokens), res.peak_rss_mb, res.wall_s)
+        peak = ours.cuda_peak_gib(s) if spec.device == "cuda" else None
+        return Sample(_value(spec, times, tokens), res.peak_rss_mb, res.wall_s,
+                      {"cuda_peak_gib": peak} if peak is not None else {})
     return Side(label, run)
 
 
@@ -132,7 +141,9 @@ def trl_side(ctx: Context, spec: RunSpec) -> Side:
         res = ctx.run([ctx.trl_python, str(TRL_RUNNER), str(spec_path), str(result_path)], tag)
         out = json.loads(result_path.read_text())
         ctx.trl_versions.update(out["versions"])
-        return Sample(_value(spec, out["step_times"], out["tokens_per_step"]), res.peak_rss_mb, res.wall_s)
+        peak = out.get("cuda_peak_gib")
+        return Sample(_value(spec, out["step_times"], out["tokens_per_step"]), res.peak_rss_mb, res.wall_s,
+                      {"cuda_peak_gib": peak} if peak is not None else {})
     return Side("TRL", run)
 
 
@@ -191,7 +202,7 @@ TINY = Sizes(sft_steps=4, pair_steps=4, rl_iterations=3, rl_prompts=4, n_samples
 def comparisons(ctx: Context, model: str, demo_base: str, sizes: Sizes) -> list[Comparison]:
     from benchmarks.compare.placement import placement_comparison   # it builds on this module's types
     data = REPO / "data" / "tiny"
-    common = dict(model=model, out_dir="", threads=ctx.threads, max_len=64)
+    common = dict(model=model, out_dir="", threads=ctx.threads, max_len=64, device=ctx.device, bf16=ctx.bf16)
     sft = RunSpec("sft", data=str(data / "sft"), steps=sizes.sft_steps, batch=32, micro=32, lr=2e-4, **common)
     rm = RunSpec("rm", data=str(data / "preference"), steps=sizes.pair_steps, batch=32, micro=16, lr=1e-4, **common)
     dpo = replace(rm, kind="dpo", lr=5e-6, beta=0.1)
