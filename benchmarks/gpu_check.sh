@@ -67,7 +67,7 @@ run() {
   echo "[$(elapsed) s] $name: $status (rc $rc) after $((SECONDS - t0)) s"
   if ((rc != 0)); then
     echo "----- $name: last 40 lines of its log -----"
-    tail -n 40 "$log"
+    tr '\r' '\n' <"$log" | grep -v '^\s*$' | tail -n 40 | cut -c1-400   # progress bars end lines with \r
     echo "----- end of $name -----"
     return 1
   fi
@@ -81,7 +81,7 @@ collect() {  # append the finished steps' logs to OUT/stages.log (after each pha
 }
 flags() { "$PY" -c "from alignment.tiny_world import recipes; print(' '.join(recipes.$1))"; }
 summary() {  # summary NAME SAVE_DIR EVALUATE: the stage's first/last metrics + peak CUDA memory (+ accuracy)
-  "$PY" - "$1" "$2" "$3" >>"$SUMMARY" 2>>"$W/logs/$1.log" <<'PY'
+  timeout -k 5 90 "$PY" - "$1" "$2" "$3" >>"$SUMMARY" 2>>"$W/logs/$1.log" <<'PY'
 import json, sys
 from pathlib import Path
 name, save, evaluate = sys.argv[1], Path(sys.argv[2]), sys.argv[3] == "1"
@@ -115,7 +115,7 @@ stage() {
 {
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || echo "no nvidia-smi"
   command -v nvcc && nvcc --version | tail -n 2
-  "$PY" - <<'PY'
+  timeout -k 5 120 "$PY" - <<'PY'
 import importlib, importlib.metadata as md, importlib.util, sys
 print("python", sys.version.split()[0], sys.executable)
 for name in ("torch", "transformers", "tokenizers", "accelerate", "peft", "deepspeed", "trl", "datasets", "pydantic",
@@ -186,7 +186,7 @@ RESERVE=10
 LOGDIR=$OUT run compare 300 "$PY" benchmarks/trl_compare.py --only sft,dpo "${COMPARE[@]}" \
   --work "$W/compare" --out-json "$OUT/compare.json"
 for f in "$W"/compare/logs/*.log; do
-  [ -f "$f" ] && { echo "===== $(basename "$f" .log) (last 60 lines)"; tail -n 60 "$f"; echo; }
+  [ -f "$f" ] && { echo "===== $(basename "$f" .log) (last 60 lines)"; tr '\r' '\n' <"$f" | tail -n 60; echo; }
 done >"$OUT/compare_runs.log"
 grep '^\[bench\]' "$OUT/compare.log" | grep -v ' round ' || true
 
