@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 import torch
@@ -17,10 +18,21 @@ def make_optimizer(params: list[torch.nn.Parameter], cfg: Any, device: str) -> t
         return DeepSpeedCPUAdam(params, lr=cfg.learning_rate, betas=betas, weight_decay=cfg.l2)
     if device == "cuda":
         from deepspeed.ops.adam import FusedAdam
+        name_this_gpu_arch()
         return FusedAdam(params, lr=cfg.learning_rate, betas=betas, weight_decay=cfg.l2)
     # fused: one kernel over all parameters instead of a chain of foreach ops (~4x less optimizer time on CPU);
     # same math and the same state_dict, so checkpoints load either way
     return torch.optim.AdamW(params, lr=cfg.learning_rate, betas=betas, weight_decay=cfg.l2, fused=device == "cpu")
+
+
+def name_this_gpu_arch() -> None:
+    """DeepSpeed JIT-compiles FusedAdam at first use and reads the target architectures from
+    TORCH_CUDA_ARCH_LIST, else from torch's own list, as numbers; torch 2.11's list names `9.0a` on an
+    H100, which DeepSpeed 0.19.8 cannot parse (ValueError: invalid literal for int(): '0a'; seen on a
+    lent H100, 2026-11-26). Naming this GPU's capability builds for it alone, as the JIT build would."""
+    if "TORCH_CUDA_ARCH_LIST" not in os.environ:
+        major, minor = torch.cuda.get_device_capability()
+        os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"
 
 
 def make_scheduler(optimizer: torch.optim.Optimizer, cfg: Any, total_steps: int) -> Any:
