@@ -248,7 +248,7 @@ store, ray_address, policy = sys.argv[1:4]
 # 256 prompts and one DPO epoch a round (the shipped round is 1,024 prompts, 2 epochs): enough pairs
 # to train on, and the schedule is what this test is about
 iterative_dpo_flow.serve(name="nightly-served", interval=20, limit=1, parameters={
-    "run_name": "served", "store": store, "ray_address": ray_address, "initial_policy": policy,
+    "run_name": "served", "store": store, "ray_address": ray_address, "initial_policy": policy, "recipe": "tiny-idpo",
     "generate": {"rollout_batch_size": 256},
     "dpo": {"max_epochs": 1, "train_batch_size": 4, "micro_train_batch_size": 4}})
 """
