@@ -47,7 +47,8 @@ async def conditional_sft_flow(policy: str, run_name: str = "conditional-sft", s
     plan.check("sft", "sft", {**sft, "pretrain": policy, "dataset": "<scored data>"})
     generate = {**generate, "enable_csft": True, "csft_prompt": score_cfg.csft_prompt}   # the prefix SFT learned
     for r in csft_rewards:
-        plan.check(f"generate (score {r})", "batch_inference", {**generate, "csft_reward": r, "pretrain": "<model>"})
+        plan.check("generate", "batch_inference", {**generate, "csft_reward": r, "pretrain": "<model>"},
+                   label=f"generate (score {r})")
     await plan.publish("conditional-sft", run_name)
     results: dict[str, Any] = {}
     summaries: dict[str, dict] = {}

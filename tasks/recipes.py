@@ -60,10 +60,11 @@ class StagePlan:
     def __init__(self, recipe: Recipe):
         self.recipe, self.configs = recipe, {}
 
-    def check(self, role: str, stage: str, overrides: dict[str, Any]) -> Any:
-        """Build and validate `role`'s config (a ConfigError names what is wrong) and remember it."""
+    def check(self, role: str, stage: str, overrides: dict[str, Any], label: str | None = None) -> Any:
+        """Build and validate the config of `role` (the recipe's `<role>.yaml` + overrides; a ConfigError
+        names what is wrong) and remember it under `label` (default: the role)."""
         cfg = build_config(stage, self.recipe.file(role), overrides)
-        self.configs[role] = (stage, cfg)
+        self.configs[label or role] = (stage, cfg)
         return cfg
 
     def markdown(self, flow: str, run_name: str) -> str:
