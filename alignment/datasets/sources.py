@@ -14,7 +14,6 @@ import json
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, Callable
 
 import fsspec
 
@@ -232,16 +231,3 @@ def _nonempty(rows: list[dict], spec: str, split: str) -> list[dict]:
     if not rows:
         raise DataError(f"dataset {spec!r} (split {split}) is empty: it has 0 rows")
     return rows
-
-
-def load_train_eval(cfg: Any, tokenize: Callable[[list[dict], str], list]) -> tuple[list, list | None]:
-    """Mix --dataset (and --eval_dataset) and tokenize them with `tokenize(rows, source)` in this
-    process, without the cache: the samples the CLIs get, for tools that replay them with their
-    own tokenizer call (benchmarks/compare). The CLIs use alignment.datasets.tokenized.load_train_eval."""
-    from alignment.datasets.mixing import blend   # mixing reads through this module
-    rows = blend(cfg.dataset, cfg.dataset_probs, cfg.dataset_split, cfg.max_samples, cfg.seed)
-    train = tokenize(rows, cfg.dataset)
-    if not cfg.eval_dataset:
-        return train, None
-    eval_rows = blend(cfg.eval_dataset, None, cfg.eval_split, cfg.max_samples, cfg.seed, "--eval_dataset")
-    return train, tokenize(eval_rows, cfg.eval_dataset)

@@ -79,13 +79,13 @@ def sft_tokens_per_step(spec: RunSpec) -> list[int]:
     replayed (our trainer does not log token counts)."""
     from alignment.config import SFTConfig, parse_args
     from alignment.datasets.sft import SFTTokenizer
-    from alignment.datasets.sources import load_train_eval
+    from alignment.datasets.tokenized import load_train_eval
     from alignment.models.loading import load_tokenizer
     from alignment.trainers.sampler import micro_batches
 
     cfg = parse_args(SFTConfig, sft_flags(spec), prog="bench")
     tok = load_tokenizer(spec.model)
-    train, _ = load_train_eval(cfg, lambda rows, src: SFTTokenizer(tok, cfg, src)(rows)[0])
+    train, _ = load_train_eval(cfg, lambda src: SFTTokenizer(tok, cfg, src))
     per_epoch = len(train) // spec.batch * spec.accum
     tokens, epoch = [], 0
     while len(tokens) < spec.steps:
