@@ -71,6 +71,9 @@ def merged_adapter(path: Path, flag: str) -> str:
     if adapter.get("task_type") not in (None, "CAUSAL_LM"):
         raise ModelLoadError(f"{flag} {path}: a {adapter.get('task_type')} LoRA adapter; only causal-LM adapters "
                              f"load here: pass the stage's merged model (trained with --merge_lora)")
+    if not adapter.get("base_model_name_or_path"):
+        raise ModelLoadError(f"{flag} {path}: adapter_config.json names no base model; set its "
+                             f"base_model_name_or_path to the model the adapter was trained from")
     digest = hashlib.sha256()
     for name in ("adapter_config.json", "adapter_model.safetensors"):
         digest.update((path / name).read_bytes())
