@@ -114,43 +114,77 @@ async def _status(client: JobSubmissionClient, submission_id: str, watch: Watch,
             await asyncio.sleep(2.0)
 
 
+# A finished job's log stream ends only ~3 s after the job (Ray's log tail sleeps 1 s at each EOF
+# and reads two EOFs past the end), which every stage would pay: while no line arrives the task asks
+# for the job's status at this interval and, once it has ended, reads the rest of its log at once.
+STATUS_POLL_S = 1.0
+
+
 async def _follow(client: JobSubmissionClient, submission_id: str, emit: Callable[[str], Awaitable[None]],
-                  watch: Watch, logger) -> None:
-    """Stream the job's log into `emit` until the job ends. A dropped stream (a network blip between
-    this worker and the head) is reopened and the lines already seen are skipped: the job keeps running."""
+                  watch: Watch, logger) -> str:
+    """Stream the job's log into `emit` until the job ends; return its whole log. A dropped stream (a
+    network blip between this worker and the head) is reopened and the lines already seen are skipped:
+    the job keeps running."""
     started = last_line = time.monotonic()
     seen = 0
+
+    async def emit_new(lines: list[str], count: int) -> int:
+        nonlocal seen, last_line
+        for line in lines:
+            count += 1
+            if count > seen:          # a reopened stream starts from the first line again
+                seen, last_line = count, time.monotonic()
+                await emit(line)
+        return count
+
     while True:
-        count = 0
+        count, ended = 0, False
         stream = client.tail_job_logs(submission_id)
+        pending: asyncio.Future | None = None
         try:
-            while True:
+            while not ended:
+                if pending is None:
+                    pending = asyncio.ensure_future(stream.__anext__())
                 now = time.monotonic()
                 quiet_left = watch.heartbeat_s - (now - last_line)
                 run_left = watch.timeout_s - (now - started) if watch.timeout_s else float("inf")
-                try:
-                    chunk = await asyncio.wait_for(stream.__anext__(), max(0.0, min(quiet_left, run_left)))
-                except asyncio.TimeoutError:
+                if min(quiet_left, run_left) <= 0:
                     what = (f"ran past its timeout of {watch.timeout_s:.0f}s" if run_left <= quiet_left else
                             f"logged nothing for {watch.heartbeat_s:.0f}s (ALIGNFLOW_STAGE_HEARTBEAT_S)")
-                    raise StageJobHung(f"Ray job {submission_id} {what}: stopped as hung") from None
-                for line in chunk.splitlines():
-                    count += 1
-                    if count > seen:          # a reopened stream starts from the first line again
-                        seen, last_line = count, time.monotonic()
-                        await emit(line)
+                    raise StageJobHung(f"Ray job {submission_id} {what}: stopped as hung")
+                done, _ = await asyncio.wait({pending}, timeout=min(quiet_left, run_left, STATUS_POLL_S))
+                if done:
+                    chunk, pending = pending.result(), None
+                    count = await emit_new(chunk.splitlines(), count)
+                else:
+                    ended = (await _status(client, submission_id, watch, logger)).is_terminal()
         except StopAsyncIteration:
-            pass
+            pending = None
         except (OSError, RuntimeError, asyncio.IncompleteReadError) as e:   # aiohttp's errors are OSErrors
             if isinstance(e, StageJobFailed):
                 raise
+            pending = None
             logger.warning("log stream of Ray job %s broke (%s: %s)", submission_id, type(e).__name__, e)
         finally:
-            await stream.aclose()
-        if (await _status(client, submission_id, watch, logger)).is_terminal():
-            return
+            await _close(stream, pending)
+        if ended or (await _status(client, submission_id, watch, logger)).is_terminal():
+            text = client.get_job_logs(submission_id)
+            await emit_new(text.splitlines(), 0)    # what the stream had not delivered yet
+            return text
         logger.warning("Ray job %s is still running: reconnecting to its log (%d lines seen)", submission_id, seen)
         await asyncio.sleep(1.0)
+
+
+async def _close(stream, pending: asyncio.Future | None) -> None:
+    """Close the log stream, first cancelling a read still in flight (an async generator that is
+    running can't be closed). Such a read is left over when the job ended, was found hung or the task
+    was cancelled: what it would have returned is read from the whole log or not needed."""
+    if pending is not None:
+        pending.cancel()
+        await asyncio.wait({pending})
+        if not pending.cancelled():
+            pending.exception()    # retrieved, so asyncio does not report it as never retrieved
+    await stream.aclose()
 
 
 def _stop(client: JobSubmissionClient, submission_id: str, logger) -> None:
@@ -190,7 +224,7 @@ async def run_job(address: str, submission_id: str, entrypoint: str, env: dict[s
             logger.info("%s", line)
 
     try:
-        await _follow(client, submission_id, emit, watch, logger)
+        log_text = await _follow(client, submission_id, emit, watch, logger)
         status = await _status(client, submission_id, watch, logger)
         while not status.is_terminal():
             await asyncio.sleep(0.5)
@@ -200,7 +234,7 @@ async def run_job(address: str, submission_id: str, entrypoint: str, env: dict[s
         # exception) or interrupted: the job must not outlive its task.
         _stop(client, submission_id, logger)
         raise
-    tail = _error_lines(client.get_job_logs(submission_id))
+    tail = _error_lines(log_text)
     if status != JobStatus.SUCCEEDED:
         info = client.get_job_info(submission_id)
         code = _EXIT_CODE.search(info.message or "")

