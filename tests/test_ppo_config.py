@@ -13,9 +13,19 @@ def parse(*extra: str) -> PPOConfig:
     return parse_args(PPOConfig, [*BASE, *extra])
 
 
-def test_names_match_the_math_module():
-    from alignment.losses.advantages import ESTIMATORS
-    assert set(ADVANTAGE_ESTIMATORS) == set(ESTIMATORS)
+def test_every_estimator_has_its_math():
+    from alignment.losses.advantages import GROUP_BASELINES
+    from alignment.losses.estimators import ESTIMATORS
+    assert set(GROUP_BASELINES) == {n for n, e in ESTIMATORS.items() if e.group}
+    assert ADVANTAGE_ESTIMATORS == tuple(ESTIMATORS)
+
+
+def test_loss_aggregation_defaults_to_the_estimators_own():
+    assert parse("--advantage_estimator", "dr_grpo", "--n_samples_per_prompt", "4").loss_agg() == "seq-mean-token-sum-norm"
+    assert parse("--advantage_estimator", "group_norm", "--n_samples_per_prompt", "4").loss_agg() == "token-mean"
+    assert parse("--loss_agg_mode", "seq-mean-token-mean").loss_agg() == "seq-mean-token-mean"
+    with pytest.raises(ConfigError, match="--loss_agg_mode: invalid choice: 'token-sum'"):
+        parse("--loss_agg_mode", "token-sum")
 
 
 def test_openrlhf_readme_flags_parse():

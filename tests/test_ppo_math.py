@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from alignment.losses.advantages import GROUP_ESTIMATORS, gae, reinforce_returns, whiten
+from alignment.losses.advantages import GROUP_BASELINES, gae, reinforce_returns, whiten
 from alignment.losses.kl import KLController, kl_estimate
 from alignment.losses.ppo import policy_loss, value_loss
 
@@ -30,10 +30,10 @@ def test_gae_by_hand():
 def test_reinforce_and_group_baselines():
     approx(reinforce_returns(T([[0.0, 0.0, 1.0]]), torch.ones(1, 3), gamma=0.5), [0.25, 0.5, 1.0])
     scores = T([[1.0, 0.0, 0.0, 1.0]])
-    approx(GROUP_ESTIMATORS["reinforce_baseline"](scores), [0.5, -0.5, -0.5, 0.5])
-    approx(GROUP_ESTIMATORS["dr_grpo"](scores), [0.5, -0.5, -0.5, 0.5])
-    approx(GROUP_ESTIMATORS["rloo"](scores), [2 / 3, -2 / 3, -2 / 3, 2 / 3])      # 1 − 1/3, 0 − 2/3
-    approx(GROUP_ESTIMATORS["group_norm"](scores), [0.866025, -0.866025, -0.866025, 0.866025])  # 0.5 / √(1/3)
+    approx(GROUP_BASELINES["reinforce_baseline"](scores), [0.5, -0.5, -0.5, 0.5])
+    approx(GROUP_BASELINES["dr_grpo"](scores), [0.5, -0.5, -0.5, 0.5])
+    approx(GROUP_BASELINES["rloo"](scores), [2 / 3, -2 / 3, -2 / 3, 2 / 3])      # 1 − 1/3, 0 − 2/3
+    approx(GROUP_BASELINES["group_norm"](scores), [0.866025, -0.866025, -0.866025, 0.866025])  # 0.5 / √(1/3)
     approx(whiten(T([[1.0, 3.0, 9.0]]), T([[1.0, 1.0, 0.0]])), [-1.0, 1.0, 0.0])
 
 

@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> dict:
     actor = build_engine(load_actor(setup, cfg), dataclasses.replace(cfg, learning_rate=cfg.actor_learning_rate),
                          rt, setup.precision.bf16, total)
     critic, critic_scale = None, None
-    if cfg.advantage_estimator == "gae":
+    if cfg.uses_critic():
         source = cfg.critic_pretrain or (cfg.reward_pretrain.split(",")[0] if cfg.reward_pretrain else cfg.pretrain)
         critic_setup = dataclasses.replace(setup, path=resolve_model_path(source, "--critic_pretrain"))
         critic = build_engine(load_value_model(critic_setup, cfg),

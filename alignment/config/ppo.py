@@ -1,7 +1,7 @@
 """The PPO family's config (`python -m alignment.cli.train_ppo_ray`), with OpenRLHF's flag names.
 
-Torch-free like the rest of the schema: the advantage estimators' names are spelled here and a
-unit test keeps them equal to `alignment.losses.advantages.ESTIMATORS`.
+Torch-free like the rest of the schema: the advantage estimators and loss aggregations are named
+in `alignment.losses.estimators` (torch-free too), with what each one implies.
 """
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from alignment.config.groups import (
     TrainConfig, check_mixing,
 )
 from alignment.config.stages import StageConfig
+from alignment.losses.estimators import ESTIMATORS, LOSS_AGG_MODES
 
-ADVANTAGE_ESTIMATORS = ("gae", "reinforce", "reinforce_baseline", "rloo", "group_norm", "dr_grpo")
-GROUP_ESTIMATORS = ("reinforce_baseline", "rloo", "group_norm", "dr_grpo")  # need several samples per prompt
+ADVANTAGE_ESTIMATORS = tuple(ESTIMATORS)
 KL_ESTIMATORS = ("k1", "k2", "k3")
 
 
@@ -119,6 +119,11 @@ class AlgorithmConfig:
     use_kl_loss: bool = opt(False, "Put the KL in the actor loss (GRPO) instead of the reward")
     kl_target: Optional[float] = opt(None, "Adaptive KL: target KL (unset: fixed coefficient)")
     kl_horizon: int = opt(10000, "Adaptive KL horizon")
+    loss_agg_mode: Optional[str] = opt(
+        None, "How per-token losses become an optimizer step's loss: token-mean (every response token of the step, "
+              "across micro-batches and ranks, weighs the same), seq-mean-token-mean (every sequence weighs the same), "
+              "seq-mean-token-sum-norm (each sequence's token sum / --generate_max_len: Dr. GRPO). Default: the "
+              "estimator's (dr_grpo: seq-mean-token-sum-norm, the others token-mean)", choices=LOSS_AGG_MODES)
     eps_clip: float = opt(0.2, "PPO clip range (both sides unless --eps_clip_low_high)")
     eps_clip_low_high: Optional[list[float]] = opt(None, "Asymmetric clip range: low high")
     dual_clip: Optional[float] = opt(None, "Dual-clip constant c > 1 for negative advantages")
@@ -129,8 +134,14 @@ class AlgorithmConfig:
     actor_learning_rate: float = opt(1e-6, "Actor peak learning rate")
     critic_learning_rate: float = opt(9e-6, "Critic peak learning rate")
 
+    def uses_critic(self) -> bool:
+        return ESTIMATORS[self.advantage_estimator].critic
+
+    def loss_agg(self) -> str:
+        return self.loss_agg_mode or ESTIMATORS[self.advantage_estimator].loss_agg
+
     def check_algorithm(self) -> None:
-        if self.advantage_estimator in GROUP_ESTIMATORS:
+        if ESTIMATORS[self.advantage_estimator].group:
             require(self.n_samples_per_prompt >= 2,
                     f"--advantage_estimator {self.advantage_estimator} compares the samples of one prompt: "
                     f"--n_samples_per_prompt {self.n_samples_per_prompt} gives nothing to compare; use >= 2 (e.g. 4)")
@@ -178,7 +189,7 @@ class PPOConfig(LoggingConfig, CheckpointConfig, TrainConfig, LoraConfig, LoraSa
     """PPO / REINFORCE++ / RLOO / GRPO on Ray (`python -m alignment.cli.train_ppo_ray`)."""
 
     def check_ppo(self) -> None:
-        if self.advantage_estimator == "gae":
+        if self.uses_critic():
             return
         # critic-free estimators: OpenRLHF places no critic then; a critic flag is a mistake worth naming
         require(self.critic_pretrain is None,

@@ -32,7 +32,7 @@ def roles(cfg: Any) -> list[str]:
     """actor and ref always; a critic for GAE only; reward models unless the reward comes from
     --remote_rm_url (a server or a reward_func file runs in the driver)."""
     out = ["actor"]
-    if cfg.advantage_estimator == "gae":
+    if cfg.uses_critic():
         out.append("critic")
     out.append("ref")
     if cfg.reward_pretrain and not cfg.remote_rm_url:

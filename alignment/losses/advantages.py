@@ -1,4 +1,5 @@
-"""Advantage estimators, one registry (like verl's `register_adv_est`).
+"""Advantage estimators: the math of each one named in `alignment.losses.estimators` (which also
+declares its whitening), group baselines registered by name (like verl's `register_adv_est`).
 
 Shapes: B sequences, T response tokens; `mask` [B, T] is 1 on real response tokens.
 Token-level estimators take per-token rewards [B, T] (the sequence reward on the last token,
@@ -17,13 +18,15 @@ from typing import Callable
 
 import torch
 
-GROUP_ESTIMATORS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {}
-TOKEN_ESTIMATORS = ("gae", "reinforce")
+from alignment.losses.estimators import ESTIMATORS
+
+GROUP_BASELINES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {}
 
 
 def register_group(name: str):
     def wrap(fn):
-        GROUP_ESTIMATORS[name] = fn
+        assert ESTIMATORS[name].group, f"{name} is not declared a group estimator"
+        GROUP_BASELINES[name] = fn
         return fn
     return wrap
 
@@ -80,48 +83,53 @@ def group_mean(scores: torch.Tensor) -> torch.Tensor:
     return scores - scores.mean(-1, keepdim=True)
 
 
-def whiten(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
-    """(x − mean) / std over masked entries (OpenRLHF whitens GAE and REINFORCE++ advantages)."""
+Sum = Callable[[torch.Tensor], torch.Tensor]   # a tensor -> its sum over every rank that holds part of the batch
+
+
+def whiten(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8, across: Sum | None = None) -> torch.Tensor:
+    """(x − mean) / std over masked entries (OpenRLHF whitens GAE and REINFORCE++ advantages).
+    `across`: the batch is split over ranks; mean and variance are those of the whole batch."""
+    across = across or (lambda t: t)
     m = mask.to(values.dtype)
-    n = m.sum().clamp(min=1)
-    mean = (values * m).sum() / n
-    var = (((values - mean) * m) ** 2).sum() / n
+    n, total = across(torch.stack([m.sum(), (values * m).sum()]).double())
+    mean = (total / n.clamp(min=1)).to(values.dtype)
+    var = (across(((((values - mean) * m) ** 2).sum()).double()) / n.clamp(min=1)).to(values.dtype)
     return (values - mean) * torch.rsqrt(var + eps) * m
-
-
-ESTIMATORS = (*TOKEN_ESTIMATORS, *GROUP_ESTIMATORS)
 
 
 def advantages_and_returns(estimator: str, rewards: torch.Tensor, mask: torch.Tensor, n_samples: int,
                            gamma: float = 1.0, lambd: float = 0.95,
-                           values: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                           values: torch.Tensor | None = None,
+                           across: Sum | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(advantages, returns) [B, T] for any estimator; rows are grouped n_samples per prompt.
+    `across`: the batch is split over ranks (each holds whole prompt groups); whitening is global.
 
-    gae: GAE on the per-token rewards, advantages whitened (returns stay raw: the critic's target).
-    reinforce: discounted reward-to-go, whitened (REINFORCE++).
+    gae: GAE on the per-token rewards (returns stay raw: the critic's target).
+    reinforce: discounted reward-to-go (REINFORCE++).
     group estimators: the sequence rewards (the sum of each row's per-token rewards) are baselined
-    within the prompt's group, spread back as reward-to-go; reinforce_baseline is also whitened
-    (REINFORCE++-baseline), the others keep their group scale (RLOO, GRPO, Dr. GRPO).
+    within the prompt's group, spread back as reward-to-go.
+    Advantages are whitened where the estimator declares it (gae, reinforce, reinforce_baseline);
+    RLOO, GRPO and Dr. GRPO keep their group scale.
     """
-    if estimator == "gae":
-        if values is None:
-            raise ValueError("advantage estimator gae needs the critic's values")
-        adv, ret = gae(rewards, values, mask, gamma, lambd)
-        return whiten(adv, mask), ret
-    if estimator == "reinforce":
-        ret = reinforce_returns(rewards, mask, gamma)
-        return whiten(ret, mask), ret
-    if estimator not in GROUP_ESTIMATORS:
+    spec = ESTIMATORS.get(estimator)
+    if spec is None:
         raise ValueError(f"unknown advantage estimator {estimator!r}: use one of {', '.join(ESTIMATORS)}")
-    if n_samples < 2 or rewards.shape[0] % n_samples:
-        raise ValueError(f"{estimator} needs groups of n_samples >= 2 rows; got {rewards.shape[0]} rows, n={n_samples}")
-    m = mask.to(rewards.dtype)
-    scores = (rewards * m).sum(-1).view(-1, n_samples)
-    baselined = GROUP_ESTIMATORS[estimator](scores).reshape(-1)
-    # put the baselined score where the sequence reward was: on the last token, then reward-to-go
-    shifted = rewards * m - (scores.reshape(-1) - baselined)[:, None] * _last_token_onehot(m)
-    ret = reinforce_returns(shifted, mask, gamma)
-    return (whiten(ret, mask) if estimator == "reinforce_baseline" else ret), ret
+    if spec.critic:
+        if values is None:
+            raise ValueError(f"advantage estimator {estimator} needs the critic's values")
+        adv, ret = gae(rewards, values, mask, gamma, lambd)
+    elif not spec.group:
+        adv = ret = reinforce_returns(rewards, mask, gamma)
+    else:
+        if n_samples < 2 or rewards.shape[0] % n_samples:
+            raise ValueError(f"{estimator} needs groups of n_samples >= 2 rows; got {rewards.shape[0]} rows, n={n_samples}")
+        m = mask.to(rewards.dtype)
+        scores = (rewards * m).sum(-1).view(-1, n_samples)
+        baselined = GROUP_BASELINES[estimator](scores).reshape(-1)
+        # put the baselined score where the sequence reward was: on the last token, then reward-to-go
+        shifted = rewards * m - (scores.reshape(-1) - baselined)[:, None] * _last_token_onehot(m)
+        adv = ret = reinforce_returns(shifted, mask, gamma)
+    return (whiten(adv, mask, across=across) if spec.whiten else adv), ret
 
 
 def _last_token_onehot(mask: torch.Tensor) -> torch.Tensor:

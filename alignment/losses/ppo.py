@@ -4,12 +4,18 @@ Policy: Schulman et al. 2017 (arXiv:1707.06347), eq. 7, with separate low/high c
 "clip-higher", Yu et al. 2025, arXiv:2503.14476) and the dual clip of Ye et al. 2020
 (arXiv:1912.09729), which bounds the loss for negative advantages at −c·A.
 Value: the clipped value loss of OpenAI baselines' PPO2.
+`agg` turns the per-token losses into the scalar: the masked mean of these rows by default, or one
+of `alignment.losses.aggregation`'s modes over the whole optimizer step.
 """
 from __future__ import annotations
+
+from typing import Callable
 
 import torch
 
 from alignment.losses.nll import masked_mean
+
+Agg = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]   # (per-token loss [B, T], mask [B, T]) -> scalar
 
 
 # log ρ is clamped before exp (as verl does): a token whose probability moved by e^20 is clipped by
@@ -18,7 +24,8 @@ LOG_RATIO_CLAMP = 20.0
 
 
 def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
-                eps_low: float = 0.2, eps_high: float = 0.2, dual_clip: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                eps_low: float = 0.2, eps_high: float = 0.2, dual_clip: float | None = None,
+                agg: Agg = masked_mean) -> tuple[torch.Tensor, torch.Tensor]:
     """(loss, clip fraction). −min(ρA, clip(ρ, 1−ε_low, 1+ε_high)A), ρ = π/π_old."""
     ratio = torch.exp((logp - old_logp).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
     surr1 = ratio * advantages
@@ -27,14 +34,14 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
     if dual_clip is not None:
         objective = torch.where(advantages < 0, torch.max(objective, dual_clip * advantages), objective)
     clipped = (surr2 < surr1).to(logp.dtype)
-    return -masked_mean(objective, mask), masked_mean(clipped, mask).detach()
+    return agg(-objective, mask), masked_mean(clipped, mask).detach()
 
 
 def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor,
-               value_clip: float | None = None) -> torch.Tensor:
+               value_clip: float | None = None, agg: Agg = masked_mean) -> torch.Tensor:
     """½·max((V − R)², (V_clipped − R)²), V_clipped = V_old + clip(V − V_old, ±c); plain ½(V − R)² without clip."""
     unclipped = (values - returns) ** 2
     if value_clip is None:
-        return 0.5 * masked_mean(unclipped, mask)
+        return agg(0.5 * unclipped, mask)
     clipped_values = old_values + (values - old_values).clamp(-value_clip, value_clip)
-    return 0.5 * masked_mean(torch.max(unclipped, (clipped_values - returns) ** 2), mask)
+    return agg(0.5 * torch.max(unclipped, (clipped_values - returns) ** 2), mask)

@@ -22,15 +22,20 @@ import torch
 import torch.nn.functional as F
 
 
+def pairwise_rm_losses(chosen: torch.Tensor, rejected: torch.Tensor, margin: torch.Tensor | None = None,
+                       kind: str = "sigmoid") -> torch.Tensor:
+    """Per-pair loss [N]. chosen, rejected, margin: [N]."""
+    if kind == "sigmoid":
+        return -F.logsigmoid(chosen - rejected - (margin if margin is not None else 0.0))
+    if kind == "logexp":   # softplus: log1p(exp(x)) overflows to inf in fp32 once x passes ~88
+        return F.softplus(rejected - chosen)
+    raise ValueError(f"unknown reward-model loss {kind!r}: use sigmoid or logexp")
+
+
 def pairwise_rm_loss(chosen: torch.Tensor, rejected: torch.Tensor, margin: torch.Tensor | None = None,
                      kind: str = "sigmoid") -> torch.Tensor:
-    """Mean pairwise loss over pairs. chosen, rejected, margin: [N] -> scalar."""
-    if kind == "sigmoid":
-        diff = chosen - rejected - (margin if margin is not None else 0.0)
-        return -F.logsigmoid(diff).mean()
-    if kind == "logexp":   # softplus: log1p(exp(x)) overflows to inf in fp32 once x passes ~88
-        return F.softplus(rejected - chosen).mean()
-    raise ValueError(f"unknown reward-model loss {kind!r}: use sigmoid or logexp")
+    """Mean pairwise loss over pairs -> scalar."""
+    return pairwise_rm_losses(chosen, rejected, margin, kind).mean()
 
 
 @dataclass

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from alignment.losses.advantages import advantages_and_returns
+from alignment.losses.advantages import Sum, advantages_and_returns
 from alignment.losses.kl import kl_estimate
 from alignment.losses.reward_shaping import token_rewards
 from alignment.ppo.batch import SequenceBatch
@@ -57,10 +57,12 @@ def needs_old_logprobs(cfg: Any) -> bool:
 
 
 def assemble(cfg: Any, batch: SequenceBatch, scores: torch.Tensor, old_logp: torch.Tensor | None,
-             ref_logp: torch.Tensor | None, values: torch.Tensor | None, kl_coef: float) -> Experience:
+             ref_logp: torch.Tensor | None, values: torch.Tensor | None, kl_coef: float,
+             across: Sum | None = None) -> Experience:
     """Rewards per token (score on the last token, −β·KL on each unless --use_kl_loss), then the
     estimator's advantages and returns. Rows must be grouped n_samples_per_prompt per prompt.
-    ref_logp None (no KL term, `uses_reference`): the KL is 0."""
+    ref_logp None (no KL term, `uses_reference`): the KL is 0. `across`: this is one rank's part of
+    the iteration's batch (whitening statistics are the whole batch's)."""
     mask = batch.action_mask
     if ref_logp is None:
         kl = torch.zeros(mask.shape, dtype=torch.float32)
@@ -68,7 +70,7 @@ def assemble(cfg: Any, batch: SequenceBatch, scores: torch.Tensor, old_logp: tor
         kl = kl_estimate(old_logp, ref_logp, cfg.kl_estimator) * mask
     rewards = token_rewards(scores, kl, mask, 0.0 if cfg.use_kl_loss else kl_coef)
     adv, ret = advantages_and_returns(cfg.advantage_estimator, rewards, mask, cfg.n_samples_per_prompt,
-                                      cfg.gamma, cfg.lambd, values)
+                                      cfg.gamma, cfg.lambd, values, across)
     return Experience(batch, old_logp, ref_logp, values, adv, ret, scores, kl)
 
 

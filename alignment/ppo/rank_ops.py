@@ -5,10 +5,12 @@ so there is one copy of the algorithm.
 from __future__ import annotations
 
 import random
+from functools import partial
 from typing import Any, Iterator
 
 import torch
 
+from alignment.losses.aggregation import StepTotals, aggregate
 from alignment.losses.kl import kl_estimate
 from alignment.losses.nll import masked_mean
 from alignment.losses.ppo import policy_loss, value_loss
@@ -62,19 +64,42 @@ def _epochs(exp: Experience, cfg: Any, seed: int) -> Iterator[Experience]:
             yield exp.rows(order[s:s + cfg.micro_train_batch_size])
 
 
+def _steps(engine: Any, exp: Experience, cfg: Any, seed: int) -> Iterator[tuple[Experience, StepTotals]]:
+    """The micro-batches of `_epochs`, each with the totals of the optimizer step it belongs to:
+    its G micro-batches on each of the D ranks (one all-reduce of two numbers per step)."""
+    import torch.distributed as dist
+
+    accum = engine.gradient_accumulation_steps()
+    ranks = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    micro = list(_epochs(exp, cfg, seed))
+    for s in range(0, len(micro), accum):
+        step = micro[s:s + accum]
+        counts = torch.tensor([sum(float(mb.batch.action_mask.sum()) for mb in step), float(sum(len(mb) for mb in step))],
+                              dtype=torch.float64, device=model_device(engine.module))   # NCCL reduces GPU tensors
+        if ranks > 1:
+            dist.all_reduce(counts)
+        totals = StepTotals(counts[0].item(), counts[1].item(), float(accum * ranks))
+        yield from ((mb, totals) for mb in step)
+
+
+def _agg(cfg: Any, totals: StepTotals):
+    return partial(aggregate, mode=cfg.loss_agg(), totals=totals, norm_len=cfg.generate_max_len)
+
+
 def _mean(rows: list[dict[str, float]]) -> dict[str, float]:
     return {k: sum(r[k] for r in rows) / len(rows) for k in rows[0]} if rows else {}
 
 
 def train_critic(critic: Any, capture: Any, exp: Experience, cfg: Any, seed: int,
                  packing: Packing | None = None) -> dict[str, float]:
-    """Clipped value loss on each micro-batch; DeepSpeed steps at accumulation boundaries."""
+    """Clipped value loss on each micro-batch, aggregated over its optimizer step (--loss_agg_mode);
+    DeepSpeed steps at accumulation boundaries."""
     critic.train()
     dev, rows = model_device(critic.module), []
-    for mb in _epochs(exp, cfg, seed):
+    for mb, totals in _steps(critic, exp, cfg, seed):
         b = mb.batch.to(dev)
         v = value_forward(critic, capture, b, packing)
-        loss = value_loss(v, mb.values.to(dev), mb.returns.to(dev), b.action_mask, cfg.value_clip)
+        loss = value_loss(v, mb.values.to(dev), mb.returns.to(dev), b.action_mask, cfg.value_clip, _agg(cfg, totals))
         critic.backward(loss)
         critic.step()
         rows.append({"value_loss": loss.item()})
@@ -83,21 +108,22 @@ def train_critic(critic: Any, capture: Any, exp: Experience, cfg: Any, seed: int
 
 def train_actor(actor: Any, exp: Experience, cfg: Any, kl_coef: float, seed: int,
                 packing: Packing | None = None) -> dict[str, float]:
-    """Clipped (optionally dual-clipped) policy loss, plus β·KL when --use_kl_loss."""
+    """Clipped (optionally dual-clipped) policy loss, plus β·KL when --use_kl_loss, each aggregated
+    over the optimizer step (--loss_agg_mode)."""
     actor.train()
     eps_low, eps_high = cfg.eps_clip_low_high or (cfg.eps_clip, cfg.eps_clip)
     dev, rows = model_device(actor.module), []
-    for mb in _epochs(exp, cfg, seed):
-        b = mb.batch.to(dev)
+    for mb, totals in _steps(actor, exp, cfg, seed):
+        b, agg = mb.batch.to(dev), _agg(cfg, totals)
         mask = b.action_mask
         logp = action_logprobs(actor, b, packing)
         old = logp.detach() if mb.old_logp is None else mb.old_logp.to(dev)   # None: on-policy (needs_old_logprobs)
-        ploss, clipfrac = policy_loss(logp, old, mb.advantages.to(dev), mask, eps_low, eps_high, cfg.dual_clip)
+        ploss, clipfrac = policy_loss(logp, old, mb.advantages.to(dev), mask, eps_low, eps_high, cfg.dual_clip, agg)
         loss, row = ploss, {"policy_loss": ploss.item(), "clipfrac": clipfrac.item(),
                             # how far this update has moved π from the policy that sampled (k3 estimate)
                             "approx_kl": masked_mean(kl_estimate(logp.detach(), old, "k3"), mask).item()}
         if cfg.use_kl_loss:
-            kl = masked_mean(kl_estimate(logp, mb.ref_logp.to(dev), cfg.kl_estimator), mask)
+            kl = agg(kl_estimate(logp, mb.ref_logp.to(dev), cfg.kl_estimator), mask)
             loss = loss + kl_coef * kl
             row["kl_loss"] = kl.item()
         actor.backward(loss)

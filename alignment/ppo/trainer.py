@@ -28,7 +28,7 @@ from alignment.ppo.experience import Experience, assemble, experience_metrics, n
 from alignment.rollout.hf_engine import HFEngine
 from alignment.rollout.types import Rollout, SamplingParams
 from alignment.ppo.packed import Packing
-from alignment.trainers.base import mean_across_ranks
+from alignment.trainers.base import mean_across_ranks, sum_across_ranks
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ class PPOTrainer:
         old = rank_ops.logprobs(self.actor.module, batch, micro, pk) if needs_old_logprobs(cfg) else None
         ref = rank_ops.logprobs(self.ref, batch, micro, pk) if uses_reference(cfg) else None
         vals = rank_ops.values(self.critic.module, self.capture, batch, micro, pk) if self.critic is not None else None
-        exp = assemble(cfg, batch, scores, old, ref, vals, self.kl_ctl.value)
+        exp = assemble(cfg, batch, scores, old, ref, vals, self.kl_ctl.value, across=sum_across_ranks)
         metrics = experience_metrics(exp, rollout.finished)
         metrics.update(kl_coef=self.kl_ctl.value, time_generate=t_gen, time_experience=time.time() - t0 - t_gen)
         return exp, metrics
@@ -125,5 +125,7 @@ class PPOTrainer:
         if iteration >= self.cfg.freezing_actor_steps:
             metrics.update(rank_ops.train_actor(self.actor, exp, self.cfg, self.kl_ctl.value, seed, self.packing))
         metrics["time_train"] = time.time() - t0
-        self.kl_ctl.update(metrics.get("kl", 0.0), len(exp))   # no kl: no KL term, a fixed controller
-        return mean_across_ranks(metrics)
+        metrics = mean_across_ranks(metrics)
+        # every rank updates β from the same, global KL, so the coefficients never drift apart
+        self.kl_ctl.update(metrics.get("kl", 0.0), len(exp) * self.rt.world_size)   # no kl: no KL term, fixed β
+        return metrics

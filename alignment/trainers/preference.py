@@ -14,8 +14,8 @@ from alignment.datasets.preference import (
 )
 from alignment.datasets.sft import Batch
 from alignment.losses.logprobs import sequence_logps
-from alignment.losses.nll import token_logprobs
-from alignment.losses.preference import dpo_loss, kto_kl_estimate, kto_loss, pairwise_rm_loss
+from alignment.losses.nll import sft_loss
+from alignment.losses.preference import dpo_loss, kto_kl_estimate, kto_loss, pairwise_rm_loss, pairwise_rm_losses
 from alignment.models.moe import forward_with_aux
 from alignment.models.reward_model import ValueCapture, export_names
 from alignment.trainers.base import Trainer, eval_shard, mean_across_ranks, sum_across_ranks
@@ -76,7 +76,8 @@ class RewardModelTrainer(_PairTrainer):
             r = self.rewards(pb.batch).double()
             c, rj = r[: pb.num_pairs], r[pb.num_pairs:]
             w = w.double().to(r.device)
-            losses = -torch.nn.functional.logsigmoid(c - rj)
+            margin = pb.margins.to(r.device, r.dtype) if self.cfg.margin_loss else None
+            losses = pairwise_rm_losses(c, rj, margin, self.cfg.loss)   # the training loss, per pair
             both = torch.cat([c, rj])
             acc += torch.stack([w.sum(), (w * (c > rj)).sum(), (w * losses).sum(), (w.repeat(2) * both).sum(),
                                 (w.repeat(2) * both ** 2).sum(), 2 * w.sum()]).cpu()
@@ -140,12 +141,11 @@ class DPOTrainer(_PairTrainer):
 
 
 def chosen_nll(logits: torch.Tensor, pb: PairBatch) -> torch.Tensor:
-    """Mean NLL over the chosen responses' tokens (samples 0..N-1 of the batch)."""
+    """SFT's NLL over the chosen responses' tokens (samples 0..N-1 of the batch)."""
     b = pb.batch
     seg = b.segments()
     sample = seg if seg is not None else torch.arange(b.input_ids.shape[0], device=b.input_ids.device)[:, None]
-    mask = (b.loss_mask * (sample < pb.num_pairs))[:, 1:].float()
-    return -(token_logprobs(logits, b.input_ids) * mask).sum() / mask.sum().clamp(min=1)
+    return sft_loss(logits, b.input_ids, b.loss_mask * (sample < pb.num_pairs))
 
 
 def _pair_metrics(out) -> dict[str, float]:
