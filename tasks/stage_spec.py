@@ -15,7 +15,7 @@ from typing import Any
 from alignment.config import (
     BatchInferenceConfig, ConfigError, DPOConfig, KTOConfig, PPOConfig, RMConfig, SFTConfig, TinyBaseConfig,
 )
-from alignment.config.base import SECRET_FIELDS
+from alignment.config.base import not_identity_fields, path_fields, secret_fields
 from alignment.config.cli import _coerce, load_yaml
 from alignflow.tasks.fingerprint import fingerprint
 
@@ -41,17 +41,9 @@ STAGES: dict[str, StageKind] = {
                                  output_field="output_path"),
 }
 
-# Fields that don't change what a stage produces: left out of its identity hash, so e.g.
-# a different logging interval or checkpoint cadence still finds the finished stage.
-NOT_IDENTITY = {"save_path", "output_path", "ckpt_path", "load_checkpoint", "save_steps", "save_minutes", "max_ckpt_num", "disable_ds_ckpt",
-                "local_rank", "num_threads", "logging_steps", "use_wandb", "wandb_org", "wandb_group",
-                "wandb_project", "wandb_run_name", "use_tensorboard", "placement_strategy", "accelerator_type",
-                "dataset_num_proc"}   # how many processes tokenize, not what: the tokens are the same
-PATH_FIELDS = ("pretrain", "ref_pretrain", "dataset", "eval_dataset", "reward_pretrain", "critic_pretrain",
-               "prompt_data", "remote_rm_url")
 SUPPORTED_SCHEMES = ("file", "s3")
 DEFAULT_SAVE_MINUTES = 30.0   # a flow stage's checkpoint cadence when the config sets none
-WANDB_SWITCHES = ("offline", "true", "1", "env")
+WANDB_SWITCHES = ("offline", "true", "1", "env")   # use_wandb values that are not a key
 
 
 @dataclass
@@ -113,13 +105,13 @@ def build_config(stage: str, config_file: str | None, overrides: dict[str, Any] 
     cls = STAGES[stage].config
     values = load_yaml(cls, config_file) if config_file else {}
     values.update(_coerce(cls, dict(overrides or {}), f"{stage} parameters"))
-    for name in PATH_FIELDS:
+    for name in path_fields(cls):
         if isinstance(values.get(name), str):
             values[name] = _absolute(values[name])
     if values.get("use_tensorboard") and STAGES[stage].resumable:
         raise ConfigError(f"{stage}: use_tensorboard={values['use_tensorboard']!r}: in a flow every stage writes its "
                           f"TensorBoard events into its output (<stage dir>/model/tensorboard); drop use_tensorboard")
-    check_inputs(stage, values)
+    check_inputs(stage, values, path_fields(cls))
     use_wandb = values.get("use_wandb")
     if use_wandb and str(use_wandb).lower() not in WANDB_SWITCHES:
         raise ConfigError(f"{stage}: use_wandb looks like an API key; keys never go in flow parameters: set "
@@ -127,24 +119,23 @@ def build_config(stage: str, config_file: str | None, overrides: dict[str, Any] 
     return cls(**values).validate()
 
 
-DATA_FIELDS = ("dataset", "eval_dataset", "prompt_data")
 _HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
 
-def check_inputs(stage: str, values: dict[str, Any]) -> None:
+def check_inputs(stage: str, values: dict[str, Any], paths: dict[str, str]) -> None:
     """Every input a stage names exists before anything starts: local files and folders, store URIs
     (one request each), data specs that parse and hub names that are names. Placeholders of upstream
     outputs (`<sft output>`) are checked when the upstream stage has committed them."""
     from alignment import storage
     from alignment.datasets.sources import DataError, resolve
 
-    for name in PATH_FIELDS:
+    for name, what in paths.items():
         value = values.get(name)
-        if not isinstance(value, str) or not value or value.startswith("<") or name == "remote_rm_url":
-            continue
-        for item in value.split(",") if name in DATA_FIELDS else [value]:
+        if not isinstance(value, str) or not value or value.startswith("<") or what == "reward":
+            continue     # a reward source may be a URL: the job checks it
+        for item in value.split(",") if what == "data" else [value]:
             kind, location = "dir", item
-            if name in DATA_FIELDS:
+            if what == "data":
                 try:
                     source = resolve(item)
                 except DataError as e:
@@ -159,11 +150,13 @@ def check_inputs(stage: str, values: dict[str, Any]) -> None:
 
 
 def identity_hash(stage: str, cfg: Any, inputs: dict[str, str] | None = None) -> str:
-    """Hash of what determines the stage's output: its config (minus NOT_IDENTITY), input URIs, and
-    the content of the local files its path fields name (tasks/fingerprint.py)."""
-    ident = {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name not in NOT_IDENTITY | SECRET_FIELDS}
+    """Hash of what determines the stage's output: its config (less the fields the schema marks
+    identity=False, and secrets), input URIs, and the content of the local files its path fields name
+    (tasks/fingerprint.py)."""
+    skip = not_identity_fields(cfg)
+    ident = {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name not in skip}
     content = {}
-    for name in PATH_FIELDS:
+    for name in path_fields(cfg):
         value = getattr(cfg, name, None)
         if isinstance(value, str) and (prints := fingerprint(value)):
             content[name] = prints
@@ -193,7 +186,8 @@ def job_config(stage: str, cfg: Any, out_dir: str, run_name: str = "") -> Any:
 
 
 def config_summary(cfg: Any) -> dict[str, Any]:
-    return {k: v for k, v in asdict(cfg).items() if k not in SECRET_FIELDS}
+    secret = secret_fields(cfg)
+    return {k: v for k, v in asdict(cfg).items() if k not in secret}
 
 
 def repo_path(*parts: str) -> Path:

@@ -9,14 +9,37 @@ class ConfigError(ValueError):
     """A bad flag value. The message names the flag and how to fix it, on one line."""
 
 
-def opt(default: Any = MISSING, help: str = "", choices: tuple | None = None,
-        aliases: tuple[str, ...] = ()) -> Any:
-    """A config field: its default, the one-line help shown by --help, allowed values."""
-    meta = {"help": help, "choices": choices, "aliases": aliases}
+def opt(default: Any = MISSING, help: str = "", choices: tuple | None = None, aliases: tuple[str, ...] = (),
+        identity: bool = True, path: str | None = None, secret: bool = False) -> Any:
+    """A config field and every fact about it: its default, the one-line help shown by --help, allowed
+    values, and for the orchestrator: `identity` False when it does not change what the stage produces
+    (left out of the stage's identity hash: outputs, cadences, trackers, placement); `path` "model",
+    "data" or "reward" when it names an input (made absolute, checked to exist, its content
+    fingerprinted); `secret` when it may hold a credential (never written to manifests, artifacts, logs)."""
+    meta = {"help": help, "choices": choices, "aliases": aliases, "identity": identity, "path": path, "secret": secret}
     if isinstance(default, (list, dict)):
         frozen = default
         return field(default_factory=lambda: type(frozen)(frozen), metadata=meta)
     return field(default=default, metadata=meta)
+
+
+def _facts(cls_or_cfg: Any) -> dict[str, Any]:
+    from dataclasses import fields
+    return {f.name: f.metadata for f in fields(cls_or_cfg)}
+
+
+def secret_fields(cls_or_cfg: Any) -> frozenset[str]:
+    return frozenset(n for n, m in _facts(cls_or_cfg).items() if m.get("secret"))
+
+
+def not_identity_fields(cls_or_cfg: Any) -> frozenset[str]:
+    """Fields left out of a stage's identity: those that don't change its output, and secrets."""
+    return frozenset(n for n, m in _facts(cls_or_cfg).items() if m.get("identity") is False or m.get("secret"))
+
+
+def path_fields(cls_or_cfg: Any) -> dict[str, str]:
+    """{field: "model" | "data" | "reward"} for the fields naming an input."""
+    return {n: m["path"] for n, m in _facts(cls_or_cfg).items() if m.get("path")}
 
 
 def require(cond: bool, message: str) -> None:
@@ -41,11 +64,9 @@ def check_store_uri(flag: str, uri: str | None) -> None:
         raise ConfigError(f"{flag} {uri}: {protocol}:// needs a package that is not installed ({e})") from None
 
 
-# Fields that may hold credentials: never written to manifests, artifacts or logs.
-SECRET_FIELDS = frozenset({"use_wandb"})
-
-
 def public_dict(cfg: Any) -> dict[str, Any]:
+    """The config as a dict, its secret fields masked (manifests, artifacts, logs)."""
     from dataclasses import asdict
 
-    return {k: ("***" if k in SECRET_FIELDS and v else v) for k, v in asdict(cfg).items()}
+    secret = secret_fields(cfg)
+    return {k: ("***" if k in secret and v else v) for k, v in asdict(cfg).items()}

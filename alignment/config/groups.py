@@ -13,7 +13,7 @@ from alignment.config.base import ConfigError, opt, require
 
 @dataclass
 class ModelConfig:
-    pretrain: Optional[str] = opt(None, "HF model directory, store URI (s3://...) or hub name to start from")
+    pretrain: Optional[str] = opt(None, "HF model directory, store URI (s3://...) or hub name to start from", path="model")
     trust_remote_code: bool = opt(False, "Let transformers run the model repo's own Python code (custom architectures); "
                                          "only for models whose code you trust")
     revision: Optional[str] = opt(None, "Hub revision of --pretrain (branch, tag or commit sha) to pin; part of the "
@@ -76,13 +76,13 @@ DATASET_NUM_PROC_HELP = ("Processes tokenizing the data (Dataset.map num_proc; T
 
 @dataclass
 class DataConfig(PackingConfig):
-    dataset: Optional[str] = opt(None, "Comma-separated datasets: .jsonl/.json files, json@DIR, directories, store URIs or hub names")
+    dataset: Optional[str] = opt(None, "Comma-separated datasets: .jsonl/.json files, json@DIR, directories, store URIs or hub names", path="data")
     dataset_probs: Optional[str] = opt(None, "Comma-separated sampling probabilities for --dataset (default: equal)")
     dataset_split: str = opt("train", "Split to train on")
-    eval_dataset: Optional[str] = opt(None, "Evaluation dataset (same forms as --dataset)")
+    eval_dataset: Optional[str] = opt(None, "Evaluation dataset (same forms as --dataset)", path="data")
     eval_split: str = opt("test", "Split to evaluate on")
     max_samples: int = opt(100_000_000, "Use at most this many samples from the (mixed) dataset")
-    dataset_num_proc: int = opt(0, DATASET_NUM_PROC_HELP)
+    dataset_num_proc: int = opt(0, DATASET_NUM_PROC_HELP, identity=False)
     max_len: int = opt(2048, "Truncate samples to this many tokens (truncations are counted and reported)")
     input_key: str = opt("input", "JSON key of the prompt / conversation")
     output_key: Optional[str] = opt(None, "JSON key of the response")
@@ -129,9 +129,9 @@ class RanksConfig:
     num_nodes: int = opt(1, "Nodes of the stage's rank group on Ray (OpenRLHF's name); ranks = this x --num_gpus_per_node")
     num_gpus_per_node: int = opt(1, "Ranks per node on Ray: one GPU each, or one CPU each (gloo) on a CPU-only cluster")
     placement_strategy: str = opt("PACK", "Ray placement-group strategy of the ranks (SPREAD: one node per rank "
-                                          "where possible)", choices=PLACEMENT_STRATEGIES)
+                                          "where possible)", choices=PLACEMENT_STRATEGIES, identity=False)
     accelerator_type: Optional[str] = opt(None, "Only place ranks on nodes with this Ray accelerator type (e.g. H100); "
-                                                "refused in one line when the cluster has none")
+                                                "refused in one line when the cluster has none", identity=False)
 
     def ranks(self) -> int:
         return self.num_nodes * self.num_gpus_per_node
@@ -163,8 +163,8 @@ class TrainConfig:
     adam_offload: bool = opt(False, "Keep optimizer states on CPU (DeepSpeedCPUAdam)")
     zpg: int = opt(1, "ZeRO++ hierarchical partition size")
     seed: int = opt(42, "Random seed (data order, init, dropout)")
-    local_rank: int = opt(-1, "Set by the deepspeed launcher")
-    num_threads: int = opt(0, "CPU threads per rank (0: cores / ranks on this node)")
+    local_rank: int = opt(-1, "Set by the deepspeed launcher", identity=False)
+    num_threads: int = opt(0, "CPU threads per rank (0: cores / ranks on this node)", identity=False)
 
     def check_train(self) -> None:
         require(self.micro_train_batch_size > 0, f"--micro_train_batch_size {self.micro_train_batch_size}: must be > 0")
@@ -193,14 +193,14 @@ class MoEConfig:
 
 @dataclass
 class CheckpointConfig:
-    save_path: str = opt("./ckpt", "Where the final HF-format model goes (local path or s3://)")
-    save_steps: int = opt(-1, "Commit a resumable checkpoint every N optimizer steps (-1: only at the end)")
+    save_path: str = opt("./ckpt", "Where the final HF-format model goes (local path or s3://)", identity=False)
+    save_steps: int = opt(-1, "Commit a resumable checkpoint every N optimizer steps (-1: only at the end)", identity=False)
     save_minutes: float = opt(0.0, "Also commit a resumable checkpoint once this many minutes have passed since the "
-                                   "last one (0: off). A flow stage with neither set checkpoints every 30 minutes")
-    ckpt_path: str = opt("./ckpt/checkpoints", "Where resumable checkpoints go (local path or s3://)")
-    load_checkpoint: bool = opt(False, "Resume from the newest committed checkpoint under --ckpt_path")
-    max_ckpt_num: int = opt(3, "Keep this many resumable checkpoints")
-    disable_ds_ckpt: bool = opt(False, "Don't write resumable checkpoints (final model only)")
+                                   "last one (0: off). A flow stage with neither set checkpoints every 30 minutes", identity=False)
+    ckpt_path: str = opt("./ckpt/checkpoints", "Where resumable checkpoints go (local path or s3://)", identity=False)
+    load_checkpoint: bool = opt(False, "Resume from the newest committed checkpoint under --ckpt_path", identity=False)
+    max_ckpt_num: int = opt(3, "Keep this many resumable checkpoints", identity=False)
+    disable_ds_ckpt: bool = opt(False, "Don't write resumable checkpoints (final model only)", identity=False)
 
     def check_checkpoint(self) -> None:
         require(self.max_ckpt_num >= 1, f"--max_ckpt_num {self.max_ckpt_num}: must be >= 1")
@@ -210,14 +210,14 @@ class CheckpointConfig:
 
 @dataclass
 class LoggingConfig:
-    logging_steps: int = opt(1, "Log metrics every N optimizer steps")
+    logging_steps: int = opt(1, "Log metrics every N optimizer steps", identity=False)
     eval_steps: int = opt(-1, "Evaluate every N steps (-1: at the end of each epoch)")
-    use_wandb: Optional[str] = opt(None, "Log to Weights & Biases; the value is the API key (or 'offline'). Never printed")
-    wandb_org: Optional[str] = opt(None, "wandb entity")
-    wandb_group: Optional[str] = opt(None, "wandb group")
-    wandb_project: str = opt("alignflow", "wandb project")
-    wandb_run_name: Optional[str] = opt(None, "wandb run name")
-    use_tensorboard: Optional[str] = opt(None, "Write TensorBoard events under this directory")
+    use_wandb: Optional[str] = opt(None, "Log to Weights & Biases; the value is the API key (or 'offline'). Never printed", secret=True)
+    wandb_org: Optional[str] = opt(None, "wandb entity", identity=False)
+    wandb_group: Optional[str] = opt(None, "wandb group", identity=False)
+    wandb_project: str = opt("alignflow", "wandb project", identity=False)
+    wandb_run_name: Optional[str] = opt(None, "wandb run name", identity=False)
+    use_tensorboard: Optional[str] = opt(None, "Write TensorBoard events under this directory", identity=False)
 
     def check_logging(self) -> None:
         require(self.logging_steps > 0, f"--logging_steps {self.logging_steps}: must be > 0")

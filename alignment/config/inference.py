@@ -17,7 +17,7 @@ POST_PROCESSOR_NAMES = ("rs", "iter_dpo", "csft")     # alignment.inference.post
 class BatchInferenceConfig(RanksConfig, DataConfig, ModelConfig, StageConfig):
     eval_task: str = opt("generate", "generate (HF engine) / generate_vllm (vLLM engine): sample responses to "
                                      "--dataset prompts; rm: score (prompt, response) rows", choices=EVAL_TASKS)
-    output_path: str = opt("./batch_inference", "Output directory (local or s3://): output.jsonl + MANIFEST.json")
+    output_path: str = opt("./batch_inference", "Output directory (local or s3://): output.jsonl + MANIFEST.json", identity=False)
     best_of_n: int = opt(1, "Responses sampled per prompt")
     max_new_tokens: int = opt(1024, "Most new tokens per response")
     prompt_max_len: int = opt(1024, "Prompts longer than this (tokens) are dropped, counted and reported")
@@ -25,9 +25,9 @@ class BatchInferenceConfig(RanksConfig, DataConfig, ModelConfig, StageConfig):
     top_p: float = opt(1.0, "Nucleus sampling")
     micro_batch_size: int = opt(16, "Prompts per generate/score call")
     label_key: Optional[str] = opt(None, "JSON key passed as `labels` to a reward_func / reward server")
-    reward_pretrain: Optional[str] = opt(None, "Reward model(s), comma-separated, to score the responses")
+    reward_pretrain: Optional[str] = opt(None, "Reward model(s), comma-separated, to score the responses", path="model")
     reward_weights: Optional[str] = opt(None, "Weights of the reward models (default: equal)")
-    remote_rm_url: Optional[str] = opt(None, "Reward-server URL(s) or a reward_func .py file")
+    remote_rm_url: Optional[str] = opt(None, "Reward-server URL(s) or a reward_func .py file", path="reward")
     normalize_reward: bool = opt(False, "Normalise RM scores with the mean/std in the RM's config.json")
     value_head_prefix: str = opt("score", "Name of the value head in reward checkpoints")
     post_processor: Optional[str] = opt(None, "rs: best response per prompt (SFT data); iter_dpo: best/worst "
@@ -45,7 +45,7 @@ class BatchInferenceConfig(RanksConfig, DataConfig, ModelConfig, StageConfig):
     vllm_num_engines: int = opt(0, "--eval_task generate_vllm: vLLM engines, one rank (GPU) each, each generating "
                                    "its share of the prompts (0: --num_nodes x --num_gpus_per_node ranks)")
     seed: int = opt(42, "Sampling seed")
-    num_threads: int = opt(0, "CPU threads per rank (0: cores / ranks on this node)")
+    num_threads: int = opt(0, "CPU threads per rank (0: cores / ranks on this node)", identity=False)
 
     def ranks(self) -> int:
         """Data-parallel ranks: one per vLLM engine with generate_vllm, else the placement's size."""

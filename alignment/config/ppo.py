@@ -63,16 +63,16 @@ class PlacementConfig:
 
 @dataclass
 class RolloutConfig:
-    prompt_data: Optional[str] = opt(None, "Comma-separated prompt datasets (same forms as --dataset)")
+    prompt_data: Optional[str] = opt(None, "Comma-separated prompt datasets (same forms as --dataset)", path="data")
     prompt_data_probs: Optional[str] = opt(None, "Sampling probabilities for --prompt_data")
     prompt_split: str = opt("train", "Split of --prompt_data to train on")
-    eval_dataset: Optional[str] = opt(None, "Prompts for periodic held-out evaluation")
+    eval_dataset: Optional[str] = opt(None, "Prompts for periodic held-out evaluation", path="data")
     input_key: str = opt("input", "JSON key of the prompt (string or messages)")
     label_key: Optional[str] = opt(None, "JSON key passed as `labels` to a reward_func / remote RM")
     input_template: Optional[str] = opt(None, "Template wrapping the prompt, e.g. 'User: {}\\nAssistant: '")
     apply_chat_template: bool = opt(False, "Render prompts with the tokenizer's chat template")
     max_samples: int = opt(100_000_000, "Use at most this many prompts")
-    dataset_num_proc: int = opt(0, DATASET_NUM_PROC_HELP)
+    dataset_num_proc: int = opt(0, DATASET_NUM_PROC_HELP, identity=False)
     prompt_max_len: int = opt(1024, "Prompts longer than this (in tokens) are dropped, counted and reported")
     generate_max_len: int = opt(1024, "Most new tokens per response")
     temperature: float = opt(1.0, "Sampling temperature")
@@ -163,11 +163,11 @@ class AlgorithmConfig:
 
 @dataclass
 class RewardSourceConfig:
-    reward_pretrain: Optional[str] = opt(None, "Reward model(s), comma-separated (directories, s3:// URIs, hub names)")
+    reward_pretrain: Optional[str] = opt(None, "Reward model(s), comma-separated (directories, s3:// URIs, hub names)", path="model")
     reward_weights: Optional[str] = opt(None, "Comma-separated weights of the reward models (default: equal)")
     remote_rm_url: Optional[str] = opt(None, "Comma-separated reward-server URLs (POST {query, prompts, labels}), "
-                                             "or a .py file defining reward_func(queries, prompts, labels)")
-    critic_pretrain: Optional[str] = opt(None, "Critic initialisation (default: the reward model, as OpenRLHF)")
+                                             "or a .py file defining reward_func(queries, prompts, labels)", path="reward")
+    critic_pretrain: Optional[str] = opt(None, "Critic initialisation (default: the reward model, as OpenRLHF)", path="model")
     value_head_prefix: str = opt("score", "Name of the value head in reward/critic checkpoints")
 
     def check_reward_source(self) -> None:

@@ -56,7 +56,7 @@ class PairDataConfig:
 
 @dataclass
 class ReferenceConfig:
-    ref_pretrain: Optional[str] = opt(None, "Reference model (default: --pretrain, the policy's initial weights)")
+    ref_pretrain: Optional[str] = opt(None, "Reference model (default: --pretrain, the policy's initial weights)", path="model")
     ref_offload: bool = opt(False, "Keep the frozen reference model in CPU memory (its forward runs there)")
     beta: float = opt(0.1, "Strength of the implicit KL penalty toward the reference")
 
@@ -122,7 +122,7 @@ class KTOConfig(RanksConfig, LoggingConfig, CheckpointConfig, TrainConfig, LoraC
 class TinyBaseConfig(StageConfig):
     """A seeded random-init tiny Llama with the tiny tokenizer (`python -m alignment.cli.make_tiny_base`)."""
 
-    save_path: str = opt("./ckpt/tiny_base", "Where the model directory goes (local path or s3://)")
+    save_path: str = opt("./ckpt/tiny_base", "Where the model directory goes (local path or s3://)", identity=False)
     seed: int = opt(0, "Seed of the random initialisation")
     arch: str = opt("llama", "llama (the tiny world's model) or mixtral (a tiny sparse MoE, for --aux_loss_coef)",
                     choices=("llama", "mixtral"))
@@ -135,7 +135,7 @@ class ImportModelConfig(StageConfig):
 
     source: Optional[str] = opt(None, "The model to import: a .gguf file, a Hugging Face model folder (local or s3://, "
                                       "with or without our MANIFEST.json) or a hub name. Also the first positional argument")
-    save_path: Optional[str] = opt(None, "Where the committed HF folder goes (local path or s3://)")
+    save_path: Optional[str] = opt(None, "Where the committed HF folder goes (local path or s3://)", identity=False)
     gguf_file: Optional[str] = opt(None, "Which .gguf file of a folder or hub repo holding several to import")
     revision: Optional[str] = opt(None, "Hub revision (branch, tag or commit sha) of a hub-name --source")
 
