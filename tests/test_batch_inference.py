@@ -33,7 +33,7 @@ def read_output(path) -> list[dict]:
 
 
 def test_rounds_take_successive_prompt_slices():
-    from alignment.cli.batch_inference import this_round
+    from alignment.inference.batch import this_round
     from alignment.config import BatchInferenceConfig, parse_args
     rows = [{"i": i} for i in range(10)]
     cfg = lambda *a: parse_args(BatchInferenceConfig, ["--pretrain", "m", "--dataset", "d.jsonl", *a])  # noqa: E731
