@@ -1,7 +1,7 @@
 """Does the PPO family raise held-out accuracy on the tiny world? (~3.5 minutes per estimator on
 one core; gae ~6.) From a committed SFT model and a trained RM (e.g. the ones
 benchmarks/preference_stages.py writes; RM_DIR `none`: the rule reward, critic-free estimators
-only), run `alignment.cli.train_ppo` with `recipes.ppo_flags(estimator, RM_DIR)` and report
+only), run `alignment.cli.train_ppo` with the tiny recipe's ppo.yaml and that estimator, and report
 held-out greedy accuracy before/after, the sampled reward curve (mean per sixth of the run) and the final KL.
 
 Usage: .venv/bin/python benchmarks/ppo_learning.py SFT_DIR RM_DIR OUT_DIR [estimator ...]
@@ -22,7 +22,18 @@ sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
-from alignment.tiny_world import recipes  # noqa: E402
+RECIPE = REPO / "deployments" / "recipes" / "tiny" / "ppo.yaml"
+
+
+def ppo_flags(estimator: str, reward_model: str | None) -> list[str]:
+    """The tiny recipe's PPO stage with `estimator`: the reward from `reward_model` (normalised; gae's
+    critic starts from it too) or, with none, the rule reward (critic-free estimators only)."""
+    flags = ["--config", str(RECIPE), "--advantage_estimator", estimator, "--save_steps", "-1"]
+    if reward_model:
+        return [*flags, "--reward_pretrain", reward_model]
+    if estimator == "gae":
+        raise SystemExit("gae needs a trained reward model (its critic starts from it)")
+    return [*flags, "--remote_rm_url", "alignment/tiny_world/reward.py", "--normalize_reward", "false"]
 
 
 def curve(rows: list[dict], key: str, parts: int = 6) -> list[float]:
@@ -38,7 +49,7 @@ def main() -> None:
     report = {"sft_accuracy": greedy_accuracy(sft).accuracy, "runs": {}}
     for est in estimators:
         save = out / est
-        flags = recipes.ppo_flags(est, None if str(rm) == "none" else str(rm))
+        flags = ppo_flags(est, None if str(rm) == "none" else str(rm))
         t0 = time.time()
         launcher = ([str(Path(sys.executable).parent / "deepspeed"), "--num_gpus", "1", "--module"]
                     if os.environ.get("PPO_LAUNCHER") == "deepspeed" else [sys.executable, "-m"])

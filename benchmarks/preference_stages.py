@@ -17,11 +17,11 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+RECIPE = REPO / "deployments" / "recipes" / "tiny"   # the tiny recipe: one YAML per stage
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
-from alignment.tiny_world import recipes  # noqa: E402
 
 
 def run(module: str, args: list[str]) -> float:
@@ -49,17 +49,18 @@ def main() -> None:
     if not ("--reuse-sft" in sys.argv and (sft / "MANIFEST.json").exists()):
         base = make_base(out / "base", seed=0)
         run("alignment.cli.train_sft", ["--pretrain", str(base), "--save_path", str(sft), "--ckpt_path",
-                                        str(out / "sft_ckpt"), *recipes.sft_flags()])
+                                        str(out / "sft_ckpt"), "--config", str(RECIPE / "sft.yaml")])
     report = {"sft_accuracy": greedy_accuracy(sft).accuracy}
     report["rm_s"] = run("alignment.cli.train_rm", ["--pretrain", str(sft), "--save_path", str(out / "rm"),
-                                                   "--ckpt_path", str(out / "rm_ckpt"), *recipes.rm_flags()])
+                                                   "--ckpt_path", str(out / "rm_ckpt"), "--config", str(RECIPE / "rm.yaml")])
     report["rm_heldout_pair_accuracy"] = last_eval(out / "rm")["eval/acc"]
     agreement = rm_agreement(out / "rm", sft)
     report["rm_rule_agreement"], report["rm_agreement_pairs"] = agreement.pairwise, agreement.pairs
-    for stage, flags in (("dpo", recipes.dpo_flags()), ("kto", recipes.kto_flags())):
+    for stage in ("dpo", "kto"):
         report[f"{stage}_s"] = run(f"alignment.cli.train_{stage}", ["--pretrain", str(sft), "--save_path",
                                                                     str(out / stage), "--ckpt_path",
-                                                                    str(out / f"{stage}_ckpt"), *flags])
+                                                                    str(out / f"{stage}_ckpt"), "--config",
+                                                                    str(RECIPE / f"{stage}.yaml")])
         report[f"{stage}_accuracy"] = greedy_accuracy(out / stage).accuracy
     (out / "report.json").write_text(json.dumps(report, indent=2))
     print(json.dumps(report, indent=2))

@@ -76,6 +76,12 @@ def launcher(name: str, ranks: int) -> list[str]:
     return [exe, "--nproc_per_node", str(ranks), "--master_port", port, "-m"]
 
 
+def tiny_recipe(stage: str) -> list[str]:
+    """The tiny recipe's stage YAML as CLI flags (`--config`), without its checkpoints (no --ckpt_path
+    here: a fixture keeps only the final model)."""
+    return ["--config", str(REPO / "deployments" / "recipes" / "tiny" / f"{stage}.yaml"), "--save_steps", "-1"]
+
+
 def python_env(**extra: str) -> dict[str, str]:
     """Environment for subprocesses the tests start (venv python, offline, state under tmp)."""
     env = dict(os.environ)
@@ -112,7 +118,6 @@ def tiny_sft(tiny_base, session_tmp) -> Path:
     starting point of the preference stages' tests. Trained once per session through the real CLI.
     For quicker local iterations ALIGNFLOW_TEST_TINY_SFT may name a model trained by the same
     recipe (e.g. the demo's runs/demo/store/demo/sft-*/model); CI never sets it."""
-    from alignment.tiny_world import recipes
     reuse = os.environ.get("ALIGNFLOW_TEST_TINY_SFT")
     if reuse:
         if not (Path(reuse) / "MANIFEST.json").exists():
@@ -120,7 +125,7 @@ def tiny_sft(tiny_base, session_tmp) -> Path:
         return Path(reuse).resolve()
     out = session_tmp / "tiny_sft"
     run_module("alignment.cli.train_sft", ["--pretrain", str(tiny_base), "--save_path", str(out),
-                                           *recipes.sft_flags()])
+                                           *tiny_recipe("sft")])
     return out
 
 

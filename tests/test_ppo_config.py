@@ -20,6 +20,12 @@ def test_every_estimator_has_its_math():
     assert ADVANTAGE_ESTIMATORS == tuple(ESTIMATORS)
 
 
+def test_normalize_reward_without_a_reward_model_is_refused():
+    cfg = ["--pretrain", "sft", "--prompt_data", "prompts.jsonl", "--remote_rm_url", "reward.py", "--normalize_reward"]
+    with pytest.raises(ConfigError, match="--normalize_reward normalises reward models' scores .* drop --normalize_reward"):
+        parse_args(PPOConfig, cfg)
+
+
 def test_loss_aggregation_defaults_to_the_estimators_own():
     assert parse("--advantage_estimator", "dr_grpo", "--n_samples_per_prompt", "4").loss_agg() == "seq-mean-token-sum-norm"
     assert parse("--advantage_estimator", "group_norm", "--n_samples_per_prompt", "4").loss_agg() == "token-mean"

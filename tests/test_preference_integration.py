@@ -7,9 +7,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from alignment.tiny_world import recipes
 from alignment.tiny_world.paths import tiny_dir
-from tests.conftest import losses, metric_rows, run_module
+from tests.conftest import losses, metric_rows, run_module, tiny_recipe
 
 pytestmark = pytest.mark.integration
 
@@ -26,7 +25,7 @@ def test_reward_model_learns_and_loads_with_from_pretrained(tiny_sft, tmp_path):
     out = tmp_path / "rm"
     # the RM recipe cut to 600 of its 5,064 steps (the schedule follows): ~80 % after 500 steps
     # measured here, 98 % for the full recipe (docs/preference.md); chance is 50 % on 400 pairs
-    run_module("alignment.cli.train_rm", ["--pretrain", str(tiny_sft), "--save_path", str(out), *recipes.rm_flags(),
+    run_module("alignment.cli.train_rm", ["--pretrain", str(tiny_sft), "--save_path", str(out), *tiny_recipe("rm"),
                                           "--max_steps", "600", "--eval_steps", "-1"])
     ev = last_eval(out)
     print(f"RM held-out pairwise accuracy {ev['eval/acc']:.1%}, reward mean {ev['eval/reward_mean']:.3f} "
@@ -51,7 +50,7 @@ def test_reward_model_learns_and_loads_with_from_pretrained(tiny_sft, tmp_path):
 def test_dpo_raises_held_out_accuracy(tiny_sft, tmp_path):
     from alignment.tiny_world.evaluate import greedy_accuracy
     out = tmp_path / "dpo"
-    run_module("alignment.cli.train_dpo", ["--pretrain", str(tiny_sft), "--save_path", str(out), *recipes.dpo_flags()])
+    run_module("alignment.cli.train_dpo", ["--pretrain", str(tiny_sft), "--save_path", str(out), *tiny_recipe("dpo")])
     ev = last_eval(out)
     before, after = greedy_accuracy(tiny_sft, limit=200).accuracy, greedy_accuracy(out, limit=200).accuracy
     print(f"DPO: held-out greedy accuracy {before:.1%} -> {after:.1%}; eval reward accuracy {ev['eval/reward_acc']:.1%}")
@@ -62,7 +61,7 @@ def test_dpo_raises_held_out_accuracy(tiny_sft, tmp_path):
 def test_kto_raises_held_out_accuracy(tiny_sft, tmp_path):
     from alignment.tiny_world.evaluate import greedy_accuracy
     out = tmp_path / "kto"
-    run_module("alignment.cli.train_kto", ["--pretrain", str(tiny_sft), "--save_path", str(out), *recipes.kto_flags()])
+    run_module("alignment.cli.train_kto", ["--pretrain", str(tiny_sft), "--save_path", str(out), *tiny_recipe("kto")])
     ev = last_eval(out)
     before, after = greedy_accuracy(tiny_sft, limit=200).accuracy, greedy_accuracy(out, limit=200).accuracy
     print(f"KTO: held-out greedy accuracy {before:.1%} -> {after:.1%}; eval reward gap {ev['eval/reward_gap']:.3f}")

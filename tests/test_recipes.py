@@ -17,7 +17,7 @@ def test_a_recipe_is_a_shipped_name_or_a_folder_and_anything_else_is_one_line(tm
     from alignflow.tasks.recipes import load_recipe
     tiny = load_recipe("tiny")
     assert tiny.file("sft").endswith("deployments/recipes/tiny/sft.yaml") and tiny.has("tiny_base")
-    assert not tiny.has("dpo") and load_recipe(None).file("sft") is None
+    assert tiny.has("dpo") and not load_recipe("smollm2").has("kto") and load_recipe(None).file("sft") is None
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "sft.yaml").write_text("learning_rate: 1.0e-5\n")
     assert load_recipe(str(tmp_path / "mine")).file("sft") == str(tmp_path / "mine" / "sft.yaml")

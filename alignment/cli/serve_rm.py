@@ -15,46 +15,14 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 from alignment.cli.common import run_main
 from alignment.config import parse_args
-from alignment.config.base import opt, require
-from alignment.config.groups import ModelConfig
-from alignment.config.stages import StageConfig
+from alignment.config.inference import ServeRMConfig
 
 log = logging.getLogger("alignment.serve_rm")
-
-
-@dataclass
-class ServeRMConfig(ModelConfig, StageConfig):
-    reward_pretrain: Optional[str] = opt(None, "Reward model(s), comma-separated (directories, store URIs, hub names)")
-    reward_weights: Optional[str] = opt(None, "Weights of the reward models (default: equal)")
-    remote_rm_url: Optional[str] = opt(None, "A reward_func .py file to serve instead of reward models")
-    normalize_reward: bool = opt(False, "Normalise RM scores with the mean/std in the RM's config.json")
-    value_head_prefix: str = opt("score", "Name of the value head in reward checkpoints")
-    host: str = opt("127.0.0.1", "Address to listen on (loopback by default; 0.0.0.0 to serve a cluster)")
-    port: int = opt(5000, "Port to listen on (0: any free port, printed at start)")
-    batch_size: int = opt(64, "Queries per forward pass")
-    max_len: int = opt(2048, "Queries longer than this many tokens are refused (400)")
-    max_batch: int = opt(1024, "Most queries in one request (more: 413)")
-    max_request_bytes: int = opt(16 << 20, "Largest request body (more: 413)")
-    num_threads: int = opt(0, "CPU threads for scoring (0: all cores)")
-
-    def check_model(self) -> None:
-        """--pretrain only names the tokenizer here; by default the (first) reward model's."""
-        require(not self.load_in_4bit, "--load_in_4bit is a training flag; serve_rm loads reward models as saved")
-
-    def check_serve(self) -> None:
-        require(bool(self.reward_pretrain) != bool(self.remote_rm_url),
-                "give exactly one reward: --reward_pretrain DIR[,DIR] or --remote_rm_url reward_func.py")
-        require(not self.remote_rm_url or self.remote_rm_url.endswith(".py"),
-                f"--remote_rm_url {self.remote_rm_url}: serve_rm serves a reward_func .py file, not another server")
-        require(0 <= self.port < 65536, f"--port {self.port}: must be in 0..65535")
-        require(min(self.batch_size, self.max_len, self.max_batch, self.max_request_bytes) > 0,
-                "--batch_size, --max_len, --max_batch and --max_request_bytes must be > 0")
 
 
 class BadRequest(Exception):

@@ -194,7 +194,7 @@ class MoEConfig:
 @dataclass
 class CheckpointConfig:
     save_path: str = opt("./ckpt", "Where the final HF-format model goes (local path or s3://)", identity=False)
-    save_steps: int = opt(-1, "Commit a resumable checkpoint every N optimizer steps (-1: only at the end)", identity=False)
+    save_steps: int = opt(-1, "Commit a resumable checkpoint every N optimizer steps (-1: none by step count)", identity=False)
     save_minutes: float = opt(0.0, "Also commit a resumable checkpoint once this many minutes have passed since the "
                                    "last one (0: off). A flow stage with neither set checkpoints every 30 minutes", identity=False)
     ckpt_path: str = opt("./ckpt/checkpoints", "Where resumable checkpoints go (local path or s3://)", identity=False)
@@ -221,3 +221,33 @@ class LoggingConfig:
 
     def check_logging(self) -> None:
         require(self.logging_steps > 0, f"--logging_steps {self.logging_steps}: must be > 0")
+
+
+@dataclass
+class RewardSourceConfig:
+    """Where rewards come from (train_ppo_ray, batch_inference, serve_rm): trained reward models
+    and/or reward servers or a reward_func file."""
+    reward_pretrain: Optional[str] = opt(None, "Reward model(s), comma-separated (directories, store URIs, hub names)",
+                                         path="model")
+    reward_weights: Optional[str] = opt(None, "Comma-separated weights of the reward models (default: equal)")
+    remote_rm_url: Optional[str] = opt(None, "Comma-separated reward-server URLs (POST {query, prompts, labels}), "
+                                             "or a .py file defining reward_func(queries, prompts, labels)", path="reward")
+    normalize_reward: bool = opt(False, "Normalise RM scores with the mean/std in the RM's config.json")
+    value_head_prefix: str = opt("score", "Name of the value head in reward/critic checkpoints")
+
+    def has_reward(self) -> bool:
+        return bool(self.reward_pretrain or self.remote_rm_url)
+
+    def check_reward_source(self) -> None:
+        if self.reward_weights:
+            n = len(self.reward_pretrain.split(",")) if self.reward_pretrain else 0
+            try:
+                weights = [float(w) for w in self.reward_weights.split(",")]
+            except ValueError:
+                weights = []
+            require(len(weights) == n,
+                    f"--reward_weights {self.reward_weights!r}: give one number per --reward_pretrain model ({n})")
+        # a reward server or function has no saved mean/std: the flag would do nothing
+        require(not self.normalize_reward or bool(self.reward_pretrain),
+                "--normalize_reward normalises reward models' scores by the mean/std their training saved; "
+                "with only --remote_rm_url there is none: drop --normalize_reward")

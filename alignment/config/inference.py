@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from alignment.config.base import opt, require
-from alignment.config.groups import DataConfig, ModelConfig, RanksConfig
+from alignment.config.groups import DataConfig, ModelConfig, RanksConfig, RewardSourceConfig
 from alignment.config.stages import StageConfig
 
 EVAL_TASKS = ("generate", "generate_vllm", "rm")
@@ -14,7 +14,7 @@ POST_PROCESSOR_NAMES = ("rs", "iter_dpo", "csft")     # alignment.inference.post
 
 
 @dataclass
-class BatchInferenceConfig(RanksConfig, DataConfig, ModelConfig, StageConfig):
+class BatchInferenceConfig(RewardSourceConfig, RanksConfig, DataConfig, ModelConfig, StageConfig):
     eval_task: str = opt("generate", "generate (HF engine) / generate_vllm (vLLM engine): sample responses to "
                                      "--dataset prompts; rm: score (prompt, response) rows", choices=EVAL_TASKS)
     output_path: str = opt("./batch_inference", "Output directory (local or s3://): output.jsonl + MANIFEST.json", identity=False)
@@ -25,11 +25,6 @@ class BatchInferenceConfig(RanksConfig, DataConfig, ModelConfig, StageConfig):
     top_p: float = opt(1.0, "Nucleus sampling")
     micro_batch_size: int = opt(16, "Prompts per generate/score call")
     label_key: Optional[str] = opt(None, "JSON key passed as `labels` to a reward_func / reward server")
-    reward_pretrain: Optional[str] = opt(None, "Reward model(s), comma-separated, to score the responses", path="model")
-    reward_weights: Optional[str] = opt(None, "Weights of the reward models (default: equal)")
-    remote_rm_url: Optional[str] = opt(None, "Reward-server URL(s) or a reward_func .py file", path="reward")
-    normalize_reward: bool = opt(False, "Normalise RM scores with the mean/std in the RM's config.json")
-    value_head_prefix: str = opt("score", "Name of the value head in reward checkpoints")
     post_processor: Optional[str] = opt(None, "rs: best response per prompt (SFT data); iter_dpo: best/worst "
                                               "pairs (DPO data); csft: reward-prefixed prompts", choices=POST_PROCESSOR_NAMES)
     rs_min_reward: Optional[float] = opt(None, "rs: keep a prompt's best response only if its reward is at least "
@@ -74,7 +69,7 @@ class BatchInferenceConfig(RanksConfig, DataConfig, ModelConfig, StageConfig):
                 "--best_of_n, --micro_batch_size and --max_new_tokens must be >= 1")
         require(self.temperature > 0 and 0 < self.top_p <= 1,
                 f"--temperature {self.temperature} must be > 0 and --top_p {self.top_p} in (0, 1]")
-        scored = bool(self.reward_pretrain or self.remote_rm_url)
+        scored = self.has_reward()
         if self.eval_task == "rm":
             require(scored, "--eval_task rm needs a reward: --reward_pretrain DIR or --remote_rm_url URL|file.py")
             require(bool(self.output_key), "--eval_task rm scores existing responses: set --output_key (the JSON key "
@@ -115,3 +110,28 @@ class ChatConfig(ModelConfig, StageConfig):
                 f"(room is needed for the conversation)")
         require(self.temperature > 0 and 0 < self.top_p <= 1,
                 f"--temperature {self.temperature} must be > 0 and --top_p {self.top_p} in (0, 1]")
+
+
+@dataclass
+class ServeRMConfig(RewardSourceConfig, ModelConfig, StageConfig):
+    """`python -m alignment.cli.serve_rm`: an HTTP reward endpoint over reward models or a reward_func file."""
+    host: str = opt("127.0.0.1", "Address to listen on (loopback by default; 0.0.0.0 to serve a cluster)")
+    port: int = opt(5000, "Port to listen on (0: any free port, printed at start)")
+    batch_size: int = opt(64, "Queries per forward pass")
+    max_len: int = opt(2048, "Queries longer than this many tokens are refused (400)")
+    max_batch: int = opt(1024, "Most queries in one request (more: 413)")
+    max_request_bytes: int = opt(16 << 20, "Largest request body (more: 413)")
+    num_threads: int = opt(0, "CPU threads for scoring (0: all cores)")
+
+    def check_model(self) -> None:
+        """--pretrain only names the tokenizer here; by default the (first) reward model's."""
+        require(not self.load_in_4bit, "--load_in_4bit is a training flag; serve_rm loads reward models as saved")
+
+    def check_serve(self) -> None:
+        require(bool(self.reward_pretrain) != bool(self.remote_rm_url),
+                "give exactly one reward: --reward_pretrain DIR[,DIR] or --remote_rm_url reward_func.py")
+        require(not self.remote_rm_url or self.remote_rm_url.endswith(".py"),
+                f"--remote_rm_url {self.remote_rm_url}: serve_rm serves a reward_func .py file, not another server")
+        require(0 <= self.port < 65536, f"--port {self.port}: must be in 0..65535")
+        require(min(self.batch_size, self.max_len, self.max_batch, self.max_request_bytes) > 0,
+                "--batch_size, --max_len, --max_batch and --max_request_bytes must be > 0")

@@ -11,7 +11,7 @@ from typing import Optional
 from alignment.config.base import opt, require
 from alignment.config.groups import (
     DATASET_NUM_PROC_HELP, CheckpointConfig, LoggingConfig, LoraConfig, LoraSaveConfig, ModelConfig, PackingConfig,
-    TrainConfig, check_mixing,
+    RewardSourceConfig, TrainConfig, check_mixing,
 )
 from alignment.config.stages import StageConfig
 from alignment.losses.estimators import ESTIMATORS, LOSS_AGG_MODES
@@ -128,7 +128,7 @@ class AlgorithmConfig:
     eps_clip_low_high: Optional[list[float]] = opt(None, "Asymmetric clip range: low high")
     dual_clip: Optional[float] = opt(None, "Dual-clip constant c > 1 for negative advantages")
     value_clip: float = opt(0.2, "Value clip range")
-    normalize_reward: bool = opt(False, "Normalise RM rewards with the mean/std in the RM's config.json")
+    critic_pretrain: Optional[str] = opt(None, "Critic initialisation (default: the reward model, as OpenRLHF)", path="model")
     reward_clip_range: list[float] = opt([-10.0, 10.0], "Clip rewards to this range")
     freezing_actor_steps: int = opt(-1, "Train only the critic for this many iterations (critic warm-up)")
     actor_learning_rate: float = opt(1e-6, "Actor peak learning rate")
@@ -162,33 +162,13 @@ class AlgorithmConfig:
 
 
 @dataclass
-class RewardSourceConfig:
-    reward_pretrain: Optional[str] = opt(None, "Reward model(s), comma-separated (directories, s3:// URIs, hub names)", path="model")
-    reward_weights: Optional[str] = opt(None, "Comma-separated weights of the reward models (default: equal)")
-    remote_rm_url: Optional[str] = opt(None, "Comma-separated reward-server URLs (POST {query, prompts, labels}), "
-                                             "or a .py file defining reward_func(queries, prompts, labels)", path="reward")
-    critic_pretrain: Optional[str] = opt(None, "Critic initialisation (default: the reward model, as OpenRLHF)", path="model")
-    value_head_prefix: str = opt("score", "Name of the value head in reward/critic checkpoints")
-
-    def check_reward_source(self) -> None:
-        require(bool(self.reward_pretrain) or bool(self.remote_rm_url),
-                "no reward: pass --reward_pretrain (a trained RM) or --remote_rm_url (a server URL or a reward_func .py file)")
-        if self.reward_weights:
-            n = len(self.reward_pretrain.split(",")) if self.reward_pretrain else 0
-            try:
-                weights = [float(w) for w in self.reward_weights.split(",")]
-            except ValueError:
-                weights = []
-            require(len(weights) == n,
-                    f"--reward_weights {self.reward_weights!r}: give one number per --reward_pretrain model ({n})")
-
-
-@dataclass
 class PPOConfig(LoggingConfig, CheckpointConfig, TrainConfig, LoraConfig, LoraSaveConfig, AlgorithmConfig, RewardSourceConfig,
                 RolloutConfig, PlacementConfig, PackingConfig, ModelConfig, StageConfig):
     """PPO / REINFORCE++ / RLOO / GRPO on Ray (`python -m alignment.cli.train_ppo_ray`)."""
 
     def check_ppo(self) -> None:
+        require(self.has_reward(), "no reward: pass --reward_pretrain (a trained RM) or --remote_rm_url (a server "
+                                   "URL or a reward_func .py file)")
         if self.uses_critic():
             return
         # critic-free estimators: OpenRLHF places no critic then; a critic flag is a mistake worth naming
