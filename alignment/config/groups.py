@@ -75,7 +75,22 @@ DATASET_NUM_PROC_HELP = ("Processes tokenizing the data (Dataset.map num_proc; T
 
 
 @dataclass
-class DataConfig(PackingConfig):
+class PromptFormatConfig:
+    """How a row's prompt becomes text (every stage that reads prompts: SFT, RM, DPO, KTO, PPO, batch inference)."""
+    input_key: str = opt("input", "JSON key of the prompt / conversation (a string or a list of messages)")
+    input_template: Optional[str] = opt(None, "Template wrapping the prompt, e.g. 'User: {}\\nAssistant: '")
+    apply_chat_template: bool = opt(False, "Render prompts with the tokenizer's chat template")
+
+    def check_prompt_format(self) -> None:
+        require(not (self.input_template and self.apply_chat_template),
+                "--input_template and --apply_chat_template both given: pick one way to format prompts")
+        if self.input_template:
+            require("{}" in self.input_template,
+                    f"--input_template {self.input_template!r} has no '{{}}' where the prompt goes")
+
+
+@dataclass
+class DataConfig(PromptFormatConfig, PackingConfig):
     dataset: Optional[str] = opt(None, "Comma-separated datasets: .jsonl/.json files, json@DIR, directories, store URIs or hub names", path="data")
     dataset_probs: Optional[str] = opt(None, "Comma-separated sampling probabilities for --dataset (default: equal)")
     dataset_split: str = opt("train", "Split to train on")
@@ -84,10 +99,7 @@ class DataConfig(PackingConfig):
     max_samples: int = opt(100_000_000, "Use at most this many samples from the (mixed) dataset")
     dataset_num_proc: int = opt(0, DATASET_NUM_PROC_HELP, identity=False)
     max_len: int = opt(2048, "Truncate samples to this many tokens (truncations are counted and reported)")
-    input_key: str = opt("input", "JSON key of the prompt / conversation")
     output_key: Optional[str] = opt(None, "JSON key of the response")
-    input_template: Optional[str] = opt(None, "Template wrapping the prompt, e.g. 'User: {}\\nAssistant: '")
-    apply_chat_template: bool = opt(False, "Render prompts with the tokenizer's chat template")
     multiturn: bool = opt(False, "Train on every assistant turn of the conversation in --input_key")
     pretrain_mode: bool = opt(False, "Loss on every token (continued pre-training), not only the response")
 
@@ -96,11 +108,6 @@ class DataConfig(PackingConfig):
         require(self.max_len > 1, f"--max_len {self.max_len}: must be > 1")
         require(self.max_samples > 0, f"--max_samples {self.max_samples}: must be > 0")
         require(self.dataset_num_proc >= 0, f"--dataset_num_proc {self.dataset_num_proc}: must be >= 0 (0: automatic)")
-        require(not (self.input_template and self.apply_chat_template),
-                "--input_template and --apply_chat_template both given: pick one way to format prompts")
-        if self.input_template:
-            require("{}" in self.input_template,
-                    f"--input_template {self.input_template!r} has no '{{}}' where the prompt goes")
         check_mixing("--dataset", self.dataset, "--dataset_probs", self.dataset_probs)
 
 

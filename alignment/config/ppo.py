@@ -11,7 +11,7 @@ from typing import Optional
 from alignment.config.base import opt, require
 from alignment.config.groups import (
     DATASET_NUM_PROC_HELP, CheckpointConfig, LoggingConfig, LoraConfig, LoraSaveConfig, ModelConfig, PackingConfig,
-    RewardSourceConfig, TrainConfig, check_mixing,
+    PromptFormatConfig, RewardSourceConfig, TrainConfig, check_mixing,
 )
 from alignment.config.stages import StageConfig
 from alignment.losses.estimators import ESTIMATORS, LOSS_AGG_MODES
@@ -62,15 +62,12 @@ class PlacementConfig:
 
 
 @dataclass
-class RolloutConfig:
+class RolloutConfig(PromptFormatConfig):
     prompt_data: Optional[str] = opt(None, "Comma-separated prompt datasets (same forms as --dataset)", path="data")
     prompt_data_probs: Optional[str] = opt(None, "Sampling probabilities for --prompt_data")
     prompt_split: str = opt("train", "Split of --prompt_data to train on")
     eval_dataset: Optional[str] = opt(None, "Prompts for periodic held-out evaluation", path="data")
-    input_key: str = opt("input", "JSON key of the prompt (string or messages)")
     label_key: Optional[str] = opt(None, "JSON key passed as `labels` to a reward_func / remote RM")
-    input_template: Optional[str] = opt(None, "Template wrapping the prompt, e.g. 'User: {}\\nAssistant: '")
-    apply_chat_template: bool = opt(False, "Render prompts with the tokenizer's chat template")
     max_samples: int = opt(100_000_000, "Use at most this many prompts")
     dataset_num_proc: int = opt(0, DATASET_NUM_PROC_HELP, identity=False)
     prompt_max_len: int = opt(1024, "Prompts longer than this (in tokens) are dropped, counted and reported")
