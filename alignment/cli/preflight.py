@@ -1,10 +1,10 @@
 """Checks a training CLI runs right after its flags parse, before any data or model is read."""
 from __future__ import annotations
 
-from typing import Any
+from alignment.config.stages import StageConfig
 
 
-def check_outputs(cfg: Any) -> None:
+def check_outputs(cfg: StageConfig) -> None:
     """The stores the run will write to (--save_path, --ckpt_path, --output_path) answer and their
     buckets exist: one request each, so a wrong bucket fails now, not after the model loaded and
     trained. Their schemes were checked with the flags (alignment.config.groups.check_store_uri)."""

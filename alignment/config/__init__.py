@@ -7,9 +7,11 @@ from alignment.config.groups import (
 )
 from alignment.config.inference import BatchInferenceConfig, ChatConfig
 from alignment.config.ppo import PPOConfig
-from alignment.config.stages import DPOConfig, KTOConfig, RMConfig, SFTConfig, TinyBaseConfig
+from alignment.config.stages import DPOConfig, KTOConfig, RMConfig, SFTConfig, TinyBaseConfig, TrainerConfig
+
+TrainingConfig = TrainerConfig | PPOConfig   # every stage that builds DeepSpeed training engines
 
 __all__ = [
     "BatchInferenceConfig", "ChatConfig", "CheckpointConfig", "ConfigError", "DataConfig", "DPOConfig", "KTOConfig", "RMConfig", "LoggingConfig", "LoraConfig", "ModelConfig",
-    "PPOConfig", "SFTConfig", "TinyBaseConfig", "TrainConfig", "config_to_argv", "load_yaml", "opt", "parse_args",
+    "PPOConfig", "SFTConfig", "TinyBaseConfig", "TrainConfig", "TrainerConfig", "TrainingConfig", "config_to_argv", "load_yaml", "opt", "parse_args",
 ]

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import yaml
 
 from alignment.config.base import ConfigError
+from alignment.config.stages import StageConfig
 
 T = TypeVar("T")
 
@@ -161,7 +162,7 @@ def parse_args(cls: type[T], argv: list[str] | None = None, prog: str | None = N
     return validate() if validate else cfg
 
 
-def config_to_argv(cfg: Any) -> list[str]:
+def config_to_argv(cfg: StageConfig) -> list[str]:
     """Flags that reproduce `cfg` (only non-default values), for job entrypoints."""
     argv: list[str] = []
     for f in fields(cfg):

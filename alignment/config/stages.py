@@ -118,6 +118,10 @@ class KTOConfig(RanksConfig, LoggingConfig, CheckpointConfig, TrainConfig, LoraC
         require(not self.multiturn and not self.pretrain_mode, "--multiturn and --pretrain_mode are SFT flags")
 
 
+# the stages alignment.trainers.base.Trainer runs
+TrainerConfig = SFTConfig | RMConfig | DPOConfig | KTOConfig
+
+
 @dataclass
 class TinyBaseConfig(StageConfig):
     """A seeded random-init tiny Llama with the tiny tokenizer (`python -m alignment.cli.make_tiny_base`)."""

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from alignment.config.groups import DataConfig
 from alignment.datasets.formatting import end_at_eos, get_field, get_text, prompt_and_response, require_chat_template
 from alignment.datasets.sft import Batch, TokenizedSample, collate_packed, collate_padded
 from alignment.datasets.sources import DataError
@@ -53,7 +54,7 @@ class _Tokenize:
     # config fields every row tokenizer here reads (subclasses add theirs): part of the cache key
     SETTINGS: tuple[str, ...] = ("max_len", "input_template", "apply_chat_template")
 
-    def __init__(self, tokenizer: Any, cfg: Any, source: str, end_at_eos: bool = False):
+    def __init__(self, tokenizer: Any, cfg: DataConfig, source: str, end_at_eos: bool = False):
         """end_at_eos: responses stop at their EOS (the reward model's data, see `end_at_eos`)."""
         self.tok, self.cfg, self.source, self.end_at_eos = tokenizer, cfg, source, end_at_eos
         if cfg.apply_chat_template:
@@ -97,7 +98,7 @@ class PairTokenizer(_Tokenize):
     """Rows with --chosen_key/--rejected_key (and --prompt_key, or chat lists whose last turn is the answer)."""
     SETTINGS = _Tokenize.SETTINGS + ("prompt_key", "chosen_key", "rejected_key")
 
-    def __init__(self, tokenizer: Any, cfg: Any, source: str, end_at_eos: bool = False, use_margin: bool = False):
+    def __init__(self, tokenizer: Any, cfg: DataConfig, source: str, end_at_eos: bool = False, use_margin: bool = False):
         """use_margin: read each row's 'margin' (the RM's --margin_loss)."""
         super().__init__(tokenizer, cfg, source, end_at_eos)
         self.use_margin = use_margin
@@ -179,7 +180,7 @@ class UnpairedTokenizer(_Tokenize):
     """KTO rows: --input_key (prompt), --output_key (response), --label_key (true/false)."""
     SETTINGS = _Tokenize.SETTINGS + ("input_key", "output_key", "label_key")
 
-    def __init__(self, tokenizer: Any, cfg: Any, source: str, end_at_eos: bool = False):
+    def __init__(self, tokenizer: Any, cfg: DataConfig, source: str, end_at_eos: bool = False):
         super().__init__(tokenizer, cfg, source, end_at_eos)
         if not cfg.output_key:
             raise DataError("--output_key is required for KTO: the JSON key of the response")

@@ -7,6 +7,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from alignment.config.ppo import RolloutConfig
 from alignment.datasets.formatting import get_field, get_text, prompt_text, require_chat_template
 from alignment.datasets.mixing import blend_rows
 from alignment.datasets.sources import DataError
@@ -26,7 +27,7 @@ class PromptTokenizer:
     # every config field `columns` reads: part of the tokenization cache key
     SETTINGS = ("input_key", "label_key", "input_template", "apply_chat_template", "prompt_max_len")
 
-    def __init__(self, tokenizer: Any, cfg: Any, source: str):
+    def __init__(self, tokenizer: Any, cfg: RolloutConfig, source: str):
         self.tok, self.cfg, self.source = tokenizer, cfg, source
         if cfg.apply_chat_template:
             require_chat_template(tokenizer, "--pretrain")
@@ -63,7 +64,7 @@ class PromptTokenizer:
         return out
 
 
-def load_prompts(cfg: Any, tokenizer: Any, spec: str, split: str) -> list[PromptSample]:
+def load_prompts(cfg: RolloutConfig, tokenizer: Any, spec: str, split: str) -> list[PromptSample]:
     from alignment.datasets.tokenized import tokenize
     t = PromptTokenizer(tokenizer, cfg, spec)
     main = spec == cfg.prompt_data

@@ -15,6 +15,7 @@ from alignment.datasets.formatting import (
     as_messages, chat, describe, get_field, get_text, is_message, prompt_and_response, prompt_text,
     require_chat_template,
 )
+from alignment.config.groups import DataConfig
 from alignment.datasets.packing import block_causal_mask, first_fit_rows
 from alignment.datasets.sources import DataError
 from alignment.datasets.tokenized import columns_of
@@ -75,7 +76,7 @@ class TokenizeStats:
 class SFTTokenizer:
     """Tokenizes rows per the data flags of an SFT config."""
 
-    def __init__(self, tokenizer: Any, cfg: Any, source: str = "dataset"):
+    def __init__(self, tokenizer: Any, cfg: DataConfig, source: str = "dataset"):
         self.tok, self.cfg, self.source = tokenizer, cfg, source
         self.stats = TokenizeStats()   # of the last `finish`
         if cfg.apply_chat_template:

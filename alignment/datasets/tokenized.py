@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol
 
+from alignment.config.groups import DataConfig
 from alignment.datasets.mixing import Rows, blend_rows
 
 log = logging.getLogger(__name__)
@@ -174,7 +175,7 @@ def tokenize(rows: Rows, t: RowTokenizer, num_proc: int = 0) -> Any:
     return t.finish(mapped.to_dict(), len(rows))
 
 
-def load_train_eval(cfg: Any, make: Callable[[str], RowTokenizer]) -> tuple[Any, Any | None]:
+def load_train_eval(cfg: DataConfig, make: Callable[[str], RowTokenizer]) -> tuple[Any, Any | None]:
     """Blend --dataset (and --eval_dataset when given) and tokenize each with `make(source)`: the
     samples every stage trains on. Both are read before either is tokenized, so a missing eval
     file fails first."""

@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 from typing import Any
+from alignment.config.groups import TrainConfig
 
 
-def train_ds_config(cfg: Any, world_size: int, bf16: bool, device: str) -> dict[str, Any]:
+def train_ds_config(cfg: TrainConfig, world_size: int, bf16: bool, device: str) -> dict[str, Any]:
     """ZeRO stage, offload, batch sizes and clipping for a training engine.
 
     The optimizer and scheduler are built by the trainer (so their state is ours to checkpoint

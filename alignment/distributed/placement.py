@@ -10,9 +10,9 @@ colocation does.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from alignment.config.base import ConfigError
+from alignment.config.ppo import PPOConfig
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class GroupPlan:
         return self.nodes * self.per_node
 
 
-def roles(cfg: Any) -> list[str]:
+def roles(cfg: PPOConfig) -> list[str]:
     """actor and ref always; a critic for GAE only; reward models unless the reward comes from
     --remote_rm_url (a server or a reward_func file runs in the driver)."""
     out = ["actor"]
@@ -40,7 +40,7 @@ def roles(cfg: Any) -> list[str]:
     return out
 
 
-def plan(cfg: Any) -> list[GroupPlan]:
+def plan(cfg: PPOConfig) -> list[GroupPlan]:
     """Model groups, then the vLLM engines (--vllm_num_engines, one bundle each, on their own
     bundles unless --colocate_all_models)."""
     cfg.check_placement()

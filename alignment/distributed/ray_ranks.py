@@ -21,15 +21,16 @@ from pathlib import Path
 from typing import Any, Callable
 
 from alignment.config.base import ConfigError
+from alignment.config.groups import RanksConfig
 
 log = logging.getLogger(__name__)
 
 
-def world_size(cfg: Any) -> int:
+def world_size(cfg: RanksConfig) -> int:
     return cfg.ranks()
 
 
-def on_ray(cfg: Any) -> bool:
+def on_ray(cfg: RanksConfig) -> bool:
     """True when this process should place the ranks on Ray rather than train itself."""
     if "RANK" in os.environ:   # a rank already: started by torchrun, deepspeed or Ray Train
         launched = int(os.environ.get("WORLD_SIZE", "1"))
@@ -41,7 +42,7 @@ def on_ray(cfg: Any) -> bool:
     return world_size(cfg) > 1 or bool(os.environ.get("RAY_ADDRESS"))
 
 
-def check_resources(cfg: Any, total: dict[str, float]) -> tuple[bool, dict[str, float]]:
+def check_resources(cfg: RanksConfig, total: dict[str, float]) -> tuple[bool, dict[str, float]]:
     """(use GPUs, resources of one rank), or one ConfigError naming what the cluster lacks.
     A rank takes a GPU and a CPU on a GPU cluster, one CPU on a CPU-only cluster."""
     gpu = total.get("GPU", 0) > 0
@@ -96,7 +97,7 @@ def _rank_main(config: dict) -> None:
     config["main"](config["argv"])
 
 
-def run_ranks(main: Callable[[list[str] | None], Any], argv: list[str] | None, cfg: Any, name: str) -> dict:
+def run_ranks(main: Callable[[list[str] | None], Any], argv: list[str] | None, cfg: RanksConfig, name: str) -> dict:
     """Run `main(argv)` on `world_size(cfg)` Ray Train ranks; returns after the last rank finished.
     A rank's input error is re-raised here (exit 2); any other rank failure fails the run."""
     import sys

@@ -8,10 +8,12 @@ from typing import Any
 
 import torch
 
+from alignment.config import TrainingConfig
+from alignment.config.groups import ModelConfig
 from alignment.config.groups import RanksConfig
 from alignment.distributed.runtime import Runtime
-from alignment.models.lora import apply_lora, check_targets
 from alignment.models.loading import check_4bit, load_causal_lm, load_tokenizer, resolve_model_path
+from alignment.models.lora import apply_lora, check_targets
 from alignment.models.precision import Precision, attn_implementation, check_ring_attention, precision_for
 
 log = logging.getLogger(__name__)
@@ -31,7 +33,7 @@ class ModelSetup:
         return None if self.attn == "flash_attention_2" else torch.bool
 
 
-def prepare(cfg: Any, rt: Runtime) -> ModelSetup:
+def prepare(cfg: ModelConfig, rt: Runtime) -> ModelSetup:
     """Cheap checks and the tokenizer: everything that can fail before weights are loaded."""
     precision = precision_for(cfg.bf16, rt.device)
     attn = attn_implementation(cfg.flash_attn, rt.device)
@@ -55,14 +57,14 @@ def seed_init(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def load_actor(setup: ModelSetup, cfg: Any) -> torch.nn.Module:
+def load_actor(setup: ModelSetup, cfg: TrainingConfig) -> torch.nn.Module:
     seed_init(cfg.seed)
     model = load_causal_lm(setup.path, setup.precision.dtype, setup.attn, load_in_4bit=cfg.load_in_4bit,
                            trust_remote_code=setup.trust_remote_code)
     return _for_training(model, cfg, "CAUSAL_LM")
 
 
-def load_value_model(setup: ModelSetup, cfg: Any) -> torch.nn.Module:
+def load_value_model(setup: ModelSetup, cfg: TrainingConfig) -> torch.nn.Module:
     """Reward / critic model: backbone from --pretrain plus a scalar head (fresh when --pretrain is an LM)."""
     from alignment.models.reward_model import load_reward_model
 
@@ -72,7 +74,7 @@ def load_value_model(setup: ModelSetup, cfg: Any) -> torch.nn.Module:
     return _for_training(model, cfg, "SEQ_CLS")
 
 
-def _for_training(model: torch.nn.Module, cfg: Any, task: str) -> torch.nn.Module:
+def _for_training(model: torch.nn.Module, cfg: TrainingConfig, task: str) -> torch.nn.Module:
     model.config.use_cache = False
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable(

@@ -9,6 +9,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
+from alignment.config.groups import LoraSaveConfig
 from alignment.models.lora import is_lora, merged_state
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,7 @@ class LoraSave:
     merge: bool = False
 
 
-def lora_save(cfg: Any) -> LoraSave | None:
+def lora_save(cfg: LoraSaveConfig) -> LoraSave | None:
     """The stage's LoRA save policy; None for a stage without --merge_lora (the reward model: merged)."""
     return LoraSave(cfg.pretrain, cfg.merge_lora) if hasattr(cfg, "merge_lora") else None
 

@@ -4,10 +4,10 @@ from the models' outputs (rewards per token, then advantages). Pure tensors; no 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
+from alignment.config.ppo import PPOConfig
 from alignment.losses.advantages import Sum, advantages_and_returns
 from alignment.losses.kl import kl_estimate
 from alignment.losses.reward_shaping import token_rewards
@@ -42,13 +42,13 @@ class Experience:
         return [self.rows(list(range(k * size, (k + 1) * size))) for k in range(n)]
 
 
-def uses_reference(cfg: Any) -> bool:
+def uses_reference(cfg: PPOConfig) -> bool:
     """The reference policy only enters through the KL: with a fixed coefficient of 0 and no KL loss
     it changes nothing (OpenRLHF, too, drops the reference at --init_kl_coef 0)."""
     return cfg.init_kl_coef > 0 or cfg.use_kl_loss or cfg.kl_target is not None
 
 
-def needs_old_logprobs(cfg: Any) -> bool:
+def needs_old_logprobs(cfg: PPOConfig) -> bool:
     """Old log-probs serve the KL and the PPO ratio after the first update of a rollout. With one
     optimizer step per rollout and no KL they equal the detached log-probs of the training forward
     (ratio 1), so their forward pass is skipped — as TRL's GRPO does."""
@@ -56,7 +56,7 @@ def needs_old_logprobs(cfg: Any) -> bool:
             or cfg.rollout_batch_size * cfg.n_samples_per_prompt > cfg.train_batch_size)
 
 
-def assemble(cfg: Any, batch: SequenceBatch, scores: torch.Tensor, old_logp: torch.Tensor | None,
+def assemble(cfg: PPOConfig, batch: SequenceBatch, scores: torch.Tensor, old_logp: torch.Tensor | None,
              ref_logp: torch.Tensor | None, values: torch.Tensor | None, kl_coef: float,
              across: Sum | None = None) -> Experience:
     """Rewards per token (score on the last token, −β·KL on each unless --use_kl_loss), then the

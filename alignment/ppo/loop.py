@@ -4,8 +4,9 @@ does and how the engines save are passed in, so the loop holds no model code."""
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from typing import Callable
 
+from alignment.config.ppo import PPOConfig
 from alignment.losses.kl import KLController
 from alignment.ppo.checkpoint import PPOState
 from alignment.trainers.base import maybe_inject_failure
@@ -15,7 +16,7 @@ from alignment.trainers.tracking import MetricsLogger
 log = logging.getLogger(__name__)
 
 
-def run_iterations(cfg: Any, total: int, step: Callable[[int], dict[str, float]], kl_ctl: KLController,
+def run_iterations(cfg: PPOConfig, total: int, step: Callable[[int], dict[str, float]], kl_ctl: KLController,
                    logger: MetricsLogger, save: Callable[[PPOState], None], start: PPOState | None) -> None:
     first = 0
     if start is not None:

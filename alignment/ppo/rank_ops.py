@@ -10,6 +10,7 @@ from typing import Any, Iterator
 
 import torch
 
+from alignment.config.ppo import PPOConfig
 from alignment.losses.aggregation import StepTotals, aggregate
 from alignment.losses.kl import kl_estimate
 from alignment.losses.nll import masked_mean
@@ -54,7 +55,7 @@ def values(critic: torch.nn.Module, capture: Any, batch: SequenceBatch, micro: i
     return torch.cat([value_forward(critic, capture, mb.to(dev), packing).cpu() for mb in micro_slices(batch, micro)])
 
 
-def _epochs(exp: Experience, cfg: Any, seed: int) -> Iterator[Experience]:
+def _epochs(exp: Experience, cfg: PPOConfig, seed: int) -> Iterator[Experience]:
     """Micro-batches of a shuffled experience, --max_epochs times."""
     rng = random.Random(seed)
     for _ in range(cfg.max_epochs):
@@ -64,7 +65,7 @@ def _epochs(exp: Experience, cfg: Any, seed: int) -> Iterator[Experience]:
             yield exp.rows(order[s:s + cfg.micro_train_batch_size])
 
 
-def _steps(engine: Any, exp: Experience, cfg: Any, seed: int) -> Iterator[tuple[Experience, StepTotals]]:
+def _steps(engine: Any, exp: Experience, cfg: PPOConfig, seed: int) -> Iterator[tuple[Experience, StepTotals]]:
     """The micro-batches of `_epochs`, each with the totals of the optimizer step it belongs to:
     its G micro-batches on each of the D ranks (one all-reduce of two numbers per step)."""
     import torch.distributed as dist
@@ -82,7 +83,7 @@ def _steps(engine: Any, exp: Experience, cfg: Any, seed: int) -> Iterator[tuple[
         yield from ((mb, totals) for mb in step)
 
 
-def _agg(cfg: Any, totals: StepTotals):
+def _agg(cfg: PPOConfig, totals: StepTotals):
     return partial(aggregate, mode=cfg.loss_agg(), totals=totals, norm_len=cfg.generate_max_len)
 
 
@@ -90,7 +91,7 @@ def _mean(rows: list[dict[str, float]]) -> dict[str, float]:
     return {k: sum(r[k] for r in rows) / len(rows) for k in rows[0]} if rows else {}
 
 
-def train_critic(critic: Any, capture: Any, exp: Experience, cfg: Any, seed: int,
+def train_critic(critic: Any, capture: Any, exp: Experience, cfg: PPOConfig, seed: int,
                  packing: Packing | None = None) -> dict[str, float]:
     """Clipped value loss on each micro-batch, aggregated over its optimizer step (--loss_agg_mode);
     DeepSpeed steps at accumulation boundaries."""
@@ -106,7 +107,7 @@ def train_critic(critic: Any, capture: Any, exp: Experience, cfg: Any, seed: int
     return _mean(rows)
 
 
-def train_actor(actor: Any, exp: Experience, cfg: Any, kl_coef: float, seed: int,
+def train_actor(actor: Any, exp: Experience, cfg: PPOConfig, kl_coef: float, seed: int,
                 packing: Packing | None = None) -> dict[str, float]:
     """Clipped (optionally dual-clipped) policy loss, plus β·KL when --use_kl_loss, each aggregated
     over the optimizer step (--loss_agg_mode)."""

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from alignment.config.base import public_dict
+from alignment.config.ppo import PPOConfig
 from alignment.distributed import placement
 from alignment.losses.kl import KLController
 from alignment.models.loading import resolve_model_path
@@ -57,7 +58,7 @@ class ModelGroup:
                            scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i))
             .remote() for i in range(plan.world_size)]
 
-    def init(self, cfg: Any, threads: int, total_steps: int, cores: list[int] | None) -> list:
+    def init(self, cfg: PPOConfig, threads: int, total_steps: int, cores: list[int] | None) -> list:
         import ray
         master = ray.get(self.workers[0].address.remote())
         return [w.init.remote(self.plan.role, cfg, r, len(self.workers), self.plan.per_node, master, threads, total_steps,
@@ -74,7 +75,7 @@ class ModelGroup:
 
 
 class RayPPO:
-    def __init__(self, cfg: Any, tokenizer: Any, prompts: list, function_reward: Any | None):
+    def __init__(self, cfg: PPOConfig, tokenizer: Any, prompts: list, function_reward: Any | None):
         import ray
 
         self.cfg, self.tokenizer, self.prompts, self.function_reward = cfg, tokenizer, prompts, function_reward
@@ -277,7 +278,7 @@ class RayPPO:
                                            "tracking": tracking}, files))
 
 
-def run(cfg: Any) -> dict[str, float]:
+def run(cfg: PPOConfig) -> dict[str, float]:
     """Everything that can fail cheaply (prompts, reward function, sizes, resources) fails before
     any model loads."""
     import ray

@@ -18,6 +18,7 @@ from typing import Any, Callable
 import torch
 
 from alignment.config.base import require
+from alignment.config.ppo import PPOConfig
 from alignment.datasets.prompts import PromptSample
 from alignment.distributed.runtime import Runtime
 from alignment.losses.kl import KLController
@@ -25,15 +26,15 @@ from alignment.models.reward_model import ValueCapture
 from alignment.ppo import rank_ops
 from alignment.ppo.batch import rollout_to_batch
 from alignment.ppo.experience import Experience, assemble, experience_metrics, needs_old_logprobs, uses_reference
+from alignment.ppo.packed import Packing
 from alignment.rollout.hf_engine import HFEngine
 from alignment.rollout.types import Rollout, SamplingParams
-from alignment.ppo.packed import Packing
 from alignment.trainers.base import mean_across_ranks, sum_across_ranks
 
 log = logging.getLogger(__name__)
 
 
-def check_sizes(cfg: Any, world_size: int) -> int:
+def check_sizes(cfg: PPOConfig, world_size: int) -> int:
     """Optimizer steps per iteration per engine; one clear error when the batch sizes don't fit."""
     require(cfg.rollout_batch_size % world_size == 0,
             f"--rollout_batch_size {cfg.rollout_batch_size} is not divisible by world size {world_size}")
@@ -56,7 +57,7 @@ def prompt_order(n_prompts: int, seed: int, episode: int) -> list[int]:
     return order
 
 
-def sampling_params(cfg: Any, iteration: int, shard: int = 0, shards: int = 1) -> SamplingParams:
+def sampling_params(cfg: PPOConfig, iteration: int, shard: int = 0, shards: int = 1) -> SamplingParams:
     return SamplingParams(cfg.generate_max_len, cfg.temperature, cfg.top_p, cfg.n_samples_per_prompt,
                           seed=cfg.seed * 100_003 + iteration * shards + shard)
 
@@ -77,7 +78,7 @@ def score_rollout(reward: Callable, tokenizer: Any, rollout: Rollout, prompts: l
 
 
 class PPOTrainer:
-    def __init__(self, cfg: Any, rt: Runtime, actor: Any, critic: Any | None, ref: torch.nn.Module | None,
+    def __init__(self, cfg: PPOConfig, rt: Runtime, actor: Any, critic: Any | None, ref: torch.nn.Module | None,
                  reward: Callable[[list[str], list[str], list], torch.Tensor], tokenizer: Any,
                  prompts: list[PromptSample], critic_scale: tuple[float, float] | None = None,
                  packing: Packing | None = None):

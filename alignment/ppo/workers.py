@@ -10,6 +10,7 @@ import logging
 import os
 import socket
 from typing import Any
+from alignment.config.ppo import PPOConfig
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +26,7 @@ class ModelWorker:
             s.bind((ip, 0))
             return ip, s.getsockname()[1]
 
-    def init(self, role: str, cfg: Any, rank: int, world_size: int, ranks_per_node: int, master: tuple[str, int],
+    def init(self, role: str, cfg: PPOConfig, rank: int, world_size: int, ranks_per_node: int, master: tuple[str, int],
              threads: int, total_steps: int, cores: list[int] | None = None) -> None:
         from alignment.logs import setup_logging
         os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK="0",

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from alignment.config.groups import RewardSourceConfig
 from alignment.datasets.formatting import end_at_eos
 from alignment.rewards.remote import RemoteRewardClient
 from alignment.rewards.reward_func import check_rewards, load_reward_func
@@ -70,7 +71,7 @@ class FunctionReward:
         return torch.tensor(check_rewards(self.fn(queries, prompts, labels), len(queries), self.source))
 
 
-def make_reward(cfg: Any, tokenizer: Any, dtype: torch.dtype, attn: str, device: str) -> Any:
+def make_reward(cfg: RewardSourceConfig, tokenizer: Any, dtype: torch.dtype, attn: str, device: str) -> Any:
     if cfg.remote_rm_url:
         if cfg.reward_pretrain:
             log.info("--remote_rm_url given: it is the reward; --reward_pretrain %s is not loaded", cfg.reward_pretrain)

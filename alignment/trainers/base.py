@@ -16,12 +16,14 @@ import torch.distributed as dist
 
 from alignment import outputs
 from alignment.config.base import ConfigError, public_dict
+from alignment.config.groups import TrainConfig
+from alignment.config.stages import TrainerConfig
 from alignment.distributed.runtime import Runtime
 from alignment.models.saving import full_state_dict, lora_save, save_hf_model
 from alignment.trainers import checkpoint
 from alignment.trainers.checkpoint import LoopState
-from alignment.trainers.schedule import SaveSchedule
 from alignment.trainers.sampler import micro_batches, micro_batches_per_epoch
+from alignment.trainers.schedule import SaveSchedule
 from alignment.trainers.tracking import MetricsLogger
 
 log = logging.getLogger(__name__)
@@ -36,11 +38,11 @@ def mean_across_ranks(values: dict[str, float]) -> dict[str, float]:
     return {k: v / dist.get_world_size() for k, v in zip(keys, t.tolist())}
 
 
-def steps_per_epoch(num_samples: int, cfg: Any, world_size: int) -> int:
+def steps_per_epoch(num_samples: int, cfg: TrainConfig, world_size: int) -> int:
     return micro_batches_per_epoch(num_samples, cfg.micro_train_batch_size, world_size) // cfg.accumulation_steps(world_size)
 
 
-def total_steps(num_samples: int, cfg: Any, world_size: int) -> int:
+def total_steps(num_samples: int, cfg: TrainConfig, world_size: int) -> int:
     steps = steps_per_epoch(num_samples, cfg, world_size) * cfg.max_epochs
     return min(steps, cfg.max_steps) if cfg.max_steps > 0 else steps
 
@@ -86,7 +88,7 @@ def maybe_inject_failure(step: int) -> None:
 class Trainer:
     stage = "train"
 
-    def __init__(self, cfg: Any, rt: Runtime, engine: Any, tokenizer: Any, train_set: list, eval_set: list | None):
+    def __init__(self, cfg: TrainerConfig, rt: Runtime, engine: Any, tokenizer: Any, train_set: list, eval_set: list | None):
         self.cfg, self.rt, self.engine, self.tokenizer = cfg, rt, engine, tokenizer
         self.train_set, self.eval_set = train_set, eval_set
         self.schedule = SaveSchedule(cfg)

@@ -7,11 +7,12 @@ from typing import Any
 
 import torch
 
+from alignment.config.groups import TrainConfig
 from alignment.distributed.deepspeed_config import train_ds_config
 from alignment.distributed.runtime import Runtime
 
 
-def make_optimizer(params: list[torch.nn.Parameter], cfg: Any, device: str) -> torch.optim.Optimizer:
+def make_optimizer(params: list[torch.nn.Parameter], cfg: TrainConfig, device: str) -> torch.optim.Optimizer:
     betas = tuple(cfg.adam_betas)
     if cfg.adam_offload:
         from deepspeed.ops.adam import DeepSpeedCPUAdam  # prebuilt at install time
@@ -35,7 +36,7 @@ def name_this_gpu_arch() -> None:
         os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"
 
 
-def make_scheduler(optimizer: torch.optim.Optimizer, cfg: Any, total_steps: int) -> Any:
+def make_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainConfig, total_steps: int) -> Any:
     from transformers import get_scheduler
 
     warmup = math.ceil(total_steps * cfg.lr_warmup_ratio)
@@ -44,7 +45,7 @@ def make_scheduler(optimizer: torch.optim.Optimizer, cfg: Any, total_steps: int)
                          num_training_steps=max(1, total_steps), scheduler_specific_kwargs=extra)
 
 
-def build_engine(model: torch.nn.Module, cfg: Any, rt: Runtime, bf16: bool, total_steps: int) -> Any:
+def build_engine(model: torch.nn.Module, cfg: TrainConfig, rt: Runtime, bf16: bool, total_steps: int) -> Any:
     import deepspeed
 
     from alignment.models.moe import mark_zero3_leaves

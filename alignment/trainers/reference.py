@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from alignment.config.stages import ReferenceConfig
 from alignment.datasets.sft import Batch
 from alignment.losses.logprobs import sequence_logps
 from alignment.models.loading import load_causal_lm, resolve_model_path
@@ -37,7 +38,7 @@ class ReferenceModel:
         return out.to(home)
 
 
-def reference_for(cfg: Any, setup: Any, device: str) -> ReferenceModel:
+def reference_for(cfg: ReferenceConfig, setup: Any, device: str) -> ReferenceModel:
     name = cfg.ref_pretrain or setup.path   # --pretrain as resolved (at its --revision)
     flag = "--ref_pretrain" if cfg.ref_pretrain else "--pretrain"
     return ReferenceModel(name, setup.precision.dtype, setup.attn, device, cfg.ref_offload, flag, setup.trust_remote_code)

@@ -6,10 +6,10 @@ DeepSpeed checkpoint is collective); ranks whose clocks differ never disagree.
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import torch
 import torch.distributed as dist
+from alignment.config.groups import CheckpointConfig
 
 
 def _rank0_says(flag: bool) -> bool:
@@ -22,7 +22,7 @@ def _rank0_says(flag: bool) -> bool:
 
 
 class SaveSchedule:
-    def __init__(self, cfg: Any):
+    def __init__(self, cfg: CheckpointConfig):
         self.every_steps = cfg.save_steps if not cfg.disable_ds_ckpt else -1
         self.every_s = cfg.save_minutes * 60 if not cfg.disable_ds_ckpt else 0.0
         self.last_time, self.last_step = time.monotonic(), None

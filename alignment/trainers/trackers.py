@@ -18,6 +18,7 @@ import shutil
 import sys
 from pathlib import Path
 from typing import Any
+from alignment.config.groups import LoggingConfig
 
 
 def wandb_run_id(resume_key: str) -> str:
@@ -25,7 +26,7 @@ def wandb_run_id(resume_key: str) -> str:
     return hashlib.sha256(resume_key.encode()).hexdigest()[:16]
 
 
-def start_wandb(cfg: Any, stage: str) -> tuple[Any, str]:
+def start_wandb(cfg: LoggingConfig, stage: str) -> tuple[Any, str]:
     """The wandb run and where to find it (its URL, or its offline directory to `wandb sync`)."""
     import wandb
 
@@ -48,14 +49,14 @@ def start_wandb(cfg: Any, stage: str) -> tuple[Any, str]:
     return run, where
 
 
-def tensorboard_inside_model(cfg: Any) -> str | None:
+def tensorboard_inside_model(cfg: LoggingConfig) -> str | None:
     """The path of --use_tensorboard relative to --save_path, when it lies inside it."""
     target, inside = cfg.use_tensorboard.rstrip("/"), cfg.save_path.rstrip("/") + "/"
     return target[len(inside):] if target.startswith(inside) else None
 
 
 class TensorBoard:
-    def __init__(self, cfg: Any, run_dir: Path, stage: str):
+    def __init__(self, cfg: LoggingConfig, run_dir: Path, stage: str):
         from torch.utils.tensorboard import SummaryWriter
 
         rel = tensorboard_inside_model(cfg)

@@ -6,9 +6,9 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any
 
 from alignment import events
+from alignment.config.groups import LoggingConfig
 from alignment.trainers.trackers import TensorBoard, start_wandb
 
 log = logging.getLogger(__name__)
@@ -17,7 +17,7 @@ EVENT_EVERY_S = 1.0   # progress-only events at most this often (rows are always
 
 
 class MetricsLogger:
-    def __init__(self, cfg: Any, run_dir: str | Path | None, enabled: bool, total_steps: int, stage: str,
+    def __init__(self, cfg: LoggingConfig, run_dir: str | Path | None, enabled: bool, total_steps: int, stage: str,
                  samples_per_step: int = 0):
         self.enabled = enabled
         self.path = Path(run_dir or ".") / "metrics.jsonl"   # written only when enabled (rank 0)
