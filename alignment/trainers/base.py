@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +22,21 @@ from alignment.config.stages import TrainerConfig
 from alignment.distributed.runtime import Runtime
 from alignment.models.saving import full_state_dict, lora_save, save_hf_model
 from alignment.trainers import checkpoint
-from alignment.trainers.checkpoint import LoopState
 from alignment.trainers.sampler import micro_batches, micro_batches_per_epoch
 from alignment.trainers.schedule import SaveSchedule
 from alignment.trainers.tracking import MetricsLogger
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class LoopState:
+    """Where the training loop is: saved in every checkpoint's state.json."""
+
+    global_step: int = 0
+    epoch: int = 0
+    micro_batches_done: int = 0          # in the current epoch, on each rank
+    history: list[dict] = field(default_factory=list)  # logged metrics so far
 
 
 def mean_across_ranks(values: dict[str, float]) -> dict[str, float]:
@@ -121,8 +131,10 @@ class Trainer:
     def fit(self) -> dict[str, float]:
         cfg, rt = self.cfg, self.rt
         state = LoopState()
-        if cfg.load_checkpoint:
-            state = checkpoint.load_latest(self.engine, cfg.ckpt_path) or state
+        if cfg.load_checkpoint and (found := checkpoint.load_latest({"model": self.engine}, cfg.ckpt_path)):
+            state = LoopState(**found.state["loop"])
+            log.info("resumed from %s (step %d, epoch %d, micro-batch %d)", found.uri, state.global_step, state.epoch,
+                     state.micro_batches_done)
             if state.global_step:
                 self.schedule.saved(state.global_step)   # that checkpoint is the last save
         # the model is built here; a committed model at --save_path stays untouched until the commit
@@ -187,8 +199,8 @@ class Trainer:
 
     def _checkpoint(self, state: LoopState, logger: MetricsLogger) -> None:
         state.history = logger.history
-        checkpoint.save(self.engine, self.cfg.ckpt_path, state, self.cfg.max_ckpt_num,
-                        metadata={"stage": self.stage})
+        checkpoint.save({"model": self.engine}, self.cfg.ckpt_path, state.global_step, {"loop": asdict(state)},
+                        self.cfg.max_ckpt_num, metadata={"stage": self.stage})
         self.schedule.saved(state.global_step)
 
     def save_final(self, run_dir: Path | None, logger: MetricsLogger) -> None:

@@ -1,8 +1,15 @@
-"""Resumable checkpoints: DeepSpeed engine state + our loop state, committed atomically.
+"""Resumable checkpoints, one design for every stage (SFT, RM, DPO, KTO and the PPO family):
 
-Layout under --ckpt_path: `global_step<N>/` (DeepSpeed files + MANIFEST.json, written last)
-and a `latest` pointer updated only after the commit. A crash mid-save leaves a directory
-without a manifest, which readers ignore and retention deletes.
+    <ckpt_path>/global_step<N>/<role>/      DeepSpeed: weights, optimizer, lr scheduler — one folder per
+                                            trained engine (`model`; PPO: `actor` and `critic`)
+                              /state.json   where the loop is (the stage's own fields), the RNG state
+                              /MANIFEST.json  written last: the commit
+    <ckpt_path>/latest                      the newest committed tag, moved only after the commit
+
+A crash mid-save leaves a directory without a manifest, which readers ignore and retention deletes.
+Every rank of an engine's group saves its part (`save_engine`, collective), then one process commits
+(`commit`). The engines write into a local staging directory (`staging_dir`: the path itself for a
+local --ckpt_path, which on several nodes must be a shared filesystem; a cache for s3://).
 
 DeepSpeed's own loader uses `torch.load(weights_only=False)`; we swap in a checkpoint engine
 that loads with `weights_only=True` and an explicit allowlist of the few DeepSpeed types
@@ -11,12 +18,13 @@ its files contain, so a checkpoint can't execute code when it's read.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import random
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +37,7 @@ from alignment import storage
 
 log = logging.getLogger(__name__)
 PREFIX = "global_step"
+STATE_FILE = "state.json"
 
 
 def _safe_globals() -> list:
@@ -58,34 +67,25 @@ class WeightsOnlyCheckpointEngine(TorchCheckpointEngine):
             return torch.load(path, map_location=map_location, weights_only=True)
 
 
-@dataclass
-class LoopState:
-    """Where the training loop is; saved with every checkpoint."""
-
-    global_step: int = 0
-    epoch: int = 0
-    micro_batches_done: int = 0          # in the current epoch, on each rank
-    history: list[dict] = field(default_factory=list)  # logged metrics so far
-
-
 def _rng_state() -> dict:
-    np_state = np.random.get_state()
-    return {
-        "python": random.getstate(),
-        "numpy": [np_state[0], np_state[1].tolist(), *np_state[2:]],
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-    }
+    """This process's RNG states as JSON-able values."""
+    version, internal, gauss = random.getstate()
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    return {"python": [version, list(internal), gauss], "numpy": [kind, keys.tolist(), pos, has_gauss, cached],
+            "torch": torch.get_rng_state().tolist(),
+            "cuda": [s.tolist() for s in torch.cuda.get_rng_state_all()] if torch.cuda.is_available() else []}
 
 
-def _set_rng_state(state: dict) -> None:
-    version, internal, gauss = state["python"]
+def restore_rng(state: dict) -> None:
+    """The RNG states a checkpoint's state.json holds, in this process."""
+    rng = state["rng"]
+    version, internal, gauss = rng["python"]
     random.setstate((version, tuple(internal), gauss))
-    kind, keys, *rest = state["numpy"]
+    kind, keys, *rest = rng["numpy"]
     np.random.set_state((kind, np.array(keys, dtype=np.uint32), *rest))
-    torch.set_rng_state(state["torch"])
-    if state["cuda"]:
-        torch.cuda.set_rng_state_all(state["cuda"])
+    torch.set_rng_state(torch.tensor(rng["torch"], dtype=torch.uint8))
+    if rng["cuda"]:
+        torch.cuda.set_rng_state_all([torch.tensor(s, dtype=torch.uint8) for s in rng["cuda"]])
 
 
 def staging_dir(ckpt_uri: str) -> Path:
@@ -96,35 +96,92 @@ def staging_dir(ckpt_uri: str) -> Path:
     return Path(os.environ.get("ALIGNFLOW_CACHE", tempfile.gettempdir())) / f"alignflow-ckpt-{digest}"
 
 
+def tag(step: int) -> str:
+    return f"{PREFIX}{step}"
+
+
 def _barrier() -> None:
     if dist.is_initialized():
         dist.barrier()
 
 
-def _rank() -> int:
-    return dist.get_rank() if dist.is_initialized() else 0
-
-
-def save(engine: Any, ckpt_uri: str, state: LoopState, max_keep: int, metadata: dict | None = None) -> str:
-    """Save on every rank, commit on rank 0. Returns the committed URI."""
-    tag = f"{PREFIX}{state.global_step}"
-    local_root = staging_dir(ckpt_uri)
+def save_engine(engine: Any, ckpt_uri: str, step: int, role: str = "model") -> None:
+    """Every rank of the engine's group calls this (DeepSpeed saves collectively)."""
     engine.checkpoint_engine = WeightsOnlyCheckpointEngine()
-    client = {"loop": asdict(state), "rng": _rng_state()}
-    engine.save_checkpoint(str(local_root), tag=tag, client_state=client, save_latest=False)
+    engine.save_checkpoint(str(staging_dir(ckpt_uri) / tag(step)), tag=role, save_latest=False)
+
+
+def commit(ckpt_uri: str, step: int, state: dict, max_keep: int, metadata: dict, world_size: int) -> str:
+    """One process, after every engine has saved: state.json (with this process's RNG), the commit,
+    `latest`, retention."""
+    local = staging_dir(ckpt_uri) / tag(step)
+    (local / STATE_FILE).write_text(json.dumps({**state, "rng": _rng_state()}))
+    uri = f"{ckpt_uri.rstrip('/')}/{tag(step)}"
+    storage.commit_dir(local, uri, metadata={"global_step": step, "world_size": world_size, **metadata})
+    storage.set_latest(ckpt_uri, tag(step))
+    storage.apply_retention(ckpt_uri, keep=max_keep, prefix=PREFIX)
+    if storage.is_remote(ckpt_uri):
+        shutil.rmtree(local, ignore_errors=True)
+    log.info("checkpoint committed: %s", uri)
+    return uri
+
+
+@dataclass(frozen=True)
+class Latest:
+    uri: str       # the committed checkpoint
+    name: str      # its tag, global_step<N>
+    state: dict    # its state.json
+
+
+def stage_latest(ckpt_uri: str) -> str | None:
+    """The newest committed checkpoint's URI, its files staged locally (a download for s3://); None
+    when there is none. Call it once per node (see `load_latest`)."""
+    latest = storage.get_latest(ckpt_uri)
+    if latest is not None and storage.is_remote(ckpt_uri):
+        storage.download_dir(latest, staging_dir(ckpt_uri) / latest.rstrip("/").rsplit("/", 1)[-1])
+    return latest
+
+
+def read_staged(ckpt_uri: str, latest_uri: str) -> Latest:
+    name = latest_uri.rstrip("/").rsplit("/", 1)[-1]
+    return Latest(latest_uri, name, json.loads((staging_dir(ckpt_uri) / name / STATE_FILE).read_text()))
+
+
+def load_engine(engine: Any, ckpt_uri: str, name: str, role: str = "model") -> None:
+    """Every rank of the engine's group calls this, once the files are staged."""
+    engine.checkpoint_engine = WeightsOnlyCheckpointEngine()
+    path, _ = engine.load_checkpoint(str(staging_dir(ckpt_uri) / name), tag=role, load_optimizer_states=True,
+                                     load_lr_scheduler_states=True)
+    if path is None:
+        raise RuntimeError(f"DeepSpeed could not load the {role} of the committed checkpoint {ckpt_uri}/{name}")
+
+
+def save(engines: dict[str, Any], ckpt_uri: str, step: int, state: dict, max_keep: int, metadata: dict) -> str:
+    """Every rank of a process group that holds all `engines` (role -> engine): save, rank 0 commits."""
+    for role, engine in engines.items():
+        save_engine(engine, ckpt_uri, step, role)
     _barrier()
-    uri = f"{ckpt_uri.rstrip('/')}/{tag}"
-    if _rank() == 0:
-        world = dist.get_world_size() if dist.is_initialized() else 1
-        storage.commit_dir(local_root / tag, uri, metadata={"global_step": state.global_step, "world_size": world,
-                                                            **(metadata or {})})
-        storage.set_latest(ckpt_uri, tag)
-        storage.apply_retention(ckpt_uri, keep=max_keep, prefix=PREFIX)
-        if storage.is_remote(ckpt_uri):
-            shutil.rmtree(local_root / tag, ignore_errors=True)
-        log.info("checkpoint committed: %s", uri)
+    uri = f"{ckpt_uri.rstrip('/')}/{tag(step)}"
+    if not dist.is_initialized() or dist.get_rank() == 0:
+        commit(ckpt_uri, step, state, max_keep, metadata, dist.get_world_size() if dist.is_initialized() else 1)
     _barrier()
     return uri
+
+
+def load_latest(engines: dict[str, Any], ckpt_uri: str) -> Latest | None:
+    """Every rank of a process group that holds all `engines`: the newest committed checkpoint staged
+    (by one process per node), its engines loaded and its RNG restored; None when there is none."""
+    latest = storage.get_latest(ckpt_uri)
+    if latest is None:
+        return None
+    if int(os.environ.get("LOCAL_RANK", "0") or 0) <= 0:
+        stage_latest(ckpt_uri)
+    _barrier()
+    found = read_staged(ckpt_uri, latest)
+    for role, engine in engines.items():
+        load_engine(engine, ckpt_uri, found.name, role)
+    restore_rng(found.state)
+    return found
 
 
 def check_world_size(ckpt_uri: str, world_size: int) -> None:
@@ -137,26 +194,3 @@ def check_world_size(ckpt_uri: str, world_size: int) -> None:
         raise ConfigError(f"checkpoint {latest} was written by {written} ranks but this run has {world_size}: resume "
                           f"with {written} ranks (--num_nodes x --num_gpus_per_node, or the launcher's size), or "
                           f"start over with a new --ckpt_path")
-
-
-def load_latest(engine: Any, ckpt_uri: str) -> LoopState | None:
-    """Restore engine + RNG from the newest committed checkpoint; None when there is none."""
-    latest = storage.get_latest(ckpt_uri)
-    if latest is None:
-        return None
-    tag = latest.rstrip("/").rsplit("/", 1)[-1]
-    local_root = staging_dir(ckpt_uri)
-    if storage.is_remote(ckpt_uri):
-        if _rank() == 0 or int(os.environ.get("LOCAL_RANK", 0)) == 0:
-            storage.download_dir(latest, local_root / tag)
-        _barrier()
-    engine.checkpoint_engine = WeightsOnlyCheckpointEngine()
-    path, client = engine.load_checkpoint(str(local_root), tag=tag, load_optimizer_states=True,
-                                          load_lr_scheduler_states=True)
-    if path is None:
-        raise RuntimeError(f"DeepSpeed could not load the committed checkpoint {latest}")
-    _set_rng_state(client["rng"])
-    state = LoopState(**client["loop"])
-    log.info("resumed from %s (step %d, epoch %d, micro-batch %d)", latest, state.global_step, state.epoch,
-             state.micro_batches_done)
-    return state
