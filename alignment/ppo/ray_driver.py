@@ -25,55 +25,14 @@ from alignment.config.ppo import PPOConfig
 from alignment.distributed import placement
 from alignment.losses.kl import KLController
 from alignment.models.loading import resolve_model_path
-from alignment.ppo.batch import SequenceBatch, rollout_to_batch
+from alignment.ppo.batch import rollout_to_batch
 from alignment.ppo.experience import assemble, experience_metrics, needs_old_logprobs, uses_reference
+from alignment.ppo.groups import ModelGroup, split
 from alignment.ppo.loop import PPOState
 from alignment.ppo.trainer import check_sizes, iterations_per_episode, prompt_order, reward_inputs, sampling_params
 from alignment.rollout.types import Rollout
 
 log = logging.getLogger("alignment.train_ppo_ray")
-
-
-def split(n: int, parts: int) -> list[tuple[int, int]]:
-    """Contiguous [start, end) ranges, sizes differing by at most one."""
-    base, extra = divmod(n, parts)
-    out, start = [], 0
-    for k in range(parts):
-        end = start + base + (k < extra)
-        out.append((start, end))
-        start = end
-    return out
-
-
-class ModelGroup:
-    """The Ray actors (one per rank) of one model role, in its placement group's bundles."""
-
-    def __init__(self, plan: placement.GroupPlan, pg: Any, gpu: bool):
-        import ray
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-        from alignment.ppo.workers import ModelWorker
-
-        remote = ray.remote(ModelWorker)
-        self.plan, self.workers = plan, [
-            remote.options(num_cpus=plan.share, num_gpus=plan.share if gpu else 0,
-                           scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i))
-            .remote() for i in range(plan.world_size)]
-
-    def init(self, cfg: PPOConfig, threads: int, total_steps: int, cores: list[int] | None) -> list:
-        import ray
-        master = ray.get(self.workers[0].address.remote())
-        return [w.init.remote(self.plan.role, cfg, r, len(self.workers), self.plan.per_node, master, threads, total_steps,
-                              cores)
-                for r, w in enumerate(self.workers)]
-
-    def map_rows(self, method: str, batch: SequenceBatch) -> list:
-        """Futures of `method` on contiguous row shards of the batch, one per rank."""
-        return [getattr(w, method).remote(batch.rows(s, e))
-                for w, (s, e) in zip(self.workers, split(len(batch.prompt_index), len(self.workers)))]
-
-    def call(self, method: str, *args: Any) -> list:
-        return [getattr(w, method).remote(*args) for w in self.workers]
 
 
 class RayPPO:
@@ -123,7 +82,7 @@ class RayPPO:
         log.info("placed %s; %d threads per rank", ", ".join(f"{p.role} {p.nodes}x{p.per_node}"
                                                              + (f" on {p.bundle_set}'s bundles" if p.bundle_set != p.role else "")
                                                              for p in self.plans), threads)
-        nodes = {role: ray.get(g.call("node_id")) for role, g in groups.items()}
+        nodes = {role: ray.get(g.node_ids()) for role, g in groups.items()}
         log.info("ranks by Ray node (%d nodes in the cluster): %s", len(ray.nodes()),
                  "; ".join(f"{role} {' '.join(n[:12] for n in ids)}" for role, ids in nodes.items()))
         return groups
@@ -165,11 +124,11 @@ class RayPPO:
             return 0.0
         t0 = time.time()
         if self.collective_sync:
-            tensor_specs = ray.get(self.groups["actor"].call("prepare_sync"))[0]
+            tensor_specs = ray.get(self.groups["actor"].prepare_sync())[0]
             root = self.groups["actor"].workers[0]
             ray.get([root.broadcast_weights.remote()] + [e.receive_weights.remote(tensor_specs) for e in self.engines])
             return time.time() - t0
-        refs = [r for part in ray.get(self.groups["actor"].call("weight_chunks", self.cfg.vllm_sync_chunk_mb << 20))
+        refs = [r for part in ray.get(self.groups["actor"].weight_chunks(self.cfg.vllm_sync_chunk_mb << 20))
                 for r in part]
         ray.get([e.load_weight_refs.remote(refs) for e in self.engines])
         return time.time() - t0
@@ -216,11 +175,11 @@ class RayPPO:
         batch = rollout_to_batch(rollout, self.tokenizer.pad_token_id)
         futures = {}
         if needs_old_logprobs(cfg):
-            futures["old"] = self.groups["actor"].map_rows("logprobs", batch)
+            futures["old"] = self.groups["actor"].logprobs(batch)
         if uses_reference(cfg):
-            futures["ref"] = self.groups["ref"].map_rows("logprobs", batch)
+            futures["ref"] = self.groups["ref"].logprobs(batch)
         if "critic" in self.groups:
-            futures["values"] = self.groups["critic"].map_rows("values", batch)
+            futures["values"] = self.groups["critic"].values(batch)
         scores = self.scores(rollout, prompts)
         out = {k: torch.cat(ray.get(v)) for k, v in futures.items()}
         exp = assemble(cfg, batch, scores, out.get("old"), out.get("ref"), out.get("values"), self.kl_ctl.value)
@@ -229,11 +188,9 @@ class RayPPO:
         seed = cfg.seed + iteration
         train = {}
         if "critic" in self.groups:
-            train["critic"] = [w.train.remote(s, 0.0, seed) for w, s in
-                               zip(self.groups["critic"].workers, exp.shards(len(self.groups["critic"].workers)))]
+            train["critic"] = self.groups["critic"].train(exp, 0.0, seed)
         if iteration >= cfg.freezing_actor_steps:
-            train["actor"] = [w.train.remote(s, self.kl_ctl.value, seed) for w, s in
-                              zip(self.groups["actor"].workers, exp.shards(self.world))]
+            train["actor"] = self.groups["actor"].train(exp, self.kl_ctl.value, seed)
         for futs in train.values():
             metrics.update(ray.get(futs)[0])     # already averaged across the group's ranks
         t_train = time.time()
@@ -252,7 +209,7 @@ class RayPPO:
 
         from alignment.trainers import checkpoint
         cfg = self.cfg
-        ray.get([f for g in self._trained_groups() for f in g.call("save_checkpoint", cfg.ckpt_path, state.iteration)])
+        ray.get([f for g in self._trained_groups() for f in g.save_checkpoint(cfg.ckpt_path, state.iteration)])
         checkpoint.commit(cfg.ckpt_path, state.iteration, {"ppo": asdict(state)}, cfg.max_ckpt_num,
                           {"stage": "ppo", "config": public_dict(cfg)}, self.world)
 
@@ -270,7 +227,7 @@ class RayPPO:
         found = checkpoint.read_staged(self.cfg.ckpt_path, latest)
         state = PPOState(**found.state["ppo"])
         log.info("resuming PPO from %s (iteration %d done, KL coefficient %.4g)", latest, state.iteration, state.kl_coef)
-        ray.get([f for g in self._trained_groups() for f in g.call("load_checkpoint", self.cfg.ckpt_path, found.name)])
+        ray.get([f for g in self._trained_groups() for f in g.load_checkpoint(self.cfg.ckpt_path, found.name)])
         self.sync_engines()          # the engines started from --pretrain
         return state
 
@@ -279,9 +236,8 @@ class RayPPO:
         placed inside --save_path), committed by the actor group."""
         import ray
         files = {str(p.relative_to(metrics_dir)): p.read_bytes() for p in sorted(metrics_dir.rglob("*")) if p.is_file()}
-        ray.get(self.groups["actor"].call("commit", self.cfg.save_path,
-                                          {"stage": "ppo", "config": public_dict(self.cfg), "final_metrics": final,
-                                           "tracking": tracking}, files))
+        ray.get(self.groups["actor"].commit(self.cfg.save_path, {"stage": "ppo", "config": public_dict(self.cfg),
+                                                                 "final_metrics": final, "tracking": tracking}, files))
 
 
 def run(cfg: PPOConfig) -> dict[str, float]:
