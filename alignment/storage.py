@@ -15,7 +15,6 @@ import json
 import os
 import re
 import uuid
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -177,59 +176,10 @@ def is_committed(uri: str | Path) -> bool:
 
 
 def commit_dir(local_dir: str | Path, uri: str | Path, metadata: dict | None = None) -> dict:
-    """Upload every file under local_dir to uri, then write uri/MANIFEST.json last; returns the manifest.
-
-    When uri is local_dir itself (a local save path) nothing is copied: the files are hashed in place.
-    Over a committed object-store directory the upload goes to a new version folder and the old
-    version stays committed until the new manifest replaces the old one (module docstring)."""
-    src = Path(local_dir)
-    if not src.is_dir():
-        raise StorageError(f"commit {uri}: source {src} is not a directory; save the files there first")
-    fs, path = filesystem(uri)
-    in_place = not is_remote(uri) and os.path.realpath(path) == os.path.realpath(src)
-    files = sorted(p for p in src.rglob("*") if p.is_file() and not (p.parent == src and (
-        p.name == MANIFEST or p.name.startswith(f".{MANIFEST}.tmp-"))))
-    old = _old_manifest(uri) if is_remote(uri) else None
-    root = f"v-{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}" if old else ""
-    if not is_remote(uri):   # local commits go to fresh directories (outputs.py swaps them into place)
-        _retry(lambda: fs.rm_file(f"{path}/{MANIFEST}") if fs.exists(f"{path}/{MANIFEST}") else None,
-               "uncommit", uri)
-    entries: dict[str, dict[str, Any]] = {}
-    for p in files:
-        rel = p.relative_to(src).as_posix()
-        entries[rel] = {"size": p.stat().st_size, "sha256": _sha256(p)}
-        if not in_place:
-            key = f"{root}/{rel}" if root else rel
-            _retry(lambda: fs.put_file(str(p), f"{path}/{key}"), "upload", _join(uri, key))
-    fs.invalidate_cache()
-    manifest = {"format": 1, "files": entries, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                "metadata": metadata, **({"root": root} if root else {})}
-    write_text_atomic(_join(uri, MANIFEST), json.dumps(manifest, indent=1, sort_keys=True))
-    if old:
-        _drop_old_version(uri, old, root)
-    return manifest
-
-
-def _old_manifest(uri: str | Path) -> dict | None:
-    try:
-        return read_manifest(uri)
-    except StoreUnavailable:
-        raise
-    except StorageError:   # an unreadable manifest commits nothing: overwrite it like a first commit
-        return None
-
-
-def _drop_old_version(uri: str | Path, old: dict, root: str) -> None:
-    """After the switch: delete the previous version's files and version folders of crashed commits."""
-    fs, path = filesystem(uri)
-    old_root = old.get("root", "")
-    for rel in old["files"]:
-        key = f"{old_root}/{rel}" if old_root else rel
-        _retry(lambda: fs.rm_file(f"{path}/{key}") if fs.exists(f"{path}/{key}") else None, "delete", _join(uri, key))
-    for name in _children(uri, "v-"):
-        if name != root:
-            remove(_join(uri, name))
-    fs.invalidate_cache()
+    """Upload every file under local_dir to uri, then write uri/MANIFEST.json last; returns the manifest
+    (alignment/store_commit.py)."""
+    from alignment.store_commit import commit_dir as commit
+    return commit(local_dir, uri, metadata)
 
 
 def download_dir(uri: str | Path, local_dir: str | Path | None = None, verify: bool = True) -> Path:
