@@ -45,6 +45,31 @@ def resume(cfg: PPOConfig, engines: dict):
     return state
 
 
+def build_models(cfg: PPOConfig, rt, setup, total_steps: int):
+    """(actor engine, critic engine or None, the critic's value scale, frozen reference or None)."""
+    from alignment.models.builder import load_actor, load_value_model
+    from alignment.models.loading import load_causal_lm, resolve_model_path
+    from alignment.models.reward_model import critic_value_scale
+    from alignment.ppo.experience import uses_reference
+    from alignment.trainers.engine import build_engine
+    actor = build_engine(load_actor(setup, cfg), dataclasses.replace(cfg, learning_rate=cfg.actor_learning_rate),
+                         rt, setup.precision.bf16, total_steps)
+    critic, critic_scale = None, None
+    if cfg.uses_critic():
+        source = cfg.critic_pretrain or (cfg.reward_pretrain.split(",")[0] if cfg.reward_pretrain else cfg.pretrain)
+        critic_setup = dataclasses.replace(setup, path=resolve_model_path(source, "--critic_pretrain"))
+        critic = build_engine(load_value_model(critic_setup, cfg),
+                              dataclasses.replace(cfg, learning_rate=cfg.critic_learning_rate),
+                              rt, setup.precision.bf16, total_steps)
+        critic_scale = critic_value_scale(critic_setup.path, cfg.normalize_reward)
+    ref = None
+    if uses_reference(cfg):    # else no KL term: the reference is never loaded (its memory and forward saved)
+        ref_device = "cpu" if cfg.ref_reward_offload else rt.device
+        ref = load_causal_lm(setup.path, setup.precision.dtype, setup.attn,
+                           trust_remote_code=setup.trust_remote_code).to(ref_device).eval().requires_grad_(False)
+    return actor, critic, critic_scale, ref
+
+
 def main(argv: list[str] | None = None) -> dict:
     cfg = parse_args(PPOConfig, argv, prog="alignment.cli.train_ppo")
     if cfg.vllm_num_engines:
@@ -55,16 +80,13 @@ def main(argv: list[str] | None = None) -> dict:
     from alignment import outputs
     from alignment.datasets.prompts import load_prompts
     from alignment.distributed.runtime import init_runtime
-    from alignment.models.builder import load_actor, load_value_model, prepare
-    from alignment.models.loading import load_causal_lm, resolve_model_path
-    from alignment.models.reward_model import critic_value_scale
+    from alignment.models.builder import prepare
     from alignment.models.saving import full_state_dict, lora_save, save_hf_model
-    from alignment.ppo.experience import uses_reference
     from alignment.ppo.loop import PPOState, run_iterations
+    from alignment.ppo.packed import packing_for
     from alignment.ppo.trainer import PPOTrainer, check_sizes
     from alignment.rewards.scorer import make_reward
     from alignment.trainers import checkpoint
-    from alignment.trainers.engine import build_engine
     from alignment.trainers.tracking import MetricsLogger
 
     rt = init_runtime(cfg.local_rank, cfg.num_threads)
@@ -78,22 +100,7 @@ def main(argv: list[str] | None = None) -> dict:
     log.info("PPO (%s): %d prompts, %d iterations of %d prompts x %d samples, %d optimizer steps per engine, "
              "world size %d, %s", cfg.advantage_estimator, len(prompts), trainer_iters, cfg.rollout_batch_size,
              cfg.n_samples_per_prompt, total, rt.world_size, setup.precision.label)
-    actor = build_engine(load_actor(setup, cfg), dataclasses.replace(cfg, learning_rate=cfg.actor_learning_rate),
-                         rt, setup.precision.bf16, total)
-    critic, critic_scale = None, None
-    if cfg.uses_critic():
-        source = cfg.critic_pretrain or (cfg.reward_pretrain.split(",")[0] if cfg.reward_pretrain else cfg.pretrain)
-        critic_setup = dataclasses.replace(setup, path=resolve_model_path(source, "--critic_pretrain"))
-        critic = build_engine(load_value_model(critic_setup, cfg),
-                              dataclasses.replace(cfg, learning_rate=cfg.critic_learning_rate),
-                              rt, setup.precision.bf16, total)
-        critic_scale = critic_value_scale(critic_setup.path, cfg.normalize_reward)
-    ref = None
-    if uses_reference(cfg):    # else no KL term: the reference is never loaded (its memory and forward saved)
-        ref_device = "cpu" if cfg.ref_reward_offload else rt.device
-        ref = load_causal_lm(setup.path, setup.precision.dtype, setup.attn,
-                           trust_remote_code=setup.trust_remote_code).to(ref_device).eval().requires_grad_(False)
-    from alignment.ppo.packed import packing_for
+    actor, critic, critic_scale, ref = build_models(cfg, rt, setup, total)
     trainer = PPOTrainer(cfg, rt, actor, critic, ref, reward, setup.tokenizer, prompts, critic_scale,
                          packing_for(cfg, setup))
 
