@@ -33,7 +33,7 @@ def perturb(model, steps: int, lr: float, seed: int) -> None:
     model.eval()
 
 
-def main(argv: list[str] | None = None) -> dict:
+def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--pretrain", required=True, help="Policy checkpoint (a directory in HF format)")
     p.add_argument("--engine", choices=("vllm", "hf"), default="vllm")
@@ -50,7 +50,26 @@ def main(argv: list[str] | None = None) -> dict:
     a = p.parse_args(argv)
     if a.sync == "gloo" and a.engine != "vllm":
         p.error("--sync gloo: the collective broadcast goes to vLLM engines; use --engine vllm")
+    return a
 
+
+def start_engine(a: argparse.Namespace, tok):
+    """The engine under test, started from --pretrain (vLLM, or the batched HF engine on its own copy)."""
+    import torch
+
+    from alignment.models.loading import load_causal_lm
+    from alignment.rollout.hf_engine import HFEngine
+    if a.engine == "vllm":
+        from alignment.rollout.vllm_engine import VLLMEngine, vllm_missing_reason
+        reason = vllm_missing_reason("--engine vllm", "--engine hf")
+        if reason:
+            raise SystemExit(f"error: {reason}")
+        return VLLMEngine(a.pretrain, max_model_len=256, seed=a.seed, cpu=not torch.cuda.is_available())
+    return HFEngine(load_causal_lm(a.pretrain, torch.float32, "sdpa"), tok.eos_token_id, tok.pad_token_id)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    a = parse(argv)
     import torch
 
     from alignment.datasets.formatting import prompt_text
@@ -65,14 +84,7 @@ def main(argv: list[str] | None = None) -> dict:
     prompts = [tok(prompt_text(tok, r["context_messages"], True, None), add_special_tokens=False)["input_ids"]
                for r in rows[:max(a.prompts, a.throughput_prompts)]]
     greedy = SamplingParams(a.max_new_tokens, greedy=True)
-    if a.engine == "vllm":
-        from alignment.rollout.vllm_engine import VLLMEngine, vllm_missing_reason
-        reason = vllm_missing_reason("--engine vllm", "--engine hf")
-        if reason:
-            raise SystemExit(f"error: {reason}")
-        engine = VLLMEngine(a.pretrain, max_model_len=256, seed=a.seed, cpu=not torch.cuda.is_available())
-    else:
-        engine = HFEngine(load_causal_lm(a.pretrain, torch.float32, "sdpa"), tok.eos_token_id, tok.pad_token_id)
+    engine = start_engine(a, tok)
 
     trainer = load_causal_lm(a.pretrain, torch.float32, "sdpa")
     before = engine.generate(prompts[:a.prompts], greedy).response_ids
