@@ -33,6 +33,28 @@ def fit(tokenizer, messages: list[dict], cfg: ChatConfig) -> tuple[list[int], in
         print(f"[oldest turn dropped to stay within --max_len {cfg.max_len}]")
 
 
+def load_model(cfg: ChatConfig):
+    """(model on its device in eval mode, tokenizer, runtime, precision label). Bad paths and a
+    missing chat template fail before the weights load."""
+    import torch
+
+    from alignment.datasets.formatting import require_chat_template
+    from alignment.distributed.runtime import Runtime
+    from alignment.models.builder import prepare
+    from alignment.models.loading import load_causal_lm
+
+    # One process and no process group: a world of one is all prepare() needs to pick precision/attention.
+    rt = Runtime(0, 1, 0, 1, "cuda" if torch.cuda.is_available() else "cpu")
+    setup = prepare(cfg, rt)      # fetches --pretrain and loads the tokenizer
+    tok = setup.tokenizer
+    if cfg.apply_chat_template:
+        require_chat_template(tok, cfg.pretrain, "drop --apply_chat_template for plain User:/Assistant: text")
+    model = load_causal_lm(setup.path, setup.precision.dtype, setup.attn, load_in_4bit=cfg.load_in_4bit,
+                           trust_remote_code=setup.trust_remote_code)
+    model = (model if cfg.load_in_4bit else model.to(rt.torch_device)).eval()   # bitsandbytes places 4-bit weights itself
+    return model, tok, rt, setup.precision.label
+
+
 def main(argv: list[str] | None = None) -> None:
     cfg = parse_args(ChatConfig, argv, prog="alignment.cli.interactive_chat")
     try:
@@ -42,24 +64,11 @@ def main(argv: list[str] | None = None) -> None:
     import torch
     from transformers import TextStreamer, set_seed
 
-    from alignment.datasets.formatting import require_chat_template
-    from alignment.distributed.runtime import Runtime
-    from alignment.models.builder import prepare
-    from alignment.models.loading import load_causal_lm
-
-    # One process and no process group: a world of one is all prepare() needs to pick precision/attention.
-    rt = Runtime(0, 1, 0, 1, "cuda" if torch.cuda.is_available() else "cpu")
-    setup = prepare(cfg, rt)      # fetches --pretrain and loads the tokenizer: bad paths fail before the weights load
-    tok = setup.tokenizer
-    if cfg.apply_chat_template:
-        require_chat_template(tok, cfg.pretrain, "drop --apply_chat_template for plain User:/Assistant: text")
-    model = load_causal_lm(setup.path, setup.precision.dtype, setup.attn, load_in_4bit=cfg.load_in_4bit,
-                           trust_remote_code=setup.trust_remote_code)
-    model = (model if cfg.load_in_4bit else model.to(rt.torch_device)).eval()   # bitsandbytes places 4-bit weights itself
+    model, tok, rt, label = load_model(cfg)
     sampling = ({"do_sample": False} if cfg.greedy else
                 {"do_sample": True, "temperature": cfg.temperature, "top_p": cfg.top_p})
     set_seed(cfg.seed)
-    print(f"[chatting with {cfg.pretrain} on {rt.device}, {setup.precision.label}; "
+    print(f"[chatting with {cfg.pretrain} on {rt.device}, {label}; "
           f"{RESET} clears the history, {EXIT} or Ctrl-D quits]")
 
     messages: list[dict] = []
