@@ -56,12 +56,13 @@ def test_smollm2_sft_rm_ppo_with_openrlhf_flags_packing_and_a_vllm_engine(ray_he
     result = asyncio.run(sft_rm_ppo_flow(run_name="smol", store=smol_store, ray_address=ray_head, recipe="smollm2",
                                          sft={**SMALL_SFT, "pretrain": str(smol)},
                                          rm={"max_steps": 2, "train_batch_size": 4, "micro_train_batch_size": 4,
-                                             "max_samples": 16}))   # the reward statistics it saves: 16 pairs
+                                             "max_samples": 16},    # the reward statistics it saves: 16 pairs
+                                         ppo={"max_samples": 4}))   # one iteration: rollout, update, weight sync
     assert set(result) == {"sft", "rm", "ppo"} and not result["ppo"]["skipped"], result
     ppo = storage.read_manifest(result["ppo"]["model_uri"])["metadata"]["config"]
     assert (ppo["vllm_num_engines"], ppo["packing_samples"], ppo["reward_pretrain"]) == (1, True, result["rm"]["model_uri"])
     rows = _metrics(result["ppo"]["model_uri"])
-    assert [r["step"] for r in rows if "train/policy_loss" in r] == [1, 2], rows
+    assert [r["step"] for r in rows if "train/policy_loss" in r] == [1] and rows[0]["train/time_sync"] > 0, rows
     model = AutoModelForCausalLM.from_pretrained(result["ppo"]["model_uri"])
     assert model.config.model_type == "llama" and model.num_parameters() > 100e6
     assert AutoModelForSequenceClassification.from_pretrained(result["rm"]["model_uri"]).config.num_labels == 1
