@@ -230,13 +230,12 @@ def _pointer(parent_uri: str | Path) -> str | None:
     return name if name and "/" not in name and name not in (".", "..") else None
 
 
-def get_latest(parent_uri: str | Path) -> str | None:
-    """URI of the checkpoint to resume from: the `latest` pointer's target if committed, else the
-    newest committed child (the pointer may lag a commit that crashed before updating it); None if none."""
-    name = _pointer(parent_uri)
-    if name and is_committed(_join(parent_uri, name)):
-        return _join(parent_uri, name)
-    committed = list_committed(parent_uri)
+def get_latest(parent_uri: str | Path, prefix: str = "") -> str | None:
+    """URI of the checkpoint to resume from: the newest committed child (with `prefix`), None if none.
+    Not the `latest` pointer: a run killed between a commit and the pointer's update leaves the
+    pointer one checkpoint behind, and every reader (trainers, the stage task's log line, tests) must
+    agree on one answer. The pointer is still written, for people and DeepSpeed-style tools."""
+    committed = list_committed(parent_uri, prefix)
     return _join(parent_uri, committed[-1]) if committed else None
 
 

@@ -85,7 +85,7 @@ async def run_stage(stage: str, store: str, run_name: str, ray_address: str, con
     entrypoint = shlex.join([job_python(), "-m", STAGES[stage].module, *argv])
     env = job_env()
     env[events.ENV_SWITCH] = "1"    # rank 0 reports progress as events in its log (alignment.events)
-    latest = storage.get_latest(f"{out}/checkpoints") if STAGES[stage].resumable else None
+    latest = storage.get_latest(f"{out}/checkpoints", "global_step") if STAGES[stage].resumable else None
     if latest:
         logger.info("resuming stage %s from committed checkpoint %s", stage, latest)
     progress = StageProgress(run_name, stage, logger)

@@ -100,16 +100,16 @@ def test_set_latest_refuses_uncommitted_target(tmp_path: Path) -> None:
     assert storage.read_text(f"{parent}/latest") is None
 
 
-def test_get_latest_pointer_and_fallback(tmp_path: Path) -> None:
+def test_get_latest_is_the_newest_commit_whatever_the_pointer_says(tmp_path: Path) -> None:
     parent = str(tmp_path / "ckpts")
     assert storage.get_latest(parent) is None
     commit_steps(tmp_path, parent, [1, 2])
     assert storage.get_latest(parent) == f"{parent}/global_step2"  # no pointer: newest committed
-    storage.set_latest(parent, "global_step1")
+    storage.set_latest(parent, "global_step1")   # a pointer one behind (killed before its update)
     assert storage.read_text(f"{parent}/latest") == "global_step1"
+    assert storage.get_latest(parent) == f"{parent}/global_step2"
+    storage.remove(f"{parent}/global_step2")
     assert storage.get_latest(parent) == f"{parent}/global_step1"
-    storage.remove(f"{parent}/global_step1")
-    assert storage.get_latest(parent) == f"{parent}/global_step2"  # dangling pointer: fallback
 
 
 def test_list_committed_natural_order_and_prefix(tmp_path: Path) -> None:
@@ -253,7 +253,7 @@ def test_s3_latest_pointer_and_retention(tmp_path: Path, s3_root: str) -> None:
     with pytest.raises(StorageError, match="MANIFEST"):
         storage.set_latest(parent, "global_step3")
     storage.set_latest(parent, "global_step1")
-    assert storage.get_latest(parent) == f"{parent}/global_step1"
+    assert storage.get_latest(parent) == f"{parent}/global_step10"   # the newest commit, not the pointer
     assert sorted(storage.apply_retention(parent, keep=1)) == ["global_step2", "global_step3"]
     assert storage.list_committed(parent) == ["global_step1", "global_step10"]
     assert fs.exists(f"{path}/global_step11/part.bin") and not fs.exists(f"{path}/global_step3/leftover.bin")

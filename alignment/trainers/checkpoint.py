@@ -133,17 +133,10 @@ class Latest:
     state: dict    # its state.json
 
 
-def newest_committed(ckpt_uri: str) -> str | None:
-    """The newest checkpoint with a MANIFEST. Not the `latest` pointer: a run killed between a commit
-    and the pointer's update leaves the pointer one checkpoint behind."""
-    committed = storage.list_committed(ckpt_uri, PREFIX)
-    return f"{ckpt_uri.rstrip('/')}/{committed[-1]}" if committed else None
-
-
 def stage_latest(ckpt_uri: str) -> str | None:
     """The newest committed checkpoint's URI, its files staged locally (a download for s3://); None
     when there is none. Call it once per node (see `load_latest`)."""
-    latest = newest_committed(ckpt_uri)
+    latest = storage.get_latest(ckpt_uri, PREFIX)
     if latest is not None and storage.is_remote(ckpt_uri):
         storage.download_dir(latest, staging_dir(ckpt_uri) / latest.rstrip("/").rsplit("/", 1)[-1])
     return latest
@@ -178,7 +171,7 @@ def save(engines: dict[str, Any], ckpt_uri: str, step: int, state: dict, max_kee
 def load_latest(engines: dict[str, Any], ckpt_uri: str) -> Latest | None:
     """Every rank of a process group that holds all `engines`: the newest committed checkpoint staged
     (by one process per node), its engines loaded and its RNG restored; None when there is none."""
-    latest = newest_committed(ckpt_uri)
+    latest = storage.get_latest(ckpt_uri, PREFIX)
     if latest is None:
         return None
     if int(os.environ.get("LOCAL_RANK", "0") or 0) <= 0:
@@ -195,7 +188,7 @@ def check_world_size(ckpt_uri: str, world_size: int) -> None:
     """Before any weights load: the newest checkpoint must come from as many ranks as this run has.
     Its ZeRO optimizer state is sharded per rank, and the data order depends on the rank count too."""
     from alignment.config.base import ConfigError
-    latest = newest_committed(ckpt_uri)
+    latest = storage.get_latest(ckpt_uri, PREFIX)
     written = ((storage.read_manifest(latest) or {}).get("metadata", {}).get("world_size") if latest else None)
     if written is not None and written != world_size:
         raise ConfigError(f"checkpoint {latest} was written by {written} ranks but this run has {world_size}: resume "
