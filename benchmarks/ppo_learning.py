@@ -28,7 +28,9 @@ RECIPE = REPO / "deployments" / "recipes" / "tiny" / "ppo.yaml"
 def ppo_flags(estimator: str, reward_model: str | None) -> list[str]:
     """The tiny recipe's PPO stage with `estimator`: the reward from `reward_model` (normalised; gae's
     critic starts from it too) or, with none, the rule reward (critic-free estimators only)."""
-    flags = ["--config", str(RECIPE), "--advantage_estimator", estimator, "--save_steps", "-1"]
+    # the recipe places its groups for train_ppo_ray; train_ppo runs every model in its own ranks
+    flags = ["--config", str(RECIPE), "--colocate_actor_ref", "false", "--advantage_estimator", estimator,
+             "--save_steps", "-1"]
     if reward_model:
         return [*flags, "--reward_pretrain", reward_model]
     if estimator == "gae":

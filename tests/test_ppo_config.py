@@ -90,3 +90,12 @@ def test_a_fresh_ppo_run_starts_its_metrics_file_empty(tmp_path):
         run_iterations(cfg, 3, lambda it: {"reward": float(run)}, KLController(0.0), logger, lambda s: None, None)
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [(r["step"], r["train/reward"]) for r in rows] == [(1, 1.0), (2, 1.0), (3, 1.0)]
+
+
+@pytest.mark.parametrize("flag", [["--actor_num_gpus_per_node", "2"], ["--colocate_all_models"], ["--vllm_num_engines", "1"]])
+def test_train_ppo_refuses_ray_only_flags_before_any_model_loads(flag, tmp_path):
+    from alignment.cli import train_ppo
+    args = ["--pretrain", str(tmp_path / "no-model"), "--prompt_data", str(tmp_path / "no.jsonl"),
+            "--remote_rm_url", "http://127.0.0.1:1/score", "--save_path", str(tmp_path / "out"), *flag]
+    with pytest.raises(ConfigError, match=f"{flag[0]}.*train_ppo_ray"):
+        train_ppo.main(args)      # the paths do not exist: refused before anything reads them

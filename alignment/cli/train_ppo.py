@@ -14,6 +14,7 @@ from alignment.cli.common import run_main
 from alignment.cli.preflight import check_outputs
 from alignment.config import ConfigError, PPOConfig, parse_args
 from alignment.config.base import public_dict
+from alignment.config.ppo import PlacementConfig
 
 log = logging.getLogger("alignment.train_ppo")
 
@@ -23,6 +24,20 @@ def refuse_unbuilt(cfg: PPOConfig) -> None:
     if cfg.eval_dataset:
         raise ConfigError("--eval_dataset: periodic evaluation inside PPO is not implemented yet; drop it and "
                           "score the committed model afterwards (e.g. python -m alignment.cli.eval_tiny)")
+
+
+def refuse_ray_only(cfg: PPOConfig) -> None:
+    """Placement and vLLM engines belong to train_ppo_ray; here every model runs on each of the
+    launcher's ranks, so such a flag would be accepted and ignored: refused in one line instead."""
+    if cfg.vllm_num_engines:
+        raise ConfigError("--vllm_num_engines: vLLM engines run with alignment.cli.train_ppo_ray; "
+                          "train_ppo generates with HF (drop the flag)")
+    moved = [f"--{f.name} {getattr(cfg, f.name)}" for f in dataclasses.fields(PlacementConfig)
+             if getattr(cfg, f.name) != f.default]
+    if moved:
+        raise ConfigError(f"{' '.join(moved)}: Ray placement flags work with alignment.cli.train_ppo_ray; under "
+                          f"train_ppo every model runs on each launcher rank (size it with deepspeed --num_gpus or "
+                          f"torchrun --nproc_per_node) — drop them or use train_ppo_ray")
 
 
 def barrier() -> None:
@@ -72,9 +87,7 @@ def build_models(cfg: PPOConfig, rt, setup, total_steps: int):
 
 def main(argv: list[str] | None = None) -> dict:
     cfg = parse_args(PPOConfig, argv, prog="alignment.cli.train_ppo")
-    if cfg.vllm_num_engines:
-        raise ConfigError("--vllm_num_engines: vLLM engines run with alignment.cli.train_ppo_ray; "
-                          "train_ppo generates with HF (drop the flag)")
+    refuse_ray_only(cfg)
     refuse_unbuilt(cfg)
     check_outputs(cfg)
     from alignment import outputs
