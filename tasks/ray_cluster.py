@@ -27,10 +27,14 @@ class RayClusterError(RuntimeError):
     """The Ray cluster can't be reached or started; the message says what to do."""
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _free_ports(n: int) -> list[int]:
+    """n distinct free ports: every socket stays bound until all are picked (one at a time, the OS may
+    hand out the same port twice: seen once as two Ray components on 42439, `ray start` refused)."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
 
 
 _EMBEDDED_TOKEN = secrets.token_hex(32)
@@ -148,7 +152,8 @@ def local_head(num_cpus: int | None = None, extra_nodes: int = 0) -> Iterator[st
     temp_dir = Path(tempfile.mkdtemp(prefix="alignflow-ray-"))
     # Every port is chosen free, none left at Ray's fixed defaults (10001, 52365, ...): a second
     # cluster on the machine (a user's, or a test's) then can't make our job agent fail to start.
-    ports = {name: _free_port() for name in ("port", "dashboard-port", "ray-client-server-port", *NODE_PORTS)}
+    names = ("port", "dashboard-port", "ray-client-server-port", *NODE_PORTS)
+    ports = dict(zip(names, _free_ports(len(names))))
     url = f"http://127.0.0.1:{ports['dashboard-port']}"
     cmd = [_ray_bin(), "start", "--head", "--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1",
            "--include-dashboard=true", *[f"--{k}={v}" for k, v in ports.items()],
@@ -176,7 +181,7 @@ def local_head(num_cpus: int | None = None, extra_nodes: int = 0) -> Iterator[st
 
 def _join_node(gcs_address: str, num_cpus: int, proc_log: Path) -> None:
     cmd = [_ray_bin(), "start", f"--address={gcs_address}", "--node-ip-address=127.0.0.1", f"--num-cpus={num_cpus}",
-           *[f"--{k}={_free_port()}" for k in NODE_PORTS], "--disable-usage-stats"]
+           *[f"--{k}={p}" for k, p in zip(NODE_PORTS, _free_ports(len(NODE_PORTS)))], "--disable-usage-stats"]
     with proc_log.open("w") as f:
         done = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=_head_env(), cwd=proc_log.parent)
     if done.returncode != 0:
