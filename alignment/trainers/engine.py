@@ -55,8 +55,5 @@ def build_engine(model: torch.nn.Module, cfg: TrainConfig, rt: Runtime, bf16: bo
     optimizer = make_optimizer(params, cfg, rt.device)
     scheduler = make_scheduler(optimizer, cfg, total_steps)
     ds_config = train_ds_config(cfg, rt.world_size, bf16, rt.device)
-    if ds_config["zero_optimization"]["stage"] != cfg.zero_stage and rt.rank == 0:
-        print(f"[engine] one rank: ZeRO stage 0 instead of --zero_stage {cfg.zero_stage} (nothing to partition; "
-              f"it would only add copies of the weights and gradients)", flush=True)
     engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler, config=ds_config)
     return engine
