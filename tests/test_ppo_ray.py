@@ -117,20 +117,31 @@ def test_vllm_engine_generates_and_receives_weights(ray_head, tiny_sft, tmp_path
     assert all(r["train/time_sync"] > 0 and 0 <= r["train/reward"] <= 1 for r in rows)
 
 
-def test_train_ppo_and_train_ppo_ray_give_the_same_losses_at_one_rank(ray_head, tiny_sft, tmp_path):
-    """The two entry points share the iteration's code (prompts, sampling seeds, experience, losses):
-    at one rank per model, same flags and seed, their logged losses and rewards agree."""
-    from tests.conftest import run_module
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_train_ppo_and_train_ppo_ray_give_the_same_losses(ray_head, tiny_sft, tmp_path, ranks):
+    """One controller (alignment.ppo.controller), two backends: train_ppo's in-process ranks and
+    train_ppo_ray's actor group give the same prompts, sampling seeds, experience and losses.
+    At 2 ranks with an adaptive KL (--kl_target): train_ppo's two controllers each see half the
+    batch, so the KL coefficient agrees with the Ray driver's (which sees all of it) only if the
+    whitening and the KL that drives β are reduced over both ranks."""
+    from tests.conftest import launcher, run_module
     args = [*PROMPTS, "--pretrain", str(tiny_sft), "--label_key", "label",
             "--remote_rm_url", str(REPO / "alignment/tiny_world/reward.py"), "--advantage_estimator", "group_norm",
             "--n_samples_per_prompt", "2", "--rollout_batch_size", "8", "--micro_rollout_batch_size", "8",
-            "--train_batch_size", "16", "--micro_train_batch_size", "8", "--max_samples", "16",
+            "--train_batch_size", "16", "--micro_train_batch_size", str(8 // ranks), "--max_samples", "16",
             "--generate_max_len", "16", "--actor_learning_rate", "1e-4", "--seed", "3", "--num_threads", "1"]
-    run_module("alignment.cli.train_ppo", [*args, "--save_path", str(tmp_path / "local")], threads=1)
-    status, logs = ray_job(ray_head, [*args, "--save_path", str(tmp_path / "ray"), "--colocate_actor_ref"], "ppo-same")
+    if ranks == 2:
+        args += ["--init_kl_coef", "0.05", "--kl_target", "0.001", "--kl_horizon", "100"]
+    run_module("alignment.cli.train_ppo", [*args, "--save_path", str(tmp_path / "local")],
+               launcher("torchrun", ranks) if ranks > 1 else None, threads=1)
+    status, logs = ray_job(ray_head, [*args, "--save_path", str(tmp_path / "ray"), "--colocate_actor_ref",
+                                      "--actor_num_gpus_per_node", str(ranks), "--ref_num_gpus_per_node", str(ranks)],
+                          f"ppo-same-{ranks}")
     assert status.endswith("SUCCEEDED"), logs[-3000:]
-    keys = ("train/reward", "train/kl", "train/policy_loss", "train/response_length")
+    keys = ("train/reward", "train/kl", "train/policy_loss", "train/response_length", "train/kl_coef")
     local, ray = ([{k: r[k] for k in keys} for r in metric_rows(tmp_path / side)] for side in ("local", "ray"))
     assert len(local) == len(ray) == 2
     for a, b in zip(local, ray):
         assert all(abs(a[k] - b[k]) < 1e-5 for k in keys), (local, ray)
+    if ranks == 2:    # β moved (so the test can see a per-rank update) and moved the same way
+        assert local[1]["train/kl_coef"] != 0.05, local

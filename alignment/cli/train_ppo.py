@@ -1,8 +1,9 @@
 """python -m alignment.cli.train_ppo (or `deepspeed --module alignment.cli.train_ppo`): the PPO
 family with every model in this process group and HF generation — OpenRLHF's train_ppo.
 
-One iteration is `alignment.ppo.trainer.PPOTrainer.step`; the loop (logging, --save_steps
-checkpoints, --load_checkpoint) is `alignment.ppo.loop`, shared with train_ppo_ray.
+One iteration is `alignment.ppo.controller.PPOController.step` on the in-process backend
+(`alignment.ppo.local.LocalGroups`); the controller and the loop (logging, --save_steps
+checkpoints, --load_checkpoint, `alignment.ppo.loop`) are train_ppo_ray's too.
 vLLM engines run with train_ppo_ray only.
 """
 from __future__ import annotations
@@ -46,20 +47,6 @@ def barrier() -> None:
         dist.barrier()
 
 
-def resume(cfg: PPOConfig, engines: dict):
-    """--load_checkpoint: the newest committed PPO state (engines loaded), or None to start fresh."""
-    from alignment.ppo.loop import PPOState
-    from alignment.trainers import checkpoint
-    found = checkpoint.load_latest(engines, cfg.ckpt_path) if cfg.load_checkpoint else None
-    if found is None:
-        if cfg.load_checkpoint:
-            log.info("--load_checkpoint: no committed PPO checkpoint under %s; starting from iteration 0", cfg.ckpt_path)
-        return None
-    state = PPOState(**found.state["ppo"])
-    log.info("resuming PPO from %s (iteration %d done, KL coefficient %.4g)", found.uri, state.iteration, state.kl_coef)
-    return state
-
-
 def build_models(cfg: PPOConfig, rt, setup, total_steps: int):
     """(actor engine, critic engine or None, the critic's value scale, frozen reference or None)."""
     from alignment.models.builder import load_actor, load_value_model
@@ -95,11 +82,11 @@ def main(argv: list[str] | None = None) -> dict:
     from alignment.distributed.runtime import init_runtime
     from alignment.models.builder import prepare
     from alignment.models.saving import full_state_dict, lora_save, save_hf_model
-    from alignment.ppo.loop import PPOState, run_iterations
+    from alignment.ppo.controller import PPOController, check_sizes, iterations_per_episode
+    from alignment.ppo.local import LocalGroups
+    from alignment.ppo.loop import run_iterations
     from alignment.ppo.packed import packing_for
-    from alignment.ppo.trainer import PPOTrainer, check_sizes
     from alignment.rewards.scorer import make_reward
-    from alignment.trainers import checkpoint
     from alignment.trainers.tracking import MetricsLogger
 
     rt = init_runtime(cfg.local_rank, cfg.num_threads)
@@ -108,27 +95,21 @@ def main(argv: list[str] | None = None) -> dict:
     prompts = load_prompts(cfg, setup.tokenizer, cfg.prompt_data, cfg.prompt_split)
     reward = make_reward(cfg, setup.tokenizer, setup.precision.dtype, setup.attn,
                          "cpu" if cfg.ref_reward_offload else rt.device)
-    trainer_iters = cfg.num_episodes * max(1, len(prompts) // cfg.rollout_batch_size)
+    trainer_iters = cfg.num_episodes * iterations_per_episode(len(prompts), cfg.rollout_batch_size)
     total = trainer_iters * steps_per_iteration
     log.info("PPO (%s): %d prompts, %d iterations of %d prompts x %d samples, %d optimizer steps per engine, "
              "world size %d, %s", cfg.advantage_estimator, len(prompts), trainer_iters, cfg.rollout_batch_size,
              cfg.n_samples_per_prompt, total, rt.world_size, setup.precision.label)
     actor, critic, critic_scale, ref = build_models(cfg, rt, setup, total)
-    trainer = PPOTrainer(cfg, rt, actor, critic, ref, reward, setup.tokenizer, prompts, critic_scale,
-                         packing_for(cfg, setup))
+    groups = LocalGroups(cfg, rt, actor, critic, ref, reward, setup.tokenizer, critic_scale, packing_for(cfg, setup))
+    ppo = PPOController(cfg, groups, setup.tokenizer, prompts)
 
     # built here, committed over --save_path at the end: a committed model there stays intact until then
     run_dir = outputs.staging_dir(cfg.save_path) if rt.is_main else None
-    engines = {"actor": actor, **({"critic": critic} if critic is not None else {})}
-    start = resume(cfg, engines)
-    logger = MetricsLogger(cfg, run_dir, rt.is_main, trainer.total_iterations, "ppo",
+    start = groups.resume()
+    logger = MetricsLogger(cfg, run_dir, rt.is_main, ppo.total_iterations, "ppo",
                            cfg.rollout_batch_size * cfg.n_samples_per_prompt)
-
-    def save(state: PPOState) -> None:
-        checkpoint.save(engines, cfg.ckpt_path, state.iteration, {"ppo": dataclasses.asdict(state)}, cfg.max_ckpt_num,
-                        {"stage": "ppo", "config": public_dict(cfg)})
-
-    run_iterations(cfg, trainer.total_iterations, trainer.step, trainer.kl_ctl, logger, save, start)
+    run_iterations(cfg, ppo.total_iterations, ppo.step, ppo.kl_ctl, logger, groups.save, start)
     state = full_state_dict(actor)
     if rt.is_main:
         save_hf_model(actor.module, state, setup.tokenizer, run_dir, lora=lora_save(cfg))

@@ -1,5 +1,5 @@
-"""The PPO iteration loop both controllers share (`train_ppo` in-process, `train_ppo_ray`'s
-driver): resume → iterate → log → checkpoint every --save_steps iterations / --save_minutes. What an iteration
+"""The PPO iteration loop both entry points run around `PPOController.step` (`train_ppo` in-process,
+`train_ppo_ray`'s driver): resume → iterate → log → checkpoint every --save_steps iterations / --save_minutes. What an iteration
 does and how the engines save are passed in, so the loop holds no model code."""
 from __future__ import annotations
 

@@ -1,12 +1,12 @@
-"""The single controller of PPO on Ray (OpenRLHF's design): this process — the driver inside the
-Ray job — places the model groups, then for each iteration: generate (actor ranks, HF engine) →
-make experience (actor/ref log-probs, critic values, rewards from the RM group or the driver's
-reward function) → advantages (here) → train critic and actor (their groups, concurrently) → log.
+"""PPO's Ray backend of `alignment.ppo.controller.ModelGroups` (OpenRLHF's design): this process —
+the driver inside the Ray job — places the model groups and is the one controller; each typed call
+sends work to a group's ranks (generation on the actor ranks' HF engine or the vLLM engines,
+log-probs, values, rewards from the RM group or the driver's reward function, training).
 
 Tensors move between groups through Ray's object store. With the HF engine inside the actor,
 weight sync is a no-op by construction (the engine generates with the weights it trains); with
 vLLM engines (--vllm_num_engines), the actor's weights go to them after every actor update in
-bounded chunks through the object store (`sync_engines`).
+bounded chunks through the object store (`sync_weights`).
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import logging
 import os
 import tempfile
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,34 +23,54 @@ import torch
 from alignment.config.base import public_dict
 from alignment.config.ppo import PPOConfig
 from alignment.distributed import placement
-from alignment.losses.kl import KLController
 from alignment.models.loading import resolve_model_path
-from alignment.ppo.batch import rollout_to_batch
-from alignment.ppo.experience import assemble, experience_metrics, needs_old_logprobs, uses_reference
+from alignment.ppo.batch import SequenceBatch
+from alignment.ppo.controller import PPOController, check_sizes, iterations_per_episode, sampling_params
+from alignment.ppo.experience import Experience
 from alignment.ppo.groups import ModelGroup, split
 from alignment.ppo.loop import PPOState
-from alignment.ppo.trainer import check_sizes, iterations_per_episode, prompt_order, reward_inputs, sampling_params
 from alignment.rollout.types import Rollout
 
 log = logging.getLogger("alignment.train_ppo_ray")
 
 
-class RayPPO:
-    def __init__(self, cfg: PPOConfig, tokenizer: Any, prompts: list, function_reward: Any | None):
+@dataclass
+class Gathered:
+    """Each rank's rows of a group call, concatenated in rank order once they are all in."""
+    futures: list
+
+    def get(self) -> torch.Tensor:
+        import ray
+        return torch.cat(ray.get(self.futures))
+
+
+@dataclass
+class GroupMetrics:
+    """A training pass's metrics, which every rank returns already averaged across its group."""
+    futures: list
+
+    def get(self) -> dict[str, float]:
+        import ray
+        return ray.get(self.futures)[0]
+
+
+class RayGroups:
+    rank, world = 0, 1      # one controller, in the driver: it sees every row of the iteration
+
+    def __init__(self, cfg: PPOConfig, n_prompts: int, function_reward: Any | None):
         import ray
 
-        self.cfg, self.tokenizer, self.prompts, self.function_reward = cfg, tokenizer, prompts, function_reward
+        self.cfg, self.function_reward = cfg, function_reward
         self.plans = placement.plan(cfg)
-        self.world = next(p for p in self.plans if p.role == "actor").world_size
-        self.steps_per_iteration = check_sizes(cfg, self.world)
-        self.per_episode = iterations_per_episode(len(prompts), cfg.rollout_batch_size)
-        self.total_iterations = cfg.num_episodes * self.per_episode
+        self.actor_world = next(p for p in self.plans if p.role == "actor").world_size
+        total_iterations = cfg.num_episodes * iterations_per_episode(n_prompts, cfg.rollout_batch_size)
+        self.total_steps = total_iterations * check_sizes(cfg, self.actor_world)
         resources = ray.cluster_resources()
         self.gpu = resources.get("GPU", 0) > 0
         kind = "GPU" if self.gpu else "CPU"
         placement.check_resources(self.plans, resources.get(kind, 0), kind)
         self.groups = self._place(ray, kind, resources)
-        self.kl_ctl = KLController(cfg.init_kl_coef, cfg.kl_target, cfg.kl_horizon)
+        self.has_critic = "critic" in self.groups
 
     def _place(self, ray: Any, kind: str, resources: dict) -> dict[str, ModelGroup]:
         from ray.util.placement_group import placement_group
@@ -74,8 +94,7 @@ class RayPPO:
                         "engines in chunks through Ray's object store (--vllm_sync_backend gloo broadcasts over gloo)",
                         "--colocate_all_models shares them" if self.gpu else "this cluster has no GPUs")
         groups = {p.role: ModelGroup(p, pgs[p.bundle_set], self.gpu) for p in self.plans if p.role != "vllm"}
-        total = self.total_iterations * self.steps_per_iteration
-        ray.get([f for g in groups.values() for f in g.init(self.cfg, threads, total, trainer_cores)]
+        ray.get([f for g in groups.values() for f in g.init(self.cfg, threads, self.total_steps, trainer_cores)]
                 + [e.ready.remote() for e in self.engines])
         if self.collective_sync:
             self._open_sync_group(groups["actor"].workers[0])
@@ -116,7 +135,7 @@ class RayPPO:
         log.info("weight sync: %s broadcast from actor rank 0 to %d vLLM engine(s) (%s:%d)", group.backend,
                  len(self.engines), host, port)
 
-    def sync_engines(self) -> float:
+    def sync_weights(self) -> float:
         """Push the actor's new weights to every vLLM engine (a collective broadcast, or bounded
         chunks through the object store); seconds taken."""
         import ray
@@ -133,72 +152,42 @@ class RayPPO:
         ray.get([e.load_weight_refs.remote(refs) for e in self.engines])
         return time.time() - t0
 
-    # --- one iteration -------------------------------------------------------------------
-    def prompt_batch(self, iteration: int) -> list:
-        episode, k = divmod(iteration, self.per_episode)
-        order = prompt_order(len(self.prompts), self.cfg.seed, episode)
-        start = k * self.cfg.rollout_batch_size
-        return [self.prompts[i] for i in order[start:start + self.cfg.rollout_batch_size]]
-
-    def generate(self, prompts: list, iteration: int) -> Rollout:
+    # --- one iteration's calls (the controller, alignment.ppo.controller, makes them) ------------
+    def generate(self, prompt_ids: list[list[int]], iteration: int) -> Rollout:
         """On the vLLM engines when there are any, else on the actor ranks (HF engine)."""
         import ray
         generators = self.engines or self.groups["actor"].workers
-        shards = split(len(prompts), len(generators))
-        parts = ray.get([g.generate.remote([p.ids for p in prompts[s:e]],
-                                           sampling_params(self.cfg, iteration, r, len(generators)))
+        shards = split(len(prompt_ids), len(generators))
+        parts = ray.get([g.generate.remote(prompt_ids[s:e], sampling_params(self.cfg, iteration, r, len(generators)))
                          for r, (g, (s, e)) in enumerate(zip(generators, shards))])
         rollout = Rollout()
         for part, (s, _) in zip(parts, shards):
             rollout.extend(part, index_offset=s)
         return rollout
 
-    def scores(self, rollout: Rollout, prompts: list) -> torch.Tensor:
+    def scores(self, queries: list[str], prompts: list[str], labels: list) -> torch.Tensor:
         import ray
-        queries, texts, labels = reward_inputs(self.tokenizer, rollout, prompts)
         if self.function_reward is not None:
-            scores = self.function_reward(queries, texts, labels)
-        else:
-            group = self.groups["reward"]
-            shards = split(len(queries), len(group.workers))
-            scores = torch.cat(ray.get([w.scores.remote(queries[s:e], texts[s:e], labels[s:e])
-                                        for w, (s, e) in zip(group.workers, shards)]))
-        return scores.float().clamp(*self.cfg.reward_clip_range)
+            return self.function_reward(queries, prompts, labels)
+        group = self.groups["reward"]
+        shards = split(len(queries), len(group.workers))
+        return torch.cat(ray.get([w.scores.remote(queries[s:e], prompts[s:e], labels[s:e])
+                                  for w, (s, e) in zip(group.workers, shards)]))
 
-    def step(self, iteration: int) -> dict[str, float]:
-        import ray
-        cfg = self.cfg
-        t0 = time.time()
-        prompts = self.prompt_batch(iteration)
-        rollout = self.generate(prompts, iteration)
-        t_gen = time.time()
-        batch = rollout_to_batch(rollout, self.tokenizer.pad_token_id)
-        futures = {}
-        if needs_old_logprobs(cfg):
-            futures["old"] = self.groups["actor"].logprobs(batch)
-        if uses_reference(cfg):
-            futures["ref"] = self.groups["ref"].logprobs(batch)
-        if "critic" in self.groups:
-            futures["values"] = self.groups["critic"].values(batch)
-        scores = self.scores(rollout, prompts)
-        out = {k: torch.cat(ray.get(v)) for k, v in futures.items()}
-        exp = assemble(cfg, batch, scores, out.get("old"), out.get("ref"), out.get("values"), self.kl_ctl.value)
-        metrics = experience_metrics(exp, rollout.finished)
-        t_exp = time.time()
-        seed = cfg.seed + iteration
-        train = {}
-        if "critic" in self.groups:
-            train["critic"] = self.groups["critic"].train(exp, 0.0, seed)
-        if iteration >= cfg.freezing_actor_steps:
-            train["actor"] = self.groups["actor"].train(exp, self.kl_ctl.value, seed)
-        for futs in train.values():
-            metrics.update(ray.get(futs)[0])     # already averaged across the group's ranks
-        t_train = time.time()
-        t_sync = self.sync_engines() if "actor" in train else 0.0
-        metrics.update(kl_coef=self.kl_ctl.value, time_generate=t_gen - t0, time_experience=t_exp - t_gen,
-                       time_train=t_train - t_exp, time_sync=t_sync)
-        self.kl_ctl.update(metrics.get("kl", 0.0), len(exp))   # no kl: no KL term, a fixed controller
-        return metrics
+    def actor_logprobs(self, batch: SequenceBatch) -> Gathered:
+        return Gathered(self.groups["actor"].logprobs(batch))
+
+    def ref_logprobs(self, batch: SequenceBatch) -> Gathered:
+        return Gathered(self.groups["ref"].logprobs(batch))
+
+    def values(self, batch: SequenceBatch) -> Gathered:
+        return Gathered(self.groups["critic"].values(batch))
+
+    def train_critic(self, exp: Experience, seed: int) -> GroupMetrics:
+        return GroupMetrics(self.groups["critic"].train(exp, 0.0, seed))
+
+    def train_actor(self, exp: Experience, kl_coef: float, seed: int) -> GroupMetrics:
+        return GroupMetrics(self.groups["actor"].train(exp, kl_coef, seed))
 
     # --- resumable state (alignment.trainers.checkpoint) -------------------------------------
     def _trained_groups(self) -> list[ModelGroup]:
@@ -211,7 +200,7 @@ class RayPPO:
         cfg = self.cfg
         ray.get([f for g in self._trained_groups() for f in g.save_checkpoint(cfg.ckpt_path, state.iteration)])
         checkpoint.commit(cfg.ckpt_path, state.iteration, {"ppo": asdict(state)}, cfg.max_ckpt_num,
-                          {"stage": "ppo", "config": public_dict(cfg)}, self.world)
+                          {"stage": "ppo", "config": public_dict(cfg)}, self.actor_world)
 
     def resume(self) -> PPOState | None:
         """--load_checkpoint: the newest committed state, loaded into the groups; None to start fresh."""
@@ -228,7 +217,7 @@ class RayPPO:
         state = PPOState(**found.state["ppo"])
         log.info("resuming PPO from %s (iteration %d done, KL coefficient %.4g)", latest, state.iteration, state.kl_coef)
         ray.get([f for g in self._trained_groups() for f in g.load_checkpoint(self.cfg.ckpt_path, found.name)])
-        self.sync_engines()          # the engines started from --pretrain
+        self.sync_weights()          # the engines started from --pretrain
         return state
 
     def commit(self, metrics_dir: Path, final: dict[str, float], tracking: dict[str, str]) -> None:
@@ -261,16 +250,17 @@ def run(cfg: PPOConfig) -> dict[str, float]:
     check_sizes(cfg, placement.plan(cfg)[0].world_size)
     if not ray.is_initialized():
         ray.init(log_to_driver=True)      # inside a Ray job this joins the job's cluster
-    ppo = RayPPO(cfg, tokenizer, prompts, function_reward)
+    groups = RayGroups(cfg, len(prompts), function_reward)
+    ppo = PPOController(cfg, groups, tokenizer, prompts)
     log.info("PPO on Ray (%s): %d prompts, %d iterations of %d prompts x %d samples, %d optimizer steps per "
              "iteration", cfg.advantage_estimator, len(prompts), ppo.total_iterations, cfg.rollout_batch_size,
              cfg.n_samples_per_prompt, ppo.steps_per_iteration)
     metrics_dir = Path(tempfile.mkdtemp(prefix="alignflow-ppo-metrics-"))
-    start = ppo.resume()
+    start = groups.resume()
     logger = MetricsLogger(cfg, metrics_dir, True, ppo.total_iterations, "ppo",
                            cfg.rollout_batch_size * cfg.n_samples_per_prompt)
-    run_iterations(cfg, ppo.total_iterations, ppo.step, ppo.kl_ctl, logger, ppo.save, start)
+    run_iterations(cfg, ppo.total_iterations, ppo.step, ppo.kl_ctl, logger, groups.save, start)
     logger.close()
-    ppo.commit(metrics_dir, logger.final(), logger.links)
+    groups.commit(metrics_dir, logger.final(), logger.links)
     log.info("model committed: %s", cfg.save_path)
     return logger.final()

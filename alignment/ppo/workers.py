@@ -1,7 +1,7 @@
 """Ray model workers: one process per rank of a model group (actor, critic, ref, reward). The
 ranks of a group form their own torch.distributed group (gloo on CPU, NCCL on GPU) and run the
-same `rank_ops` code as PPO without Ray; the driver (`alignment.ppo.ray_driver`) tells them what
-to do and moves tensors between groups through Ray's object store.
+same `rank_ops` code as PPO without Ray; the driver's controller (`alignment.ppo.controller`, through
+`alignment.ppo.ray_driver.RayGroups`) tells them what to do and moves tensors between groups through Ray's object store.
 """
 from __future__ import annotations
 

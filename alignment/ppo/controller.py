@@ -1,0 +1,162 @@
+"""The PPO family's one controller: an iteration — prompts → generate → experience (old/ref
+log-probs, values, rewards) → advantages → train critic and actor → weight sync — written once
+against `ModelGroups`, a small typed interface with two backends:
+
+- `alignment.ppo.local.LocalGroups` — every model in this process, one controller per launcher rank
+  (`train_ppo` under deepspeed/torchrun); each controller takes rank r's share of the prompts;
+- `alignment.ppo.ray_driver.RayGroups` — Ray actor groups placed on the cluster, one controller in
+  the job's driver (`train_ppo_ray`), which sees the whole batch.
+
+Statistics are global by construction: whitening sums and the metrics go through
+`sum_across_ranks`/`mean_across_ranks`, which reduce over the launcher's ranks and are the identity
+in the Ray driver (it has no process group: every row is already here). So the adaptive KL is
+updated from the same, global KL on every controller.
+"""
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
+
+import torch
+
+from alignment.config.base import require
+from alignment.config.ppo import PPOConfig
+from alignment.datasets.prompts import PromptSample
+from alignment.losses.kl import KLController
+from alignment.ppo.batch import SequenceBatch, rollout_to_batch
+from alignment.ppo.experience import Experience, assemble, experience_metrics, needs_old_logprobs, uses_reference
+from alignment.ppo.loop import PPOState
+from alignment.rollout.types import Rollout, SamplingParams
+from alignment.trainers.base import mean_across_ranks, sum_across_ranks
+
+T = TypeVar("T", covariant=True)
+
+
+class Pending(Protocol[T]):
+    """A result that may still be computing (Ray futures), so independent model calls overlap."""
+    def get(self) -> T: ...
+
+
+@dataclass
+class Done(Generic[T]):
+    """A result computed on the spot (the in-process backend)."""
+    value: T
+
+    def get(self) -> T:
+        return self.value
+
+
+class ModelGroups(Protocol):
+    rank: int            # this controller's share of each iteration's prompts: rank of world
+    world: int
+    has_critic: bool
+
+    def generate(self, prompt_ids: list[list[int]], iteration: int) -> Rollout: ...
+    def scores(self, queries: list[str], prompts: list[str], labels: list) -> torch.Tensor: ...
+    def actor_logprobs(self, batch: SequenceBatch) -> Pending[torch.Tensor]: ...
+    def ref_logprobs(self, batch: SequenceBatch) -> Pending[torch.Tensor]: ...
+    def values(self, batch: SequenceBatch) -> Pending[torch.Tensor]: ...
+    def train_critic(self, exp: Experience, seed: int) -> Pending[dict[str, float]]: ...
+    def train_actor(self, exp: Experience, kl_coef: float, seed: int) -> Pending[dict[str, float]]: ...
+    def sync_weights(self) -> float: ...
+    def save(self, state: PPOState) -> None: ...
+    def resume(self) -> PPOState | None: ...
+
+
+def check_sizes(cfg: PPOConfig, world_size: int) -> int:
+    """Optimizer steps per iteration per engine; one clear error when the batch sizes don't fit."""
+    require(cfg.rollout_batch_size % world_size == 0,
+            f"--rollout_batch_size {cfg.rollout_batch_size} is not divisible by world size {world_size}")
+    samples = cfg.rollout_batch_size * cfg.n_samples_per_prompt
+    require(samples % cfg.train_batch_size == 0,
+            f"--rollout_batch_size {cfg.rollout_batch_size} x --n_samples_per_prompt {cfg.n_samples_per_prompt} = "
+            f"{samples} samples per iteration is not a multiple of --train_batch_size {cfg.train_batch_size}")
+    cfg.accumulation_steps(world_size)
+    return samples // cfg.train_batch_size * cfg.max_epochs
+
+
+def iterations_per_episode(n_prompts: int, rollout_batch_size: int) -> int:
+    return max(1, n_prompts // rollout_batch_size)
+
+
+def prompt_order(n_prompts: int, seed: int, episode: int) -> list[int]:
+    """A seeded shuffle per episode: each prompt is used once per episode, in a reproducible order."""
+    order = list(range(n_prompts))
+    random.Random(seed + episode).shuffle(order)
+    return order
+
+
+def sampling_params(cfg: PPOConfig, iteration: int, shard: int = 0, shards: int = 1) -> SamplingParams:
+    """Shard k of `shards` generators samples with its own seed, a function of (--seed, iteration),
+    so a resumed iteration draws the same samples."""
+    return SamplingParams(cfg.generate_max_len, cfg.temperature, cfg.top_p, cfg.n_samples_per_prompt,
+                          seed=cfg.seed * 100_003 + iteration * shards + shard)
+
+
+def reward_inputs(tokenizer: Any, rollout: Rollout, prompts: list[PromptSample]) -> tuple[list, list, list]:
+    """(queries, prompts, labels) for a reward source. The query is the prompt text as rendered +
+    the response as generated (eos kept), never a re-decode of the prompt ids, so reward
+    functions can split the two exactly."""
+    src = [prompts[i] for i in rollout.prompt_index]
+    responses = tokenizer.batch_decode(rollout.response_ids, skip_special_tokens=False)
+    return [p.text + r for p, r in zip(src, responses)], [p.text for p in src], [p.label for p in src]
+
+
+def _get(pending: Pending[torch.Tensor] | None) -> torch.Tensor | None:
+    return None if pending is None else pending.get()
+
+
+class PPOController:
+    def __init__(self, cfg: PPOConfig, groups: ModelGroups, tokenizer: Any, prompts: list[PromptSample]):
+        self.cfg, self.groups, self.tokenizer, self.prompts = cfg, groups, tokenizer, prompts
+        self.steps_per_iteration = check_sizes(cfg, groups.world)
+        self.per_episode = iterations_per_episode(len(prompts), cfg.rollout_batch_size)
+        self.total_iterations = cfg.num_episodes * self.per_episode
+        self.kl_ctl = KLController(cfg.init_kl_coef, cfg.kl_target, cfg.kl_horizon)
+
+    def prompt_batch(self, iteration: int) -> list[PromptSample]:
+        """This controller's share of iteration's prompts (all of them when world is 1)."""
+        cfg, g = self.cfg, self.groups
+        episode, k = divmod(iteration, self.per_episode)
+        order = prompt_order(len(self.prompts), cfg.seed, episode)
+        per = cfg.rollout_batch_size // g.world
+        start = k * cfg.rollout_batch_size + g.rank * per
+        return [self.prompts[i] for i in order[start:start + per]]
+
+    def make_experience(self, iteration: int) -> tuple[Experience, dict[str, float]]:
+        cfg, g = self.cfg, self.groups
+        t0 = time.time()
+        prompts = self.prompt_batch(iteration)
+        rollout = g.generate([p.ids for p in prompts], iteration)
+        t_gen = time.time()
+        batch = rollout_to_batch(rollout, self.tokenizer.pad_token_id)
+        # started together: on Ray the actor, reference and critic groups compute at the same time
+        old = g.actor_logprobs(batch) if needs_old_logprobs(cfg) else None
+        ref = g.ref_logprobs(batch) if uses_reference(cfg) else None
+        vals = g.values(batch) if g.has_critic else None
+        scores = g.scores(*reward_inputs(self.tokenizer, rollout, prompts)).float().clamp(*cfg.reward_clip_range)
+        exp = assemble(cfg, batch, scores, _get(old), _get(ref), _get(vals), self.kl_ctl.value, across=sum_across_ranks)
+        metrics = experience_metrics(exp, rollout.finished)
+        metrics.update(time_generate=t_gen - t0, time_experience=time.time() - t_gen)
+        return exp, metrics
+
+    def step(self, iteration: int) -> dict[str, float]:
+        """One whole iteration; its metrics, averaged over the launcher's ranks."""
+        cfg, g = self.cfg, self.groups
+        exp, metrics = self.make_experience(iteration)
+        t0 = time.time()
+        seed = cfg.seed + iteration
+        critic = g.train_critic(exp, seed) if g.has_critic else None
+        actor = g.train_actor(exp, self.kl_ctl.value, seed) if iteration >= cfg.freezing_actor_steps else None
+        for trained in (critic, actor):
+            if trained is not None:
+                metrics.update(trained.get())
+        t_train = time.time()
+        metrics.update(kl_coef=self.kl_ctl.value, time_train=t_train - t0,
+                       time_sync=g.sync_weights() if actor is not None else 0.0)
+        metrics = mean_across_ranks(metrics)
+        # every controller updates β from the same, global KL, so the coefficients never drift apart
+        self.kl_ctl.update(metrics.get("kl", 0.0), len(exp) * g.world)   # no kl: no KL term, fixed β
+        return metrics

@@ -1,0 +1,89 @@
+"""PPO's in-process backend of `alignment.ppo.controller.ModelGroups`: every model in this process,
+on each of the launcher's ranks (`train_ppo` under deepspeed/torchrun), HF generation on the actor's
+own module — so after each update the engine already has the new weights and `sync_weights` has
+nothing to do. The per-model work is `alignment.ppo.rank_ops`, the same code the Ray workers run.
+
+Models: `actor` and `critic` are DeepSpeed engines (critic None for the critic-free estimators),
+`ref` a frozen causal LM, `reward` any callable (queries, prompts, labels) -> [B] tensor.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any, Callable
+
+import torch
+
+from alignment.config.base import public_dict
+from alignment.config.ppo import PPOConfig
+from alignment.distributed.runtime import Runtime
+from alignment.models.reward_model import ValueCapture
+from alignment.ppo import rank_ops
+from alignment.ppo.batch import SequenceBatch
+from alignment.ppo.controller import Done, sampling_params
+from alignment.ppo.experience import Experience
+from alignment.ppo.loop import PPOState
+from alignment.ppo.packed import Packing
+from alignment.rollout.hf_engine import HFEngine
+from alignment.rollout.types import Rollout
+
+log = logging.getLogger(__name__)
+
+
+class LocalGroups:
+    def __init__(self, cfg: PPOConfig, rt: Runtime, actor: Any, critic: Any | None, ref: torch.nn.Module | None,
+                 reward: Callable[[list[str], list[str], list], torch.Tensor], tokenizer: Any,
+                 critic_scale: tuple[float, float] | None = None, packing: Packing | None = None):
+        self.cfg, self.rt, self.actor, self.critic, self.ref, self.reward = cfg, rt, actor, critic, ref, reward
+        self.rank, self.world, self.has_critic = rt.rank, rt.world_size, critic is not None
+        self.packing = packing   # --packing_samples: the training and scoring forward passes on packed rows
+        self.micro = cfg.micro_rollout_batch_size
+        self.gen = HFEngine(actor.module, tokenizer.eos_token_id, tokenizer.pad_token_id,
+                            batch_size=max(self.micro, 1), device=rt.torch_device)
+        self.capture = ValueCapture(critic.module, critic_scale) if critic is not None else None
+        self.engines = {"actor": actor, **({"critic": critic} if critic is not None else {})}
+
+    def generate(self, prompt_ids: list[list[int]], iteration: int) -> Rollout:
+        return self.gen.generate(prompt_ids, sampling_params(self.cfg, iteration, self.rank, self.world))
+
+    def scores(self, queries: list[str], prompts: list[str], labels: list) -> torch.Tensor:
+        return self.reward(queries, prompts, labels)
+
+    def actor_logprobs(self, batch: SequenceBatch) -> Done[torch.Tensor]:
+        return Done(rank_ops.logprobs(self.actor.module, batch, self.micro, self.packing))
+
+    def ref_logprobs(self, batch: SequenceBatch) -> Done[torch.Tensor]:
+        return Done(rank_ops.logprobs(self.ref, batch, self.micro, self.packing))
+
+    def values(self, batch: SequenceBatch) -> Done[torch.Tensor]:
+        return Done(rank_ops.values(self.critic.module, self.capture, batch, self.micro, self.packing))
+
+    def train_critic(self, exp: Experience, seed: int) -> Done[dict[str, float]]:
+        return Done(rank_ops.train_critic(self.critic, self.capture, exp, self.cfg, seed, self.packing))
+
+    def train_actor(self, exp: Experience, kl_coef: float, seed: int) -> Done[dict[str, float]]:
+        return Done(rank_ops.train_actor(self.actor, exp, self.cfg, kl_coef, seed, self.packing))
+
+    def sync_weights(self) -> float:
+        return 0.0     # the HF engine generates with the module it trains
+
+    def save(self, state: PPOState) -> None:
+        from alignment.trainers import checkpoint
+        cfg = self.cfg
+        checkpoint.save(self.engines, cfg.ckpt_path, state.iteration, {"ppo": dataclasses.asdict(state)},
+                        cfg.max_ckpt_num, {"stage": "ppo", "config": public_dict(cfg)})
+
+    def resume(self) -> PPOState | None:
+        """--load_checkpoint: the newest committed PPO state (engines loaded), or None to start fresh."""
+        from alignment.trainers import checkpoint
+        cfg = self.cfg
+        found = checkpoint.load_latest(self.engines, cfg.ckpt_path) if cfg.load_checkpoint else None
+        if found is None:
+            if cfg.load_checkpoint:
+                log.info("--load_checkpoint: no committed PPO checkpoint under %s; starting from iteration 0",
+                         cfg.ckpt_path)
+            return None
+        state = PPOState(**found.state["ppo"])
+        log.info("resuming PPO from %s (iteration %d done, KL coefficient %.4g)", found.uri, state.iteration,
+                 state.kl_coef)
+        return state
