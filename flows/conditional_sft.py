@@ -17,8 +17,10 @@ from prefect import get_run_logger
 from alignment import storage
 from alignment.config import ConfigError
 from alignflow.tasks.params import GenerateOverrides, SFTOverrides, checked_flow, overrides
+from alignflow.tasks import pipeline
+from alignflow.tasks.pipeline import Output, Step
 from alignflow.tasks.ray_cluster import ray_cluster
-from alignflow.tasks.recipes import StagePlan, load_recipe
+from alignflow.tasks.recipes import load_recipe
 from alignflow.tasks.report import build_report, publish_report
 from alignflow.tasks.stage import stage_runner
 from alignflow.tasks.stage_spec import check_store, check_store_reachable
@@ -39,36 +41,30 @@ async def conditional_sft_flow(policy: str, run_name: str = "conditional-sft", s
     if not csft_rewards:
         raise ConfigError("csft_rewards is empty: give the score(s) to ask for at generation, e.g. [1.0]")
     score, sft, generate = overrides(score), overrides(sft), overrides(generate)
-    plan = StagePlan(load_recipe(recipe))
-    score_config_file, sft_config_file, generate_config_file = (plan.recipe.file(r) for r in ("score", "sft", "generate"))
-    score_cfg = plan.check("score", "batch_inference", {**score, "pretrain": policy})
+    recipe_ = load_recipe(recipe)
+    score_step = Step("score", "batch_inference", "score", {**score, "pretrain": policy})
+    score_cfg = pipeline.plan([score_step], recipe_, store, run_name)["score"].cfg
     if score_cfg.post_processor != "csft":
         raise ConfigError(f"the scoring stage must use post_processor: csft (got {score_cfg.post_processor!r})")
-    plan.check("sft", "sft", {**sft, "pretrain": policy, "dataset": "<scored data>"})
     generate = {**generate, "enable_csft": True, "csft_prompt": score_cfg.csft_prompt}   # the prefix SFT learned
-    for r in csft_rewards:
-        plan.check("generate", "batch_inference", {**generate, "csft_reward": r, "pretrain": "<model>"},
-                   label=f"generate (score {r})")
-    await plan.publish("conditional-sft", run_name)
-    results: dict[str, Any] = {}
-    summaries: dict[str, dict] = {}
+    planned = pipeline.plan([
+        score_step, Step("sft", "sft", "sft", {**sft, "pretrain": policy}, {"dataset": Output("score", "output.jsonl")}),
+        *(Step(f"generate (score {r})", "batch_inference", "generate", {**generate, "csft_reward": r},
+               {"pretrain": Output("sft")}) for r in csft_rewards)], recipe_, store, run_name)
+    await pipeline.publish_configs("conditional-sft", run_name, recipe_, planned)
     with ray_cluster(ray_address) as cluster:
-        run = stage_runner(retries)
-        scored = await run("batch_inference", store, run_name, cluster, score_config_file, score, {"pretrain": policy})
-        data_uri = storage.file_in(scored.model_uri, "output.jsonl")
-        trained = await run("sft", store, run_name, cluster, sft_config_file, sft,
-                            {"pretrain": policy, "dataset": data_uri})
-        summaries.update(score=scored.summary(), sft=trained.summary())
-        results.update(scored=data_uri, scored_rows=scored.metrics.get("rows"),
-                       scored_mean_reward=scored.metrics.get("mean_reward"), model_uri=trained.model_uri,
-                       sft_metrics=trained.metrics, generated={})
-        for r in csft_rewards:
-            gen = await run("batch_inference", store, run_name, cluster, generate_config_file,
-                            {**generate, "csft_reward": r}, {"pretrain": trained.model_uri})
-            summaries[f"generate (score {r})"] = gen.summary()
-            results["generated"][str(r)] = {"output": storage.file_in(gen.model_uri, "output.jsonl"),
-                                            "mean_reward": gen.metrics.get("mean_reward")}
-            logger.info("generation with score %s in the prefix: mean reward %s", r, gen.metrics.get("mean_reward"))
+        results = {name: r async for name, r in pipeline.run(planned, stage_runner(retries), store, run_name, cluster)}
+    summaries = {name: r.summary() for name, r in results.items()}
+    scored, trained = results["score"], results["sft"]
+    out: dict[str, Any] = {
+        "scored": planned["sft"].inputs["dataset"], "scored_rows": scored.metrics.get("rows"),
+        "scored_mean_reward": scored.metrics.get("mean_reward"), "model_uri": trained.model_uri,
+        "sft_metrics": trained.metrics, "generated": {}}
+    for r in csft_rewards:
+        gen = results[f"generate (score {r})"]
+        out["generated"][str(r)] = {"output": storage.file_in(gen.model_uri, "output.jsonl"),
+                                    "mean_reward": gen.metrics.get("mean_reward")}
+        logger.info("generation with score %s in the prefix: mean reward %s", r, gen.metrics.get("mean_reward"))
     report = build_report("conditional-sft", run_name, summaries, time.monotonic() - started)
     await publish_report(report)
-    return results
+    return out

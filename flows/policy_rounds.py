@@ -12,13 +12,14 @@ from __future__ import annotations
 import time
 from prefect import get_run_logger
 
-from alignment import storage
 from alignment.config import ConfigError
 from alignflow.tasks.params import StageOverrides, overrides
 from alignflow.tasks.policy_pointer import PolicyPointer, advance, pointer_uri, read_pointer
 from alignflow.tasks import curves
+from alignflow.tasks import pipeline
+from alignflow.tasks.pipeline import Output, Step
 from alignflow.tasks.ray_cluster import ray_cluster
-from alignflow.tasks.recipes import StagePlan, load_recipe
+from alignflow.tasks.recipes import load_recipe
 from alignflow.tasks.report import build_report, publish_report
 from alignflow.tasks.stage import stage_runner
 from alignflow.tasks.stage_spec import check_store, check_store_reachable
@@ -61,33 +62,35 @@ async def policy_rounds(*, flow_name: str, train_stage: str, run_name: str, stor
     if restart:
         logger.info("restart=true: %s starts again from initial_policy %s", run_name, initial_policy)
     generate, train = overrides(generate), overrides(train)
-    # both configs are validated before a cluster starts (the policy and data as placeholders)
-    plan = StagePlan(load_recipe(recipe))
-    plan.check("generate", "batch_inference", {**generate, "pretrain": "<policy>"})
-    plan.check(train_stage, train_stage, {**train, "pretrain": "<policy>", "dataset": "<generated data>"})
-    await plan.publish(flow_name, run_name)
-    generate_config_file, train_config_file = plan.recipe.file("generate"), plan.recipe.file(train_stage)
+    # every round is planned before a cluster starts: round k trains from round k-1's committed model
+    recipe_ = load_recipe(recipe)
+    first = (pointer.round if pointer else 0) + 1
+    steps, policy = [], pointer.model_uri if pointer else initial_policy
+    for k in range(first, first + rounds):
+        # the round number seeds the sampling, so rounds see fresh samples even from one policy,
+        # and (with rollout_batch_size in the generate config) picks this round's slice of prompts
+        at = {"pretrain": policy} if isinstance(policy, Output) else {}
+        given = {} if at else {"pretrain": policy}
+        steps += [Step(f"generate (round {k})", "batch_inference", "generate",
+                       {**generate, **given, "seed": generate.get("seed", 0) + k, "iter": k - 1}, at),
+                  Step(f"{train_stage} (round {k})", train_stage, train_stage, {**train, **given},
+                       {**at, "dataset": Output(f"generate (round {k})", "output.jsonl")})]
+        policy = Output(f"{train_stage} (round {k})")
+    planned = pipeline.plan(steps, recipe_, store, run_name)
+    await pipeline.publish_configs(flow_name, run_name, recipe_, planned)
     summaries: dict[str, dict] = {}
     with ray_cluster(ray_address) as cluster:
-        run = stage_runner(retries)
-        for _ in range(rounds):
-            policy = pointer.model_uri if pointer else initial_policy
-            k = (pointer.round if pointer else 0) + 1
-            logger.info("%s round %d from %s", train_stage, k, policy)
-            # the round number seeds the sampling, so rounds see fresh samples even from one policy,
-            # and (with rollout_batch_size in the generate config) picks this round's slice of prompts
-            data = await run("batch_inference", store, run_name, cluster, generate_config_file,
-                             {**generate, "seed": generate.get("seed", 0) + k, "iter": k - 1}, {"pretrain": policy})
-            data_uri = storage.file_in(data.model_uri, "output.jsonl")
-            trained = await run(train_stage, store, run_name, cluster, train_config_file, train,
-                                {"pretrain": policy, "dataset": data_uri})
-            pointer = advance(store, run_name, pointer, trained.model_uri, {
-                "policy_in": policy, "data": data_uri, "data_rows": data.metrics.get("rows"),
-                "sampled_reward": data.metrics.get("mean_reward"), f"{train_stage}_metrics": trained.metrics})
-            summaries[f"generate (round {k})"] = data.summary()
-            summaries[f"{train_stage} (round {k})"] = trained.summary()
-            logger.info("round %d committed: %s (%s rows of generated data, mean sampled reward %s)", k,
-                        trained.model_uri, data.metrics.get("rows"), data.metrics.get("mean_reward"))
+        async for name, result in pipeline.run(planned, stage_runner(retries), store, run_name, cluster):
+            summaries[name] = result.summary()
+            if name.startswith("generate"):
+                data = result
+                continue
+            given = {**planned[name].step.overrides, **planned[name].inputs}    # the policy as the run named it
+            pointer = advance(store, run_name, pointer, result.model_uri, {
+                "policy_in": given["pretrain"], "data": given["dataset"], "data_rows": data.metrics.get("rows"),
+                "sampled_reward": data.metrics.get("mean_reward"), f"{train_stage}_metrics": result.metrics})
+            logger.info("%s committed: %s (%s rows of generated data, mean sampled reward %s)", name,
+                        result.model_uri, data.metrics.get("rows"), data.metrics.get("mean_reward"))
     report = build_report(flow_name, run_name, summaries, time.monotonic() - started)
     await publish_report(report, {"rounds": curves.rounds_panels(pointer.history)})
     return pointer

@@ -11,11 +11,13 @@ import time
 from typing import Any
 
 from alignflow.tasks.params import SFTOverrides, checked_flow, overrides as plain
+from alignflow.tasks import pipeline
+from alignflow.tasks.pipeline import Output, Step
 from alignflow.tasks.ray_cluster import ray_cluster
-from alignflow.tasks.recipes import Recipe, StagePlan, load_recipe
+from alignflow.tasks.recipes import Recipe, load_recipe
 from alignflow.tasks.report import build_report, publish_report
 from alignflow.tasks.stage import stage_runner
-from alignflow.tasks.stage_spec import StageResult, check_store, check_store_reachable
+from alignflow.tasks.stage_spec import check_store, check_store_reachable
 
 
 @checked_flow(name="sft")
@@ -25,21 +27,16 @@ async def sft_flow(run_name: str = "sft", store: str = "runs/store", ray_address
     started = time.monotonic()
     # Everything that can be wrong with the parameters fails here, before a cluster starts.
     store = check_store_reachable(check_store(store))
-    plan = StagePlan(load_recipe(recipe))
+    recipe_ = load_recipe(recipe)
     overrides = plain(sft)
-    needs_base = makes_base(plan.recipe, overrides)
-    if needs_base:
-        plan.check("tiny_base", "tiny_base", {})
-    plan.check("sft", "sft", {**overrides, **({"pretrain": "<tiny_base output>"} if needs_base else {})})
-    await plan.publish("sft", run_name)
-    stages: dict[str, StageResult] = {}
+    steps = [Step("sft", "sft", "sft", overrides)]
+    if makes_base(recipe_, overrides):
+        steps = [Step("tiny_base", "tiny_base", "tiny_base"),
+                 Step("sft", "sft", "sft", overrides, {"pretrain": Output("tiny_base")})]
+    planned = pipeline.plan(steps, recipe_, store, run_name)
+    await pipeline.publish_configs("sft", run_name, recipe_, planned)
     with ray_cluster(ray_address) as cluster:
-        run = stage_runner(retries)
-        inputs = {}
-        if needs_base:
-            stages["tiny_base"] = await run("tiny_base", store, run_name, cluster, plan.recipe.file("tiny_base"))
-            inputs["pretrain"] = stages["tiny_base"].model_uri
-        stages["sft"] = await run("sft", store, run_name, cluster, plan.recipe.file("sft"), overrides, inputs)
+        stages = {name: r async for name, r in pipeline.run(planned, stage_runner(retries), store, run_name, cluster)}
     report = build_report("sft", run_name, {k: r.summary() for k, r in stages.items()}, time.monotonic() - started)
     await publish_report(report)
     return stages["sft"].summary()

@@ -14,11 +14,13 @@ import time
 from typing import Any, Literal
 
 from alignflow.tasks.params import DPOOverrides, KTOOverrides, SFTOverrides, checked_flow, overrides
+from alignflow.tasks import pipeline
+from alignflow.tasks.pipeline import Output, Step
 from alignflow.tasks.ray_cluster import ray_cluster
-from alignflow.tasks.recipes import StagePlan, load_recipe
+from alignflow.tasks.recipes import load_recipe
 from alignflow.tasks.report import build_report, publish_report
 from alignflow.tasks.stage import stage_runner
-from alignflow.tasks.stage_spec import StageResult, check_store, check_store_reachable
+from alignflow.tasks.stage_spec import check_store, check_store_reachable
 
 
 @checked_flow(name="sft-dpo")
@@ -30,19 +32,14 @@ async def sft_dpo_flow(pretrain: str, run_name: str = "sft-dpo", store: str = "r
     report artifact."""
     started = time.monotonic()
     store = check_store_reachable(check_store(store))
-    sft, pref = {**overrides(sft), "pretrain": pretrain}, overrides(preference)
-    # both configs checked before a cluster starts (the SFT output stands in as a placeholder)
-    plan = StagePlan(load_recipe(recipe))
-    files = plan.recipe.file
-    plan.check("sft", "sft", sft)
-    plan.check(preference_stage, preference_stage, {**pref, "pretrain": "<sft output>"})
-    await plan.publish("sft-dpo", run_name)
-    results: dict[str, StageResult] = {}
+    recipe_ = load_recipe(recipe)
+    planned = pipeline.plan([
+        Step("sft", "sft", "sft", {**overrides(sft), "pretrain": pretrain}),
+        Step(preference_stage, preference_stage, preference_stage, overrides(preference), {"pretrain": Output("sft")}),
+    ], recipe_, store, run_name)
+    await pipeline.publish_configs("sft-dpo", run_name, recipe_, planned)
     with ray_cluster(ray_address) as cluster:
-        run = stage_runner(retries)
-        results["sft"] = await run("sft", store, run_name, cluster, files("sft"), sft)
-        results[preference_stage] = await run(preference_stage, store, run_name, cluster, files(preference_stage), pref,
-                                              {"pretrain": results["sft"].model_uri})
+        results = {name: r async for name, r in pipeline.run(planned, stage_runner(retries), store, run_name, cluster)}
     summaries = {name: r.summary() for name, r in results.items()}
     await publish_report(build_report("sft-dpo", run_name, summaries, time.monotonic() - started))
     return summaries

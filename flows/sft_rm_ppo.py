@@ -18,11 +18,13 @@ from typing import Any
 from alignflow.tasks.params import PPOOverrides, RMOverrides, SFTOverrides, checked_flow, overrides
 from alignflow.flows.sft import makes_base
 from alignflow.tasks.evaluate import heldout_accuracy
+from alignflow.tasks import pipeline
+from alignflow.tasks.pipeline import Output, Step
 from alignflow.tasks.ray_cluster import ray_cluster
-from alignflow.tasks.recipes import StagePlan, load_recipe
+from alignflow.tasks.recipes import load_recipe
 from alignflow.tasks.report import build_report, publish_report
 from alignflow.tasks.stage import stage_runner
-from alignflow.tasks.stage_spec import StageResult, check_store, check_store_reachable
+from alignflow.tasks.stage_spec import check_store, check_store_reachable
 
 
 @checked_flow(name="sft-rm-ppo")
@@ -35,36 +37,24 @@ async def sft_rm_ppo_flow(run_name: str = "sft-rm-ppo", store: str = "runs/store
     held-out questions; the tiny deployments switch it on) also the SFT and RL models'
     held-out accuracy. Ends with a report artifact."""
     started = time.monotonic()
-    # Every config is validated before a cluster starts (upstream outputs stand in as placeholders).
+    # Every config is validated before a cluster starts, with the output URIs of its upstream stages.
     store = check_store_reachable(check_store(store))
-    plan = StagePlan(load_recipe(recipe))
-    files = plan.recipe.file
+    recipe_ = load_recipe(recipe)
     sft, rm, ppo = overrides(sft), overrides(rm), overrides(ppo)
-    needs_base = makes_base(plan.recipe, sft)
+    steps = [Step("sft", "sft", "sft", sft)]
+    if makes_base(recipe_, sft):
+        steps = [Step("tiny_base", "tiny_base", "tiny_base"),
+                 Step("sft", "sft", "sft", sft, {"pretrain": Output("tiny_base")})]
+    ppo_inputs: dict = {"pretrain": Output("sft")}
     # a reward model URI, reward server or reward function given to PPO: no RM stage to train
-    train_rm = not own_reward(files("ppo"), ppo)
-    if needs_base:
-        plan.check("tiny_base", "tiny_base", {})
-    plan.check("sft", "sft", {**({"pretrain": "<tiny_base output>"} if needs_base else {}), **sft})
-    if train_rm:
-        plan.check("rm", "rm", {**rm, "pretrain": "<sft output>"})
-    plan.check("ppo", "ppo", {**ppo, "pretrain": "<sft output>",
-                              **({"reward_pretrain": "<rm output>"} if train_rm else {})})
-    await plan.publish("sft-rm-ppo", run_name)
-    results: dict[str, StageResult] = {}
+    if not own_reward(recipe_.file("ppo"), ppo):
+        steps.append(Step("rm", "rm", "rm", rm, {"pretrain": Output("sft")}))
+        ppo_inputs["reward_pretrain"] = Output("rm")
+    steps.append(Step("ppo", "ppo", "ppo", ppo, ppo_inputs))
+    planned = pipeline.plan(steps, recipe_, store, run_name)
+    await pipeline.publish_configs("sft-rm-ppo", run_name, recipe_, planned)
     with ray_cluster(ray_address) as cluster:
-        run = stage_runner(retries)
-        sft_inputs = {}
-        if needs_base:
-            results["tiny_base"] = await run("tiny_base", store, run_name, cluster, files("tiny_base"))
-            sft_inputs["pretrain"] = results["tiny_base"].model_uri
-        results["sft"] = await run("sft", store, run_name, cluster, files("sft"), sft, sft_inputs)
-        ppo_inputs = {"pretrain": results["sft"].model_uri}
-        if train_rm:
-            results["rm"] = await run("rm", store, run_name, cluster, files("rm"), rm,
-                                      {"pretrain": results["sft"].model_uri})
-            ppo_inputs["reward_pretrain"] = results["rm"].model_uri
-        results["ppo"] = await run("ppo", store, run_name, cluster, files("ppo"), ppo, ppo_inputs)
+        results = {name: r async for name, r in pipeline.run(planned, stage_runner(retries), store, run_name, cluster)}
         summaries = {name: r.summary() for name, r in results.items()}
         if heldout_eval:
             for name in ("sft", "ppo"):

@@ -5,19 +5,17 @@ a stage starts from its schema's defaults, so a run with the user's own model an
 value of a shipped recipe. A stage's config is then: schema defaults < the recipe's file < the run's
 overrides < upstream outputs.
 
-The merged config of every stage is validated before a cluster starts and published as one
-markdown artifact (`<run>-configs`), so the Prefect UI shows exactly what each stage will run with.
+The merged config of every stage is validated before a cluster starts (tasks/pipeline.py) and
+published as one markdown artifact (`<run>-configs`), so the Prefect UI shows exactly what each
+stage will run with.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import yaml
 
 from alignment.config import ConfigError
-from alignflow.tasks.stage_spec import build_config, config_summary, repo_path
+from alignflow.tasks.stage_spec import repo_path
 
 RECIPES = repo_path("deployments", "recipes")
 
@@ -51,34 +49,3 @@ def load_recipe(recipe: str | None) -> Recipe:
         raise ConfigError(f"recipe {recipe!r}: neither a shipped recipe ({', '.join(shipped())}) nor a folder of stage "
                           f"YAML files; name one of those, give your folder's path, or pass no recipe")
     return Recipe(recipe, folder.resolve())
-
-
-class StagePlan:
-    """The stages a flow run will run, each config merged and validated up front (upstream outputs as
-    `<placeholders>`), collected for the `configs` artifact."""
-
-    def __init__(self, recipe: Recipe):
-        self.recipe, self.configs = recipe, {}
-
-    def check(self, role: str, stage: str, overrides: dict[str, Any], label: str | None = None) -> Any:
-        """Build and validate the config of `role` (the recipe's `<role>.yaml` + overrides; a ConfigError
-        names what is wrong) and remember it under `label` (default: the role)."""
-        cfg = build_config(stage, self.recipe.file(role), overrides)
-        self.configs[label or role] = (stage, cfg)
-        return cfg
-
-    def markdown(self, flow: str, run_name: str) -> str:
-        where = f"recipe `{self.recipe.name}` ({self.recipe.folder})" if self.recipe.name else "no recipe (schema defaults)"
-        parts = [f"# {flow} · {run_name}: merged stage configs", "",
-                 f"From {where}, then this run's parameters; `<... output>` is filled by the upstream stage.", ""]
-        for role, (stage, cfg) in self.configs.items():
-            body = yaml.safe_dump(config_summary(cfg), sort_keys=True, default_flow_style=False)
-            parts += [f"## {role} (`{stage}`)", "", "```yaml", body.rstrip(), "```", ""]
-        return "\n".join(parts)
-
-    async def publish(self, flow: str, run_name: str) -> None:
-        from prefect.artifacts import acreate_markdown_artifact
-        from alignflow.tasks.artifacts import artifact_key
-
-        await acreate_markdown_artifact(key=artifact_key(run_name, "configs"), markdown=self.markdown(flow, run_name),
-                                        description=f"{flow}: every stage's merged config")

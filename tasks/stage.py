@@ -11,7 +11,7 @@ from prefect.runtime import flow_run, task_run
 
 from alignment import storage
 from alignment.errors import TransientError
-from alignment.config.cli import config_to_argv
+from alignment.config.cli import config_to_yaml
 from alignment import events
 from alignflow.tasks.artifacts import publish_stage, read_metrics
 from alignflow.tasks.progress import StageProgress
@@ -81,8 +81,11 @@ async def run_stage(stage: str, store: str, run_name: str, ray_address: str, con
         return done
     out = stage_dir(store, run_name, stage, digest)
     model_uri = f"{out}/model"
-    argv = config_to_argv(job_config(stage, cfg, out, run_name))
-    entrypoint = shlex.join([job_python(), "-m", STAGES[stage].module, *argv])
+    # the job reads its resolved config from the stage directory, so every output in the store
+    # sits beside the config that made it (no secret: build_config refuses keys in flow configs)
+    config_uri = f"{out}/config.yaml"
+    storage.write_text_atomic(config_uri, config_to_yaml(job_config(stage, cfg, out, run_name)))
+    entrypoint = shlex.join([job_python(), "-m", STAGES[stage].module, "--config", config_uri])
     env = job_env()
     env[events.ENV_SWITCH] = "1"    # rank 0 reports progress as events in its log (alignment.events)
     latest = storage.get_latest(f"{out}/checkpoints", "global_step") if STAGES[stage].resumable else None

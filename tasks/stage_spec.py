@@ -98,8 +98,10 @@ def _absolute(spec: str) -> str:
     return ",".join(parts)
 
 
-def build_config(stage: str, config_file: str | None, overrides: dict[str, Any] | None) -> Any:
-    """The stage config from an optional YAML file plus parameter overrides, validated."""
+def build_config(stage: str, config_file: str | None, overrides: dict[str, Any] | None,
+                 pending: set[str] = frozenset()) -> Any:
+    """The stage config from an optional YAML file plus parameter overrides, validated. `pending`:
+    fields naming an upstream stage's output that is not committed yet (its existence is not checked)."""
     if stage not in STAGES:
         raise ConfigError(f"unknown stage {stage!r}; known stages: {sorted(STAGES)}")
     cls = STAGES[stage].config
@@ -111,7 +113,7 @@ def build_config(stage: str, config_file: str | None, overrides: dict[str, Any] 
     if values.get("use_tensorboard") and STAGES[stage].resumable:
         raise ConfigError(f"{stage}: use_tensorboard={values['use_tensorboard']!r}: in a flow every stage writes its "
                           f"TensorBoard events into its output (<stage dir>/model/tensorboard); drop use_tensorboard")
-    check_inputs(stage, values, path_fields(cls))
+    check_inputs(stage, values, {k: v for k, v in path_fields(cls).items() if k not in pending})
     use_wandb = values.get("use_wandb")
     if use_wandb and str(use_wandb).lower() not in WANDB_SWITCHES:
         raise ConfigError(f"{stage}: use_wandb looks like an API key; keys never go in flow parameters: set "
@@ -124,14 +126,13 @@ _HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
 def check_inputs(stage: str, values: dict[str, Any], paths: dict[str, str]) -> None:
     """Every input a stage names exists before anything starts: local files and folders, store URIs
-    (one request each), data specs that parse and hub names that are names. Placeholders of upstream
-    outputs (`<sft output>`) are checked when the upstream stage has committed them."""
+    (one request each), data specs that parse and hub names that are names."""
     from alignment import storage
     from alignment.datasets.sources import DataError, resolve
 
     for name, what in paths.items():
         value = values.get(name)
-        if not isinstance(value, str) or not value or value.startswith("<") or what == "reward":
+        if not isinstance(value, str) or not value or what == "reward":
             continue     # a reward source may be a URL: the job checks it
         for item in value.split(",") if what == "data" else [value]:
             kind, location = "dir", item
@@ -151,12 +152,16 @@ def check_inputs(stage: str, values: dict[str, Any], paths: dict[str, str]) -> N
 
 def identity_hash(stage: str, cfg: Any, inputs: dict[str, str] | None = None) -> str:
     """Hash of what determines the stage's output: its config (less the fields the schema marks
-    identity=False, and secrets), input URIs, and the content of the local files its path fields name
-    (tasks/fingerprint.py)."""
+    identity=False, and secrets), input URIs, and the content of the local files its other path
+    fields name (tasks/fingerprint.py). An input (an upstream stage's committed output) counts by
+    its URI, which holds the upstream's own identity, so a flow knows every stage's output URI
+    before it runs (tasks/pipeline.py)."""
     skip = not_identity_fields(cfg)
     ident = {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name not in skip}
     content = {}
     for name in path_fields(cfg):
+        if name in (inputs or {}):
+            continue
         value = getattr(cfg, name, None)
         if isinstance(value, str) and (prints := fingerprint(value)):
             content[name] = prints

@@ -83,3 +83,29 @@ def test_shipped_recipe_files_load_into_their_schema(recipe, role):
     from tests.conftest import REPO
     values = load_yaml(getattr(config, RECIPE_SCHEMAS[role]), REPO / "deployments" / "recipes" / recipe / f"{role}.yaml")
     assert values
+
+
+@pytest.mark.parametrize("recipe", ["tiny", "smollm2", "llama3-8b", "tiny-csft", "tiny-idpo", "tiny-rs"])
+def test_a_stage_job_config_round_trips_through_its_yaml(recipe, tmp_path):
+    """A flow's stage job reads its resolved config from <stage dir>/config.yaml: the YAML rebuilds
+    the exact config the task validated, for every stage of every shipped recipe."""
+    from alignment.config.cli import config_to_yaml, load_yaml
+    from alignflow.tasks.recipes import load_recipe
+    from alignflow.tasks.stage_spec import STAGES, build_config, job_config
+    rec = load_recipe(recipe)
+    roles = {"generate": "batch_inference", "score": "batch_inference", **{s: s for s in STAGES}}
+    checked = 0
+    for role, stage in roles.items():
+        if not rec.has(role):
+            continue
+        given = {} if stage == "tiny_base" else {"pretrain": str(tmp_path)}
+        if stage in ("sft", "dpo") and recipe in ("tiny-csft", "tiny-idpo", "tiny-rs"):   # the flow's generated data
+            (tmp_path / "rows.jsonl").write_text("{}\n")
+            given["dataset"] = str(tmp_path / "rows.jsonl")
+        if stage == "ppo":
+            given["reward_pretrain"] = str(tmp_path)
+        cfg = job_config(stage, build_config(stage, rec.file(role), given), "s3://bucket/run/stage-0123", "run")
+        (tmp_path / "config.yaml").write_text(config_to_yaml(cfg))
+        assert STAGES[stage].config(**load_yaml(STAGES[stage].config, tmp_path / "config.yaml")) == cfg, role
+        checked += 1
+    assert checked >= 2

@@ -25,14 +25,27 @@ def test_a_recipe_is_a_shipped_name_or_a_folder_and_anything_else_is_one_line(tm
         load_recipe("tinny")
 
 
-def test_the_merged_configs_name_every_stage_and_no_secret():
-    from alignflow.tasks.recipes import StagePlan, load_recipe
-    plan = StagePlan(load_recipe("smollm2"))
-    plan.check("sft", "sft", {"pretrain": str(REPO / "data"), "use_wandb": "env", "learning_rate": 3e-5})
-    plan.check("dpo", "dpo", {"pretrain": "<sft output>"})
-    text = plan.markdown("sft-dpo", "mine")
-    assert "## sft (`sft`)" in text and "## dpo (`dpo`)" in text and "pretrain: <sft output>" in text
-    assert "learning_rate: 3.0e-05" in text and "max_len: 128" in text and "use_wandb" not in text
+def test_the_plan_knows_every_output_uri_before_anything_runs_and_shows_no_secret(tmp_path):
+    """A flow's stages are planned as a whole: the DPO stage is validated with the URI the SFT stage
+    will commit to (no placeholder), and the configs artifact shows it."""
+    from alignflow.tasks import pipeline
+    from alignflow.tasks.pipeline import Output, Step
+    from alignflow.tasks.recipes import load_recipe
+    recipe, store = load_recipe("smollm2"), str(tmp_path / "store")
+    steps = [Step("sft", "sft", "sft", {"pretrain": str(REPO / "data"), "use_wandb": "env", "learning_rate": 3e-5}),
+             Step("dpo", "dpo", "dpo", {}, {"pretrain": Output("sft")})]
+    planned = pipeline.plan(steps, recipe, store, "mine")
+    sft_uri = planned["sft"].model_uri
+    assert sft_uri.startswith(f"{store}/mine/sft-") and sft_uri.endswith("/model")
+    assert planned["dpo"].cfg.pretrain == sft_uri and planned["dpo"].inputs == {"pretrain": sft_uri}
+    assert pipeline.plan(steps, recipe, store, "mine")["dpo"].model_uri == planned["dpo"].model_uri   # deterministic
+    changed = [dataclasses.replace(steps[0], overrides={**steps[0].overrides, "learning_rate": 1e-5}), steps[1]]
+    assert pipeline.plan(changed, recipe, store, "mine")["dpo"].model_uri != planned["dpo"].model_uri   # new upstream
+    text = pipeline.configs_markdown("sft-dpo", "mine", recipe, planned)
+    assert "## sft (`sft`)" in text and "## dpo (`dpo`)" in text and f"pretrain: {sft_uri}" in text
+    assert "learning_rate: 3.0e-05" in text and "max_len: 128" in text and "use_wandb" not in text and "<" not in text
+    with pytest.raises(ValueError, match="not an earlier step"):
+        pipeline.plan(steps[::-1], recipe, store, "mine")
 
 
 def test_flow_parameters_name_a_recipe_and_no_config_files():

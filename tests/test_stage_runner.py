@@ -62,6 +62,8 @@ def test_sft_on_s3_skip_rerun_and_no_secret_leaks(ray_head, s3_root, tmp_path):
     assert storage.is_committed(model_uri)
     stage_dir = model_uri.rsplit("/", 1)[0]
     assert storage.list_committed(f"{stage_dir}/checkpoints") == ["global_step3", "global_step6"]
+    # the job ran from the resolved config the task wrote beside its output
+    assert f"save_path: {model_uri}\n" in storage.read_text(f"{stage_dir}/config.yaml")
     model = AutoModelForCausalLM.from_pretrained(storage.download_dir(model_uri, tmp_path / "m"))
     assert model.config.model_type == "llama"
 

@@ -101,11 +101,15 @@ def test_the_llama3_8b_template_is_a_valid_multi_gpu_recipe():
     text = repo_path("deployments", "prefect.yaml").read_text()
     block = text[text.index("  # - name: llama3-8b"):]
     deployment = yaml.safe_load("\n".join(line.replace("  # ", "  ", 1) for line in block.splitlines()))[0]
+    from alignflow.tasks import pipeline
+    from alignflow.tasks.pipeline import Output, Step
+    from alignflow.tasks.recipes import load_recipe
     params = deployment["parameters"]
-    inputs = {"sft": {}, "rm": {"pretrain": "<sft output>"},
-              "ppo": {"pretrain": "<sft output>", "reward_pretrain": "<rm output>"}}
-    for stage, extra in inputs.items():
-        cfg = build_config(stage, str(repo_path("deployments", "recipes", params["recipe"], f"{stage}.yaml")), extra)
+    planned = pipeline.plan([Step("sft", "sft", "sft"), Step("rm", "rm", "rm", {}, {"pretrain": Output("sft")}),
+                             Step("ppo", "ppo", "ppo", {}, {"pretrain": Output("sft"), "reward_pretrain": Output("rm")})],
+                            load_recipe(params["recipe"]), "s3://bucket/runs", "llama")
+    for stage, p in planned.items():
+        cfg = p.cfg
         if stage == "ppo":
             assert cfg.actor_num_gpus_per_node == 8 and cfg.vllm_num_engines == 4
             continue

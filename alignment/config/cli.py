@@ -139,10 +139,12 @@ def _coerce(cls: type, values: dict[str, Any], source: str) -> dict[str, Any]:
 
 def load_yaml(cls: type[T], path: str | Path) -> dict[str, Any]:
     """The YAML file's values, checked against the schema (unknown keys are errors)."""
+    from alignment import storage   # a local file or a store URI (a flow's stage job reads s3://.../config.yaml)
+    text = storage.read_text(path) if "://" in str(path) else (Path(path).read_text() if Path(path).is_file() else None)
+    if text is None:
+        raise ConfigError(f"--config {path}: file not found")
     try:
-        data = yaml.safe_load(Path(path).read_text()) or {}
-    except FileNotFoundError:
-        raise ConfigError(f"--config {path}: file not found") from None
+        data = yaml.safe_load(text) or {}
     except yaml.YAMLError as e:
         raise ConfigError(f"--config {path}: not valid YAML ({str(e).splitlines()[0]})") from None
     if not isinstance(data, dict):
@@ -162,18 +164,31 @@ def parse_args(cls: type[T], argv: list[str] | None = None, prog: str | None = N
     return validate() if validate else cfg
 
 
-def config_to_argv(cfg: StageConfig) -> list[str]:
-    """Flags that reproduce `cfg` (only non-default values), for job entrypoints."""
-    argv: list[str] = []
+def changed_values(cfg: StageConfig) -> dict[str, Any]:
+    """The fields of `cfg` that differ from the schema's defaults (None left out)."""
+    out = {}
     for f in fields(cfg):
         value = getattr(cfg, f.name)
         default = f.default_factory() if f.default_factory is not MISSING else f.default
-        if value == default or value is None:
-            continue
+        if value != default and value is not None:
+            out[f.name] = value
+    return out
+
+
+def config_to_argv(cfg: StageConfig) -> list[str]:
+    """Flags that reproduce `cfg` (only non-default values)."""
+    argv: list[str] = []
+    for name, value in changed_values(cfg).items():
         if isinstance(value, bool):
-            argv += [f"--{f.name}"] if value else [f"--{f.name}", "false"]
+            argv += [f"--{name}"] if value else [f"--{name}", "false"]
         elif isinstance(value, list):
-            argv += [f"--{f.name}", *map(str, value)]
+            argv += [f"--{name}", *map(str, value)]
         else:
-            argv += [f"--{f.name}", str(value)]
+            argv += [f"--{name}", str(value)]
     return argv
+
+
+def config_to_yaml(cfg: StageConfig) -> str:
+    """A `--config` file that reproduces `cfg` (only non-default values): what a flow's stage job
+    reads from its stage directory."""
+    return yaml.safe_dump(changed_values(cfg), sort_keys=True, default_flow_style=False)
