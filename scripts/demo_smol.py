@@ -2,7 +2,7 @@
 wheel's GGUF file) through the `sft-dpo` flow on this machine's CPU, with held-out accuracy before
 SFT, after SFT and after DPO.
 
-Task (data/smol, scripts/make_smol_data.py): "What is 47 + 38? Answer with the number only." The
+Task (alignflow/data/smol, scripts/make_smol_data.py): "What is 47 + 38? Answer with the number only." The
 answer counts when the first number in the greedy reply is the sum (64 held-out questions). SFT
 teaches the bare-number answer on 96 examples; DPO prefers it over an off-by-one answer with an
 explanation. `make demo-smol`; run it again and the committed stages are skipped.
@@ -31,7 +31,7 @@ def accuracy(model_dir: str, split: str = "test") -> float:
     """Greedy answers to the held-out sums: the share whose first number is the right one."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    rows = [json.loads(line) for line in (REPO / "data" / "smol" / "sft" / f"{split}.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (REPO / "alignflow" / "data" / "smol" / "sft" / f"{split}.jsonl").read_text().splitlines()]
     tok = AutoTokenizer.from_pretrained(model_dir, padding_side="left")
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     right = 0

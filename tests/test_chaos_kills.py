@@ -48,7 +48,7 @@ PPO = {"max_samples": 40, "rollout_batch_size": 4, "n_samples_per_prompt": 4, "m
        "train_batch_size": 16, "micro_train_batch_size": 16, "num_episodes": 1, "save_steps": SAVE["ppo"]}
 # one round: 32 prompts x 2 samples scored by the flow's RM (scores differ, so nearly every prompt
 # gives a pair), then DPO on them, 2 pairs a step
-GENERATE = {"eval_task": "generate", "dataset": f"json@{REPO / 'data' / 'tiny' / 'prompts'}",
+GENERATE = {"eval_task": "generate", "dataset": f"json@{REPO / 'alignflow' / 'data' / 'tiny' / 'prompts'}",
             "input_key": "context_messages", "apply_chat_template": True, "rollout_batch_size": 32,
             "best_of_n": 2, "max_new_tokens": 16, "temperature": 1.0, "micro_batch_size": 64,
             "post_processor": "iter_dpo"}

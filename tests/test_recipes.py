@@ -32,7 +32,7 @@ def test_the_plan_knows_every_output_uri_before_anything_runs_and_shows_no_secre
     from alignflow.tasks.pipeline import Output, Step
     from alignflow.tasks.recipes import load_recipe
     recipe, store = load_recipe("smollm2"), str(tmp_path / "store")
-    steps = [Step("sft", "sft", "sft", {"pretrain": str(REPO / "data"), "use_wandb": "env", "learning_rate": 3e-5}),
+    steps = [Step("sft", "sft", "sft", {"pretrain": str(REPO / "alignflow" / "data"), "use_wandb": "env", "learning_rate": 3e-5}),
              Step("dpo", "dpo", "dpo", {}, {"pretrain": Output("sft")})]
     planned = pipeline.plan(steps, recipe, store, "mine")
     sft_uri = planned["sft"].model_uri
@@ -65,7 +65,7 @@ def test_a_run_with_its_own_model_and_data_and_no_recipe_inherits_no_tiny_value(
     from prefect.client.orchestration import get_client
 
     from alignflow.flows.sft import sft_flow
-    given = {"pretrain": str(tiny_base), "dataset": f"json@{REPO / 'data' / 'tiny' / 'sft'}",
+    given = {"pretrain": str(tiny_base), "dataset": f"json@{REPO / 'alignflow' / 'data' / 'tiny' / 'sft'}",
              "input_key": "context_messages", "apply_chat_template": True, "multiturn": True, "max_steps": 2,
              "train_batch_size": 8, "micro_train_batch_size": 8}
     state = asyncio.run(sft_flow(run_name="own-run", store=str(tmp_path / "store"), ray_address=ray_head,

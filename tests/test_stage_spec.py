@@ -13,7 +13,7 @@ TINY = str(REPO / "deployments" / "recipes" / "tiny" / "sft.yaml")
 
 
 def cfg(**over):
-    return build_config("sft", TINY, {"pretrain": str(REPO / "data"), **over})   # any existing folder
+    return build_config("sft", TINY, {"pretrain": str(REPO / "alignflow" / "data"), **over})   # any existing folder
 
 
 def test_identity_ignores_bookkeeping_but_not_hyperparameters():
@@ -51,7 +51,7 @@ def test_identity_follows_the_content_of_local_data(tmp_path):
 
 def test_relative_data_paths_become_absolute():
     c = cfg()
-    assert c.dataset == f"json@{REPO / 'data' / 'tiny' / 'sft'}"
+    assert c.dataset == f"json@{REPO / 'alignflow' / 'data' / 'tiny' / 'sft'}"
 
 
 def test_job_config_points_outputs_into_the_stage_dir():
@@ -126,7 +126,7 @@ def test_the_llama3_8b_template_is_a_valid_multi_gpu_recipe():
     ({"dataset": "xml@/tmp"}, "NAME is a file format (json, jsonl, parquet, csv, arrow) or a hub dataset name"),
     ({"eval_dataset": "not a name!"}, "neither an existing path nor a hub name"),
     ({"pretrain": "/nowhere/model"}, "--pretrain /nowhere/model: does not exist"),
-    ({"revision": "v1.0"}, "--revision v1.0: --pretrain " + str(REPO / "data") + " is a directory or store URI"),
+    ({"revision": "v1.0"}, "--revision v1.0: --pretrain " + str(REPO / "alignflow" / "data") + " is a directory or store URI"),
 ])
 def test_a_flow_refuses_bad_stage_values_before_anything_starts(over, needle):
     with pytest.raises(ConfigError, match=re.escape(needle)):

@@ -1,4 +1,4 @@
-"""Regenerate data/tiny deterministically: JSONL splits, tokenizer, tiny Llama config."""
+"""Regenerate alignflow/data/tiny deterministically: JSONL splits, tokenizer, tiny Llama config."""
 from __future__ import annotations
 
 import json

@@ -6,7 +6,7 @@ from pathlib import Path
 
 
 def tiny_dir() -> Path:
-    """data/tiny: the generated splits, tokenizer/, llama_config.json and reward_func.py."""
+    """alignflow/data/tiny: the generated splits, tokenizer/, llama_config.json and reward_func.py."""
     override = os.environ.get("ALIGNFLOW_TINY_DIR")
     if override:
         return Path(override)
@@ -14,4 +14,4 @@ def tiny_dir() -> Path:
         import alignflow.data
         return Path(alignflow.data.__file__).parent / "tiny"
     except ImportError:
-        return Path(__file__).resolve().parents[2] / "data" / "tiny"
+        return Path(__file__).resolve().parents[2] / "alignflow" / "data" / "tiny"

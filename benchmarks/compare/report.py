@@ -145,10 +145,10 @@ def write_markdown(path: Path, comps: list[Comparison], info: dict) -> None:
              f"{info['warmup']} warm-up round(s).", "",
              "**Machine**: " + ", ".join(f"{k} {x}" for k, x in m.items()) + ".  ",
              "**Versions**: " + ", ".join(f"{k} {x}" for k, x in v.items()) + ".", "",
-             f"**Model** (workloads 1–4): a random-init {cfg['model_type']} built from data/tiny/llama_config.json "
+             f"**Model** (workloads 1–4): a random-init {cfg['model_type']} built from alignflow/data/tiny/llama_config.json "
              f"with overrides, **{params:,} parameters** ({params / 1e6:.1f} M): "
              + ", ".join(f"{k} {x}" for k, x in cfg.items() if k != "model_type")
-             + f". Tokenizer and data: the shipped tiny world (data/tiny). fp32, {info['threads']} torch threads per side.",
+             + f". Tokenizer and data: the shipped tiny world (alignflow/data/tiny). fp32, {info['threads']} torch threads per side.",
              "", "## Results", "",
              "| Workload | unit | ours min / median / max | baseline min / median / max | median ratio ours / baseline "
              "| goal | verdict | peak RSS ours / baseline (MB) |", "|---|---|---|---|---|---|---|---|"]

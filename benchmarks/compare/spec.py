@@ -14,7 +14,7 @@ KINDS = ("sft", "rm", "dpo", "rloo", "grpo")
 class RunSpec:
     kind: str                 # one of KINDS
     model: str                # HF model directory (random-init Llama from a config)
-    data: str                 # data/tiny/<sft|preference|prompts>
+    data: str                 # alignflow/data/tiny/<sft|preference|prompts>
     out_dir: str              # scratch output of this run
     steps: int                # optimizer steps (RL: iterations, one optimizer step each)
     batch: int                # per optimizer step: SFT samples, RM/DPO pairs, RL completions

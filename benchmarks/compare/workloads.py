@@ -201,7 +201,7 @@ TINY = Sizes(sft_steps=4, pair_steps=4, rl_iterations=3, rl_prompts=4, n_samples
 
 def comparisons(ctx: Context, model: str, demo_base: str, sizes: Sizes) -> list[Comparison]:
     from benchmarks.compare.placement import placement_comparison   # it builds on this module's types
-    data = REPO / "data" / "tiny"
+    data = REPO / "alignflow" / "data" / "tiny"
     common = dict(model=model, out_dir="", threads=ctx.threads, max_len=64, device=ctx.device, bf16=ctx.bf16)
     sft = RunSpec("sft", data=str(data / "sft"), steps=sizes.sft_steps, batch=32, micro=32, lr=2e-4, **common)
     rm = RunSpec("rm", data=str(data / "preference"), steps=sizes.pair_steps, batch=32, micro=16, lr=1e-4, **common)

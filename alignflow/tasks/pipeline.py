@@ -2,7 +2,7 @@
 planned as a whole before a cluster starts, then run in order.
 
 Planning needs no placeholders: a stage's output folder is `<store>/<run>/<stage>-<identity>/model`
-and its identity is a hash of its config and its input URIs (tasks/stage_spec.py), so the URI of
+and its identity is a hash of its config and its input URIs (alignflow/tasks/stage_spec.py), so the URI of
 every upstream output is known before anything runs. Each stage's config is therefore merged and
 validated with the very URIs it will get, and the `configs` artifact shows them. The run then
 passes each stage the same inputs and checks that it committed where the plan said.

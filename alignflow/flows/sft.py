@@ -3,7 +3,7 @@ no model is given).
 
     prefect deployment run 'sft/tiny' --param sft='{"max_steps": 200}'
 
-Parameters: the recipe (a folder of stage YAMLs, tasks/recipes.py; none: the schema's defaults),
+Parameters: the recipe (a folder of stage YAMLs, alignflow/tasks/recipes.py; none: the schema's defaults),
 `sft` overrides (any SFT flag name), the store URI, the Ray address, the run name.
 """
 

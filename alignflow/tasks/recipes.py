@@ -5,7 +5,7 @@ a stage starts from its schema's defaults, so a run with the user's own model an
 value of a shipped recipe. A stage's config is then: schema defaults < the recipe's file < the run's
 overrides < upstream outputs.
 
-The merged config of every stage is validated before a cluster starts (tasks/pipeline.py) and
+The merged config of every stage is validated before a cluster starts (alignflow/tasks/pipeline.py) and
 published as one markdown artifact (`<run>-configs`), so the Prefect UI shows exactly what each
 stage will run with.
 """

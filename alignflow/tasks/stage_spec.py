@@ -85,7 +85,7 @@ def check_store_reachable(store: str) -> str:
 
 def _absolute(spec: str) -> str:
     """Local relative paths made absolute (the Ray job runs in another directory): relative to
-    the current directory if they exist there, else to the repo (where data/ and deployments/ are)."""
+    the current directory if they exist there, else to the repo (where alignflow/data/ and deployments/ are)."""
     parts = []
     for item in spec.split(","):
         prefix, _, path = item.rpartition("@") if "@" in item and "://" not in item.split("@")[0] else ("", "", item)
@@ -153,9 +153,9 @@ def check_inputs(stage: str, values: dict[str, Any], paths: dict[str, str]) -> N
 def identity_hash(stage: str, cfg: Any, inputs: dict[str, str] | None = None) -> str:
     """Hash of what determines the stage's output: its config (less the fields the schema marks
     identity=False, and secrets), input URIs, and the content of the local files its other path
-    fields name (tasks/fingerprint.py). An input (an upstream stage's committed output) counts by
+    fields name (alignflow/tasks/fingerprint.py). An input (an upstream stage's committed output) counts by
     its URI, which holds the upstream's own identity, so a flow knows every stage's output URI
-    before it runs (tasks/pipeline.py)."""
+    before it runs (alignflow/tasks/pipeline.py)."""
     skip = not_identity_fields(cfg)
     ident = {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name not in skip}
     content = {}
@@ -196,4 +196,4 @@ def config_summary(cfg: Any) -> dict[str, Any]:
 
 
 def repo_path(*parts: str) -> Path:
-    return Path(__file__).resolve().parents[1].joinpath(*parts)
+    return Path(__file__).resolve().parents[2].joinpath(*parts)   # alignflow/tasks/ -> the repo
