@@ -22,7 +22,7 @@ from alignment.ppo import rank_ops
 from alignment.ppo.batch import SequenceBatch
 from alignment.ppo.controller import Done, sampling_params
 from alignment.ppo.experience import Experience
-from alignment.ppo.loop import PPOState
+from alignment.ppo.loop import PPOState, resume_state
 from alignment.ppo.packed import Packing
 from alignment.rollout.hf_engine import HFEngine
 from alignment.rollout.types import Rollout
@@ -76,14 +76,5 @@ class LocalGroups:
     def resume(self) -> PPOState | None:
         """--load_checkpoint: the newest committed PPO state (engines loaded), or None to start fresh."""
         from alignment.trainers import checkpoint
-        cfg = self.cfg
-        found = checkpoint.load_latest(self.engines, cfg.ckpt_path) if cfg.load_checkpoint else None
-        if found is None:
-            if cfg.load_checkpoint:
-                log.info("--load_checkpoint: no committed PPO checkpoint under %s; starting from iteration 0",
-                         cfg.ckpt_path)
-            return None
-        state = PPOState(**found.state["ppo"])
-        log.info("resuming PPO from %s (iteration %d done, KL coefficient %.4g)", found.uri, state.iteration,
-                 state.kl_coef)
-        return state
+        got = resume_state(self.cfg, lambda: checkpoint.load_latest(self.engines, self.cfg.ckpt_path))
+        return got[0] if got else None

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from alignment.config.ppo import PPOConfig
 from alignment.losses.kl import KLController
@@ -24,6 +24,20 @@ class PPOState:
     iteration: int = 0                    # iterations completed
     kl_coef: float = 0.0
     history: list[dict] = field(default_factory=list)
+
+
+def resume_state(cfg: PPOConfig, find: Callable[[], Any]) -> tuple[PPOState, Any] | None:
+    """--load_checkpoint: (the PPO state, the checkpoint `find()` located: trainers.checkpoint.Latest),
+    or None to start from iteration 0. Both backends resume through here; `find` stages (and, in
+    process, loads) the newest committed checkpoint."""
+    found = find() if cfg.load_checkpoint else None
+    if found is None:
+        if cfg.load_checkpoint:
+            log.info("--load_checkpoint: no committed PPO checkpoint under %s; starting from iteration 0", cfg.ckpt_path)
+        return None
+    state = PPOState(**found.state["ppo"])
+    log.info("resuming PPO from %s (iteration %d done, KL coefficient %.4g)", found.uri, state.iteration, state.kl_coef)
+    return state, found
 
 
 def run_iterations(cfg: PPOConfig, total: int, step: Callable[[int], dict[str, float]], kl_ctl: KLController,

@@ -28,7 +28,7 @@ from alignment.ppo.batch import SequenceBatch
 from alignment.ppo.controller import PPOController, check_sizes, iterations_per_episode, sampling_params
 from alignment.ppo.experience import Experience
 from alignment.ppo.groups import ModelGroup, split
-from alignment.ppo.loop import PPOState
+from alignment.ppo.loop import PPOState, resume_state
 from alignment.rollout.types import Rollout
 
 log = logging.getLogger("alignment.train_ppo_ray")
@@ -207,15 +207,15 @@ class RayGroups:
         import ray
 
         from alignment.trainers import checkpoint
-        latest = checkpoint.stage_latest(self.cfg.ckpt_path) if self.cfg.load_checkpoint else None
-        if latest is None:
-            if self.cfg.load_checkpoint:
-                log.info("--load_checkpoint: no committed PPO checkpoint under %s; starting from iteration 0",
-                         self.cfg.ckpt_path)
+        ckpt = self.cfg.ckpt_path
+
+        def find() -> checkpoint.Latest | None:
+            latest = checkpoint.stage_latest(ckpt)     # staged once, on the driver's node
+            return checkpoint.read_staged(ckpt, latest) if latest else None
+        got = resume_state(self.cfg, find)
+        if got is None:
             return None
-        found = checkpoint.read_staged(self.cfg.ckpt_path, latest)
-        state = PPOState(**found.state["ppo"])
-        log.info("resuming PPO from %s (iteration %d done, KL coefficient %.4g)", latest, state.iteration, state.kl_coef)
+        state, found = got
         ray.get([f for g in self._trained_groups() for f in g.load_checkpoint(self.cfg.ckpt_path, found.name)])
         self.sync_weights()          # the engines started from --pretrain
         return state
