@@ -153,10 +153,10 @@ class Killer(threading.Thread):
             if log is None:
                 time.sleep(0.05)
                 continue
-            if stage == "ppo":       # the driver: `python -m alignment.cli.train_ppo_ray ... --save_path <out>/model`
+            if stage == "ppo":       # the driver: `python -m alignment.cli.train_ppo_ray --config <out>/config.yaml`
                 for p in psutil.process_iter(["cmdline"]):
                     cmd = p.info["cmdline"] or []
-                    if "alignment.cli.train_ppo_ray" in cmd and f"{out}/model" in cmd:
+                    if "alignment.cli.train_ppo_ray" in cmd and f"{out}/config.yaml" in cmd:
                         proc = p
             else:
                 m = RANK_LINE.search(read(log))
