@@ -1,5 +1,12 @@
 """A stage's final output: built in a staging directory, then committed over --save_path in one step.
 
+Every stage writes its output through one context, `StagedOutput`:
+
+    with StagedOutput(cfg.save_path, writes=rt.is_main) as out:   # out.dir: where files go (None: this rank writes none)
+        ...                                                         # train, log metrics into out.dir
+        out.commit(metadata)                                        # (models: saving.commit_model)
+    # leaving the block without a commit (an exception) removes out.dir; the committed output stays
+
 A committed model at --save_path stays committed, intact, until the new one replaces it: training
 never writes into --save_path. On a local path the staged directory (a hidden sibling, so on the
 same filesystem) gets its MANIFEST.json and is then swapped with the old one by one atomic
@@ -88,6 +95,35 @@ def _swap_into_place(staged: Path, dest: Path) -> None:
         os.rename(staged, dest)
         staged = old
     shutil.rmtree(staged, ignore_errors=True)   # now the previous output
+
+
+class StagedOutput:
+    """The output of one run of a stage, staged until `commit`; see the module docstring.
+
+    `writes=False` (ranks other than 0) stages nothing: `dir` is None and `commit` does nothing."""
+
+    def __init__(self, save_path: str, writes: bool = True):
+        self.save_path = save_path
+        self.dir: Path | None = staging_dir(save_path) if writes else None
+        self.manifest: dict | None = None
+
+    def __enter__(self) -> "StagedOutput":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.dir is not None:      # not committed: an exception left the block
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
+
+    def commit(self, metadata: dict) -> dict | None:
+        """Commit what was built in `dir` at save_path (MANIFEST.json with `metadata`); returns the
+        manifest, None on a rank that writes nothing. The staging directory is gone afterwards."""
+        if self.dir is None:
+            return None
+        staged, self.dir = self.dir, None
+        self.manifest = commit_output(staged, self.save_path, metadata)
+        log.info("output committed: %s", self.save_path)
+        return self.manifest
 
 
 def commit_output(staged: Path, save_path: str, metadata: dict) -> dict:

@@ -66,3 +66,23 @@ def test_staging_left_by_a_dead_process_is_removed(tmp_path: Path) -> None:
     live.mkdir()
     staged = outputs.staging_dir(str(dest))
     assert not leftover.exists() and live.exists() and staged.exists()
+
+
+def test_staged_output_commits_or_leaves_nothing_behind(tmp_path: Path) -> None:
+    """The context every stage writes through: a committed output survives a failed run untouched,
+    the failed run's staging directory goes, and a rank that writes nothing stages nothing."""
+    dest = tmp_path / "model"
+    with outputs.StagedOutput(str(dest)) as out:
+        _build(out.dir, "old")
+        manifest = out.commit({"v": 1})
+    assert manifest == storage.read_manifest(dest) and out.dir is None
+    with pytest.raises(RuntimeError, match="killed mid-run"):
+        with outputs.StagedOutput(str(dest)) as out:
+            staged = out.dir
+            _build(staged, "new")
+            raise RuntimeError("killed mid-run")
+    assert not staged.exists() and (dest / "model.bin").read_text() == "old"
+    assert storage.read_manifest(dest)["metadata"] == {"v": 1}
+    with outputs.StagedOutput(str(dest), writes=False) as other_rank:
+        assert other_rank.dir is None and other_rank.commit({"v": 3}) is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]

@@ -16,6 +16,7 @@ from alignment.config import (
     BatchInferenceConfig, ConfigError, DPOConfig, KTOConfig, PPOConfig, RMConfig, SFTConfig, TinyBaseConfig,
 )
 from alignment.config.base import not_identity_fields, path_fields, secret_fields
+from alignment.config.groups import WANDB_SWITCHES
 from alignment.config.cli import _coerce, load_yaml
 from alignflow.tasks.fingerprint import fingerprint
 
@@ -43,7 +44,6 @@ STAGES: dict[str, StageKind] = {
 
 SUPPORTED_SCHEMES = ("file", "s3")
 DEFAULT_SAVE_MINUTES = 30.0   # a flow stage's checkpoint cadence when the config sets none
-WANDB_SWITCHES = ("offline", "true", "1", "env")   # use_wandb values that are not a key
 
 
 @dataclass

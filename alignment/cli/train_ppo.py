@@ -77,11 +77,11 @@ def main(argv: list[str] | None = None) -> dict:
     refuse_ray_only(cfg)
     refuse_unbuilt(cfg)
     check_outputs(cfg)
-    from alignment import outputs
     from alignment.datasets.prompts import load_prompts
     from alignment.distributed.runtime import init_runtime
     from alignment.models.builder import prepare
-    from alignment.models.saving import full_state_dict, lora_save, save_hf_model
+    from alignment.models.saving import commit_model, lora_save
+    from alignment.outputs import StagedOutput
     from alignment.ppo.controller import PPOController, check_sizes, iterations_per_episode
     from alignment.ppo.local import LocalGroups
     from alignment.ppo.loop import run_iterations
@@ -105,18 +105,14 @@ def main(argv: list[str] | None = None) -> dict:
     ppo = PPOController(cfg, groups, setup.tokenizer, prompts)
 
     # built here, committed over --save_path at the end: a committed model there stays intact until then
-    run_dir = outputs.staging_dir(cfg.save_path) if rt.is_main else None
-    start = groups.resume()
-    logger = MetricsLogger(cfg, run_dir, rt.is_main, ppo.total_iterations, "ppo",
-                           cfg.rollout_batch_size * cfg.n_samples_per_prompt)
-    run_iterations(cfg, ppo.total_iterations, ppo.step, ppo.kl_ctl, logger, groups.save, start)
-    state = full_state_dict(actor)
-    if rt.is_main:
-        save_hf_model(actor.module, state, setup.tokenizer, run_dir, lora=lora_save(cfg))
-        final = logger.final()
-        outputs.commit_output(run_dir, cfg.save_path, metadata={"stage": "ppo", "config": public_dict(cfg),
-                                                                 "final_metrics": final, "tracking": logger.links})
-        log.info("model committed: %s", cfg.save_path)
+    with StagedOutput(cfg.save_path, writes=rt.is_main) as out:
+        start = groups.resume()
+        logger = MetricsLogger(cfg, out.dir, rt.is_main, ppo.total_iterations, "ppo",
+                               cfg.rollout_batch_size * cfg.n_samples_per_prompt)
+        run_iterations(cfg, ppo.total_iterations, ppo.step, ppo.kl_ctl, logger, groups.save, start)
+        commit_model(out, actor, setup.tokenizer, {"stage": "ppo", "config": public_dict(cfg),
+                                                   "final_metrics": logger.final(), "tracking": logger.links},
+                     lora=lora_save(cfg))
     barrier()
     logger.close()
     return logger.final()

@@ -220,6 +220,10 @@ class CheckpointConfig:
         require(self.save_minutes >= 0, f"--save_minutes {self.save_minutes}: use 0 (off) or a positive number")
 
 
+# --use_wandb values that switch wandb on without being a key (any other value is the API key)
+WANDB_SWITCHES = ("offline", "true", "1", "env")
+
+
 @dataclass
 class LoggingConfig:
     logging_steps: int = opt(1, "Log metrics every N optimizer steps", identity=False)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 from dataclasses import dataclass
 from typing import Any
 
@@ -131,7 +130,7 @@ def score(samples: list[Sample], reward: Any, micro_batch_size: int) -> None:
 def write_output(cfg: BatchInferenceConfig, ranked: list[Sample], scored: bool) -> dict:
     """output.jsonl (post-processed if asked) and, when scored, every sample's reward in
     rewards.json (the pipeline's reward histogram), committed to --output_path."""
-    from alignment import outputs
+    from alignment.outputs import StagedOutput
     from alignment.inference.postprocess import POST_PROCESSORS, Scored
 
     out_rows: list[dict] = [{"input": x.prompt, "output": x.response} for x in ranked]
@@ -146,16 +145,12 @@ def write_output(cfg: BatchInferenceConfig, ranked: list[Sample], scored: bool) 
                                                            rs_min_reward=cfg.rs_min_reward)
             log.info("--post_processor %s: %d rows out of %d samples", cfg.post_processor, len(out_rows), len(rated))
 
-    local = outputs.staging_dir(cfg.output_path)   # a committed output there stays intact until the commit
-    try:
-        (local / "output.jsonl").write_text("".join(json.dumps(r) + "\n" for r in out_rows))
+    with StagedOutput(cfg.output_path) as out:    # a committed output there stays intact until the commit
+        (out.dir / "output.jsonl").write_text("".join(json.dumps(r) + "\n" for r in out_rows))
         final = {"rows": float(len(out_rows))}
         if scored:   # every sample's score, before post-processing
-            (local / "rewards.json").write_text(json.dumps(scores))
+            (out.dir / "rewards.json").write_text(json.dumps(scores))
             final["mean_reward"] = sum(scores) / len(scores)
-        outputs.commit_output(local, cfg.output_path, metadata={
-            "stage": "batch_inference", "config": public_dict(cfg), "final_metrics": final})
-    finally:
-        shutil.rmtree(local, ignore_errors=True)
+        out.commit({"stage": "batch_inference", "config": public_dict(cfg), "final_metrics": final})
     log.info("%d rows committed to %s/output.jsonl", len(out_rows), cfg.output_path.rstrip("/"))
     return {"rows": len(out_rows)}

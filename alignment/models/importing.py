@@ -29,22 +29,18 @@ SKIPPED = (".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5", ".msgpack", ".onnx", 
 
 def import_model(cfg: ImportModelConfig) -> dict:
     """Import cfg.source and commit it at cfg.save_path; returns the manifest."""
-    with tempfile.TemporaryDirectory(prefix="alignflow-import-") as tmp:
-        folder, gguf = _local_source(cfg, Path(tmp))
-        staged = outputs.staging_dir(cfg.save_path)
-        try:
+    with outputs.StagedOutput(cfg.save_path) as out:
+        with tempfile.TemporaryDirectory(prefix="alignflow-import-") as tmp:   # a download: gone before the commit
+            folder, gguf = _local_source(cfg, Path(tmp))
             if gguf:
-                kind = _from_gguf(folder, gguf, staged)
+                kind = _from_gguf(folder, gguf, out.dir)
             elif list(folder.glob("*.safetensors")):
-                kind = _copy_folder(folder, staged)
+                kind = _copy_folder(folder, out.dir)
             else:
-                kind = _resave(folder, staged)
-            _check_loads(staged, cfg.source)
-        except BaseException:
-            shutil.rmtree(staged, ignore_errors=True)
-            raise
-    meta = {"stage": "import_model", "source": cfg.source, "revision": cfg.revision, "gguf_file": gguf, "kind": kind}
-    manifest = outputs.commit_output(staged, cfg.save_path, meta)
+                kind = _resave(folder, out.dir)
+            _check_loads(out.dir, cfg.source)
+        manifest = out.commit({"stage": "import_model", "source": cfg.source, "revision": cfg.revision,
+                               "gguf_file": gguf, "kind": kind})
     log.info("imported %s (%s) as %s", cfg.source, kind, cfg.save_path)
     return manifest
 

@@ -11,6 +11,7 @@ import torch.distributed as dist
 
 from alignment.config.groups import LoraSaveConfig
 from alignment.models.lora import is_lora, merged_state
+from alignment.outputs import StagedOutput
 
 log = logging.getLogger(__name__)
 
@@ -83,3 +84,17 @@ def save_hf_model(module: torch.nn.Module, state: dict[str, torch.Tensor], token
     if tokenizer is not None:
         tokenizer.save_pretrained(out)
     return out
+
+
+def commit_model(out: StagedOutput, engine: Any, tokenizer: Any, metadata: dict[str, Any],
+                 extra_config: dict[str, Any] | None = None,
+                 rename: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]] | None = None,
+                 lora: LoraSave | None = None) -> dict | None:
+    """The one way a stage commits its model: gather the weights (collective: every rank calls),
+    save them in HF format into `out.dir` beside whatever the stage put there (metrics, curves) and
+    commit `out`. Returns the manifest on the rank that writes, None elsewhere."""
+    state = full_state_dict(engine)
+    if out.dir is None:
+        return None
+    save_hf_model(engine.module, state, tokenizer, out.dir, extra_config, rename, lora)
+    return out.commit(metadata)

@@ -255,12 +255,13 @@ def run(cfg: PPOConfig) -> dict[str, float]:
     log.info("PPO on Ray (%s): %d prompts, %d iterations of %d prompts x %d samples, %d optimizer steps per "
              "iteration", cfg.advantage_estimator, len(prompts), ppo.total_iterations, cfg.rollout_batch_size,
              cfg.n_samples_per_prompt, ppo.steps_per_iteration)
-    metrics_dir = Path(tempfile.mkdtemp(prefix="alignflow-ppo-metrics-"))
-    start = groups.resume()
-    logger = MetricsLogger(cfg, metrics_dir, True, ppo.total_iterations, "ppo",
-                           cfg.rollout_batch_size * cfg.n_samples_per_prompt)
-    run_iterations(cfg, ppo.total_iterations, ppo.step, ppo.kl_ctl, logger, groups.save, start)
-    logger.close()
-    groups.commit(metrics_dir, logger.final(), logger.links)
+    # the driver's metrics go to the actor rank that commits the model (it may be on another node)
+    with tempfile.TemporaryDirectory(prefix="alignflow-ppo-metrics-") as metrics_dir:
+        start = groups.resume()
+        logger = MetricsLogger(cfg, Path(metrics_dir), True, ppo.total_iterations, "ppo",
+                               cfg.rollout_batch_size * cfg.n_samples_per_prompt)
+        run_iterations(cfg, ppo.total_iterations, ppo.step, ppo.kl_ctl, logger, groups.save, start)
+        logger.close()
+        groups.commit(Path(metrics_dir), logger.final(), logger.links)
     log.info("model committed: %s", cfg.save_path)
     return logger.final()

@@ -156,16 +156,14 @@ class ModelWorker:
         store: rank 0 writes, every rank calls (gathering ZeRO-3 shards is collective)."""
         import torch.distributed as dist
 
-        from alignment import outputs
-        from alignment.models.saving import full_state_dict, lora_save, save_hf_model
-        state = full_state_dict(self.engine)
-        if self.rt.is_main:
-            run_dir = outputs.staging_dir(save_path)   # the old committed model stays intact until the commit
-            save_hf_model(self.engine.module, state, self.setup.tokenizer, run_dir, lora=lora_save(self.cfg))
-            for name, data in files.items():
-                (run_dir / name).parent.mkdir(parents=True, exist_ok=True)
-                (run_dir / name).write_bytes(data)
-            outputs.commit_output(run_dir, save_path, metadata)
+        from alignment.models.saving import commit_model, lora_save
+        from alignment.outputs import StagedOutput
+        # the old committed model stays intact until the commit
+        with StagedOutput(save_path, writes=self.rt.is_main) as out:
+            for name, data in files.items() if out.dir is not None else ():
+                (out.dir / name).parent.mkdir(parents=True, exist_ok=True)
+                (out.dir / name).write_bytes(data)
+            commit_model(out, self.engine, self.setup.tokenizer, metadata, lora=lora_save(self.cfg))
         dist.barrier()
 
 

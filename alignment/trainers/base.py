@@ -9,18 +9,17 @@ import logging
 import os
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from alignment import outputs
 from alignment.config.base import ConfigError, public_dict
 from alignment.config.groups import TrainConfig
 from alignment.config.stages import TrainerConfig
 from alignment.distributed.runtime import Runtime
-from alignment.models.saving import full_state_dict, lora_save, save_hf_model
+from alignment.models.saving import commit_model, lora_save
+from alignment.outputs import StagedOutput
 from alignment.trainers import checkpoint
 from alignment.trainers.sampler import micro_batches, micro_batches_per_epoch
 from alignment.trainers.schedule import SaveSchedule
@@ -138,11 +137,24 @@ class Trainer:
             if state.global_step:
                 self.schedule.saved(state.global_step)   # that checkpoint is the last save
         # the model is built here; a committed model at --save_path stays untouched until the commit
-        run_dir = outputs.staging_dir(cfg.save_path) if rt.is_main else None   # other ranks write nothing
-        logger = MetricsLogger(cfg, run_dir, rt.is_main, self.total_steps, self.stage, cfg.train_batch_size)
-        logger.restore(state.history, state.global_step)  # rows logged after the resumed checkpoint are dropped
+        with StagedOutput(cfg.save_path, writes=rt.is_main) as out:   # other ranks write nothing
+            logger = MetricsLogger(cfg, out.dir, rt.is_main, self.total_steps, self.stage, cfg.train_batch_size)
+            logger.restore(state.history, state.global_step)  # rows logged after the resumed checkpoint are dropped
+            first_step = state.global_step + 1
+            self._train(state, logger)
+            if self.schedule.due_at_end(state.global_step):
+                self._checkpoint(state, logger)  # a final resumable checkpoint too
+            log.info("%s: ran optimizer steps %d..%d of %d in this process", self.stage, first_step,
+                     state.global_step, self.total_steps)
+            self.save_final(out, logger)
+        logger.close()
+        return logger.final()
+
+    def _train(self, state: LoopState, logger: MetricsLogger) -> None:
+        """Optimizer steps from `state` (advanced in place) to total_steps, with logging, evaluation
+        and checkpoints on their schedules."""
+        cfg, rt = self.cfg, self.rt
         self.engine.train()
-        first_step = state.global_step + 1
         done = state.global_step >= self.total_steps
         step_metrics: list[dict[str, float]] = []
         while not done and state.epoch < cfg.max_epochs:
@@ -171,13 +183,6 @@ class Trainer:
                     self._log(state, logger, {f"eval/{k}": v for k, v in self.eval_metrics().items()})
         if cfg.eval_steps == -1 and self.eval_set and done:
             self._log(state, logger, {f"eval/{k}": v for k, v in self.eval_metrics().items()})
-        if self.schedule.due_at_end(state.global_step):
-            self._checkpoint(state, logger)  # a final resumable checkpoint too
-        log.info("%s: ran optimizer steps %d..%d of %d in this process", self.stage, first_step,
-                 state.global_step, self.total_steps)
-        self.save_final(run_dir, logger)
-        logger.close()
-        return logger.final()
 
     def _log(self, state: LoopState, logger: MetricsLogger, metrics: dict[str, float]) -> None:
         metrics = mean_across_ranks(metrics)
@@ -203,16 +208,11 @@ class Trainer:
                         self.cfg.max_ckpt_num, metadata={"stage": self.stage})
         self.schedule.saved(state.global_step)
 
-    def save_final(self, run_dir: Path | None, logger: MetricsLogger) -> None:
+    def save_final(self, out: StagedOutput, logger: MetricsLogger) -> None:
         extra_config = self.final_config()    # collective
-        state = full_state_dict(self.engine)  # collective
-        if self.rt.is_main:
-            save_hf_model(self.engine.module, state, self.tokenizer, run_dir, extra_config, self.export_state,
-                          lora=lora_save(self.cfg))
-            final = logger.final()
-            outputs.commit_output(run_dir, self.cfg.save_path,
-                                  metadata={"stage": self.stage, "config": public_dict(self.cfg),
-                                            "final_metrics": final, "tracking": logger.links})
-            log.info("model committed: %s", self.cfg.save_path)
+        commit_model(out, self.engine, self.tokenizer,
+                     {"stage": self.stage, "config": public_dict(self.cfg), "final_metrics": logger.final(),
+                      "tracking": logger.links},
+                     extra_config, self.export_state, lora=lora_save(self.cfg))    # collective
         if dist.is_initialized():
             dist.barrier()

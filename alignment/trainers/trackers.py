@@ -18,7 +18,7 @@ import shutil
 import sys
 from pathlib import Path
 from typing import Any
-from alignment.config.groups import LoggingConfig
+from alignment.config.groups import WANDB_SWITCHES, LoggingConfig
 
 
 def wandb_run_id(resume_key: str) -> str:
@@ -31,7 +31,7 @@ def start_wandb(cfg: LoggingConfig, stage: str) -> tuple[Any, str]:
     import wandb
 
     key = cfg.use_wandb
-    switch = key.lower() in ("offline", "true", "1", "env")
+    switch = key.lower() in WANDB_SWITCHES
     if not switch:
         # A key given as --use_wandb KEY: into this process's environment (wandb.login(key=...) would
         # also write it to ~/.netrc), and out of sys.argv, which wandb records in its run files.
