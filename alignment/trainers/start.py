@@ -1,0 +1,35 @@
+"""What SFT, RM, DPO and KTO do before their model loads, in one order: ranks, sizes, tokenizer,
+data, step count. Each step can fail on bad input, and all of them fail before any weights load."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from alignment.config.stages import TrainerConfig
+from alignment.datasets.tokenized import RowTokenizer, load_train_eval
+from alignment.distributed.runtime import Runtime, init_runtime
+from alignment.models.builder import ModelSetup, prepare
+from alignment.trainers.base import total_steps
+
+
+@dataclass
+class Started:
+    rt: Runtime
+    setup: ModelSetup
+    train_set: Any
+    eval_set: Any | None
+    steps: int                 # optimizer steps the run will take
+
+    def counts(self, unit: str = "samples") -> str:
+        """The line every trainer logs first (its own figures follow)."""
+        return (f"{len(self.train_set)} train {unit}, {len(self.eval_set or [])} eval, {self.steps} optimizer steps, "
+                f"world size {self.rt.world_size}, {self.setup.precision.label}, attention={self.setup.attn}")
+
+
+def start(cfg: TrainerConfig, tokenizer_for: Callable[[Any, str], RowTokenizer]) -> Started:
+    """`tokenizer_for(tokenizer, source)` turns one dataset source's rows into the stage's samples."""
+    rt = init_runtime(cfg.local_rank, cfg.num_threads)
+    cfg.accumulation_steps(rt.world_size)   # fails now, not after loading, if sizes don't divide
+    setup = prepare(cfg, rt)
+    train_set, eval_set = load_train_eval(cfg, lambda source: tokenizer_for(setup.tokenizer, source))
+    return Started(rt, setup, train_set, eval_set, total_steps(len(train_set), cfg, rt.world_size))
