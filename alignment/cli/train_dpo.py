@@ -20,28 +20,19 @@ def main(argv: list[str] | None = None) -> dict:
     if ray_ranks.on_ray(cfg):     # a Ray job, or more than one rank: place the ranks on Ray
         return ray_ranks.run_ranks(main, argv, cfg, "train_dpo")
     from alignment.datasets.preference import PairTokenizer
-    from alignment.datasets.tokenized import load_train_eval
-    from alignment.distributed.runtime import init_runtime
-    from alignment.models.builder import load_actor, prepare
-    from alignment.models.moe import moe_top_k
-    from alignment.trainers.base import total_steps
+    from alignment.models.builder import load_actor
     from alignment.trainers.engine import build_engine
     from alignment.trainers.preference import DPOTrainer
     from alignment.trainers.reference import reference_for
+    from alignment.trainers.start import start
 
-    rt = init_runtime(cfg.local_rank, cfg.num_threads)
-    cfg.accumulation_steps(rt.world_size)
-    setup = prepare(cfg, rt)
-    top_k = moe_top_k(setup.path, cfg.aux_loss_coef, setup.trust_remote_code)
-    train_set, eval_set = load_train_eval(cfg, lambda src: PairTokenizer(setup.tokenizer, cfg, src))
-    steps = total_steps(len(train_set), cfg, rt.world_size)
+    s = start(cfg, lambda tok, source: PairTokenizer(tok, cfg, source))
     kind = "IPO" if cfg.ipo else ("cDPO" if cfg.label_smoothing > 0 else "DPO")
-    log.info("%s: %d train pairs, %d eval, %d optimizer steps, beta %g, world size %d, %s", kind, len(train_set),
-             len(eval_set or []), steps, cfg.beta, rt.world_size, setup.precision.label)
-    ref = reference_for(cfg, setup, rt.device)
-    engine = build_engine(load_actor(setup, cfg), cfg, rt, setup.precision.bf16, steps)
-    trainer = DPOTrainer(cfg, rt, engine, setup.tokenizer, train_set, eval_set, ref=ref,
-                         mask_dtype=setup.packed_mask_dtype, moe_top_k=top_k)
+    log.info("%s: %s, beta %g", kind, s.counts("pairs"), cfg.beta)
+    ref = reference_for(cfg, s.setup, s.rt.device)
+    engine = build_engine(load_actor(s.setup, cfg), cfg, s.rt, s.setup.precision.bf16, s.steps)
+    trainer = DPOTrainer(cfg, s.rt, engine, s.setup.tokenizer, s.train_set, s.eval_set, ref=ref,
+                         mask_dtype=s.setup.packed_mask_dtype, moe_top_k=s.moe_top_k)
     return trainer.fit()
 
 

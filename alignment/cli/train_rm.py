@@ -21,25 +21,16 @@ def main(argv: list[str] | None = None) -> dict:
     if ray_ranks.on_ray(cfg):     # a Ray job, or more than one rank: place the ranks on Ray
         return ray_ranks.run_ranks(main, argv, cfg, "train_rm")
     from alignment.datasets.preference import PairTokenizer
-    from alignment.datasets.tokenized import load_train_eval
-    from alignment.distributed.runtime import init_runtime
-    from alignment.models.builder import load_value_model, prepare
-    from alignment.trainers.base import total_steps
+    from alignment.models.builder import load_value_model
     from alignment.trainers.engine import build_engine
     from alignment.trainers.preference import RewardModelTrainer
+    from alignment.trainers.start import start
 
-    rt = init_runtime(cfg.local_rank, cfg.num_threads)
-    cfg.accumulation_steps(rt.world_size)
-    setup = prepare(cfg, rt)
-    train_set, eval_set = load_train_eval(
-        cfg, lambda src: PairTokenizer(setup.tokenizer, cfg, src, end_at_eos=True, use_margin=cfg.margin_loss))
-    steps = total_steps(len(train_set), cfg, rt.world_size)
-    log.info("RM: %d train pairs, %d eval, %d optimizer steps, world size %d, %s, attention=%s, loss=%s",
-             len(train_set), len(eval_set or []), steps, rt.world_size, setup.precision.label, setup.attn, cfg.loss)
-    model = load_value_model(setup, cfg)
-    engine = build_engine(model, cfg, rt, setup.precision.bf16, steps)
-    trainer = RewardModelTrainer(cfg, rt, engine, setup.tokenizer, train_set, eval_set,
-                                 mask_dtype=setup.packed_mask_dtype)
+    s = start(cfg, lambda tok, source: PairTokenizer(tok, cfg, source, end_at_eos=True, use_margin=cfg.margin_loss))
+    log.info("RM: %s, loss=%s", s.counts("pairs"), cfg.loss)
+    engine = build_engine(load_value_model(s.setup, cfg), cfg, s.rt, s.setup.precision.bf16, s.steps)
+    trainer = RewardModelTrainer(cfg, s.rt, engine, s.setup.tokenizer, s.train_set, s.eval_set,
+                                 mask_dtype=s.setup.packed_mask_dtype)
     return trainer.fit()
 
 

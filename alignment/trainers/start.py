@@ -5,10 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from alignment.config.groups import MoEConfig
 from alignment.config.stages import TrainerConfig
 from alignment.datasets.tokenized import RowTokenizer, load_train_eval
 from alignment.distributed.runtime import Runtime, init_runtime
 from alignment.models.builder import ModelSetup, prepare
+from alignment.models.moe import moe_top_k
 from alignment.trainers.base import total_steps
 
 
@@ -19,6 +21,7 @@ class Started:
     train_set: Any
     eval_set: Any | None
     steps: int                 # optimizer steps the run will take
+    moe_top_k: int             # experts per token for --aux_loss_coef (0: off, or a stage without MoE flags)
 
     def counts(self, unit: str = "samples") -> str:
         """The line every trainer logs first (its own figures follow)."""
@@ -31,5 +34,7 @@ def start(cfg: TrainerConfig, tokenizer_for: Callable[[Any, str], RowTokenizer])
     rt = init_runtime(cfg.local_rank, cfg.num_threads)
     cfg.accumulation_steps(rt.world_size)   # fails now, not after loading, if sizes don't divide
     setup = prepare(cfg, rt)
+    # a dense model given --aux_loss_coef is refused from its config.json, before the data is read
+    top_k = moe_top_k(setup.path, cfg.aux_loss_coef, setup.trust_remote_code) if isinstance(cfg, MoEConfig) else 0
     train_set, eval_set = load_train_eval(cfg, lambda source: tokenizer_for(setup.tokenizer, source))
-    return Started(rt, setup, train_set, eval_set, total_steps(len(train_set), cfg, rt.world_size))
+    return Started(rt, setup, train_set, eval_set, total_steps(len(train_set), cfg, rt.world_size), top_k)
