@@ -12,6 +12,7 @@ import json
 import time
 
 import pytest
+import yaml
 
 from alignment import storage
 from alignflow.flows.sft_rm_ppo import sft_rm_ppo_flow
@@ -47,7 +48,8 @@ def test_pipeline_commits_every_stage_and_chains_them(chained, ray_head, tmp_pat
     assert all(storage.is_committed(r["model_uri"]) for r in result.values())
     ppo = storage.read_manifest(result["ppo"]["model_uri"])["metadata"]["config"]
     assert ppo["pretrain"] == result["sft"]["model_uri"] and ppo["reward_pretrain"] == result["rm"]["model_uri"]
-    assert ppo["actor_learning_rate"] == 1e-4 and ppo["advantage_estimator"] == "group_norm"   # recipes/tiny/ppo.yaml
+    recipe = yaml.safe_load((REPO / "deployments" / "recipes" / "tiny" / "ppo.yaml").read_text())
+    assert ppo["actor_learning_rate"] == recipe["actor_learning_rate"] and ppo["advantage_estimator"] == "group_norm"
     assert storage.read_manifest(result["rm"]["model_uri"])["metadata"]["config"]["pretrain"] == result["sft"]["model_uri"]
     stage_dir = result["ppo"]["model_uri"].rsplit("/", 1)[0]
     assert storage.list_committed(f"{stage_dir}/checkpoints") == ["global_step250", "global_step296"]  # max_ckpt_num 2
