@@ -48,6 +48,30 @@ def test_the_plan_knows_every_output_uri_before_anything_runs_and_shows_no_secre
         pipeline.plan(steps[::-1], recipe, store, "mine")
 
 
+def test_sft_rm_ppo_given_a_reward_plans_no_reward_model_stage(tmp_path):
+    """`sft-rm-ppo` with PPO's reward given (a reward function, or an RM URI) plans sft -> ppo, and PPO's
+    validated config keeps that reward; without one it trains an RM from the SFT model and PPO reads it.
+    (PPO with a reward function runs in tests/test_ppo_integration.py and tests/test_ppo_ray.py.)"""
+    from alignflow.flows.sft_rm_ppo import sft_rm_ppo_steps
+    from alignflow.tasks import pipeline
+    from alignflow.tasks.recipes import load_recipe
+    recipe, store, reward = load_recipe("tiny"), str(tmp_path / "store"), str(REPO / "alignment" / "tiny_world" / "reward.py")
+    sft = {"pretrain": str(REPO / "alignflow" / "data"), "max_steps": 1}
+    own = {"remote_rm_url": reward, "label_key": "label", "normalize_reward": False}
+    planned = pipeline.plan(sft_rm_ppo_steps(recipe, sft, {}, own), recipe, store, "own-reward")
+    assert list(planned) == ["sft", "ppo"]
+    ppo = planned["ppo"].cfg
+    assert (ppo.remote_rm_url, ppo.reward_pretrain, ppo.pretrain) == (reward, None, planned["sft"].model_uri)
+    rm = str(REPO / "alignflow" / "data")    # a path that exists: the plan checks given inputs
+    given_rm = pipeline.plan(sft_rm_ppo_steps(recipe, sft, {}, {"reward_pretrain": rm}), recipe, store, "own-rm")
+    assert list(given_rm) == ["sft", "ppo"] and given_rm["ppo"].cfg.reward_pretrain == rm
+    trained = pipeline.plan(sft_rm_ppo_steps(recipe, sft, {}, {}), recipe, store, "rm")
+    assert list(trained) == ["sft", "rm", "ppo"]
+    assert trained["rm"].cfg.pretrain == trained["sft"].model_uri == trained["ppo"].cfg.pretrain
+    assert trained["ppo"].cfg.reward_pretrain == trained["rm"].model_uri
+    assert list(pipeline.plan(sft_rm_ppo_steps(recipe, {}, {}, {}), recipe, store, "b")) == ["tiny_base", "sft", "rm", "ppo"]
+
+
 def test_flow_parameters_name_a_recipe_and_no_config_files():
     from alignflow.flows.sft_dpo import sft_dpo_flow
     from alignflow.flows.sft_rm_ppo import sft_rm_ppo_flow

@@ -1,8 +1,8 @@
 """The SmolLM2 recipe through the `sft-dpo` flow (Prefect ephemeral API -> Ray jobs on the session's
 head -> DeepSpeed): 2 SFT steps on short sums, then 5 DPO steps on the right sum over an off-by-one
 answer, both in OpenRLHF's message-list shape; `sft-rm-ppo` on the same recipe (its SFT stage is the one
-committed above, so skipped) with OpenRLHF's PPO flags, packed samples and a vLLM engine. And
-`sft-rm-ppo` given a reward function trains no RM."""
+committed above, so skipped) with OpenRLHF's PPO flags, packed samples and a vLLM engine. (`sft-rm-ppo`
+given a reward plans no RM stage: tests/test_recipes.py.)"""
 from __future__ import annotations
 
 import asyncio
@@ -12,7 +12,6 @@ import pytest
 from alignment import storage
 from alignflow.flows.sft_dpo import sft_dpo_flow
 from alignflow.flows.sft_rm_ppo import sft_rm_ppo_flow
-from tests.conftest import REPO
 
 pytestmark = pytest.mark.integration
 
@@ -67,19 +66,6 @@ def test_smollm2_sft_rm_ppo_with_openrlhf_flags_packing_and_a_vllm_engine(ray_he
     model = AutoModelForCausalLM.from_pretrained(result["ppo"]["model_uri"])
     assert model.config.model_type == "llama" and model.num_parameters() > 100e6
     assert AutoModelForSequenceClassification.from_pretrained(result["rm"]["model_uri"]).config.num_labels == 1
-
-
-def test_sft_rm_ppo_with_a_reward_function_trains_no_reward_model(ray_head, tiny_sft, tmp_path):
-    reward = str(REPO / "alignment" / "tiny_world" / "reward.py")
-    result = asyncio.run(sft_rm_ppo_flow(
-        run_name="own-reward", store=str(tmp_path / "store"), ray_address=ray_head, recipe="tiny",
-        sft={"pretrain": str(tiny_sft), "max_steps": 1, "eval_dataset": None},
-        ppo={"remote_rm_url": reward, "label_key": "label", "max_samples": 8, "rollout_batch_size": 8,
-             "num_episodes": 1, "advantage_estimator": "rloo", "n_samples_per_prompt": 2, "train_batch_size": 16,
-             "micro_train_batch_size": 16, "normalize_reward": False}))
-    assert set(result) == {"sft", "ppo"}, result
-    ppo_config = storage.read_manifest(result["ppo"]["model_uri"])["metadata"]["config"]
-    assert ppo_config["remote_rm_url"] == reward and ppo_config["reward_pretrain"] is None
 
 
 def _metrics(model_uri: str) -> list[dict]:

@@ -21,7 +21,7 @@ from alignflow.tasks.evaluate import heldout_accuracy
 from alignflow.tasks import pipeline
 from alignflow.tasks.pipeline import Output, Step
 from alignflow.tasks.ray_cluster import ray_cluster
-from alignflow.tasks.recipes import load_recipe
+from alignflow.tasks.recipes import Recipe, load_recipe
 from alignflow.tasks.report import build_report, publish_report
 from alignflow.tasks.stage import stage_runner
 from alignflow.tasks.stage_spec import check_store, check_store_reachable
@@ -40,17 +40,7 @@ async def sft_rm_ppo_flow(run_name: str = "sft-rm-ppo", store: str = "runs/store
     # Every config is validated before a cluster starts, with the output URIs of its upstream stages.
     store = check_store_reachable(check_store(store))
     recipe_ = load_recipe(recipe)
-    sft, rm, ppo = overrides(sft), overrides(rm), overrides(ppo)
-    steps = [Step("sft", "sft", "sft", sft)]
-    if makes_base(recipe_, sft):
-        steps = [Step("tiny_base", "tiny_base", "tiny_base"),
-                 Step("sft", "sft", "sft", sft, {"pretrain": Output("tiny_base")})]
-    ppo_inputs: dict = {"pretrain": Output("sft")}
-    # a reward model URI, reward server or reward function given to PPO: no RM stage to train
-    if not own_reward(recipe_.file("ppo"), ppo):
-        steps.append(Step("rm", "rm", "rm", rm, {"pretrain": Output("sft")}))
-        ppo_inputs["reward_pretrain"] = Output("rm")
-    steps.append(Step("ppo", "ppo", "ppo", ppo, ppo_inputs))
+    steps = sft_rm_ppo_steps(recipe_, overrides(sft), overrides(rm), overrides(ppo))
     planned = pipeline.plan(steps, recipe_, store, run_name)
     await pipeline.publish_configs("sft-rm-ppo", run_name, recipe_, planned)
     with ray_cluster(ray_address) as cluster:
@@ -62,6 +52,21 @@ async def sft_rm_ppo_flow(run_name: str = "sft-rm-ppo", store: str = "runs/store
     report = build_report("sft-rm-ppo", run_name, summaries, time.monotonic() - started)
     await publish_report(report)
     return summaries
+
+
+def sft_rm_ppo_steps(recipe: Recipe, sft: dict, rm: dict, ppo: dict) -> list[Step]:
+    """The flow's stages: [tiny_base,] sft, [rm,] ppo. The RM stage only when PPO was given no reward."""
+    steps = [Step("sft", "sft", "sft", sft)]
+    if makes_base(recipe, sft):
+        steps = [Step("tiny_base", "tiny_base", "tiny_base"),
+                 Step("sft", "sft", "sft", sft, {"pretrain": Output("tiny_base")})]
+    ppo_inputs: dict = {"pretrain": Output("sft")}
+    # a reward model URI, reward server or reward function given to PPO: no RM stage to train
+    if not own_reward(recipe.file("ppo"), ppo):
+        steps.append(Step("rm", "rm", "rm", rm, {"pretrain": Output("sft")}))
+        ppo_inputs["reward_pretrain"] = Output("rm")
+    steps.append(Step("ppo", "ppo", "ppo", ppo, ppo_inputs))
+    return steps
 
 
 def own_reward(ppo_config_file: str | None, ppo: dict) -> bool:
