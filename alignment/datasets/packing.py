@@ -16,10 +16,13 @@ def block_causal_mask(seg: torch.Tensor, dtype: torch.dtype = torch.bool) -> tor
 
     bool (True = attend) for SDPA; a float dtype gives the additive form eager attention adds.
     """
-    t = seg.shape[-1]
-    same = seg[:, :, None] == seg[:, None, :]
-    causal = torch.ones(t, t, dtype=torch.bool, device=seg.device).tril()
-    allowed = (same & causal)[:, None]
+    return as_mask(seg[:, :, None] == seg[:, None, :], dtype)
+
+
+def as_mask(allowed: torch.Tensor, dtype: torch.dtype = torch.bool) -> torch.Tensor:
+    """[B, T, T] "i may see j" (before causality) -> [B, 1, T, T] causal mask in `dtype`'s form."""
+    t = allowed.shape[-1]
+    allowed = (allowed & torch.ones(t, t, dtype=torch.bool, device=allowed.device).tril())[:, None]
     if dtype == torch.bool:
         return allowed
     return torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)

@@ -13,6 +13,7 @@ import torch
 
 from alignment.config.groups import DataConfig
 from alignment.datasets.formatting import end_at_eos, get_field, get_text, prompt_and_response, require_chat_template
+from alignment.datasets.shared_prompt import collate_shared
 from alignment.datasets.sft import Batch, TokenizedSample, collate_packed, collate_padded
 from alignment.datasets.sources import DataError
 from alignment.datasets.tokenized import columns_of
@@ -231,9 +232,14 @@ def collate(samples: list[TokenizedSample], packed: bool, pad_id: int, mask_dtyp
 
 def collate_pairs(pairs: list[PairSample], packed: bool, pad_id: int, mask_dtype: torch.dtype | None,
                   row_tokens: int | None = None) -> PairBatch:
-    seqs = [p.chosen for p in pairs] + [p.rejected for p in pairs]
-    return PairBatch(collate(seqs, packed, pad_id, mask_dtype, row_tokens), torch.tensor([p.margin for p in pairs]),
-                     len(pairs))
+    """Packed with a dense mask: each pair's prompt once (datasets.shared_prompt); else chosen and rejected
+    as two sequences (padded rows, or flash-attention's varlen packing)."""
+    chosen, rejected = [p.chosen for p in pairs], [p.rejected for p in pairs]
+    if packed and mask_dtype is not None:
+        batch = collate_shared(chosen, rejected, mask_dtype, row_tokens)
+    else:
+        batch = collate(chosen + rejected, packed, pad_id, mask_dtype, row_tokens)
+    return PairBatch(batch, torch.tensor([p.margin for p in pairs]), len(pairs))
 
 
 def collate_unpaired(items: list[UnpairedSample], packed: bool, pad_id: int, mask_dtype: torch.dtype | None,

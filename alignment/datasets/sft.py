@@ -38,6 +38,9 @@ class Batch:
     num_samples: int
     lengths: list[int]                   # tokens of each sample, in order
     segment_map: torch.Tensor | None = None  # packed: [B, T] sample index of each token, -1 on row padding
+    # shared-prompt rows (datasets/shared_prompt.py): [K, 3] (row, column, parent) of each token that is
+    # predicted by the logits at `parent`, not at column - 1; None: every token follows its left neighbour
+    branches: torch.Tensor | None = None
 
     @property
     def packed(self) -> bool:
@@ -46,7 +49,8 @@ class Batch:
     def to(self, device: str | torch.device) -> "Batch":
         move = lambda t: None if t is None else t.to(device)  # noqa: E731
         return Batch(self.input_ids.to(device), self.loss_mask.to(device), move(self.attention_mask),
-                     move(self.position_ids), self.num_samples, self.lengths, move(self.segment_map))
+                     move(self.position_ids), self.num_samples, self.lengths, move(self.segment_map),
+                     move(self.branches))
 
     def segments(self) -> torch.Tensor | None:
         """[B, T] sample index of each token when packed (row padding: 0, which has no loss-mask

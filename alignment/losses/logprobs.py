@@ -10,13 +10,21 @@ from alignment.losses.nll import token_logprobs
 
 
 def sequence_logps(logits: torch.Tensor, input_ids: torch.Tensor, loss_mask: torch.Tensor,
-                   segments: torch.Tensor | None = None, num_samples: int | None = None) -> torch.Tensor:
+                   segments: torch.Tensor | None = None, num_samples: int | None = None,
+                   branches: torch.Tensor | None = None) -> torch.Tensor:
     """Sum of log p(x_t | x_<t) over each sample's target tokens.
 
     logits [B, T, V], input_ids [B, T], loss_mask [B, T] (1 on response tokens);
-    segments [B, T] sample index of each token when packed (None: one sample per row) -> [S].
+    segments [B, T] sample index of each token when packed (None: one sample per row) -> [S];
+    branches [K, 3] (row, t, parent): token t is predicted by the logits at `parent`, not at t - 1
+    (a rejected response packed after the chosen one over their shared prompt).
     """
-    lp = token_logprobs(logits, input_ids) * loss_mask[:, 1:].to(torch.float32)   # [B, T-1]
+    lp = token_logprobs(logits, input_ids)                                       # [B, T-1]
+    if branches is not None and len(branches):
+        row, col, parent = branches.unbind(-1)
+        moved = logits[row, parent].float().log_softmax(-1).gather(-1, input_ids[row, col, None]).squeeze(-1)
+        lp = lp.index_put((row, col - 1), moved)
+    lp = lp * loss_mask[:, 1:].to(torch.float32)
     if segments is None:
         return lp.sum(-1)
     seg = segments[:, 1:].reshape(-1)                                            # token t's sample

@@ -5,6 +5,7 @@ the math is in `alignment.losses.preference`.
 """
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch
@@ -22,11 +23,17 @@ from alignment.trainers.base import Trainer, eval_shard, mean_across_ranks, sum_
 from alignment.trainers.reference import ReferenceModel
 from alignment.trainers.sft import forward_logits
 
+log = logging.getLogger(__name__)
+
 
 class _PairTrainer(Trainer):
     def __init__(self, *args, mask_dtype: torch.dtype | None = torch.bool, **kwargs):
         super().__init__(*args, **kwargs)
         self.mask_dtype = mask_dtype
+        if self.cfg.packing_samples:
+            log.info("%s: pairs packed %s", self.stage, "over their shared prompt (computed once per pair)"
+                     if mask_dtype is not None else "as two sequences (flash-attention's varlen path has no "
+                     "shared-prompt mask)")
 
     def collate(self, items: list[PairSample]) -> PairBatch:
         pb = collate_pairs(items, self.cfg.packing_samples, self.tokenizer.pad_token_id, self.mask_dtype,
@@ -111,7 +118,7 @@ class DPOTrainer(_PairTrainer):
     def _terms(self, pb: PairBatch, top_k: int = 0):
         b, n = pb.batch, pb.num_pairs
         logits, aux = forward_with_aux(self.engine, b, top_k)
-        policy = sequence_logps(logits, b.input_ids, b.loss_mask, b.segments(), b.num_samples)
+        policy = sequence_logps(logits, b.input_ids, b.loss_mask, b.segments(), b.num_samples, b.branches)
         ref = self.ref.sequence_logps(b)
         out = dpo_loss(policy[:n], policy[n:], ref[:n], ref[n:], self.cfg.beta, self.cfg.label_smoothing, self.cfg.ipo)
         return logits, out, aux
@@ -169,7 +176,7 @@ class KTOTrainer(Trainer):
 
     def _logps(self, batch: Batch) -> torch.Tensor:
         return sequence_logps(forward_logits(self.engine, batch), batch.input_ids, batch.loss_mask,
-                              batch.segments(), batch.num_samples)
+                              batch.segments(), batch.num_samples, batch.branches)
 
     def _kl(self, ub: UnpairedBatch) -> torch.Tensor:
         """KL reference point z, averaged across ranks (every rank runs this once per micro-batch)."""

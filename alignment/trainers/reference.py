@@ -34,7 +34,8 @@ class ReferenceModel:
         """Summed response log-probs [S], on the batch's device."""
         home = batch.input_ids.device
         b = batch.to(self.device)
-        out = sequence_logps(forward_logits(self.model, b), b.input_ids, b.loss_mask, b.segments(), b.num_samples)
+        out = sequence_logps(forward_logits(self.model, b), b.input_ids, b.loss_mask, b.segments(), b.num_samples,
+                             b.branches)
         return out.to(home)
 
 
