@@ -109,3 +109,16 @@ def test_a_stage_job_config_round_trips_through_its_yaml(recipe, tmp_path):
         assert STAGES[stage].config(**load_yaml(STAGES[stage].config, tmp_path / "config.yaml")) == cfg, role
         checked += 1
     assert checked >= 2
+
+
+def test_zero_stage_unset_is_0_on_one_rank_and_2_otherwise():
+    """ZeRO-1/2 on a single rank partition nothing and only add copies: unset --zero_stage runs stage 0
+    there (no --adam_offload, which needs ZeRO), 2 on several ranks; a given stage is kept as given."""
+    from alignment.distributed.deepspeed_config import train_ds_config
+
+    def stage(world_size, *argv):
+        cfg = parse_args(SFTConfig, ["--pretrain", "m", "--dataset", "d", "--output_key", "o", *argv])
+        return train_ds_config(cfg, world_size, False, "cpu")["zero_optimization"]["stage"]
+
+    assert (stage(1), stage(2), stage(1, "--adam_offload"), stage(8, "--adam_offload")) == (0, 2, 2, 2)
+    assert (stage(1, "--zero_stage", "2"), stage(2, "--zero_stage", "3"), stage(4, "--zero_stage", "0")) == (2, 3, 0)

@@ -166,9 +166,10 @@ class TrainConfig:
     adam_betas: list[float] = opt([0.9, 0.95], "Adam betas")
     l2: float = opt(0.0, "Weight decay")
     max_norm: float = opt(1.0, "Gradient clipping norm")
-    zero_stage: int = opt(2, "DeepSpeed ZeRO stage. On a single rank 0 saves memory: ZeRO-1/2 there only add copies of "
-                             "the weights and gradients (SmolLM2-135M peak RSS 5.2 -> 3.5 GB, docs/benchmarks.md)",
-                          choices=(0, 1, 2, 3))
+    zero_stage: Optional[int] = opt(None, "DeepSpeed ZeRO stage. Unset: 2, or 0 on a single rank without --adam_offload "
+                                          "(ZeRO-1/2 on one rank partition nothing and only copy the weights and "
+                                          "gradients: SmolLM2-135M peak RSS 5.2 -> 3.5 GB, docs/benchmarks.md)",
+                                    choices=(0, 1, 2, 3))
     adam_offload: bool = opt(False, "Keep optimizer states on CPU (DeepSpeedCPUAdam; needs --zero_stage 1-3)")
     zpg: int = opt(1, "ZeRO++ hierarchical partition size")
     seed: int = opt(42, "Random seed (data order, init, dropout)")
@@ -185,6 +186,12 @@ class TrainConfig:
         require(not (self.adam_offload and self.zero_stage == 0),
                 "--adam_offload with --zero_stage 0: DeepSpeed offloads optimizer states only under ZeRO; "
                 "use --zero_stage 1, 2 or 3, or drop --adam_offload")
+
+    def zero_stage_on(self, world_size: int) -> int:
+        """The ZeRO stage an engine of `world_size` ranks runs: --zero_stage as given, else the automatic one."""
+        if self.zero_stage is not None:
+            return self.zero_stage
+        return 0 if world_size == 1 and not self.adam_offload else 2
 
     def accumulation_steps(self, world_size: int) -> int:
         per_step = self.micro_train_batch_size * world_size

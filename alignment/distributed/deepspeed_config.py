@@ -11,12 +11,13 @@ def train_ds_config(cfg: TrainConfig, world_size: int, bf16: bool, device: str) 
     The optimizer and scheduler are built by the trainer (so their state is ours to checkpoint
     and the schedule is exactly the one we document); DeepSpeed wraps them.
     """
+    stage = cfg.zero_stage_on(world_size)
     zero: dict[str, Any] = {
-        "stage": cfg.zero_stage,
+        "stage": stage,
         "offload_param": {"device": "none"},
         "offload_optimizer": {"device": "cpu" if cfg.adam_offload else "none", "pin_memory": device == "cuda"},
     }
-    if cfg.zero_stage == 3:
+    if stage == 3:
         zero["stage3_gather_16bit_weights_on_model_save"] = True
         if device == "cpu":
             # 0: really partition every parameter, even a tiny model's (by default DeepSpeed

@@ -1,8 +1,10 @@
 """Wrap a model into a DeepSpeed engine with our optimizer and schedule."""
 from __future__ import annotations
 
+import logging
 import math
 import os
+import re
 from typing import Any
 
 import torch
@@ -10,6 +12,8 @@ import torch
 from alignment.config.groups import TrainConfig
 from alignment.distributed.deepspeed_config import train_ds_config
 from alignment.distributed.runtime import Runtime
+
+log = logging.getLogger(__name__)
 
 
 def make_optimizer(params: list[torch.nn.Parameter], cfg: TrainConfig, device: str) -> torch.optim.Optimizer:
@@ -30,10 +34,20 @@ def name_this_gpu_arch() -> None:
     """DeepSpeed JIT-compiles FusedAdam at first use and reads the target architectures from
     TORCH_CUDA_ARCH_LIST, else from torch's own list, as numbers; torch 2.11's list names `9.0a` on an
     H100, which DeepSpeed 0.19.8 cannot parse (ValueError: invalid literal for int(): '0a'; seen on a
-    lent H100, 2026-11-26). Naming this GPU's capability builds for it alone, as the JIT build would."""
-    if "TORCH_CUDA_ARCH_LIST" not in os.environ:
+    lent H100, 2026-11-26, and again from a TORCH_CUDA_ARCH_LIST="...9.0a" set by the machine's image,
+    2026-11-27). Unset: this GPU's capability, as the JIT build would target; set: its arch-specific
+    suffixes dropped (FusedAdam uses no sm_90a-only instructions)."""
+    given = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    if given is None:
         major, minor = torch.cuda.get_device_capability()
         os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"
+    else:
+        os.environ["TORCH_CUDA_ARCH_LIST"] = deepspeed_arch_list(given)
+
+
+def deepspeed_arch_list(value: str) -> str:
+    """TORCH_CUDA_ARCH_LIST as DeepSpeed's builder parses it: `9.0a` -> `9.0` (`+PTX` kept)."""
+    return re.sub(r"(\d+\.\d+)[a-z]+", r"\1", value)
 
 
 def make_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainConfig, total_steps: int) -> Any:
@@ -49,7 +63,11 @@ def build_engine(model: torch.nn.Module, cfg: TrainConfig, rt: Runtime, bf16: bo
     import deepspeed
 
     from alignment.models.moe import mark_zero3_leaves
-    if cfg.zero_stage == 3:
+    stage = cfg.zero_stage_on(rt.world_size)
+    if cfg.zero_stage is None:
+        log.info("ZeRO stage %d (--zero_stage unset: %s)", stage, "one rank, nothing to partition; --zero_stage 2 "
+                 "gives ZeRO-2's copies" if stage == 0 else "the default on several ranks or with --adam_offload")
+    if stage == 3:
         mark_zero3_leaves(model)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = make_optimizer(params, cfg, rt.device)

@@ -17,9 +17,10 @@ ESTIMATOR = {"rloo": "rloo", "grpo": "group_norm"}   # GRPO's advantage = group-
 
 
 def _optim(spec: RunSpec) -> list[str]:
-    """Equal to TRL's TrainingArguments in trl_runner.common_args."""
+    """Equal to TRL's TrainingArguments in trl_runner.common_args. No --zero_stage: one rank runs stage 0,
+    the default a user gets (TRL's Trainer in one process has no ZeRO either)."""
     return ["--lr_scheduler", "constant", "--lr_warmup_ratio", "0", "--adam_betas", "0.9", "0.95", "--l2", "0",
-            "--max_norm", "1.0", "--zero_stage", "2", "--num_threads", str(spec.threads), "--seed", str(spec.seed),
+            "--max_norm", "1.0", "--num_threads", str(spec.threads), "--seed", str(spec.seed),
             "--logging_steps", "1", "--disable_ds_ckpt", "--save_path", f"{spec.out_dir}/model",
             "--ckpt_path", f"{spec.out_dir}/ckpt", "--pretrain", spec.model, *(["--bf16"] if spec.bf16 else [])]
 
