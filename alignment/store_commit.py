@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from alignment.store_retry import run_all
 from alignment.storage import (
     MANIFEST, StorageError, StoreUnavailable, _children, _join, _retry, _sha256, filesystem, is_remote, read_manifest,
     remove, write_text_atomic,
@@ -35,13 +36,17 @@ def commit_dir(local_dir: str | Path, uri: str | Path, metadata: dict | None = N
     if not is_remote(uri):   # local commits go to fresh directories (outputs.py swaps them into place)
         _retry(lambda: fs.rm_file(f"{path}/{MANIFEST}") if fs.exists(f"{path}/{MANIFEST}") else None,
                "uncommit", uri)
-    entries: dict[str, dict[str, Any]] = {}
-    for p in files:
-        rel = p.relative_to(src).as_posix()
-        entries[rel] = {"size": p.stat().st_size, "sha256": _sha256(p)}
-        if not in_place:
-            key = f"{root}/{rel}" if root else rel
-            _retry(lambda: fs.put_file(str(p), f"{path}/{key}"), "upload", _join(uri, key))
+    rels = [p.relative_to(src).as_posix() for p in files]
+
+    def upload(p: Path, key: str) -> None:
+        _retry(lambda: fs.put_file(str(p), f"{path}/{key}"), "upload", _join(uri, key))
+
+    # every file hashed and uploaded as separate jobs on a thread pool: a file's hash overlaps its own
+    # upload and the other files' (docs/benchmarks.md, "Store transfers")
+    hashes = [lambda p=p: {"size": p.stat().st_size, "sha256": _sha256(p)} for p in files]
+    uploads = [] if in_place else [lambda p=p, rel=rel: upload(p, f"{root}/{rel}" if root else rel)
+                                   for p, rel in zip(files, rels)]
+    entries: dict[str, dict[str, Any]] = dict(zip(rels, run_all(hashes + uploads)[:len(files)]))
     fs.invalidate_cache()
     manifest = {"format": 1, "files": entries, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 "metadata": metadata, **({"root": root} if root else {})}

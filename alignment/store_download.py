@@ -12,6 +12,7 @@ import shutil
 import uuid
 from pathlib import Path
 
+from alignment.store_retry import run_all
 from alignment.storage import (
     MANIFEST, StorageError, _files_root, _join, _retry, _sha256, filesystem, is_remote, read_manifest,
     write_text_atomic,
@@ -19,8 +20,9 @@ from alignment.storage import (
 
 
 def _check_files(root: Path, manifest: dict, hashes: bool) -> str | None:
-    """What is wrong with the copy at root (size, then optionally sha256), or None when it matches."""
-    for rel, info in manifest["files"].items():
+    """What is wrong with the copy at root (size, then optionally sha256), or None when it matches.
+    The files are checked in parallel (store_retry.run_all); the first problem in manifest order is named."""
+    def problem(rel: str, info: dict) -> str | None:
         p = root / rel
         if not p.is_file():
             return f"{rel} is missing"
@@ -28,7 +30,10 @@ def _check_files(root: Path, manifest: dict, hashes: bool) -> str | None:
             return f"{rel} has {p.stat().st_size} bytes, the manifest says {info['size']}"
         if hashes and _sha256(p) != info["sha256"]:
             return f"{rel} does not match its sha256 in the manifest"
-    return None
+        return None
+
+    found = run_all([lambda rel=rel, info=info: problem(rel, info) for rel, info in manifest["files"].items()])
+    return next((p for p in found if p), None)
 
 
 def _fetch(uri: str, manifest: dict, dest: Path, verify: bool) -> None:
@@ -38,7 +43,8 @@ def _fetch(uri: str, manifest: dict, dest: Path, verify: bool) -> None:
         if rel.startswith("/") or ".." in rel.split("/"):
             raise StorageError(f"download {uri}: manifest entry {rel!r} leaves the directory; re-commit it")
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-        _retry(lambda: fs.get_file(f"{path}/{rel}", str(dest / rel)), "download", _join(uri, rel))
+    run_all([lambda rel=rel: _retry(lambda: fs.get_file(f"{path}/{rel}", str(dest / rel)), "download", _join(uri, rel))
+             for rel in manifest["files"]])
     problem = _check_files(dest, manifest, verify)
     if problem:
         raise StorageError(f"download {uri}: {problem}; the upload is corrupt or was overwritten, re-commit it")

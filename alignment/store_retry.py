@@ -113,3 +113,26 @@ def _retry(fn: Callable[[], T], what: str, uri: str | Path) -> T:
             error = StoreUnavailable if transient else StorageError
             raise error(_one_line(f"{what} {uri}: {type(e).__name__}: {e}; {fix}")) from e
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def run_all(jobs: list[Callable[[], T]]) -> list[T]:
+    """Run store jobs (uploads, downloads, hashes) on ALIGNFLOW_STORE_THREADS threads (default 8) and
+    return their results in order; the first job to fail stops the queue and its error is raised.
+
+    Threads, not processes: fsspec's S3 calls wait on their own event loop and hashlib releases the GIL
+    on large reads, so transfers and hashing overlap. s3fs already splits one large file into
+    concurrent parts; this adds the concurrency across files and hides hashing behind the transfers."""
+    from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+
+    threads = max(1, int(os.environ.get("ALIGNFLOW_STORE_THREADS", 8)))
+    if threads == 1 or len(jobs) < 2:
+        return [job() for job in jobs]
+    with ThreadPoolExecutor(min(threads, len(jobs)), thread_name_prefix="alignflow-store") as pool:
+        futures = [pool.submit(job) for job in jobs]
+        done, pending = wait(futures, return_when=FIRST_EXCEPTION)
+        for f in pending:
+            f.cancel()
+        failed = next((f for f in futures if f in done and f.exception() is not None), None)
+        if failed is not None:
+            raise failed.exception()
+        return [f.result() for f in futures]

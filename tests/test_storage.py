@@ -135,6 +135,7 @@ def test_apply_retention_keeps_newest_and_latest_target(tmp_path: Path) -> None:
 
 
 def test_crash_mid_commit_is_invisible(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ALIGNFLOW_STORE_THREADS", "1")   # one upload at a time: the call counts below are exact
     parent = str(tmp_path / "ckpts")
     commit_steps(tmp_path, parent, [1, 2])
     storage.set_latest(parent, "global_step2")
@@ -157,6 +158,21 @@ def test_crash_mid_commit_is_invisible(tmp_path: Path, monkeypatch: pytest.Monke
     assert storage.get_latest(parent) == f"{parent}/global_step1"
     with pytest.raises(StorageError):
         storage.set_latest(parent, "global_step3")
+
+
+def test_store_jobs_run_at_once_in_order_and_the_first_failure_is_raised(monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+    meet = threading.Barrier(3, timeout=10)     # passes only when three jobs run at the same time
+    assert store_retry.run_all([lambda i=i: (meet.wait(), i)[1] for i in range(3)]) == [0, 1, 2]
+
+    def fails() -> None:
+        raise StorageError("upload s3://b/k: denied")
+    started = []
+    with pytest.raises(StorageError, match="denied"):
+        store_retry.run_all([fails] + [lambda: started.append(1) or time.sleep(0.01)] * 30)
+    assert len(started) < 30                    # the queue stopped at the failure
+    monkeypatch.setenv("ALIGNFLOW_STORE_THREADS", "1")
+    assert store_retry.run_all([lambda: threading.current_thread().name]) == [threading.current_thread().name]
 
 
 def test_text_and_remove(tmp_path: Path) -> None:
