@@ -237,10 +237,12 @@ def test_s3_recommit_keeps_the_old_version_committed_until_the_switch(tmp_path: 
     storage.commit_dir(make_dir(tmp_path / "v1", "one"), uri)
     fs.pipe_file(f"{path}/v-19990101T000000-dead0000/config.json", b"a crashed commit's upload")
     seen: list[dict[str, bytes]] = []
+    import itertools
+    readers = itertools.count()    # uploads run in parallel: each reader its own folder
 
     def put_and_look(src: str, dst: str, **kw) -> None:   # a reader in the middle of the new upload
         assert storage.is_committed(uri)
-        seen.append(tree(storage.download_dir(uri, tmp_path / f"mid{len(seen)}")))
+        seen.append(tree(storage.download_dir(uri, tmp_path / f"mid{next(readers)}")))
         type(fs).put_file(fs, src, dst, **kw)
 
     with monkeypatch.context() as patch:
