@@ -1,8 +1,8 @@
-"""benchmarks/trl_compare.py at its smoke size: every comparison but the two through a flow runs (ours
-and TRL 1.16) and the report gets a row per workload and a chart. Speed is not asserted: the figures of a smoke run mean
+"""benchmarks/trl_compare.py at its smoke size: one workload of each kind runs (ours and TRL 1.16) and
+the report gets a row per workload run and a chart. Speed is not asserted: the figures of a smoke run mean
 nothing; docs/benchmarks.md holds the full-size run.
 
-One recorded pair, no warm-up and no vLLM side keep it under 4 minutes on 2 cores (the runs are
+One recorded pair, no warm-up, no vLLM side and one workload per kind keep it near 1 minute on 2 cores (the runs are
 start-up bound: ~11 s per training subprocess, ~50 s for the vLLM side, ~50 s for Prefect -> Ray);
 the vLLM engine itself is tested by tests/test_ppo_ray.py."""
 from __future__ import annotations
@@ -17,11 +17,13 @@ from tests.conftest import REPO, python_env
 
 pytestmark = pytest.mark.integration
 
-# Every comparison but the two that go through a flow ("orchestration", "placement"): each is one
-# Prefect -> Ray start-up plus a flow run (~60 s here), and the flow path itself is what
-# tests/test_ray_ranks.py runs (2 ranks through the flow = torchrun).
-ONLY = "sft,rm,dpo,rloo,grpo"
-ROWS = ("SFT (packing)", "Reward model", "DPO", "RL iteration: RLOO", "RL iteration: GRPO, ours (HF generate)")
+# One workload of each kind: tokens (SFT), pairs (DPO; the RM is the same RunSpec and runners with another
+# kind), RL iterations (GRPO, whose row also says its vLLM side was not run; RLOO is the same RunSpec with
+# another estimator). Not the two that go through a flow ("orchestration", "placement"): each
+# is one Prefect -> Ray start-up plus a flow run (~60 s here), and the flow path itself is what
+# tests/test_ray_ranks.py runs (2 ranks through the flow = torchrun). `--only` of all five ran in 118 s here.
+ONLY = "sft,dpo,grpo"
+ROWS = ("SFT (packing)", "DPO", "RL iteration: GRPO, ours (HF generate)")
 
 
 def trl_available() -> bool:

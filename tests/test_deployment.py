@@ -178,6 +178,7 @@ def _wait_terminal(prefect: Prefect, run_id: str, timeout_s: float = 600) -> str
     raise AssertionError(f"flow run {run_id} still not finished after {timeout_s}s:\n{prefect.worker_log()[-3000:]}")
 
 
+@pytest.mark.chaos   # a fault injected into a deployment's flow run: `make test-chaos` (CI runs it after `make test`)
 def test_pipeline_override_and_flow_run_retry_resume_ppo(prefect, ray_head, tmp_path):
     """`prefect deployment run sft-rm-ppo/tiny --param ppo=…` (no task retries); the PPO job is
     killed after a committed checkpoint, so the flow run fails; `prefect flow-run retry` runs it

@@ -59,6 +59,7 @@ def test_job_env_and_shipped_code(monkeypatch):
     monkeypatch.delenv("HF_HOME", raising=False)
     env = job_env()
     assert env["MY_SETTING"] == "x" and "HF_HOME" not in env and env["PYTHONUNBUFFERED"] == "1"
+    assert env["RAY_DEDUP_LOGS"] == "0"      # else rank 1's placement line can vanish from the job log
     assert runtime_env(env)["py_modules"] == [str(REPO / "alignment")]
 
 

@@ -178,6 +178,7 @@ def test_killed_rank_fails_the_job_and_the_retry_resumes_and_matches(ray_head, t
     print(f"rank killed after {killed_at}; resumed from {resumed.group(1)}; vs uninterrupted: max |dw| = {worst:.2e}")
 
 
+@pytest.mark.chaos   # a fault injected into a flow run: `make test-chaos` (CI runs it after `make test`)
 def test_half_written_checkpoint_is_never_loaded(ray_head, tmp_path, monkeypatch):
     store = str(tmp_path / "store")
     cfg = {"max_steps": 12, "save_steps": 4, "eval_dataset": None}
