@@ -182,6 +182,23 @@ def commit_dir(local_dir: str | Path, uri: str | Path, metadata: dict | None = N
     return commit(local_dir, uri, metadata)
 
 
+def new_version() -> str:
+    from alignment.store_commit import new_version as version
+    return version()
+
+
+def upload_files(local_dir: str | Path, uri: str | Path, root: str, prefix: str = "") -> dict:
+    """One process's part of a directory committed by several (alignment/store_commit.py)."""
+    from alignment.store_commit import upload_files as upload
+    return upload(local_dir, uri, root, prefix)
+
+
+def commit_parts(uri: str | Path, root: str, entries: dict, metadata: dict | None = None) -> dict:
+    """The manifest over every process's upload_files part (alignment/store_commit.py)."""
+    from alignment.store_commit import commit_parts as commit
+    return commit(uri, root, entries, metadata)
+
+
 def download_dir(uri: str | Path, local_dir: str | Path | None = None, verify: bool = True) -> Path:
     """A verified local copy of the committed directory at uri (alignment/store_download.py)."""
     from alignment.store_download import download_dir as download

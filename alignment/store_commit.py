@@ -29,14 +29,29 @@ def commit_dir(local_dir: str | Path, uri: str | Path, metadata: dict | None = N
         raise StorageError(f"commit {uri}: source {src} is not a directory; save the files there first")
     fs, path = filesystem(uri)
     in_place = not is_remote(uri) and os.path.realpath(path) == os.path.realpath(src)
-    files = sorted(p for p in src.rglob("*") if p.is_file() and not (p.parent == src and (
-        p.name == MANIFEST or p.name.startswith(f".{MANIFEST}.tmp-"))))
     old = _old_manifest(uri) if is_remote(uri) else None
-    root = f"v-{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}" if old else ""
+    root = new_version() if old else ""
     if not is_remote(uri):   # local commits go to fresh directories (outputs.py swaps them into place)
         _retry(lambda: fs.rm_file(f"{path}/{MANIFEST}") if fs.exists(f"{path}/{MANIFEST}") else None,
                "uncommit", uri)
-    rels = [p.relative_to(src).as_posix() for p in files]
+    return _write_manifest(uri, upload_files(src, uri, root, in_place=in_place), metadata, root, old)
+
+
+def new_version() -> str:
+    """A version folder's name: readers follow the manifest's "root" into it."""
+    return f"v-{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+
+
+def upload_files(local_dir: str | Path, uri: str | Path, root: str, prefix: str = "",
+                 in_place: bool = False) -> dict[str, dict[str, Any]]:
+    """Hash and upload every file under local_dir to uri/root/prefix/...; returns their manifest
+    entries, keyed prefix/<path under local_dir>. in_place: hash only (uri is local_dir itself).
+    Several processes may each upload their part of one directory (commit_parts writes its manifest)."""
+    src = Path(local_dir)
+    fs, path = filesystem(uri)
+    files = sorted(p for p in src.rglob("*") if p.is_file() and not (p.parent == src and (
+        p.name == MANIFEST or p.name.startswith(f".{MANIFEST}.tmp-"))))
+    rels = [f"{prefix}/{p.relative_to(src).as_posix()}".lstrip("/") for p in files]
 
     def upload(p: Path, key: str) -> None:
         _retry(lambda: fs.put_file(str(p), f"{path}/{key}"), "upload", _join(uri, key))
@@ -46,12 +61,24 @@ def commit_dir(local_dir: str | Path, uri: str | Path, metadata: dict | None = N
     hashes = [lambda p=p: {"size": p.stat().st_size, "sha256": _sha256(p)} for p in files]
     uploads = [] if in_place else [lambda p=p, rel=rel: upload(p, f"{root}/{rel}" if root else rel)
                                    for p, rel in zip(files, rels)]
-    entries: dict[str, dict[str, Any]] = dict(zip(rels, run_all(hashes + uploads)[:len(files)]))
-    fs.invalidate_cache()
-    manifest = {"format": 1, "files": entries, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    return dict(zip(rels, run_all(hashes + uploads)[:len(files)]))
+
+
+def commit_parts(uri: str | Path, root: str, entries: dict[str, dict[str, Any]], metadata: dict | None) -> dict:
+    """Commit an object-store directory whose files several processes uploaded into its version folder
+    `root` (upload_files); `entries` are all of theirs. Returns the manifest."""
+    if not root:
+        raise StorageError(f"commit {uri}: parts uploaded by several processes need a version folder (new_version())")
+    return _write_manifest(uri, entries, metadata, root, _old_manifest(uri))
+
+
+def _write_manifest(uri: str | Path, entries: dict, metadata: dict | None, root: str, old: dict | None) -> dict:
+    filesystem(uri)[0].invalidate_cache()
+    manifest = {"format": 1, "files": dict(sorted(entries.items())),
+                "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 "metadata": metadata, **({"root": root} if root else {})}
     write_text_atomic(_join(uri, MANIFEST), json.dumps(manifest, indent=1, sort_keys=True))
-    if old:
+    if old or root:
         _drop_old_version(uri, old, root)
     return manifest
 
@@ -65,11 +92,11 @@ def _old_manifest(uri: str | Path) -> dict | None:
         return None
 
 
-def _drop_old_version(uri: str | Path, old: dict, root: str) -> None:
-    """After the switch: delete the previous version's files and version folders of crashed commits."""
+def _drop_old_version(uri: str | Path, old: dict | None, root: str) -> None:
+    """After the switch: delete the previous version's files (if any) and version folders of crashed commits."""
     fs, path = filesystem(uri)
-    old_root = old.get("root", "")
-    for rel in old["files"]:
+    old_root = (old or {}).get("root", "")
+    for rel in (old or {}).get("files", ()):
         key = f"{old_root}/{rel}" if old_root else rel
         _retry(lambda: fs.rm_file(f"{path}/{key}") if fs.exists(f"{path}/{key}") else None, "delete", _join(uri, key))
     for name in _children(uri, "v-"):

@@ -68,6 +68,9 @@ class ModelGroup:
     def save_checkpoint(self, ckpt_uri: str, iteration: int) -> list:
         return [w.save_checkpoint.remote(ckpt_uri, iteration) for w in self.workers]
 
+    def upload_checkpoint(self, ckpt_uri: str, iteration: int, version: str) -> list:
+        return [w.upload_checkpoint.remote(ckpt_uri, iteration, version) for w in self.workers]
+
     def load_checkpoint(self, ckpt_uri: str, name: str) -> list:
         return [w.load_checkpoint.remote(ckpt_uri, name) for w in self.workers]
 

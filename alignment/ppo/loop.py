@@ -28,7 +28,7 @@ class PPOState:
 
 def resume_state(cfg: PPOConfig, find: Callable[[], Any]) -> tuple[PPOState, Any] | None:
     """--load_checkpoint: (the PPO state, the checkpoint `find()` located: trainers.checkpoint.Latest),
-    or None to start from iteration 0. Both backends resume through here; `find` stages (and, in
+    or None to start from iteration 0. Both backends resume through here; `find` locates (and, in
     process, loads) the newest committed checkpoint."""
     found = find() if cfg.load_checkpoint else None
     if found is None:

@@ -198,9 +198,15 @@ class RayGroups:
 
         from alignment.trainers import checkpoint
         cfg = self.cfg
-        ray.get([f for g in self._trained_groups() for f in g.save_checkpoint(cfg.ckpt_path, state.iteration)])
+        from alignment import storage
+        groups, version = self._trained_groups(), storage.new_version()
+        ray.get([f for g in groups for f in g.save_checkpoint(cfg.ckpt_path, state.iteration)])
+        # then each node's first rank of each group uploads its node's files (s3://): the driver's node
+        # may hold none of them
+        parts = ray.get([f for g in groups for f in g.upload_checkpoint(cfg.ckpt_path, state.iteration, version)])
         checkpoint.commit(cfg.ckpt_path, state.iteration, {"ppo": asdict(state)}, cfg.max_ckpt_num,
-                          {"stage": "ppo", "config": public_dict(cfg)}, self.actor_world)
+                          {"stage": "ppo", "config": public_dict(cfg)}, self.actor_world,
+                          {k: v for p in parts for k, v in p.items()}, version)
 
     def resume(self) -> PPOState | None:
         """--load_checkpoint: the newest committed state, loaded into the groups; None to start fresh."""
@@ -209,10 +215,7 @@ class RayGroups:
         from alignment.trainers import checkpoint
         ckpt = self.cfg.ckpt_path
 
-        def find() -> checkpoint.Latest | None:
-            latest = checkpoint.stage_latest(ckpt)     # staged once, on the driver's node
-            return checkpoint.read_staged(ckpt, latest) if latest else None
-        got = resume_state(self.cfg, find)
+        got = resume_state(self.cfg, lambda: checkpoint.find_latest(ckpt))   # the weights load on the workers' nodes
         if got is None:
             return None
         state, found = got

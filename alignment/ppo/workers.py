@@ -147,6 +147,10 @@ class ModelWorker:
         from alignment.trainers import checkpoint
         checkpoint.save_engine(self.engine, ckpt_uri, iteration, self.role)
 
+    def upload_checkpoint(self, ckpt_uri: str, iteration: int, version: str) -> dict:
+        from alignment.trainers import checkpoint
+        return checkpoint.upload_role(ckpt_uri, iteration, self.role, version)
+
     def load_checkpoint(self, ckpt_uri: str, name: str) -> None:
         from alignment.trainers import checkpoint
         checkpoint.load_engine(self.engine, ckpt_uri, name, self.role)

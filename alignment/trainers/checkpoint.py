@@ -8,8 +8,11 @@
 
 A crash mid-save leaves a directory without a manifest, which readers ignore and retention deletes.
 Every rank of an engine's group saves its part (`save_engine`, collective), then one process commits
-(`commit`). The engines write into a local staging directory (`staging_dir`: the path itself for a
-local --ckpt_path, which on several nodes must be a shared filesystem; a cache for s3://).
+(`commit`). The engines write into a local staging directory (`staging_dir`): the path itself for a
+local --ckpt_path, which on several nodes must be a shared filesystem; for s3:// a folder per node,
+whose files the node's first rank uploads into the checkpoint's version folder (`upload_role`) before
+the commit lists every node's files in one manifest. Loading reads the committed files: the path itself,
+or for s3:// the node's verified copy (one rank per node downloads it, the others wait and reuse it).
 
 DeepSpeed's own loader uses `torch.load(weights_only=False)`; we swap in a checkpoint engine
 that loads with `weights_only=True` and an explicit allowlist of the few DeepSpeed types
@@ -88,12 +91,20 @@ def restore_rng(state: dict) -> None:
         torch.cuda.set_rng_state_all([torch.tensor(s, dtype=torch.uint8) for s in rng["cuda"]])
 
 
+def _env_int(name: str) -> int:
+    return int(os.environ.get(name, "0") or 0)
+
+
 def staging_dir(ckpt_uri: str) -> Path:
-    """Local directory DeepSpeed writes into: the path itself when local, a cache for remote URIs."""
+    """Local directory DeepSpeed writes into: the path itself when local, a folder of this node's for
+    remote URIs. A node is named by its first global rank (RANK - LOCAL_RANK: torchrun, the deepspeed
+    launcher and Ray Train number a node's ranks contiguously), so two nodes never share a folder,
+    even where their caches share a disk."""
     if not storage.is_remote(ckpt_uri):
         return Path(ckpt_uri.removeprefix("file://"))
     digest = hashlib.sha256(ckpt_uri.encode()).hexdigest()[:16]
-    return Path(os.environ.get("ALIGNFLOW_CACHE", tempfile.gettempdir())) / f"alignflow-ckpt-{digest}"
+    node = _env_int("RANK") - _env_int("LOCAL_RANK")
+    return Path(os.environ.get("ALIGNFLOW_CACHE", tempfile.gettempdir())) / f"alignflow-ckpt-{digest}" / f"node{node}"
 
 
 def tag(step: int) -> str:
@@ -111,17 +122,36 @@ def save_engine(engine: Any, ckpt_uri: str, step: int, role: str = "model") -> N
     engine.save_checkpoint(str(staging_dir(ckpt_uri) / tag(step)), tag=role, save_latest=False)
 
 
-def commit(ckpt_uri: str, step: int, state: dict, max_keep: int, metadata: dict, world_size: int) -> str:
-    """One process, after every engine has saved: state.json (with this process's RNG), the commit,
-    `latest`, retention."""
-    local = staging_dir(ckpt_uri) / tag(step)
-    (local / STATE_FILE).write_text(json.dumps({**state, "rng": _rng_state()}))
+def upload_role(ckpt_uri: str, step: int, role: str, version: str) -> dict:
+    """Every rank of the engine's group, after all of them saved: for a remote --ckpt_path the first
+    rank of each node uploads its node's files of `role` into the checkpoint's version folder and
+    returns their manifest entries; {} on the other ranks and for a local path."""
+    if not storage.is_remote(ckpt_uri) or _env_int("LOCAL_RANK") > 0:
+        return {}
+    local = staging_dir(ckpt_uri) / tag(step) / role
+    entries = storage.upload_files(local, f"{ckpt_uri.rstrip('/')}/{tag(step)}", version, prefix=role)
+    shutil.rmtree(local, ignore_errors=True)
+    return entries
+
+
+def commit(ckpt_uri: str, step: int, state: dict, max_keep: int, metadata: dict, world_size: int,
+           parts: dict | None = None, version: str = "") -> str:
+    """One process, after every engine has saved (remote: after every node uploaded its `parts` into
+    `version`, see upload_role): state.json (with this process's RNG), the commit, `latest`, retention."""
     uri = f"{ckpt_uri.rstrip('/')}/{tag(step)}"
-    storage.commit_dir(local, uri, metadata={"global_step": step, "world_size": world_size, **metadata})
+    meta = {"global_step": step, "world_size": world_size, **metadata}
+    text = json.dumps({**state, "rng": _rng_state()})
+    if storage.is_remote(ckpt_uri):
+        with tempfile.TemporaryDirectory() as tmp:
+            (Path(tmp) / STATE_FILE).write_text(text)
+            entries = {**(parts or {}), **storage.upload_files(tmp, uri, version)}
+        storage.commit_parts(uri, version, entries, meta)
+    else:
+        local = staging_dir(ckpt_uri) / tag(step)
+        (local / STATE_FILE).write_text(text)
+        storage.commit_dir(local, uri, metadata=meta)
     storage.set_latest(ckpt_uri, tag(step))
     storage.apply_retention(ckpt_uri, keep=max_keep, prefix=PREFIX)
-    if storage.is_remote(ckpt_uri):
-        shutil.rmtree(local, ignore_errors=True)
     log.info("checkpoint committed: %s", uri)
     return uri
 
@@ -133,51 +163,61 @@ class Latest:
     state: dict    # its state.json
 
 
-def stage_latest(ckpt_uri: str) -> str | None:
-    """The newest committed checkpoint's URI, its files staged locally (a download for s3://); None
-    when there is none. Call it once per node (see `load_latest`)."""
+def find_latest(ckpt_uri: str) -> Latest | None:
+    """The newest committed checkpoint and its state.json (read from the store: no weights move);
+    None when there is none."""
     latest = storage.get_latest(ckpt_uri, PREFIX)
-    if latest is not None and storage.is_remote(ckpt_uri):
-        storage.download_dir(latest, staging_dir(ckpt_uri) / latest.rstrip("/").rsplit("/", 1)[-1])
-    return latest
-
-
-def read_staged(ckpt_uri: str, latest_uri: str) -> Latest:
-    name = latest_uri.rstrip("/").rsplit("/", 1)[-1]
-    return Latest(latest_uri, name, json.loads((staging_dir(ckpt_uri) / name / STATE_FILE).read_text()))
+    if latest is None:
+        return None
+    text = storage.read_text(storage.file_in(latest, STATE_FILE))
+    if text is None:
+        raise storage.StorageError(f"{latest} is committed without {STATE_FILE}; start over with a new --ckpt_path")
+    return Latest(latest, latest.rstrip("/").rsplit("/", 1)[-1], json.loads(text))
 
 
 def load_engine(engine: Any, ckpt_uri: str, name: str, role: str = "model") -> None:
-    """Every rank of the engine's group calls this, once the files are staged."""
+    """Every rank of the engine's group calls this. A remote checkpoint is read from this node's
+    verified copy (storage.download_dir: one rank of the node downloads, the others wait for it)."""
+    uri = f"{ckpt_uri.rstrip('/')}/{name}"
+    folder = storage.download_dir(uri) if storage.is_remote(ckpt_uri) else staging_dir(ckpt_uri) / name
     engine.checkpoint_engine = WeightsOnlyCheckpointEngine()
-    path, _ = engine.load_checkpoint(str(staging_dir(ckpt_uri) / name), tag=role, load_optimizer_states=True,
+    path, _ = engine.load_checkpoint(str(folder), tag=role, load_optimizer_states=True,
                                      load_lr_scheduler_states=True)
     if path is None:
-        raise RuntimeError(f"DeepSpeed could not load the {role} of the committed checkpoint {ckpt_uri}/{name}")
+        raise RuntimeError(f"DeepSpeed could not load the {role} of the committed checkpoint {uri}")
 
 
 def save(engines: dict[str, Any], ckpt_uri: str, step: int, state: dict, max_keep: int, metadata: dict) -> str:
-    """Every rank of a process group that holds all `engines` (role -> engine): save, rank 0 commits."""
+    """Every rank of a process group that holds all `engines` (role -> engine): save, each node's
+    first rank uploads (remote), rank 0 commits."""
     for role, engine in engines.items():
         save_engine(engine, ckpt_uri, step, role)
     _barrier()
+    rank0 = not dist.is_initialized() or dist.get_rank() == 0
+    version = [storage.new_version() if rank0 else None]
+    if dist.is_initialized():
+        dist.broadcast_object_list(version, src=0)
+    parts = {}
+    for role in engines:
+        parts.update(upload_role(ckpt_uri, step, role, version[0]))
+    gathered = [parts]
+    if dist.is_initialized():
+        gathered = [None] * dist.get_world_size() if rank0 else None
+        dist.gather_object(parts, gathered, dst=0)
     uri = f"{ckpt_uri.rstrip('/')}/{tag(step)}"
-    if not dist.is_initialized() or dist.get_rank() == 0:
-        commit(ckpt_uri, step, state, max_keep, metadata, dist.get_world_size() if dist.is_initialized() else 1)
+    if rank0:
+        commit(ckpt_uri, step, state, max_keep, metadata, dist.get_world_size() if dist.is_initialized() else 1,
+               {k: v for p in gathered for k, v in p.items()}, version[0])
     _barrier()
     return uri
 
 
 def load_latest(engines: dict[str, Any], ckpt_uri: str) -> Latest | None:
-    """Every rank of a process group that holds all `engines`: the newest committed checkpoint staged
-    (by one process per node), its engines loaded and its RNG restored; None when there is none."""
-    latest = storage.get_latest(ckpt_uri, PREFIX)
-    if latest is None:
+    """Every rank of a process group that holds all `engines`: the newest committed checkpoint, its
+    engines loaded and its RNG restored; None when there is none."""
+    found = find_latest(ckpt_uri)
+    if found is None:
         return None
-    if int(os.environ.get("LOCAL_RANK", "0") or 0) <= 0:
-        stage_latest(ckpt_uri)
-    _barrier()
-    found = read_staged(ckpt_uri, latest)
     for role, engine in engines.items():
         load_engine(engine, ckpt_uri, found.name, role)
     restore_rng(found.state)
