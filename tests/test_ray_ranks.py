@@ -53,6 +53,19 @@ def test_launcher_sets_the_world_and_ray_is_used_otherwise(monkeypatch):
         ray_ranks.on_ray(cfg(num_nodes=2, num_gpus_per_node=2))
 
 
+def test_ray_daemon_lines_are_no_heartbeat():
+    """With RAY_DEDUP_LOGS=0 a raylet warns into the job log every 10 s while the disk is over 95 %
+    full: a hung stage must still go quiet."""
+    from alignflow.tasks.ray_job import is_heartbeat
+    disk = ("(raylet) [2026-11-27 11:09:34,911 E 30493 30504] (raylet) file_system_monitor.cc:116: "
+            "/tmp/ray/session_x is over 95% full, available space: 8.76 GB")
+    assert not is_heartbeat(disk) and not is_heartbeat("(raylet, ip=10.0.0.2) disk over 95% full")
+    assert not is_heartbeat("(gcs_server) something") and not is_heartbeat("(autoscaler +1m) Adding 1 node")
+    assert is_heartbeat('(RayTrainWorker pid=23867) @alignflow {"step":2,"total":4,"samples":64}')
+    assert is_heartbeat("2026-11-27 08:40:10,023 [rank0] INFO alignment.distributed.ray_ranks: train_sft: placing")
+    assert is_heartbeat("(raylets are fine in a user's own words) step 3")
+
+
 def test_job_env_and_shipped_code(monkeypatch):
     monkeypatch.setenv("ALIGNFLOW_JOB_ENV", "MY_SETTING, HF_HOME")
     monkeypatch.setenv("MY_SETTING", "x")

@@ -86,7 +86,7 @@ def _error_lines(log_text: str, n: int = 12) -> list[str]:
 @dataclass(frozen=True)
 class Watch:
     """When a running stage job counts as hung: no log line for `heartbeat_s` (rank 0 logs a progress
-    event at every optimizer step), or still running after `timeout_s`. A hung job is stopped and
+    event at every optimizer step; Ray's daemons' lines do not count, see is_heartbeat), or still running after `timeout_s`. A hung job is stopped and
     the stage retried (it resumes from its last checkpoint). Per deployment through the worker's
     environment (`job_variables: {env: {ALIGNFLOW_STAGE_HEARTBEAT_S: ...}}`)."""
 
@@ -117,6 +117,16 @@ async def _status(client: JobSubmissionClient, submission_id: str, watch: Watch,
             await asyncio.sleep(2.0)
 
 
+# Ray's own daemons print into a job's log too ("(raylet) ... is over 95% full" every 10 s while a
+# disk is nearly full): such a line says nothing of the stage's progress and is no heartbeat.
+_RAY_DAEMON_LINE = re.compile(r"\((raylet|gcs_server|autoscaler|monitor|dashboard|log_monitor)[\s,)]")
+
+
+def is_heartbeat(line: str) -> bool:
+    """Whether a job log line shows the stage alive: any line but one of Ray's own daemons'."""
+    return not _RAY_DAEMON_LINE.match(line)
+
+
 # A finished job's log stream ends only ~3 s after the job (Ray's log tail sleeps 1 s at each EOF
 # and reads two EOFs past the end), which every stage would pay: while no line arrives the task asks
 # for the job's status at this interval and, once it has ended, reads the rest of its log at once.
@@ -136,7 +146,9 @@ async def _follow(client: JobSubmissionClient, submission_id: str, emit: Callabl
         for line in lines:
             count += 1
             if count > seen:          # a reopened stream starts from the first line again
-                seen, last_line = count, time.monotonic()
+                seen = count
+                if is_heartbeat(line):
+                    last_line = time.monotonic()
                 await emit(line)
         return count
 
