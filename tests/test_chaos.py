@@ -38,16 +38,17 @@ def test_log_stream_cut_and_hung_stage(ray_head, tmp_path, monkeypatch):
     def watch() -> None:
         nonlocal first_ckpt
         while not done.is_set() and first_ckpt is None:
-            found = list(store.glob("chaos/sft-*/checkpoints/global_step4/MANIFEST.json"))
+            found = list(store.glob("hang/sft-*/checkpoints/global_step4/MANIFEST.json"))
             first_ckpt = found[0] if found else None
             time.sleep(0.2)
         if first_ckpt is not None:
             proxy.cut()
 
+    # its own run name: the kill -9 test reads every job of run "chaos" on the same head
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     try:
-        result, run_id = run_flow(run_name="chaos", store=str(store), ray_address=f"http://127.0.0.1:{proxy.port}",
+        result, run_id = run_flow(run_name="hang", store=str(store), ray_address=f"http://127.0.0.1:{proxy.port}",
                                   sft={"max_steps": 12, "save_steps": 4, "eval_dataset": None, "logging_steps": 1},
                                   retries=2)
     finally:
@@ -57,7 +58,7 @@ def test_log_stream_cut_and_hung_stage(ray_head, tmp_path, monkeypatch):
     logs = flow_logs(run_id)
     assert "broke" in logs and "reconnecting to its log" in logs, logs[-3000:]
     assert "logged nothing for 45s" in logs and "stopped as hung" in logs, logs[-3000:]
-    jobs = [j for j in ray_jobs(ray_head, "chaos") if j.metadata["alignflow_stage"] == "sft"]
+    jobs = [j for j in ray_jobs(ray_head, "hang") if j.metadata["alignflow_stage"] == "sft"]
     assert jobs[-1].status.value == "SUCCEEDED" and "STOPPED" in {j.status.value for j in jobs[:-1]}
     from ray.job_submission import JobSubmissionClient
     last = JobSubmissionClient(ray_head).get_job_logs(jobs[-1].submission_id)
