@@ -86,9 +86,10 @@ def _error_lines(log_text: str, n: int = 12) -> list[str]:
 @dataclass(frozen=True)
 class Watch:
     """When a running stage job counts as hung: no log line for `heartbeat_s` (rank 0 logs a progress
-    event at every optimizer step; Ray's daemons' lines do not count, see is_heartbeat), or still running after `timeout_s`. A hung job is stopped and
-    the stage retried (it resumes from its last checkpoint). Per deployment through the worker's
-    environment (`job_variables: {env: {ALIGNFLOW_STAGE_HEARTBEAT_S: ...}}`)."""
+    event at every optimizer step; Ray's daemons' lines do not count, see is_heartbeat), or still
+    running after `timeout_s`. A hung job is stopped and the stage retried (it resumes from its last
+    checkpoint). Per deployment through the worker's environment
+    (`job_variables: {env: {ALIGNFLOW_STAGE_HEARTBEAT_S: ...}}`)."""
 
     heartbeat_s: float = 1800.0
     timeout_s: float | None = None

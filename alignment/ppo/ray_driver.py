@@ -196,9 +196,9 @@ class RayGroups:
     def save(self, state: PPOState) -> None:
         import ray
 
+        from alignment import storage
         from alignment.trainers import checkpoint
         cfg = self.cfg
-        from alignment import storage
         groups, version = self._trained_groups(), storage.new_version()
         ray.get([f for g in groups for f in g.save_checkpoint(cfg.ckpt_path, state.iteration)])
         # then each node's first rank of each group uploads its node's files (s3://): the driver's node
