@@ -164,8 +164,11 @@ def test_store_down_30s_mid_stage(ray_head, seaweed, tmp_path, monkeypatch):
         resumed = re.search(r"resumed from \S+/global_step(\d+) ", logs[-1])
         assert resumed and int(resumed.group(1)) >= 4, logs[-1][-3000:]
         assert ran.group(1) == str(int(resumed.group(1)) + 1)   # nothing before the checkpoint is redone
-        # a failed job got as far as the checkpoint it was committing (named in its error), or the last it committed
-        reached = max(int(n) for log in logs[:-1] for n in re.findall(r"global_step(\d+)", log))
+        # a failed job got as far as the checkpoint it was committing (named in its error), or the last it
+        # committed; none named: it failed after the manifest of the one it resumed from, writing `latest`
+        # or applying retention (the outage starts when global_step4's manifest appears)
+        reached = max((int(n) for log in logs[:-1] for n in re.findall(r"global_step(\d+)", log)),
+                      default=int(resumed.group(1)))
         redone = reached - int(resumed.group(1))
         outcome = f"failed with exit 75, retried, resumed from global_step{resumed.group(1)}"
     print(f"\nstore down {outage['down_s']:.1f}s ({outage['wall_down']}..{outage['wall_up']}; SIGTERM/SIGKILL "
