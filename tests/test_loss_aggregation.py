@@ -76,8 +76,8 @@ def _rank(rank: int, port: int, out) -> None:
     exp = Experience(SequenceBatch(seq, torch.ones_like(seq), mask, idx), None, None, None, torch.zeros(4, T),
                      torch.zeros(4, T), torch.zeros(4), torch.zeros(4, T))
     engine = SimpleNamespace(gradient_accumulation_steps=lambda: 2, module=torch.nn.Linear(1, 1))
-    cfg = SimpleNamespace(max_epochs=1, micro_train_batch_size=2)
-    out.put((rank, [(len(mb), t) for mb, t in _steps(engine, exp, cfg, seed=0)]))
+    cfg = SimpleNamespace(max_epochs=1, micro_train_batch_size=2, use_dynamic_batch=False)
+    out.put((rank, [(len(m.exp), m.totals) for m in _steps(engine, exp, cfg, seed=0)]))
     dist.destroy_process_group()
 
 

@@ -59,8 +59,8 @@ def test_openrlhf_readme_command_runs_as_a_ray_job(ray_head, tiny_sft, tiny_rm, 
 
 
 def test_two_rank_actor_group_with_a_reward_function_resumes_and_equals_train_ppo(ray_head, tiny_sft, tmp_path):
-    """Actor and ref colocated, two ranks each (one gloo group per model), GRPO with the rule and an
-    adaptive KL (--kl_target). The first job is killed after iteration 1's checkpoint; the second
+    """Actor and ref colocated, two ranks each (one gloo group per model), GRPO with the rule, an
+    adaptive KL (--kl_target) and token-budget micro-batches (--use_dynamic_batch). The first job is killed after iteration 1's checkpoint; the second
     resumes from it (ZeRO-2 optimizer shards of both ranks, β) and runs only iteration 2.
     One controller, two backends: `train_ppo` under torchrun with 2 ranks, uninterrupted, logs the
     same losses, KL and β — its two controllers each see half the batch, so β agrees with the Ray
@@ -72,7 +72,9 @@ def test_two_rank_actor_group_with_a_reward_function_resumes_and_equals_train_pp
             "--n_samples_per_prompt", "2", "--rollout_batch_size", "8", "--micro_rollout_batch_size", "8",
             "--train_batch_size", "16", "--micro_train_batch_size", "4", "--max_samples", "16",
             "--generate_max_len", "16", "--actor_learning_rate", "1e-5", "--num_threads", "1",
-            "--init_kl_coef", "0.05", "--kl_target", "0.001", "--kl_horizon", "100"]
+            "--init_kl_coef", "0.05", "--kl_target", "0.001", "--kl_horizon", "100",
+            # token-budget micro-batches: each rank cuts its 8 rows of a step its own way, as many on both
+            "--use_dynamic_batch", "--prompt_max_len", "64", "--train_max_tokens_per_gpu", "80"]
     args = [*algo, "--save_path", str(out), "--save_steps", "1", "--ckpt_path", str(ckpt),
             "--actor_num_gpus_per_node", "2", "--ref_num_gpus_per_node", "2", "--colocate_actor_ref"]
     status, logs = ray_job(ray_head, args, "ppo-two-ranks-crash", {"ALIGNFLOW_FAIL_AT_STEP": "1"})
@@ -81,6 +83,7 @@ def test_two_rank_actor_group_with_a_reward_function_resumes_and_equals_train_pp
     status, logs = ray_job(ray_head, [*args, "--load_checkpoint"], "ppo-two-ranks")
     assert status.endswith("SUCCEEDED"), logs[-3000:]
     assert "ran iterations 2..2 of 2" in logs and (ckpt / "global_step2" / "actor").is_dir()
+    assert "--use_dynamic_batch: training micro-batches of <= 80 tokens" in logs
     assert "placed actor 1x2, ref 1x2 on actor's bundles" in logs
     assert "actor rank 0/2 ready" in logs and "ref rank 0/2 ready" in logs   # (rank 1 logs warnings only)
     rows = metric_rows(out)

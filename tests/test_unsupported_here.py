@@ -29,7 +29,12 @@ PAIRS = ["--dataset", f"json@{tiny_dir() / 'preference'}", "--prompt_key", "prom
     ("alignment.cli.interactive_chat", ["--load_in_4bit"], "--load_in_4bit needs a CUDA GPU"),
     # later OpenRLHF flags that are not built: one line saying what to use instead, never accepted and ignored
     ("alignment.cli.train_ppo_ray", [*PPO, "--vllm_enable_sleep"], "--vllm_enable_sleep: vLLM sleep mode is not built"),
-    ("alignment.cli.train_ppo_ray", [*PPO, "--use_dynamic_batch"], "--use_dynamic_batch: token-budget micro-batches"),
+    ("alignment.cli.train_sft", ["--dataset", "x.jsonl", "--use_dynamic_batch"],
+     "--use_dynamic_batch: token-budget micro-batches are built for the PPO family"),
+    ("alignment.cli.train_ppo_ray", [*PPO, "--use_dynamic_batch", "--train_max_tokens_per_gpu", "100"],
+     "--train_max_tokens_per_gpu 100 is below --prompt_max_len + --generate_max_len"),
+    ("alignment.cli.train_ppo_ray", [*PPO, "--rollout_max_tokens_per_gpu", "4096"],
+     "--rollout_max_tokens_per_gpu is set but --use_dynamic_batch is not"),
     ("alignment.cli.train_ppo_ray", [*PPO, "--pretrain_data", "x.jsonl", "--ptx_coef", "0.05"],
      "--pretrain_data: the pre-training (PTX) loss inside PPO is not built"),
 ])

@@ -43,8 +43,8 @@ def _bool(text: str) -> bool:
 
 # OpenRLHF flags users paste that alignflow does not build: refused with what to do instead (an
 # accepted-and-ignored flag would silently change what a run means).
-_DYNAMIC = ("token-budget micro-batches are not built yet: drop it and size --micro_train_batch_size "
-            "(add --packing_samples so short samples are not padded)")
+_DYNAMIC = ("token-budget micro-batches are built for the PPO family (train_ppo, train_ppo_ray) only: here drop it "
+            "and size --micro_train_batch_size (add --packing_samples so short samples are not padded)")
 _PTX = ("the pre-training (PTX) loss inside PPO is not built: drop --pretrain_data/--ptx_coef, or run an SFT stage "
         "with --pretrain_mode on that data before PPO")
 OPENRLHF_NOT_BUILT = {

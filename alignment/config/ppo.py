@@ -107,6 +107,33 @@ class RolloutConfig(PromptFormatConfig):
 
 
 @dataclass
+class DynamicBatchConfig:
+    use_dynamic_batch: bool = opt(False, "Cut micro-batches by a token budget instead of a row count: rows of similar "
+                                         "length together, as many as fit, so short responses are not padded to the "
+                                         "longest (--micro_train_batch_size / --micro_rollout_batch_size then no longer "
+                                         "cut the training and log-prob passes; the step's rows and loss are unchanged)")
+    train_max_tokens_per_gpu: int = opt(16192, "With --use_dynamic_batch: most tokens per training micro-batch "
+                                               "(rows x longest row; the real tokens with --packing_samples)")
+    rollout_max_tokens_per_gpu: Optional[int] = opt(None, "With --use_dynamic_batch: most tokens per log-prob / value "
+                                                          "forward when making experience (unset: "
+                                                          "--train_max_tokens_per_gpu)")
+
+    def check_dynamic_batch(self) -> None:
+        if not self.use_dynamic_batch:
+            for name in ("train_max_tokens_per_gpu", "rollout_max_tokens_per_gpu"):
+                default = DynamicBatchConfig.__dataclass_fields__[name].default
+                require(getattr(self, name) == default, f"--{name} is set but --use_dynamic_batch is not: "
+                                                        f"add --use_dynamic_batch or drop --{name}")
+            return
+        longest = self.prompt_max_len + self.generate_max_len   # type: ignore[attr-defined]  (RolloutConfig)
+        for name in ("train_max_tokens_per_gpu", "rollout_max_tokens_per_gpu"):
+            value = getattr(self, name)
+            require(value is None or value >= longest,
+                    f"--{name} {value} is below --prompt_max_len + --generate_max_len = {longest}, the longest "
+                    f"sample: raise it to at least {longest}")
+
+
+@dataclass
 class AlgorithmConfig:
     advantage_estimator: str = opt("gae", "How advantages are computed", choices=ADVANTAGE_ESTIMATORS)
     gamma: float = opt(1.0, "Discount")
@@ -160,7 +187,7 @@ class AlgorithmConfig:
 
 @dataclass
 class PPOConfig(LoggingConfig, CheckpointConfig, TrainConfig, LoraConfig, LoraSaveConfig, AlgorithmConfig, RewardSourceConfig,
-                RolloutConfig, PlacementConfig, PackingConfig, ModelConfig, StageConfig):
+                DynamicBatchConfig, RolloutConfig, PlacementConfig, PackingConfig, ModelConfig, StageConfig):
     """PPO / REINFORCE++ / RLOO / GRPO on Ray (`python -m alignment.cli.train_ppo_ray`)."""
 
     def check_ppo(self) -> None:

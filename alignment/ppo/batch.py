@@ -30,6 +30,22 @@ class SequenceBatch:
         return SequenceBatch(self.sequences[start:end], self.attention_mask[start:end], self.action_mask[start:end],
                              self.prompt_index[start:end])
 
+    def pick(self, idx: list[int]) -> "SequenceBatch":
+        return SequenceBatch(self.sequences[idx], self.attention_mask[idx], self.action_mask[idx],
+                             [self.prompt_index[i] for i in idx])
+
+    @property
+    def width(self) -> int:
+        """Columns up to the longest row's last real token (rows are right-padded)."""
+        return int(self.attention_mask.sum(-1).max()) if len(self.prompt_index) else 0
+
+    def trimmed(self) -> "SequenceBatch":
+        """The same rows without the padding columns every row has (a micro-batch of short rows cut
+        from a batch padded to a longer one): causal attention makes the real tokens' outputs equal."""
+        w = self.width
+        return SequenceBatch(self.sequences[:, :w], self.attention_mask[:, :w], self.action_mask[:, :w - 1],
+                             self.prompt_index)
+
     @property
     def response_lengths(self) -> torch.Tensor:
         return self.action_mask.sum(-1)

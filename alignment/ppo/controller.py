@@ -14,6 +14,7 @@ updated from the same, global KL on every controller.
 """
 from __future__ import annotations
 
+import logging
 import random
 import time
 from dataclasses import dataclass
@@ -28,6 +29,8 @@ from alignment.losses.kl import KLController
 from alignment.ppo.batch import SequenceBatch, rollout_to_batch
 from alignment.ppo.experience import Experience, assemble, experience_metrics, needs_old_logprobs, uses_reference
 from alignment.ppo.loop import PPOState
+
+log = logging.getLogger(__name__)
 from alignment.rollout.types import Rollout, SamplingParams
 from alignment.trainers.base import mean_across_ranks, sum_across_ranks
 
@@ -115,6 +118,10 @@ class PPOController:
         self.per_episode = iterations_per_episode(len(prompts), cfg.rollout_batch_size)
         self.total_iterations = cfg.num_episodes * self.per_episode
         self.kl_ctl = KLController(cfg.init_kl_coef, cfg.kl_target, cfg.kl_horizon)
+        if cfg.use_dynamic_batch:
+            log.info("--use_dynamic_batch: training micro-batches of <= %d tokens, log-prob and value passes of <= %d "
+                     "(--micro_train_batch_size / --micro_rollout_batch_size no longer cut those passes)", cfg.train_max_tokens_per_gpu,
+                     cfg.rollout_max_tokens_per_gpu or cfg.train_max_tokens_per_gpu)
 
     def prompt_batch(self, iteration: int) -> list[PromptSample]:
         """This controller's share of iteration's prompts (all of them when world is 1)."""

@@ -29,12 +29,16 @@ class Experience:
         return len(self.batch.prompt_index)
 
     def rows(self, idx: list[int]) -> "Experience":
-        b = self.batch
         pick = (lambda t: None if t is None else t[idx])  # noqa: E731
-        return Experience(SequenceBatch(b.sequences[idx], b.attention_mask[idx], b.action_mask[idx],
-                                        [b.prompt_index[i] for i in idx]),
-                          pick(self.old_logp), pick(self.ref_logp), pick(self.values), self.advantages[idx],
-                          self.returns[idx], self.scores[idx], self.kl[idx])
+        return Experience(self.batch.pick(idx), pick(self.old_logp), pick(self.ref_logp), pick(self.values),
+                          self.advantages[idx], self.returns[idx], self.scores[idx], self.kl[idx])
+
+    def trimmed(self) -> "Experience":
+        """Without the padding columns all its rows share (SequenceBatch.trimmed)."""
+        batch = self.batch.trimmed()
+        cut = (lambda t: None if t is None else t[:, :batch.width - 1])  # noqa: E731
+        return Experience(batch, cut(self.old_logp), cut(self.ref_logp), cut(self.values), cut(self.advantages),
+                          cut(self.returns), self.scores, cut(self.kl))
 
     def shards(self, n: int) -> list["Experience"]:
         """n contiguous, equal parts (one per rank of a training group)."""

@@ -50,13 +50,13 @@ class LocalGroups:
         return self.reward(queries, prompts, labels)
 
     def actor_logprobs(self, batch: SequenceBatch) -> Done[torch.Tensor]:
-        return Done(rank_ops.logprobs(self.actor.module, batch, self.micro, self.packing))
+        return Done(rank_ops.logprobs(self.actor.module, batch, self.cfg, self.packing))
 
     def ref_logprobs(self, batch: SequenceBatch) -> Done[torch.Tensor]:
-        return Done(rank_ops.logprobs(self.ref, batch, self.micro, self.packing))
+        return Done(rank_ops.logprobs(self.ref, batch, self.cfg, self.packing))
 
     def values(self, batch: SequenceBatch) -> Done[torch.Tensor]:
-        return Done(rank_ops.values(self.critic.module, self.capture, batch, self.micro, self.packing))
+        return Done(rank_ops.values(self.critic.module, self.capture, batch, self.cfg, self.packing))
 
     def train_critic(self, exp: Experience, seed: int) -> Done[dict[str, float]]:
         return Done(rank_ops.train_critic(self.critic, self.capture, exp, self.cfg, seed, self.packing))

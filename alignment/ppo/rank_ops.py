@@ -5,6 +5,7 @@ so there is one copy of the algorithm.
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Iterator
 
@@ -18,22 +19,59 @@ from alignment.losses.ppo import policy_loss, value_loss
 from alignment.ppo.batch import SequenceBatch, action_logprobs
 from alignment.ppo.experience import Experience
 from alignment.ppo.packed import Packing, pack, unpack
+from alignment.ppo.token_budget import TokenBudget, split_to
 
 
-def micro_slices(batch: SequenceBatch, size: int) -> Iterator[SequenceBatch]:
-    for s in range(0, len(batch.prompt_index), size):
-        yield batch.rows(s, s + size)
+def _ranks() -> int:
+    import torch.distributed as dist
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def _max_across_ranks(n: int) -> int:
+    import torch.distributed as dist
+    if _ranks() == 1:
+        return n
+    t = torch.tensor([n], dtype=torch.long)   # gloo and NCCL both reduce a CPU-sized count; on NCCL a GPU tensor
+    if dist.get_backend() == "nccl":
+        t = t.cuda()
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t.item())
+
+
+def micro_groups(batch: SequenceBatch, rows: int, max_tokens: int | None, packing: Packing | None) -> list[list[int]]:
+    """Row indices of each micro-batch: `rows` at a time in order, or (--use_dynamic_batch, max_tokens
+    set) by token budget, as many on every rank of the group (token_budget.split_to)."""
+    if max_tokens is None:
+        return [list(range(s, min(s + rows, len(batch.prompt_index)))) for s in range(0, len(batch.prompt_index), rows)]
+    groups = TokenBudget(max_tokens, packing is not None).groups(batch.attention_mask.sum(-1).tolist())
+    return split_to(groups, _max_across_ranks(len(groups)))
+
+
+def _rollout_cut(cfg: PPOConfig) -> tuple[int, int | None]:
+    """(rows, token budget) of the log-prob and value passes."""
+    budget = (cfg.rollout_max_tokens_per_gpu or cfg.train_max_tokens_per_gpu) if cfg.use_dynamic_batch else None
+    return cfg.micro_rollout_batch_size, budget
 
 
 def model_device(model: torch.nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
+def _per_micro_batch(forward, batch: SequenceBatch, cfg: PPOConfig, packing: Packing | None) -> torch.Tensor:
+    """[B, L-1] on CPU: forward(micro-batch) on each micro-batch cut from batch, trimmed to its own
+    longest row, and its [b, w-1] output put back in the batch's rows and columns."""
+    out = torch.zeros(batch.action_mask.shape)
+    for idx in micro_groups(batch, *_rollout_cut(cfg), packing):
+        got = forward(batch.pick(idx).trimmed()).cpu()
+        out[idx, :got.shape[1]] = got.to(out.dtype)
+    return out
+
+
 @torch.no_grad()
-def logprobs(model: torch.nn.Module, batch: SequenceBatch, micro: int, packing: Packing | None = None) -> torch.Tensor:
-    """[B, L-1] action log-probs, computed `micro` rows at a time on the model's device; CPU out."""
+def logprobs(model: torch.nn.Module, batch: SequenceBatch, cfg: PPOConfig, packing: Packing | None = None) -> torch.Tensor:
+    """[B, L-1] action log-probs on the model's device, a micro-batch at a time (_rollout_cut); CPU out."""
     dev = model_device(model)
-    return torch.cat([action_logprobs(model, mb.to(dev), packing).cpu() for mb in micro_slices(batch, micro)])
+    return _per_micro_batch(lambda mb: action_logprobs(model, mb.to(dev), packing), batch, cfg, packing)
 
 
 def value_forward(critic: Any, capture: Any, batch: SequenceBatch, packing: Packing | None = None) -> torch.Tensor:
@@ -49,38 +87,53 @@ def value_forward(critic: Any, capture: Any, batch: SequenceBatch, packing: Pack
 
 
 @torch.no_grad()
-def values(critic: torch.nn.Module, capture: Any, batch: SequenceBatch, micro: int,
+def values(critic: torch.nn.Module, capture: Any, batch: SequenceBatch, cfg: PPOConfig,
            packing: Packing | None = None) -> torch.Tensor:
     dev = model_device(critic)
-    return torch.cat([value_forward(critic, capture, mb.to(dev), packing).cpu() for mb in micro_slices(batch, micro)])
+    return _per_micro_batch(lambda mb: value_forward(critic, capture, mb.to(dev), packing), batch, cfg, packing)
 
 
-def _epochs(exp: Experience, cfg: PPOConfig, seed: int) -> Iterator[Experience]:
-    """Micro-batches of a shuffled experience, --max_epochs times."""
+@dataclass(frozen=True)
+class Micro:
+    exp: Experience           # the micro-batch, trimmed to its longest row
+    totals: StepTotals        # of the optimizer step it belongs to
+    boundary: bool | None     # --use_dynamic_batch: whether it ends the step (told to DeepSpeed); None: DeepSpeed counts
+
+
+def _steps(engine: Any, exp: Experience, cfg: PPOConfig, seed: int, packing: Packing | None = None) -> Iterator[Micro]:
+    """The micro-batches of --max_epochs shuffled passes over the experience, each with the totals of
+    the optimizer step it belongs to: the step's rows on each of the D ranks (one all-reduce of two
+    numbers per step). A step is G x --micro_train_batch_size rows per rank (G: DeepSpeed's
+    accumulation steps), cut into G micro-batches of that many rows, or (--use_dynamic_batch) into as
+    many as --train_max_tokens_per_gpu needs, the same count on every rank, with DeepSpeed told where
+    the step ends. The loss scale stays G·D either way (losses/aggregation.py), so the step's
+    gradient does not depend on the cut."""
+    import torch.distributed as dist
+
+    accum, ranks = engine.gradient_accumulation_steps(), _ranks()
+    step_rows = accum * cfg.micro_train_batch_size
+    budget = cfg.train_max_tokens_per_gpu if cfg.use_dynamic_batch else None
     rng = random.Random(seed)
     for _ in range(cfg.max_epochs):
         order = list(range(len(exp)))
         rng.shuffle(order)
-        for s in range(0, len(exp), cfg.micro_train_batch_size):
-            yield exp.rows(order[s:s + cfg.micro_train_batch_size])
+        for s in range(0, len(exp), step_rows):
+            step = exp.rows(order[s:s + step_rows])
+            groups = micro_groups(step.batch, cfg.micro_train_batch_size, budget, packing)
+            counts = torch.tensor([float(step.batch.action_mask.sum()), float(len(step))], dtype=torch.float64,
+                                  device=model_device(engine.module))   # NCCL reduces GPU tensors
+            if ranks > 1:
+                dist.all_reduce(counts)
+            totals = StepTotals(counts[0].item(), counts[1].item(), float(accum * ranks))
+            for k, idx in enumerate(groups):
+                yield Micro(step.rows(idx).trimmed(), totals, None if budget is None else k == len(groups) - 1)
 
 
-def _steps(engine: Any, exp: Experience, cfg: PPOConfig, seed: int) -> Iterator[tuple[Experience, StepTotals]]:
-    """The micro-batches of `_epochs`, each with the totals of the optimizer step it belongs to:
-    its G micro-batches on each of the D ranks (one all-reduce of two numbers per step)."""
-    import torch.distributed as dist
-
-    accum = engine.gradient_accumulation_steps()
-    ranks = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-    micro = list(_epochs(exp, cfg, seed))
-    for s in range(0, len(micro), accum):
-        step = micro[s:s + accum]
-        counts = torch.tensor([sum(float(mb.batch.action_mask.sum()) for mb in step), float(sum(len(mb) for mb in step))],
-                              dtype=torch.float64, device=model_device(engine.module))   # NCCL reduces GPU tensors
-        if ranks > 1:
-            dist.all_reduce(counts)
-        totals = StepTotals(counts[0].item(), counts[1].item(), float(accum * ranks))
-        yield from ((mb, totals) for mb in step)
+def _backward_step(engine: Any, loss: torch.Tensor, micro: Micro) -> None:
+    if micro.boundary is not None:   # a token-budget cut: the step ends where the cut says, not after G micro-batches
+        engine.set_gradient_accumulation_boundary(micro.boundary)
+    engine.backward(loss)
+    engine.step()
 
 
 def _agg(cfg: PPOConfig, totals: StepTotals):
@@ -97,12 +150,13 @@ def train_critic(critic: Any, capture: Any, exp: Experience, cfg: PPOConfig, see
     DeepSpeed steps at accumulation boundaries."""
     critic.train()
     dev, rows = model_device(critic.module), []
-    for mb, totals in _steps(critic, exp, cfg, seed):
+    for micro in _steps(critic, exp, cfg, seed, packing):
+        mb = micro.exp
         b = mb.batch.to(dev)
         v = value_forward(critic, capture, b, packing)
-        loss = value_loss(v, mb.values.to(dev), mb.returns.to(dev), b.action_mask, cfg.value_clip, _agg(cfg, totals))
-        critic.backward(loss)
-        critic.step()
+        loss = value_loss(v, mb.values.to(dev), mb.returns.to(dev), b.action_mask, cfg.value_clip,
+                          _agg(cfg, micro.totals))
+        _backward_step(critic, loss, micro)
         rows.append({"value_loss": loss.item()})
     return _mean(rows)
 
@@ -114,8 +168,9 @@ def train_actor(actor: Any, exp: Experience, cfg: PPOConfig, kl_coef: float, see
     actor.train()
     eps_low, eps_high = cfg.eps_clip_low_high or (cfg.eps_clip, cfg.eps_clip)
     dev, rows = model_device(actor.module), []
-    for mb, totals in _steps(actor, exp, cfg, seed):
-        b, agg = mb.batch.to(dev), _agg(cfg, totals)
+    for micro in _steps(actor, exp, cfg, seed, packing):
+        mb = micro.exp
+        b, agg = mb.batch.to(dev), _agg(cfg, micro.totals)
         mask = b.action_mask
         logp = action_logprobs(actor, b, packing)
         old = logp.detach() if mb.old_logp is None else mb.old_logp.to(dev)   # None: on-policy (needs_old_logprobs)
@@ -127,7 +182,6 @@ def train_actor(actor: Any, exp: Experience, cfg: PPOConfig, kl_coef: float, see
             kl = agg(kl_estimate(logp, mb.ref_logp.to(dev), cfg.kl_estimator), mask)
             loss = loss + kl_coef * kl
             row["kl_loss"] = kl.item()
-        actor.backward(loss)
-        actor.step()
+        _backward_step(actor, loss, micro)
         rows.append(row)
     return _mean(rows)

@@ -86,11 +86,11 @@ class ModelWorker:
 
     def logprobs(self, batch: Any) -> Any:
         from alignment.ppo import rank_ops
-        return rank_ops.logprobs(self.model, batch, self.cfg.micro_rollout_batch_size, self.packing)
+        return rank_ops.logprobs(self.model, batch, self.cfg, self.packing)
 
     def values(self, batch: Any) -> Any:
         from alignment.ppo import rank_ops
-        return rank_ops.values(self.model, self.capture, batch, self.cfg.micro_rollout_batch_size, self.packing)
+        return rank_ops.values(self.model, self.capture, batch, self.cfg, self.packing)
 
     def scores(self, queries: list[str], prompts: list[str], labels: list) -> Any:
         return self.reward(queries, prompts, labels)
