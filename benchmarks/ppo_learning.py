@@ -4,14 +4,18 @@ benchmarks/preference_stages.py writes; RM_DIR `none`: the rule reward, critic-f
 only), run `alignment.cli.train_ppo` with the tiny recipe's ppo.yaml and that estimator, and report
 held-out greedy accuracy before/after, the sampled reward curve (mean per sixth of the run) and the final KL.
 
-Usage: .venv/bin/python benchmarks/ppo_learning.py SFT_DIR RM_DIR OUT_DIR [estimator ...]
-Set PPO_LAUNCHER=deepspeed to start each run as `deepspeed --num_gpus 1 --module alignment.cli.train_ppo`
+Usage: .venv/bin/python benchmarks/ppo_learning.py SFT_DIR RM_DIR OUT_DIR [estimator[@vllm|@async] ...]
+`estimator@vllm` runs `alignment.cli.train_ppo_ray` on a local Ray cluster with one vLLM engine
+(its own core; actor and reference colocated on the other), `estimator@async` the same with
+--async_train (overlapped rollouts, samples one update old): the synchronous and overlapped runs
+side by side. Set PPO_LAUNCHER=deepspeed to start each run as `deepspeed --num_gpus 1 --module alignment.cli.train_ppo`
 (OpenRLHF's launch line) instead of `python -m`.
 """
 from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -49,28 +53,37 @@ def main() -> None:
     estimators = sys.argv[4:] or ["gae", "reinforce", "rloo", "group_norm"]
     out.mkdir(parents=True, exist_ok=True)
     report = {"sft_accuracy": greedy_accuracy(sft).accuracy, "runs": {}}
-    for est in estimators:
-        save = out / est
+    for name in estimators:
+        est, _, engine = name.partition("@")
+        save = out / name.replace("@", "-")
         flags = ppo_flags(est, None if str(rm) == "none" else str(rm))
+        module = "alignment.cli.train_ppo"
+        if engine:   # train_ppo_ray: the recipe's colocated actor + reference, a vLLM engine on the other core
+            module = "alignment.cli.train_ppo_ray"
+            flags = [*flags, "--colocate_actor_ref", "true", "--vllm_num_engines", "1", "--vllm_sync_backend", "gloo",
+                     *(["--async_train"] if engine == "async" else [])]
         t0 = time.time()
         launcher = ([str(Path(sys.executable).parent / "deepspeed"), "--num_gpus", "1", "--module"]
-                    if os.environ.get("PPO_LAUNCHER") == "deepspeed" else [sys.executable, "-m"])
-        proc = subprocess.run([*launcher, "alignment.cli.train_ppo", "--pretrain", str(sft),
+                    if os.environ.get("PPO_LAUNCHER") == "deepspeed" and not engine else [sys.executable, "-m"])
+        proc = subprocess.run([*launcher, module, "--pretrain", str(sft),
                                "--save_path", str(save), "--num_threads", "1", *flags], cwd=REPO,
                               env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True)
         if proc.returncode:
-            sys.exit(f"{est} failed:\n{proc.stderr[-3000:]}")
+            sys.exit(f"{name} failed:\n{proc.stderr[-3000:]}")
         rows = [json.loads(line) for line in (save / "metrics.jsonl").read_text().splitlines()]
-        report["runs"][est] = {"launcher": " ".join([Path(launcher[0]).name, *launcher[1:]]),
+        report["runs"][name] = {"launcher": " ".join([Path(launcher[0]).name, *launcher[1:], module]),
                                "accuracy_after": greedy_accuracy(save).accuracy, "minutes": round((time.time() - t0) / 60, 1),
                                "iterations": len(rows), "reward_curve": curve(rows, "train/reward"),
                                "kl_curve": curve(rows, "train/kl") if "train/kl" in rows[-1] else [None],
-                               "kl_to_sft_after": round(kl_to_reference(save, sft), 3)}   # measured even without a KL term
-        print(json.dumps({est: report["runs"][est]}), flush=True)
+                               "kl_to_sft_after": round(kl_to_reference(save, sft), 3),   # measured even without a KL term
+                               # wall clock between consecutive iterations' metric rows
+                               "seconds_per_iteration": round(statistics.median(
+                                   b["time"] - a["time"] for a, b in zip(rows, rows[1:])), 3)}
+        print(json.dumps({name: report["runs"][name]}), flush=True)
     (out / "report.json").write_text(json.dumps(report, indent=1))
     print(f"SFT {report['sft_accuracy']:.1%}")
     for est, r in report["runs"].items():
-        print(f"{est:11s} {r['accuracy_after']:.1%}  reward {r['reward_curve'][0]} -> {r['reward_curve'][-1]}  "
+        print(f"{est:16s} {r['accuracy_after']:.1%}  reward {r['reward_curve'][0]} -> {r['reward_curve'][-1]}  "
               f"KL {r['kl_curve'][-1]} (to SFT after: {r['kl_to_sft_after']})  ({r['iterations']} iterations, {r['minutes']} min)")
 
 

@@ -160,3 +160,19 @@ def test_critic_reads_values_in_the_normalised_reward_units(tmp_path):
     cap_raw, cap_scaled = ValueCapture(raw), ValueCapture(scaled, (2.0, 4.0))
     raw(x), scaled(x)
     assert cap_raw.take().tolist() == [[6.0, 10.0]] and cap_scaled.take().tolist() == [[1.0, 2.0]]
+
+
+def test_behaviour_logprobs_sit_where_action_mask_scores_the_sampled_tokens():
+    """--async_train: the engine's log-prob of response token j of row i lands where action_mask is 1
+    for that token (column len(prompt) - 1 + j), the layout of every trainer log-prob."""
+    from alignment.ppo.batch import behaviour_logprobs, rollout_to_batch
+    from alignment.rollout.types import Rollout
+    rollout = Rollout(prompt_ids=[[5, 6, 7], [8]], response_ids=[[9, 10], [11, 12, 2]], prompt_index=[0, 1],
+                      finished=[False, True], logprobs=[[-0.5, -1.5], [-0.1, -0.2, -0.3]])
+    batch = rollout_to_batch(rollout, pad_id=0)
+    got = behaviour_logprobs(rollout, batch)
+    assert got.shape == batch.action_mask.shape
+    assert got[0].tolist() == [0.0, 0.0, -0.5, -1.5] and got[1].tolist() == pytest.approx([-0.1, -0.2, -0.3, 0.0])
+    assert torch.equal(got != 0, batch.action_mask.bool())
+    with pytest.raises(ValueError, match="not asked"):
+        behaviour_logprobs(Rollout(prompt_ids=[[5]], response_ids=[[6]], prompt_index=[0], finished=[True]), batch)

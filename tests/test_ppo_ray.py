@@ -121,6 +121,10 @@ def test_vllm_engine_generates_and_receives_weights(ray_head, tiny_sft, tmp_path
             "--vllm_sync_chunk_mb", "1", "--zero_stage", "3", "--rollout_batch_size", "8", "--micro_rollout_batch_size", "16",
             "--train_batch_size", "32", "--micro_train_batch_size", "8", "--max_samples", "16",
             "--generate_max_len", "16", "--actor_learning_rate", "1e-5", "--vllm_sync_backend", sync]
+    if sync == "gloo":   # and overlapped: iteration 2's samples are generated while iteration 1 trains
+        # three iterations (the first update is at the warm-up's lr 0, so only iteration 3's samples are
+        # from an older policy) and updates big enough to see in the ratio
+        args += ["--async_train", "--actor_learning_rate", "1e-3", "--max_samples", "24"]
     status, logs = ray_job(ray_head, args, f"ppo-vllm-{sync}")
     assert status.endswith("SUCCEEDED"), logs[-3000:]
     if sync == "gloo":
@@ -129,8 +133,17 @@ def test_vllm_engine_generates_and_receives_weights(ray_head, tiny_sft, tmp_path
         assert "this cluster has no GPUs): weights go to the vLLM engines in chunks through Ray's object store" in logs
     assert "placed actor 1x1, ref 1x1 on actor's bundles, vllm 1x1" in logs, logs[-3000:]
     rows = metric_rows(out)
-    assert [r["step"] for r in rows] == [1, 2]
+    assert [r["step"] for r in rows] == ([1, 2, 3] if sync == "gloo" else [1, 2])
     assert all(r["train/time_sync"] > 0 and 0 <= r["train/reward"] <= 1 for r in rows)
+    if sync == "gloo":
+        # iteration 1 trains on samples of the policy it starts from: the engine's sampled-token log-probs
+        # (the ratio's denominator) equal the actor's own to float noise; iteration 3's samples are one
+        # update (iteration 2's) old, and the ratio sees it
+        assert [r["train/policy_lag"] for r in rows] == [0.0, 1.0, 1.0], rows
+        kl = [r["train/approx_kl"] for r in rows]
+        assert kl[0] < 1e-6 and kl[2] > 100 * kl[0], kl
+    else:
+        assert "train/policy_lag" not in rows[0]
 
 
 def test_train_ppo_and_train_ppo_ray_give_the_same_losses_at_one_rank(ray_head, tiny_sft, tmp_path):

@@ -35,6 +35,8 @@ PAIRS = ["--dataset", f"json@{tiny_dir() / 'preference'}", "--prompt_key", "prom
      "--train_max_tokens_per_gpu 100 is below --prompt_max_len + --generate_max_len"),
     ("alignment.cli.train_ppo_ray", [*PPO, "--rollout_max_tokens_per_gpu", "4096"],
      "--rollout_max_tokens_per_gpu is set but --use_dynamic_batch is not"),
+    ("alignment.cli.train_ppo_ray", [*PPO, "--async_train"],
+     "--async_train overlaps generation on the vLLM engines with training on the actor: add --vllm_num_engines 1"),
     ("alignment.cli.train_ppo_ray", [*PPO, "--pretrain_data", "x.jsonl", "--ptx_coef", "0.05"],
      "--pretrain_data: the pre-training (PTX) loss inside PPO is not built"),
 ])

@@ -134,6 +134,26 @@ class DynamicBatchConfig:
 
 
 @dataclass
+class AsyncTrainConfig:
+    async_train: bool = opt(False, "Overlap rollouts with training (OpenRLHF's --async_train): the vLLM engines generate "
+                                   "the next iteration's samples while this one trains, so samples come from a policy up "
+                                   "to --async_queue_size updates old, and the PPO ratio is taken against the engines' "
+                                   "sampled-token log-probs (the behaviour policy). Needs --vllm_num_engines >= 1")
+    async_queue_size: int = opt(1, "With --async_train: iterations generated ahead of the one training (the bound on "
+                                   "the policy lag)")
+
+    def check_async_train(self) -> None:
+        if not self.async_train:
+            require(self.async_queue_size == 1, "--async_queue_size is set but --async_train is not: add --async_train "
+                                                "or drop --async_queue_size")
+            return
+        require(self.vllm_num_engines >= 1,   # type: ignore[attr-defined]  (RolloutConfig)
+                "--async_train overlaps generation on the vLLM engines with training on the actor: add "
+                "--vllm_num_engines 1 (or more); the HF engine generates on the actor itself, so nothing would overlap")
+        require(self.async_queue_size >= 1, f"--async_queue_size {self.async_queue_size}: must be >= 1")
+
+
+@dataclass
 class AlgorithmConfig:
     advantage_estimator: str = opt("gae", "How advantages are computed", choices=ADVANTAGE_ESTIMATORS)
     gamma: float = opt(1.0, "Discount")
@@ -187,7 +207,7 @@ class AlgorithmConfig:
 
 @dataclass
 class PPOConfig(LoggingConfig, CheckpointConfig, TrainConfig, LoraConfig, LoraSaveConfig, AlgorithmConfig, RewardSourceConfig,
-                DynamicBatchConfig, RolloutConfig, PlacementConfig, PackingConfig, ModelConfig, StageConfig):
+                AsyncTrainConfig, DynamicBatchConfig, RolloutConfig, PlacementConfig, PackingConfig, ModelConfig, StageConfig):
     """PPO / REINFORCE++ / RLOO / GRPO on Ray (`python -m alignment.cli.train_ppo_ray`)."""
 
     def check_ppo(self) -> None:

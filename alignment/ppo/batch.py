@@ -64,6 +64,20 @@ def rollout_to_batch(rollout: Rollout, pad_id: int) -> SequenceBatch:
     return SequenceBatch(seq, attn, action, list(rollout.prompt_index))
 
 
+def behaviour_logprobs(rollout: Rollout, batch: SequenceBatch) -> torch.Tensor:
+    """[B, L-1] the engine's log-probs of the tokens it sampled, in action_mask's layout (--async_train:
+    the policy that sampled is one update behind the trained one, so the PPO ratio is taken against these)."""
+    if len(rollout.logprobs) != len(rollout):
+        raise ValueError(f"{len(rollout.logprobs)} log-prob rows for {len(rollout)} responses: the engine was not "
+                         "asked for them (SamplingParams.logprobs)")
+    out = torch.zeros(batch.action_mask.shape)
+    for i, (p, lp) in enumerate(zip(rollout.prompt_ids, rollout.logprobs)):
+        if len(lp) != len(rollout.response_ids[i]):
+            raise ValueError(f"response {i}: {len(lp)} log-probs for {len(rollout.response_ids[i])} tokens")
+        out[i, len(p) - 1:len(p) - 1 + len(lp)] = torch.tensor(lp)
+    return out * batch.action_mask
+
+
 def action_logprobs(model: torch.nn.Module, batch: SequenceBatch, packing: Packing | None = None) -> torch.Tensor:
     """[B, L-1] log π(token t+1 | ≤ t), zero off the response. `packing`: run the forward pass on
     packed rows (--packing_samples; alignment/ppo/packed.py)."""

@@ -26,7 +26,7 @@ from alignment.config.base import require
 from alignment.config.ppo import PPOConfig
 from alignment.datasets.prompts import PromptSample
 from alignment.losses.kl import KLController
-from alignment.ppo.batch import SequenceBatch, rollout_to_batch
+from alignment.ppo.batch import SequenceBatch, behaviour_logprobs, rollout_to_batch
 from alignment.ppo.experience import Experience, assemble, experience_metrics, needs_old_logprobs, uses_reference
 from alignment.ppo.loop import PPOState
 
@@ -56,7 +56,7 @@ class ModelGroups(Protocol):
     world: int
     has_critic: bool
 
-    def generate(self, prompt_ids: list[list[int]], iteration: int) -> Rollout: ...
+    def generate(self, prompt_ids: list[list[int]], iteration: int) -> Pending[Rollout]: ...
     def scores(self, queries: list[str], prompts: list[str], labels: list) -> torch.Tensor: ...
     def actor_logprobs(self, batch: SequenceBatch) -> Pending[torch.Tensor]: ...
     def ref_logprobs(self, batch: SequenceBatch) -> Pending[torch.Tensor]: ...
@@ -95,7 +95,7 @@ def sampling_params(cfg: PPOConfig, iteration: int, shard: int = 0, shards: int 
     """Shard k of `shards` generators samples with its own seed, a function of (--seed, iteration),
     so a resumed iteration draws the same samples."""
     return SamplingParams(cfg.generate_max_len, cfg.temperature, cfg.top_p, cfg.n_samples_per_prompt,
-                          seed=cfg.seed * 100_003 + iteration * shards + shard)
+                          seed=cfg.seed * 100_003 + iteration * shards + shard, logprobs=cfg.async_train)
 
 
 def reward_inputs(tokenizer: Any, rollout: Rollout, prompts: list[PromptSample]) -> tuple[list, list, list]:
@@ -105,6 +105,13 @@ def reward_inputs(tokenizer: Any, rollout: Rollout, prompts: list[PromptSample])
     src = [prompts[i] for i in rollout.prompt_index]
     responses = tokenizer.batch_decode(rollout.response_ids, skip_special_tokens=False)
     return [p.text + r for p, r in zip(src, responses)], [p.text for p in src], [p.label for p in src]
+
+
+@dataclass
+class Generation:
+    prompts: list[PromptSample]
+    rollout: Pending[Rollout]
+    version: int          # PPOController.synced when it started: the policy that samples
 
 
 def _get(pending: Pending[torch.Tensor] | None) -> torch.Tensor | None:
@@ -118,6 +125,8 @@ class PPOController:
         self.per_episode = iterations_per_episode(len(prompts), cfg.rollout_batch_size)
         self.total_iterations = cfg.num_episodes * self.per_episode
         self.kl_ctl = KLController(cfg.init_kl_coef, cfg.kl_target, cfg.kl_horizon)
+        self.synced = 0              # weight syncs so far: the version of the policy the engines sample from
+        self.ahead: dict[int, Generation] = {}   # --async_train: iterations whose samples are being generated
         if cfg.use_dynamic_batch:
             log.info("--use_dynamic_batch: training micro-batches of <= %d tokens, log-prob and value passes of <= %d "
                      "(--micro_train_batch_size / --micro_rollout_batch_size no longer cut those passes)", cfg.train_max_tokens_per_gpu,
@@ -132,21 +141,40 @@ class PPOController:
         start = k * cfg.rollout_batch_size + g.rank * per
         return [self.prompts[i] for i in order[start:start + per]]
 
+    def generation(self, iteration: int) -> Generation:
+        prompts = self.prompt_batch(iteration)
+        return Generation(prompts, self.groups.generate([p.ids for p in prompts], iteration), self.synced)
+
+    def generate_ahead(self, iteration: int) -> None:
+        """--async_train: start generating the next --async_queue_size iterations on the engines now, with
+        the weights they have; the weight sync after this iteration's update queues behind them (a Ray
+        actor runs its calls in order), so their samples are at most that many updates old."""
+        last = min(iteration + self.cfg.async_queue_size, self.total_iterations - 1)
+        for k in range(iteration + 1, last + 1):
+            if k not in self.ahead:
+                self.ahead[k] = self.generation(k)
+
     def make_experience(self, iteration: int) -> tuple[Experience, dict[str, float]]:
         cfg, g = self.cfg, self.groups
         t0 = time.time()
-        prompts = self.prompt_batch(iteration)
-        rollout = g.generate([p.ids for p in prompts], iteration)
+        gen = self.ahead.pop(iteration, None) or self.generation(iteration)
+        prompts, rollout = gen.prompts, gen.rollout.get()
+        if cfg.async_train:
+            self.generate_ahead(iteration)
         t_gen = time.time()
         batch = rollout_to_batch(rollout, self.tokenizer.pad_token_id)
-        # started together: on Ray the actor, reference and critic groups compute at the same time
-        old = g.actor_logprobs(batch) if needs_old_logprobs(cfg) else None
+        # started together: on Ray the actor, reference and critic groups compute at the same time.
+        # --async_train: the ratio's denominator is the policy that sampled, as the engine scored it
+        old = (Done(behaviour_logprobs(rollout, batch)) if cfg.async_train
+               else g.actor_logprobs(batch) if needs_old_logprobs(cfg) else None)
         ref = g.ref_logprobs(batch) if uses_reference(cfg) else None
         vals = g.values(batch) if g.has_critic else None
         scores = g.scores(*reward_inputs(self.tokenizer, rollout, prompts)).float().clamp(*cfg.reward_clip_range)
         exp = assemble(cfg, batch, scores, _get(old), _get(ref), _get(vals), self.kl_ctl.value, across=sum_across_ranks)
         metrics = experience_metrics(exp, rollout.finished)
         metrics.update(time_generate=t_gen - t0, time_experience=time.time() - t_gen)
+        if cfg.async_train:   # updates between the sampling policy and the one about to train
+            metrics["policy_lag"] = float(self.synced - gen.version)
         return exp, metrics
 
     def step(self, iteration: int) -> dict[str, float]:
@@ -163,6 +191,8 @@ class PPOController:
         t_train = time.time()
         metrics.update(kl_coef=self.kl_ctl.value, time_train=t_train - t0,
                        time_sync=g.sync_weights() if actor is not None else 0.0)
+        if actor is not None:
+            self.synced += 1
         metrics = mean_across_ranks(metrics)
         # every controller updates β from the same, global KL, so the coefficients never drift apart
         self.kl_ctl.update(metrics.get("kl", 0.0), len(exp) * g.world)   # no kl: no KL term, fixed β

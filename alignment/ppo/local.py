@@ -43,8 +43,8 @@ class LocalGroups:
         self.capture = ValueCapture(critic.module, critic_scale) if critic is not None else None
         self.engines = {"actor": actor, **({"critic": critic} if critic is not None else {})}
 
-    def generate(self, prompt_ids: list[list[int]], iteration: int) -> Rollout:
-        return self.gen.generate(prompt_ids, sampling_params(self.cfg, iteration, self.rank, self.world))
+    def generate(self, prompt_ids: list[list[int]], iteration: int) -> Done[Rollout]:
+        return Done(self.gen.generate(prompt_ids, sampling_params(self.cfg, iteration, self.rank, self.world)))
 
     def scores(self, queries: list[str], prompts: list[str], labels: list) -> torch.Tensor:
         return self.reward(queries, prompts, labels)

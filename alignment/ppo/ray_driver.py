@@ -45,6 +45,20 @@ class Gathered:
 
 
 @dataclass
+class ShardedRollout:
+    """The generators' rollouts of consecutive prompt shards, joined once they are all in."""
+    futures: list
+    starts: list[int]     # each shard's first prompt
+
+    def get(self) -> Rollout:
+        import ray
+        rollout = Rollout()
+        for part, start in zip(ray.get(self.futures), self.starts):
+            rollout.extend(part, index_offset=start)
+        return rollout
+
+
+@dataclass
 class GroupMetrics:
     """A training pass's metrics, which every rank returns already averaged across its group."""
     futures: list
@@ -153,17 +167,12 @@ class RayGroups:
         return time.time() - t0
 
     # --- one iteration's calls (the controller, alignment.ppo.controller, makes them) ------------
-    def generate(self, prompt_ids: list[list[int]], iteration: int) -> Rollout:
-        """On the vLLM engines when there are any, else on the actor ranks (HF engine)."""
-        import ray
+    def generate(self, prompt_ids: list[list[int]], iteration: int) -> "ShardedRollout":
+        """On the vLLM engines when there are any, else on the actor ranks (HF engine); started, not awaited."""
         generators = self.engines or self.groups["actor"].workers
         shards = split(len(prompt_ids), len(generators))
-        parts = ray.get([g.generate.remote(prompt_ids[s:e], sampling_params(self.cfg, iteration, r, len(generators)))
-                         for r, (g, (s, e)) in enumerate(zip(generators, shards))])
-        rollout = Rollout()
-        for part, (s, _) in zip(parts, shards):
-            rollout.extend(part, index_offset=s)
-        return rollout
+        return ShardedRollout([g.generate.remote(prompt_ids[s:e], sampling_params(self.cfg, iteration, r, len(generators)))
+                               for r, (g, (s, e)) in enumerate(zip(generators, shards))], [s for s, _ in shards])
 
     def scores(self, queries: list[str], prompts: list[str], labels: list) -> torch.Tensor:
         import ray

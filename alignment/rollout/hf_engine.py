@@ -22,6 +22,8 @@ class HFEngine:
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> Rollout:
         """`params.n` responses per prompt; prompts are batched `batch_size` at a time."""
+        if params.logprobs:   # only --async_train asks, and it generates on vLLM engines (config check)
+            raise ValueError("the HF engine does not return sampled-token log-probs; use a vLLM engine")
         out = Rollout()
         was_training = self.model.training
         self.model.eval()

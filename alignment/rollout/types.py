@@ -13,6 +13,7 @@ class SamplingParams:
     n: int = 1                   # samples per prompt (--n_samples_per_prompt)
     greedy: bool = False         # argmax decoding (evaluation, weight-sync checks)
     seed: int | None = None
+    logprobs: bool = False       # also return each sampled token's log-prob (the behaviour policy's, --async_train)
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1 or self.n < 1:
@@ -29,6 +30,7 @@ class Rollout:
     response_ids: list[list[int]] = field(default_factory=list)   # eos included when the model stopped
     prompt_index: list[int] = field(default_factory=list)         # which input prompt each response answers
     finished: list[bool] = field(default_factory=list)            # ended with eos (not cut at max_new_tokens)
+    logprobs: list[list[float]] = field(default_factory=list)     # per response token, when SamplingParams.logprobs
 
     def __len__(self) -> int:
         return len(self.response_ids)
@@ -38,6 +40,7 @@ class Rollout:
         self.response_ids += other.response_ids
         self.prompt_index += [i + index_offset for i in other.prompt_index]
         self.finished += other.finished
+        self.logprobs += other.logprobs
 
     def response_tokens(self) -> int:
         return sum(len(r) for r in self.response_ids)

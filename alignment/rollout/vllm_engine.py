@@ -54,7 +54,10 @@ class VLLMEngine:
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> Rollout:
         from vllm import SamplingParams as VSampling
         from vllm.inputs import TokensPrompt
+        # logprobs=0: the sampled token's own log-prob, of the raw logits (vLLM's default logprobs_mode
+        # "raw_logprobs"), as the trainers compute theirs
         sp = VSampling(n=params.n, max_tokens=params.max_new_tokens, seed=params.seed,
+                       logprobs=0 if params.logprobs else None,
                        **({"temperature": 0.0} if params.greedy else
                           {"temperature": params.temperature, "top_p": params.top_p, "top_k": -1}))
         outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], sp, use_tqdm=False)
@@ -65,6 +68,9 @@ class VLLMEngine:
                 rollout.response_ids.append(list(completion.token_ids))
                 rollout.prompt_index.append(k)
                 rollout.finished.append(completion.finish_reason == "stop")
+                if params.logprobs:
+                    rollout.logprobs.append([step[tok].logprob for step, tok in zip(completion.logprobs,
+                                                                                   completion.token_ids)])
         return rollout
 
     def load_weight_chunks(self, parts: Iterable[dict]) -> int:
