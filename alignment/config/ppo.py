@@ -5,8 +5,8 @@ in `alignment.losses.estimators` (torch-free too), with what each one implies.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional
+from dataclasses import dataclass, fields
+from typing import Any, Optional
 
 from alignment.config.base import opt, require
 from alignment.config.groups import (
@@ -106,6 +106,13 @@ class RolloutConfig(PromptFormatConfig):
                 f"--vllm_gpu_memory_utilization {self.vllm_gpu_memory_utilization}: must be in (0, 1]")
 
 
+def only_with(cfg: Any, gate: str, *names: str) -> None:
+    """Flags that mean something only with --gate: set without it they would be accepted and ignored."""
+    defaults = {f.name: f.default for f in fields(cfg)}
+    for name in names:
+        require(getattr(cfg, name) == defaults[name], f"--{name} is set but --{gate} is not: add --{gate} or drop --{name}")
+
+
 @dataclass
 class DynamicBatchConfig:
     use_dynamic_batch: bool = opt(False, "Cut micro-batches by a token budget instead of a row count: rows of similar "
@@ -120,11 +127,7 @@ class DynamicBatchConfig:
 
     def check_dynamic_batch(self) -> None:
         if not self.use_dynamic_batch:
-            for name in ("train_max_tokens_per_gpu", "rollout_max_tokens_per_gpu"):
-                default = DynamicBatchConfig.__dataclass_fields__[name].default
-                require(getattr(self, name) == default, f"--{name} is set but --use_dynamic_batch is not: "
-                                                        f"add --use_dynamic_batch or drop --{name}")
-            return
+            return only_with(self, "use_dynamic_batch", "train_max_tokens_per_gpu", "rollout_max_tokens_per_gpu")
         longest = self.prompt_max_len + self.generate_max_len   # type: ignore[attr-defined]  (RolloutConfig)
         for name in ("train_max_tokens_per_gpu", "rollout_max_tokens_per_gpu"):
             value = getattr(self, name)
@@ -144,9 +147,7 @@ class AsyncTrainConfig:
 
     def check_async_train(self) -> None:
         if not self.async_train:
-            require(self.async_queue_size == 1, "--async_queue_size is set but --async_train is not: add --async_train "
-                                                "or drop --async_queue_size")
-            return
+            return only_with(self, "async_train", "async_queue_size")
         require(self.vllm_num_engines >= 1,   # type: ignore[attr-defined]  (RolloutConfig)
                 "--async_train overlaps generation on the vLLM engines with training on the actor: add "
                 "--vllm_num_engines 1 (or more); the HF engine generates on the actor itself, so nothing would overlap")
