@@ -32,8 +32,9 @@ def sft_flags(spec: RunSpec) -> list[str]:
             "--max_epochs", "1000", "--max_steps", str(spec.steps), "--learning_rate", str(spec.lr), *_optim(spec)]
 
 
-def stage_args(spec: RunSpec, vllm: bool = False) -> list[str]:
-    """Arguments of `python -m MODULES[spec.kind]` (or train_ppo_ray with one vLLM engine)."""
+def stage_args(spec: RunSpec, vllm: bool = False, overlap: bool = False) -> list[str]:
+    """Arguments of `python -m MODULES[spec.kind]` (or train_ppo_ray with one vLLM engine; `overlap`:
+    with --async_train, the next iteration generated while this one trains)."""
     if spec.kind == "sft":
         return sft_flags(spec)
     if spec.kind in ("rm", "dpo"):
@@ -51,13 +52,13 @@ def stage_args(spec: RunSpec, vllm: bool = False) -> list[str]:
             "--temperature", "1.0", "--top_p", "1.0", "--max_samples", str(prompts * spec.steps),
             "--num_episodes", "1", "--remote_rm_url", REWARD_FILE, *_optim(spec)]
     if vllm:   # the engine on its own bundle (a core); actor + reference share the other (the driver pins them)
-        args += ["--vllm_num_engines", "1", "--colocate_actor_ref"]
+        args += ["--vllm_num_engines", "1", "--colocate_actor_ref", *(["--async_train"] if overlap else [])]
     return args
 
 
-def command(python: str, spec: RunSpec, vllm: bool = False) -> list[str]:
+def command(python: str, spec: RunSpec, vllm: bool = False, overlap: bool = False) -> list[str]:
     module = "alignment.cli.train_ppo_ray" if vllm else MODULES[spec.kind]
-    return [python, "-m", module, *stage_args(spec, vllm)]
+    return [python, "-m", module, *stage_args(spec, vllm, overlap)]
 
 
 def step_times(spec: RunSpec) -> list[float]:
