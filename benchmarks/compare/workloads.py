@@ -214,10 +214,10 @@ def comparisons(ctx: Context, model: str, demo_base: str, sizes: Sizes) -> list[
     grpo_sides = [ours_side(ctx, grpo, label="ours (HF generate)")]
     if sizes.with_vllm:
         grpo_sides.append(ours_side(ctx, grpo, vllm=True, label="ours (vLLM engine)"))
-        grpo_sides.append(ours_side(ctx, grpo, vllm=True, overlap=True, label="ours (vLLM, --async_train)"))
+        grpo_sides.append(ours_side(ctx, grpo, vllm=True, overlap=True, label="ours (async vLLM engine)"))
     grpo_sides.append(trl_side(ctx, grpo))
     grpo_skipped = {} if sizes.with_vllm else {"ours (vLLM engine)": "not run (--no-vllm)",
-                                               "ours (vLLM, --async_train)": "not run (--no-vllm)"}
+                                               "ours (async vLLM engine)": "not run (--no-vllm)"}
     return [
         Comparison("sft", "SFT (packing)", "tokens/s", True, [ours_side(ctx, sft), trl_side(ctx, sft)],
                    "≥ 1.3× TRL", 1.3, f"{sft.steps} steps of 32 samples (TRL: 16 packed rows of ≤ 64 tokens), lr 2e-4"),
