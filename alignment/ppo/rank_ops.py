@@ -31,8 +31,8 @@ def _max_across_ranks(n: int) -> int:
     import torch.distributed as dist
     if _ranks() == 1:
         return n
-    t = torch.tensor([n], dtype=torch.long)   # gloo and NCCL both reduce a CPU-sized count; on NCCL a GPU tensor
-    if dist.get_backend() == "nccl":
+    t = torch.tensor([n], dtype=torch.long)
+    if dist.get_backend() == "nccl":   # NCCL reduces GPU tensors only
         t = t.cuda()
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return int(t.item())
