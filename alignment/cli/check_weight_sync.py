@@ -125,12 +125,13 @@ def collective_sync(engine, state) -> None:
     import torch
 
     from alignment.rollout import collective_sync as cs
-    group = cs.SyncGroup("127.0.0.1", cs.free_port("127.0.0.1"), 2, "gloo")
+    store = cs.listen(2)
+    group = cs.SyncGroup("127.0.0.1", store.port, 2, "gloo")
     errors: list[BaseException] = []
 
     def root() -> None:
         try:
-            cs.broadcast(cs.open_group(group, 0), state, torch.device("cpu"))
+            cs.broadcast(cs.open_group(group, 0, store), state, torch.device("cpu"))
         except BaseException as e:  # noqa: BLE001 - re-raised below, in the main thread
             errors.append(e)
     sender = threading.Thread(target=root)

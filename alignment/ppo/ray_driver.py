@@ -142,8 +142,9 @@ class RayGroups:
         import ray
 
         from alignment.rollout.collective_sync import SyncGroup
-        host, port = ray.get(root.sync_group_address.remote())
-        group = SyncGroup(host, port, 1 + len(self.engines), self.cfg.vllm_sync_backend)
+        world_size = 1 + len(self.engines)
+        host, port = ray.get(root.sync_group_address.remote(world_size))
+        group = SyncGroup(host, port, world_size, self.cfg.vllm_sync_backend)
         ray.get([root.join_sync_group.remote(group)]
                 + [e.join_sync_group.remote(group, k + 1) for k, e in enumerate(self.engines)])
         log.info("weight sync: %s broadcast from actor rank 0 to %d vLLM engine(s) (%s:%d)", group.backend,

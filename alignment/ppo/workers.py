@@ -116,18 +116,19 @@ class ModelWorker:
         return [] if state is None else [ray.put(part) for part in chunks(state, max_bytes)]
 
     # --- collective weight sync to vLLM engines (rank 0 is the broadcast's root) ----------
-    def sync_group_address(self) -> tuple[str, int]:
+    def sync_group_address(self, world_size: int) -> tuple[str, int]:
+        """Open the group's store here (the OS picks its port) and say where it listens."""
         import ray
 
-        from alignment.rollout.collective_sync import free_port
-        host = ray.util.get_node_ip_address()
-        return host, free_port(host)
+        from alignment.rollout.collective_sync import listen
+        self._sync_store = listen(world_size)
+        return ray.util.get_node_ip_address(), self._sync_store.port
 
     def join_sync_group(self, group: Any) -> bool:
         import torch
 
         from alignment.rollout.collective_sync import open_group
-        self._sync_pg = open_group(group, 0)
+        self._sync_pg = open_group(group, 0, self._sync_store)
         self._sync_device = self.rt.torch_device if group.backend == "nccl" else torch.device("cpu")
         return True
 

@@ -11,7 +11,6 @@ plain list (`TensorSpec`s), so the receivers allocate each tensor before its bro
 from __future__ import annotations
 
 import datetime
-import socket
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -35,19 +34,26 @@ class TensorSpec:
     dtype: str         # e.g. "float32", a torch dtype's name
 
 
-def free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+def listen(world_size: int, timeout_s: float = 300.0) -> torch.distributed.TCPStore:
+    """The root's store, on a port the OS picks while binding it (`store.port`). Picking a free port
+    first and binding it later lost the race to another process now and then (EADDRINUSE)."""
+    import torch.distributed as dist
+    return dist.TCPStore("0.0.0.0", 0, world_size, is_master=True, wait_for_workers=False,
+                         timeout=datetime.timedelta(seconds=timeout_s))
 
 
-def open_group(group: SyncGroup, rank: int, timeout_s: float = 300.0) -> torch.distributed.ProcessGroup:
-    """Join the sync group (blocks until all `world_size` members have joined)."""
+def open_group(group: SyncGroup, rank: int, store: torch.distributed.Store | None = None,
+               timeout_s: float = 300.0) -> torch.distributed.ProcessGroup:
+    """Join the sync group (blocks until all `world_size` members have joined). Rank 0 passes the
+    store it opened with `listen`; the others connect to `group.host:group.port`."""
     import torch.distributed as dist
     if group.backend not in BACKENDS:
         raise ValueError(f"--vllm_sync_backend {group.backend}: use one of {', '.join(BACKENDS)}")
+    if (store is None) != (rank != 0):
+        raise ValueError("the sync group's rank 0 opens the store (listen); every other rank connects to it")
     timeout = datetime.timedelta(seconds=timeout_s)
-    store = dist.TCPStore(group.host, group.port, group.world_size, is_master=rank == 0, timeout=timeout)
+    if store is None:
+        store = dist.TCPStore(group.host, group.port, group.world_size, is_master=False, timeout=timeout)
     if group.backend == "nccl":
         return dist.ProcessGroupNCCL(store, rank, group.world_size)
     return dist.ProcessGroupGloo(store, rank, group.world_size, timeout)
