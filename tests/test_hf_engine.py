@@ -39,6 +39,19 @@ def test_batched_greedy_equals_one_by_one(model_and_tok):
         assert r == greedy_by_hand(model, p, 8, tok.eos_token_id)
 
 
+def test_responses_continue_from_one_shared_prompt_cache(model_and_tok):
+    """n > 1: each prompt's KV cache is computed once and repeated; greedy responses still equal the
+    by-hand ones for left-padded prompts of different lengths."""
+    model, tok = model_and_tok
+    questions = ["What is 3 + 4?", "What is 40 - 38? Answer briefly.", "Hi there"]
+    prompts = [tok(q, add_special_tokens=False)["input_ids"] for q in questions]
+    engine = HFEngine(model, tok.eos_token_id, tok.pad_token_id)
+    out = engine.generate(prompts, SamplingParams(max_new_tokens=8, greedy=True, n=3))
+    assert out.prompt_index == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    for k, r in zip(out.prompt_index, out.response_ids):
+        assert r == greedy_by_hand(model, prompts[k], 8, tok.eos_token_id)
+
+
 def test_n_samples_per_prompt_are_grouped_and_seeded(model_and_tok):
     model, tok = model_and_tok
     prompts = [tok(q, add_special_tokens=False)["input_ids"] for q in ("What is 1 + 1?", "What is 9 - 2?")]

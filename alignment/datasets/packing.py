@@ -19,6 +19,15 @@ def block_causal_mask(seg: torch.Tensor, dtype: torch.dtype = torch.bool) -> tor
     return as_mask(seg[:, :, None] == seg[:, None, :], dtype)
 
 
+def branch_causal_mask(unit: torch.Tensor, branch: torch.Tensor, dtype: torch.dtype = torch.bool) -> torch.Tensor:
+    """[B, T] unit index and branch of each token (0: the unit's shared prompt, k > 0: its k-th
+    response) -> [B, 1, T, T]: token i attends to j iff same unit, j <= i, and j is on the prompt or
+    on i's branch. Responses packed after one prompt so never see each other."""
+    same = unit[:, :, None] == unit[:, None, :]
+    visible = (branch[:, None, :] == 0) | (branch[:, :, None] == branch[:, None, :])
+    return as_mask(same & visible, dtype)
+
+
 def as_mask(allowed: torch.Tensor, dtype: torch.dtype = torch.bool) -> torch.Tensor:
     """[B, T, T] "i may see j" (before causality) -> [B, 1, T, T] causal mask in `dtype`'s form."""
     t = allowed.shape[-1]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from alignment.datasets.packing import as_mask, first_fit_rows
+from alignment.datasets.packing import branch_causal_mask, first_fit_rows
 from alignment.datasets.sft import Batch, TokenizedSample
 
 PROMPT, CHOSEN, REJECTED = 0, 1, 2
@@ -31,14 +31,6 @@ def shared_prefix(chosen: TokenizedSample, rejected: TokenizedSample) -> int:
            and not chosen.loss_mask[n] and not rejected.loss_mask[n]):
         n += 1
     return n
-
-
-def branch_causal_mask(pair: torch.Tensor, branch: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """[B, T] pair index (-1 on row padding) and branch (PROMPT, CHOSEN, REJECTED) of each token ->
-    [B, 1, T, T]: token i attends to j iff same pair, j <= i, and j is prompt or on i's branch."""
-    same = pair[:, :, None] == pair[:, None, :]
-    visible = (branch[:, None, :] == PROMPT) | (branch[:, :, None] == branch[:, None, :])
-    return as_mask(same & visible, dtype)
 
 
 def collate_shared(chosen: list[TokenizedSample], rejected: list[TokenizedSample], mask_dtype: torch.dtype,

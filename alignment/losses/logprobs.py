@@ -9,6 +9,19 @@ import torch
 from alignment.losses.nll import token_logprobs
 
 
+def branched_token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor,
+                            branches: torch.Tensor | None = None) -> torch.Tensor:
+    """token_logprobs [B, T-1], where entry [row, t - 1] is log p(token t) as always, except that a
+    token listed in `branches` [K, 3] (row, t, parent) is predicted by the logits at `parent`, not at
+    t - 1 (a response packed after another one over their shared prompt: it follows the prompt)."""
+    lp = token_logprobs(logits, input_ids)
+    if branches is None or not len(branches):
+        return lp
+    row, col, parent = branches.unbind(-1)
+    moved = logits[row, parent].float().log_softmax(-1).gather(-1, input_ids[row, col, None]).squeeze(-1)
+    return lp.index_put((row, col - 1), moved)
+
+
 def sequence_logps(logits: torch.Tensor, input_ids: torch.Tensor, loss_mask: torch.Tensor,
                    segments: torch.Tensor | None = None, num_samples: int | None = None,
                    branches: torch.Tensor | None = None) -> torch.Tensor:
@@ -19,12 +32,7 @@ def sequence_logps(logits: torch.Tensor, input_ids: torch.Tensor, loss_mask: tor
     branches [K, 3] (row, t, parent): token t is predicted by the logits at `parent`, not at t - 1
     (a rejected response packed after the chosen one over their shared prompt).
     """
-    lp = token_logprobs(logits, input_ids)                                       # [B, T-1]
-    if branches is not None and len(branches):
-        row, col, parent = branches.unbind(-1)
-        moved = logits[row, parent].float().log_softmax(-1).gather(-1, input_ids[row, col, None]).squeeze(-1)
-        lp = lp.index_put((row, col - 1), moved)
-    lp = lp * loss_mask[:, 1:].to(torch.float32)
+    lp = branched_token_logprobs(logits, input_ids, branches) * loss_mask[:, 1:].to(torch.float32)
     if segments is None:
         return lp.sum(-1)
     seg = segments[:, 1:].reshape(-1)                                            # token t's sample

@@ -50,6 +50,10 @@ class SequenceBatch:
     def response_lengths(self) -> torch.Tensor:
         return self.action_mask.sum(-1)
 
+    @property
+    def prompt_lengths(self) -> list[int]:
+        return (self.attention_mask.sum(-1) - self.action_mask.sum(-1).long()).tolist()
+
 
 def rollout_to_batch(rollout: Rollout, pad_id: int) -> SequenceBatch:
     rows = [p + r for p, r in zip(rollout.prompt_ids, rollout.response_ids)]
@@ -84,6 +88,6 @@ def action_logprobs(model: torch.nn.Module, batch: SequenceBatch, packing: Packi
     if packing is None:
         logits = model(input_ids=batch.sequences, attention_mask=batch.attention_mask).logits
         return token_logprobs(logits, batch.sequences) * batch.action_mask
-    rows = pack(batch.sequences, batch.attention_mask, packing)
+    rows = pack(batch.sequences, batch.attention_mask, packing, prompt_lengths=batch.prompt_lengths)
     logits = model(**rows.forward_kwargs()).logits
     return packed_token_logprobs(logits, rows, tuple(batch.sequences.shape)) * batch.action_mask

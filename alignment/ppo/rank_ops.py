@@ -80,7 +80,7 @@ def value_forward(critic: Any, capture: Any, batch: SequenceBatch, packing: Pack
         critic(input_ids=batch.sequences, attention_mask=batch.attention_mask)
         v = capture.take()
     else:
-        rows = pack(batch.sequences, batch.attention_mask, packing)
+        rows = pack(batch.sequences, batch.attention_mask, packing, prompt_lengths=batch.prompt_lengths)
         critic(**rows.forward_kwargs())
         v = unpack(capture.take(), rows, tuple(batch.sequences.shape))
     return v[:, :-1].float() * batch.action_mask
@@ -115,8 +115,7 @@ def _steps(engine: Any, exp: Experience, cfg: PPOConfig, seed: int, packing: Pac
     budget = cfg.train_max_tokens_per_gpu if cfg.use_dynamic_batch else None
     rng = random.Random(seed)
     for _ in range(cfg.max_epochs):
-        order = list(range(len(exp)))
-        rng.shuffle(order)
+        order = _shuffled(exp.batch.prompt_index, rng, packing is not None and packing.mask_dtype is not None)
         for s in range(0, len(exp), step_rows):
             step = exp.rows(order[s:s + step_rows])
             groups = micro_groups(step.batch, cfg.micro_train_batch_size, budget, packing)
@@ -127,6 +126,23 @@ def _steps(engine: Any, exp: Experience, cfg: PPOConfig, seed: int, packing: Pac
             totals = StepTotals(counts[0].item(), counts[1].item(), float(accum * ranks))
             for k, idx in enumerate(groups):
                 yield Micro(step.rows(idx).trimmed(), totals, None if budget is None else k == len(groups) - 1)
+
+
+def _shuffled(prompt_index: list[int], rng: random.Random, by_prompt: bool) -> list[int]:
+    """A pass's row order. by_prompt (packed rows share prompts): the prompts are shuffled and each
+    one's samples kept together, so they land in one micro-batch and its prompt is computed once
+    (how a step is cut into micro-batches does not change its gradient; with several steps per
+    rollout, each step holds whole prompts)."""
+    if not by_prompt:
+        order = list(range(len(prompt_index)))
+        rng.shuffle(order)
+        return order
+    rows: dict[int, list[int]] = {}
+    for i, p in enumerate(prompt_index):
+        rows.setdefault(p, []).append(i)
+    prompts = list(rows)
+    rng.shuffle(prompts)
+    return [i for p in prompts for i in rows[p]]
 
 
 def _backward_step(engine: Any, loss: torch.Tensor, micro: Micro) -> None:

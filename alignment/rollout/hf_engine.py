@@ -1,5 +1,11 @@
 """The batched Hugging Face rollout engine: `generate` with a KV cache on left-padded prompts.
 
+With several responses per prompt (GRPO, RLOO: --n_samples_per_prompt) each prompt is computed once:
+one forward pass over the prompts fills the KV cache, which is repeated for the responses before
+`generate` continues from it. `generate(num_return_sequences=n)` would repeat the prompts instead,
+and compute every one n times (on a 25 M model, 16 prompts x 8 responses of 16 tokens: 1.77 s ->
+1.20 s per batch, the same greedy tokens).
+
 Used when --vllm_num_engines is 0 (OpenRLHF's meaning), for evaluation, and by PPO without Ray.
 It wraps the model it is given — inside an actor that is the policy itself, so "weight sync"
 for this engine is a no-op by construction; `load_weights` exists for a standalone engine.
@@ -47,9 +53,12 @@ class HFEngine:
         sampling: dict[str, Any] = ({"do_sample": False} if params.greedy else
                                     {"do_sample": True, "temperature": params.temperature, "top_p": params.top_p,
                                      "top_k": 0})
-        seqs = self.model.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
-                                   max_new_tokens=params.max_new_tokens, num_return_sequences=params.n,
-                                   eos_token_id=sorted(self.eos_ids), pad_token_id=self.pad_id, **sampling)
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        cache = self._prompt_cache(ids, mask, params.n) if params.n > 1 and width > 1 else None
+        seqs = self.model.generate(input_ids=ids.repeat_interleave(params.n, 0), past_key_values=cache,
+                                   attention_mask=mask.repeat_interleave(params.n, 0),
+                                   max_new_tokens=params.max_new_tokens, eos_token_id=sorted(self.eos_ids),
+                                   pad_token_id=self.pad_id, **sampling)
         rollout = Rollout()
         for row, seq in enumerate(seqs[:, width:].tolist()):
             k = row // params.n
@@ -59,6 +68,15 @@ class HFEngine:
             rollout.prompt_index.append(k)
             rollout.finished.append(finished)
         return rollout
+
+    def _prompt_cache(self, ids: torch.Tensor, mask: torch.Tensor, n: int) -> Any:
+        """The KV cache of every prompt but its last token (generate computes that one and samples
+        from it), each prompt's repeated n times. Position ids as generate gives left-padded rows."""
+        positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
+        cache = self.model(input_ids=ids[:, :-1], attention_mask=mask[:, :-1], position_ids=positions[:, :-1],
+                           use_cache=True).past_key_values
+        cache.batch_repeat_interleave(n)
+        return cache
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> int:
         """Copy weights in (a chunk at a time); returns how many tensors were loaded."""

@@ -50,7 +50,7 @@ def stage_args(spec: RunSpec, vllm: bool = False, overlap: bool = False) -> list
             "--micro_rollout_batch_size", str(spec.batch), "--train_batch_size", str(spec.batch),
             "--micro_train_batch_size", str(spec.micro), "--actor_learning_rate", str(spec.lr), "--init_kl_coef", "0",
             "--temperature", "1.0", "--top_p", "1.0", "--max_samples", str(prompts * spec.steps),
-            "--num_episodes", "1", "--remote_rm_url", REWARD_FILE, *_optim(spec)]
+            "--num_episodes", "1", "--remote_rm_url", REWARD_FILE, "--packing_samples", *_optim(spec)]
     if vllm:   # the engine on its own bundle (a core); actor + reference share the other (the driver pins them)
         args += ["--vllm_num_engines", "1", "--colocate_actor_ref", *(["--async_train"] if overlap else [])]
     return args

@@ -210,7 +210,8 @@ def comparisons(ctx: Context, model: str, demo_base: str, sizes: Sizes) -> list[
               micro=16, lr=3e-5, n_samples=sizes.n_samples, gen_len=16, **common)
     rloo, grpo = RunSpec("rloo", **rl), RunSpec("grpo", **rl)
     rl_text = (f"{sizes.rl_prompts} prompts x {sizes.n_samples} samples, ≤ 16 new tokens, temperature 1, one optimizer "
-               f"step on all {rloo.batch} samples (micro-batch 16), lr 3e-5, no KL (ours --init_kl_coef 0, TRL beta 0)")
+               f"step on all {rloo.batch} samples (micro-batch 16), lr 3e-5, no KL (ours --init_kl_coef 0, TRL beta 0); "
+               "ours --packing_samples (a prompt's samples share its forward)")
     grpo_sides = [ours_side(ctx, grpo, label="ours (HF generate)")]
     if sizes.with_vllm:
         grpo_sides.append(ours_side(ctx, grpo, vllm=True, label="ours (vLLM engine)"))
