@@ -20,6 +20,7 @@ from alignment.ppo.batch import SequenceBatch, action_logprobs
 from alignment.ppo.experience import Experience
 from alignment.ppo.packed import Packing, pack, unpack
 from alignment.ppo.token_budget import TokenBudget, split_to
+from alignment.trainers.engine import step as engine_step
 
 
 def _ranks() -> int:
@@ -149,7 +150,7 @@ def _backward_step(engine: Any, loss: torch.Tensor, micro: Micro) -> None:
     if micro.boundary is not None:   # a token-budget cut: the step ends where the cut says, not after G micro-batches
         engine.set_gradient_accumulation_boundary(micro.boundary)
     engine.backward(loss)
-    engine.step()
+    engine_step(engine)
 
 
 def _agg(cfg: PPOConfig, totals: StepTotals):

@@ -21,6 +21,7 @@ from alignment.distributed.runtime import Runtime
 from alignment.models.saving import commit_model, lora_save
 from alignment.outputs import StagedOutput
 from alignment.trainers import checkpoint
+from alignment.trainers.engine import step as engine_step
 from alignment.trainers.sampler import micro_batches, micro_batches_per_epoch
 from alignment.trainers.schedule import SaveSchedule
 from alignment.trainers.tracking import MetricsLogger
@@ -163,7 +164,7 @@ class Trainer:
             for idx in batches[state.micro_batches_done:]:
                 loss, metrics = self.loss_on(self.collate([self.train_set[i] for i in idx]))
                 self.engine.backward(loss)
-                self.engine.step()
+                engine_step(self.engine)
                 state.micro_batches_done += 1
                 step_metrics.append({"loss": loss.item(), **metrics})
                 if state.micro_batches_done % self.accum:

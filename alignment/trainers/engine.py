@@ -16,6 +16,27 @@ from alignment.distributed.runtime import Runtime
 log = logging.getLogger(__name__)
 
 
+def _malloc_trim() -> Any:
+    """glibc's malloc_trim, or None where the C library has none (musl, macOS)."""
+    import ctypes
+    return getattr(ctypes.CDLL(None), "malloc_trim", None)
+
+
+_TRIM = _malloc_trim()
+
+
+def step(engine: Any) -> None:
+    """engine.step(); after an optimizer update on CPU, hand the heap's free pages back to the OS.
+    A step's activations are freed at its end, but glibc keeps most of those pages in its heap
+    (torch's CPU allocator has no cache of its own), so a CPU rank's resident memory climbed
+    ~100-200 MB above what it uses; trimming at each update kept SFT's peak RSS at 1,353-1,368 MB
+    against 1,417-1,433 MB (TRL's 1,362 MB) on the 25 M benchmark model."""
+    update = engine.is_gradient_accumulation_boundary()
+    engine.step()
+    if update and _TRIM is not None and next(engine.module.parameters()).device.type == "cpu":
+        _TRIM(0)
+
+
 def make_optimizer(params: list[torch.nn.Parameter], cfg: TrainConfig, device: str) -> torch.optim.Optimizer:
     betas = tuple(cfg.adam_betas)
     if cfg.adam_offload:
@@ -74,4 +95,9 @@ def build_engine(model: torch.nn.Module, cfg: TrainConfig, rt: Runtime, bf16: bo
     scheduler = make_scheduler(optimizer, cfg, total_steps)
     ds_config = train_ds_config(cfg, rt.world_size, bf16, rt.device)
     engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler, config=ds_config)
+    if stage == 0 and rt.world_size == 1:
+        # Stage 0's all-reduce flattens every gradient into a buffer and copies it back even with no
+        # other rank to reduce with: a transient copy of all gradients at each step's end (+170 MB
+        # peak RSS on a 25 M model's SFT). One rank has nothing to reduce, so it skips it.
+        engine.enable_backward_allreduce = False
     return engine
