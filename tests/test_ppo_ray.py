@@ -49,7 +49,8 @@ def test_openrlhf_readme_command_runs_as_a_ray_job(ray_head, tiny_sft, tiny_rm, 
     status, logs = ray_job(ray_head, readme, "ppo-readme")
     assert status.endswith("SUCCEEDED"), logs[-3000:]
     assert "placed actor 1x1, critic 1x1, ref 1x1 on actor's bundles, reward 1x1 on critic's bundles" in logs
-    assert "--packing_samples: training and scoring forward passes on packed rows (block-causal mask)" in logs
+    assert ("--packing_samples: training and scoring forward passes on packed rows (block-causal mask; the samples "
+            "of one prompt share its forward)") in logs
     rows = metric_rows(out)
     assert [r["step"] for r in rows] == [1, 2]
     assert all("train/value_loss" in r and "train/kl" in r and "train/policy_loss" in r and "train/approx_kl" in r

@@ -37,7 +37,8 @@ def packing_for(cfg, setup) -> Packing | None:
     if not getattr(cfg, "packing_samples", False):
         return None
     log.info("--packing_samples: training and scoring forward passes on packed rows (%s)",
-             "block-causal mask; the samples of one prompt share its forward" if setup.packed_mask_dtype is not None else "flash-attention position ids")
+             "block-causal mask; the samples of one prompt share its forward" if setup.packed_mask_dtype is not None
+             else "flash-attention position ids")
     return Packing(setup.packed_mask_dtype)
 
 
@@ -93,11 +94,11 @@ def pack(sequences: torch.Tensor, attention_mask: torch.Tensor, packing: Packing
     mask allows it)."""
     lengths = attention_mask.sum(-1).tolist()
     dev = sequences.device
-    units = _units(sequences, lengths, prompt_lengths if packing.mask_dtype is not None else None)
-    sizes = [p + sum(lengths[b] - p for b in rows) for p, rows in units]
     share = prompt_lengths is not None and packing.mask_dtype is not None
-    groups = (first_fit_rows(sizes, unit_capacity(sequences.shape[1]) if share else sequences.shape[1])
-              if packing.mask_dtype is not None else [list(range(len(units)))])
+    units = _units(sequences, lengths, prompt_lengths if share else None)
+    sizes = [p + sum(lengths[b] - p for b in rows) for p, rows in units]
+    capacity = unit_capacity(sequences.shape[1]) if share else sequences.shape[1]
+    groups = first_fit_rows(sizes, capacity) if packing.mask_dtype is not None else [list(range(len(units)))]
     width = max(sum(sizes[u] for u in g) for g in groups)
     ids = torch.full((len(groups), width), pad_id, dtype=sequences.dtype, device=dev)
     pos, branch = torch.zeros_like(ids), torch.zeros_like(ids)
