@@ -125,7 +125,7 @@ def collective_sync(engine, state) -> None:
     import torch
 
     from alignment.rollout import collective_sync as cs
-    store = cs.listen(2)
+    store = cs.listen("127.0.0.1", 2)
     group = cs.SyncGroup("127.0.0.1", store.port, 2, "gloo")
     errors: list[BaseException] = []
 

@@ -121,8 +121,9 @@ class ModelWorker:
         import ray
 
         from alignment.rollout.collective_sync import listen
-        self._sync_store = listen(world_size)
-        return ray.util.get_node_ip_address(), self._sync_store.port
+        host = ray.util.get_node_ip_address()
+        self._sync_store = listen(host, world_size)
+        return host, self._sync_store.port
 
     def join_sync_group(self, group: Any) -> bool:
         import torch

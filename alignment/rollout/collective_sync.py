@@ -34,11 +34,11 @@ class TensorSpec:
     dtype: str         # e.g. "float32", a torch dtype's name
 
 
-def listen(world_size: int, timeout_s: float = 300.0) -> torch.distributed.TCPStore:
-    """The root's store, on a port the OS picks while binding it (`store.port`). Picking a free port
-    first and binding it later lost the race to another process now and then (EADDRINUSE)."""
+def listen(host: str, world_size: int, timeout_s: float = 300.0) -> torch.distributed.TCPStore:
+    """The root's store at `host`, on a port the OS picks while binding it (`store.port`). Picking a
+    free port first and binding it later lost the race to another process now and then (EADDRINUSE)."""
     import torch.distributed as dist
-    return dist.TCPStore("0.0.0.0", 0, world_size, is_master=True, wait_for_workers=False,
+    return dist.TCPStore(host, 0, world_size, is_master=True, wait_for_workers=False,
                          timeout=datetime.timedelta(seconds=timeout_s))
 
 

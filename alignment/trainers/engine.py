@@ -29,8 +29,8 @@ def step(engine: Any) -> None:
     """engine.step(); after an optimizer update on CPU, hand the heap's free pages back to the OS.
     A step's activations are freed at its end, but glibc keeps most of those pages in its heap
     (torch's CPU allocator has no cache of its own), so a CPU rank's resident memory climbed
-    ~100-200 MB above what it uses; trimming at each update kept SFT's peak RSS at 1,353-1,368 MB
-    against 1,417-1,433 MB (TRL's 1,362 MB) on the 25 M benchmark model."""
+    100-200 MB above what it uses. On the 25 M benchmark model's SFT, trimming at each update
+    brought the peak RSS from 1,499-1,601 MB to 1,368-1,415 MB (TRL: 1,371-1,446 MB; docs/sft.md)."""
     update = engine.is_gradient_accumulation_boundary()
     engine.step()
     if update and _TRIM is not None and next(engine.module.parameters()).device.type == "cpu":
@@ -97,7 +97,8 @@ def build_engine(model: torch.nn.Module, cfg: TrainConfig, rt: Runtime, bf16: bo
     engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler, config=ds_config)
     if stage == 0 and rt.world_size == 1:
         # Stage 0's all-reduce flattens every gradient into a buffer and copies it back even with no
-        # other rank to reduce with: a transient copy of all gradients at each step's end (+170 MB
-        # peak RSS on a 25 M model's SFT). One rank has nothing to reduce, so it skips it.
+        # other rank to reduce with: a transient copy of all gradients at each step's end. One rank
+        # has nothing to reduce, so it skips it (the same losses; its share of the peak was lost in
+        # the run-to-run spread of the RSS that step() above fixes).
         engine.enable_backward_allreduce = False
     return engine
