@@ -1,7 +1,8 @@
-"""Every training stage places its ranks on the Ray cluster (Ray Train, alignment.distributed.ray_ranks).
+"""Every training stage places its ranks on the Ray cluster (rank actors in a placement group,
+alignment.distributed.ray_ranks).
 
-Unit: the resource check and the launcher rule. Integration (Prefect ephemeral API -> Ray job on the
-session's 2-CPU head -> Ray Train ranks -> DeepSpeed on gloo): the `sft` flow with 2 ranks matches
+Unit: the resource check, the launcher rule and each rank's environment. Integration (Prefect ephemeral
+API -> Ray job on the session's 2-CPU head -> rank actors -> DeepSpeed on gloo): the `sft` flow with 2 ranks matches
 `torchrun --nproc_per_node 2` step for step and runs from the shipped code outside the checkout;
 3 ranks on 2 CPUs are refused in one line before any model loads. Elsewhere: RM on 2 ranks
 (tests/test_deployment.py), DPO and batch inference on 2 ranks (tests/test_iterative_dpo_flow.py),
@@ -38,6 +39,21 @@ def test_resource_check_names_what_is_missing():
         ray_ranks.check_resources(cfg(accelerator_type="H100"), {"CPU": 8.0, "GPU": 8.0, "accelerator_type:A100": 1.0})
     with pytest.raises(ConfigError, match="--placement_strategy"):
         cfg(placement_strategy="ANYWHERE")
+
+
+def test_ranks_are_numbered_node_by_node_and_share_their_nodes_gpus():
+    """A node's ranks get contiguous RANKs (RANK - LOCAL_RANK names the node) and, on GPUs, see the
+    node's GPUs of the stage with LOCAL_RANK their own one, whatever order the actors landed in."""
+    L = ray_ranks.Landing
+    cpu = ray_ranks.rank_envs([L("b", "10.0.0.2"), L("a", "10.0.0.1"), L("b", "10.0.0.2"), L("a", "10.0.0.1")])
+    assert [(e["RANK"], e["LOCAL_RANK"], e["LOCAL_WORLD_SIZE"]) for e in cpu] == [
+        ("0", "0", "2"), ("2", "0", "2"), ("1", "1", "2"), ("3", "1", "2")]
+    assert {e["MASTER_ADDR"] for e in cpu} == {"10.0.0.2"} and {e["WORLD_SIZE"] for e in cpu} == {"4"}
+    assert not any("CUDA_VISIBLE_DEVICES" in e for e in cpu)
+    gpu = ray_ranks.rank_envs([L("a", "ip1", ("3",)), L("b", "ip2", ("0",)), L("a", "ip1", ("1",)), L("a", "ip1", ("10",))])
+    assert [(e["RANK"], e["LOCAL_RANK"], e["CUDA_VISIBLE_DEVICES"]) for e in gpu] == [
+        ("1", "1", "1,3,10"), ("3", "0", "0"), ("0", "0", "1,3,10"), ("2", "2", "1,3,10")]
+    assert {int(gpu[i]["RANK"]) - int(gpu[i]["LOCAL_RANK"]) for i in (0, 2, 3)} == {0}   # node a's ranks
 
 
 def test_launcher_sets_the_world_and_ray_is_used_otherwise(monkeypatch):

@@ -117,12 +117,12 @@ def _files(root: Path) -> list[tuple[Path, bytes]]:
 
 
 def rank_processes() -> list:
-    """The Ray Train rank processes on this machine (Ray titles them `ray::RayTrainWorker...`)."""
+    """The stage rank processes on this machine (Ray titles them `ray::StageRank...`)."""
     import psutil
     found = []
     for p in psutil.process_iter(["pid", "cmdline"]):
         try:
-            if any("RayTrainWorker" in a for a in p.info["cmdline"] or []):
+            if any("StageRank" in a for a in p.info["cmdline"] or []):
                 found.append(p)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue

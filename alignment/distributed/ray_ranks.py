@@ -1,12 +1,20 @@
-"""Place a stage's ranks on a Ray cluster with Ray Train, each rank running the stage's own CLI.
+"""Place a stage's ranks on a Ray cluster, each rank running the stage's own CLI.
 
-`--num_nodes x --num_gpus_per_node` ranks (OpenRLHF's names for a group's size) are started by
-`ray.train.torch.TorchTrainer` in one placement group (`--placement_strategy`, PACK by default).
-Ray Train sets each rank's torch.distributed environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_*)
-and opens the process group (NCCL on GPUs, gloo on CPUs); the rank then runs exactly what
-`torchrun` would run, so losses match a `torchrun` run of the same config. The process that calls
-this holds no accelerator: on a Ray job it is the job's driver, and only the ranks hold GPUs (or,
-on a CPU cluster, one CPU each).
+`--num_nodes x --num_gpus_per_node` ranks (OpenRLHF's names for a group's size) are Ray actors in
+one placement group (`--placement_strategy`, PACK by default), one bundle each. The driver gives
+every rank the torch.distributed environment torchrun would (RANK, WORLD_SIZE, LOCAL_RANK,
+LOCAL_WORLD_SIZE, MASTER_*), numbering each node's ranks contiguously; the rank then runs exactly
+what `torchrun` would run, opening its own process group (NCCL on GPUs, gloo on CPUs), so losses
+match a `torchrun` run of the same config. The process that calls this holds no accelerator: on a
+Ray job it is the job's driver, and only the ranks hold GPUs (or, on a CPU cluster, one CPU each).
+
+Why not Ray Train's TorchTrainer (used until 2026-11-27): it starts seven actors per stage (its
+controller, the worker, a synchronization actor, a placement-group cleaner, an autoscaling
+coordinator, a dataset manager, a preemption watcher), each a new Python process importing Ray,
+most of them one after the other. A one-rank, two-step SFT job took 26-34 s with it and 12-15 s
+with these actors on a 2-core machine (docs/benchmarks.md, "Orchestration"); what it adds here
+(elastic restarts, Ray Data shards) no stage uses: a failed rank fails the job, and the stage's retry
+resumes from the last committed checkpoint. The PPO groups place their ranks the same way.
 
 Which path a CLI takes (`on_ray`): under `torchrun`/`deepspeed` (RANK set) it is one of the
 launcher's ranks; otherwise, when it runs as a Ray job (RAY_ADDRESS set, as every pipeline stage
@@ -16,7 +24,8 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
+import socket
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -32,7 +41,7 @@ def world_size(cfg: RanksConfig) -> int:
 
 def on_ray(cfg: RanksConfig) -> bool:
     """True when this process should place the ranks on Ray rather than train itself."""
-    if "RANK" in os.environ:   # a rank already: started by torchrun, deepspeed or Ray Train
+    if "RANK" in os.environ:   # a rank already: started by torchrun, deepspeed or run_ranks
         launched = int(os.environ.get("WORLD_SIZE", "1"))
         if world_size(cfg) not in (1, launched):
             raise ConfigError(f"{cfg.ranks_flags()} = {world_size(cfg)} ranks, but the launcher started {launched}: "
@@ -83,8 +92,62 @@ def _user_error(err: BaseException) -> BaseException | None:
     return None
 
 
+@dataclass(frozen=True)
+class Landing:
+    """Where a rank's actor landed: its Ray node, that node's IP, the GPUs Ray gave it."""
+    node: str
+    ip: str
+    gpus: tuple[str, ...] = ()
+
+
+def rank_envs(landings: list[Landing]) -> list[dict[str, str]]:
+    """The torch.distributed environment of each actor (in placement order), MASTER_PORT aside.
+    Ranks are numbered node by node (nodes in order of first appearance), so a node's ranks are
+    contiguous, as under torchrun, the deepspeed launcher and Ray Train: RANK - LOCAL_RANK names a
+    node (checkpoint staging) and LOCAL_RANK 0 does a node's once-only work (the tokenized cache,
+    the node's upload). On GPUs every rank of a node sees that node's GPUs of this stage, and
+    LOCAL_RANK picks its own among them, so NCCL can go peer to peer between them."""
+    nodes = list(dict.fromkeys(l.node for l in landings))
+    visible = {n: sorted({g for l in landings if l.node == n for g in l.gpus}, key=lambda g: (len(g), g)) for n in nodes}
+
+    def place(i: int) -> tuple[int, int]:   # node, then its GPU's position among the node's (placement order on CPUs)
+        l = landings[i]
+        return nodes.index(l.node), visible[l.node].index(l.gpus[0]) if l.gpus else i
+
+    order = sorted(range(len(landings)), key=place)
+    envs: list[dict[str, str]] = [{} for _ in landings]
+    for rank, i in enumerate(order):
+        same = [j for j in order if landings[j].node == landings[i].node]
+        envs[i] = dict(RANK=str(rank), WORLD_SIZE=str(len(landings)), LOCAL_RANK=str(same.index(i)),
+                       LOCAL_WORLD_SIZE=str(len(same)), MASTER_ADDR=landings[order[0]].ip)
+        if landings[i].gpus:   # LOCAL_RANK is then also the rank's GPU among CUDA_VISIBLE_DEVICES
+            envs[i]["CUDA_VISIBLE_DEVICES"] = ",".join(visible[landings[i].node])
+    return envs
+
+
+class StageRank:
+    """One rank of a stage: a Ray actor in the stage's placement group (wrapped with `ray.remote` by
+    run_ranks, so this module imports without Ray)."""
+
+    def landing(self) -> Landing:
+        import ray
+        return Landing(ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address(),
+                       tuple(str(g) for g in ray.get_gpu_ids()))
+
+    def free_port(self) -> int:
+        """A free port on this node (rank 0's becomes MASTER_PORT; the process group binds it moments later)."""
+        import ray
+        with socket.socket() as s:
+            s.bind((ray.util.get_node_ip_address(), 0))
+            return s.getsockname()[1]
+
+    def run(self, env: dict[str, str], config: dict) -> None:
+        os.environ.update(env)   # before the CLI's first CUDA call: CUDA reads CUDA_VISIBLE_DEVICES once
+        _rank_main(config)
+
+
 def _rank_main(config: dict) -> None:
-    """One rank (in a Ray Train worker): log where it runs, then the CLI's own main."""
+    """One rank (in a StageRank actor): log where it runs, then the CLI's own main."""
     import ray
 
     from alignment.logs import setup_logging
@@ -98,19 +161,17 @@ def _rank_main(config: dict) -> None:
 
 
 def run_ranks(main: Callable[[list[str] | None], Any], argv: list[str] | None, cfg: RanksConfig, name: str) -> dict:
-    """Run `main(argv)` on `world_size(cfg)` Ray Train ranks; returns after the last rank finished.
-    A rank's input error is re-raised here (exit 2); any other rank failure fails the run."""
+    """Run `main(argv)` on `world_size(cfg)` Ray ranks; returns after the last rank finished.
+    A rank's input error is re-raised here (exit 2); any other rank failure fails the run at once."""
     import sys
 
     import ray
-    from ray.train import FailureConfig, RunConfig, ScalingConfig
-    from ray.train.torch import TorchTrainer
+    from ray.util.placement_group import placement_group, remove_placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     import alignment
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    # Ray Train's controller notices finished ranks at this interval (default 2 s): every stage would wait for it
-    os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5")
     if not ray.is_initialized():
         ray.init(log_to_driver=True)     # inside a Ray job this joins the job's cluster
     total = ray.cluster_resources()
@@ -123,22 +184,29 @@ def run_ranks(main: Callable[[list[str] | None], Any], argv: list[str] | None, c
     if free < n * bundle[bundle_kind(gpu)]:
         log.warning("%s: waiting for %g %s held by other work on the cluster", name,
                     n * bundle[bundle_kind(gpu)] - free, bundle_kind(gpu))
-    # Ray Train keeps only its run state in storage_path (our ranks commit to the store themselves)
-    with tempfile.TemporaryDirectory(prefix="alignflow-raytrain-") as run_state:
-        trainer = TorchTrainer(
-            _rank_main, train_loop_config={"main": main, "argv": argv, "cwd": os.getcwd()},
-            scaling_config=ScalingConfig(num_workers=n, use_gpu=gpu, resources_per_worker=bundle,
-                                         placement_strategy=cfg.placement_strategy,
-                                         accelerator_type=cfg.accelerator_type or None),
-            # a failed rank fails the run: the stage's retry resumes from the last committed checkpoint
-            run_config=RunConfig(name=name, storage_path=run_state, failure_config=FailureConfig(max_failures=0),
-                                 # a rank's print() goes to the job log once (Ray Train would also log it)
-                                 worker_runtime_env={"env_vars": {"RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}}))
-        try:
-            trainer.fit()
-        except Exception as e:
-            user = _user_error(e)
-            if user is not None:
-                raise user from None
-            raise
+    # --accelerator_type: Ray gives every node of that type this resource (Ray Train asks for it the same way)
+    extra = {f"accelerator_type:{cfg.accelerator_type}": 0.001} if cfg.accelerator_type else {}
+    pg = placement_group([{**bundle, **extra}] * n, strategy=cfg.placement_strategy, name=f"{name}-ranks")
+    ray.get(pg.ready())
+    actor = ray.remote(StageRank)
+    ranks = [actor.options(num_cpus=bundle["CPU"], num_gpus=bundle.get("GPU", 0), resources=extra or None,
+                           scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=k)
+                           ).remote() for k in range(n)]
+    try:
+        envs = rank_envs(ray.get([r.landing.remote() for r in ranks]))
+        port = ray.get(ranks[next(k for k, e in enumerate(envs) if e["RANK"] == "0")].free_port.remote())
+        config = {"main": main, "argv": argv, "cwd": os.getcwd()}
+        pending = [r.run.remote({**e, "MASTER_PORT": str(port)}, config) for r, e in zip(ranks, envs)]
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            ray.get(done)   # a failed rank raises now, not when the others (waiting at a collective) would return
+    except Exception as e:
+        user = _user_error(e)
+        if user is not None:
+            raise user from None
+        raise
+    finally:
+        for r in ranks:      # the others of a failed run wait at a collective forever
+            ray.kill(r)
+        remove_placement_group(pg)
     return {}

@@ -98,7 +98,7 @@ def _env_int(name: str) -> int:
 def staging_dir(ckpt_uri: str) -> Path:
     """Local directory DeepSpeed writes into: the path itself when local, a folder of this node's for
     remote URIs. A node is named by its first global rank (RANK - LOCAL_RANK: torchrun, the deepspeed
-    launcher and Ray Train number a node's ranks contiguously), so two nodes never share a folder,
+    launcher and ray_ranks number a node's ranks contiguously), so two nodes never share a folder,
     even where their caches share a disk."""
     if not storage.is_remote(ckpt_uri):
         return Path(ckpt_uri.removeprefix("file://"))

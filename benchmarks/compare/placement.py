@@ -1,6 +1,6 @@
 """Placement cost: the demo's SFT stage on 2 ranks, `torchrun --nproc_per_node 2` vs the `sft` flow
-whose Ray job places the 2 ranks with Ray Train (Prefect ephemeral API -> local Ray head -> Ray
-job -> TorchTrainer -> the same CLI and config on each rank)."""
+whose Ray job places the 2 ranks as Ray actors (Prefect ephemeral API -> local Ray head -> Ray
+job -> one actor per rank -> the same CLI and config on each rank)."""
 from __future__ import annotations
 
 import shutil
@@ -35,8 +35,8 @@ def placement_sides(ctx: Context, base: str, steps: int) -> list[Side]:
         return sft_flow_sample(ctx, tag, {"pretrain": base, "max_steps": steps, **TWO_RANKS})
 
     return [Side("torchrun, 2 ranks", launcher),
-            Side("flow → Ray Train, 2 ranks: stage task", flow,
-                 {"flow → Ray Train, 2 ranks: whole flow command": "whole command"})]
+            Side("flow → Ray ranks, 2 ranks: stage task", flow,
+                 {"flow → Ray ranks, 2 ranks: whole flow command": "whole command"})]
 
 
 def placement_comparison(ctx: Context, demo_base: str, steps: int) -> Comparison:
