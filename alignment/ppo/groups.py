@@ -27,11 +27,12 @@ class ModelGroup:
         import ray
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+        from alignment.distributed.ray_ranks import unniced
         from alignment.ppo.workers import ModelWorker
 
         remote = ray.remote(ModelWorker)
         self.plan, self.workers = plan, [
-            remote.options(num_cpus=plan.share, num_gpus=plan.share if gpu else 0,
+            remote.options(num_cpus=plan.share, num_gpus=plan.share if gpu else 0, runtime_env=unniced(),
                            scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i))
             .remote() for i in range(plan.world_size)]
 

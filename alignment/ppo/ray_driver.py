@@ -125,13 +125,14 @@ class RayGroups:
         import ray
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+        from alignment.distributed.ray_ranks import unniced
         from alignment.ppo.workers import vllm_engine_actor
         cfg, plan = self.cfg, next(p for p in self.plans if p.role == "vllm")
         env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
         if not self.gpu:
             env.update(VLLM_CPU_OMP_THREADS_BIND=str(core), VLLM_CPU_KVCACHE_SPACE=os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"))
         actor = ray.remote(vllm_engine_actor()).options(
-            num_cpus=plan.share, num_gpus=plan.share if self.gpu else 0, runtime_env={"env_vars": env},
+            num_cpus=plan.share, num_gpus=plan.share if self.gpu else 0, runtime_env=unniced(env),
             scheduling_strategy=PlacementGroupSchedulingStrategy(pgs[plan.bundle_set], placement_group_bundle_index=k))
         return actor.remote(resolve_model_path(cfg.pretrain, revision=cfg.revision), cfg.prompt_max_len + cfg.generate_max_len, cfg.seed + k,
                             not self.gpu, cfg.vllm_gpu_memory_utilization, cfg.enable_prefix_caching,
