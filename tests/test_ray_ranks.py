@@ -111,6 +111,7 @@ def test_sft_flow_with_two_ranks_equals_torchrun(ray_head, tiny_base, tmp_path):
     log = job_log(ray_head, "ranks", "sft")
     assert "train_sft: placing 2 rank(s) ({'CPU': 1.0} per rank, PACK)" in log, log[-3000:]
     assert len(set(re.findall(r"rank [01] of 2 on Ray node (\w+)", log))) == 1      # PACK on a one-node cluster
+    assert re.findall(r"rank [01] of 2 on Ray node \w+, nice (\d+)", log) == ["0", "0"], log[-3000:]   # not Ray's 15
     code = re.search(r"code from (\S+), working directory (\S+)", log)
     assert code and "runtime_resources" in code.group(1) and not code.group(1).startswith(str(REPO)), log[-3000:]
     assert not code.group(2).startswith(str(REPO))                                # the job ran outside the checkout

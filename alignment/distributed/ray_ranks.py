@@ -166,9 +166,10 @@ def _rank_main(config: dict) -> None:
     setup_logging(force=True)
     if os.path.isdir(config["cwd"]):   # relative paths mean what they meant to the user (shared or same-path file systems)
         os.chdir(config["cwd"])
-    # every rank says where it landed (the job log shows whether SPREAD spread the ranks)
+    # every rank says where it landed (the job log shows whether SPREAD spread the ranks) and at which
+    # priority it computes (unniced: nice 0)
     print(f"rank {os.environ['RANK']} of {os.environ['WORLD_SIZE']} on Ray node "
-          f"{ray.get_runtime_context().get_node_id()}", flush=True)
+          f"{ray.get_runtime_context().get_node_id()}, nice {os.nice(0)}", flush=True)
     config["main"](config["argv"])
 
 
