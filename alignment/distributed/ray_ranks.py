@@ -11,7 +11,7 @@ Ray job it is the job's driver, and only the ranks hold GPUs (or, on a CPU clust
 Why not Ray Train's TorchTrainer (used until 2026-11-27): it starts seven actors per stage (its
 controller, the worker, a synchronization actor, a placement-group cleaner, an autoscaling
 coordinator, a dataset manager, a preemption watcher), each a new Python process importing Ray,
-most of them one after the other. A one-rank, two-step SFT job took 26-34 s with it and 12-15 s
+most of them one after the other. A one-rank, two-step SFT job took 26-34 s with it and 11-13 s
 with these actors on a 2-core machine (docs/benchmarks.md, "Orchestration"); what it adds here
 (elastic restarts, Ray Data shards) no stage uses: a failed rank fails the job, and the stage's retry
 resumes from the last committed checkpoint. The PPO groups place their ranks the same way.
