@@ -1,7 +1,7 @@
 """kill -9 at random points inside real flows (Prefect -> Ray job -> DeepSpeed), issue 21's chaos run.
 
 One sft-rm-ppo flow and one iterative-DPO round run with short budgets while a killer thread
-SIGKILLs the stage's training process (the Ray Train rank for SFT, RM and DPO; the PPO driver,
+SIGKILLs the stage's training process (the rank actor for SFT, RM and DPO; the PPO driver,
 which runs the iterations and commits the checkpoints) ten times: at a random step, right when a
 checkpoint directory appears (a save in progress: files being written, no MANIFEST.json yet),
 or at a random moment of the job's start-up. The stage task retries the failed job, which

@@ -63,7 +63,7 @@ def test_launcher_sets_the_world_and_ray_is_used_otherwise(monkeypatch):
     monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")            # a Ray job: ranks go on the cluster
     assert ray_ranks.on_ray(cfg())
     monkeypatch.setenv("RANK", "0")
-    monkeypatch.setenv("WORLD_SIZE", "2")                          # torchrun / deepspeed / a Ray Train rank
+    monkeypatch.setenv("WORLD_SIZE", "2")                          # torchrun / deepspeed / a Ray rank actor
     assert not ray_ranks.on_ray(cfg()) and not ray_ranks.on_ray(cfg(num_gpus_per_node=2))
     with pytest.raises(ConfigError, match="= 4 ranks, but the launcher started 2"):
         ray_ranks.on_ray(cfg(num_nodes=2, num_gpus_per_node=2))
