@@ -137,6 +137,16 @@ def rank_envs(landings: list[Landing]) -> list[dict[str, str]]:
     return envs
 
 
+def node_address() -> tuple[str, int]:
+    """In a Ray actor: this node's IP and a free port on it (a group's MASTER_ADDR/PORT when the
+    actor is its rank 0; the process group binds the port moments later)."""
+    import ray
+    ip = ray.util.get_node_ip_address()
+    with socket.socket() as s:
+        s.bind((ip, 0))
+        return ip, s.getsockname()[1]
+
+
 class StageRank:
     """One rank of a stage: a Ray actor in the stage's placement group (wrapped with `ray.remote` by
     run_ranks, so this module imports without Ray)."""
@@ -147,11 +157,8 @@ class StageRank:
                        tuple(str(g) for g in ray.get_gpu_ids()))
 
     def free_port(self) -> int:
-        """A free port on this node (rank 0's becomes MASTER_PORT; the process group binds it moments later)."""
-        import ray
-        with socket.socket() as s:
-            s.bind((ray.util.get_node_ip_address(), 0))
-            return s.getsockname()[1]
+        """Rank 0's becomes MASTER_PORT."""
+        return node_address()[1]
 
     def run(self, env: dict[str, str], config: dict) -> None:
         os.environ.update(env)   # before the CLI's first CUDA call: CUDA reads CUDA_VISIBLE_DEVICES once

@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import socket
 from typing import Any
 from alignment.config.ppo import PPOConfig
 
@@ -20,11 +19,8 @@ class ModelWorker:
 
     def address(self) -> tuple[str, int]:
         """This node's IP and a free port: rank 0's become the group's MASTER_ADDR/PORT."""
-        import ray
-        ip = ray.util.get_node_ip_address()
-        with socket.socket() as s:
-            s.bind((ip, 0))
-            return ip, s.getsockname()[1]
+        from alignment.distributed.ray_ranks import node_address
+        return node_address()
 
     def init(self, role: str, cfg: PPOConfig, rank: int, world_size: int, ranks_per_node: int, master: tuple[str, int],
              threads: int, total_steps: int, cores: list[int] | None = None) -> None:
