@@ -37,6 +37,16 @@ os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
 os.environ.setdefault("PREFECT_LOGGING_TO_API_BATCH_INTERVAL", "0.3")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _stop_prefect_server():
+    """Stop the session's ephemeral Prefect API while pytest's streams are open, as Prefect's own test
+    fixtures do: left to its exit hook, its "Stopping temporary server" line goes to a closed stream
+    and prints a logging traceback after the summary."""
+    yield
+    from prefect.server.api.server import SubprocessASGIServer
+    SubprocessASGIServer().stop()
+
+
 @pytest.fixture(scope="session")
 def session_tmp(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("session")
