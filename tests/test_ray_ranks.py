@@ -77,7 +77,7 @@ def test_ray_daemon_lines_are_no_heartbeat():
             "/tmp/ray/session_x is over 95% full, available space: 8.76 GB")
     assert not is_heartbeat(disk) and not is_heartbeat("(raylet, ip=10.0.0.2) disk over 95% full")
     assert not is_heartbeat("(gcs_server) something") and not is_heartbeat("(autoscaler +1m) Adding 1 node")
-    assert is_heartbeat('(RayTrainWorker pid=23867) @alignflow {"step":2,"total":4,"samples":64}')
+    assert is_heartbeat('(StageRank pid=23867) @alignflow {"step":2,"total":4,"samples":64}')
     assert is_heartbeat("2026-11-27 08:40:10,023 [rank0] INFO alignment.distributed.ray_ranks: train_sft: placing")
     assert is_heartbeat("(raylets are fine in a user's own words) step 3")
 

@@ -36,7 +36,7 @@ def job_env() -> dict[str, str]:
     env = {k: os.environ[k] for k in (*PASSED_ENV, *extra) if k in os.environ}
     env.setdefault("PYTHONUNBUFFERED", "1")
     env.setdefault("PYTHONSAFEPATH", "1")     # `python -m` must not import a checkout that happens to be the job's cwd
-    env.setdefault("RAY_COLOR_PREFIX", "0")   # rank lines come as "(RayTrainWorker pid=..) ...", no colour codes
+    env.setdefault("RAY_COLOR_PREFIX", "0")   # rank lines come as "(StageRank pid=..) ...", no colour codes
     # The job log is the record of every rank. Ray's default dedup drops a line from another process
     # that differs only in words holding digits ("rank 1 of 2 on Ray node 3f9c..." after rank 0's).
     env.setdefault("RAY_DEDUP_LOGS", "0")
