@@ -56,15 +56,17 @@ def test_ranks_are_numbered_node_by_node_and_share_their_nodes_gpus():
     assert {int(gpu[i]["RANK"]) - int(gpu[i]["LOCAL_RANK"]) for i in (0, 2, 3)} == {0}   # node a's ranks
 
 
-def test_master_port_is_free_and_outside_the_ephemeral_range():
+def test_master_port_is_free_and_outside_the_ephemeral_range(monkeypatch):
     """MASTER_PORT is bound moments after it is chosen: from the ephemeral range an outgoing
     connection could take it first (EADDRINUSE), so it comes from below the range."""
     import socket
     ports = {ray_ranks.free_port("127.0.0.1", ephemeral_low=32768) for _ in range(20)}
     assert all(20000 <= p < 32768 for p in ports), ports
     with socket.socket() as held:                    # the only candidate is taken: the kernel picks one
-        held.bind(("127.0.0.1", 20000))
-        assert ray_ranks.free_port("127.0.0.1", ephemeral_low=20001) != 20000
+        held.bind(("127.0.0.1", 0))
+        taken = held.getsockname()[1]
+        monkeypatch.setattr(ray_ranks, "_LOWEST", taken)
+        assert ray_ranks.free_port("127.0.0.1", ephemeral_low=taken + 1) != taken
     assert ray_ranks.free_port("127.0.0.1", ephemeral_low=1024) > 0   # no room below the range
 
 
