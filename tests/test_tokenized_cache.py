@@ -245,10 +245,10 @@ def _rank_main(rank: int, port: int, out: str) -> None:
 def test_one_rank_per_node_tokenizes_while_the_others_wait(cache, tmp_path, monkeypatch):
     import torch.multiprocessing as mp
 
-    from alignment.distributed.runtime import _free_port
+    from alignment.distributed.ray_ranks import free_port
     count = tmp_path / "count"
     monkeypatch.setenv("COUNT_FILE", str(count))
     monkeypatch.setenv("FIRST_ROW_DELAY", "1")   # without the barrier, rank 1 would tokenize meanwhile
-    mp.spawn(_rank_main, args=(_free_port(), str(tmp_path)), nprocs=2, join=True)
+    mp.spawn(_rank_main, args=(free_port("127.0.0.1"), str(tmp_path)), nprocs=2, join=True)
     assert counted(count) == ["0"] * 60
     assert json.loads((tmp_path / "rank0.json").read_text()) == json.loads((tmp_path / "rank1.json").read_text())

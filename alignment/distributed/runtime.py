@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 from dataclasses import dataclass
 
 import torch
+
+from alignment.distributed.ray_ranks import free_port
 
 log = logging.getLogger(__name__)
 
@@ -32,17 +33,11 @@ class Runtime:
         return torch.device(f"cuda:{self.local_rank}") if self.device == "cuda" else torch.device("cpu")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def init_runtime(local_rank_flag: int = -1, num_threads: int = 0) -> Runtime:
     """Initialise torch.distributed through DeepSpeed; single-process runs get a world of 1."""
     if "RANK" not in os.environ:  # not launched by torchrun/deepspeed/Ray: a world of one on loopback
         os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
-                          MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+                          MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port("127.0.0.1")))
     if local_rank_flag >= 0 and "LOCAL_RANK" not in os.environ:
         os.environ["LOCAL_RANK"] = str(local_rank_flag)
     device = "cuda" if torch.cuda.is_available() else "cpu"
