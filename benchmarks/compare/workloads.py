@@ -199,16 +199,22 @@ FULL = Sizes(sft_steps=30, pair_steps=15, rl_iterations=5, rl_prompts=16, n_samp
 TINY = Sizes(sft_steps=4, pair_steps=4, rl_iterations=3, rl_prompts=4, n_samples=4, orch_steps=4)
 
 
-def comparisons(ctx: Context, model: str, demo_base: str, sizes: Sizes) -> list[Comparison]:
-    from benchmarks.compare.placement import placement_comparison   # it builds on this module's types
+def run_specs(model: str, sizes: Sizes, threads: int, device: str = "cpu", bf16: bool = False) -> dict[str, RunSpec]:
+    """The RunSpec of each trainer workload (out_dir left empty: each run gets its own), by kind."""
     data = REPO / "alignflow" / "data" / "tiny"
-    common = dict(model=model, out_dir="", threads=ctx.threads, max_len=64, device=ctx.device, bf16=ctx.bf16)
+    common = dict(model=model, out_dir="", threads=threads, max_len=64, device=device, bf16=bf16)
     sft = RunSpec("sft", data=str(data / "sft"), steps=sizes.sft_steps, batch=32, micro=32, lr=2e-4, **common)
     rm = RunSpec("rm", data=str(data / "preference"), steps=sizes.pair_steps, batch=32, micro=16, lr=1e-4, **common)
-    dpo = replace(rm, kind="dpo", lr=5e-6, beta=0.1)
     rl = dict(data=str(data / "prompts"), steps=sizes.rl_iterations, batch=sizes.rl_prompts * sizes.n_samples,
               micro=16, lr=3e-5, n_samples=sizes.n_samples, gen_len=16, **common)
-    rloo, grpo = RunSpec("rloo", **rl), RunSpec("grpo", **rl)
+    return {"sft": sft, "rm": rm, "dpo": replace(rm, kind="dpo", lr=5e-6, beta=0.1),
+            "rloo": RunSpec("rloo", **rl), "grpo": RunSpec("grpo", **rl)}
+
+
+def comparisons(ctx: Context, model: str, demo_base: str, sizes: Sizes) -> list[Comparison]:
+    from benchmarks.compare.placement import placement_comparison   # it builds on this module's types
+    specs = run_specs(model, sizes, ctx.threads, ctx.device, ctx.bf16)
+    sft, rm, dpo, rloo, grpo = (specs[k] for k in ("sft", "rm", "dpo", "rloo", "grpo"))
     rl_text = (f"{sizes.rl_prompts} prompts x {sizes.n_samples} samples, ≤ 16 new tokens, temperature 1, one optimizer "
                f"step on all {rloo.batch} samples (micro-batch 16), lr 3e-5, no KL (ours --init_kl_coef 0, TRL beta 0); "
                "ours --packing_samples (a prompt's samples share its forward)")
