@@ -30,7 +30,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from benchmarks.compare import report, workloads  # noqa: E402
 from benchmarks.compare.measure import become_subreaper  # noqa: E402
 
-# 25,444,352 parameters: matmul-bound on 2 cores (55-60 % of a step in aten::mm), small enough for
+# 25,444,352 parameters: matmul-bound on 2 cores (76-80 % of op time in aten::mm, benchmarks/op_profile.py), small enough for
 # 5 pairs of every workload in ~1 h 45 min
 FULL_MODEL = dict(hidden_size=512, num_hidden_layers=8, intermediate_size=1376, num_attention_heads=8,
                   num_key_value_heads=8, head_dim=64)

@@ -4,7 +4,9 @@ nothing; docs/benchmarks.md holds the full-size run.
 
 One recorded pair, no warm-up, no vLLM side and one workload per kind keep it near 1 minute on 2 cores (the runs are
 start-up bound: ~11 s per training subprocess, ~50 s for the vLLM side, ~50 s for Prefect -> Ray);
-the vLLM engine itself is tested by tests/test_ppo_ray.py."""
+the vLLM engine itself is tested by tests/test_ppo_ray.py. The profile scripts (op_profile.py,
+step_variants.py) run at a few steps of the 25 M model: their output parses, not their figures.
+cpu_share.py is not run here: it is one flow run plus the bare CLI at >= 400 steps."""
 from __future__ import annotations
 
 import importlib.util
@@ -48,3 +50,28 @@ def test_tiny_comparison_writes_every_workload_row_and_a_chart(tmp_path):
         assert section in text
     assert png.stat().st_size > 10_000
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_op_profile_reports_throughput_and_the_matmul_share(tmp_path):
+    """benchmarks/op_profile.py, our side, a few RM steps: one table row with a rate and a share in (0, 100]."""
+    cmd = [sys.executable, "benchmarks/op_profile.py", "--kind", "rm", "--side", "ours", "--steps", "3",
+           "--work", str(tmp_path)]
+    proc = subprocess.run(cmd, cwd=REPO, env=python_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-2000:]
+    row = next(x for x in proc.stdout.splitlines() if x.startswith("| ours |"))
+    rate, share = row.split("|")[2:4]
+    assert float(rate) > 0 and 0 < float(share.strip(" %")) <= 100, row
+    assert "mm " in row, row
+
+
+def test_step_variants_times_each_variant_and_refuses_an_unknown_one(tmp_path):
+    base = [sys.executable, "benchmarks/step_variants.py", "--steps", "4", "--work", str(tmp_path)]
+    proc = subprocess.run(base + ["--variants", "eager"], cwd=REPO, env=python_env(), capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    first, median = next(x for x in proc.stdout.splitlines() if x.startswith("| eager |")).split("|")[2:4]
+    assert float(first) > 0 and float(median) > 0
+    bad = subprocess.run(base + ["--variants", "eager,jit"], cwd=REPO, env=python_env(), capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode != 0 and bad.stderr.strip().splitlines()[-1] == \
+        "error: --variants jit: choose from eager,compile,bf16,autocast"
