@@ -67,7 +67,7 @@ def window(log: str) -> tuple[float, float, int]:
     """Unix times of the first and last checkpoint commits in the log, and the steps between them."""
     found = [(dt.datetime.strptime(t, "%Y-%m-%d %H:%M:%S,%f").timestamp(), int(s)) for t, s in COMMIT.findall(log)]
     if len(found) < 2:
-        raise SystemExit("fewer than two checkpoint commits in the log: give --steps of at least 400")
+        raise RuntimeError(f"fewer than two checkpoint commits in the run's log ({len(found)} found)")
     return found[0][0], found[-1][0], found[-1][1] - found[0][1]
 
 
@@ -110,6 +110,9 @@ def main() -> None:
     ap.add_argument("--side", choices=("bare", "flow", "both"), default="both")
     ap.add_argument("--work", type=Path, default=Path("runs/cpu_share"))
     args = ap.parse_args()
+    if args.steps < 400:    # the window runs from the first checkpoint commit (step 200) to the last
+        print(f"error: --steps {args.steps}: give at least 400 (checkpoints come every 200 steps)", file=sys.stderr)
+        raise SystemExit(2)
     from alignment.tiny_world.base_model import make_base
 
     work = args.work.resolve()

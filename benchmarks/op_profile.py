@@ -71,6 +71,9 @@ def main() -> None:
     if args.one:
         print("OP_PROFILE " + json.dumps(profile_side(Path(args.one[0]), args.one[1])), flush=True)
         return
+    if args.steps < 3:      # throughput is counted from the end of step 1
+        print(f"error: --steps {args.steps}: give at least 3", file=sys.stderr)
+        raise SystemExit(2)
     from alignment.tiny_world.base_model import make_base
     from benchmarks.compare.workloads import FULL, run_specs
     from benchmarks.trl_compare import MODELS

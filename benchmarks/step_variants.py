@@ -65,6 +65,12 @@ def time_variant(model_dir: Path, variant: str, steps: int, threads: int) -> lis
     return times
 
 
+def refuse(message: str) -> None:
+    """Bad input: one line, exit 2, before any model is built."""
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated subset of {','.join(VARIANTS)}")
@@ -74,9 +80,9 @@ def main() -> None:
     args = ap.parse_args()
     wanted = [v for v in args.variants.split(",") if v]
     if unknown := [v for v in wanted if v not in VARIANTS]:
-        sys.exit(f"error: --variants {','.join(unknown)}: choose from {','.join(VARIANTS)}")
+        refuse(f"--variants {','.join(unknown)}: choose from {','.join(VARIANTS)}")
     if args.steps < 4:
-        sys.exit("error: --steps must be at least 4 (the first two are not counted)")
+        refuse(f"--steps {args.steps}: give at least 4 (the first two are not counted)")
     from alignment.tiny_world.base_model import make_base
     from benchmarks.trl_compare import MODELS
     model_dir = args.work.resolve() / "model"
