@@ -7,7 +7,7 @@ operator time spent in matmuls and its top operators.
     .venv/bin/python benchmarks/op_profile.py --kind rm --side ours
 
 The same model, data and settings as benchmarks/trl_compare.py (its RunSpecs), fewer steps.
-Shares are of all operator time in the run: start-up, and our final evaluation pass, included.
+Shares are of all operator time in the run: start-up and our evaluation passes included.
 FLOP counting is off: the profiler's per-op shape inspection slowed TRL's many small ops ~2x.
 A matmul share near 80 % means the step is arithmetic: what the other side does not compute is
 the room left. Figures: docs/benchmarks.md ("Where the time goes").
