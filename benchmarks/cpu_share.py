@@ -95,7 +95,7 @@ def run_side(side: str, base: Path, work: Path, steps: int) -> None:
         raise SystemExit(f"{side} failed (exit {done.returncode}); see {work / f'{side}.log'}")
     t0, t1, n = window(done.stdout + done.stderr)
     wall, used = sampler.between(t0, t1)
-    (trainer_s, trainer), rest = used[0], [u for u in used[1:] if u[0] >= 0.05]
+    trainer_s, rest = used[0][0], [u for u in used[1:] if u[0] >= 0.05]   # the trainer uses the most
     others = sum(s for s, _ in rest)
     print(f"{side}: window {wall:.1f} s for {n} steps ({1000 * wall / n:.1f} s per 1,000); trainer {100 * trainer_s / wall:.1f} % "
           f"of a core, {1000 * trainer_s / n:.1f} CPU-s per 1,000 steps; others {others:.1f} CPU-s "
