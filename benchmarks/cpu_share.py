@@ -72,7 +72,7 @@ def window(log: str) -> tuple[float, float, int]:
 
 
 def run_side(side: str, base: Path, work: Path, steps: int) -> None:
-    from benchmarks.compare.workloads import DEMO_SFT_CONFIG, FLOW_SCRIPT
+    from benchmarks.compare.workloads import DEMO_SFT_CONFIG, FLOW_SCRIPT, base_env
 
     out = work / side
     shutil.rmtree(out, ignore_errors=True)
@@ -82,9 +82,8 @@ def run_side(side: str, base: Path, work: Path, steps: int) -> None:
     else:
         cmd = [sys.executable, "-c", FLOW_SCRIPT, f"cpu-share-{int(time.time())}", str(out),
                json.dumps({"pretrain": str(base), "max_steps": steps})]
-    env = {**os.environ, "OMP_NUM_THREADS": "2", "DS_ACCELERATOR": "cpu", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO),
-           "PREFECT_HOME": str(work / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-    env.pop("PREFECT_API_URL", None)
+    # trl_compare's environment (2 threads, offline hubs, no PREFECT_API_URL: the ephemeral API)
+    env = {**base_env(2, work), "PREFECT_HOME": str(work / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
     sampler = Sampler()
     sampler.start()
     done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)

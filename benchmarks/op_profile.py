@@ -76,7 +76,7 @@ def main() -> None:
         print(f"error: --steps {args.steps}: give at least 3", file=sys.stderr)
         raise SystemExit(2)
     from alignment.tiny_world.base_model import make_base
-    from benchmarks.compare.workloads import FULL, run_specs
+    from benchmarks.compare.workloads import FULL, base_env, run_specs
     from benchmarks.trl_compare import MODELS
 
     work = args.work.resolve()
@@ -84,8 +84,7 @@ def main() -> None:
     if not (model / "config.json").exists():
         make_base(model, seed=0, config_overrides=MODELS["full"])
     spec = replace(run_specs(str(model), FULL, threads=2)[args.kind], steps=args.steps)
-    env = {**os.environ, "OMP_NUM_THREADS": str(spec.threads), "DS_ACCELERATOR": "cpu", "TOKENIZERS_PARALLELISM": "false",
-           "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "offline", "PYTHONPATH": str(REPO)}
+    env = base_env(spec.threads, work)   # trl_compare's: threads, offline hubs, DeepSpeed on the CPU
     unit = "tokens/s" if args.kind == "sft" else "pairs/s"
     print(f"| {args.kind}, {args.steps} steps | {unit} | matmul share of op time | top operators |")
     print("|---|---|---|---|")
