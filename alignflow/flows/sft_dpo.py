@@ -1,6 +1,7 @@
 """The `sft-dpo` flow: SFT, then a preference stage on the SFT model — DPO (IPO and cDPO through
-DPO's `loss_type` / `label_smoothing`) or KTO — each a Ray job through the stage runner (skipped
-when committed, retried from its checkpoint). The most common offline recipe.
+DPO's `--ipo` / `--label_smoothing`, e.g. `preference={"ipo": true}`) or KTO — each a Ray job
+through the stage runner (skipped when committed, retried from its checkpoint). The most common
+offline recipe.
 
     prefect deployment run 'sft-dpo/smollm2' --param pretrain=s3://bucket/models/smollm2
 
