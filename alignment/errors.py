@@ -21,6 +21,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from alignment.config.base import ConfigError
     from alignment.datasets.sources import DataError
     from alignment.models.loading import ModelLoadError
+    from alignment.nonfinite import NonFiniteError
     from alignment.rewards.reward_func import RewardError
     from alignment.storage import StorageError
-    return (ConfigError, DataError, ModelLoadError, RewardError, StorageError)
+    return (ConfigError, DataError, ModelLoadError, NonFiniteError, RewardError, StorageError)

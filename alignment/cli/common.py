@@ -1,10 +1,14 @@
-"""What every `python -m alignment.cli.*` entry point shares: logging and one-line errors."""
+"""What every `python -m alignment.cli.*` entry point shares: the wandb key moved out of argv,
+logging and one-line errors."""
 from __future__ import annotations
 
+import os
 import sys
 from typing import Callable
 
+from alignment.config.groups import WANDB_SWITCHES
 from alignment.errors import EXIT_INPUT, EXIT_TRANSIENT, TransientError, user_errors
+from alignment.lease import release_all
 from alignment.logs import setup_logging
 
 __all__ = ["run_main", "setup_logging", "user_errors"]
@@ -30,7 +34,58 @@ def _close_process_group() -> None:
         dist.destroy_process_group()
 
 
+_WANDB_FLAG = "--use_wandb"
+_SHORTEST_PREFIX = "--use_w"   # argparse also takes an unambiguous prefix (--use_wand KEY); --use_ is ambiguous
+
+
+def _is_wandb_flag(arg: str) -> bool:
+    return len(arg) >= len(_SHORTEST_PREFIX) and _WANDB_FLAG.startswith(arg)
+
+
+def argv_without_wandb_key(args: list[str]) -> tuple[list[str], str | None]:
+    """`args` with the value of `--use_wandb KEY` (or `--use_wandb=KEY`) replaced by `env`, and the key;
+    (args, None) when no key is given (a switch such as `offline` or `env` stays as it is)."""
+    out, key = list(args), None
+    for i, arg in enumerate(args):
+        flag, eq, value = arg.partition("=")
+        if not _is_wandb_flag(flag):
+            continue
+        if not eq:
+            if i + 1 >= len(args) or args[i + 1].startswith("-"):
+                continue                      # no value: argparse reports it
+            value = args[i + 1]
+        if not value or value.lower() in WANDB_SWITCHES:
+            continue
+        key = value
+        if eq:
+            out[i] = f"{flag}=env"
+        else:
+            out[i + 1] = "env"
+    return out, key
+
+
+def _reexec_without_wandb_key() -> None:
+    """/proc/<pid>/cmdline is readable by every user of the machine for as long as the process lives,
+    its environment only by its owner. A key given as `--use_wandb KEY` goes into WANDB_API_KEY and the
+    process replaces itself (same PID, so a launcher's bookkeeping holds) with the same interpreter,
+    interpreter options (-m, -X, -u) and arguments, the key's place taken by `env`. The key stays
+    visible only from the interpreter's start to here; a launcher (deepspeed, torchrun) keeps its own argv."""
+    args, key = argv_without_wandb_key(sys.argv[1:])
+    tail = sys.orig_argv[len(sys.orig_argv) - len(args):] if args else []
+    if key is None or tail != sys.argv[1:]:   # no key, or sys.argv was rewritten in-process: not ours to re-run
+        return
+    os.environ["WANDB_API_KEY"] = key
+    # sys.orig_argv (3.10+): the interpreter's own command line, options and `-m module` before sys.argv[1:]
+    head = sys.orig_argv[:len(sys.orig_argv) - len(args)]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # argv[0] is the absolute interpreter path: Python finds its venv from it, not from a bare "python"
+    os.execv(sys.executable, [sys.executable, *head[1:], *args])
+
+
 def run_main(main: Callable[[list[str] | None], object], argv: list[str] | None = None) -> None:
+    if argv is None:   # argv from the command line (a list given by a caller was never on it)
+        _reexec_without_wandb_key()
     setup_logging()
     try:
         main(argv)
@@ -43,3 +98,5 @@ def run_main(main: Callable[[list[str] | None], object], argv: list[str] | None 
         _close_progress_bars()
         print(f"error: {e}", file=sys.stderr)
         sys.exit(EXIT_INPUT)
+    finally:
+        release_all()   # the output's lease (alignment/lease.py), taken by preflight.check_outputs

@@ -1,6 +1,11 @@
 """Checks a training CLI runs right after its flags parse, before any data or model is read."""
 from __future__ import annotations
 
+import os
+import sys
+from pathlib import Path
+
+from alignment import lease
 from alignment.config.stages import StageConfig
 
 
@@ -15,3 +20,14 @@ def check_outputs(cfg: StageConfig) -> None:
         uri = getattr(cfg, name, None)
         if uri:
             check_store(f"--{name}", uri, StorageError)
+    take_lease(cfg)
+
+
+def take_lease(cfg: StageConfig) -> None:
+    """The output's lease (alignment/lease.py), taken by the process that owns the run: the driver or
+    in-process trainer, or rank 0 under torchrun/deepspeed; ranks started by a driver share its lease.
+    Held until the CLI's main returns (run_main releases it) or the process ends."""
+    output = getattr(cfg, "save_path", None) or getattr(cfg, "output_path", None)
+    if not output or os.environ.get("RANK", "0") != "0":
+        return
+    lease.Lease(output, f"alignment.cli.{Path(sys.argv[0]).stem}").acquire()

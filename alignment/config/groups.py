@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from alignment.config.base import ConfigError, opt, require
+from alignment.config.paths import check_checkpoint_folder
 
 
 @dataclass
@@ -166,6 +167,9 @@ class TrainConfig:
     adam_betas: list[float] = opt([0.9, 0.95], "Adam betas")
     l2: float = opt(0.0, "Weight decay")
     max_norm: float = opt(1.0, "Gradient clipping norm")
+    max_nonfinite_skips: int = opt(0, "Micro-batches whose loss is NaN/Inf to skip before the stage stops (0: stop at "
+                                      "the first; the PPO family counts per iteration). A NaN/Inf gradient norm or "
+                                      "weight always stops it, uncommitted")
     zero_stage: Optional[int] = opt(None, "DeepSpeed ZeRO stage. Unset: 2, or 0 on a single rank without --adam_offload "
                                           "(ZeRO-1/2 on one rank partition nothing and only copy the weights and "
                                           "gradients: SmolLM2-135M peak RSS 5.2 -> 3.5 GB, docs/benchmarks.md)",
@@ -182,6 +186,13 @@ class TrainConfig:
         require(self.learning_rate > 0, f"--learning_rate {self.learning_rate}: must be > 0")
         require(0.0 <= self.lr_warmup_ratio < 1.0, f"--lr_warmup_ratio {self.lr_warmup_ratio}: must be in [0, 1)")
         require(self.max_epochs > 0, f"--max_epochs {self.max_epochs}: must be > 0")
+        require(self.max_steps == -1 or self.max_steps > 0,
+                f"--max_steps {self.max_steps}: use -1 (run all --max_epochs) or a positive number of optimizer steps")
+        require(self.l2 >= 0, f"--l2 {self.l2}: weight decay must be >= 0 (0: none)")
+        require(self.max_nonfinite_skips >= 0, f"--max_nonfinite_skips {self.max_nonfinite_skips}: must be >= 0")
+        # a skipped micro-batch backs up a zero built from the parameters; ZeRO-3's are partitioned placeholders
+        require(not (self.max_nonfinite_skips and self.zero_stage == 3),
+                "--max_nonfinite_skips with --zero_stage 3 is not supported: use --zero_stage 0-2 or drop the flag")
         require(len(self.adam_betas) == 2, f"--adam_betas needs two values, got {self.adam_betas}")
         require(not (self.adam_offload and self.zero_stage == 0),
                 "--adam_offload with --zero_stage 0: DeepSpeed offloads optimizer states only under ZeRO; "
@@ -225,6 +236,9 @@ class CheckpointConfig:
         require(self.max_ckpt_num >= 1, f"--max_ckpt_num {self.max_ckpt_num}: must be >= 1")
         require(self.save_steps == -1 or self.save_steps > 0, f"--save_steps {self.save_steps}: use -1 or a positive number")
         require(self.save_minutes >= 0, f"--save_minutes {self.save_minutes}: use 0 (off) or a positive number")
+        # OpenRLHF's defaults nest ./ckpt/checkpoints in ./ckpt: harmless for a run that never checkpoints
+        if (self.save_steps > 0 or self.save_minutes > 0 or self.load_checkpoint) and not self.disable_ds_ckpt:
+            check_checkpoint_folder(self.ckpt_path, self.save_path, self.load_checkpoint)
 
 
 # --use_wandb values that switch wandb on without being a key (any other value is the API key)
@@ -235,7 +249,8 @@ WANDB_SWITCHES = ("offline", "true", "1", "env")
 class LoggingConfig:
     logging_steps: int = opt(1, "Log metrics every N optimizer steps", identity=False)
     eval_steps: int = opt(-1, "Evaluate every N steps (-1: at the end of each epoch)")
-    use_wandb: Optional[str] = opt(None, "Log to Weights & Biases; the value is the API key (or 'offline'). Never printed", secret=True)
+    use_wandb: Optional[str] = opt(None, "Log to Weights & Biases: 'env' (the key from WANDB_API_KEY), 'offline', or the API key "
+                                         "(moved out of the command line at start). Never printed", secret=True)
     wandb_org: Optional[str] = opt(None, "wandb entity", identity=False)
     wandb_group: Optional[str] = opt(None, "wandb group", identity=False)
     wandb_project: str = opt("alignflow", "wandb project", identity=False)

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from alignment import lease
 from alignment.config.base import ConfigError
 from alignment.config.groups import RanksConfig
 
@@ -245,7 +246,8 @@ def run_ranks(main: Callable[[list[str] | None], Any], argv: list[str] | None, c
         envs = rank_envs(ray.get([r.landing.remote() for r in ranks]))
         port = ray.get(ranks[next(k for k, e in enumerate(envs) if e["RANK"] == "0")].free_port.remote())
         config = {"main": main, "argv": argv, "cwd": os.getcwd()}
-        pending = [r.run.remote({**e, "MASTER_PORT": str(port)}, config) for r, e in zip(ranks, envs)]
+        shared = {"MASTER_PORT": str(port), lease.ENV: os.environ.get(lease.ENV, "")}   # the ranks share our lease
+        pending = [r.run.remote({**e, **shared}, config) for r, e in zip(ranks, envs)]
         while pending:
             done, pending = ray.wait(pending, num_returns=1)
             ray.get(done)   # a failed rank raises now, not when the others (waiting at a collective) would return

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from alignment import storage
+from alignment.models.integrity import check_model_dir
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +35,16 @@ def resolve_model_path(name: str, flag: str = "--pretrain", revision: str | None
         if not storage.is_committed(name):
             raise ModelLoadError(f"{flag} {name}: no committed model there (no MANIFEST.json); "
                                  f"point it at a finished stage's output")
-        local = storage.download_dir(name)
+        local = storage.download_dir(name)   # verified against its manifest as it downloads
+        check_model_dir(local, flag, verified=True)
         return merged_adapter(local, flag) if is_adapter_dir(local) else str(local)
     if _looks_like_path(name):
         path = Path(name).expanduser()
+        if path.exists() and not path.is_dir():
+            hint = (f"; import it first: python -m alignment.cli.import_model {name} --save_path DIR"
+                    if name.endswith(".gguf") else "")
+            raise ModelLoadError(f"{flag} {name}: is a file; {flag} takes a model directory (with config.json), "
+                                 f"a store URI or a hub name{hint}")
         if not path.is_dir():
             raise ModelLoadError(f"{flag} {name}: directory does not exist; pass a model directory "
                                  f"(with config.json) or a hub name")
@@ -45,6 +52,7 @@ def resolve_model_path(name: str, flag: str = "--pretrain", revision: str | None
             return merged_adapter(path, flag)
         if not (path / "config.json").exists():
             raise ModelLoadError(f"{flag} {name}: no config.json in that directory; is it a Hugging Face model?")
+        check_model_dir(path, flag)
         return str(path)
     return name  # a hub name: from_pretrained is the real path for users who have the hub
 

@@ -11,6 +11,7 @@ import torch.distributed as dist
 
 from alignment.config.groups import LoraSaveConfig
 from alignment.models.lora import is_lora, merged_state
+from alignment.nonfinite import check_weights
 from alignment.outputs import StagedOutput
 
 log = logging.getLogger(__name__)
@@ -96,5 +97,6 @@ def commit_model(out: StagedOutput, engine: Any, tokenizer: Any, metadata: dict[
     state = full_state_dict(engine)
     if out.dir is None:
         return None
+    check_weights(state, f"--save_path {out.save_path}")   # a NaN is never committed
     save_hf_model(engine.module, state, tokenizer, out.dir, extra_config, rename, lora)
     return out.commit(metadata)

@@ -21,6 +21,7 @@ from alignment.ppo.experience import Experience
 from alignment.ppo.packed import Packing, pack, unpack
 from alignment.ppo.token_budget import TokenBudget, split_to
 from alignment.trainers.engine import step as engine_step
+from alignment.nonfinite import NonFiniteGuard, zero_loss
 
 
 def _ranks() -> int:
@@ -146,11 +147,16 @@ def _shuffled(prompt_index: list[int], rng: random.Random, by_prompt: bool) -> l
     return [i for p in prompts for i in rows[p]]
 
 
-def _backward_step(engine: Any, loss: torch.Tensor, micro: Micro) -> None:
+def _backward_step(engine: Any, loss: torch.Tensor, micro: Micro, guard: NonFiniteGuard) -> bool:
+    """Backward and step; False when the guard skipped this micro-batch's non-finite loss (alignment/nonfinite.py)."""
     if micro.boundary is not None:   # a token-budget cut: the step ends where the cut says, not after G micro-batches
         engine.set_gradient_accumulation_boundary(micro.boundary)
-    engine.backward(loss)
-    engine_step(engine)
+    step = engine.global_steps + 1
+    ok = guard.loss(loss, step)
+    engine.backward(loss if ok else zero_loss(engine.module.parameters()))
+    if engine_step(engine):
+        guard.grad_norm(engine, step)
+    return ok
 
 
 def _agg(cfg: PPOConfig, totals: StepTotals):
@@ -167,14 +173,15 @@ def train_critic(critic: Any, capture: Any, exp: Experience, cfg: PPOConfig, see
     DeepSpeed steps at accumulation boundaries."""
     critic.train()
     dev, rows = model_device(critic.module), []
+    guard = NonFiniteGuard(cfg.max_nonfinite_skips, "PPO critic")   # --max_nonfinite_skips per iteration
     for micro in _steps(critic, exp, cfg, seed, packing):
         mb = micro.exp
         b = mb.batch.to(dev)
         v = value_forward(critic, capture, b, packing)
         loss = value_loss(v, mb.values.to(dev), mb.returns.to(dev), b.action_mask, cfg.value_clip,
                           _agg(cfg, micro.totals))
-        _backward_step(critic, loss, micro)
-        rows.append({"value_loss": loss.item()})
+        if _backward_step(critic, loss, micro, guard):
+            rows.append({"value_loss": loss.item()})
     return _mean(rows)
 
 
@@ -185,6 +192,7 @@ def train_actor(actor: Any, exp: Experience, cfg: PPOConfig, kl_coef: float, see
     actor.train()
     eps_low, eps_high = cfg.eps_clip_low_high or (cfg.eps_clip, cfg.eps_clip)
     dev, rows = model_device(actor.module), []
+    guard = NonFiniteGuard(cfg.max_nonfinite_skips, "PPO actor")   # --max_nonfinite_skips per iteration
     for micro in _steps(actor, exp, cfg, seed, packing):
         mb = micro.exp
         b, agg = mb.batch.to(dev), _agg(cfg, micro.totals)
@@ -199,6 +207,6 @@ def train_actor(actor: Any, exp: Experience, cfg: PPOConfig, kl_coef: float, see
             kl = agg(kl_estimate(logp, mb.ref_logp.to(dev), cfg.kl_estimator), mask)
             loss = loss + kl_coef * kl
             row["kl_loss"] = kl.item()
-        _backward_step(actor, loss, micro)
-        rows.append(row)
+        if _backward_step(actor, loss, micro, guard):
+            rows.append(row)
     return _mean(rows)

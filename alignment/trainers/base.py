@@ -22,6 +22,7 @@ from alignment.models.saving import commit_model, lora_save
 from alignment.outputs import StagedOutput
 from alignment.trainers import checkpoint
 from alignment.trainers.engine import step as engine_step
+from alignment.nonfinite import NonFiniteGuard, zero_loss
 from alignment.trainers.sampler import micro_batches, micro_batches_per_epoch
 from alignment.trainers.schedule import SaveSchedule
 from alignment.trainers.tracking import MetricsLogger
@@ -81,6 +82,13 @@ def sum_across_ranks(values: torch.Tensor) -> torch.Tensor:
     return values
 
 
+def maybe_inject_nan(loss: torch.Tensor, step: int) -> torch.Tensor:
+    """ALIGNFLOW_NAN_AT_STEP=N makes every micro-batch loss of optimizer step N NaN: how the tests exercise the
+    non-finite guard (alignment/nonfinite.py) without a diverging recipe."""
+    nan_at = int(os.environ.get("ALIGNFLOW_NAN_AT_STEP", "0"))
+    return loss * float("nan") if nan_at and step == nan_at else loss
+
+
 def maybe_inject_failure(step: int) -> None:
     """ALIGNFLOW_FAIL_AT_STEP=N crashes the run after step N (and its checkpoint);
     ALIGNFLOW_HANG_AT_STEP=N makes it hang there, silent, as a stuck collective would: how the tests
@@ -102,6 +110,7 @@ class Trainer:
         self.cfg, self.rt, self.engine, self.tokenizer = cfg, rt, engine, tokenizer
         self.train_set, self.eval_set = train_set, eval_set
         self.schedule = SaveSchedule(cfg)
+        self.guard = NonFiniteGuard(cfg.max_nonfinite_skips, self.stage)
         self.accum = cfg.accumulation_steps(rt.world_size)
         self.steps_per_epoch = steps_per_epoch(len(train_set), cfg, rt.world_size)
         self.total_steps = total_steps(len(train_set), cfg, rt.world_size)
@@ -163,10 +172,15 @@ class Trainer:
                                     cfg.seed, state.epoch)[: self.steps_per_epoch * self.accum]
             for idx in batches[state.micro_batches_done:]:
                 loss, metrics = self.loss_on(self.collate([self.train_set[i] for i in idx]))
+                loss = maybe_inject_nan(loss, state.global_step + 1)
+                if self.guard.loss(loss, state.global_step + 1):   # all ranks agree; raises when out of skips
+                    step_metrics.append({"loss": loss.item(), **metrics})
+                else:
+                    loss = zero_loss(self.engine.module.parameters())
                 self.engine.backward(loss)
-                engine_step(self.engine)
+                if engine_step(self.engine):
+                    self.guard.grad_norm(self.engine, state.global_step + 1)
                 state.micro_batches_done += 1
-                step_metrics.append({"loss": loss.item(), **metrics})
                 if state.micro_batches_done % self.accum:
                     continue
                 state.global_step += 1
@@ -192,7 +206,7 @@ class Trainer:
 
     def _after_step(self, state: LoopState, logger: MetricsLogger, step_metrics: list[dict[str, float]]) -> None:
         cfg = self.cfg
-        if state.global_step % cfg.logging_steps == 0:
+        if state.global_step % cfg.logging_steps == 0 and step_metrics:   # empty: every micro-batch skipped
             keys = step_metrics[0].keys()
             avg = {f"train/{k}": sum(m[k] for m in step_metrics) / len(step_metrics) for k in keys}
             avg["train/lr"] = self.engine.get_lr()[0]

@@ -161,25 +161,71 @@ class Latest:
     uri: str       # the committed checkpoint
     name: str      # its tag, global_step<N>
     state: dict    # its state.json
+    folder: Path   # this node's verified copy of its files (the checkpoint itself when local)
+
+
+# checkpoint URI -> its manifest and what was found there: a process verifies a checkpoint once, however
+# many times it asks (check_world_size before the model is built, then the load)
+_verified: dict[str, tuple[dict, Latest]] = {}
+
+
+def _verify(uri: str) -> Latest:
+    """The committed checkpoint at `uri`, its files checked against its MANIFEST's sizes and sha256 (a
+    local checkpoint in place, a remote one as it is downloaded to this node) and its state.json parsed.
+    Raises StorageError naming what is wrong. The files are hashed in parallel threads; on a local path the
+    read leaves them in the page cache, from which DeepSpeed's load then reads (docs/reliability.md)."""
+    manifest = storage.read_manifest(uri)
+    if manifest is None:
+        raise storage.StorageError(f"{uri} is not committed")
+    cached = _verified.get(uri)
+    if cached and cached[0] == manifest:
+        return cached[1]
+    folder = storage.download_dir(uri)   # verifies sizes and hashes, local and remote alike
+    try:
+        state = json.loads((folder / STATE_FILE).read_bytes().decode("utf-8"))
+        if not isinstance(state, dict) or not isinstance(state.get("rng"), dict):
+            raise ValueError("no 'rng' mapping")
+    except FileNotFoundError:
+        raise storage.StorageError(f"{uri} is committed without {STATE_FILE}") from None
+    except ValueError as e:   # bad JSON or bad UTF-8 (UnicodeDecodeError is a ValueError)
+        raise storage.StorageError(f"{uri}/{STATE_FILE} is not a valid state file ({str(e)[:120]})") from None
+    found = Latest(uri, uri.rstrip("/").rsplit("/", 1)[-1], state, folder)
+    _verified[uri] = (manifest, found)
+    return found
 
 
 def find_latest(ckpt_uri: str) -> Latest | None:
-    """The newest committed checkpoint and its state.json (read from the store: no weights move);
-    None when there is none."""
-    latest = storage.get_latest(ckpt_uri, PREFIX)
-    if latest is None:
-        return None
-    text = storage.read_text(storage.file_in(latest, STATE_FILE))
-    if text is None:
-        raise storage.StorageError(f"{latest} is committed without {STATE_FILE}; start over with a new --ckpt_path")
-    return Latest(latest, latest.rstrip("/").rsplit("/", 1)[-1], json.loads(text))
+    """The newest committed checkpoint that verifies (see _verify), None when none is committed. A damaged
+    one is skipped with a warning naming it, and the one before it is used; when every committed
+    checkpoint is damaged: one StorageError line (a CLI exits 2). A store that doesn't answer is not
+    damage: StoreUnavailable propagates (exit 75, retried)."""
+    committed = storage.list_committed(ckpt_uri, PREFIX)
+    damaged: list[str] = []
+    for name in reversed(committed):
+        uri = f"{ckpt_uri.rstrip('/')}/{name}"
+        try:
+            found = _verify(uri)
+        except storage.StoreUnavailable:
+            raise
+        except storage.StorageError as e:
+            log.warning("checkpoint %s is damaged, not resuming from it: %s", uri, e)
+            damaged.append(str(e))
+            continue
+        if damaged:
+            log.warning("resuming from the older checkpoint %s instead (%d newer one(s) damaged)", uri, len(damaged))
+        return found
+    if damaged:
+        raise storage.StorageError(f"every committed checkpoint under {ckpt_uri} is damaged (newest: {damaged[0]}); "
+                                   f"delete them or start over with a new --ckpt_path")
+    return None
 
 
 def load_engine(engine: Any, ckpt_uri: str, name: str, role: str = "model") -> None:
-    """Every rank of the engine's group calls this. A remote checkpoint is read from this node's
+    """Every rank of the engine's group calls this, with a checkpoint find_latest chose: its files are
+    verified (once per process) before DeepSpeed reads them; a remote one is read from this node's
     verified copy (storage.download_dir: one rank of the node downloads, the others wait for it)."""
     uri = f"{ckpt_uri.rstrip('/')}/{name}"
-    folder = storage.download_dir(uri) if storage.is_remote(ckpt_uri) else staging_dir(ckpt_uri) / name
+    folder = _verify(uri).folder
     engine.checkpoint_engine = WeightsOnlyCheckpointEngine()
     path, _ = engine.load_checkpoint(str(folder), tag=role, load_optimizer_states=True,
                                      load_lr_scheduler_states=True)
@@ -225,12 +271,13 @@ def load_latest(engines: dict[str, Any], ckpt_uri: str) -> Latest | None:
 
 
 def check_world_size(ckpt_uri: str, world_size: int) -> None:
-    """Before any weights load: the newest checkpoint must come from as many ranks as this run has.
-    Its ZeRO optimizer state is sharded per rank, and the data order depends on the rank count too."""
+    """Before any weights load: the checkpoint a resume would use (find_latest: verified, a damaged one
+    skipped) must come from as many ranks as this run has. Its ZeRO optimizer state is sharded per rank,
+    and the data order depends on the rank count too."""
     from alignment.config.base import ConfigError
-    latest = storage.get_latest(ckpt_uri, PREFIX)
-    written = ((storage.read_manifest(latest) or {}).get("metadata", {}).get("world_size") if latest else None)
+    found = find_latest(ckpt_uri)
+    written = (storage.read_manifest(found.uri) or {}).get("metadata", {}).get("world_size") if found else None
     if written is not None and written != world_size:
-        raise ConfigError(f"checkpoint {latest} was written by {written} ranks but this run has {world_size}: resume "
-                          f"with {written} ranks (--num_nodes x --num_gpus_per_node, or the launcher's size), or "
-                          f"start over with a new --ckpt_path")
+        raise ConfigError(f"checkpoint {found.uri} was written by {written} ranks but this run has {world_size}: "
+                          f"resume with {written} ranks (--num_nodes x --num_gpus_per_node, or the launcher's size), "
+                          f"or start over with a new --ckpt_path")

@@ -25,16 +25,18 @@ def _malloc_trim() -> Any:
 _TRIM = _malloc_trim()
 
 
-def step(engine: Any) -> None:
+def step(engine: Any) -> bool:
     """engine.step(); after an optimizer update on CPU, hand the heap's free pages back to the OS.
     A step's activations are freed at its end, but glibc keeps most of those pages in its heap
     (torch's CPU allocator has no cache of its own), so a CPU rank's resident memory climbed
     100-200 MB above what it uses. On the 25 M benchmark model's SFT, trimming at each update
-    brought the peak RSS from 1,499-1,601 MB to 1,368-1,415 MB (TRL: 1,371-1,446 MB; docs/sft.md)."""
+    brought the peak RSS from 1,499-1,601 MB to 1,368-1,415 MB (TRL: 1,371-1,446 MB; docs/sft.md).
+    Returns whether this was an optimizer update (an accumulation boundary)."""
     update = engine.is_gradient_accumulation_boundary()
     engine.step()
     if update and _TRIM is not None and next(engine.module.parameters()).device.type == "cpu":
         _TRIM(0)
+    return update
 
 
 def make_optimizer(params: list[torch.nn.Parameter], cfg: TrainConfig, device: str) -> torch.optim.Optimizer:

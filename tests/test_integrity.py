@@ -1,0 +1,183 @@
+"""Nothing damaged is used and nothing non-finite is committed (docs/reliability.md, "Integrity"):
+a checkpoint whose files no longer match its MANIFEST is skipped for the one before it, or refused in
+one line when none is good; a NaN loss stops the stage uncommitted (or is skipped within
+--max_nonfinite_skips); a damaged model folder is one line before any weights load; two runs on one
+output: the second is refused naming the first, which commits."""
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from alignment import storage
+from alignment.tiny_world.paths import tiny_dir
+from tests.conftest import losses, python_env
+
+pytestmark = pytest.mark.integration
+
+SFT = ["--dataset", f"{tiny_dir()}/sft/train.jsonl", "--input_key", "input", "--output_key", "output", "--max_len",
+       "64", "--train_batch_size", "8", "--micro_train_batch_size", "8", "--learning_rate", "1e-3", "--seed", "3",
+       "--zero_stage", "2"]   # ZeRO-2: optimizer states in a file of their own
+
+
+def sft(args: list[str], env: dict | None = None, wait: bool = True):
+    cmd = [sys.executable, "-m", "alignment.cli.train_sft", *SFT, *args]
+    full = python_env(OMP_NUM_THREADS="2", **(env or {}))
+    if not wait:
+        return subprocess.Popen(cmd, env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.run(cmd, env=full, capture_output=True, text=True, timeout=600)
+
+
+def error_lines(proc) -> list[str]:
+    return [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")]
+
+
+def flip(path: Path, at: int = -100) -> None:
+    data = bytearray(path.read_bytes())
+    data[at] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def all_finite(model_dir: Path) -> bool:
+    return all(bool(torch.isfinite(t).all()) for t in load_file(model_dir / "model.safetensors").values())
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_base, tmp_path_factory):
+    """A 4-step run with checkpoints at steps 2 and 4 and its committed model. While it trains, a second
+    run on the same --save_path is refused naming it (the lease)."""
+    work = tmp_path_factory.mktemp("integrity")
+    out, ckpt = work / "model", work / "ckpt"
+    first = sft(["--pretrain", str(tiny_base), "--save_path", str(out), "--ckpt_path", str(ckpt), "--max_steps", "4",
+                 "--save_steps", "2"], env={"ALIGNFLOW_HANG_AT_STEP": "3"}, wait=False)
+    try:
+        deadline = time.monotonic() + 180
+        while not (ckpt / "global_step2" / storage.MANIFEST).exists():   # training, lease held, hanging at step 3
+            assert first.poll() is None and time.monotonic() < deadline, first.communicate()[1][-3000:]
+            time.sleep(1)
+        second = sft(["--pretrain", str(tiny_base), "--save_path", str(out), "--ckpt_path", str(work / "other"),
+                      "--max_steps", "2"])
+    finally:
+        first.kill()
+        first.wait()
+    # the first run hung on purpose; rerun it to the end from its checkpoint (the lease of a dead holder is taken over)
+    done = sft(["--pretrain", str(tiny_base), "--save_path", str(out), "--ckpt_path", str(ckpt), "--max_steps", "4",
+                "--save_steps", "2", "--load_checkpoint"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "taking over the lease" in done.stderr
+    return work, out, ckpt, second
+
+
+def test_second_writer_is_refused_naming_the_first(trained):
+    work, out, _, second = trained
+    lines = error_lines(second)
+    assert second.returncode == 75 and len(lines) == 1, second.stderr[-3000:]
+    assert f"{out} is being written by alignment.cli.train_sft (pid" in lines[0], lines[0]
+    assert "Loading weights" not in second.stderr and not (work / "other").exists()
+    assert (out / storage.MANIFEST).exists() and not (work / ".model.lease").exists()   # released at the end
+
+
+@pytest.mark.parametrize("kind", ["optimizer", "model_states", "state_json", "manifest"])
+def test_damaged_checkpoint_is_skipped(trained, tmp_path, kind, caplog):
+    from alignment.trainers import checkpoint
+    _, _, ckpt, _ = trained
+    copy = tmp_path / "ckpt"
+    shutil.copytree(ckpt, copy)
+    step4 = copy / "global_step4"
+    target = {"optimizer": next(step4.rglob("*optim_states.pt")), "model_states": next(step4.rglob("*model_states.pt")),
+              "state_json": step4 / "state.json", "manifest": step4 / storage.MANIFEST}[kind]
+    if kind == "manifest":
+        target.write_bytes(b'{"files": {"\xff\xfe": 1}}')   # not UTF-8
+    else:
+        flip(target, at=len(target.read_bytes()) // 2)
+    found = checkpoint.find_latest(str(copy))
+    assert found is not None and found.name == "global_step2"
+    assert f"checkpoint {step4} is damaged" in caplog.text
+    flip(next((copy / "global_step2").rglob("*optim_states.pt")), at=200)
+    checkpoint._verified.clear()   # a process verifies a checkpoint once; this one changed since
+    with pytest.raises(storage.StorageError, match="every committed checkpoint under .* is damaged"):
+        checkpoint.find_latest(str(copy))
+
+
+def test_resume_falls_back_then_refuses(trained, tmp_path):
+    _, out, ckpt, _ = trained
+    copy, model = tmp_path / "ckpt", tmp_path / "model"
+    shutil.copytree(ckpt, copy)
+    flip(next((copy / "global_step4").rglob("*optim_states.pt")))
+    run = sft(["--pretrain", str(out), "--save_path", str(model), "--ckpt_path", str(copy),
+               "--max_steps", "4", "--save_steps", "2", "--load_checkpoint"])
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert f"resuming from the older checkpoint {copy}/global_step2" in run.stderr
+    assert "resumed from" in run.stderr and "(step 2," in run.stderr
+    assert all(math.isfinite(x) for x in losses(model)) and all_finite(model)
+    # every checkpoint damaged: one line, before any weights load; the committed model stays as it was
+    for step in ("global_step2", "global_step4"):
+        flip(next((copy / step).rglob("*model_states.pt")), at=300)
+    before = tree(model)
+    refused = sft(["--pretrain", str(out), "--save_path", str(model), "--ckpt_path", str(copy), "--max_steps", "6",
+                   "--save_steps", "2", "--load_checkpoint"])
+    lines = error_lines(refused)
+    assert refused.returncode == 2 and len(lines) == 1, refused.stderr[-3000:]
+    assert f"every committed checkpoint under {copy} is damaged" in lines[0]
+    assert "Loading weights" not in refused.stderr and "Traceback" not in refused.stderr
+    assert tree(model) == before
+
+
+def test_nan_loss_stops_uncommitted_or_is_skipped(tiny_base, tmp_path):
+    out = tmp_path / "nan"
+    stopped = sft(["--pretrain", str(tiny_base), "--save_path", str(out), "--max_steps", "3"],
+                  env={"ALIGNFLOW_NAN_AT_STEP": "2"})
+    lines = error_lines(stopped)
+    assert stopped.returncode == 2 and len(lines) == 1, stopped.stderr[-3000:]
+    assert "the loss became nan at optimizer step 2 (non-finite); stopped without committing" in lines[0]
+    assert not out.exists() and not list(tmp_path.glob(".nan.*"))   # nothing committed, no staging left
+    skipped = sft(["--pretrain", str(tiny_base), "--save_path", str(out), "--max_steps", "3",
+                   "--max_nonfinite_skips", "1"], env={"ALIGNFLOW_NAN_AT_STEP": "2"})
+    assert skipped.returncode == 0, skipped.stderr[-3000:]
+    assert "skipping this micro-batch (1 of --max_nonfinite_skips 1 used)" in skipped.stderr
+    rows = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "train/loss" in r] == [1, 3]   # step 2 had no micro-batch to log
+    assert all_finite(out)
+
+
+def test_damaged_model_folder_is_one_line(tiny_base, tmp_path):
+    """A committed folder whose weights changed (manifest), a truncated file without a manifest (its
+    own header), and a config.json whose vocab_size doesn't match the weights."""
+    cases = {}
+    committed = tmp_path / "committed"
+    shutil.copytree(tiny_base, committed)
+    if not (committed / storage.MANIFEST).exists():
+        storage.commit_dir(committed, committed, metadata={})
+    flip(committed / "model.safetensors")
+    cases[committed] = "model.safetensors does not match its sha256"
+    truncated = tmp_path / "truncated"
+    shutil.copytree(tiny_base, truncated)
+    (truncated / storage.MANIFEST).unlink(missing_ok=True)
+    data = (truncated / "model.safetensors").read_bytes()
+    (truncated / "model.safetensors").write_bytes(data[: len(data) // 2])
+    cases[truncated] = "the file is truncated or damaged"
+    vocab = tmp_path / "vocab"
+    shutil.copytree(tiny_base, vocab)
+    (vocab / storage.MANIFEST).unlink(missing_ok=True)
+    config = json.loads((vocab / "config.json").read_text())
+    config["vocab_size"] += 7
+    (vocab / "config.json").write_text(json.dumps(config))
+    cases[vocab] = f"says vocab_size {config['vocab_size']}"
+    for folder, needle in cases.items():
+        run = sft(["--pretrain", str(folder), "--save_path", str(tmp_path / "out"), "--max_steps", "1"])
+        lines = error_lines(run)
+        assert run.returncode == 2 and len(lines) == 1, run.stderr[-3000:]
+        assert f"--pretrain {folder}: " in lines[0] and needle in lines[0], lines[0]
+        assert "Loading weights" not in run.stderr
