@@ -17,7 +17,7 @@ from typing import Any
 
 from alignflow.tasks.params import PPOOverrides, RMOverrides, SFTOverrides, checked_flow, overrides
 from alignflow.flows.sft import makes_base
-from alignflow.tasks.evaluate import heldout_accuracy
+from alignflow.tasks.evaluate import evaluate_heldout
 from alignflow.tasks import pipeline
 from alignflow.tasks.pipeline import Output, Step
 from alignflow.tasks.ray_cluster import ray_cluster
@@ -48,7 +48,8 @@ async def sft_rm_ppo_flow(run_name: str = "sft-rm-ppo", store: str = "runs/store
         summaries = {name: r.summary() for name, r in results.items()}
         if heldout_eval:
             for name in ("sft", "ppo"):
-                summaries[name]["heldout"] = await heldout_accuracy(name, results[name].model_uri, run_name, cluster.address)
+                # the cluster, not its address: a saved evaluation needs no Ray head
+                summaries[name]["heldout"] = await evaluate_heldout(name, results[name].model_uri, run_name, cluster)
     report = build_report("sft-rm-ppo", run_name, summaries, time.monotonic() - started)
     await publish_report(report)
     return summaries

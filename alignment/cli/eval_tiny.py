@@ -1,6 +1,6 @@
 """python -m alignment.cli.eval_tiny --pretrain DIR|URI [--limit N] [--save_json URI]: held-out
-greedy accuracy on the arithmetic task. --save_json writes the result into the store (atomically),
-next to the model it measured; the pipeline reads it from there."""
+greedy accuracy on the arithmetic task, printed as JSON. --save_json writes the JSON into the store
+(atomically), next to the model it measured, and prints one line; the pipeline reads it from there."""
 import argparse
 import json
 
@@ -18,5 +18,8 @@ if __name__ == "__main__":
     r = greedy_accuracy(resolve_model_path(a.pretrain), a.eval_file, a.limit)
     text = json.dumps({"accuracy": r.accuracy, "n": r.n, "examples": r.examples}, indent=1)
     if a.save_json:
+        # one line, not the JSON: a pipeline streams this job's output into its flow log
         storage.write_text_atomic(a.save_json, text)
-    print(text)
+        print(f"held-out greedy accuracy {r.accuracy:.1%} of {r.n} questions, saved to {a.save_json}")
+    else:
+        print(text)

@@ -1,0 +1,61 @@
+"""A rerun of `sft-rm-ppo` with `heldout_eval` whose stages and evaluations are all saved starts no
+Ray head (docs/pipeline.md): the evaluations are read from the store before the cluster is asked
+for. Each evaluation is one log line and a table artifact, not its JSON in the flow log.
+No training here: the stages' outputs are stand-ins committed where the plan puts them."""
+from __future__ import annotations
+
+import asyncio
+import json
+
+from alignment import storage
+from alignflow.flows.sft_rm_ppo import sft_rm_ppo_flow, sft_rm_ppo_steps
+from alignflow.tasks import pipeline, ray_cluster
+from alignflow.tasks.evaluate import result_uri
+from alignflow.tasks.recipes import load_recipe
+from tests.test_stage_runner import flow_logs
+
+SAVED = {"sft": {"accuracy": 0.75, "n": 300, "examples": [["12+30", "12+30=42", "42"], ["7+5", "7+5=11", "12"]]},
+         "ppo": {"accuracy": 0.783, "n": 300, "examples": [["7+5", "7+5=12", "12"]]}}
+
+
+def commit_stand_ins(store: str, run_name: str, tmp_path) -> None:
+    """Every planned stage committed (a manifest over one placeholder file), with the saved evaluations."""
+    recipe = load_recipe("tiny")
+    planned = pipeline.plan(sft_rm_ppo_steps(recipe, {}, {}, {}), recipe, store, run_name)
+    stand_in = tmp_path / "stand_in"
+    stand_in.mkdir()
+    (stand_in / "placeholder.txt").write_text("not a model: the rerun never loads it\n")
+    for name, p in planned.items():
+        storage.commit_dir(stand_in, p.model_uri, metadata={"final_metrics": {}})
+        if name in SAVED:
+            storage.write_text_atomic(result_uri(p.model_uri), json.dumps(SAVED[name]))
+
+
+def test_an_all_saved_rerun_starts_no_ray_head_and_logs_one_line_per_evaluation(tmp_path, monkeypatch):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    store = str(tmp_path / "store")
+    commit_stand_ins(store, "saved", tmp_path)
+    started = []
+    monkeypatch.setattr(ray_cluster, "local_head", lambda *a, **k: started.append(a) or _refuse())
+    state = asyncio.run(sft_rm_ppo_flow(run_name="saved", store=store, recipe="tiny", heldout_eval=True,
+                                        return_state=True))
+    result = state.result()
+    assert not started and all(r["skipped"] for r in result.values())
+    assert result["ppo"]["heldout"] == SAVED["ppo"]
+    log = flow_logs(state.state_details.flow_run_id)
+    assert "held-out greedy accuracy after sft: 75.0% of 300 questions (examples: artifact saved-heldout-sft)" in log
+    assert '"examples"' not in log   # the evaluation's JSON stays in the store and the artifact
+
+    async def table() -> list[dict]:
+        async with get_client() as client:
+            found = await client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["saved-heldout-sft"])))
+        data = found[-1].data
+        return json.loads(data) if isinstance(data, str) else data
+    rows = asyncio.run(table())
+    assert [(r["question"], r["right"]) for r in rows] == [("12+30", True), ("7+5", False)]
+
+
+def _refuse():
+    raise AssertionError("a Ray head was started for a rerun whose stages and evaluations are all saved")
