@@ -79,6 +79,9 @@ async def policy_rounds(*, flow_name: str, train_stage: str, run_name: str, stor
     planned = pipeline.plan(steps, recipe_, store, run_name)
     await pipeline.publish_configs(flow_name, run_name, recipe_, planned)
     summaries: dict[str, dict] = {}
+    # a scheduled run starts from whatever the pointer holds: its log says which model that is
+    logger.info("round %d starts from %s (%s)", first, pointer.model_uri if pointer else initial_policy,
+                f"the policy committed by round {pointer.round}" if pointer else "initial_policy")
     with ray_cluster(ray_address) as cluster:
         async for name, result in pipeline.run(planned, stage_runner(retries), store, run_name, cluster):
             summaries[name] = result.summary()
@@ -91,6 +94,9 @@ async def policy_rounds(*, flow_name: str, train_stage: str, run_name: str, stor
                 "sampled_reward": data.metrics.get("mean_reward"), f"{train_stage}_metrics": result.metrics})
             logger.info("%s committed: %s (%s rows of generated data, mean sampled reward %s)", name,
                         result.model_uri, data.metrics.get("rows"), data.metrics.get("mean_reward"))
+            if pointer.round < first + rounds - 1:
+                logger.info("round %d starts from %s (the policy committed by round %d)", pointer.round + 1,
+                            pointer.model_uri, pointer.round)
     report = build_report(flow_name, run_name, summaries, time.monotonic() - started)
     await publish_report(report, {"rounds": curves.rounds_panels(pointer.history)})
     return pointer

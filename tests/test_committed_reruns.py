@@ -1,7 +1,10 @@
-"""A rerun of `sft-rm-ppo` with `heldout_eval` whose stages and evaluations are all saved starts no
-Ray head (docs/pipeline.md): the evaluations are read from the store before the cluster is asked
-for. Each evaluation is one log line and a table artifact, not its JSON in the flow log.
-No training here: the stages' outputs are stand-ins committed where the plan puts them."""
+"""What a flow does and logs around stages whose outputs are already committed, with no training:
+the stages' outputs are stand-ins committed where the plan puts them.
+
+A rerun of `sft-rm-ppo` with `heldout_eval` whose stages and evaluations are all saved starts no Ray
+head (docs/pipeline.md): the evaluations are read from the store before the cluster is asked for;
+each is one log line and a table artifact, not its JSON in the flow log. A round-based flow logs
+the policy each round starts from."""
 from __future__ import annotations
 
 import asyncio
@@ -9,7 +12,10 @@ import json
 
 from alignment import storage
 from alignflow.flows.sft_rm_ppo import sft_rm_ppo_flow, sft_rm_ppo_steps
+from alignflow.flows.rejection_sampling import rejection_sampling_flow
 from alignflow.tasks import pipeline, ray_cluster
+from alignflow.tasks.policy_pointer import read_pointer
+from alignflow.tasks.stage_spec import StageResult
 from alignflow.tasks.evaluate import result_uri
 from alignflow.tasks.recipes import load_recipe
 from tests.test_stage_runner import flow_logs
@@ -59,3 +65,32 @@ def test_an_all_saved_rerun_starts_no_ray_head_and_logs_one_line_per_evaluation(
 
 def _refuse():
     raise AssertionError("a Ray head was started for a rerun whose stages and evaluations are all saved")
+
+
+def test_each_round_logs_the_policy_it_starts_from(tmp_path, monkeypatch):
+    """Two rejection-sampling rounds, then one more run that continues from the pointer: the log
+    names each round's starting model and where it came from."""
+    store = str(tmp_path / "store")
+    stand_in = tmp_path / "stand_in"
+    stand_in.mkdir()
+    (stand_in / "output.jsonl").write_text('{"input": "1+1", "output": "2"}\n')
+    storage.commit_dir(stand_in, f"{store}/models/sft", metadata={"final_metrics": {}})
+
+    async def commit_each(planned, runner, store, run_name, cluster):
+        """pipeline.run with every step committed in place, no job run (the rounds' loop is tested)."""
+        for name, p in planned.items():
+            storage.commit_dir(stand_in, p.model_uri, metadata={"final_metrics": {}})
+            yield name, StageResult(p.step.stage, p.model_uri, False, {"rows": 1.0})
+    monkeypatch.setattr(pipeline, "run", commit_each)
+
+    def run(**params):
+        state = asyncio.run(rejection_sampling_flow(run_name="rs", store=store, recipe="tiny-rs", return_state=True,
+                                                    **params))
+        return state.result(), flow_logs(state.state_details.flow_run_id)
+    first, log = run(initial_policy=f"{store}/models/sft", rounds=2)
+    round1 = first["history"][0]["model_uri"]
+    assert f"round 1 starts from {store}/models/sft (initial_policy)" in log
+    assert f"round 2 starts from {round1} (the policy committed by round 1)" in log
+    _, log = run(rounds=1)
+    assert f"round 3 starts from {first['model_uri']} (the policy committed by round 2)" in log
+    assert read_pointer(store, "rs").round == 3
