@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import shlex
 import time
+from dataclasses import replace
 from typing import Any, Awaitable, Callable
 
 from prefect import get_run_logger, task
@@ -14,6 +15,7 @@ from alignment.errors import TransientError
 from alignment.config.cli import config_to_yaml
 from alignment import events
 from alignflow.tasks.artifacts import publish_stage, read_metrics
+from alignflow.tasks.output_slot import output_slot
 from alignflow.tasks.progress import StageProgress
 from alignflow.tasks.ray_cluster import Cluster
 from alignflow.tasks.ray_job import StageJobFailed, job_env, job_python, run_job
@@ -62,6 +64,12 @@ def retry_only_job_failures(task, task_run, state) -> bool:
     return isinstance(state.data, (StageJobFailed, TransientError))
 
 
+# Each try's wall time so far, by task run. Prefect runs a task's retries in this process by calling
+# the task function again, so a try cannot carry what the earlier ones took; kept here, dropped when
+# a try succeeds (a task that fails for good leaves a few floats until the flow process exits).
+_TRY_WALL_S: dict[str, list[float]] = {}
+
+
 # 2 s, 4 s, 8 s, ... between tries (Prefect's exponential backoff, ±20 % jitter): a store or reward
 # server that is restarting gets time to come back
 @task(retries=2, retry_delay_seconds=exponential_backoff(backoff_factor=2), retry_jitter_factor=0.2,
@@ -72,7 +80,25 @@ async def run_stage(stage: str, store: str, run_name: str, ray_address: str, con
 
     `inputs` are URIs of upstream stage outputs (e.g. {"pretrain": ...}); they override the
     config and take part in the stage's identity, so new inputs mean a new run.
+    The result's wall time is the sum of every try's (the waits between tries aside), with their number.
     """
+    tries = _TRY_WALL_S.setdefault(str(task_run.id), []) if task_run.id else []
+    started = time.monotonic()
+    try:
+        result = await _run_try(stage, store, run_name, ray_address, config_file, overrides, inputs)
+    finally:
+        tries.append(time.monotonic() - started)
+    _TRY_WALL_S.pop(str(task_run.id), None)
+    if result.skipped and len(tries) == 1:    # committed before this flow run: nothing ran
+        return result
+    # a try may have committed the output and failed after (e.g. publishing): the next finds it
+    # committed, but this flow run did make it
+    return replace(result, skipped=False, wall_s=sum(tries), tries=len(tries))
+
+
+async def _run_try(stage: str, store: str, run_name: str, ray_address: str, config_file: str | None,
+                   overrides: dict | None, inputs: dict[str, str] | None) -> StageResult:
+    """One try of run_stage."""
     logger = get_run_logger()
     started = time.monotonic()
     store = check_store(store)
@@ -80,6 +106,16 @@ async def run_stage(stage: str, store: str, run_name: str, ray_address: str, con
     if done is not None:
         return done
     out = stage_dir(store, run_name, stage, digest)
+    async with output_slot(out) as limit:   # two flow runs on one output queue here
+        if (done := committed(stage, store, run_name, config_file, overrides, inputs)[2]) is not None:
+            return done                     # the run we queued behind committed it
+        logger.info("stage %s holds the concurrency limit %s (its output %s)", stage, limit, out)
+        return await _run_job_try(stage, cfg, digest, out, run_name, ray_address, logger, started)
+
+
+async def _run_job_try(stage: str, cfg: Any, digest: str, out: str, run_name: str, ray_address: str, logger: Any,
+                       started: float) -> StageResult:
+    """The Ray job of one try, its output's slot held."""
     model_uri = f"{out}/model"
     # the job reads its resolved config from the stage directory, so every output in the store
     # sits beside the config that made it (no secret: build_config refuses keys in flow configs)
@@ -103,4 +139,4 @@ async def run_stage(stage: str, store: str, run_name: str, ray_address: str, con
     await publish_stage(run_name, stage, model_uri, read_metrics(model_uri), out, manifest)
     final = manifest.get("metadata", {}).get("final_metrics", {})
     logger.info("stage %s committed %s in %.1fs", stage, model_uri, time.monotonic() - started)
-    return StageResult(stage, model_uri, False, final, time.monotonic() - started)
+    return StageResult(stage, model_uri, False, final)   # wall time and tries: run_stage's
