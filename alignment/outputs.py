@@ -28,6 +28,7 @@ import uuid
 from pathlib import Path
 
 from alignment import storage
+from alignment.config.base import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -56,11 +57,23 @@ def _remove_dead_leftovers(dest: Path) -> None:
             pass
 
 
+def _refuse_file(dest: Path) -> None:
+    """The output is a folder: a file at `dest` (or at a folder above it) is the user's, and the swap
+    would move it aside as a hidden staging name, so it is refused before anything is built."""
+    for path in (dest, *dest.parents):
+        if path.exists():
+            if not path.is_dir():
+                raise ConfigError(f"output path {dest}: {path} is a file; pass a directory path (the output is "
+                                  f"a folder, committed as a whole)")
+            return
+
+
 def staging_dir(save_path: str) -> Path:
     """A new, empty directory where the output of `save_path` is built before its commit."""
     if storage.is_remote(save_path):
         return Path(tempfile.mkdtemp(prefix="alignflow-save-"))
     dest = local_path(save_path.rstrip("/"))
+    _refuse_file(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     _remove_dead_leftovers(dest)
     staged = dest.parent / f".{dest.name}.staging-{_host()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -85,6 +98,7 @@ def _exchange(a: Path, b: Path) -> bool:
 
 def _swap_into_place(staged: Path, dest: Path) -> None:
     """Put the committed `staged` directory at `dest`; the old `dest` (if any) is deleted after."""
+    _refuse_file(dest)   # again: the file may have appeared while the output was built
     if not dest.exists():
         os.rename(staged, dest)
         return

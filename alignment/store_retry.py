@@ -54,8 +54,10 @@ def _one_line(text: str) -> str:
 
 
 def _chain(e: BaseException | None):
-    for _ in range(8):  # an exception and what it was raised from (bounded: chains can loop)
-        if e is None:
+    for depth in range(8):  # an exception and what it was raised from (bounded: chains can loop)
+        # one of our own errors further down is an earlier failure this one met while it was being
+        # handled (a cleanup after a missing bucket), not its cause: its words must not classify this one
+        if e is None or (depth and type(e).__module__.startswith("alignment.")):
             return
         yield e
         e = e.__cause__ or e.__context__
@@ -83,7 +85,16 @@ def _is_transient(e: BaseException) -> bool:
     return False
 
 
+def _no_credentials(e: BaseException) -> bool:
+    """botocore found no key anywhere (NoCredentialsError; s3fs may re-raise it under another type)."""
+    return any(type(x).__name__ in ("NoCredentialsError", "PartialCredentialsError")
+               or "unable to locate credentials" in str(x).lower() for x in _chain(e))
+
+
 def _fix(e: BaseException) -> str:
+    if _no_credentials(e):
+        return ("no S3 credentials were found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE "
+                "naming a profile in ~/.aws/credentials) in this process's environment")
     if _missing_bucket(e):
         return "the bucket does not exist; create it or fix the URI"
     if isinstance(e, FileNotFoundError):

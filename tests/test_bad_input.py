@@ -86,6 +86,18 @@ CASES = [
     ("ppo_ray_group_estimator_n1", "train_ppo_ray", [*PPO, "--advantage_estimator", "rloo"],
      "--n_samples_per_prompt 1", False),
     ("ppo_ray_top_p", "train_ppo_ray", [*PPO, "--top_p", "1.5"], "--top_p 1.5", False),
+    # negative numbers in any notation reach the check (argparse alone took only -1 and -.5)
+    ("sft_lr_negative_exponent", "train_sft", [*SFT, "--learning_rate", "-1e-3"], "--learning_rate -0.001: must be > 0",
+     False),
+    ("kto_lr_negative_upper_exponent", "train_kto", [*KTO, "--learning_rate", "-1E+2"],
+     "--learning_rate -100.0: must be > 0", False),
+    ("rm_lr_negative_fraction", "train_rm", [*PAIRS, "--learning_rate", "-.5"], "--learning_rate -0.5: must be > 0",
+     False),
+    ("sft_l2_negative", "train_sft", [*SFT, "--l2", "-1e-2"], "--l2 -0.01: weight decay must be >= 0", False),
+    ("dpo_beta_negative_exponent", "train_dpo", [*PAIRS, "--beta", "-1e-1"], "--beta -0.1: must be > 0", False),
+    ("sft_max_steps_0", "train_sft", [*SFT, "--max_steps", "0"], "--max_steps 0: use -1 (run all --max_epochs) or a "
+     "positive number", False),
+    ("ppo_ray_max_steps_negative", "train_ppo_ray", [*PPO, "--max_steps", "-5"], "--max_steps -5: use -1", False),
     # where things are: model, data and output paths
     ("sft_nonexistent_pretrain", "train_sft", [*SFT, "--pretrain", "@WORK@/no_model"], "directory does not exist", False),
     ("dpo_pretrain_hub_offline", "train_dpo", [*PAIRS, "--pretrain", "meta-llama/Llama-3-8B"], "the hub is offline",
@@ -101,6 +113,29 @@ CASES = [
     ("batch_output_path_ftpx", "batch_inference", [*GEN, "--output_path", "ftpx://h/gen"], "--output_path ftpx://",
      False),
     ("ppo_ray_save_path_ftpx", "train_ppo_ray", [*PPO, "--save_path", "ftpx://h/ppo"], "--save_path ftpx://h/ppo", False),
+    ("sft_pretrain_is_a_file", "train_sft", [*SFT, "--pretrain", "@BAD@/notes.txt"],
+     "notes.txt: is a file; --pretrain takes a model directory (with config.json), a store URI or a hub name", False),
+    ("sft_s3_no_credentials", "train_sft", [*SFT, "--save_path", "s3://alignflow-test/no-credentials"],
+     "no S3 credentials were found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY", True),
+    # outputs that would replace a file, an input model or the checkpoints (the commit replaces the whole folder)
+    ("sft_save_path_is_a_file", "train_sft", [*SFT, "--save_path", "@BAD@/notes.txt"],
+     "notes.txt: is a file; pass a directory path", False),
+    ("batch_output_path_is_a_file", "batch_inference", [*GEN, "--output_path", "@BAD@/notes.txt"],
+     "--output_path @BAD@/notes.txt: is a file; pass a directory path", False),
+    ("sft_save_path_is_pretrain", "train_sft", [*SFT, "--save_path", "@MODEL@"],
+     "--save_path @MODEL@: holds --pretrain @MODEL@; the commit replaces the whole --save_path folder", False),
+    ("dpo_save_path_is_the_ref_model", "train_dpo", [*PAIRS, "--ref_pretrain", "@OUT@"],
+     "--save_path @OUT@: holds --ref_pretrain @OUT@", False),
+    ("sft_ckpt_path_inside_save_path", "train_sft", [*SFT, "--save_steps", "5", "--ckpt_path", "@OUT@/checkpoints"],
+     "--ckpt_path @OUT@/checkpoints and --save_path @OUT@ overlap: the final commit replaces the whole --save_path", False),
+    ("rm_ckpt_path_is_save_path", "train_rm", [*PAIRS, "--save_minutes", "10", "--ckpt_path", "@OUT@"],
+     "--ckpt_path @OUT@ and --save_path @OUT@ overlap", False),
+    ("kto_save_path_inside_ckpt_path", "train_kto", [*KTO, "--load_checkpoint", "--ckpt_path", "@WORK@"],
+     "--ckpt_path @WORK@ and --save_path @OUT@ overlap", False),
+    ("sft_resume_from_a_file", "train_sft", [*SFT, "--load_checkpoint", "--ckpt_path", "@BAD@/notes.txt"],
+     "--ckpt_path @BAD@/notes.txt: is a file", False),
+    ("dpo_resume_from_a_model_folder", "train_dpo", [*PAIRS, "--load_checkpoint", "--ckpt_path", "@BAD@/no_tokenizer"],
+     "--ckpt_path @BAD@/no_tokenizer: is not a checkpoint folder", False),
     ("sft_missing_dataset", "train_sft", [*SFT, "--dataset", "@WORK@/nope.jsonl"], "nope.jsonl does not exist", False),
     ("sft_missing_eval_dataset", "train_sft", [*SFT, "--eval_dataset", "@WORK@/nope.jsonl"], "--eval_dataset", False),
     ("ppo_ray_missing_prompt_file", "train_ppo_ray", [*PPO, "--prompt_data", "@WORK@/nope.jsonl"],
@@ -120,7 +155,14 @@ CASES = [
     ("rm_wrong_rejected_key", "train_rm", [*PAIRS, "--rejected_key", "worse"], "missing key 'worse'", False),
     ("kto_bad_label", "train_kto", [*KTO, "--label_key", "output"], "--label_key 'output'", False),
     ("ppo_ray_wrong_input_key", "train_ppo_ray", [*PPO, "--input_key", "question"], "missing key 'question'", False),
+    ("batch_null_prompt", "batch_inference", [*GEN, "--dataset", "@BAD@/null_prompt.jsonl"],
+     "null_prompt.jsonl row 1: --input_key 'input' is null; expected a string", False),
 ]
+# Environments of their own (None: the variable removed), for real subprocesses only: the driver's store
+# clients keep the credentials they were made with. No key anywhere, and no instance-metadata lookup.
+CASE_ENV = {"sft_s3_no_credentials": {"AWS_ACCESS_KEY_ID": None, "AWS_SECRET_ACCESS_KEY": None,
+                                      "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent", "AWS_CONFIG_FILE": "/nonexistent",
+                                      "AWS_EC2_METADATA_DISABLED": "true"}}
 
 
 def _drive(spec: str) -> None:
@@ -187,6 +229,8 @@ def world(tiny_base, tmp_path_factory, moto_endpoint):
     (bad / "int_chosen.jsonl").write_text('{"prompt": "p", "chosen": "a", "rejected": "b"}\n'
                                           '{"prompt": "p", "chosen": 5, "rejected": "b"}\n')
     (bad / "typo.yaml").write_text("lerning_rate: 1e-5\n")
+    (bad / "notes.txt").write_text("a file where a folder is meant\n")
+    (bad / "null_prompt.jsonl").write_text('{"input": "p"}\n{"input": null}\n')
     (bad / "no_tokenizer").mkdir()
     for f in ("config.json", "model.safetensors"):   # a model folder someone forgot to save the tokenizer into
         shutil.copy(tiny_base / f, bad / "no_tokenizer" / f)
@@ -218,7 +262,9 @@ def results(world):
     for name, module, argv, _, real in CASES:
         if real:
             start = time.monotonic()
-            proc = subprocess.run([sys.executable, "-m", f"alignment.cli.{module}", *fill(argv)], cwd=cwd, env=env,
+            case_env = {**env, **CASE_ENV.get(name, {})}
+            proc = subprocess.run([sys.executable, "-m", f"alignment.cli.{module}", *fill(argv)], cwd=cwd,
+                                  env={k: v for k, v in case_env.items() if v is not None},
                                   capture_output=True, text=True, timeout=300)
             res[name] = (proc.returncode, proc.stderr, time.monotonic() - start)
     spec = work / "driver.json"
@@ -235,16 +281,17 @@ def results(world):
 
 
 def test_corpus_is_big_enough():
-    assert len(CASES) >= 40 and len({c[0] for c in CASES}) == len(CASES)
+    assert len(CASES) >= 60 and len({c[0] for c in CASES}) == len(CASES)
+    assert all(c[4] for c in CASES if c[0] in CASE_ENV) and set(CASE_ENV) <= {c[0] for c in CASES}
     assert sum(c[4] for c in CASES) >= 6   # the usage-block cases and two deeper ones run as real processes
 
 
 @pytest.mark.parametrize("name, module, argv, needle, real", CASES, ids=[c[0] for c in CASES])
-def test_one_clear_line(results, name, module, argv, needle, real):
+def test_one_clear_line(results, world, name, module, argv, needle, real):
     code, stderr, _ = results[name]
     lines = [ln for ln in stderr.splitlines() if ln.strip()]
     assert code == 2, stderr[-3000:]
     assert len(lines) == 1 and lines[0].startswith("error: "), stderr[-3000:]
-    assert needle in lines[0], lines[0]
+    assert world[3]([needle])[0] in lines[0], lines[0]
     assert "Traceback" not in stderr and "usage:" not in stderr and "FORBIDDEN" not in stderr
     assert "Loading weights" not in stderr and PLANTED_SECRET not in stderr

@@ -122,3 +122,26 @@ def test_zero_stage_unset_is_0_on_one_rank_and_2_otherwise():
 
     assert (stage(1), stage(2), stage(1, "--adam_offload"), stage(8, "--adam_offload")) == (0, 2, 2, 2)
     assert (stage(1, "--zero_stage", "2"), stage(2, "--zero_stage", "3"), stage(4, "--zero_stage", "0")) == (2, 3, 0)
+
+
+@pytest.mark.parametrize("value", ["-1e-3", "-.5", "-1E+2"])
+def test_negative_numbers_in_any_notation_reach_the_check(value):
+    """argparse alone reads -1e-3 as a flag ("expected one argument"); the real problem is the sign."""
+    with pytest.raises(ConfigError, match=rf"^--learning_rate {float(value)}: must be > 0$"):
+        parse_args(SFTConfig, ["--pretrain", "m", "--dataset", "d", "--learning_rate", value])
+
+
+def test_outputs_may_nest_only_while_nothing_is_checkpointed(tmp_path):
+    """OpenRLHF's defaults put ./ckpt/checkpoints inside ./ckpt: fine until a checkpoint is written or
+    read, since the final commit replaces the whole --save_path folder."""
+    base = ["--pretrain", "m", "--dataset", "d"]
+    assert parse_args(SFTConfig, base).ckpt_path == "./ckpt/checkpoints"
+    parse_args(SFTConfig, [*base, "--save_steps", "5", "--disable_ds_ckpt"])
+    for extra in (["--save_steps", "5"], ["--save_minutes", "10"], ["--load_checkpoint"]):
+        with pytest.raises(ConfigError, match="^--ckpt_path ./ckpt/checkpoints and --save_path ./ckpt overlap"):
+            parse_args(SFTConfig, [*base, *extra])
+    # by path components: out_ckpt is beside out, not in it
+    parse_args(SFTConfig, [*base, "--save_steps", "5", "--save_path", str(tmp_path / "out"),
+                           "--ckpt_path", str(tmp_path / "out_ckpt")])
+    with pytest.raises(ConfigError, match="overlap"):   # store URIs compare as normalized URIs
+        parse_args(SFTConfig, [*base, "--save_steps", "5", "--save_path", "s3://b/run/", "--ckpt_path", "s3://b//run"])

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from alignment import outputs, storage
+from alignment.config import ConfigError
 
 
 def _build(staged: Path, text: str) -> None:
@@ -86,3 +87,21 @@ def test_staged_output_commits_or_leaves_nothing_behind(tmp_path: Path) -> None:
     with outputs.StagedOutput(str(dest), writes=False) as other_rank:
         assert other_rank.dir is None and other_rank.commit({"v": 3}) is None
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+def test_a_file_at_the_output_path_is_refused_never_swapped_out(tmp_path: Path) -> None:
+    """--save_path naming the user's file: refused in one line, the file left where and as it was
+    (an atomic exchange would otherwise swap it out to a hidden staging name)."""
+    dest = tmp_path / "notes.txt"
+    dest.write_text("mine")
+    with pytest.raises(ConfigError, match=f"output path {dest}: {dest} is a file; pass a directory path"):
+        outputs.staging_dir(str(dest))
+    with pytest.raises(ConfigError, match=f"{dest} is a file"):   # a folder inside a file can't be made either
+        outputs.staging_dir(str(dest / "model"))
+    dest.unlink()
+    staged = outputs.staging_dir(str(dest))
+    _build(staged, "new")
+    dest.write_text("mine")   # the file appeared while the output was built: the commit refuses it too
+    with pytest.raises(ConfigError, match="is a file"):
+        outputs.commit_output(staged, str(dest), {"v": 1})
+    assert dest.read_text() == "mine" and sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]

@@ -79,10 +79,39 @@ def test_store_uris():
 
 
 def test_overrides_are_checked_like_flags():
-    with pytest.raises(ConfigError, match="unknown option 'learning_rte'"):
+    with pytest.raises(ConfigError, match=r"unknown option 'learning_rte' \(did you mean --learning_rate\?\)"):
         cfg(learning_rte=1)
     with pytest.raises(ConfigError, match="--zero_stage 5 is not one of"):
         cfg(zero_stage=5)
+
+
+def test_a_recipe_that_checkpoints_plans_with_the_stage_folders_outputs():
+    """The recipe's save_steps with the schema's nested ./ckpt, ./ckpt/checkpoints is fine in a flow:
+    the job writes into <stage dir>/model and <stage dir>/checkpoints (job_config)."""
+    c = cfg(save_steps=5)
+    assert (c.save_path, c.ckpt_path) == ("./ckpt", "./ckpt/checkpoints")
+
+
+def test_flow_parameters_name_a_typo_and_refuse_negative_retries():
+    from alignflow.flows.sft import sft_flow
+    from alignflow.flows.sft_dpo import sft_dpo_flow
+    from alignflow.tasks.params import DPOOverrides, KTOOverrides, SFTOverrides, check_parameters
+
+    hints = {"sft": SFTOverrides | None, "retries": int}
+    with pytest.raises(ConfigError, match=r"^sft: sft\.max_stepz: unknown option \(did you mean sft\.max_steps\?\)"):
+        check_parameters("sft", hints, {"sft": {"max_stepz": 3}})
+    with pytest.raises(ConfigError, match=r"^sft: retries=-1: must be >= 0"):
+        check_parameters("sft", hints, {"retries": -1})
+    check_parameters("sft", hints, {"sft": {"max_steps": 3}, "retries": 0, "store": "runs/x"})
+    # a parameter taking either stage's overrides knows the keys of both
+    check_parameters("sft_dpo", {"preference": DPOOverrides | KTOOverrides | None},
+                     {"preference": {"desirable_loss_weight": 2.0, "beta": 0.2}})
+    # the flows themselves: the checks come before Prefect's schema, for a call and for a deployment's run
+    with pytest.raises(ConfigError, match=r"sft\.learning_rte: unknown option \(did you mean sft\.learning_rate"):
+        sft_flow.validate_parameters({"sft": {"learning_rte": 1e-5}})
+    with pytest.raises(ConfigError, match="retries=-1: must be >= 0"):
+        sft_dpo_flow.validate_parameters({"retries": -1})
+    assert sft_flow.validate_parameters({"retries": 0})["retries"] == 0
 
 
 def test_prefect_layer_does_not_import_torch():

@@ -92,6 +92,25 @@ def test_unparsable_manifest_is_an_error(tmp_path: Path) -> None:
         storage.read_manifest(str(tmp_path / "d"))
 
 
+def test_a_manifest_that_is_not_utf8_is_one_line_naming_it(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / storage.MANIFEST).write_bytes('{"files": {"caf\xe9": 1}}'.encode("latin-1"))
+    with pytest.raises(StorageError) as e:
+        storage.read_manifest(str(tmp_path / "d"))
+    assert str(e.value) == (f"{tmp_path / 'd' / storage.MANIFEST}: not UTF-8 text (byte 0xe9 at offset 15); "
+                            f"delete it and re-commit the directory")
+
+
+def test_missing_s3_credentials_say_which_variables_to_set() -> None:
+    from botocore.exceptions import NoCredentialsError
+
+    def no_key() -> None:
+        raise NoCredentialsError()
+    with pytest.raises(StorageError, match=r"reach s3://b/x: NoCredentialsError: Unable to locate credentials; "
+                                           r"no S3 credentials were found: set AWS_ACCESS_KEY_ID and AWS_SECRET"):
+        store_retry._retry(no_key, "reach", "s3://b/x")
+
+
 def test_set_latest_refuses_uncommitted_target(tmp_path: Path) -> None:
     parent = str(tmp_path / "ckpts")
     make_dir(tmp_path / "ckpts" / "global_step1")

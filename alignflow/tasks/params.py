@@ -10,6 +10,7 @@ exists and never reaches Prefect's database (a check inside the flow would come 
 stored it). The key itself comes from WANDB_API_KEY in the Ray cluster's environment (`use_wandb=env`).
 """
 import dataclasses
+import types
 import typing
 from typing import Any, Callable, Literal, Optional, Union
 
@@ -19,6 +20,7 @@ from prefect.utilities.callables import get_call_parameters
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from alignment.config import ConfigError
+from alignment.config.base import did_you_mean
 
 WandbSwitch = Literal["offline", "true", "1", "env", "false", "0"]
 SWITCHES = ("offline", "true", "1", "env", "false", "0")
@@ -67,24 +69,54 @@ def overrides(value: Optional[Union[BaseModel, dict]]) -> dict[str, Any]:
     return dict(value)
 
 
+def _override_models(tp: Any) -> list[type[BaseModel]]:
+    """The overrides models a parameter's annotation admits (`DPOOverrides | KTOOverrides | None`)."""
+    args = typing.get_args(tp) if typing.get_origin(tp) in (Union, types.UnionType) else (tp,)
+    return [a for a in args if isinstance(a, type) and issubclass(a, StageOverrides)]
+
+
+def check_parameters(flow: str, hints: dict[str, Any], parameters: dict[str, Any]) -> None:
+    """What the parameter schema can't say in one line (pydantic's message for an unknown key is a
+    block, and `retries: int` takes -1): an override key that is no flag of the stage, with the
+    closest ones; a wandb key given as a switch; retries below 0. Raises ConfigError."""
+    for name, value in parameters.items():
+        models = _override_models(hints.get(name))
+        if models and isinstance(value, dict):
+            known = {key for model in models for key in model.model_fields}
+            for key in value:
+                if key not in known:
+                    raise ConfigError(f"{flow}: {name}.{key}: unknown option{did_you_mean(key, known, name + '.')}; "
+                                      f"the keys are the stage's flag names (--help of its CLI)")
+        switch = overrides(value).get("use_wandb") if isinstance(value, (dict, BaseModel)) else None
+        if switch is not None and str(switch).lower() not in SWITCHES:
+            raise ConfigError(f"{name}.use_wandb looks like an API key; keys never go in flow parameters: set "
+                              f"WANDB_API_KEY in the environment of the Ray cluster and pass use_wandb=env")
+    try:
+        negative = int(parameters.get("retries", 0)) < 0
+    except (TypeError, ValueError):   # not a number: the schema says so
+        negative = False
+    if negative:
+        raise ConfigError(f"{flow}: retries={parameters['retries']}: must be >= 0 (how many times a failed stage "
+                          f"is run again; 0: never)")
+
+
 class CheckedFlow(Flow):
-    """A flow whose direct Python call (`asyncio.run(sft_flow(sft={...}))`) validates its parameters
-    before Prefect creates the flow run: Prefect itself stores the parameters first and validates
-    after, so a key given as `use_wandb` would already be in its database. Deployment runs are
-    validated by the Prefect server against the same schema before the run is created."""
+    """A flow whose parameters are checked (check_parameters, then Prefect's schema) before its
+    direct Python call (`asyncio.run(sft_flow(sft={...}))`) creates the flow run: Prefect itself
+    stores the parameters first and validates after, so a key given as `use_wandb` would already be
+    in its database. Deployment runs are validated by the Prefect server against the same schema
+    before the run is created, and by the flow run (this validate_parameters) when it starts."""
+
+    def validate_parameters(self, parameters: dict[str, Any]) -> dict[str, Any]:
+        check_parameters(self.name, typing.get_type_hints(self.fn), parameters)
+        try:
+            return super().validate_parameters(parameters)
+        except ParameterTypeError as e:   # one line, like every other input error
+            raise ConfigError(f"{self.name}: bad parameters: {' '.join(str(e).split())[:400]}") from None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         given = {k: v for k, v in kwargs.items() if k not in ("return_state", "wait_for")}
-        parameters = get_call_parameters(self.fn, args, given)
-        for name, value in parameters.items():
-            switch = overrides(value).get("use_wandb") if isinstance(value, (dict, BaseModel)) else None
-            if switch is not None and str(switch).lower() not in SWITCHES:
-                raise ConfigError(f"{name}.use_wandb looks like an API key; keys never go in flow parameters: set "
-                                  f"WANDB_API_KEY in the environment of the Ray cluster and pass use_wandb=env")
-        try:
-            self.validate_parameters(parameters)
-        except ParameterTypeError as e:   # one line, like every other input error
-            raise ConfigError(f"{self.name}: bad parameters: {' '.join(str(e).split())[:400]}") from None
+        self.validate_parameters(get_call_parameters(self.fn, args, given))
         return super().__call__(*args, **kwargs)
 
 

@@ -44,6 +44,7 @@ STAGES: dict[str, StageKind] = {
 
 SUPPORTED_SCHEMES = ("file", "s3")
 DEFAULT_SAVE_MINUTES = 30.0   # a flow stage's checkpoint cadence when the config sets none
+PLANNED_STAGE_DIR = "memory://alignflow-planned/stage"   # a stand-in while planning: its identity is not known yet
 
 
 @dataclass
@@ -118,7 +119,11 @@ def build_config(stage: str, config_file: str | None, overrides: dict[str, Any] 
     if use_wandb and str(use_wandb).lower() not in WANDB_SWITCHES:
         raise ConfigError(f"{stage}: use_wandb looks like an API key; keys never go in flow parameters: set "
                           f"WANDB_API_KEY in the environment of the Ray cluster and pass use_wandb=env")
-    return cls(**values).validate()
+    cfg = cls(**values)
+    # the job writes into its stage folder (job_config), wherever the recipe's save_path/ckpt_path point:
+    # check the outputs the job will have (the default ./ckpt/checkpoints nests in ./ckpt; the job's don't)
+    job_config(stage, cfg, PLANNED_STAGE_DIR).validate()
+    return cfg
 
 
 _HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")

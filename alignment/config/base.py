@@ -1,6 +1,7 @@
 """Field helper and the error type every config check raises."""
 from __future__ import annotations
 
+import difflib
 from dataclasses import MISSING, field
 from typing import Any
 
@@ -40,6 +41,12 @@ def not_identity_fields(cls_or_cfg: Any) -> frozenset[str]:
 def path_fields(cls_or_cfg: Any) -> dict[str, str]:
     """{field: "model" | "data" | "reward"} for the fields naming an input."""
     return {n: m["path"] for n, m in _facts(cls_or_cfg).items() if m.get("path")}
+
+
+def did_you_mean(word: str, known: Any, prefix: str = "") -> str:
+    """' (did you mean --learning_rate?)' for the closest of the `known` names (difflib), or ''."""
+    close = difflib.get_close_matches(word, list(known), n=1)
+    return f" (did you mean {prefix}{close[0]}?)" if close else ""
 
 
 def require(cond: bool, message: str) -> None:

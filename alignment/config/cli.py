@@ -5,7 +5,7 @@ Precedence: defaults < `--config FILE.yaml` < flags on the command line.
 from __future__ import annotations
 
 import argparse
-import difflib
+import re
 import sys
 import types
 import typing
@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from alignment.config.base import ConfigError
+from alignment.config.base import ConfigError, did_you_mean
 from alignment.config.stages import StageConfig
 
 T = TypeVar("T")
@@ -57,9 +57,18 @@ OPENRLHF_NOT_BUILT = {
 }
 
 
+# argparse takes only -1 and -.5 for negative numbers; -1e-3 would read as a flag ("expected one
+# argument"), hiding the real problem, which the schema's checks name ("--learning_rate -0.001: must be > 0")
+_NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse answers a bad flag with its usage block (50 lines for a stage) and exit; here it is one
     ConfigError line like every other input error (the CLI wrapper prints it, exit status 2)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = _NEGATIVE_NUMBER
 
     def error(self, message: str):  # type: ignore[override]
         if message.startswith("unrecognized arguments: "):
@@ -69,8 +78,7 @@ class _Parser(argparse.ArgumentParser):
                 if flag in OPENRLHF_NOT_BUILT:
                     raise ConfigError(f"{flag}: {OPENRLHF_NOT_BUILT[flag]}")
             known = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
-            close = difflib.get_close_matches(flags[0], known, n=1)
-            hint = f" (did you mean {close[0]}?)" if close else ""
+            hint = did_you_mean(flags[0], known)
             s = "s" if len(unknown) > 1 else ""
             raise ConfigError(f"unrecognized argument{s} {' '.join(unknown)}{hint}; see --help for the flags")
         raise ConfigError(" ".join(message.split()))
@@ -108,8 +116,7 @@ def _coerce(cls: type, values: dict[str, Any], source: str) -> dict[str, Any]:
     out = {}
     for key, value in values.items():
         if key not in known:
-            close = [k for k in known if k.startswith(key[:4])][:3]
-            hint = f" (did you mean {', '.join('--' + c for c in close)}?)" if close else ""
+            hint = did_you_mean(key, known, "--")
             raise ConfigError(f"{source}: unknown option {key!r}{hint}")
         inner, is_list = _unwrap(hints[key])
         if inner is bool and value is not None and not isinstance(value, bool):

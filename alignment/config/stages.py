@@ -5,6 +5,7 @@ from dataclasses import dataclass, fields
 from typing import Optional
 
 from alignment.config.base import check_store_uri, opt, require
+from alignment.config.paths import check_output_paths
 from alignment.config.groups import (
     CheckpointConfig, DataConfig, LoggingConfig, LoraConfig, LoraSaveConfig, ModelConfig, MoEConfig, RanksConfig, TrainConfig,
 )
@@ -18,8 +19,8 @@ OUTPUT_FIELDS = ("save_path", "ckpt_path", "output_path")
 class StageConfig:
     def validate(self) -> "StageConfig":
         """Every field with choices holds one of them (a YAML file or a flow parameter skips argparse),
-        output URIs have a known scheme, then every group's checks (those that need no world size).
-        Raises ConfigError."""
+        output URIs have a known scheme and no output's commit would replace a file or an input model,
+        then every group's checks (those that need no world size). Raises ConfigError."""
         for f in fields(self):
             choices = f.metadata.get("choices")
             value = getattr(self, f.name)
@@ -27,6 +28,7 @@ class StageConfig:
                     f"--{f.name} {value!r}: not one of {', '.join(map(str, choices or ()))}")
         for name in OUTPUT_FIELDS:
             check_store_uri(f"--{name}", getattr(self, name, None))
+        check_output_paths(self)
         for name in dir(self):
             if name.startswith("check_"):
                 getattr(self, name)()

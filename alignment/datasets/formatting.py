@@ -22,7 +22,9 @@ def get_field(row: dict, key: str, flag: str, index: int, source: str) -> Any:
 
 
 def describe(value: Any) -> str:
-    """What a JSON value is, in the file's terms, for messages: 'a number (5)'."""
+    """What a JSON value is, in the file's terms, for messages: 'a number (5)', 'null'."""
+    if value is None:
+        return "null"
     kinds = {str: "a string", bool: "a boolean", int: "a number", float: "a number", dict: "an object",
              list: "a list", type(None): "null"}
     short = json.dumps(value)[:60] if not isinstance(value, str) else repr(value[:40])

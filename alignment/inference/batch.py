@@ -45,7 +45,7 @@ class Sample:
 
 def load_rows(cfg: BatchInferenceConfig, tokenizer) -> list[PromptRow]:
     """One PromptRow per dataset row; over-long prompts dropped and counted."""
-    from alignment.datasets.formatting import get_field, prompt_text, require_chat_template
+    from alignment.datasets.formatting import get_field, get_text, prompt_text, require_chat_template
     from alignment.datasets.mixing import blend
     from alignment.datasets.sources import DataError
     if cfg.apply_chat_template:
@@ -53,7 +53,8 @@ def load_rows(cfg: BatchInferenceConfig, tokenizer) -> list[PromptRow]:
     rows = this_round(blend(cfg.dataset, cfg.dataset_probs, cfg.dataset_split, cfg.max_samples, cfg.seed), cfg)
     out, dropped = [], 0
     for i, row in enumerate(rows):
-        text = prompt_text(tokenizer, get_field(row, cfg.input_key, "--input_key", i, cfg.dataset),
+        # get_text: a null or numeric prompt is named with its file, row and key, not a type error later
+        text = prompt_text(tokenizer, get_text(row, cfg.input_key, "--input_key", i, cfg.dataset),
                            cfg.apply_chat_template, cfg.input_template)
         if cfg.enable_csft:      # the same place the csft post-processor put the prefix: before the rendered prompt
             text = cfg.csft_prompt.format(reward=cfg.csft_reward) + text
@@ -62,7 +63,7 @@ def load_rows(cfg: BatchInferenceConfig, tokenizer) -> list[PromptRow]:
             dropped += 1
             continue
         label = get_field(row, cfg.label_key, "--label_key", i, cfg.dataset) if cfg.label_key else None
-        response = get_field(row, cfg.output_key, "--output_key", i, cfg.dataset) if cfg.eval_task == "rm" else None
+        response = get_text(row, cfg.output_key, "--output_key", i, cfg.dataset) if cfg.eval_task == "rm" else None
         out.append(PromptRow(text, ids, label, response))
     if dropped:
         log.warning("dropped %d of %d prompts longer than --prompt_max_len %d tokens", dropped, len(rows),

@@ -1,0 +1,85 @@
+"""Where a stage's outputs go, compared with its inputs and each other before anything loads.
+
+Pure and cheap: string work on URIs, and for local paths one stat each. A store URI is never
+contacted here (the CLI's preflight reaches the store once, after the flags are checked).
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from alignment.config.base import path_fields, require
+
+# the outputs that are one committed folder each (a checkpoint folder has rules of its own: check_checkpoint)
+COMMITTED_OUTPUTS = ("save_path", "output_path")
+
+
+def _remote(uri: str) -> bool:
+    return "://" in uri and not uri.startswith("file://")
+
+
+def normalized(uri: str) -> str:
+    """One spelling per location: local paths absolute with symlinks resolved, store URIs as
+    scheme://bucket/key with repeated and trailing slashes dropped (s3a:// is s3://)."""
+    if _remote(uri):
+        scheme, rest = uri.split("://", 1)
+        scheme = "s3" if scheme.lower() == "s3a" else scheme.lower()
+        return f"{scheme}://{re.sub('/+', '/', rest).strip('/')}"
+    return os.path.realpath(os.path.expanduser(uri.removeprefix("file://")))
+
+
+def within(inner: str, outer: str) -> bool:
+    """`inner` is the location `outer` or lies inside it (by path components: ./out2 is not in ./out)."""
+    a, b = normalized(inner), normalized(outer)
+    return a == b or a.startswith(b.rstrip("/") + "/")
+
+
+def local_file(uri: str | None) -> bool:
+    """A local path that exists and is not a directory (a regular file, a device...)."""
+    return bool(uri) and not _remote(uri) and os.path.exists(normalized(uri)) and not os.path.isdir(normalized(uri))
+
+
+def not_a_checkpoint_folder(uri: str) -> bool:
+    """A local folder holding something, but no `global_step*` checkpoint and no `latest` pointer
+    (alignment/trainers/checkpoint.py's layout): resuming from it would find nothing and start over.
+    Hidden entries don't count (a half-written pointer's temporary file)."""
+    if _remote(uri):
+        return False
+    path = Path(normalized(uri))
+    if not path.is_dir():
+        return False
+    names = [p.name for p in path.iterdir() if not p.name.startswith(".")]
+    return bool(names) and not any(n == "latest" or n.startswith("global_step") for n in names)
+
+
+def check_output_paths(cfg: Any) -> None:
+    """Every committed output (--save_path, --output_path) is a folder, and the commit, which replaces
+    that whole folder, would delete no model the run reads (--pretrain, --ref_pretrain, ...)."""
+    models = {name: getattr(cfg, name) for name, what in path_fields(cfg).items() if what == "model"}
+    for out_name in COMMITTED_OUTPUTS:
+        out = getattr(cfg, out_name, None)
+        if not out:
+            continue
+        require(not local_file(out), f"--{out_name} {out}: is a file; pass a directory path (the output is a "
+                                     f"folder, committed as a whole)")
+        for name, value in models.items():
+            for model in (value or "").split(","):
+                require(not model or not within(model, out),
+                        f"--{out_name} {out}: holds --{name} {model}; the commit replaces the whole --{out_name} "
+                        f"folder, which would delete that model: pass another --{out_name}")
+
+
+def check_checkpoint_folder(ckpt: str, save: str, resumes: bool) -> None:
+    """--ckpt_path of a run that writes or reads checkpoints: apart from --save_path, a folder, and
+    with --load_checkpoint (`resumes`) one that holds checkpoints or nothing yet."""
+    require(not (within(ckpt, save) or within(save, ckpt)),
+            f"--ckpt_path {ckpt} and --save_path {save} overlap: the final commit replaces the whole --save_path "
+            f"folder (deleting checkpoints inside it) and a checkpoint folder must not hold the model: pass "
+            f"separate folders, e.g. --ckpt_path {save.rstrip('/')}_checkpoints")
+    require(not local_file(ckpt), f"--ckpt_path {ckpt}: is a file; pass a directory path for the checkpoints")
+    require(not (resumes and not_a_checkpoint_folder(ckpt)),
+            f"--ckpt_path {ckpt}: is not a checkpoint folder (it holds files but no global_step* folder or 'latest'); "
+            f"--load_checkpoint resumes from a folder earlier runs checkpointed into: fix the path, or pass a new "
+            f"folder to start over")
