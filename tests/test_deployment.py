@@ -96,7 +96,7 @@ def prefect(tmp_path_factory, ray_head):
         yield p
     finally:
         if worker is not None:
-            stop_process(worker, signal.SIGINT)  # workers ignore SIGTERM for 40 s+
+            stop_process(worker)   # SIGTERM, as a supervisor stops it (tested below)
         stop_process(server)
 
 
@@ -122,6 +122,30 @@ def test_deploy_asked_nothing_and_the_nightly_runs_one_at_a_time(prefect):
                           cwd=REPO, capture_output=True, text=True, timeout=60)
     lines = [ln for ln in bare.stderr.splitlines() if ln.strip()]
     assert bare.returncode == 2 and len(lines) == 1 and "PREFECT_API_URL is not set" in lines[0], bare.stderr
+
+
+def test_worker_script_stops_on_sigterm_where_sigint_is_ignored(prefect):
+    """`scripts/worker.sh &` in a script, nohup and some supervisors start it with SIGINT ignored;
+    Prefect's worker answers SIGTERM with a SIGINT to itself, which then did nothing until SIGKILL.
+    One SIGTERM stops it. Its own work queue, so it never picks up another test's flow run."""
+    log = Path(prefect.logs) / "worker-sigterm.log"
+    with log.open("w") as out:
+        worker = subprocess.Popen(["bash", "scripts/worker.sh", "--work-queue", "sigterm-test"], env=prefect.env,
+                                  cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+                                  preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        deadline = time.monotonic() + 120
+        while "started" not in log.read_text() and worker.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert "started" in log.read_text(), log.read_text()[-2000:]
+        t0 = time.monotonic()
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=30) == 0 and time.monotonic() - t0 < 30, log.read_text()[-2000:]
+        assert "stopped" in log.read_text(), log.read_text()[-2000:]
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
 
 
 def test_deployment_run_publishes_progress_curves_and_report_seen_in_a_browser(prefect, ray_head, tmp_path):
