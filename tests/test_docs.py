@@ -196,6 +196,29 @@ def test_every_flag_named_for_a_cli_is_one_it_accepts():
     assert not problems, "\n".join(problems)
 
 
+# flags of the tools the docs show beside ours (ray, prefect, torchrun, deepspeed, docker, tensorboard, aws),
+# and `--flag` as a word for any flag
+OTHER_TOOLS_FLAGS = {"address", "all", "block", "dashboard-host", "gpus", "head", "logdir", "module", "no-prompt",
+                     "node-ip-address", "nproc_per_node", "num-cpus", "num-gpus", "num_gpus", "param", "pool", "prefect-file",
+                     "recursive", "rm", "shm-size", "watch", "flag"}
+ANY_FLAG_RE = re.compile(r"(?<![\w-])--([a-z][\w-]*[a-z0-9])(?![\w-]*[*<])")
+
+
+def test_every_flag_in_the_docs_is_one_something_accepts():
+    """Wherever a doc names a flag, some CLI of ours, a script of ours, an OpenRLHF flag we refuse by
+    name, or one of the other tools shown accepts it: a renamed flag fails here even in prose."""
+    from alignment.config.cli import OPENRLHF_NOT_BUILT
+    known = set().union(*(cli_flags(m) for m in cli_modules()), OTHER_TOOLS_FLAGS,
+                        (f[2:] for f in OPENRLHF_NOT_BUILT))
+    for script in [*(REPO / "scripts").rglob("*.py"), *(REPO / "benchmarks").rglob("*.py")]:
+        known |= set(re.findall(r"['\"]--([\w-]+)['\"]", script.read_text()))
+    problems = []
+    for name, text in doc_texts():
+        for span in re.findall(r"`([^`\n]+)`", text) + [ln for b in split_blocks(text)[1] for ln in b]:
+            problems += [f"{name}: --{f} is a flag of nothing here" for f in ANY_FLAG_RE.findall(span) if f not in known]
+    assert not problems, "\n".join(sorted(set(problems)))
+
+
 # commands that are not the project's own but that a reader runs as written (their flags are theirs)
 OTHER_TOOLS = {"git", "cd", "export", "rm", "time", "tensorboard", "prefect", ".venv/bin/prefect", "ray", "deepspeed",
                "torchrun", "pip", "docker", "sbatch", "wandb", "aws", "curl", "nvidia-smi", "apt-get", "sudo"}
