@@ -295,3 +295,10 @@ def test_one_clear_line(results, world, name, module, argv, needle, real):
     assert world[3]([needle])[0] in lines[0], lines[0]
     assert "Traceback" not in stderr and "usage:" not in stderr and "FORBIDDEN" not in stderr
     assert "Loading weights" not in stderr and PLANTED_SECRET not in stderr
+
+
+def test_reliability_doc_lists_every_case():
+    """docs/reliability.md's corpus table names every case (regenerate it when a case is added)."""
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "reliability.md").read_text()
+    assert f"holds {len(CASES)} bad inputs" in doc
+    assert [n for n, *_ in CASES if f"| `{n}` |" not in doc] == []

@@ -62,8 +62,11 @@ def expand_braces(text: str) -> list[str]:
 
 
 def doc_texts() -> list[tuple[str, str]]:
-    """(name, text) of every doc, recipe comment block and flow docstring."""
-    out = [(rel(p), p.read_text()) for p in DOCS]
+    """(name, text) of every doc, recipe comment block and flow docstring. A doc's bad-input corpus table
+    (between `<!-- bad inputs -->` and `<!-- /bad inputs -->`) is left out: its flags are wrong on purpose,
+    and tests/test_bad_input.py checks it."""
+    out = [(rel(p), re.sub(r"<!-- bad inputs -->.*?<!-- /bad inputs -->", "", p.read_text(), flags=re.S))
+           for p in DOCS]
     for p in RECIPES:
         out.append((rel(p), "\n".join(ln.lstrip("# ") for ln in p.read_text().splitlines() if ln.startswith("#"))))
     for p in FLOWS:
