@@ -36,6 +36,13 @@ def is_remote(uri: str | Path) -> bool:
     return split_protocol(str(uri))[0] not in _LOCAL
 
 
+READ_TIMEOUT_S = 60.0   # ALIGNFLOW_STORE_READ_TIMEOUT overrides (seconds)
+
+
+def read_timeout_s() -> float:
+    return float(os.environ.get("ALIGNFLOW_STORE_READ_TIMEOUT", READ_TIMEOUT_S))
+
+
 def filesystem(uri: str | Path) -> tuple[fsspec.AbstractFileSystem, str]:
     """The fsspec filesystem for `uri` and the path inside it (absolute for local paths).
 
@@ -47,7 +54,9 @@ def filesystem(uri: str | Path) -> tuple[fsspec.AbstractFileSystem, str]:
     kwargs: dict[str, Any] = {}
     if protocol in ("s3", "s3a"):
         protocol = "s3"
-        config: dict[str, Any] = {"connect_timeout": 10}
+        # a store that accepts connections but stops answering (frozen, overloaded) must end as a
+        # transient error, not a hang: each request waits this long for a response (s3fs's own default: 15 s)
+        config: dict[str, Any] = {"connect_timeout": 10, "read_timeout": read_timeout_s()}
         if not (os.environ.get("AWS_MAX_ATTEMPTS") or os.environ.get("AWS_RETRY_MODE")):
             config["retries"] = {"mode": "standard", "total_max_attempts": 3}  # _retry is the outer policy
         # no listings cache: other processes (trainer, flow, retention) change the same prefixes
@@ -55,6 +64,11 @@ def filesystem(uri: str | Path) -> tuple[fsspec.AbstractFileSystem, str]:
         if os.environ.get("AWS_ENDPOINT_URL_S3"):
             kwargs["client_kwargs"] = {"endpoint_url": os.environ["AWS_ENDPOINT_URL_S3"]}
     fs = fsspec.filesystem(protocol, **kwargs)
+    if protocol == "s3":
+        # s3fs retries a timed-out or cut-off request 5 times itself, each time with botocore's 3
+        # attempts: 15 read timeouts per try of _retry, 75 per call. Two layers are enough:
+        # botocore per request, _retry per operation (a frozen store gives up in tries x 3 x read timeout).
+        fs.retries = 1
     return fs, fs._strip_protocol(str(uri)).rstrip("/")
 
 

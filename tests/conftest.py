@@ -43,7 +43,11 @@ def _stop_prefect_server():
     fixtures do: left to its exit hook, its "Stopping temporary server" line goes to a closed stream
     and prints a logging traceback after the summary."""
     yield
+    from prefect.logging.handlers import APILogWorker
     from prefect.server.api.server import SubprocessASGIServer
+    # logs still queued for the API go first: sent after the server stopped, they cost a minute of
+    # connection retries at exit ("Error logging to API") when the last test ran a flow
+    APILogWorker.drain_all(timeout=5)
     SubprocessASGIServer().stop()
 
 

@@ -1,8 +1,16 @@
-"""The config schema: CLI flags with OpenRLHF names, YAML files, validation messages."""
+"""The config schema: CLI flags with OpenRLHF names, YAML files, validation messages, the wandb key
+moved out of the command line."""
+import json
+import subprocess
+import sys
+
 import pytest
 
+from alignment.cli.common import argv_without_wandb_key
 from alignment.config import ConfigError, SFTConfig, config_to_argv, parse_args
 from alignment.config.base import public_dict
+from alignment.config.groups import WANDB_SWITCHES
+from tests.conftest import REPO, python_env
 
 # The SFT command line of OpenRLHF's README, only model and data paths changed.
 OPENRLHF_SFT = [
@@ -63,6 +71,46 @@ def test_batch_divisibility_message():
 def test_secret_field_masked():
     cfg = parse_args(SFTConfig, ["--pretrain", "m", "--dataset", "d", "--use_wandb", "planted-key-123"])
     assert "planted-key-123" not in str(public_dict(cfg))
+
+
+@pytest.mark.parametrize("args, moved, key", [
+    (["--use_wandb", "k3y", "--x"], ["--use_wandb", "env", "--x"], "k3y"),
+    (["--use_wandb=k3y"], ["--use_wandb=env"], "k3y"),
+    (["--use_wand", "k3y"], ["--use_wand", "env"], "k3y"),           # argparse's prefix matching
+    (["--use_wandb", "offline"], ["--use_wandb", "offline"], None),  # switches are not keys
+    (["--use_wandb", "ENV"], ["--use_wandb", "ENV"], None),
+    (["--use_wandb", "--bf16"], ["--use_wandb", "--bf16"], None),    # no value: argparse's error
+    (["--use_", "k3y"], ["--use_", "k3y"], None),                    # ambiguous: not ours to read
+])
+def test_wandb_key_is_found_on_the_command_line(args, moved, key):
+    assert argv_without_wandb_key(args) == (moved, key)
+
+
+def test_a_wandb_key_on_the_command_line_leaves_argv_at_start(tmp_path):
+    """The CLI re-executes itself (same PID) with the key in WANDB_API_KEY and `--use_wandb env` in
+    argv; the process that goes on (here: to refuse a bad flag) has no key in /proc/<pid>/cmdline.
+    A sitecustomize records every interpreter start of the process: its PID, cmdline and key."""
+    key, log = "SECRETKEY123", tmp_path / "starts.jsonl"
+    (tmp_path / "sitecustomize.py").write_text(
+        "import json, os\n"
+        f"with open({str(log)!r}, 'a') as f:\n"
+        "    f.write(json.dumps([os.getpid(), open('/proc/self/cmdline', 'rb').read().decode(),\n"
+        "                        os.environ.get('WANDB_API_KEY')]) + '\\n')\n")
+    env = python_env(PYTHONPATH=f"{tmp_path}:{REPO}")
+    env.pop("WANDB_API_KEY", None)
+    proc = subprocess.run([sys.executable, "-X", "utf8", "-m", "alignment.cli.train_sft", "--use_wandb", key,
+                           "--no_such_flag"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    starts = [json.loads(line) for line in log.read_text().splitlines()]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 2 and last.startswith("error: unrecognized argument --no_such_flag"), proc.stderr
+    assert key not in proc.stdout + proc.stderr
+    assert len(starts) == 2 and starts[0][0] == starts[1][0], starts       # one re-exec, same PID
+    first, then = (s[1].split("\0")[:-1] for s in starts)
+    assert key in first and starts[0][2] is None
+    assert then == [sys.executable, "-X", "utf8", "-m", "alignment.cli.train_sft", "--use_wandb", "env",
+                    "--no_such_flag"] and starts[1][2] == key
+    cfg = parse_args(SFTConfig, ["--pretrain", "m", "--dataset", "d", "--use_wandb", "env"])
+    assert cfg.use_wandb == "env" and cfg.use_wandb.lower() in WANDB_SWITCHES   # the key is read from the env
 
 
 RECIPE_SCHEMAS = {"sft": "SFTConfig", "rm": "RMConfig", "ppo": "PPOConfig", "dpo": "DPOConfig", "kto": "KTOConfig",

@@ -1,6 +1,6 @@
-"""The pictures and progress of a stage, without a cluster: which series each stage kind draws
+"""The pictures, progress and report of a stage, without a cluster: which series each stage kind draws
 (from a metrics.jsonl written like a trainer writes it), the PNG itself, the progress events'
-round trip, and the progress line the Prefect task logs."""
+round trip, the progress line the Prefect task logs, and a retried stage's wall time."""
 from __future__ import annotations
 
 import asyncio
@@ -139,7 +139,7 @@ def test_report_text_and_markdown(tmp_path):
     model = write_metrics(tmp_path, "ppo")
     result = {"sft": {"stage": "sft", "model_uri": "s3://b/run/sft-1/model", "skipped": True, "stage_wall_s": 0.1,
                       "metrics": {"eval/loss": 0.5, "time/loop_s": 50.0}, "heldout": {"accuracy": 0.75, "n": 300}},
-              "ppo": {"stage": "ppo", "model_uri": model, "skipped": False, "stage_wall_s": 120.0,
+              "ppo": {"stage": "ppo", "model_uri": model, "skipped": False, "stage_wall_s": 120.0, "stage_tries": 2,
                       "metrics": {"train/reward": 0.6, "time/loop_s": 100.0},
                       "heldout": {"accuracy": 0.79, "n": 300, "examples": [["1+1", "1+1=2", "2"]]}}}
     rep = build_report("sft-rm-ppo", "demo", result, 150.0)
@@ -148,9 +148,10 @@ def test_report_text_and_markdown(tmp_path):
                           "Prefect + Ray start-up and the rest": 30.0}
     text = rep.text()
     assert "after sft 75.0%, after ppo 79.0%" in text and "RL reward (score per sample, 6 iterations)" in text
-    assert "[ok ] 1+1" in text
+    assert "[ok ] 1+1" in text and "120 s (2 tries)   100 s" in text
     md = rep.markdown({"ppo": b"\x89PNG fake"})
     assert "| sft | skipped (already committed) | - | eval loss 0.500 | `s3://b/run/sft-1/model` |" in md
+    assert "| ppo | 120 s (2 tries) | 100 s |" in md
     assert "](s3://" not in md                            # no link a browser can't open
     assert "| after ppo: 79.0% | 300 |" in md and "data:image/png;base64," in md
     assert isinstance(rep.lines[0], StageLine)
@@ -163,3 +164,30 @@ def test_a_failing_prefect_api_does_not_stop_the_stage(monkeypatch):
     p, warnings = stage_progress(monkeypatch, unreachable, unreachable, "warning")
     consumed = asyncio.run(p.on_line(format_event(ProgressEvent(1, 10, 32, {"train/loss": 1.0}))))
     assert consumed and len(warnings) == 2 and "ConnectionError: prefect api unreachable" in warnings[0]
+
+
+def test_a_retried_stage_counts_every_try(monkeypatch):
+    """Prefect runs a retry by calling the task function again: the stage's wall time is still the
+    sum of its tries' (here 2 × 0.5 s; the last try's alone was what the result used to say)."""
+    from prefect import flow
+
+    from alignflow.tasks import stage
+    from alignflow.tasks.ray_job import StageJobFailed
+    from alignflow.tasks.stage_spec import StageResult
+    tries = []
+
+    async def one_try(name, *args):
+        tries.append(name)
+        await asyncio.sleep(0.5)
+        if len(tries) == 1:
+            raise StageJobFailed("a rank was killed")
+        return StageResult(name, "file:///store/r/sft-1/model", False, {"train/loss": 1.0})
+    monkeypatch.setattr(stage, "_run_try", one_try)
+
+    @flow
+    async def one_stage():
+        return await stage.run_stage.with_options(retries=1, retry_delay_seconds=0)("sft", "/store", "r", "http://x")
+    result = asyncio.run(one_stage())
+    assert tries == ["sft", "sft"] and result.tries == 2 and not result.skipped
+    assert 1.0 <= result.wall_s < 5, result.wall_s
+    assert result.summary()["stage_tries"] == 2 and not stage._TRY_WALL_S     # dropped once the stage succeeded

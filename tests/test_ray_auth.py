@@ -1,15 +1,20 @@
-"""Ray token auth: the embedded head runs with a per-process random token (its servers listen on
-every interface, so without it anyone reaching the machine could join and run code), and a
-user's cluster that wants a token is one clear line instead of "unreachable"."""
+"""The embedded head's exposure: every port it opens is on loopback, and it runs with a per-process
+random token (without it any local user, or anyone reaching a multi-node head, could join and run
+code); a user's cluster that wants a token is one clear line instead of "unreachable"."""
 from __future__ import annotations
 
 import http.server
+import ipaddress
+import re
+import subprocess
 import threading
+from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
 from alignflow.tasks import ray_cluster
-from alignflow.tasks.ray_cluster import RayClusterError, check_reachable
+from alignflow.tasks.ray_cluster import RayClusterError, check_reachable, head_processes
 
 
 def test_embedded_head_uses_a_random_token_unless_the_user_chose(monkeypatch):
@@ -46,7 +51,10 @@ def test_embedded_head_refuses_whoever_lacks_its_token(ray_head, tmp_path):
     found = re.search(r"GCS=([\d.]+:\d+)", client.get_job_logs(sid))
     assert found, (client.get_job_status(sid), client.get_job_logs(sid)[-2000:])
     gcs = found.group(1)
-    outsider = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")} | {"HOME": str(tmp_path)}
+    # Ray's client would dial the host's address for 127.0.0.1 (where the head no longer listens):
+    # the outsider turns that off too, and so reaches the GCS on loopback
+    outsider = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")} | {
+        "HOME": str(tmp_path), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
     probe = subprocess.run([sys.executable, "-c", f"import ray; ray.init(address={gcs!r}); print('JOINED')"],
                            env=outsider, capture_output=True, text=True, timeout=120)
     assert probe.returncode != 0 and "JOINED" not in probe.stdout, (probe.stdout, probe.stderr[-2000:])
@@ -54,6 +62,64 @@ def test_embedded_head_refuses_whoever_lacks_its_token(ray_head, tmp_path):
     open_ports = sorted({(c.laddr.ip, c.laddr.port) for c in psutil.net_connections("inet")
                          if c.status == "LISTEN" and c.laddr.ip not in ("127.0.0.1", "::1", "::ffff:127.0.0.1")})
     print(json.dumps({"gcs": gcs, "non_loopback_listeners_on_host": len(open_ports)}))
+
+
+def listeners() -> list[tuple[str, int, set[int]]]:
+    """Every listening TCP socket of the machine as `ss -ltnpH` shows it: (host, port, PIDs); the PIDs
+    only for our own processes."""
+    out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout
+    found = []
+    for line in out.splitlines():
+        local = line.split()[3]                         # 127.0.0.1:52803, [::ffff:127.0.0.1]:43341, *:53153
+        host, port = local.rsplit(":", 1)
+        found.append((host.strip("[]").split("%")[0], int(port), {int(p) for p in re.findall(r"pid=(\d+)", line)}))
+    return found
+
+
+def is_loopback(host: str) -> bool:
+    if host in ("*", "0.0.0.0", "::"):
+        return False
+    ip = ipaddress.ip_address(host)
+    return ip.is_loopback or bool(ip.version == 6 and ip.ipv4_mapped and ip.ipv4_mapped.is_loopback)
+
+
+def embedded_head_pids(url: str) -> set[int]:
+    """The head's processes, found from the one serving its job API (its command line names the
+    head's private temp dir and GCS address)."""
+    port = urlsplit(url).port
+    dashboard = next(pid for _, p, pids in listeners() if p == port for pid in pids)
+    import psutil
+    args = psutil.Process(dashboard).cmdline()
+    temp_dir = next(m.group(1) for a in args if (m := re.search(r"(/\S*?alignflow-ray-[^/\s]+)", a)))
+    gcs_port = int(next(a for a in args if a.startswith("--gcs-address=")).rsplit(":", 1)[1])
+    return {p.pid for p in head_processes(Path(temp_dir), gcs_port)}
+
+
+@pytest.mark.integration
+def test_every_port_of_the_embedded_head_is_on_loopback(ray_head):
+    """GCS, raylet, agents, dashboard, metrics servers, and a job's supervisor, driver and worker:
+    none listens on the host's address or on a wildcard (Ray 2.60 puts many there by default)."""
+    import json
+    import sys
+    import time
+
+    from ray.job_submission import JobSubmissionClient
+    client = JobSubmissionClient(ray_head)
+    sid = client.submit_job(entrypoint=f"{sys.executable} -c \"import ray, time; ray.init(); "
+                                       "ray.get(ray.remote(lambda: 0).remote()); print('UP', flush=True); time.sleep(120)\"")
+    try:
+        deadline = time.monotonic() + 120
+        while "UP" not in client.get_job_logs(sid):
+            assert time.monotonic() < deadline and not client.get_job_status(sid).is_terminal(), client.get_job_logs(sid)
+            time.sleep(0.5)
+        pids = embedded_head_pids(ray_head)
+        ours = [(host, port) for host, port, owners in listeners() if owners & pids]
+    finally:
+        client.stop_job(sid)
+    exposed = [(host, port) for host, port in ours if not is_loopback(host)]
+    print(json.dumps({"head_processes": len(pids), "listeners": len(ours), "non_loopback": exposed}))
+    assert urlsplit(ray_head).port in {port for _, port in ours} and len(ours) >= 10, ours
+    assert not exposed, exposed
 
 
 def test_probes_carry_the_token_only_in_token_mode(monkeypatch, tmp_path):

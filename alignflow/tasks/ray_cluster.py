@@ -1,7 +1,7 @@
 """The Ray cluster a flow's stages run on: a given address, or a local head started for the flow.
 
-The embedded head binds the dashboard (and the job API) to loopback, lives in a private temp
-dir, and is stopped when the flow ends — also when it fails.
+The embedded head listens on loopback only (every port: GCS, raylet, agents, workers, dashboard and
+job API, metrics), lives in a private temp dir, and is stopped when the flow ends — also when it fails.
 """
 from __future__ import annotations
 
@@ -18,7 +18,10 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
+
+if TYPE_CHECKING:
+    import psutil
 
 log = logging.getLogger(__name__)
 
@@ -41,9 +44,9 @@ _EMBEDDED_TOKEN = secrets.token_hex(32)
 
 
 def _auth_env() -> dict[str, str]:
-    """Token auth for an embedded head. Ray 2.60's GCS, raylet, agents and workers listen on every
-    interface (and on the host's address), whatever --node-ip-address says: without auth anyone who
-    can reach the machine could join the cluster and run code. So the embedded head runs with Ray's
+    """Token auth for an embedded head: a multi-node one listens on the host's address (see
+    _head_env), and without auth anyone who can reach the machine could join the cluster and run
+    code; a loopback one is still open to every local user. So the embedded head runs with Ray's
     token auth, with a random token made per process (Ray caches the token a process has read),
     unless the user chose a mode with RAY_AUTH_MODE (then their token is used)."""
     if os.environ.get("RAY_AUTH_MODE"):
@@ -51,9 +54,17 @@ def _auth_env() -> dict[str, str]:
     return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": _EMBEDDED_TOKEN}
 
 
-def _head_env() -> dict[str, str]:
-    """Environment of the `ray start` processes of a local head (jobs and ranks inherit it)."""
-    return {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **_auth_env()}
+def _head_env(single_node: bool = True) -> dict[str, str]:
+    """Environment of the `ray start` processes of a local head (jobs and ranks inherit it).
+
+    Ray 2.60 turns `--node-ip-address 127.0.0.1` into the host's address (a node must be reachable
+    by others), and then its GCS, raylet, agents, workers and metrics servers (the agent's metrics
+    export, the dashboard's and autoscaler's on 44227/44217) listen on it or on every interface.
+    With multi-node clusters off (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, Ray's switch for platforms
+    where it doesn't support them) the node's address stays 127.0.0.1 and each of them binds
+    loopback. Ray then refuses `ray start --address`, so a head that nodes join keeps it on."""
+    loopback = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"} if single_node else {}
+    return {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **_auth_env(), **loopback}
 
 
 @contextlib.contextmanager
@@ -162,7 +173,8 @@ def local_head(num_cpus: int | None = None, extra_nodes: int = 0) -> Iterator[st
     log.info("starting a local Ray head on 127.0.0.1 (job API %s, token auth)", url)
     with _client_auth(), out.open("w") as f:
         # started in its private dir: jobs run there, not in whatever directory the flow was started from
-        done = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=_head_env(), cwd=temp_dir)
+        done = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=_head_env(single_node=not extra_nodes),
+                              cwd=temp_dir)
     with _client_auth():
         try:
             if done.returncode != 0:
@@ -183,7 +195,8 @@ def _join_node(gcs_address: str, num_cpus: int, proc_log: Path) -> None:
     cmd = [_ray_bin(), "start", f"--address={gcs_address}", "--node-ip-address=127.0.0.1", f"--num-cpus={num_cpus}",
            *[f"--{k}={p}" for k, p in zip(NODE_PORTS, _free_ports(len(NODE_PORTS)))], "--disable-usage-stats"]
     with proc_log.open("w") as f:
-        done = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=_head_env(), cwd=proc_log.parent)
+        done = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=_head_env(single_node=False),
+                              cwd=proc_log.parent)
     if done.returncode != 0:
         raise RayClusterError(f"`ray start --address {gcs_address}` failed (exit {done.returncode}): "
                               f"{proc_log.read_text()[-800:]}")
@@ -199,11 +212,8 @@ def _wait_for_nodes(url: str, n: int, timeout_s: float = 120.0) -> None:
     raise RayClusterError(f"the local Ray cluster at {url} did not reach {n} nodes within {timeout_s:.0f}s")
 
 
-def stop_head(temp_dir: Path, gcs_port: int, grace_s: float = 3.0) -> int:
-    """Stop exactly the Ray processes of the head in `temp_dir` (or talking to its GCS port), by PID.
-
-    Not `ray stop`: that stops every Ray process on the machine, other clusters included.
-    """
+def head_processes(temp_dir: Path, gcs_port: int) -> list[psutil.Process]:
+    """The Ray processes (psutil) of the head in `temp_dir` or talking to its GCS port, with their children."""
     import psutil
 
     marks = (str(temp_dir), f":{gcs_port}")
@@ -216,7 +226,17 @@ def stop_head(temp_dir: Path, gcs_port: int, grace_s: float = 3.0) -> int:
                 mine.extend(p.children(recursive=True))  # agents and workers retitle themselves "ray::…"
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-    mine = list({p.pid: p for p in mine}.values())
+    return list({p.pid: p for p in mine}.values())
+
+
+def stop_head(temp_dir: Path, gcs_port: int, grace_s: float = 3.0) -> int:
+    """Stop exactly the Ray processes of the head in `temp_dir` (or talking to its GCS port), by PID.
+
+    Not `ray stop`: that stops every Ray process on the machine, other clusters included.
+    """
+    import psutil
+
+    mine = head_processes(temp_dir, gcs_port)
     for p in mine:
         with contextlib.suppress(psutil.NoSuchProcess):
             p.terminate()

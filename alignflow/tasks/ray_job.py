@@ -20,7 +20,7 @@ from alignment.events import PREFIX as EVENT_PREFIX
 # through the cluster's own environment, so they never land in Ray's job metadata.
 PASSED_ENV = ("AWS_ENDPOINT_URL_S3", "AWS_DEFAULT_REGION", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE",
               "TRANSFORMERS_OFFLINE", "WANDB_MODE", "DS_ACCELERATOR", "ALIGNFLOW_CACHE", "ALIGNFLOW_STORE_RETRIES",
-              "ALIGNFLOW_STORE_THREADS", "OMP_NUM_THREADS",
+              "ALIGNFLOW_STORE_THREADS", "ALIGNFLOW_STORE_READ_TIMEOUT", "OMP_NUM_THREADS",
               "ALIGNFLOW_FAIL_AT_STEP", "ALIGNFLOW_HANG_AT_STEP")  # failure injection (docs/resume.md, reliability.md)
 
 

@@ -48,12 +48,18 @@ def sparkline(values: list[float], width: int = 60) -> str:
 class StageLine:
     label: str                  # "sft", or "dpo (round 2)"
     stage: str
-    wall_s: float
+    wall_s: float               # every try's, summed
     loop_s: float | None        # the training loop inside the job (None: skipped or no loop)
     skipped: bool
     metric: str
     model_uri: str
     heldout: dict | None = None  # {"accuracy", "n", "examples"} where the recipe evaluates this stage
+    tries: int = 1
+
+    def wall(self, skipped: str) -> str:
+        if self.skipped:
+            return skipped
+        return f"{self.wall_s:.0f} s" + (f" ({self.tries} tries)" if self.tries > 1 else "")
 
 
 @dataclass
@@ -85,11 +91,10 @@ class PipelineReport:
 
     def text(self) -> str:
         out = [f"\n=== alignflow {self.flow}: run {self.run_name} ===",
-               f"{'stage':16s} {'wall':>8s} {'loop':>7s}  {'key metric':40s} output"]
+               f"{'stage':16s} {'wall':>16s} {'loop':>7s}  {'key metric':40s} output"]
         for ln in self.lines:
-            wall = "skipped" if ln.skipped else f"{ln.wall_s:.0f} s"
             loop = f"{ln.loop_s:.0f} s" if ln.loop_s is not None and not ln.skipped else "-"
-            out.append(f"{ln.label:16s} {wall:>8s} {loop:>7s}  {ln.metric:40s} {ln.model_uri}")
+            out.append(f"{ln.label:16s} {ln.wall('skipped'):>16s} {loop:>7s}  {ln.metric:40s} {ln.model_uri}")
         out.append(f"total {self.total_s:6.0f} s = " + " + ".join(f"{v:.0f} s {k}" for k, v in self.phases.items()))
         if self.rl_summary():
             out.append(f"\n{self.rl_summary()}   {sparkline(self.rl_rewards)}")
@@ -108,11 +113,10 @@ class PipelineReport:
         md = [f"## {self.flow}: run `{self.run_name}`", "",
               "| stage | wall | training loop | key metric | output |", "|---|---|---|---|---|"]
         for ln in self.lines:
-            wall = "skipped (already committed)" if ln.skipped else f"{ln.wall_s:.0f} s"
             loop = f"{ln.loop_s:.0f} s" if ln.loop_s is not None and not ln.skipped else "-"
             url = browser_url(ln.model_uri)
             where = f"[`{ln.model_uri}`]({url})" if url else f"`{ln.model_uri}`"
-            md.append(f"| {ln.label} | {wall} | {loop} | {ln.metric} | {where} |")
+            md.append(f"| {ln.label} | {ln.wall('skipped (already committed)')} | {loop} | {ln.metric} | {where} |")
         md += ["", f"Total {self.total_s:.0f} s: " + ", ".join(f"{k} {v:.0f} s" for k, v in self.phases.items()) + "."]
         if self.rl_summary():
             md += ["", self.rl_summary() + "."]
@@ -134,7 +138,7 @@ def build_report(flow: str, run_name: str, results: dict[str, dict], total_s: fl
         stage = r.get("stage", label)
         m = r.get("metrics", {})
         lines.append(StageLine(label, stage, r["stage_wall_s"], m.get("time/loop_s"), r["skipped"],
-                               key_metric(stage, m), r["model_uri"], r.get("heldout")))
+                               key_metric(stage, m), r["model_uri"], r.get("heldout"), r.get("stage_tries", 1)))
     report = PipelineReport(flow, run_name, lines, total_s)
     rl = [ln for ln in lines if ln.stage == "ppo"]
     if rl:

@@ -55,12 +55,13 @@ class StageResult:
     model_uri: str
     skipped: bool
     metrics: dict[str, float] = field(default_factory=dict)
-    wall_s: float = 0.0
+    wall_s: float = 0.0    # every try's, summed
+    tries: int = 0         # how many times the stage task ran (0: skipped, already committed)
 
     def summary(self, **extra: Any) -> dict[str, Any]:
         """What a flow returns per stage (JSON), and what its report is built from."""
         return {"stage": self.stage, "model_uri": self.model_uri, "skipped": self.skipped, "metrics": self.metrics,
-                "stage_wall_s": round(self.wall_s, 2), **extra}
+                "stage_wall_s": round(self.wall_s, 2), "stage_tries": self.tries, **extra}
 
 
 def check_store(store: str) -> str:

@@ -33,8 +33,10 @@ def start_wandb(cfg: LoggingConfig, stage: str) -> tuple[Any, str]:
     key = cfg.use_wandb
     switch = key.lower() in WANDB_SWITCHES
     if not switch:
-        # A key given as --use_wandb KEY: into this process's environment (wandb.login(key=...) would
-        # also write it to ~/.netrc), and out of sys.argv, which wandb records in its run files.
+        # A key in the config (a YAML --config, or main(argv) called in-process; on the command line
+        # run_main already moved it to WANDB_API_KEY): into this process's environment
+        # (wandb.login(key=...) would also write it to ~/.netrc), and out of sys.argv, which wandb
+        # records in its run files.
         os.environ["WANDB_API_KEY"] = key
         sys.argv = ["***" if arg == key else arg.replace("=" + key, "=***") for arg in sys.argv]
     if key.lower() == "offline" or os.environ.get("WANDB_MODE") == "offline":
