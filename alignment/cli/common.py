@@ -6,6 +6,7 @@ import os
 import sys
 from typing import Callable
 
+from alignment.cli import interrupt
 from alignment.config.groups import WANDB_SWITCHES
 from alignment.errors import EXIT_INPUT, EXIT_TRANSIENT, TransientError, user_errors
 from alignment.lease import release_all
@@ -87,6 +88,7 @@ def run_main(main: Callable[[list[str] | None], object], argv: list[str] | None 
     if argv is None:   # argv from the command line (a list given by a caller was never on it)
         _reexec_without_wandb_key()
     setup_logging()
+    interrupt.install()
     try:
         main(argv)
         _close_process_group()
@@ -98,5 +100,9 @@ def run_main(main: Callable[[list[str] | None], object], argv: list[str] | None 
         _close_progress_bars()
         print(f"error: {e}", file=sys.stderr)
         sys.exit(EXIT_INPUT)
+    except KeyboardInterrupt:   # Ctrl-C, or SIGTERM (interrupt.install): one line, not a traceback
+        _close_progress_bars()
+        print(interrupt.line(), file=sys.stderr)
+        sys.exit(interrupt.exit_status())
     finally:
         release_all()   # the output's lease (alignment/lease.py), taken by preflight.check_outputs

@@ -6,13 +6,15 @@ import sys
 from pathlib import Path
 
 from alignment import lease
+from alignment.cli import interrupt
 from alignment.config.stages import StageConfig
 
 
 def check_outputs(cfg: StageConfig) -> None:
     """The stores the run will write to (--save_path, --ckpt_path, --output_path) answer and their
     buckets exist: one request each, so a wrong bucket fails now, not after the model loaded and
-    trained. Their schemes were checked with the flags (alignment.config.groups.check_store_uri)."""
+    trained. Their schemes were checked with the flags (alignment.config.groups.check_store_uri).
+    Then the output's lease (one writer per output), and what an interrupt reports on (cli/interrupt.py)."""
     from alignment.datasets.sources import check_store
     from alignment.storage import StorageError
 
@@ -21,6 +23,10 @@ def check_outputs(cfg: StageConfig) -> None:
         if uri:
             check_store(f"--{name}", uri, StorageError)
     take_lease(cfg)
+    writes = not getattr(cfg, "disable_ds_ckpt", True) and (getattr(cfg, "save_steps", -1) > 0 or
+                                                            getattr(cfg, "save_minutes", 0) > 0)
+    flag = "save_path" if getattr(cfg, "save_path", None) else "output_path"
+    interrupt.record(f"--{flag}", getattr(cfg, flag, None), getattr(cfg, "ckpt_path", None), writes)
 
 
 def take_lease(cfg: StageConfig) -> None:

@@ -1,0 +1,79 @@
+"""Interrupts that explain themselves: Ctrl-C of a stage CLI and SIGTERM of the demo end with one line
+saying what was committed, what resumes from which checkpoint and how to continue; the demo run again
+continues (committed stages skipped, the interrupted one from its checkpoint)."""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from alignment import storage
+from alignment.tiny_world.paths import tiny_dir
+from tests.conftest import REPO, python_env
+
+pytestmark = pytest.mark.integration
+
+
+def wait_for(found, proc: subprocess.Popen, timeout_s: float = 300):
+    deadline = time.monotonic() + timeout_s
+    while not (hit := found()):
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.5)
+    return hit
+
+
+def interrupted_lines(stderr: str) -> list[str]:
+    return [ln for ln in stderr.splitlines() if ln.startswith("interrupted")]
+
+
+def test_ctrl_c_of_a_stage_cli_names_its_checkpoint(tiny_base, tmp_path):
+    out, ckpt = tmp_path / "model", tmp_path / "ckpt"
+    cmd = [sys.executable, "-m", "alignment.cli.train_sft", "--pretrain", str(tiny_base), "--dataset",
+           f"{tiny_dir()}/sft/train.jsonl", "--input_key", "input", "--output_key", "output", "--max_len", "64",
+           "--train_batch_size", "8", "--micro_train_batch_size", "8", "--max_steps", "2000", "--save_steps", "2",
+           "--save_path", str(out), "--ckpt_path", str(ckpt)]
+    proc = subprocess.Popen(cmd, env=python_env(OMP_NUM_THREADS="2"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    wait_for(lambda: (ckpt / "global_step2" / storage.MANIFEST).exists(), proc)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    lines = interrupted_lines(err)
+    assert proc.returncode == 130 and len(lines) == 1, err[-3000:]
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+    assert f"interrupted (Ctrl-C): this run committed nothing at --save_path {out}; its newest checkpoint is " \
+           f"{ckpt}/global_step" in lines[0] and "run the same command with --load_checkpoint" in lines[0], lines[0]
+    assert not out.exists() and not (tmp_path / ".model.lease").exists()   # nothing staged left, lease released
+
+
+def test_demo_sigterm_then_rerun_continues(tmp_path):
+    """`make demo` is scripts/demo.py; here with short stages (its --sft/--rm/--ppo) in a private root."""
+    root = tmp_path / "demo"
+    cmd = [sys.executable, str(REPO / "scripts" / "demo.py"), "--root", str(root), "--no_heldout_eval",
+           "--sft", json.dumps({"max_steps": 400, "save_steps": 2, "logging_steps": 1, "eval_dataset": None}),
+           "--rm", json.dumps({"max_steps": 2, "eval_dataset": None}),
+           "--ppo", json.dumps({"max_samples": 16, "num_episodes": 1})]
+    env = python_env(PREFECT_HOME=str(tmp_path / "prefect"))
+    env.pop("PREFECT_API_URL", None)   # the demo's own ephemeral API, as on a user's machine
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    step = wait_for(lambda: next((root / "store" / "demo").glob("sft-*/checkpoints/global_step2/MANIFEST.json"),
+                                 None), proc, timeout_s=600)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=180)
+    lines = interrupted_lines(err)
+    assert proc.returncode == 143 and len(lines) == 1, (out + err)[-4000:]
+    sft_dir = step.parents[2]
+    assert lines[0].startswith("interrupted: committed: tiny_base; sft resumes from its checkpoint "
+                               f"{sft_dir}/checkpoints/global_step") and "run this command again" in lines[0], lines[0]
+    assert not storage.is_committed(sft_dir / "model")
+    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    shown = again.stdout + again.stderr
+    assert again.returncode == 0, shown[-4000:]
+    assert "stage tiny_base already committed" in shown and f"resuming stage sft from committed checkpoint {sft_dir}" \
+           in shown, shown[-4000:]
+    assert storage.is_committed(sft_dir / "model") and json.loads((root / "report.json").read_text())["stages"]["ppo"]
