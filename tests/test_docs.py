@@ -6,7 +6,9 @@ repository paths in code spans, code blocks and links; `alignment.cli.X` modules
 names; every `--flag` given to an `alignment.cli.X` command (in a code block or on the same line) and
 every "DPO's `--flag`" against that CLI's own parser; the keys of `--param sft='{...}'` overrides.
 The README's and quickstart's commands must be the project's: make targets in the Makefile, scripts
-that exist. Nothing here trains or starts a server: the parsers are built from the config classes.
+that exist. The parsers are built from the config classes; one test runs the quickstart's "Your own
+data" command (two steps on the tiny model) and tests/test_interrupts.py runs `make demo`'s script with
+short stages; `make demo-smol`'s flow is tests/test_sft_dpo_flow.py's.
 """
 from __future__ import annotations
 
@@ -276,3 +278,26 @@ def test_deployment_descriptions_quote_no_figure_the_docs_own():
     deployments = yaml.safe_load((REPO / "deployments" / "prefect.yaml").read_text())["deployments"]
     quoting = [d["name"] + ": " + d["description"] for d in deployments if "%" in d.get("description", "")]
     assert not quoting, quoting
+
+
+@pytest.mark.integration
+def test_the_quickstarts_own_data_command_runs(tiny_base, tmp_path):
+    """docs/quickstart.md's "Your own data" command as written, its placeholders filled (the tiny model, a
+    JSONL with `question`/`answer`) and two optimizer steps appended: it trains and commits."""
+    import subprocess
+    import sys
+
+    from tests.conftest import python_env
+    text = (REPO / "docs" / "quickstart.md").read_text()
+    section = text[text.index("## Your own data"):]
+    block = re.search(r"```bash\n(.*?)```", section, flags=re.S).group(1).replace("\\\n", " ")
+    argv = shlex.split(block)
+    assert argv[:3] == [".venv/bin/python", "-m", "alignment.cli.train_sft"], argv
+    rows = [json.loads(ln) for ln in (REPO / "alignflow/data/tiny/sft/train.jsonl").read_text().splitlines()[:256]]
+    data = tmp_path / "my.jsonl"
+    data.write_text("".join(json.dumps({"question": r["input"], "answer": r["output"]}) + "\n" for r in rows))
+    filled = {"/path/to/model": str(tiny_base), "my.jsonl": str(data), "runs/my-sft": str(tmp_path / "my-sft")}
+    cmd = [sys.executable, *[filled.get(a, a) for a in argv[1:]], "--max_steps", "2"]
+    proc = subprocess.run(cmd, env=python_env(OMP_NUM_THREADS="2"), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "my-sft" / "MANIFEST.json").exists()
