@@ -155,6 +155,13 @@ CASES = [
     ("rm_wrong_rejected_key", "train_rm", [*PAIRS, "--rejected_key", "worse"], "missing key 'worse'", False),
     ("kto_bad_label", "train_kto", [*KTO, "--label_key", "output"], "--label_key 'output'", False),
     ("ppo_ray_wrong_input_key", "train_ppo_ray", [*PPO, "--input_key", "question"], "missing key 'question'", False),
+    # a reward_func file, called once before any group is placed (alignment/cli/preflight.py)
+    ("ppo_ray_reward_signature", "train_ppo_ray", [*PPO, "--remote_rm_url", "@BAD@/reward_signature.py"],
+     "reward_func(queries) cannot be called as reward_func(queries, prompts, labels)", False),
+    ("ppo_ray_reward_wrong_length", "train_ppo_ray", [*PPO, "--remote_rm_url", "@BAD@/reward_length.py"],
+     "reward_length.py ['rewards']: expected 2 rewards, got 1", False),
+    ("ppo_reward_raises", "train_ppo", [*PPO, "--remote_rm_url", "@BAD@/reward_raises.py"],
+     "reward_func raised ValueError: no label", False),
     ("batch_null_prompt", "batch_inference", [*GEN, "--dataset", "@BAD@/null_prompt.jsonl"],
      "null_prompt.jsonl row 1: --input_key 'input' is null; expected a string", False),
 ]
@@ -229,6 +236,10 @@ def world(tiny_base, tmp_path_factory, moto_endpoint):
     (bad / "int_chosen.jsonl").write_text('{"prompt": "p", "chosen": "a", "rejected": "b"}\n'
                                           '{"prompt": "p", "chosen": 5, "rejected": "b"}\n')
     (bad / "typo.yaml").write_text("lerning_rate: 1e-5\n")
+    (bad / "reward_signature.py").write_text("def reward_func(queries):\n    return [0.0] * len(queries)\n")
+    (bad / "reward_length.py").write_text("def reward_func(queries, prompts, labels, **kwargs):\n"
+                                          "    return {'rewards': [1.0], 'extra_logs': {}}\n")
+    (bad / "reward_raises.py").write_text("def reward_func(queries, prompts, labels):\n    raise ValueError('no label')\n")
     (bad / "notes.txt").write_text("a file where a folder is meant\n")
     (bad / "null_prompt.jsonl").write_text('{"input": "p"}\n{"input": null}\n')
     (bad / "no_tokenizer").mkdir()

@@ -150,18 +150,25 @@ def test_vllm_engine_generates_and_receives_weights(ray_head, tiny_sft, tmp_path
 def test_train_ppo_and_train_ppo_ray_give_the_same_losses_at_one_rank(ray_head, tiny_sft, tmp_path):
     """One controller (alignment.ppo.controller), two backends: at one rank per model, same flags and
     seed, train_ppo's in-process models and train_ppo_ray's groups log the same losses and rewards
-    (two ranks: test_two_rank_actor_group_with_a_reward_function_resumes_and_equals_train_ppo)."""
+    (two ranks: test_two_rank_actor_group_with_a_reward_function_resumes_and_equals_train_ppo). The reward file
+    is written as OpenRLHF >= 0.8 writes them: **kwargs, and a dict of tensors whose extra_logs are logged."""
     from tests.conftest import run_module
+    reward = tmp_path / "dict_reward.py"
+    reward.write_text("import torch\nfrom alignment.tiny_world.reward import reward_func as rule\n\n\n"
+                      "def reward_func(queries, prompts, labels, **kwargs):\n"
+                      "    r = torch.tensor(rule(queries, prompts, labels))\n"
+                      "    return {'rewards': r, 'scores': r, 'extra_logs': {'correct': r, 'batch': len(r)}}\n")
     args = [*PROMPTS, "--pretrain", str(tiny_sft), "--label_key", "label",
-            "--remote_rm_url", str(REPO / "alignment/tiny_world/reward.py"), "--advantage_estimator", "group_norm",
+            "--remote_rm_url", str(reward), "--advantage_estimator", "group_norm",
             "--n_samples_per_prompt", "2", "--rollout_batch_size", "8", "--micro_rollout_batch_size", "8",
             "--train_batch_size", "16", "--micro_train_batch_size", "8", "--max_samples", "16",
             "--generate_max_len", "16", "--actor_learning_rate", "1e-4", "--seed", "3", "--num_threads", "1"]
     run_module("alignment.cli.train_ppo", [*args, "--save_path", str(tmp_path / "local")], threads=1)
     status, logs = ray_job(ray_head, [*args, "--save_path", str(tmp_path / "ray"), "--colocate_actor_ref"], "ppo-same")
     assert status.endswith("SUCCEEDED"), logs[-3000:]
-    keys = ("train/reward", "train/kl", "train/policy_loss", "train/response_length")
+    keys = ("train/reward", "train/kl", "train/policy_loss", "train/response_length", "train/reward/correct")
     local, ray = ([{k: r[k] for k in keys} for r in metric_rows(tmp_path / side)] for side in ("local", "ray"))
     assert len(local) == len(ray) == 2
     for a, b in zip(local, ray):
         assert all(abs(a[k] - b[k]) < 1e-5 for k in keys), (local, ray)
+        assert a["train/reward/correct"] == pytest.approx(a["train/reward"])   # the same rule, logged as extra_logs

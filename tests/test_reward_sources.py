@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import socket
+import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -74,13 +75,13 @@ def test_reward_func_file_errors(tmp_path):
 
 def test_server_batches_and_round_robins(server):
     client = RemoteRewardClient.from_flag(f"{url(server)},{url(server)}", batch_size=1)
-    assert client(QUERIES, PROMPTS, LABELS) == [1.0, 0.0]
+    assert client(QUERIES, PROMPTS, LABELS).rewards == [1.0, 0.0]
     assert [len(r["query"]) for r in server.requests] == [1, 1]
 
 
 def test_server_5xx_is_retried(server):
     server.mode = "flaky"
-    assert RemoteRewardClient.from_flag(url(server), backoff_s=0.01)(QUERIES, PROMPTS, LABELS) == [1.0, 0.0]
+    assert RemoteRewardClient.from_flag(url(server), backoff_s=0.01)(QUERIES, PROMPTS, LABELS).rewards == [1.0, 0.0]
     assert len(server.requests) == 2
 
 
@@ -109,3 +110,34 @@ def test_check_rewards_and_flag_parsing():
             check_rewards(bad, 2, "x")
     with pytest.raises(RewardError, match="give http"):
         RemoteRewardClient.from_flag("ftp://host/x")
+
+
+def test_reward_func_answers_as_openrlhf_writes_them():
+    """OpenRLHF >= 0.8: a dict of rewards, scores and extra_logs (tensors or lists); older files: a plain list."""
+    import torch
+
+    from alignment.rewards.reward_func import merge_outputs, parse_output
+    out = parse_output({"rewards": torch.tensor([1.0, 0.0]), "scores": [1, 1],
+                        "extra_logs": {"len": torch.tensor([3.0, 5.0]), "batch": 2}}, 2, "f.py")
+    assert (out.rewards, out.scores, out.logs) == ([1.0, 0.0], [1.0, 1.0], {"len": 4.0, "batch": 2.0})
+    assert parse_output({"rewards": [0.5, 0.5]}, 2, "f.py").scores == [0.5, 0.5]   # scores default to rewards
+    assert parse_output(torch.tensor([0.5, 1.0]), 2, "f.py").rewards == [0.5, 1.0]
+    merged = merge_outputs([parse_output({"rewards": [1.0], "extra_logs": {"x": [2.0]}}, 1, "a"),
+                            parse_output({"rewards": [0.0, 0.0], "extra_logs": {"x": [5.0, 5.0]}}, 2, "b")])
+    assert merged.rewards == [1.0, 0.0, 0.0] and merged.logs == {"x": 4.0}
+    for bad, needle in [({"scores": [1.0, 1.0]}, "needs 'rewards'"), ({"rewards": [1.0, 1.0], "extra": 1}, "got keys"),
+                        ({"rewards": [1.0]}, "['rewards']: expected 2 rewards, got 1"),
+                        ({"rewards": [1.0, 1.0], "extra_logs": {"x": [1.0, 2.0, 3.0]}}, "extra_logs['x'] has 3 values"),
+                        ({"rewards": [1.0, float("nan")]}, "reward 1 is nan")]:
+        with pytest.raises(RewardError, match=re.escape(needle)):
+            parse_output(bad, 2, "f.py")
+
+
+def test_reward_func_signature_is_checked_at_load(tmp_path):
+    (tmp_path / "one.py").write_text("def reward_func(queries):\n    return []\n")
+    with pytest.raises(RewardError, match=re.escape("reward_func(queries) cannot be called as reward_func(queries, "
+                                                    "prompts, labels); define it as reward_func(queries, prompts, "
+                                                    "labels, **kwargs)")):
+        load_reward_func(str(tmp_path / "one.py"))
+    (tmp_path / "kw.py").write_text("def reward_func(queries, prompts, labels, **kwargs):\n    return []\n")
+    assert load_reward_func(str(tmp_path / "kw.py"))([], [], []) == []

@@ -37,3 +37,33 @@ def take_lease(cfg: StageConfig) -> None:
     if not output or os.environ.get("RANK", "0") != "0":
         return
     lease.Lease(output, f"alignment.cli.{Path(sys.argv[0]).stem}").acquire()
+
+
+def check_reward_file(cfg: StageConfig) -> None:
+    """A --remote_rm_url .py file, before any group is placed or model loaded: its reward_func takes
+    (queries, prompts, labels) and answers two samples — the first two prompts of --prompt_data, with empty
+    responses — with two rewards (or the dict of rewards/scores/extra_logs). A wrong signature, a wrong
+    length or an exception is one line naming the file, not a failure after the groups started."""
+    from alignment.datasets.sources import read_rows
+    from alignment.rewards.reward_func import RewardError, load_reward_func, parse_output
+
+    path = getattr(cfg, "remote_rm_url", None)
+    if not path or not path.endswith(".py") or not getattr(cfg, "prompt_data", None):
+        return
+    fn = load_reward_func(path)
+    rows = read_rows(cfg.prompt_data.split(",")[0], cfg.prompt_split, "--prompt_data")[:2]
+    prompts = [_text(r.get(cfg.input_key)) for r in rows]
+    labels = [r.get(cfg.label_key) if cfg.label_key else None for r in rows]
+    try:
+        out = fn(list(prompts), list(prompts), labels)
+    except Exception as e:   # the user's code: whatever it raises is the one line
+        raise RewardError(f"{path}: reward_func raised {type(e).__name__}: {e} when called on the first "
+                          f"{len(rows)} prompts of --prompt_data with empty responses; it must score any response") from None
+    parse_output(out, len(rows), path)
+
+
+def _text(value: object) -> str:
+    """A prompt as text: a string, or a chat's messages joined."""
+    if isinstance(value, list):
+        return "\n".join(str(m.get("content", "")) if isinstance(m, dict) else str(m) for m in value)
+    return "" if value is None else str(value)

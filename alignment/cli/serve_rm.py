@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> None:
         out: list[float] = []
         for s in range(0, len(queries), cfg.batch_size):
             e = s + cfg.batch_size
-            out += [float(x) for x in reward(queries[s:e], prompts[s:e], labels[s:e]).tolist()]
+            out += [float(x) for x in reward(queries[s:e], prompts[s:e], labels[s:e]).rewards.tolist()]
         return out
 
     server = ThreadingHTTPServer((cfg.host, cfg.port), make_handler(score, source, cfg, count_tokens))

@@ -12,7 +12,7 @@ import dataclasses
 import logging
 
 from alignment.cli.common import run_main
-from alignment.cli.preflight import check_outputs
+from alignment.cli.preflight import check_outputs, check_reward_file
 from alignment.config import ConfigError, PPOConfig, parse_args
 from alignment.config.base import public_dict
 from alignment.config.ppo import PlacementConfig
@@ -77,6 +77,7 @@ def main(argv: list[str] | None = None) -> dict:
     refuse_ray_only(cfg)
     refuse_unbuilt(cfg)
     check_outputs(cfg)
+    check_reward_file(cfg)
     from alignment.datasets.prompts import load_prompts
     from alignment.distributed.runtime import init_runtime
     from alignment.models.builder import prepare

@@ -7,7 +7,7 @@ the stage runner); run directly, it starts a local Ray instance. The loop is in
 from __future__ import annotations
 
 from alignment.cli.common import run_main
-from alignment.cli.preflight import check_outputs
+from alignment.cli.preflight import check_outputs, check_reward_file
 from alignment.cli.train_ppo import refuse_unbuilt
 from alignment.config import ConfigError, PPOConfig, parse_args
 
@@ -29,6 +29,7 @@ def main(argv: list[str] | None = None) -> dict:
     cfg = parse_args(PPOConfig, argv, prog="alignment.cli.train_ppo_ray")
     refuse_unbuilt(cfg)
     check_outputs(cfg)
+    check_reward_file(cfg)
     if cfg.vllm_num_engines:
         check_vllm(cfg)
     from alignment.ppo.ray_driver import run

@@ -124,7 +124,7 @@ def score(samples: list[Sample], reward: Any, micro_batch_size: int) -> None:
     for s in range(0, len(samples), micro_batch_size):
         chunk = samples[s:s + micro_batch_size]
         for x, r in zip(chunk, reward([x.query for x in chunk], [x.prompt for x in chunk],
-                                      [x.label for x in chunk]).tolist()):
+                                      [x.label for x in chunk]).rewards.tolist()):
             x.reward = r
 
 

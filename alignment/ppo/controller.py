@@ -29,6 +29,7 @@ from alignment.losses.kl import KLController
 from alignment.ppo.batch import SequenceBatch, behaviour_logprobs, rollout_to_batch
 from alignment.ppo.experience import Experience, assemble, experience_metrics, needs_old_logprobs, uses_reference
 from alignment.ppo.loop import PPOState
+from alignment.rewards.scorer import Scored
 
 log = logging.getLogger(__name__)
 from alignment.rollout.types import Rollout, SamplingParams
@@ -57,7 +58,7 @@ class ModelGroups(Protocol):
     has_critic: bool
 
     def generate(self, prompt_ids: list[list[int]], iteration: int) -> Pending[Rollout]: ...
-    def scores(self, queries: list[str], prompts: list[str], labels: list) -> torch.Tensor: ...
+    def scores(self, queries: list[str], prompts: list[str], labels: list) -> Scored: ...
     def actor_logprobs(self, batch: SequenceBatch) -> Pending[torch.Tensor]: ...
     def ref_logprobs(self, batch: SequenceBatch) -> Pending[torch.Tensor]: ...
     def values(self, batch: SequenceBatch) -> Pending[torch.Tensor]: ...
@@ -169,9 +170,11 @@ class PPOController:
                else g.actor_logprobs(batch) if needs_old_logprobs(cfg) else None)
         ref = g.ref_logprobs(batch) if uses_reference(cfg) else None
         vals = g.values(batch) if g.has_critic else None
-        scores = g.scores(*reward_inputs(self.tokenizer, rollout, prompts)).float().clamp(*cfg.reward_clip_range)
+        scored = g.scores(*reward_inputs(self.tokenizer, rollout, prompts))
+        scores = scored.rewards.float().clamp(*cfg.reward_clip_range)
         exp = assemble(cfg, batch, scores, _get(old), _get(ref), _get(vals), self.kl_ctl.value, across=sum_across_ranks)
         metrics = experience_metrics(exp, rollout.finished)
+        metrics.update({f"reward/{k}": v for k, v in scored.logs.items()})   # a reward_func's extra_logs
         metrics.update(time_generate=t_gen - t0, time_experience=time.time() - t_gen)
         if cfg.async_train:   # updates between the sampling policy and the one about to train
             metrics["policy_lag"] = float(self.synced - gen.version)

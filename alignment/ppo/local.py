@@ -19,6 +19,7 @@ from alignment.config.ppo import PPOConfig
 from alignment.distributed.runtime import Runtime
 from alignment.models.reward_model import ValueCapture
 from alignment.ppo import rank_ops
+from alignment.rewards.scorer import Scored
 from alignment.ppo.batch import SequenceBatch
 from alignment.ppo.controller import Done, sampling_params
 from alignment.ppo.experience import Experience
@@ -46,7 +47,7 @@ class LocalGroups:
     def generate(self, prompt_ids: list[list[int]], iteration: int) -> Done[Rollout]:
         return Done(self.gen.generate(prompt_ids, sampling_params(self.cfg, iteration, self.rank, self.world)))
 
-    def scores(self, queries: list[str], prompts: list[str], labels: list) -> torch.Tensor:
+    def scores(self, queries: list[str], prompts: list[str], labels: list) -> Scored:
         return self.reward(queries, prompts, labels)
 
     def actor_logprobs(self, batch: SequenceBatch) -> Done[torch.Tensor]:

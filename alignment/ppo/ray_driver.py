@@ -25,6 +25,7 @@ from alignment.config.ppo import PPOConfig
 from alignment.distributed import placement
 from alignment.models.loading import resolve_model_path
 from alignment.ppo.batch import SequenceBatch
+from alignment.rewards.scorer import Scored
 from alignment.ppo.controller import PPOController, check_sizes, iterations_per_episode, sampling_params
 from alignment.ppo.experience import Experience
 from alignment.ppo.groups import ModelGroup, split
@@ -176,14 +177,14 @@ class RayGroups:
         return ShardedRollout([g.generate.remote(prompt_ids[s:e], sampling_params(self.cfg, iteration, r, len(generators)))
                                for r, (g, (s, e)) in enumerate(zip(generators, shards))], [s for s, _ in shards])
 
-    def scores(self, queries: list[str], prompts: list[str], labels: list) -> torch.Tensor:
+    def scores(self, queries: list[str], prompts: list[str], labels: list) -> Scored:
         import ray
         if self.function_reward is not None:
             return self.function_reward(queries, prompts, labels)
         group = self.groups["reward"]
         shards = split(len(queries), len(group.workers))
-        return torch.cat(ray.get([w.scores.remote(queries[s:e], prompts[s:e], labels[s:e])
-                                  for w, (s, e) in zip(group.workers, shards)]))
+        return Scored.concat(ray.get([w.scores.remote(queries[s:e], prompts[s:e], labels[s:e])
+                                      for w, (s, e) in zip(group.workers, shards)]))
 
     def actor_logprobs(self, batch: SequenceBatch) -> Gathered:
         return Gathered(self.groups["actor"].logprobs(batch))

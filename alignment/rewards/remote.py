@@ -1,6 +1,7 @@
 """Rewards from reward servers (`--remote_rm_url http://host:port/get_reward[,...]`).
 
-Protocol (OpenRLHF's): POST {"query": [...], "prompts": [...], "labels": [...]} -> {"rewards": [...]}.
+Protocol (OpenRLHF's): POST {"query": [...], "prompts": [...], "labels": [...]} -> {"rewards": [...]} (optionally
+with "scores" and "extra_logs", as a reward_func's dict: alignment/rewards/reward_func.py).
 Queries are sent in batches, spread round-robin over the URLs; connection errors and 5xx are
 retried with backoff, then raised naming the URL; a 4xx or a malformed reply is raised at once.
 """
@@ -14,7 +15,7 @@ import urllib.request
 from urllib.parse import urlsplit
 from dataclasses import dataclass
 
-from alignment.rewards.reward_func import RewardError, RewardServerDown, check_rewards
+from alignment.rewards.reward_func import RewardError, RewardOutput, RewardServerDown, merge_outputs, parse_output
 
 
 @dataclass
@@ -49,16 +50,16 @@ class RemoteRewardClient:
                                           f"({err.strerror or err}); is serve_rm running there?") from None
                     time.sleep(self.backoff_s * 2 ** attempt)
 
-    def __call__(self, queries: list[str], prompts: list[str], labels: list) -> list[float]:
-        rewards: list[float] = []
+    def __call__(self, queries: list[str], prompts: list[str], labels: list) -> RewardOutput:
+        parts = []
         for k, start in enumerate(range(0, len(queries), self.batch_size)):
             end = start + self.batch_size
             url = self.urls[k % len(self.urls)]
             body = {"query": queries[start:end], "prompts": prompts[start:end], "labels": list(labels[start:end])}
-            rewards += self._post(url, body)
-        return rewards
+            parts.append(self._post(url, body))
+        return merge_outputs(parts)
 
-    def _post(self, url: str, body: dict) -> list[float]:
+    def _post(self, url: str, body: dict) -> RewardOutput:
         data = json.dumps(body).encode()
         for attempt in range(self.retries + 1):
             request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
@@ -78,8 +79,9 @@ class RemoteRewardClient:
                                       f"is serve_rm running there?") from None
             time.sleep(self.backoff_s * 2 ** attempt)
         try:
-            rewards = json.loads(raw)["rewards"]
+            answer = json.loads(raw)
+            answer["rewards"]
         except (ValueError, KeyError, TypeError):
             raise RewardError(f"reward server {url} sent a malformed reply (expected JSON with 'rewards'): "
                               f"{raw[:120]!r}") from None
-        return check_rewards(rewards, len(body["query"]), f"reward server {url}")
+        return parse_output(answer, len(body["query"]), f"reward server {url}")

@@ -1,8 +1,10 @@
 """One callable for every reward source: reward models (weighted, optionally normalised by their
-own mean/std), a reward_func .py file, or reward servers. Returns a [B] float tensor."""
+own mean/std), a reward_func .py file, or reward servers. Returns a `Scored`: [B] rewards, [B] scores and
+the source's extra logs."""
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -10,9 +12,30 @@ import torch
 from alignment.config.groups import RewardSourceConfig
 from alignment.datasets.formatting import end_at_eos
 from alignment.rewards.remote import RemoteRewardClient
-from alignment.rewards.reward_func import check_rewards, load_reward_func
+from alignment.rewards.reward_func import RewardOutput, load_reward_func, parse_output
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Scored:
+    """What a reward source gave B samples."""
+    rewards: torch.Tensor                                 # [B] float: what the advantage is computed from
+    scores: torch.Tensor                                  # [B] float: what dynamic filtering reads
+    logs: dict[str, float] = field(default_factory=dict)  # the source's extra_logs, batch means
+
+    @staticmethod
+    def of(out: RewardOutput) -> "Scored":
+        return Scored(torch.tensor(out.rewards), torch.tensor(out.scores), dict(out.logs))
+
+    @staticmethod
+    def concat(parts: list["Scored"]) -> "Scored":
+        """Shards of one batch, in order (extra logs weighted by shard size)."""
+        sizes = [len(p.rewards) for p in parts]
+        names = {k for p in parts for k in p.logs}
+        logs = {k: sum(p.logs[k] * n for p, n in zip(parts, sizes) if k in p.logs) /
+                max(1, sum(n for p, n in zip(parts, sizes) if k in p.logs)) for k in names}
+        return Scored(torch.cat([p.rewards for p in parts]), torch.cat([p.scores for p in parts]), logs)
 
 
 class RewardModels:
@@ -33,7 +56,7 @@ class RewardModels:
             self.stats.append(read_reward_stats(local) if normalize else None)
 
     @torch.no_grad()
-    def __call__(self, queries: list[str], prompts: list[str], labels: list) -> torch.Tensor:
+    def __call__(self, queries: list[str], prompts: list[str], labels: list) -> Scored:
         total = torch.zeros(len(queries))
         for model, stats, w in zip(self.models, self.stats, self.weights):
             scores = torch.cat([self._score(model, queries[s:s + self.batch_size])
@@ -41,7 +64,7 @@ class RewardModels:
             if stats is not None:
                 scores = (scores - stats[0]) / max(stats[1], 1e-8)
             total += w * scores
-        return total
+        return Scored(total, total)
 
     def _score(self, model: torch.nn.Module, texts: list[str]) -> torch.Tensor:
         # read at the response's EOS, as in training (train_rm ends responses there), even when a
@@ -67,8 +90,9 @@ class FunctionReward:
             self.fn = RemoteRewardClient.from_flag(spec)
             self.fn.check_reachable()
 
-    def __call__(self, queries: list[str], prompts: list[str], labels: list) -> torch.Tensor:
-        return torch.tensor(check_rewards(self.fn(queries, prompts, labels), len(queries), self.source))
+    def __call__(self, queries: list[str], prompts: list[str], labels: list) -> Scored:
+        out = self.fn(queries, prompts, labels)
+        return Scored.of(out if isinstance(out, RewardOutput) else parse_output(out, len(queries), self.source))
 
 
 def make_reward(cfg: RewardSourceConfig, tokenizer: Any, dtype: torch.dtype, attn: str, device: str) -> Any:
