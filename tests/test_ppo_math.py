@@ -176,3 +176,34 @@ def test_behaviour_logprobs_sit_where_action_mask_scores_the_sampled_tokens():
     assert torch.equal(got != 0, batch.action_mask.bool())
     with pytest.raises(ValueError, match="not asked"):
         behaviour_logprobs(Rollout(prompt_ids=[[5]], response_ids=[[6]], prompt_index=[0], finished=[True]), batch)
+
+
+def test_gspo_loss_is_the_clipped_sequence_ratio_by_hand():
+    """GSPO (arXiv:2507.18071): s_i = exp(mean_t log(π/π_old)) over sequence i's response tokens; the loss is
+    −mean over tokens of min(s_i A, clip(s_i) A), computed here with plain Python floats."""
+    import math
+
+    from alignment.losses.ppo import gspo_loss
+    torch.manual_seed(0)
+    logp, old = torch.randn(3, 5) * 0.3 - 1.0, torch.randn(3, 5) * 0.3 - 1.0
+    adv = torch.tensor([[1.0] * 5, [-2.0] * 5, [0.5] * 5])
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0]], dtype=torch.float32)
+    loss, _ = gspo_loss(logp, old, adv, mask, 0.1, 0.15)
+    total, count = 0.0, 0
+    for i in range(3):
+        n = int(mask[i].sum())
+        s = math.exp(sum(float(logp[i, t] - old[i, t]) for t in range(n)) / n)
+        a = float(adv[i, 0])
+        per_token = -min(s * a, min(max(s, 0.9), 1.15) * a)
+        total, count = total + per_token * n, count + n
+    assert abs(loss.item() - total / count) < 1e-6
+    # its gradient reaches every response token, through the sequence's mean log-ratio
+    logp.requires_grad_(True)
+    gspo_loss(logp, old, adv, mask, 10.0, 10.0)[0].backward()
+    assert torch.all((logp.grad != 0) == mask.bool())
+
+
+def test_overlong_penalty_is_dapos_linear_ramp():
+    from alignment.losses.reward_shaping import overlong_penalty
+    got = overlong_penalty(torch.tensor([10, 12, 14, 16, 20]), max_len=20, buffer=8, factor=0.5)
+    assert got.tolist() == pytest.approx([0.0, 0.0, -0.125, -0.25, -0.5])

@@ -172,6 +172,13 @@ class AlgorithmConfig:
     eps_clip: float = opt(0.2, "PPO clip range (both sides unless --eps_clip_low_high)")
     eps_clip_low_high: Optional[list[float]] = opt(None, "Asymmetric clip range: low high")
     dual_clip: Optional[float] = opt(None, "Dual-clip constant c > 1 for negative advantages")
+    policy_loss_type: str = opt("ppo", "Actor objective: ppo (a ratio per token) or gspo (one ratio per sequence, "
+                                       "GSPO; pair it with a small --eps_clip_low_high, e.g. 3e-4 4e-4)",
+                                choices=("ppo", "gspo"))
+    overlong_buffer_len: Optional[int] = opt(None, "DAPO's overlong shaping: responses longer than --generate_max_len "
+                                                   "minus this many tokens lose reward linearly, down to "
+                                                   "--overlong_penalty_factor at --generate_max_len (unset: off)")
+    overlong_penalty_factor: float = opt(1.0, "The largest overlong penalty (with --overlong_buffer_len)")
     value_clip: float = opt(0.2, "Value clip range")
     critic_pretrain: Optional[str] = opt(None, "Critic initialisation (default: the reward model, as OpenRLHF)", path="model")
     reward_clip_range: list[float] = opt([-10.0, 10.0], "Clip rewards to this range")
@@ -204,6 +211,12 @@ class AlgorithmConfig:
                 f"--reward_clip_range {self.reward_clip_range}: give two numbers, low < high")
         require(self.actor_learning_rate > 0 and self.critic_learning_rate > 0,
                 "--actor_learning_rate and --critic_learning_rate must be > 0")
+        if self.overlong_buffer_len is not None:
+            require(0 < self.overlong_buffer_len < self.generate_max_len,
+                    f"--overlong_buffer_len {self.overlong_buffer_len}: must be between 0 and --generate_max_len "
+                    f"{self.generate_max_len} (the penalty starts that many tokens before the limit)")
+            require(self.overlong_penalty_factor >= 0,
+                    f"--overlong_penalty_factor {self.overlong_penalty_factor}: must be >= 0")
 
 
 @dataclass

@@ -3,6 +3,8 @@
 Policy: Schulman et al. 2017 (arXiv:1707.06347), eq. 7, with separate low/high clip (DAPO's
 "clip-higher", Yu et al. 2025, arXiv:2503.14476) and the dual clip of Ye et al. 2020
 (arXiv:1912.09729), which bounds the loss for negative advantages at −c·A.
+GSPO (Zheng et al. 2025, arXiv:2507.18071, `--policy_loss_type gspo`): the same clipped objective with one
+importance ratio per sequence, s = exp(mean over its response tokens of log ρ_t), shared by its tokens.
 Value: the clipped value loss of OpenAI baselines' PPO2.
 `agg` turns the per-token losses into the scalar: the masked mean of these rows by default, or one
 of `alignment.losses.aggregation`'s modes over the whole optimizer step.
@@ -35,6 +37,27 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
         objective = torch.where(advantages < 0, torch.max(objective, dual_clip * advantages), objective)
     clipped = (surr2 < surr1).to(logp.dtype)
     return agg(-objective, mask), masked_mean(clipped, mask).detach()
+
+
+def gspo_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+              eps_low: float = 0.2, eps_high: float = 0.2, dual_clip: float | None = None,
+              agg: Agg = masked_mean) -> tuple[torch.Tensor, torch.Tensor]:
+    """(loss, clip fraction). As policy_loss with ρ replaced by the sequence ratio s [B, 1] (the gradient flows
+    through the mean of the sequence's log-ratios, as in OpenRLHF's and the paper's sequence-level form)."""
+    tokens = mask.sum(-1).clamp(min=1)                                              # [B]
+    log_s = ((logp - old_logp) * mask).sum(-1) / tokens                             # [B]
+    ratio = torch.exp(log_s.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)).unsqueeze(-1)  # [B, 1]
+    surr1 = ratio * advantages
+    surr2 = ratio.clamp(1.0 - eps_low, 1.0 + eps_high) * advantages
+    objective = torch.min(surr1, surr2)
+    if dual_clip is not None:
+        objective = torch.where(advantages < 0, torch.max(objective, dual_clip * advantages), objective)
+    clipped = (surr2 < surr1).to(logp.dtype)
+    return agg(-objective, mask), masked_mean(clipped, mask).detach()
+
+
+# --policy_loss_type: the actor's objective
+POLICY_LOSSES = {"ppo": policy_loss, "gspo": gspo_loss}
 
 
 def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor,

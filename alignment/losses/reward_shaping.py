@@ -4,6 +4,8 @@ Shapes: B sequences, T response tokens; `mask` [B, T] is 1 on real response toke
   token_rewards: r_t = −β·KL_t on every response token, plus the (clipped) score on the last one
   (Ziegler et al. 2019, arXiv:1909.08593, eq. 2). With --use_kl_loss, β = 0 here and the KL goes
   into the actor loss instead.
+  overlong_penalty: DAPO's soft length penalty (Yu et al. 2025, arXiv:2503.14476, eq. 13), added to the score:
+  0 up to L_max − buffer response tokens, then falling linearly to −factor at L_max.
 """
 from __future__ import annotations
 
@@ -22,3 +24,9 @@ def token_rewards(scores: torch.Tensor, kl: torch.Tensor, mask: torch.Tensor, kl
     rows = torch.arange(scores.shape[0], device=scores.device)
     rewards[rows, last_token_index(mask)] += scores.float()
     return rewards
+
+
+def overlong_penalty(lengths: torch.Tensor, max_len: int, buffer: int, factor: float) -> torch.Tensor:
+    """[B] response lengths -> [B] penalties in [−factor, 0]."""
+    expected = max_len - buffer
+    return (-(lengths.float() - expected) / buffer).clamp(-1.0, 0.0) * factor

@@ -26,6 +26,7 @@ from alignment.config.base import require
 from alignment.config.ppo import PPOConfig
 from alignment.datasets.prompts import PromptSample
 from alignment.losses.kl import KLController
+from alignment.losses.reward_shaping import overlong_penalty
 from alignment.ppo.batch import SequenceBatch, behaviour_logprobs, rollout_to_batch
 from alignment.ppo.experience import Experience, assemble, experience_metrics, needs_old_logprobs, uses_reference
 from alignment.ppo.loop import PPOState
@@ -172,9 +173,15 @@ class PPOController:
         vals = g.values(batch) if g.has_critic else None
         scored = g.scores(*reward_inputs(self.tokenizer, rollout, prompts))
         scores = scored.rewards.float().clamp(*cfg.reward_clip_range)
+        if cfg.overlong_buffer_len:   # DAPO's soft length penalty, on the reward (not on the scores)
+            penalty = overlong_penalty(batch.action_mask.sum(-1), cfg.generate_max_len, cfg.overlong_buffer_len,
+                                       cfg.overlong_penalty_factor)
+            scores = scores + penalty
         exp = assemble(cfg, batch, scores, _get(old), _get(ref), _get(vals), self.kl_ctl.value, across=sum_across_ranks)
         metrics = experience_metrics(exp, rollout.finished)
         metrics.update({f"reward/{k}": v for k, v in scored.logs.items()})   # a reward_func's extra_logs
+        if cfg.overlong_buffer_len:
+            metrics["overlong_penalty"] = penalty.mean().item()
         metrics.update(time_generate=t_gen - t0, time_experience=time.time() - t_gen)
         if cfg.async_train:   # updates between the sampling policy and the one about to train
             metrics["policy_lag"] = float(self.synced - gen.version)

@@ -15,7 +15,7 @@ from alignment.config.ppo import PPOConfig
 from alignment.losses.aggregation import StepTotals, aggregate
 from alignment.losses.kl import kl_estimate
 from alignment.losses.nll import masked_mean
-from alignment.losses.ppo import policy_loss, value_loss
+from alignment.losses.ppo import POLICY_LOSSES, value_loss
 from alignment.ppo.batch import SequenceBatch, action_logprobs
 from alignment.ppo.experience import Experience
 from alignment.ppo.packed import Packing, pack, unpack
@@ -199,7 +199,8 @@ def train_actor(actor: Any, exp: Experience, cfg: PPOConfig, kl_coef: float, see
         mask = b.action_mask
         logp = action_logprobs(actor, b, packing)
         old = logp.detach() if mb.old_logp is None else mb.old_logp.to(dev)   # None: on-policy (needs_old_logprobs)
-        ploss, clipfrac = policy_loss(logp, old, mb.advantages.to(dev), mask, eps_low, eps_high, cfg.dual_clip, agg)
+        objective = POLICY_LOSSES[cfg.policy_loss_type]
+        ploss, clipfrac = objective(logp, old, mb.advantages.to(dev), mask, eps_low, eps_high, cfg.dual_clip, agg)
         loss, row = ploss, {"policy_loss": ploss.item(), "clipfrac": clipfrac.item(),
                             # how far this update has moved π from the policy that sampled (k3 estimate)
                             "approx_kl": masked_mean(kl_estimate(logp.detach(), old, "k3"), mask).item()}
