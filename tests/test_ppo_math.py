@@ -207,3 +207,19 @@ def test_overlong_penalty_is_dapos_linear_ramp():
     from alignment.losses.reward_shaping import overlong_penalty
     got = overlong_penalty(torch.tensor([10, 12, 14, 16, 20]), max_len=20, buffer=8, factor=0.5)
     assert got.tolist() == pytest.approx([0.0, 0.0, -0.125, -0.25, -0.5])
+
+
+def test_is_correction_weights_are_the_truncated_ratio_by_hand():
+    """--enable_vllm_is_correction: w_t = min(exp(trainer log-prob − engine log-prob), C), 0 off the response,
+    multiplying each token's clipped term."""
+    import math
+
+    from alignment.losses.ppo import is_weights
+    trainer = torch.tensor([[-1.0, -2.0, -0.5, 0.0]])
+    engine = torch.tensor([[-1.2, -1.0, -2.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
+    w = is_weights(trainer, engine, mask, cap=2.0)
+    assert w.tolist()[0] == pytest.approx([math.exp(0.2), math.exp(-1.0), 2.0, 0.0])   # exp(1.5) > 2: truncated
+    adv = torch.tensor([[1.0, -1.0, 0.5, 0.0]])
+    weighted, _ = policy_loss(trainer, trainer, adv, mask, weight=w)     # ratio 1: each term is −A·w
+    assert weighted.item() == pytest.approx(-(math.exp(0.2) * 1.0 - math.exp(-1.0) + 2.0 * 0.5) / 3)

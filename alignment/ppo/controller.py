@@ -26,6 +26,7 @@ from alignment.config.base import require
 from alignment.config.ppo import PPOConfig
 from alignment.datasets.prompts import PromptSample
 from alignment.losses.kl import KLController
+from alignment.losses.ppo import is_weights
 from alignment.losses.reward_shaping import overlong_penalty
 from alignment.ppo.batch import SequenceBatch, behaviour_logprobs, rollout_to_batch
 from alignment.ppo.experience import Experience, assemble, experience_metrics, needs_old_logprobs, uses_reference
@@ -97,7 +98,8 @@ def sampling_params(cfg: PPOConfig, iteration: int, shard: int = 0, shards: int 
     """Shard k of `shards` generators samples with its own seed, a function of (--seed, iteration),
     so a resumed iteration draws the same samples."""
     return SamplingParams(cfg.generate_max_len, cfg.temperature, cfg.top_p, cfg.n_samples_per_prompt,
-                          seed=cfg.seed * 100_003 + iteration * shards + shard, logprobs=cfg.async_train)
+                          seed=cfg.seed * 100_003 + iteration * shards + shard,
+                          logprobs=cfg.async_train or cfg.enable_vllm_is_correction)
 
 
 def reward_inputs(tokenizer: Any, rollout: Rollout, prompts: list[PromptSample]) -> tuple[list, list, list]:
@@ -167,8 +169,9 @@ class PPOController:
         batch = rollout_to_batch(rollout, self.tokenizer.pad_token_id)
         # started together: on Ray the actor, reference and critic groups compute at the same time.
         # --async_train: the ratio's denominator is the policy that sampled, as the engine scored it
+        # --enable_vllm_is_correction: the trainer's own log-probs too, to weigh the engine's samples by
         old = (Done(behaviour_logprobs(rollout, batch)) if cfg.async_train
-               else g.actor_logprobs(batch) if needs_old_logprobs(cfg) else None)
+               else g.actor_logprobs(batch) if needs_old_logprobs(cfg) or cfg.enable_vllm_is_correction else None)
         ref = g.ref_logprobs(batch) if uses_reference(cfg) else None
         vals = g.values(batch) if g.has_critic else None
         scored = g.scores(*reward_inputs(self.tokenizer, rollout, prompts))
@@ -178,6 +181,9 @@ class PPOController:
                                        cfg.overlong_penalty_factor)
             scores = scores + penalty
         exp = assemble(cfg, batch, scores, _get(old), _get(ref), _get(vals), self.kl_ctl.value, across=sum_across_ranks)
+        if cfg.enable_vllm_is_correction:
+            exp.is_weight = is_weights(exp.old_logp, behaviour_logprobs(rollout, batch), batch.action_mask,
+                                       cfg.vllm_is_truncated_threshold)
         metrics = experience_metrics(exp, rollout.finished)
         metrics.update({f"reward/{k}": v for k, v in scored.logs.items()})   # a reward_func's extra_logs
         if cfg.overlong_buffer_len:

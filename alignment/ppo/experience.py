@@ -24,6 +24,7 @@ class Experience:
     returns: torch.Tensor
     scores: torch.Tensor       # [B] clipped sequence rewards
     kl: torch.Tensor           # [B, L-1] per-token KL estimate (0 off the response)
+    is_weight: torch.Tensor | None = None  # [B, L-1] --enable_vllm_is_correction: truncated engine/trainer weights
 
     def __len__(self) -> int:
         return len(self.batch.prompt_index)
@@ -31,14 +32,14 @@ class Experience:
     def rows(self, idx: list[int]) -> "Experience":
         pick = (lambda t: None if t is None else t[idx])  # noqa: E731
         return Experience(self.batch.pick(idx), pick(self.old_logp), pick(self.ref_logp), pick(self.values),
-                          self.advantages[idx], self.returns[idx], self.scores[idx], self.kl[idx])
+                          self.advantages[idx], self.returns[idx], self.scores[idx], self.kl[idx], pick(self.is_weight))
 
     def trimmed(self) -> "Experience":
         """Without the padding columns all its rows share (SequenceBatch.trimmed)."""
         batch = self.batch.trimmed()
         cut = (lambda t: None if t is None else t[:, :batch.width - 1])  # noqa: E731
         return Experience(batch, cut(self.old_logp), cut(self.ref_logp), cut(self.values), cut(self.advantages),
-                          cut(self.returns), self.scores, cut(self.kl))
+                          cut(self.returns), self.scores, cut(self.kl), cut(self.is_weight))
 
     def shards(self, n: int) -> list["Experience"]:
         """n contiguous, equal parts (one per rank of a training group)."""
@@ -84,4 +85,7 @@ def experience_metrics(exp: Experience, finished: list[bool]) -> dict[str, float
            "finished": sum(finished) / max(len(finished), 1)}
     if exp.ref_logp is not None:   # no reference loaded (no KL term): the KL was not measured, so no row claims 0
         out["kl"] = exp.kl.sum(-1).mean().item()
+    if exp.is_weight is not None:
+        mask = exp.batch.action_mask.bool()
+        out["is_weight"] = exp.is_weight[mask].mean().item()
     return out

@@ -200,7 +200,9 @@ def train_actor(actor: Any, exp: Experience, cfg: PPOConfig, kl_coef: float, see
         logp = action_logprobs(actor, b, packing)
         old = logp.detach() if mb.old_logp is None else mb.old_logp.to(dev)   # None: on-policy (needs_old_logprobs)
         objective = POLICY_LOSSES[cfg.policy_loss_type]
-        ploss, clipfrac = objective(logp, old, mb.advantages.to(dev), mask, eps_low, eps_high, cfg.dual_clip, agg)
+        weight = None if mb.is_weight is None else mb.is_weight.to(dev)   # --enable_vllm_is_correction
+        ploss, clipfrac = objective(logp, old, mb.advantages.to(dev), mask, eps_low, eps_high, cfg.dual_clip, agg,
+                                    weight)
         loss, row = ploss, {"policy_loss": ploss.item(), "clipfrac": clipfrac.item(),
                             # how far this update has moved π from the policy that sampled (k3 estimate)
                             "approx_kl": masked_mean(kl_estimate(logp.detach(), old, "k3"), mask).item()}
