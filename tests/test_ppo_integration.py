@@ -129,3 +129,27 @@ def test_a_reward_server_that_stays_down_is_a_transient_fault(tiny_sft, tmp_path
     assert proc.returncode == EXIT_TRANSIENT and len(errors) == 1, proc.stderr[-2000:]
     assert "reward server http://127.0.0.1:9/get_reward unreachable" in errors[0] and "transient" in errors[0]
     assert "Traceback" not in proc.stderr
+
+
+def test_dynamic_filtering_drops_groups_that_teach_nothing_and_refills(tiny_sft, tmp_path):
+    """--dynamic_filtering: a reward file gives every sample of an even-answer prompt 1.0 (a group all right:
+    zero advantage) and alternates 1, 0 within odd-answer groups (mean 0.5). Only the mixed groups may be
+    trained on, so each iteration's reward is exactly 0.5, and the dropped groups were replaced by refills."""
+    reward = tmp_path / "parity_reward.py"
+    reward.write_text("def reward_func(queries, prompts, labels, **kwargs):\n"
+                      "    r = [1.0 if int(label) % 2 == 0 else float(i % 2 == 0) for i, label in enumerate(labels)]\n"
+                      "    return {'rewards': r, 'scores': r}\n")
+    out = tmp_path / "dapo"
+    run_module("alignment.cli.train_ppo", [
+        "--pretrain", str(tiny_sft), "--save_path", str(out), *PROMPTS, "--remote_rm_url", str(reward),
+        "--advantage_estimator", "group_norm", "--n_samples_per_prompt", "4", "--dynamic_filtering",
+        "--dynamic_filtering_reward_range", "0", "1", "--rollout_batch_size", "8", "--micro_rollout_batch_size", "32",
+        "--train_batch_size", "32", "--micro_train_batch_size", "16", "--max_samples", "16",
+        "--actor_learning_rate", "1e-5", "--init_kl_coef", "0"])
+    rows = metric_rows(out)
+    assert [r["step"] for r in rows] == [1, 2]
+    for r in rows:
+        generated = r["train/dynamic_filtering/prompts_generated"]
+        assert r["train/reward"] == pytest.approx(0.5), rows             # no all-right group was trained on
+        assert generated > 8 and r["train/dynamic_filtering/refill_rounds"] >= 1, rows
+        assert r["train/dynamic_filtering/dropped_fraction"] == pytest.approx(1 - 8 / generated)

@@ -223,3 +223,10 @@ def test_is_correction_weights_are_the_truncated_ratio_by_hand():
     adv = torch.tensor([[1.0, -1.0, 0.5, 0.0]])
     weighted, _ = policy_loss(trainer, trainer, adv, mask, weight=w)     # ratio 1: each term is −A·w
     assert weighted.item() == pytest.approx(-(math.exp(0.2) * 1.0 - math.exp(-1.0) + 2.0 * 0.5) / 3)
+
+
+def test_dynamic_filtering_keeps_groups_strictly_inside_the_range():
+    from alignment.ppo.dynamic_sampling import kept_groups
+    scores = torch.tensor([1.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.5, 0.5])   # 5 groups of 2
+    assert kept_groups(scores, 2, 0.0, 1.0) == [2, 4]
+    assert kept_groups(scores, 2, -1.0, 1.0) == [1, 2, 3, 4]

@@ -177,6 +177,11 @@ class AlgorithmConfig:
                                                  "sampling between the vLLM engine that sampled and the trainer",
                                           aliases=("--vllm_enable_is_correction",))
     vllm_is_truncated_threshold: float = opt(2.0, "The cap of --enable_vllm_is_correction's weights")
+    dynamic_filtering: bool = opt(False, "DAPO's dynamic sampling: drop the groups whose mean score is outside "
+                                         "--dynamic_filtering_reward_range (all right or all wrong: zero advantage) "
+                                         "and sample more prompts until the batch is full")
+    dynamic_filtering_reward_range: list[float] = opt([0.0, 1.0], "Keep groups whose mean score is strictly inside "
+                                                                  "LOW HIGH")
     policy_loss_type: str = opt("ppo", "Actor objective: ppo (a ratio per token) or gspo (one ratio per sequence, "
                                        "GSPO; pair it with a small --eps_clip_low_high, e.g. 3e-4 4e-4)",
                                 choices=("ppo", "gspo"))
@@ -230,6 +235,13 @@ class PPOConfig(LoggingConfig, CheckpointConfig, TrainConfig, LoraConfig, LoraSa
     """PPO / REINFORCE++ / RLOO / GRPO on Ray (`python -m alignment.cli.train_ppo_ray`)."""
 
     def check_ppo(self) -> None:
+        if self.dynamic_filtering:
+            require(ESTIMATORS[self.advantage_estimator].group,
+                    f"--dynamic_filtering drops the groups a group estimator gives zero advantage; --advantage_estimator "
+                    f"{self.advantage_estimator} compares no groups: use group_norm, rloo, reinforce_baseline or dr_grpo")
+            lo_hi = self.dynamic_filtering_reward_range
+            require(len(lo_hi) == 2 and lo_hi[0] < lo_hi[1],
+                    f"--dynamic_filtering_reward_range {lo_hi}: give two numbers, LOW < HIGH (e.g. 0 1)")
         if self.enable_vllm_is_correction:
             require(self.vllm_num_engines >= 1,
                     "--enable_vllm_is_correction weighs vLLM engines' samples for the trainer; with the HF engine the "

@@ -29,6 +29,7 @@ from alignment.losses.kl import KLController
 from alignment.losses.ppo import is_weights
 from alignment.losses.reward_shaping import overlong_penalty
 from alignment.ppo.batch import SequenceBatch, behaviour_logprobs, rollout_to_batch
+from alignment.ppo.dynamic_sampling import MAX_ROUNDS, Groups, kept_groups, refill_key, refill_prompts
 from alignment.ppo.experience import Experience, assemble, experience_metrics, needs_old_logprobs, uses_reference
 from alignment.ppo.loop import PPOState
 from alignment.rewards.scorer import Scored
@@ -166,6 +167,9 @@ class PPOController:
         if cfg.async_train:
             self.generate_ahead(iteration)
         t_gen = time.time()
+        scored, dyn = None, {}
+        if cfg.dynamic_filtering:   # scored first: the groups that teach nothing are replaced before any forward pass
+            prompts, rollout, scored = self.filtered(iteration, prompts, rollout, dyn)
         batch = rollout_to_batch(rollout, self.tokenizer.pad_token_id)
         # started together: on Ray the actor, reference and critic groups compute at the same time.
         # --async_train: the ratio's denominator is the policy that sampled, as the engine scored it
@@ -174,7 +178,7 @@ class PPOController:
                else g.actor_logprobs(batch) if needs_old_logprobs(cfg) or cfg.enable_vllm_is_correction else None)
         ref = g.ref_logprobs(batch) if uses_reference(cfg) else None
         vals = g.values(batch) if g.has_critic else None
-        scored = g.scores(*reward_inputs(self.tokenizer, rollout, prompts))
+        scored = scored or g.scores(*reward_inputs(self.tokenizer, rollout, prompts))
         scores = scored.rewards.float().clamp(*cfg.reward_clip_range)
         if cfg.overlong_buffer_len:   # DAPO's soft length penalty, on the reward (not on the scores)
             penalty = overlong_penalty(batch.action_mask.sum(-1), cfg.generate_max_len, cfg.overlong_buffer_len,
@@ -188,10 +192,41 @@ class PPOController:
         metrics.update({f"reward/{k}": v for k, v in scored.logs.items()})   # a reward_func's extra_logs
         if cfg.overlong_buffer_len:
             metrics["overlong_penalty"] = penalty.mean().item()
+        metrics.update(dyn)
         metrics.update(time_generate=t_gen - t0, time_experience=time.time() - t_gen)
         if cfg.async_train:   # updates between the sampling policy and the one about to train
             metrics["policy_lag"] = float(self.synced - gen.version)
         return exp, metrics
+
+    def filtered(self, iteration: int, prompts: list[PromptSample], rollout: Rollout,
+                 metrics: dict[str, float]) -> tuple[list[PromptSample], Rollout, Scored]:
+        """--dynamic_filtering (alignment/ppo/dynamic_sampling.py): this iteration's prompts and samples with the
+        groups whose mean score is outside --dynamic_filtering_reward_range replaced by refills; `metrics` gets
+        the dropped fraction, the refill rounds and the prompts generated."""
+        cfg, g, n = self.cfg, self.groups, self.cfg.n_samples_per_prompt
+        low, high = cfg.dynamic_filtering_reward_range
+        need, kept, dropped = len(prompts), Groups.empty(), Groups.empty()
+        generated, round_ = 0, 0
+        while True:
+            scored = g.scores(*reward_inputs(self.tokenizer, rollout, prompts))
+            keep = kept_groups(scored.scores, n, low, high)
+            generated += len(prompts)
+            kept.add(prompts, rollout, scored, keep[:need - len(kept.prompts)], n)
+            dropped.add(prompts, rollout, scored, [k for k in range(len(prompts)) if k not in keep], n)
+            if len(kept.prompts) >= need or round_ == MAX_ROUNDS:
+                break
+            round_ += 1
+            prompts = refill_prompts(self.prompts, need - len(kept.prompts), cfg.seed, iteration, round_, g.rank)
+            rollout = g.generate([p.ids for p in prompts], refill_key(iteration, round_, self.total_iterations)).get()
+        short = need - len(kept.prompts)
+        if short:   # zero-advantage groups keep the batch shape and change no gradient
+            log.warning("--dynamic_filtering: iteration %d found %d of %d groups with mixed scores after %d refill "
+                        "rounds; topped up with %d dropped groups", iteration + 1, len(kept.prompts), need, round_, short)
+            kept.add(dropped.prompts, dropped.rollout, dropped.merged(), list(range(short)), n)
+        metrics.update({"dynamic_filtering/dropped_fraction": 1.0 - (need - short) / generated,
+                        "dynamic_filtering/refill_rounds": float(round_),
+                        "dynamic_filtering/prompts_generated": float(generated)})
+        return kept.prompts, kept.rollout, kept.merged()
 
     def step(self, iteration: int) -> dict[str, float]:
         """One whole iteration; its metrics, averaged over the launcher's ranks."""

@@ -1,0 +1,69 @@
+"""DAPO's dynamic sampling (Yu et al. 2025, arXiv:2503.14476, §3.2; OpenRLHF's --dynamic_filtering).
+
+A group of n samples of one prompt whose scores are all right or all wrong has zero advantage under a group
+estimator (group_norm, rloo, reinforce_baseline, dr_grpo): it costs a training pass and teaches nothing. So
+the groups whose mean score is outside (low, high) are dropped and more prompts are sampled until the
+iteration has --rollout_batch_size prompts' worth of groups again.
+
+Refill prompts are drawn by a seeded choice of (--seed, iteration, round, rank), and their samples use
+seeds of their own, so a resumed iteration draws the same ones. After MAX_ROUNDS refills an iteration that
+is still short is topped up with dropped groups, so every iteration keeps the batch shape the step sizes were
+checked for: their advantage is zero under group_norm, rloo and dr_grpo (no policy gradient; a KL loss still
+applies), while reinforce_baseline's whitening shifts it by the batch mean.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import torch
+
+from alignment.datasets.prompts import PromptSample
+from alignment.rewards.scorer import Scored
+from alignment.rollout.types import Rollout
+
+MAX_ROUNDS = 8
+_EPS = 1e-6
+
+
+def kept_groups(scores: torch.Tensor, n: int, low: float, high: float) -> list[int]:
+    """[P·n] scores, n per group in order -> the positions of the groups whose mean is strictly inside (low, high)."""
+    means = scores.float().view(-1, n).mean(-1)
+    return [g for g, m in enumerate(means.tolist()) if low + _EPS < m < high - _EPS]
+
+
+@dataclass
+class Groups:
+    """Whole groups gathered across rounds: prompts, their samples and their scores, in order."""
+    prompts: list[PromptSample]
+    rollout: Rollout
+    scored: list[Scored]
+
+    @staticmethod
+    def empty() -> "Groups":
+        return Groups([], Rollout(), [])
+
+    def add(self, prompts: list[PromptSample], rollout: Rollout, scored: Scored, groups: list[int], n: int) -> None:
+        for g in groups:
+            rows = list(range(g * n, (g + 1) * n))
+            part = Rollout([rollout.prompt_ids[i] for i in rows], [rollout.response_ids[i] for i in rows], [0] * n,
+                           [rollout.finished[i] for i in rows],
+                           [rollout.logprobs[i] for i in rows] if rollout.logprobs else [])
+            self.rollout.extend(part, index_offset=len(self.prompts))
+            self.prompts.append(prompts[g])
+            self.scored.append(Scored(scored.rewards[rows], scored.scores[rows], scored.logs))
+
+    def merged(self) -> Scored:
+        return Scored.concat(self.scored)
+
+
+def refill_prompts(pool: list[PromptSample], k: int, seed: int, iteration: int, round_: int,
+                   rank: int) -> list[PromptSample]:
+    """k prompts for refill round `round_` of `iteration` (on controller `rank`): a seeded choice."""
+    rng = random.Random(f"{seed}-{iteration}-{round_}-{rank}")
+    return [pool[i] for i in rng.sample(range(len(pool)), min(k, len(pool)))]
+
+
+def refill_key(iteration: int, round_: int, total_iterations: int) -> int:
+    """The 'iteration' a refill round's samples are seeded by (sampling_params): past every real one."""
+    return total_iterations * round_ + iteration
