@@ -61,7 +61,7 @@ def trained(tiny_base, tmp_path_factory):
     work = tmp_path_factory.mktemp("integrity")
     out, ckpt = work / "model", work / "ckpt"
     first = sft(["--pretrain", str(tiny_base), "--save_path", str(out), "--ckpt_path", str(ckpt), "--max_steps", "4",
-                 "--save_steps", "2"], env={"ALIGNFLOW_HANG_AT_STEP": "3"}, wait=False)
+                 "--save_steps", "2", "--save_hf_ckpt"], env={"ALIGNFLOW_HANG_AT_STEP": "3"}, wait=False)
     try:
         deadline = time.monotonic() + 180
         while not (ckpt / "global_step2" / storage.MANIFEST).exists():   # training, lease held, hanging at step 3
@@ -78,6 +78,15 @@ def trained(tiny_base, tmp_path_factory):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "taking over the lease" in done.stderr
     return work, out, ckpt, second
+
+
+def test_save_hf_ckpt_puts_a_loadable_model_in_each_checkpoint(trained):
+    """--save_hf_ckpt: <ckpt>/global_step<N>/model/hf/ loads with plain from_pretrained, and is in the manifest."""
+    from transformers import AutoModelForCausalLM
+    _, _, ckpt, _ = trained
+    step2 = ckpt / "global_step2"
+    assert "model/hf/model.safetensors" in json.loads((step2 / storage.MANIFEST).read_text())["files"]
+    assert AutoModelForCausalLM.from_pretrained(step2 / "model" / "hf").config.model_type == "llama"
 
 
 def test_second_writer_is_refused_naming_the_first(trained):

@@ -145,9 +145,12 @@ def test_dynamic_filtering_drops_groups_that_teach_nothing_and_refills(tiny_sft,
         "--advantage_estimator", "group_norm", "--n_samples_per_prompt", "4", "--dynamic_filtering",
         "--dynamic_filtering_reward_range", "0", "1", "--rollout_batch_size", "8", "--micro_rollout_batch_size", "32",
         "--train_batch_size", "32", "--micro_train_batch_size", "16", "--max_samples", "16",
-        "--actor_learning_rate", "1e-5", "--init_kl_coef", "0"])
+        "--actor_learning_rate", "1e-5", "--init_kl_coef", "0",
+        "--save_steps", "2", "--save_hf_ckpt", "--ckpt_path", str(tmp_path / "ckpt")])
     rows = metric_rows(out)
     assert [r["step"] for r in rows] == [1, 2]
+    from transformers import AutoModelForCausalLM    # --save_hf_ckpt: the actor as an HF folder in the checkpoint
+    AutoModelForCausalLM.from_pretrained(tmp_path / "ckpt" / "global_step2" / "actor" / "hf")
     for r in rows:
         generated = r["train/dynamic_filtering/prompts_generated"]
         assert r["train/reward"] == pytest.approx(0.5), rows             # no all-right group was trained on

@@ -231,6 +231,8 @@ class CheckpointConfig:
     load_checkpoint: bool = opt(False, "Resume from the newest committed checkpoint under --ckpt_path", identity=False)
     max_ckpt_num: int = opt(3, "Keep this many resumable checkpoints", identity=False)
     disable_ds_ckpt: bool = opt(False, "Don't write resumable checkpoints (final model only)", identity=False)
+    save_hf_ckpt: bool = opt(False, "Also save an HF-format copy of the model (PPO: the actor) in every checkpoint, "
+                                    "as <ckpt>/global_step<N>/<role>/hf/, committed and verified with it", identity=False)
 
     def check_checkpoint(self) -> None:
         require(self.max_ckpt_num >= 1, f"--max_ckpt_num {self.max_ckpt_num}: must be >= 1")

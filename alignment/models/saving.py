@@ -87,6 +87,17 @@ def save_hf_model(module: torch.nn.Module, state: dict[str, torch.Tensor], token
     return out
 
 
+def save_hf_copy(engine: Any, tokenizer: Any, out_dir: Path | None, extra_config: dict[str, Any] | None = None,
+                 rename: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]] | None = None,
+                 lora: LoraSave | None = None) -> None:
+    """--save_hf_ckpt: an HF-format copy of the engine's model in `out_dir`, as the final commit would save it
+    (None: this rank writes nothing). Collective: every rank calls (ZeRO-3 gathers)."""
+    state = full_state_dict(engine)
+    if out_dir is not None and state is not None:
+        check_weights(state, f"the --save_hf_ckpt copy in {out_dir}")
+        save_hf_model(engine.module, state, tokenizer, out_dir, extra_config, rename, lora)
+
+
 def commit_model(out: StagedOutput, engine: Any, tokenizer: Any, metadata: dict[str, Any],
                  extra_config: dict[str, Any] | None = None,
                  rename: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]] | None = None,

@@ -18,6 +18,7 @@ from alignment.config.base import public_dict
 from alignment.config.ppo import PPOConfig
 from alignment.distributed.runtime import Runtime
 from alignment.models.reward_model import ValueCapture
+from alignment.models.saving import lora_save, save_hf_copy
 from alignment.ppo import rank_ops
 from alignment.rewards.scorer import Scored
 from alignment.ppo.batch import SequenceBatch
@@ -33,9 +34,10 @@ log = logging.getLogger(__name__)
 
 class LocalGroups:
     def __init__(self, cfg: PPOConfig, rt: Runtime, actor: Any, critic: Any | None, ref: torch.nn.Module | None,
-                 reward: Callable[[list[str], list[str], list], torch.Tensor], tokenizer: Any,
+                 reward: Callable[[list[str], list[str], list], Scored], tokenizer: Any,
                  critic_scale: tuple[float, float] | None = None, packing: Packing | None = None):
         self.cfg, self.rt, self.actor, self.critic, self.ref, self.reward = cfg, rt, actor, critic, ref, reward
+        self.tokenizer = tokenizer
         self.rank, self.world, self.has_critic = rt.rank, rt.world_size, critic is not None
         self.packing = packing   # --packing_samples: the training and scoring forward passes on packed rows
         self.micro = cfg.micro_rollout_batch_size
@@ -71,8 +73,10 @@ class LocalGroups:
     def save(self, state: PPOState) -> None:
         from alignment.trainers import checkpoint
         cfg = self.cfg
+        hf = ({"actor": lambda folder: save_hf_copy(self.actor, self.tokenizer, folder, lora=lora_save(cfg))}
+              if cfg.save_hf_ckpt else None)
         checkpoint.save(self.engines, cfg.ckpt_path, state.iteration, {"ppo": dataclasses.asdict(state)},
-                        cfg.max_ckpt_num, {"stage": "ppo", "config": public_dict(cfg)})
+                        cfg.max_ckpt_num, {"stage": "ppo", "config": public_dict(cfg)}, hf=hf)
 
     def resume(self) -> PPOState | None:
         """--load_checkpoint: the newest committed PPO state (engines loaded), or None to start fresh."""

@@ -142,8 +142,13 @@ class ModelWorker:
         return broadcast(self._sync_pg, state, self._sync_device)
 
     def save_checkpoint(self, ckpt_uri: str, iteration: int) -> None:
+        from alignment.models.saving import lora_save, save_hf_copy
         from alignment.trainers import checkpoint
-        checkpoint.save_engine(self.engine, ckpt_uri, iteration, self.role)
+        hf = None
+        if self.cfg.save_hf_ckpt and self.role == "actor":   # --save_hf_ckpt: the policy, as the final commit saves it
+            def hf(folder):
+                save_hf_copy(self.engine, self.setup.tokenizer, folder, lora=lora_save(self.cfg))
+        checkpoint.save_engine(self.engine, ckpt_uri, iteration, self.role, hf)
 
     def upload_checkpoint(self, ckpt_uri: str, iteration: int, version: str) -> dict:
         from alignment.trainers import checkpoint

@@ -9,6 +9,7 @@ import logging
 import os
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -18,7 +19,7 @@ from alignment.config.base import ConfigError, public_dict
 from alignment.config.groups import TrainConfig
 from alignment.config.stages import TrainerConfig
 from alignment.distributed.runtime import Runtime
-from alignment.models.saving import commit_model, lora_save
+from alignment.models.saving import commit_model, lora_save, save_hf_copy
 from alignment.outputs import StagedOutput
 from alignment.trainers import checkpoint
 from alignment.trainers.engine import step as engine_step
@@ -219,9 +220,14 @@ class Trainer:
 
     def _checkpoint(self, state: LoopState, logger: MetricsLogger) -> None:
         state.history = logger.history
+        hf = {"model": self.hf_copy} if self.cfg.save_hf_ckpt else None
         checkpoint.save({"model": self.engine}, self.cfg.ckpt_path, state.global_step, {"loop": asdict(state)},
-                        self.cfg.max_ckpt_num, metadata={"stage": self.stage})
+                        self.cfg.max_ckpt_num, metadata={"stage": self.stage}, hf=hf)
         self.schedule.saved(state.global_step)
+
+    def hf_copy(self, folder: Path | None) -> None:
+        """--save_hf_ckpt: the model as the final commit saves it, into a checkpoint's folder. Collective."""
+        save_hf_copy(self.engine, self.tokenizer, folder, self.final_config(), self.export_state, lora_save(self.cfg))
 
     def save_final(self, out: StagedOutput, logger: MetricsLogger) -> None:
         extra_config = self.final_config()    # collective

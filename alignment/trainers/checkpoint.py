@@ -29,7 +29,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -116,10 +116,17 @@ def _barrier() -> None:
         dist.barrier()
 
 
-def save_engine(engine: Any, ckpt_uri: str, step: int, role: str = "model") -> None:
-    """Every rank of the engine's group calls this (DeepSpeed saves collectively)."""
+HFWriter = Callable[[Path | None], None]   # writes an HF-format copy into the folder (None: not on this rank); collective
+
+
+def save_engine(engine: Any, ckpt_uri: str, step: int, role: str = "model", hf: HFWriter | None = None) -> None:
+    """Every rank of the engine's group calls this (DeepSpeed saves collectively). `hf` (--save_hf_ckpt): also
+    an HF-format copy in `<role>/hf/`, written by rank 0 and committed, hashed, with the checkpoint."""
     engine.checkpoint_engine = WeightsOnlyCheckpointEngine()
     engine.save_checkpoint(str(staging_dir(ckpt_uri) / tag(step)), tag=role, save_latest=False)
+    if hf is not None:
+        rank0 = not dist.is_initialized() or dist.get_rank() == 0
+        hf(staging_dir(ckpt_uri) / tag(step) / role / "hf" if rank0 else None)
 
 
 def upload_role(ckpt_uri: str, step: int, role: str, version: str) -> dict:
@@ -233,11 +240,12 @@ def load_engine(engine: Any, ckpt_uri: str, name: str, role: str = "model") -> N
         raise RuntimeError(f"DeepSpeed could not load the {role} of the committed checkpoint {uri}")
 
 
-def save(engines: dict[str, Any], ckpt_uri: str, step: int, state: dict, max_keep: int, metadata: dict) -> str:
-    """Every rank of a process group that holds all `engines` (role -> engine): save, each node's
-    first rank uploads (remote), rank 0 commits."""
+def save(engines: dict[str, Any], ckpt_uri: str, step: int, state: dict, max_keep: int, metadata: dict,
+         hf: dict[str, HFWriter] | None = None) -> str:
+    """Every rank of a process group that holds all `engines` (role -> engine): save (with an HF copy of the
+    roles in `hf`), each node's first rank uploads (remote), rank 0 commits."""
     for role, engine in engines.items():
-        save_engine(engine, ckpt_uri, step, role)
+        save_engine(engine, ckpt_uri, step, role, (hf or {}).get(role))
     _barrier()
     rank0 = not dist.is_initialized() or dist.get_rank() == 0
     version = [storage.new_version() if rank0 else None]
