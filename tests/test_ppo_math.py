@@ -230,3 +230,14 @@ def test_dynamic_filtering_keeps_groups_strictly_inside_the_range():
     scores = torch.tensor([1.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.5, 0.5])   # 5 groups of 2
     assert kept_groups(scores, 2, 0.0, 1.0) == [2, 4]
     assert kept_groups(scores, 2, -1.0, 1.0) == [1, 2, 3, 4]
+
+
+def test_ema_update_is_the_decayed_average():
+    from alignment.ppo.ema import EMA
+    layer = torch.nn.Linear(2, 1)
+    torch.nn.init.constant_(layer.weight, 1.0)
+    ema = EMA(layer, beta=0.9)
+    with torch.no_grad():
+        layer.weight.fill_(3.0)
+    ema.update(layer)
+    assert ema.state_dict(layer)["weight"].flatten().tolist() == pytest.approx([0.9 * 1.0 + 0.1 * 3.0] * 2)

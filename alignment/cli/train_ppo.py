@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> dict:
     from alignment.datasets.prompts import load_prompts
     from alignment.distributed.runtime import init_runtime
     from alignment.models.builder import prepare
-    from alignment.models.saving import commit_model, lora_save
+    from alignment.models.saving import commit_model, lora_save, save_hf_model
     from alignment.outputs import StagedOutput
     from alignment.ppo.controller import PPOController, check_sizes, iterations_per_episode
     from alignment.ppo.local import LocalGroups
@@ -111,6 +111,9 @@ def main(argv: list[str] | None = None) -> dict:
         logger = MetricsLogger(cfg, out.dir, rt.is_main, ppo.total_iterations, "ppo",
                                cfg.rollout_batch_size * cfg.n_samples_per_prompt)
         run_iterations(cfg, ppo.total_iterations, ppo.step, ppo.kl_ctl, logger, groups.save, start)
+        if groups.ema is not None and out.dir is not None:   # --enable_ema: the average, beside the actor
+            save_hf_model(actor.module, groups.ema.state_dict(actor.module), setup.tokenizer, out.dir / "ema",
+                          lora=lora_save(cfg))
         commit_model(out, actor, setup.tokenizer, {"stage": "ppo", "config": public_dict(cfg),
                                                    "final_metrics": logger.final(), "tracking": logger.links},
                      lora=lora_save(cfg))

@@ -182,6 +182,9 @@ class AlgorithmConfig:
                                          "and sample more prompts until the batch is full")
     dynamic_filtering_reward_range: list[float] = opt([0.0, 1.0], "Keep groups whose mean score is strictly inside "
                                                                   "LOW HIGH")
+    enable_ema: bool = opt(False, "Keep an exponential moving average of the actor's weights (updated every optimizer "
+                                  "step, in every checkpoint) and commit it beside the actor as <save_path>/ema/")
+    ema_beta: float = opt(0.992, "The average's decay: ema = beta * ema + (1 - beta) * weights")
     policy_loss_type: str = opt("ppo", "Actor objective: ppo (a ratio per token) or gspo (one ratio per sequence, "
                                        "GSPO; pair it with a small --eps_clip_low_high, e.g. 3e-4 4e-4)",
                                 choices=("ppo", "gspo"))
@@ -235,6 +238,10 @@ class PPOConfig(LoggingConfig, CheckpointConfig, TrainConfig, LoraConfig, LoraSa
     """PPO / REINFORCE++ / RLOO / GRPO on Ray (`python -m alignment.cli.train_ppo_ray`)."""
 
     def check_ppo(self) -> None:
+        if self.enable_ema:
+            require(0 < self.ema_beta < 1, f"--ema_beta {self.ema_beta}: must be in (0, 1), e.g. 0.992")
+            require(self.zero_stage != 3, "--enable_ema averages the whole actor on every rank; ZeRO-3 partitions it: "
+                                          "use --zero_stage 0-2 or drop --enable_ema")
         if self.dynamic_filtering:
             require(ESTIMATORS[self.advantage_estimator].group,
                     f"--dynamic_filtering drops the groups a group estimator gives zero advantage; --advantage_estimator "

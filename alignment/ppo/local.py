@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -22,6 +23,7 @@ from alignment.models.saving import lora_save, save_hf_copy
 from alignment.ppo import rank_ops
 from alignment.rewards.scorer import Scored
 from alignment.ppo.batch import SequenceBatch
+from alignment.ppo.ema import EMA
 from alignment.ppo.controller import Done, sampling_params
 from alignment.ppo.experience import Experience
 from alignment.ppo.loop import PPOState, resume_state
@@ -45,6 +47,7 @@ class LocalGroups:
                             batch_size=max(self.micro, 1), device=rt.torch_device)
         self.capture = ValueCapture(critic.module, critic_scale) if critic is not None else None
         self.engines = {"actor": actor, **({"critic": critic} if critic is not None else {})}
+        self.ema = EMA(actor.module, cfg.ema_beta) if cfg.enable_ema else None
 
     def generate(self, prompt_ids: list[list[int]], iteration: int) -> Done[Rollout]:
         return Done(self.gen.generate(prompt_ids, sampling_params(self.cfg, iteration, self.rank, self.world)))
@@ -65,7 +68,7 @@ class LocalGroups:
         return Done(rank_ops.train_critic(self.critic, self.capture, exp, self.cfg, seed, self.packing))
 
     def train_actor(self, exp: Experience, kl_coef: float, seed: int) -> Done[dict[str, float]]:
-        return Done(rank_ops.train_actor(self.actor, exp, self.cfg, kl_coef, seed, self.packing))
+        return Done(rank_ops.train_actor(self.actor, exp, self.cfg, kl_coef, seed, self.packing, self.ema))
 
     def sync_weights(self) -> float:
         return 0.0     # the HF engine generates with the module it trains
@@ -73,13 +76,20 @@ class LocalGroups:
     def save(self, state: PPOState) -> None:
         from alignment.trainers import checkpoint
         cfg = self.cfg
-        hf = ({"actor": lambda folder: save_hf_copy(self.actor, self.tokenizer, folder, lora=lora_save(cfg))}
-              if cfg.save_hf_ckpt else None)
         checkpoint.save(self.engines, cfg.ckpt_path, state.iteration, {"ppo": dataclasses.asdict(state)},
-                        cfg.max_ckpt_num, {"stage": "ppo", "config": public_dict(cfg)}, hf=hf)
+                        cfg.max_ckpt_num, {"stage": "ppo", "config": public_dict(cfg)}, extra={"actor": self.actor_extra})
+
+    def actor_extra(self, role_dir: Path | None) -> None:
+        """The actor's own files in a checkpoint: --save_hf_ckpt's HF copy, --enable_ema's average. Collective."""
+        if self.cfg.save_hf_ckpt:
+            save_hf_copy(self.actor, self.tokenizer, role_dir / "hf" if role_dir else None, lora=lora_save(self.cfg))
+        if self.ema is not None:
+            self.ema.save(role_dir)
 
     def resume(self) -> PPOState | None:
         """--load_checkpoint: the newest committed PPO state (engines loaded), or None to start fresh."""
         from alignment.trainers import checkpoint
         got = resume_state(self.cfg, lambda: checkpoint.load_latest(self.engines, self.cfg.ckpt_path))
+        if got and self.ema is not None:
+            self.ema.load(checkpoint.role_dir(self.cfg.ckpt_path, got[1].name, "actor"), self.actor.module)
         return got[0] if got else None

@@ -17,6 +17,7 @@ from alignment.losses.kl import kl_estimate
 from alignment.losses.nll import masked_mean
 from alignment.losses.ppo import POLICY_LOSSES, value_loss
 from alignment.ppo.batch import SequenceBatch, action_logprobs
+from alignment.ppo.ema import EMA
 from alignment.ppo.experience import Experience
 from alignment.ppo.packed import Packing, pack, unpack
 from alignment.ppo.token_budget import TokenBudget, split_to
@@ -186,7 +187,7 @@ def train_critic(critic: Any, capture: Any, exp: Experience, cfg: PPOConfig, see
 
 
 def train_actor(actor: Any, exp: Experience, cfg: PPOConfig, kl_coef: float, seed: int,
-                packing: Packing | None = None) -> dict[str, float]:
+                packing: Packing | None = None, ema: EMA | None = None) -> dict[str, float]:
     """Clipped (optionally dual-clipped) policy loss, plus β·KL when --use_kl_loss, each aggregated
     over the optimizer step (--loss_agg_mode)."""
     actor.train()
@@ -210,6 +211,9 @@ def train_actor(actor: Any, exp: Experience, cfg: PPOConfig, kl_coef: float, see
             kl = agg(kl_estimate(logp, mb.ref_logp.to(dev), cfg.kl_estimator), mask)
             loss = loss + kl_coef * kl
             row["kl_loss"] = kl.item()
+        steps = actor.global_steps
         if _backward_step(actor, loss, micro, guard):
             rows.append(row)
+        if ema is not None and actor.global_steps != steps:   # an optimizer step was taken: --enable_ema
+            ema.update(actor.module)
     return _mean(rows)

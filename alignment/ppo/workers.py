@@ -46,6 +46,8 @@ class ModelWorker:
             self.engine = build_engine(load_actor(setup, cfg), dataclasses.replace(cfg, learning_rate=cfg.actor_learning_rate),
                                        self.rt, setup.precision.bf16, total_steps)
             self.model = self.engine.module
+            from alignment.ppo.ema import EMA
+            self.ema = EMA(self.model, cfg.ema_beta) if cfg.enable_ema else None
         elif role == "critic":
             from alignment.models.reward_model import ValueCapture, critic_value_scale
             source = cfg.critic_pretrain or (cfg.reward_pretrain.split(",")[0] if cfg.reward_pretrain else cfg.pretrain)
@@ -98,7 +100,7 @@ class ModelWorker:
         if self.role == "critic":
             stats = rank_ops.train_critic(self.engine, self.capture, exp, self.cfg, seed, self.packing)
         else:
-            stats = rank_ops.train_actor(self.engine, exp, self.cfg, kl_coef, seed, self.packing)
+            stats = rank_ops.train_actor(self.engine, exp, self.cfg, kl_coef, seed, self.packing, self.ema)
         return mean_across_ranks(stats)
 
     def weight_chunks(self, max_bytes: int) -> list:
@@ -144,11 +146,14 @@ class ModelWorker:
     def save_checkpoint(self, ckpt_uri: str, iteration: int) -> None:
         from alignment.models.saving import lora_save, save_hf_copy
         from alignment.trainers import checkpoint
-        hf = None
-        if self.cfg.save_hf_ckpt and self.role == "actor":   # --save_hf_ckpt: the policy, as the final commit saves it
-            def hf(folder):
-                save_hf_copy(self.engine, self.setup.tokenizer, folder, lora=lora_save(self.cfg))
-        checkpoint.save_engine(self.engine, ckpt_uri, iteration, self.role, hf)
+        def actor_extra(role_dir):   # --save_hf_ckpt's HF copy, --enable_ema's average (collective)
+            if self.cfg.save_hf_ckpt:
+                save_hf_copy(self.engine, self.setup.tokenizer, role_dir / "hf" if role_dir else None,
+                             lora=lora_save(self.cfg))
+            if self.ema is not None:
+                self.ema.save(role_dir)
+        checkpoint.save_engine(self.engine, ckpt_uri, iteration, self.role,
+                               actor_extra if self.role == "actor" else None)
 
     def upload_checkpoint(self, ckpt_uri: str, iteration: int, version: str) -> dict:
         from alignment.trainers import checkpoint
@@ -157,19 +162,24 @@ class ModelWorker:
     def load_checkpoint(self, ckpt_uri: str, name: str) -> None:
         from alignment.trainers import checkpoint
         checkpoint.load_engine(self.engine, ckpt_uri, name, self.role)
+        if self.role == "actor" and self.ema is not None:
+            self.ema.load(checkpoint.role_dir(ckpt_uri, name, "actor"), self.model)
 
     def commit(self, save_path: str, metadata: dict[str, Any], files: dict[str, bytes]) -> None:
         """Save the model in HF format, with the driver's `files` (metrics), and commit it to the
         store: rank 0 writes, every rank calls (gathering ZeRO-3 shards is collective)."""
         import torch.distributed as dist
 
-        from alignment.models.saving import commit_model, lora_save
+        from alignment.models.saving import commit_model, lora_save, save_hf_model
         from alignment.outputs import StagedOutput
         # the old committed model stays intact until the commit
         with StagedOutput(save_path, writes=self.rt.is_main) as out:
             for name, data in files.items() if out.dir is not None else ():
                 (out.dir / name).parent.mkdir(parents=True, exist_ok=True)
                 (out.dir / name).write_bytes(data)
+            if self.role == "actor" and self.ema is not None and out.dir is not None:   # beside the actor
+                save_hf_model(self.model, self.ema.state_dict(self.model), self.setup.tokenizer, out.dir / "ema",
+                              lora=lora_save(self.cfg))
             commit_model(out, self.engine, self.setup.tokenizer, metadata, lora=lora_save(self.cfg))
         dist.barrier()
 

@@ -220,14 +220,15 @@ class Trainer:
 
     def _checkpoint(self, state: LoopState, logger: MetricsLogger) -> None:
         state.history = logger.history
-        hf = {"model": self.hf_copy} if self.cfg.save_hf_ckpt else None
+        extra = {"model": self.hf_copy} if self.cfg.save_hf_ckpt else None
         checkpoint.save({"model": self.engine}, self.cfg.ckpt_path, state.global_step, {"loop": asdict(state)},
-                        self.cfg.max_ckpt_num, metadata={"stage": self.stage}, hf=hf)
+                        self.cfg.max_ckpt_num, metadata={"stage": self.stage}, extra=extra)
         self.schedule.saved(state.global_step)
 
-    def hf_copy(self, folder: Path | None) -> None:
-        """--save_hf_ckpt: the model as the final commit saves it, into a checkpoint's folder. Collective."""
-        save_hf_copy(self.engine, self.tokenizer, folder, self.final_config(), self.export_state, lora_save(self.cfg))
+    def hf_copy(self, role_dir: Path | None) -> None:
+        """--save_hf_ckpt: the model as the final commit saves it, into a checkpoint's `model/hf/`. Collective."""
+        save_hf_copy(self.engine, self.tokenizer, role_dir / "hf" if role_dir else None, self.final_config(),
+                     self.export_state, lora_save(self.cfg))
 
     def save_final(self, out: StagedOutput, logger: MetricsLogger) -> None:
         extra_config = self.final_config()    # collective

@@ -116,17 +116,23 @@ def _barrier() -> None:
         dist.barrier()
 
 
-HFWriter = Callable[[Path | None], None]   # writes an HF-format copy into the folder (None: not on this rank); collective
+RoleWriter = Callable[[Path | None], None]   # extra files into a role's folder (None: not on this rank); collective
 
 
-def save_engine(engine: Any, ckpt_uri: str, step: int, role: str = "model", hf: HFWriter | None = None) -> None:
-    """Every rank of the engine's group calls this (DeepSpeed saves collectively). `hf` (--save_hf_ckpt): also
-    an HF-format copy in `<role>/hf/`, written by rank 0 and committed, hashed, with the checkpoint."""
+def save_engine(engine: Any, ckpt_uri: str, step: int, role: str = "model", extra: RoleWriter | None = None) -> None:
+    """Every rank of the engine's group calls this (DeepSpeed saves collectively). `extra` then writes files
+    of our own into the role's folder on rank 0 (--save_hf_ckpt's `hf/`, --enable_ema's average), committed
+    and hashed with the checkpoint."""
     engine.checkpoint_engine = WeightsOnlyCheckpointEngine()
     engine.save_checkpoint(str(staging_dir(ckpt_uri) / tag(step)), tag=role, save_latest=False)
-    if hf is not None:
+    if extra is not None:
         rank0 = not dist.is_initialized() or dist.get_rank() == 0
-        hf(staging_dir(ckpt_uri) / tag(step) / role / "hf" if rank0 else None)
+        extra(staging_dir(ckpt_uri) / tag(step) / role if rank0 else None)
+
+
+def role_dir(ckpt_uri: str, name: str, role: str) -> Path:
+    """A role's folder in this node's verified copy of the committed checkpoint `name` (its extra files)."""
+    return _verify(f"{ckpt_uri.rstrip('/')}/{name}").folder / role
 
 
 def upload_role(ckpt_uri: str, step: int, role: str, version: str) -> dict:
@@ -241,11 +247,11 @@ def load_engine(engine: Any, ckpt_uri: str, name: str, role: str = "model") -> N
 
 
 def save(engines: dict[str, Any], ckpt_uri: str, step: int, state: dict, max_keep: int, metadata: dict,
-         hf: dict[str, HFWriter] | None = None) -> str:
-    """Every rank of a process group that holds all `engines` (role -> engine): save (with an HF copy of the
-    roles in `hf`), each node's first rank uploads (remote), rank 0 commits."""
+         extra: dict[str, RoleWriter] | None = None) -> str:
+    """Every rank of a process group that holds all `engines` (role -> engine): save (with the `extra` files of
+    a role), each node's first rank uploads (remote), rank 0 commits."""
     for role, engine in engines.items():
-        save_engine(engine, ckpt_uri, step, role, (hf or {}).get(role))
+        save_engine(engine, ckpt_uri, step, role, (extra or {}).get(role))
     _barrier()
     rank0 = not dist.is_initialized() or dist.get_rank() == 0
     version = [storage.new_version() if rank0 else None]
