@@ -105,7 +105,8 @@ def _train_rank(rank: int, port: int, out, tiny_base: str = "") -> None:
                                           config=ds)
         cut = []
         original = rank_ops._backward_step
-        rank_ops._backward_step = lambda e, loss, micro: (cut.append(micro.boundary), original(e, loss, micro))
+        rank_ops._backward_step = lambda e, loss, micro, guard: (cut.append(micro.boundary),
+                                                                 original(e, loss, micro, guard))[1]
         try:
             rank_ops.train_actor(engine, exp, _cfg(micro_train_batch_size=4, **changes), kl_coef=0.0, seed=3)
         finally:
