@@ -6,7 +6,10 @@ One recorded pair, no warm-up, no vLLM side and one workload per kind keep it ne
 start-up bound: ~11 s per training subprocess, ~50 s for the vLLM side, ~50 s for Prefect -> Ray);
 the vLLM engine itself is tested by tests/test_ppo_ray.py. The profile scripts (op_profile.py,
 step_variants.py) run at a few steps of the 25 M model: their output parses, not their figures.
-cpu_share.py is not run here: it is one flow run plus the bare CLI at >= 400 steps."""
+cpu_share.py is not run here: it is one flow run plus the bare CLI at >= 400 steps.
+
+Marked `demo` with the other by-hand checks (`make test-demo`): a benchmark is run by hand, and these ~2.5
+minutes are what CI's 60-minute budget could not hold (docs/quickstart.md, "Tests")."""
 from __future__ import annotations
 
 import importlib.util
@@ -17,7 +20,7 @@ import pytest
 
 from tests.conftest import REPO, python_env
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.demo]
 
 # One workload of each kind: tokens (SFT), pairs (DPO; the RM is the same RunSpec and runners with another
 # kind), RL iterations (GRPO, whose row also says its vLLM side was not run; RLOO is the same RunSpec with

@@ -6,7 +6,11 @@ How much depends on how often the policy is wrong: from an SFT model sampling ~5
 57.8 % vs 51.8 %; from one sampling ~74 % right (after the packing change of 2026-11-25) the
 effect nearly vanished at temperature 1.0 (72.0 % vs 71.2 %), so the scored samples are drawn at
 temperature 1.5 (more wrong answers to learn the 0.0 prefix from) and 2,400 samples per side
-are compared (standard error of the difference ~1.3 points)."""
+are compared (standard error of the difference ~1.3 points).
+
+That steering check is a learning target: it runs by hand with the demo tier (`make test-demo`). CI runs the
+same flow on a few hundred samples and checks what it builds: the scored, prefixed data, the SFT on it from
+the policy, generation under both prefixes."""
 from __future__ import annotations
 
 import asyncio
@@ -20,6 +24,22 @@ from alignflow.flows.conditional_sft import conditional_sft_flow
 pytestmark = pytest.mark.integration
 
 
+def test_the_flow_scores_prefixes_trains_and_generates_under_both_prefixes(ray_head, tiny_sft, tmp_path):
+    result = asyncio.run(conditional_sft_flow(policy=str(tiny_sft), run_name="csft-small", store=str(tmp_path / "store"),
+                                              recipe="tiny-csft", ray_address=ray_head, score={"max_samples": 64},
+                                              sft={"max_epochs": 1}, generate={"max_samples": 16}))
+    rows = [json.loads(line) for line in open(result["scored"])]
+    assert len(rows) == result["scored_rows"] == 64 * 4
+    assert {r["input"][:len("<rm_score>: 1.0 ")] for r in rows} == {"<rm_score>: 1.0 ", "<rm_score>: 0.0 "}
+    sft_config = storage.read_manifest(result["model_uri"])["metadata"]["config"]
+    assert sft_config["pretrain"] == str(tiny_sft) and sft_config["dataset"] == result["scored"]
+    for prefix in ("1.0", "0.0"):
+        generated = [json.loads(line) for line in open(result["generated"][prefix]["output"])]
+        assert len(generated) == 16 * 8 and all(g["input"].startswith(f"<rm_score>: {prefix} <|user|>") for g in generated)
+        assert 0.0 <= result["generated"][prefix]["mean_reward"] <= 1.0
+
+
+@pytest.mark.demo   # a learning target (make test-demo, by hand): ~4 minutes here
 def test_the_score_prefix_steers_generation(ray_head, tiny_sft, tmp_path):
     store = str(tmp_path / "store")
     result = asyncio.run(conditional_sft_flow(policy=str(tiny_sft), run_name="csft", store=store, recipe="tiny-csft",

@@ -55,7 +55,7 @@ def test_demo_sigterm_then_rerun_continues(tmp_path):
     """`make demo` is scripts/demo.py; here with short stages (its --sft/--rm/--ppo) in a private root."""
     root = tmp_path / "demo"
     cmd = [sys.executable, str(REPO / "scripts" / "demo.py"), "--root", str(root), "--no_heldout_eval",
-           "--sft", json.dumps({"max_steps": 400, "save_steps": 2, "logging_steps": 1, "eval_dataset": None}),
+           "--sft", json.dumps({"max_steps": 100, "save_steps": 2, "logging_steps": 1, "eval_dataset": None}),
            "--rm", json.dumps({"max_steps": 2, "eval_dataset": None}),
            "--ppo", json.dumps({"max_samples": 16, "num_episodes": 1})]
     env = python_env(PREFECT_HOME=str(tmp_path / "prefect"))

@@ -47,6 +47,7 @@ def test_reward_model_learns_and_loads_with_from_pretrained(tiny_sft, tmp_path):
     assert batch_rewards.tolist() == pytest.approx(single, abs=1e-4)   # padding doesn't move the reward
 
 
+@pytest.mark.demo   # a learning target, by hand (make test-demo); CI trains DPO in test_resume_equals_uninterrupted
 def test_dpo_raises_held_out_accuracy(tiny_sft, tmp_path):
     from alignment.tiny_world.evaluate import greedy_accuracy
     out = tmp_path / "dpo"

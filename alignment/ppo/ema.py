@@ -18,14 +18,20 @@ log = logging.getLogger(__name__)
 FILE = "ema.safetensors"   # in the actor's folder of a checkpoint
 
 
+def _params(module: torch.nn.Module) -> list[tuple[str, torch.nn.Parameter]]:
+    """Every parameter under every name: a tied weight (lm_head = embed_tokens) is averaged under both, so the
+    saved state dict holds the average everywhere (under one name the other would keep the last weights)."""
+    return list(module.named_parameters(remove_duplicate=False))
+
+
 class EMA:
     def __init__(self, module: torch.nn.Module, beta: float):
         self.beta = beta
-        self.shadow = {n: p.detach().float().cpu().clone() for n, p in module.named_parameters()}
+        self.shadow = {n: p.detach().float().cpu().clone() for n, p in _params(module)}
 
     @torch.no_grad()
     def update(self, module: torch.nn.Module) -> None:
-        for n, p in module.named_parameters():
+        for n, p in _params(module):
             self.shadow[n].mul_(self.beta).add_(p.detach().float().cpu(), alpha=1.0 - self.beta)
 
     def state_dict(self, module: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -44,6 +50,6 @@ class EMA:
         path = role_dir / FILE
         if not path.exists():
             log.warning("--enable_ema: the checkpoint in %s has no EMA; the average restarts from its weights", role_dir)
-            self.shadow = {n: p.detach().float().cpu().clone() for n, p in module.named_parameters()}
+            self.shadow = {n: p.detach().float().cpu().clone() for n, p in _params(module)}
             return
         self.shadow = load_file(str(path))
