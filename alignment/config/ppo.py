@@ -86,6 +86,9 @@ class RolloutConfig(PromptFormatConfig):
                                          "--colocate_all_models sends chunks through Ray's object store instead (logged)",
                                  choices=("nccl", "gloo"))
     enable_prefix_caching: bool = opt(False, "vLLM prefix caching")
+    enforce_eager: bool = opt(True, "vLLM engines without CUDA graphs. They always run eager here (alignment/rollout/"
+                                    "vllm_engine.py), so OpenRLHF's --enforce_eager is what happens and "
+                                    "--enforce_eager false is refused")
     vllm_sync_chunk_mb: int = opt(64, "Most megabytes per chunk when the actor's weights are sent to the vLLM engines")
 
     def check_rollout(self) -> None:
@@ -102,6 +105,8 @@ class RolloutConfig(PromptFormatConfig):
                 "--rollout_batch_size and --micro_rollout_batch_size must be > 0")
         require(self.vllm_num_engines >= 0, f"--vllm_num_engines {self.vllm_num_engines}: must be >= 0")
         require(self.vllm_sync_chunk_mb > 0, f"--vllm_sync_chunk_mb {self.vllm_sync_chunk_mb}: must be > 0")
+        require(self.enforce_eager, "--enforce_eager false: CUDA-graph capture is not built for the vLLM engines "
+                                    "(they run eager); drop the flag")
         require(0 < self.vllm_gpu_memory_utilization <= 1,
                 f"--vllm_gpu_memory_utilization {self.vllm_gpu_memory_utilization}: must be in (0, 1]")
 
