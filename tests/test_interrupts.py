@@ -36,11 +36,11 @@ def test_ctrl_c_of_a_stage_cli_names_its_checkpoint(tiny_base, tmp_path):
     out, ckpt = tmp_path / "model", tmp_path / "ckpt"
     cmd = [sys.executable, "-m", "alignment.cli.train_sft", "--pretrain", str(tiny_base), "--dataset",
            f"{tiny_dir()}/sft/train.jsonl", "--input_key", "input", "--output_key", "output", "--max_len", "64",
-           "--train_batch_size", "8", "--micro_train_batch_size", "8", "--max_steps", "2000", "--save_steps", "2",
+           "--train_batch_size", "8", "--micro_train_batch_size", "8", "--max_steps", "2000", "--max_epochs", "100", "--save_steps", "2",
            "--save_path", str(out), "--ckpt_path", str(ckpt)]
     proc = subprocess.Popen(cmd, env=python_env(OMP_NUM_THREADS="2"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
-    wait_for(lambda: (ckpt / "global_step2" / storage.MANIFEST).exists(), proc)
+    wait_for(lambda: (ckpt / "latest").exists(), proc)   # a checkpoint is committed (retention keeps the newest 3)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     lines = interrupted_lines(err)
@@ -55,19 +55,21 @@ def test_demo_sigterm_then_rerun_continues(tmp_path):
     """`make demo` is scripts/demo.py; here with short stages (its --sft/--rm/--ppo) in a private root."""
     root = tmp_path / "demo"
     cmd = [sys.executable, str(REPO / "scripts" / "demo.py"), "--root", str(root), "--no_heldout_eval",
-           "--sft", json.dumps({"max_steps": 100, "save_steps": 2, "logging_steps": 1, "eval_dataset": None}),
+           "--sft", json.dumps({"max_steps": 400, "save_steps": 2, "logging_steps": 1, "eval_dataset": None}),
            "--rm", json.dumps({"max_steps": 2, "eval_dataset": None}),
            "--ppo", json.dumps({"max_samples": 16, "num_episodes": 1})]
     env = python_env(PREFECT_HOME=str(tmp_path / "prefect"))
     env.pop("PREFECT_API_URL", None)   # the demo's own ephemeral API, as on a user's machine
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    step = wait_for(lambda: next((root / "store" / "demo").glob("sft-*/checkpoints/global_step2/MANIFEST.json"),
-                                 None), proc, timeout_s=600)
+    # a committed SFT checkpoint (retention keeps the newest 2, so no particular step), then SIGTERM: 400 steps
+    # leave ~20 s for the signal to land before SFT would commit its model
+    latest = wait_for(lambda: next((root / "store" / "demo").glob("sft-*/checkpoints/latest"), None), proc,
+                      timeout_s=600)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=180)
     lines = interrupted_lines(err)
     assert proc.returncode == 143 and len(lines) == 1, (out + err)[-4000:]
-    sft_dir = step.parents[2]
+    sft_dir = latest.parents[1]
     assert lines[0].startswith("interrupted: committed: tiny_base; sft resumes from its checkpoint "
                                f"{sft_dir}/checkpoints/global_step") and "run this command again" in lines[0], lines[0]
     assert not storage.is_committed(sft_dir / "model")
