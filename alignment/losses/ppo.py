@@ -25,40 +25,39 @@ Agg = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]   # (per-token loss [
 LOG_RATIO_CLAMP = 20.0
 
 
-def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
-                eps_low: float = 0.2, eps_high: float = 0.2, dual_clip: float | None = None,
-                agg: Agg = masked_mean, weight: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(loss, clip fraction). −min(ρA, clip(ρ, 1−ε_low, 1+ε_high)A), ρ = π/π_old; each token's term times
-    `weight` [B, T] when given (the engine/trainer importance weight: is_weights)."""
-    ratio = torch.exp((logp - old_logp).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+def clipped_objective(ratio: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, eps_low: float,
+                      eps_high: float, dual_clip: float | None, agg: Agg,
+                      weight: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(loss, clip fraction) of −min(ρA, clip(ρ, 1−ε_low, 1+ε_high)A) for a ratio [B, T] or [B, 1], with the dual
+    clip and each token's term times `weight` [B, T] when given (the engine/trainer weight: is_weights)."""
     surr1 = ratio * advantages
     surr2 = ratio.clamp(1.0 - eps_low, 1.0 + eps_high) * advantages
     objective = torch.min(surr1, surr2)
     if dual_clip is not None:
         objective = torch.where(advantages < 0, torch.max(objective, dual_clip * advantages), objective)
-    clipped = (surr2 < surr1).to(logp.dtype)
+    clipped = (surr2 < surr1).to(advantages.dtype)
     if weight is not None:
         objective = objective * weight
     return agg(-objective, mask), masked_mean(clipped, mask).detach()
+
+
+def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+                eps_low: float = 0.2, eps_high: float = 0.2, dual_clip: float | None = None,
+                agg: Agg = masked_mean, weight: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(loss, clip fraction) with ρ = π/π_old per token."""
+    ratio = torch.exp((logp - old_logp).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+    return clipped_objective(ratio, advantages, mask, eps_low, eps_high, dual_clip, agg, weight)
 
 
 def gspo_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
               eps_low: float = 0.2, eps_high: float = 0.2, dual_clip: float | None = None,
               agg: Agg = masked_mean, weight: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(loss, clip fraction). As policy_loss with ρ replaced by the sequence ratio s [B, 1] (the gradient flows
-    through the mean of the sequence's log-ratios, as in OpenRLHF's and the paper's sequence-level form)."""
+    """(loss, clip fraction) with the sequence ratio s [B, 1] (the gradient flows through the mean of the
+    sequence's log-ratios, as in OpenRLHF's and the paper's sequence-level form)."""
     tokens = mask.sum(-1).clamp(min=1)                                              # [B]
     log_s = ((logp - old_logp) * mask).sum(-1) / tokens                             # [B]
     ratio = torch.exp(log_s.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)).unsqueeze(-1)  # [B, 1]
-    surr1 = ratio * advantages
-    surr2 = ratio.clamp(1.0 - eps_low, 1.0 + eps_high) * advantages
-    objective = torch.min(surr1, surr2)
-    if dual_clip is not None:
-        objective = torch.where(advantages < 0, torch.max(objective, dual_clip * advantages), objective)
-    clipped = (surr2 < surr1).to(logp.dtype)
-    if weight is not None:
-        objective = objective * weight
-    return agg(-objective, mask), masked_mean(clipped, mask).detach()
+    return clipped_objective(ratio, advantages, mask, eps_low, eps_high, dual_clip, agg, weight)
 
 
 def is_weights(trainer_logp: torch.Tensor, engine_logp: torch.Tensor, mask: torch.Tensor,
