@@ -84,11 +84,11 @@ def test_store_down_30s_mid_stage(ray_head, seaweed, tmp_path, monkeypatch):
     # process (alignflow/tasks/ray_job.PASSED_ENV): pointing this process at SeaweedFS points the jobs there,
     # without a second Ray head on a 2-core machine.
     point_env_at(monkeypatch, seaweed.endpoint)
-    # 7 tries per store operation (~25 s here: each try is botocore's 3 attempts, ~1.8 s against a
-    # refused port, plus 0.2..6.4 s backoff) instead of the default 5 (~9 s), in this process and,
-    # through PASSED_ENV, in the jobs: a 30 s outage then costs one task retry, not all of them
-    # (each failed try, the job's exit 75 or the task's own StoreUnavailable, uses one retry).
-    monkeypatch.setenv("ALIGNFLOW_STORE_RETRIES", "7")
+    # 9 tries per store operation (~55 s: 0.2..25.6 s of backoff between them; s3fs's own retries are off
+    # since the read timeout landed, so 7 tries no longer outlasted the outage) instead of the default 5, in
+    # this process and, through PASSED_ENV, in the jobs: a 30 s outage then costs one task retry, not all of
+    # them (each failed try, the job's exit 75 or the task's own StoreUnavailable, uses one retry).
+    monkeypatch.setenv("ALIGNFLOW_STORE_RETRIES", "9")
     store = f"s3://{BUCKET}/{uuid.uuid4().hex[:12]}"
     fs, root = storage.filesystem(store)
     down_for_s = 30.0
