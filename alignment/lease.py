@@ -113,10 +113,12 @@ def _create(uri: str, holder: Holder) -> bool:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         return True
-    try:   # s3fs turns the server's 412 PreconditionFailed on If-None-Match into FileExistsError
+    try:   # the server's 412 PreconditionFailed: s3fs raises FileExistsError (AWS) or OSError EINVAL (SeaweedFS)
         storage.retry_call(lambda: fs.pipe_file(path, data, mode="create"), "create", uri)
     except storage.StorageError as e:
-        if isinstance(e.__cause__, FileExistsError):
+        cause = e.__cause__
+        if isinstance(cause, FileExistsError) or "pre-conditions you specified did not hold" in str(cause) \
+                or "PreconditionFailed" in str(cause):
             return False
         raise
     got = _read(uri)
