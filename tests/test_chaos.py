@@ -85,7 +85,7 @@ def test_store_down_30s_mid_stage(ray_head, seaweed, tmp_path, monkeypatch):
     # without a second Ray head on a 2-core machine.
     point_env_at(monkeypatch, seaweed.endpoint)
     # 9 tries per store operation (~55 s: 0.2..25.6 s of backoff between them; s3fs's own retries are off
-    # since the read timeout landed, so 7 tries no longer outlasted the outage) instead of the default 5, in
+    # since the read timeout landed, which made each try shorter) instead of the default 5, in
     # this process and, through PASSED_ENV, in the jobs: a 30 s outage then costs one task retry, not all of
     # them (each failed try, the job's exit 75 or the task's own StoreUnavailable, uses one retry).
     monkeypatch.setenv("ALIGNFLOW_STORE_RETRIES", "9")
