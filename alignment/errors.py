@@ -18,10 +18,11 @@ class TransientError(RuntimeError):
 
 def user_errors() -> tuple[type[BaseException], ...]:
     """Errors that are the user's to fix: printed as one line, exit code 2, no traceback."""
+    from alignment.agents.contract import AgentError
     from alignment.config.base import ConfigError
     from alignment.datasets.sources import DataError
     from alignment.models.loading import ModelLoadError
     from alignment.nonfinite import NonFiniteError
     from alignment.rewards.reward_func import RewardError
     from alignment.storage import StorageError
-    return (ConfigError, DataError, ModelLoadError, NonFiniteError, RewardError, StorageError)
+    return (AgentError, ConfigError, DataError, ModelLoadError, NonFiniteError, RewardError, StorageError)

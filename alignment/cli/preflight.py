@@ -47,6 +47,8 @@ def check_reward_file(cfg: StageConfig) -> None:
     from alignment.datasets.sources import read_rows
     from alignment.rewards.reward_func import RewardError, load_reward_func, parse_output
 
+    if getattr(cfg, "agent_func_path", None):
+        return check_agent_file(cfg)
     path = getattr(cfg, "remote_rm_url", None)
     if not path or not path.endswith(".py") or not getattr(cfg, "prompt_data", None):
         return
@@ -60,6 +62,46 @@ def check_reward_file(cfg: StageConfig) -> None:
         raise RewardError(f"{path}: reward_func raised {type(e).__name__}: {e} when called on the first "
                           f"{len(rows)} prompts of --prompt_data with empty responses; it must score any response") from None
     parse_output(out, len(rows), path)
+
+
+def check_agent_file(cfg: StageConfig) -> None:
+    """An --agent_func_path file, before any group is placed: it defines AgentInstance (and AgentExecutor, if
+    any, of the right base), and one episode of it — reset on the first prompt of --prompt_data, then a step
+    with an empty model turn — answers in the contract's shape within --agent_step_timeout."""
+    import asyncio
+
+    from alignment.agents.contract import AgentError, StepResult
+    from alignment.agents.executor import make_instance
+    from alignment.agents.llm import SamplingParams
+    from alignment.agents.runner import load_agent_file
+    from alignment.datasets.sources import read_rows
+
+    path = cfg.agent_func_path
+    instance_cls, _ = load_agent_file(path)
+    rows = read_rows(cfg.prompt_data.split(",")[0], cfg.prompt_split, "--prompt_data")[:1] if cfg.prompt_data else []
+    if not rows:
+        return
+    prompt, label = _text(rows[0].get(cfg.input_key)), rows[0].get(cfg.label_key) if cfg.label_key else None
+
+    async def one_step() -> None:
+        env = await make_instance(instance_cls)
+        first = await env.reset({"observation": prompt, "label": label})
+        if not isinstance(first, dict) or not isinstance(first.get("observation"), str):
+            raise AgentError(f"{path}: reset must return {{'observation': text}}, got {first!r:.200}")
+        states = {"observation_text": first["observation"], "action_text": "", "label": label,
+                  "sampling_params": SamplingParams(cfg.generate_max_len, cfg.temperature, cfg.top_p)}
+        StepResult.of(await asyncio.wait_for(env.step(states), cfg.agent_step_timeout), f"{path} (start-up check)")
+
+    try:
+        asyncio.run(one_step())
+    except AgentError:
+        raise
+    except asyncio.TimeoutError:
+        raise AgentError(f"{path}: step did not return within --agent_step_timeout {cfg.agent_step_timeout:g} s at "
+                         f"the start-up check (first prompt, empty turn)") from None
+    except Exception as e:   # the user's code: whatever it raises is the one line
+        raise AgentError(f"{path}: {type(e).__name__}: {e} at the start-up check (reset on the first prompt of "
+                         f"--prompt_data, then step with an empty turn); an environment must answer any turn") from None
 
 
 def _text(value: object) -> str:

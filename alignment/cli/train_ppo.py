@@ -94,8 +94,8 @@ def main(argv: list[str] | None = None) -> dict:
     steps_per_iteration = check_sizes(cfg, rt.world_size)
     setup = prepare(cfg, rt)
     prompts = load_prompts(cfg, setup.tokenizer, cfg.prompt_data, cfg.prompt_split)
-    reward = make_reward(cfg, setup.tokenizer, setup.precision.dtype, setup.attn,
-                         "cpu" if cfg.ref_reward_offload else rt.device)
+    reward = None if cfg.agent_func_path else make_reward(   # an agent's environment gives the rewards
+        cfg, setup.tokenizer, setup.precision.dtype, setup.attn, "cpu" if cfg.ref_reward_offload else rt.device)
     trainer_iters = cfg.num_episodes * iterations_per_episode(len(prompts), cfg.rollout_batch_size)
     total = trainer_iters * steps_per_iteration
     log.info("PPO (%s): %d prompts, %d iterations of %d prompts x %d samples, %d optimizer steps per engine, "
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> dict:
                           lora=lora_save(cfg))
         commit_model(out, actor, setup.tokenizer, {"stage": "ppo", "config": public_dict(cfg),
                                                    "final_metrics": logger.final(), "tracking": logger.links},
-                     lora=lora_save(cfg))
+                     lora=lora_save(cfg), cfg=cfg)
     barrier()
     logger.close()
     return logger.final()

@@ -6,8 +6,9 @@ in `alignment.losses.estimators` (torch-free too), with what each one implies.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
+from alignment.config.agent import AgentConfig
 from alignment.config.base import opt, require
 from alignment.config.groups import (
     DATASET_NUM_PROC_HELP, CheckpointConfig, LoggingConfig, LoraConfig, LoraSaveConfig, ModelConfig, PackingConfig,
@@ -24,17 +25,21 @@ KL_ESTIMATORS = ("k1", "k2", "k3")
 class PlacementConfig:
     """Where the four model groups live. On a CPU-only cluster a "gpu" is one CPU bundle."""
 
-    actor_num_nodes: int = opt(1, "Nodes for the policy (actor) group")
-    actor_num_gpus_per_node: int = opt(1, "Ranks (GPUs, or CPU bundles) per node for the actor")
-    critic_num_nodes: int = opt(1, "Nodes for the critic group")
-    critic_num_gpus_per_node: int = opt(1, "Ranks per node for the critic")
-    ref_num_nodes: int = opt(1, "Nodes for the reference group")
-    ref_num_gpus_per_node: int = opt(1, "Ranks per node for the reference")
-    reward_num_nodes: int = opt(1, "Nodes for the reward-model group")
-    reward_num_gpus_per_node: int = opt(1, "Ranks per node for the reward model(s)")
-    colocate_actor_ref: bool = opt(False, "Place actor and reference ranks on the same bundles")
-    colocate_critic_reward: bool = opt(False, "Place critic and reward-model ranks on the same bundles")
-    colocate_all_models: bool = opt(False, "Place every model group and the rollout engines on the same bundles")
+    actor_num_nodes: int = opt(1, "Nodes for the policy (actor) group", dotted="actor.num_nodes")
+    actor_num_gpus_per_node: int = opt(1, "Ranks (GPUs, or CPU bundles) per node for the actor",
+                                       dotted="actor.num_gpus_per_node")
+    critic_num_nodes: int = opt(1, "Nodes for the critic group", dotted="critic.num_nodes")
+    critic_num_gpus_per_node: int = opt(1, "Ranks per node for the critic", dotted="critic.num_gpus_per_node")
+    ref_num_nodes: int = opt(1, "Nodes for the reference group", dotted="ref.num_nodes")
+    ref_num_gpus_per_node: int = opt(1, "Ranks per node for the reference", dotted="ref.num_gpus_per_node")
+    reward_num_nodes: int = opt(1, "Nodes for the reward-model group", dotted="reward.num_nodes")
+    reward_num_gpus_per_node: int = opt(1, "Ranks per node for the reward model(s)", dotted="reward.num_gpus_per_node")
+    colocate_actor_ref: bool = opt(False, "Place actor and reference ranks on the same bundles",
+                                   dotted="train.colocate_actor_ref")
+    colocate_critic_reward: bool = opt(False, "Place critic and reward-model ranks on the same bundles",
+                                       dotted="train.colocate_critic_reward")
+    colocate_all_models: bool = opt(False, "Place every model group and the rollout engines on the same bundles",
+                                    dotted="train.colocate_all")
     ref_reward_offload: bool = opt(False, "Keep reference and reward models in CPU memory between uses")
 
     def _group(self, name: str) -> tuple[int, int]:
@@ -63,32 +68,42 @@ class PlacementConfig:
 
 @dataclass
 class RolloutConfig(PromptFormatConfig):
-    prompt_data: Optional[str] = opt(None, "Comma-separated prompt datasets (same forms as --dataset)", path="data")
-    prompt_data_probs: Optional[str] = opt(None, "Sampling probabilities for --prompt_data")
-    prompt_split: str = opt("train", "Split of --prompt_data to train on")
-    eval_dataset: Optional[str] = opt(None, "Prompts for periodic held-out evaluation", path="data")
-    label_key: Optional[str] = opt(None, "JSON key passed as `labels` to a reward_func / remote RM")
-    max_samples: int = opt(100_000_000, "Use at most this many prompts")
+    prompt_data: Optional[str] = opt(None, "Comma-separated prompt datasets (same forms as --dataset)", path="data",
+                                     dotted="data.prompt_dataset")
+    prompt_data_probs: Optional[str] = opt(None, "Sampling probabilities for --prompt_data", dotted="data.prompt_probs")
+    prompt_split: str = opt("train", "Split of --prompt_data to train on", dotted="data.prompt_split")
+    eval_dataset: Optional[str] = opt(None, "Prompts for periodic held-out evaluation", path="data",
+                                      dotted="eval.dataset")
+    label_key: Optional[str] = opt(None, "JSON key passed as `labels` to a reward_func / remote RM",
+                                   dotted="data.label_key")
+    max_samples: int = opt(100_000_000, "Use at most this many prompts", dotted="data.max_samples")
     dataset_num_proc: int = opt(0, DATASET_NUM_PROC_HELP, identity=False)
-    prompt_max_len: int = opt(1024, "Prompts longer than this (in tokens) are dropped, counted and reported")
-    generate_max_len: int = opt(1024, "Most new tokens per response")
-    temperature: float = opt(1.0, "Sampling temperature")
-    top_p: float = opt(1.0, "Nucleus sampling")
-    n_samples_per_prompt: int = opt(1, "Responses sampled per prompt (group estimators need >= 2)")
-    num_episodes: int = opt(1, "Passes over the prompt data (--max_epochs is passes over each rollout batch)")
-    rollout_batch_size: int = opt(1024, "Prompts per PPO iteration")
-    micro_rollout_batch_size: int = opt(8, "Sequences per rank per forward when making experience")
-    vllm_num_engines: int = opt(0, "vLLM rollout engines (0: the batched HF engine inside the actor)")
-    vllm_tensor_parallel_size: int = opt(1, "Tensor-parallel size of each vLLM engine")
-    vllm_gpu_memory_utilization: float = opt(0.9, "Fraction of GPU memory vLLM may take")
+    prompt_max_len: int = opt(1024, "Prompts longer than this (in tokens) are dropped, counted and reported",
+                              dotted="data.prompt_max_len")
+    generate_max_len: int = opt(1024, "Most new tokens per response", dotted="rollout.max_new_tokens")
+    temperature: float = opt(1.0, "Sampling temperature", dotted="rollout.temperature")
+    top_p: float = opt(1.0, "Nucleus sampling", dotted="rollout.top_p")
+    n_samples_per_prompt: int = opt(1, "Responses sampled per prompt (group estimators need >= 2)",
+                                    dotted="rollout.n_samples_per_prompt")
+    num_episodes: int = opt(1, "Passes over the prompt data (--max_epochs is passes over each rollout batch)",
+                            dotted="train.num_episodes")
+    rollout_batch_size: int = opt(1024, "Prompts per PPO iteration", dotted="rollout.batch_size")
+    micro_rollout_batch_size: int = opt(8, "Sequences per rank per forward when making experience",
+                                        dotted="rollout.micro_batch_size")
+    vllm_num_engines: int = opt(0, "vLLM rollout engines (0: the batched HF engine inside the actor)",
+                                dotted="vllm.num_engines")
+    vllm_tensor_parallel_size: int = opt(1, "Tensor-parallel size of each vLLM engine",
+                                         dotted="vllm.tensor_parallel_size")
+    vllm_gpu_memory_utilization: float = opt(0.9, "Fraction of GPU memory vLLM may take",
+                                             dotted="vllm.gpu_memory_utilization")
     vllm_sync_backend: str = opt("nccl", "Weight sync to the vLLM engines: a broadcast from actor rank 0 over NCCL (GPUs, "
                                          "engines on their own GPUs) or gloo (CPU); nccl without GPUs or with "
                                          "--colocate_all_models sends chunks through Ray's object store instead (logged)",
-                                 choices=("nccl", "gloo"))
-    enable_prefix_caching: bool = opt(False, "vLLM prefix caching")
+                                 choices=("nccl", "gloo"), dotted="vllm.sync_backend")
+    enable_prefix_caching: bool = opt(False, "vLLM prefix caching", dotted="vllm.enable_prefix_caching")
     enforce_eager: bool = opt(True, "vLLM engines without CUDA graphs. They always run eager here (alignment/rollout/"
                                     "vllm_engine.py), so OpenRLHF's --enforce_eager is what happens and "
-                                    "--enforce_eager false is refused")
+                                    "--enforce_eager false is refused", dotted="vllm.enforce_eager")
     vllm_sync_chunk_mb: int = opt(64, "Most megabytes per chunk when the actor's weights are sent to the vLLM engines")
 
     def check_rollout(self) -> None:
@@ -123,12 +138,15 @@ class DynamicBatchConfig:
     use_dynamic_batch: bool = opt(False, "Cut micro-batches by a token budget instead of a row count: rows of similar "
                                          "length together, as many as fit, so short responses are not padded to the "
                                          "longest (--micro_train_batch_size / --micro_rollout_batch_size then no longer "
-                                         "cut the training and log-prob passes; the step's rows and loss are unchanged)")
+                                         "cut the training and log-prob passes; the step's rows and loss are unchanged)",
+                                  dotted="train.dynamic_batch_enable")
     train_max_tokens_per_gpu: int = opt(16192, "With --use_dynamic_batch: most tokens per training micro-batch "
-                                               "(rows x longest row; the real tokens with --packing_samples)")
+                                               "(rows x longest row; the real tokens with --packing_samples)",
+                                        dotted="train.max_tokens_per_gpu")
     rollout_max_tokens_per_gpu: Optional[int] = opt(None, "With --use_dynamic_batch: most tokens per log-prob / value "
                                                           "forward when making experience (unset: "
-                                                          "--train_max_tokens_per_gpu)")
+                                                          "--train_max_tokens_per_gpu)",
+                                                    dotted="rollout.max_tokens_per_gpu")
 
     def check_dynamic_batch(self) -> None:
         if not self.use_dynamic_batch:
@@ -146,9 +164,10 @@ class AsyncTrainConfig:
     async_train: bool = opt(False, "Overlap rollouts with training (OpenRLHF's --async_train): the vLLM engines generate "
                                    "the next iteration's samples while this one trains, so samples come from a policy up "
                                    "to --async_queue_size updates old, and the PPO ratio is taken against the engines' "
-                                   "sampled-token log-probs (the behaviour policy). Needs --vllm_num_engines >= 1")
+                                   "sampled-token log-probs (the behaviour policy). Needs --vllm_num_engines >= 1",
+                            dotted="train.async_enable")
     async_queue_size: int = opt(1, "With --async_train: iterations generated ahead of the one training (the bound on "
-                                   "the policy lag)")
+                                   "the policy lag)", dotted="train.async_queue_size")
 
     def check_async_train(self) -> None:
         if not self.async_train:
@@ -161,48 +180,60 @@ class AsyncTrainConfig:
 
 @dataclass
 class AlgorithmConfig:
-    advantage_estimator: str = opt("gae", "How advantages are computed", choices=ADVANTAGE_ESTIMATORS)
-    gamma: float = opt(1.0, "Discount")
-    lambd: float = opt(0.95, "GAE lambda")
-    init_kl_coef: float = opt(0.01, "KL coefficient (initial value when adaptive)")
-    kl_estimator: str = opt("k1", "Per-token KL estimator (Schulman's k1/k2/k3)", choices=KL_ESTIMATORS)
-    use_kl_loss: bool = opt(False, "Put the KL in the actor loss (GRPO) instead of the reward")
-    kl_target: Optional[float] = opt(None, "Adaptive KL: target KL (unset: fixed coefficient)")
-    kl_horizon: int = opt(10000, "Adaptive KL horizon")
+    advantage_estimator: str = opt("gae", "How advantages are computed", choices=ADVANTAGE_ESTIMATORS,
+                                   dotted="algo.advantage.estimator")
+    gamma: float = opt(1.0, "Discount", dotted="algo.advantage.gamma")
+    lambd: float = opt(0.95, "GAE lambda", dotted="algo.advantage.lambd")
+    init_kl_coef: float = opt(0.01, "KL coefficient (initial value when adaptive)", dotted="algo.kl.init_coef")
+    kl_estimator: str = opt("k1", "Per-token KL estimator (Schulman's k1/k2/k3)", choices=KL_ESTIMATORS,
+                            dotted="algo.kl.estimator")
+    use_kl_loss: bool = opt(False, "Put the KL in the actor loss (GRPO) instead of the reward",
+                            dotted="algo.kl.use_loss")
+    kl_target: Optional[float] = opt(None, "Adaptive KL: target KL (unset: fixed coefficient)", dotted="algo.kl.target")
+    kl_horizon: int = opt(10000, "Adaptive KL horizon", dotted="algo.kl.horizon")
     loss_agg_mode: Optional[str] = opt(
         None, "How per-token losses become an optimizer step's loss: token-mean (every response token of the step, "
               "across micro-batches and ranks, weighs the same), seq-mean-token-mean (every sequence weighs the same), "
               "seq-mean-token-sum-norm (each sequence's token sum / --generate_max_len: Dr. GRPO). Default: the "
               "estimator's (dr_grpo: seq-mean-token-sum-norm, the others token-mean)", choices=LOSS_AGG_MODES)
-    eps_clip: float = opt(0.2, "PPO clip range (both sides unless --eps_clip_low_high)")
-    eps_clip_low_high: Optional[list[float]] = opt(None, "Asymmetric clip range: low high")
-    dual_clip: Optional[float] = opt(None, "Dual-clip constant c > 1 for negative advantages")
+    eps_clip: float = opt(0.2, "PPO clip range (both sides unless --eps_clip_low_high)", dotted="actor.eps_clip")
+    eps_clip_low_high: Optional[list[float]] = opt(None, "Asymmetric clip range: low high",
+                                                   dotted="actor.eps_clip_low_high")
+    dual_clip: Optional[float] = opt(None, "Dual-clip constant c > 1 for negative advantages", dotted="actor.dual_clip")
     enable_vllm_is_correction: bool = opt(False, "Weigh each sampled token's policy-loss term by min(trainer prob / "
                                                  "engine prob, --vllm_is_truncated_threshold): truncated importance "
                                                  "sampling between the vLLM engine that sampled and the trainer",
-                                          aliases=("--vllm_enable_is_correction",))
+                                          aliases=("--vllm_enable_is_correction",),
+                                          dotted="algo.advantage.is_correction_enable")
     vllm_is_truncated_threshold: float = opt(2.0, "The cap of --enable_vllm_is_correction's weights")
     dynamic_filtering: bool = opt(False, "DAPO's dynamic sampling: drop the groups whose mean score is outside "
                                          "--dynamic_filtering_reward_range (all right or all wrong: zero advantage) "
-                                         "and sample more prompts until the batch is full")
+                                         "and sample more prompts until the batch is full",
+                                  dotted="algo.dynamic_filtering_enable")
     dynamic_filtering_reward_range: list[float] = opt([0.0, 1.0], "Keep groups whose mean score is strictly inside "
-                                                                  "LOW HIGH")
+                                                                  "LOW HIGH", dotted="algo.dynamic_filtering_range")
     enable_ema: bool = opt(False, "Keep an exponential moving average of the actor's weights (updated every optimizer "
-                                  "step, in every checkpoint) and commit it beside the actor as <save_path>/ema/")
-    ema_beta: float = opt(0.992, "The average's decay: ema = beta * ema + (1 - beta) * weights")
+                                  "step, in every checkpoint) and commit it beside the actor as <save_path>/ema/",
+                           dotted="train.enable_ema")
+    ema_beta: float = opt(0.992, "The average's decay: ema = beta * ema + (1 - beta) * weights",
+                          dotted="train.ema_beta")
     policy_loss_type: str = opt("ppo", "Actor objective: ppo (a ratio per token) or gspo (one ratio per sequence, "
                                        "GSPO; pair it with a small --eps_clip_low_high, e.g. 3e-4 4e-4)",
-                                choices=("ppo", "gspo"))
+                                choices=("ppo", "gspo"), dotted="actor.policy_loss_type")
     overlong_buffer_len: Optional[int] = opt(None, "DAPO's overlong shaping: responses longer than --generate_max_len "
                                                    "minus this many tokens lose reward linearly, down to "
-                                                   "--overlong_penalty_factor at --generate_max_len (unset: off)")
-    overlong_penalty_factor: float = opt(1.0, "The largest overlong penalty (with --overlong_buffer_len)")
-    value_clip: float = opt(0.2, "Value clip range")
-    critic_pretrain: Optional[str] = opt(None, "Critic initialisation (default: the reward model, as OpenRLHF)", path="model")
-    reward_clip_range: list[float] = opt([-10.0, 10.0], "Clip rewards to this range")
-    freezing_actor_steps: int = opt(-1, "Train only the critic for this many iterations (critic warm-up)")
-    actor_learning_rate: float = opt(1e-6, "Actor peak learning rate")
-    critic_learning_rate: float = opt(9e-6, "Critic peak learning rate")
+                                                   "--overlong_penalty_factor at --generate_max_len (unset: off)",
+                                             dotted="reward.overlong_buffer_len")
+    overlong_penalty_factor: float = opt(1.0, "The largest overlong penalty (with --overlong_buffer_len)",
+                                         dotted="reward.overlong_penalty_factor")
+    value_clip: float = opt(0.2, "Value clip range", dotted="critic.value_clip")
+    critic_pretrain: Optional[str] = opt(None, "Critic initialisation (default: the reward model, as OpenRLHF)", path="model",
+                                         dotted="critic.model_name_or_path")
+    reward_clip_range: list[float] = opt([-10.0, 10.0], "Clip rewards to this range", dotted="reward.clip_range")
+    freezing_actor_steps: int = opt(-1, "Train only the critic for this many iterations (critic warm-up)",
+                                    dotted="critic.freezing_steps")
+    actor_learning_rate: float = opt(1e-6, "Actor peak learning rate", dotted="actor.adam.lr")
+    critic_learning_rate: float = opt(9e-6, "Critic peak learning rate", dotted="critic.adam.lr")
 
     def uses_critic(self) -> bool:
         return ESTIMATORS[self.advantage_estimator].critic
@@ -238,9 +269,12 @@ class AlgorithmConfig:
 
 
 @dataclass
-class PPOConfig(LoggingConfig, CheckpointConfig, TrainConfig, LoraConfig, LoraSaveConfig, AlgorithmConfig, RewardSourceConfig,
-                AsyncTrainConfig, DynamicBatchConfig, RolloutConfig, PlacementConfig, PackingConfig, ModelConfig, StageConfig):
+class PPOConfig(LoggingConfig, CheckpointConfig, TrainConfig, LoraConfig, LoraSaveConfig, AlgorithmConfig, AgentConfig,
+                RewardSourceConfig, AsyncTrainConfig, DynamicBatchConfig, RolloutConfig, PlacementConfig, PackingConfig, ModelConfig, StageConfig):
     """PPO / REINFORCE++ / RLOO / GRPO on Ray (`python -m alignment.cli.train_ppo_ray`)."""
+
+    # OpenRLHF's dotted names call the policy `actor` here (--actor.model_name_or_path), `model` elsewhere
+    dotted_family: ClassVar[str] = "ppo"
 
     def check_ppo(self) -> None:
         if self.enable_ema:
@@ -263,8 +297,9 @@ class PPOConfig(LoggingConfig, CheckpointConfig, TrainConfig, LoraConfig, LoraSa
                     "log-probs there (the behaviour policy); drop one of them")
             require(self.vllm_is_truncated_threshold > 0,
                     f"--vllm_is_truncated_threshold {self.vllm_is_truncated_threshold}: must be > 0 (e.g. 2)")
-        require(self.has_reward(), "no reward: pass --reward_pretrain (a trained RM) or --remote_rm_url (a server "
-                                   "URL or a reward_func .py file)")
+        require(self.has_reward() or bool(self.agent_func_path),
+                "no reward: pass --reward_pretrain (a trained RM), --remote_rm_url (a server URL or a reward_func .py "
+                "file) or --agent_func_path (an environment that gives rewards)")
         if self.uses_critic():
             return
         # critic-free estimators: OpenRLHF places no critic then; a critic flag is a mistake worth naming

@@ -52,7 +52,10 @@ class SequenceBatch:
 
     @property
     def prompt_lengths(self) -> list[int]:
-        return (self.attention_mask.sum(-1) - self.action_mask.sum(-1).long()).tolist()
+        """Tokens before each row's first response token (an agent's feedback tokens, also unmasked in
+        action_mask, come after it); a row without response tokens is all prompt."""
+        first = self.action_mask.ne(0).float().argmax(-1) + 1
+        return torch.where(self.action_mask.ne(0).any(-1), first, self.attention_mask.sum(-1)).tolist()
 
 
 def rollout_to_batch(rollout: Rollout, pad_id: int) -> SequenceBatch:
@@ -64,7 +67,7 @@ def rollout_to_batch(rollout: Rollout, pad_id: int) -> SequenceBatch:
     for i, (p, r) in enumerate(zip(rollout.prompt_ids, rollout.response_ids)):
         seq[i, :len(p) + len(r)] = torch.tensor(p + r)
         attn[i, :len(p) + len(r)] = 1
-        action[i, len(p) - 1:len(p) + len(r) - 1] = 1
+        action[i, len(p) - 1:len(p) + len(r) - 1] = torch.tensor(rollout.response_mask(i), dtype=action.dtype)
     return SequenceBatch(seq, attn, action, list(rollout.prompt_index))
 
 

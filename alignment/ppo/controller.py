@@ -17,11 +17,12 @@ from __future__ import annotations
 import logging
 import random
 import time
-from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import torch
 
+from alignment.agents.runner import AgentRunner, AgentSettings
 from alignment.config.base import require
 from alignment.config.ppo import PPOConfig
 from alignment.datasets.prompts import PromptSample
@@ -32,28 +33,13 @@ from alignment.ppo.batch import SequenceBatch, behaviour_logprobs, rollout_to_ba
 from alignment.ppo.dynamic_sampling import MAX_ROUNDS, Groups, kept_groups, refill_key, refill_prompts
 from alignment.ppo.experience import Experience, assemble, experience_metrics, needs_old_logprobs, uses_reference
 from alignment.ppo.loop import PPOState
+from alignment.ppo.pending import Done, Later, Mapped, Pending
 from alignment.rewards.scorer import Scored
 
-log = logging.getLogger(__name__)
 from alignment.rollout.types import Rollout, SamplingParams
 from alignment.trainers.base import mean_across_ranks, sum_across_ranks
 
-T = TypeVar("T", covariant=True)
-
-
-class Pending(Protocol[T]):
-    """A result that may still be computing (Ray futures), so independent model calls overlap."""
-    def get(self) -> T: ...
-
-
-@dataclass
-class Done(Generic[T]):
-    """A result computed on the spot (the in-process backend)."""
-    value: T
-
-    def get(self) -> T:
-        return self.value
-
+log = logging.getLogger(__name__)
 
 class ModelGroups(Protocol):
     rank: int            # this controller's share of each iteration's prompts: rank of world
@@ -61,6 +47,7 @@ class ModelGroups(Protocol):
     has_critic: bool
 
     def generate(self, prompt_ids: list[list[int]], iteration: int) -> Pending[Rollout]: ...
+    def generate_turn(self, prompt_ids: list[list[int]], params: SamplingParams) -> Rollout: ...
     def scores(self, queries: list[str], prompts: list[str], labels: list) -> Scored: ...
     def actor_logprobs(self, batch: SequenceBatch) -> Pending[torch.Tensor]: ...
     def ref_logprobs(self, batch: SequenceBatch) -> Pending[torch.Tensor]: ...
@@ -113,9 +100,17 @@ def reward_inputs(tokenizer: Any, rollout: Rollout, prompts: list[PromptSample])
 
 
 @dataclass
+class Sampled:
+    """An iteration's samples; `scored` when their source scored them already (an agent's environment)."""
+    rollout: Rollout
+    scored: Scored | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
 class Generation:
     prompts: list[PromptSample]
-    rollout: Pending[Rollout]
+    sampled: Pending[Sampled]
     version: int          # PPOController.synced when it started: the policy that samples
 
 
@@ -132,6 +127,9 @@ class PPOController:
         self.kl_ctl = KLController(cfg.init_kl_coef, cfg.kl_target, cfg.kl_horizon)
         self.synced = 0              # weight syncs so far: the version of the policy the engines sample from
         self.ahead: dict[int, Generation] = {}   # --async_train: iterations whose samples are being generated
+        self.agent = (AgentRunner(AgentSettings(cfg.agent_func_path, cfg.agent_max_turns, cfg.agent_step_timeout,
+                                                cfg.prompt_max_len + cfg.generate_max_len, cfg.generate_max_len), tokenizer)
+                      if cfg.agent_func_path else None)
         if cfg.use_dynamic_batch:
             log.info("--use_dynamic_batch: training micro-batches of <= %d tokens, log-prob and value passes of <= %d "
                      "(--micro_train_batch_size / --micro_rollout_batch_size no longer cut those passes)", cfg.train_max_tokens_per_gpu,
@@ -148,7 +146,25 @@ class PPOController:
 
     def generation(self, iteration: int) -> Generation:
         prompts = self.prompt_batch(iteration)
-        return Generation(prompts, self.groups.generate([p.ids for p in prompts], iteration), self.synced)
+        return Generation(prompts, self.sample(prompts, iteration), self.synced)
+
+    def sample(self, prompts: list[PromptSample], key: int) -> Pending[Sampled]:
+        """Samples for these prompts, seeded by `key` (an iteration, or a refill round's key): one response each
+        from the engines, or with --agent_func_path one multi-turn episode each, scored by its environment."""
+        g = self.groups
+        if self.agent is None:
+            return Mapped(g.generate([p.ids for p in prompts], key), Sampled)
+        params = sampling_params(self.cfg, key, g.rank, g.world)
+        run = lambda: self.episodes(prompts, params)   # noqa: E731
+        return Later(run) if self.cfg.async_train else Done(run())
+
+    def episodes(self, prompts: list[PromptSample], params: SamplingParams) -> Sampled:
+        got = self.agent.run(prompts, params.n, self.groups.generate_turn, params.seed, params.temperature,
+                             params.top_p, params.logprobs)
+        return Sampled(got.rollout, got.scored, got.metrics)
+
+    def score(self, prompts: list[PromptSample], sampled: Sampled) -> Scored:
+        return sampled.scored or self.groups.scores(*reward_inputs(self.tokenizer, sampled.rollout, prompts))
 
     def generate_ahead(self, iteration: int) -> None:
         """--async_train: start generating the next --async_queue_size iterations on the engines now, with
@@ -163,13 +179,13 @@ class PPOController:
         cfg, g = self.cfg, self.groups
         t0 = time.time()
         gen = self.ahead.pop(iteration, None) or self.generation(iteration)
-        prompts, rollout = gen.prompts, gen.rollout.get()
+        prompts, sampled = gen.prompts, gen.sampled.get()
         if cfg.async_train:
             self.generate_ahead(iteration)
         t_gen = time.time()
-        scored, dyn = None, {}
+        rollout, scored, dyn = sampled.rollout, sampled.scored, dict(sampled.metrics)
         if cfg.dynamic_filtering:   # scored first: the groups that teach nothing are replaced before any forward pass
-            prompts, rollout, scored = self.filtered(iteration, prompts, rollout, dyn)
+            prompts, rollout, scored = self.filtered(iteration, prompts, sampled, dyn)
         batch = rollout_to_batch(rollout, self.tokenizer.pad_token_id)
         # started together: on Ray the actor, reference and critic groups compute at the same time.
         # --async_train: the ratio's denominator is the policy that sampled, as the engine scored it
@@ -178,7 +194,7 @@ class PPOController:
                else g.actor_logprobs(batch) if needs_old_logprobs(cfg) or cfg.enable_vllm_is_correction else None)
         ref = g.ref_logprobs(batch) if uses_reference(cfg) else None
         vals = g.values(batch) if g.has_critic else None
-        scored = scored or g.scores(*reward_inputs(self.tokenizer, rollout, prompts))
+        scored = scored or self.score(prompts, Sampled(rollout))
         scores = scored.rewards.float().clamp(*cfg.reward_clip_range)
         if cfg.overlong_buffer_len:   # DAPO's soft length penalty, on the reward (not on the scores)
             penalty = overlong_penalty(batch.action_mask.sum(-1), cfg.generate_max_len, cfg.overlong_buffer_len,
@@ -198,7 +214,7 @@ class PPOController:
             metrics["policy_lag"] = float(self.synced - gen.version)
         return exp, metrics
 
-    def filtered(self, iteration: int, prompts: list[PromptSample], rollout: Rollout,
+    def filtered(self, iteration: int, prompts: list[PromptSample], sampled: Sampled,
                  metrics: dict[str, float]) -> tuple[list[PromptSample], Rollout, Scored]:
         """--dynamic_filtering (alignment/ppo/dynamic_sampling.py): this iteration's prompts and samples with the
         groups whose mean score is outside --dynamic_filtering_reward_range replaced by refills; `metrics` gets
@@ -208,7 +224,7 @@ class PPOController:
         need, kept, dropped = len(prompts), Groups.empty(), Groups.empty()
         generated, round_ = 0, 0
         while True:
-            scored = g.scores(*reward_inputs(self.tokenizer, rollout, prompts))
+            rollout, scored = sampled.rollout, self.score(prompts, sampled)
             keep = kept_groups(scored.scores, n, low, high)
             generated += len(prompts)
             kept.add(prompts, rollout, scored, keep[:need - len(kept.prompts)], n)
@@ -217,7 +233,7 @@ class PPOController:
                 break
             round_ += 1
             prompts = refill_prompts(self.prompts, need - len(kept.prompts), cfg.seed, iteration, round_, g.rank)
-            rollout = g.generate([p.ids for p in prompts], refill_key(iteration, round_, self.total_iterations)).get()
+            sampled = self.sample(prompts, refill_key(iteration, round_, self.total_iterations)).get()
         short = need - len(kept.prompts)
         if short:   # zero-advantage groups keep the batch shape and change no gradient
             log.warning("--dynamic_filtering: iteration %d found %d of %d groups with mixed scores after %d refill "

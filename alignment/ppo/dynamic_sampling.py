@@ -46,9 +46,8 @@ class Groups:
     def add(self, prompts: list[PromptSample], rollout: Rollout, scored: Scored, groups: list[int], n: int) -> None:
         for g in groups:
             rows = list(range(g * n, (g + 1) * n))
-            part = Rollout([rollout.prompt_ids[i] for i in rows], [rollout.response_ids[i] for i in rows], [0] * n,
-                           [rollout.finished[i] for i in rows],
-                           [rollout.logprobs[i] for i in rows] if rollout.logprobs else [])
+            part = rollout.rows(rows)
+            part.prompt_index = [0] * n
             self.rollout.extend(part, index_offset=len(self.prompts))
             self.prompts.append(prompts[g])
             self.scored.append(Scored(scored.rewards[rows], scored.scores[rows], scored.logs))

@@ -9,6 +9,7 @@ Models: `actor` and `critic` are DeepSpeed engines (critic None for the critic-f
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import replace
 import logging
 from pathlib import Path
 from typing import Any, Callable
@@ -24,12 +25,13 @@ from alignment.ppo import rank_ops
 from alignment.rewards.scorer import Scored
 from alignment.ppo.batch import SequenceBatch
 from alignment.ppo.ema import EMA
-from alignment.ppo.controller import Done, sampling_params
+from alignment.ppo.controller import sampling_params
+from alignment.ppo.pending import Done
 from alignment.ppo.experience import Experience
 from alignment.ppo.loop import PPOState, resume_state
 from alignment.ppo.packed import Packing
 from alignment.rollout.hf_engine import HFEngine
-from alignment.rollout.types import Rollout
+from alignment.rollout.types import Rollout, SamplingParams
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +53,10 @@ class LocalGroups:
 
     def generate(self, prompt_ids: list[list[int]], iteration: int) -> Done[Rollout]:
         return Done(self.gen.generate(prompt_ids, sampling_params(self.cfg, iteration, self.rank, self.world)))
+
+    def generate_turn(self, prompt_ids: list[list[int]], params: SamplingParams) -> Rollout:
+        return self.gen.generate(prompt_ids, replace(params, seed=None if params.seed is None else
+                                                     params.seed * self.world + self.rank))
 
     def scores(self, queries: list[str], prompts: list[str], labels: list) -> Scored:
         return self.reward(queries, prompts, labels)

@@ -14,6 +14,7 @@ import logging
 import os
 import tempfile
 import time
+import dataclasses
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ from alignment.ppo.controller import PPOController, check_sizes, iterations_per_
 from alignment.ppo.experience import Experience
 from alignment.ppo.groups import ModelGroup, split
 from alignment.ppo.loop import PPOState, resume_state
-from alignment.rollout.types import Rollout
+from alignment.rollout.types import Rollout, SamplingParams
 
 log = logging.getLogger("alignment.train_ppo_ray")
 
@@ -176,6 +177,14 @@ class RayGroups:
         shards = split(len(prompt_ids), len(generators))
         return ShardedRollout([g.generate.remote(prompt_ids[s:e], sampling_params(self.cfg, iteration, r, len(generators)))
                                for r, (g, (s, e)) in enumerate(zip(generators, shards))], [s for s, _ in shards])
+
+    def generate_turn(self, prompt_ids: list[list[int]], params: SamplingParams) -> Rollout:
+        """One agent turn for each context, on the same generators as `generate` (shard r seeded apart)."""
+        generators = self.engines or self.groups["actor"].workers
+        shards = [(g, s, e) for g, (s, e) in zip(generators, split(len(prompt_ids), len(generators))) if e > s]
+        seed = lambda r: None if params.seed is None else params.seed * len(generators) + r   # noqa: E731
+        return ShardedRollout([g.generate.remote(prompt_ids[s:e], dataclasses.replace(params, seed=seed(r)))
+                               for r, (g, s, e) in enumerate(shards)], [s for _, s, _ in shards]).get()
 
     def scores(self, queries: list[str], prompts: list[str], labels: list) -> Scored:
         import ray

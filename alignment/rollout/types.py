@@ -31,6 +31,9 @@ class Rollout:
     prompt_index: list[int] = field(default_factory=list)         # which input prompt each response answers
     finished: list[bool] = field(default_factory=list)            # ended with eos (not cut at max_new_tokens)
     logprobs: list[list[float]] = field(default_factory=list)     # per response token, when SamplingParams.logprobs
+    # per response token: 1 = the model's, 0 = an environment's feedback between turns (agents: context, never
+    # loss). Empty: every response token is the model's (single-turn generation).
+    loss_mask: list[list[int]] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.response_ids)
@@ -41,6 +44,18 @@ class Rollout:
         self.prompt_index += [i + index_offset for i in other.prompt_index]
         self.finished += other.finished
         self.logprobs += other.logprobs
+        if self.loss_mask or other.loss_mask:   # a mix keeps one mask row per response
+            self.loss_mask = (self.loss_mask or [[1] * len(r) for r in self.response_ids[:len(self) - len(other)]]) + \
+                (other.loss_mask or [[1] * len(r) for r in other.response_ids])
+
+    def rows(self, idx: list[int]) -> "Rollout":
+        """These responses (prompt_index kept)."""
+        pick = (lambda xs: [xs[i] for i in idx] if xs else [])  # noqa: E731
+        return Rollout(pick(self.prompt_ids), pick(self.response_ids), pick(self.prompt_index), pick(self.finished),
+                       pick(self.logprobs), pick(self.loss_mask))
+
+    def response_mask(self, i: int) -> list[int]:
+        return self.loss_mask[i] if self.loss_mask else [1] * len(self.response_ids[i])
 
     def response_tokens(self) -> int:
         return sum(len(r) for r in self.response_ids)

@@ -1,0 +1,82 @@
+"""The default way an episode runs (OpenRLHF's MultiTurnAgentExecutor, token in, token out): the model's
+turn is generated from the whole context so far, the environment answers it, and its feedback is appended
+as tokens, until the environment says done, --agent_max_turns turns were taken, or the context reaches
+max_length. The context is kept as token ids — never re-tokenized from text — so what the trainer scores
+is exactly what the engine sampled.
+
+Rewards of all turns add up to the episode's reward (so rewards may come per turn or only at the end);
+the score (for dynamic filtering) and extra_logs are the last turn's.
+"""
+from __future__ import annotations
+
+import asyncio
+import inspect
+from dataclasses import replace
+from typing import Any
+
+from alignment.agents.contract import AgentError, AgentExecutorBase, AgentInstanceBase, StepResult
+from alignment.agents.llm import as_params
+
+
+async def make_instance(cls: type) -> AgentInstanceBase:
+    """OpenRLHF's older example files declare `async def __init__`; both kinds are built here."""
+    if inspect.iscoroutinefunction(cls.__init__):
+        obj = cls.__new__(cls)
+        await cls.__init__(obj)
+        return obj
+    return cls()
+
+
+class MultiTurnAgentExecutor(AgentExecutorBase):
+    def __init__(self, agent_instance_cls: type, max_turns: int = 16, step_timeout: float = 60.0, where: str = "agent"):
+        if not (isinstance(agent_instance_cls, type) and issubclass(agent_instance_cls, AgentInstanceBase)):
+            raise AgentError(f"{where}: AgentInstance must subclass alignment.agents.AgentInstanceBase")
+        self.cls, self.max_turns, self.step_timeout, self.where = agent_instance_cls, max_turns, step_timeout, where
+
+    async def execute(self, prompt: str, label: Any, sampling_params: Any, max_length: int, hf_tokenizer: Any,
+                      llm_engine: Any, prompt_ids: list[int] | None = None) -> dict:
+        """`prompt_ids`: the prompt as the dataset tokenized it, used when reset leaves the observation unchanged."""
+        env = await make_instance(self.cls)
+        first = await env.reset({"observation": prompt, "label": label})
+        if not isinstance(first, dict) or not isinstance(first.get("observation"), str):
+            raise AgentError(f"{self.where}: reset must return {{'observation': text}}, got {first!r:.200}")
+        text = first["observation"]
+        tokens = (list(prompt_ids) if prompt_ids is not None and text == prompt
+                  else hf_tokenizer(text, add_special_tokens=False)["input_ids"])
+        params = as_params(sampling_params)
+        turn_cap = params.max_tokens
+        ranges: list[tuple[int, int]] = []
+        logprobs: list[float] | None = [0.0] * len(tokens) if params.logprobs is not None else None
+        total, last = 0.0, StepResult(0.0, None, "", False)
+        while len(ranges) < self.max_turns and len(tokens) < max_length:
+            params.max_tokens = min(turn_cap, max_length - len(tokens))
+            out = (await llm_engine.generate(tokens, replace(params))).outputs[0]
+            ranges.append((len(tokens), len(tokens) + len(out.token_ids)))
+            tokens = tokens + list(out.token_ids)
+            if logprobs is not None:
+                logprobs += [d[t].logprob for d, t in zip(out.logprobs, out.token_ids)]
+            states = {"observation_text": text, "action_text": out.text, "label": label, "sampling_params": params}
+            last = await self._step(env, states, len(ranges))
+            total += last.reward
+            text = text + out.text + last.feedback
+            if last.done:
+                break
+            feedback = hf_tokenizer(last.feedback, add_special_tokens=False)["input_ids"] if last.feedback else []
+            tokens = tokens + feedback
+            if logprobs is not None:
+                logprobs += [0.0] * len(feedback)
+            if last.sampling_params is not None:
+                params = as_params(last.sampling_params)
+                turn_cap = params.max_tokens
+        return {"prompt": prompt, "label": label, "reward": total,
+                "scores": total if last.score is None else last.score, "observation_tokens": tokens,
+                "action_ranges": ranges, "rollout_log_probs": logprobs, "extra_logs": last.extra_logs,
+                "done": last.done}
+
+    async def _step(self, env: AgentInstanceBase, states: dict, turn: int) -> StepResult:
+        try:
+            out = await asyncio.wait_for(env.step(states), self.step_timeout)
+        except asyncio.TimeoutError:
+            raise AgentError(f"{self.where}: step of turn {turn} did not return within --agent_step_timeout "
+                             f"{self.step_timeout:g} s; make it faster or raise the timeout") from None
+        return StepResult.of(out, f"{self.where} (turn {turn})")

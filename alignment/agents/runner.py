@@ -1,0 +1,163 @@
+"""Run one iteration's episodes (--agent_func_path) and hand them to PPO as a Rollout with the environment's
+rewards.
+
+Each of the n samples of a prompt is its own episode with its own AgentInstance; all episodes run as
+asyncio tasks over one `BatchingEngine`. An episode becomes one training row: the prompt, then everything
+after it — model turns and environment feedback — as the "response", with `Rollout.loss_mask` 1 on the
+model's tokens and 0 on the feedback's, so feedback is context for later turns but never in the loss and
+never given an advantage.
+"""
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import math
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from alignment.agents.contract import AgentError, AgentExecutorBase, AgentInstanceBase, extra_logs, number
+from alignment.agents.executor import MultiTurnAgentExecutor
+from alignment.agents.llm import BatchingEngine, GenerateBatch, SamplingParams
+from alignment.datasets.prompts import PromptSample
+from alignment.rewards.scorer import Scored
+from alignment.rollout.types import Rollout
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    path: str
+    max_turns: int
+    step_timeout: float
+    max_length: int       # prompt + every turn and feedback, in tokens
+    turn_tokens: int      # most new tokens per model turn (--generate_max_len)
+
+
+@dataclass
+class Episodes:
+    """One iteration's episodes as PPO consumes them."""
+    rollout: Rollout
+    scored: Scored
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def load_agent_file(path: str) -> tuple[type, type | None]:
+    """(AgentInstance class, AgentExecutor class or None) from a user's file; AgentError naming what is wrong."""
+    file = Path(path)
+    if not file.is_file():
+        raise AgentError(f"--agent_func_path {path}: no such file; pass a .py file defining AgentInstance")
+    spec = importlib.util.spec_from_file_location(f"alignflow_agent_{file.stem}", file)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except ModuleNotFoundError as e:
+        hint = (" (a file written for OpenRLHF: change `from openrlhf.utils.agent import ...` to `from alignment.agents "
+                "import ...`)" if e.name and e.name.startswith("openrlhf") else "")
+        raise AgentError(f"--agent_func_path {path}: {e}{hint}") from None
+    instance = getattr(module, "AgentInstance", None)
+    if not (isinstance(instance, type) and issubclass(instance, AgentInstanceBase)):
+        raise AgentError(f"--agent_func_path {path}: define `class AgentInstance(AgentInstanceBase)` with async "
+                         f"reset(states) and step(states)")
+    executor = getattr(module, "AgentExecutor", None)
+    if executor is not None and not (isinstance(executor, type) and issubclass(executor, AgentExecutorBase)):
+        raise AgentError(f"--agent_func_path {path}: AgentExecutor must subclass AgentExecutorBase")
+    return instance, executor
+
+
+class AgentRunner:
+    def __init__(self, settings: AgentSettings, tokenizer: Any):
+        self.s, self.tokenizer = settings, tokenizer
+        self.instance_cls, self.executor_cls = load_agent_file(settings.path)
+
+    def _executor(self) -> AgentExecutorBase:
+        if self.executor_cls is None or self.executor_cls is MultiTurnAgentExecutor:
+            return MultiTurnAgentExecutor(self.instance_cls, self.s.max_turns, self.s.step_timeout, self.s.path)
+        try:   # OpenRLHF's executors take the instance class; one without arguments is fine too
+            return self.executor_cls(self.instance_cls)
+        except TypeError:
+            return self.executor_cls()
+
+    def run(self, prompts: list[PromptSample], n: int, generate: GenerateBatch, seed: int, temperature: float,
+            top_p: float, logprobs: bool, greedy: bool = False) -> Episodes:
+        """n episodes per prompt, in prompt order (n consecutive rows per prompt, as group estimators expect)."""
+        engine = BatchingEngine(generate, self.tokenizer, seed, greedy)
+        params = SamplingParams(self.s.turn_tokens, temperature, top_p, 0 if logprobs else None)
+        jobs = [(k, p) for k, p in enumerate(prompts) for _ in range(n)]
+        outs = asyncio.run(self._all(engine, jobs, params))
+        episodes = Episodes(Rollout(), Scored(torch.zeros(0), torch.zeros(0)))
+        rewards, scores, logs, turns, env_tokens = [], [], [], [], 0
+        for e, ((k, p), out) in enumerate(zip(jobs, outs)):
+            row = self._row(out, p, e)
+            episodes.rollout.extend(row.rollout, index_offset=k)
+            rewards.append(row.reward), scores.append(row.score), logs.append(row.logs), turns.append(row.turns)
+            env_tokens += row.env_tokens
+        names = {name for d in logs for name in d}
+        means = {name: sum(d[name] for d in logs if name in d) / sum(1 for d in logs if name in d) for name in names}
+        episodes.scored = Scored(torch.tensor(rewards), torch.tensor(scores), means)
+        model_tokens = sum(sum(m) for m in episodes.rollout.loss_mask)
+        episodes.metrics = {"agent/turns": sum(turns) / len(turns), "agent/engine_batches": float(engine.batches),
+                            "agent/feedback_token_fraction": env_tokens / max(1, env_tokens + model_tokens)}
+        return episodes
+
+    async def _all(self, engine: BatchingEngine, jobs: list[tuple[int, PromptSample]], params: SamplingParams) -> list:
+        for _ in jobs:
+            engine.episode_started()
+        tasks = [asyncio.create_task(self._one(engine, p, params, e)) for e, (_, p) in enumerate(jobs)]
+        try:
+            return await asyncio.gather(*tasks)
+        finally:
+            for t in tasks:
+                t.cancel()
+
+    async def _one(self, engine: BatchingEngine, prompt: PromptSample, params: SamplingParams, e: int) -> dict:
+        executor = self._executor()
+        kwargs = {"prompt_ids": prompt.ids} if isinstance(executor, MultiTurnAgentExecutor) else {}
+        try:
+            return await executor.execute(prompt.text, prompt.label, SamplingParams(**vars(params)), self.s.max_length,
+                                          self.tokenizer, engine, **kwargs)
+        except AgentError as err:
+            raise AgentError(f"{err} (episode {e})") from None
+        except Exception as err:   # the user's code: where it failed, on one line
+            frame = traceback.extract_tb(err.__traceback__)[-1]
+            raise AgentError(f"{self.s.path}: episode {e} failed in {frame.name} (line {frame.lineno} of "
+                             f"{Path(frame.filename).name}): {type(err).__name__}: {err}") from None
+        finally:
+            engine.episode_ended()
+
+    def _row(self, out: Any, prompt: PromptSample, e: int) -> "_Row":
+        where = f"{self.s.path} (episode {e})"
+        if not isinstance(out, dict) or "observation_tokens" not in out or "action_ranges" not in out:
+            raise AgentError(f"{where}: execute must return a dict with observation_tokens, action_ranges, reward")
+        tokens, ranges = list(out["observation_tokens"]), [tuple(r) for r in out["action_ranges"]]
+        if not ranges or any(not (0 < a <= b <= len(tokens)) for a, b in ranges) or \
+                any(b1 > a2 for (_, b1), (a2, _) in zip(ranges, ranges[1:])):
+            raise AgentError(f"{where}: action_ranges {ranges} must be ordered, non-overlapping spans after the "
+                             f"prompt within the {len(tokens)} observation tokens")
+        start, end = ranges[0][0], ranges[-1][1]     # feedback after the last turn is context for nothing
+        mask = [0] * (end - start)
+        for a, b in ranges:
+            mask[a - start:b - start] = [1] * (b - a)
+        lps = out.get("rollout_log_probs")
+        reward = number(out.get("reward"), f"{where}: reward")
+        score = out.get("scores")
+        row = Rollout([tokens[:start]], [tokens[start:end]], [0], [bool(out.get("done", True))],
+                      [list(lps[start:end])] if lps is not None else [], [mask])
+        return _Row(row, reward, reward if score is None else number(score, f"{where}: scores"),
+                    extra_logs(out.get("extra_logs"), where), len(ranges), mask.count(0))
+
+
+@dataclass
+class _Row:
+    rollout: Rollout
+    reward: float
+    score: float
+    logs: dict[str, float]
+    turns: int
+    env_tokens: int
+
+    def __post_init__(self) -> None:
+        if not math.isfinite(self.reward):
+            raise AgentError(f"reward {self.reward} is not finite")
