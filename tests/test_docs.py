@@ -37,10 +37,12 @@ TOP_DIRS = "alignment|alignflow|deployments|scripts|docs|tests|benchmarks|requir
 PATH_RE = re.compile(rf"(?<![\w./:-])((?:{TOP_DIRS})/[\w./{{}},+-]*)")
 PLACEHOLDER = re.compile(r"[<>*…$]|\.\.\.")
 CLI_RE = re.compile(r"alignment\.cli\.(\{[^}]*\}|\w+)")
-FLAG_RE = re.compile(r"(?<![\w-])--([a-z][a-z0-9_]*[a-z0-9])(?![\w-]*[*<])")
+# dotted flags too (OpenRLHF's --ds.zero_stage); a sentence's full stop after a flag is not part of it, and a
+# group written as `--ds.*` is no flag
+FLAG_RE = re.compile(r"(?<![\w-])--([a-z][a-z0-9_.]*[a-z0-9])(?![\w.-]*[*<])")
 FENCE_RE = re.compile(r"^(```|~~~)")
 # "DPO's `--ipo`", "PPO's `normalize_reward`": a flag named as a stage's
-OWNED_FLAG_RE = re.compile(r"\b(SFT|RM|DPO|KTO|PPO)'s `(?:--)?(\w+)`")
+OWNED_FLAG_RE = re.compile(r"\b(SFT|RM|DPO|KTO|PPO)'s `(?:--)?(\w[\w.]*)`")
 STAGE_CLI = {"SFT": "train_sft", "RM": "train_rm", "DPO": "train_dpo", "KTO": "train_kto", "PPO": "train_ppo_ray",
              "sft": "train_sft", "rm": "train_rm", "dpo": "train_dpo", "kto": "train_kto", "ppo": "train_ppo_ray",
              "generate": "batch_inference", "score": "batch_inference", "tiny_base": "make_tiny_base"}
@@ -155,8 +157,15 @@ def flag_problems(name: str, text: str) -> list[str]:
         except ValueError:
             continue    # a placeholder value such as "<SmolLM2>" unquoted: not a claim about a field
         problems += [f"{name}: --param {stage}='{{\"{k}\": ...}}': {PARAM_CLI[stage]} has no --{k}"
-                     for k in keys if k not in cli_flags(PARAM_CLI[stage])]
+                     for k in param_keys(keys) if k not in cli_flags(PARAM_CLI[stage])]
     return problems
+
+
+def param_keys(overrides: dict, prefix: str = "") -> list[str]:
+    """The flag names an override dict sets: its keys, and OpenRLHF's nested groups as dotted names
+    ({"train": {"batch_size": 8}} -> train.batch_size)."""
+    return [k for key, value in overrides.items()
+            for k in (param_keys(value, f"{prefix}{key}.") if isinstance(value, dict) else [prefix + key])]
 
 
 def recipe_flag_problems(path: Path) -> list[str]:
@@ -206,7 +215,7 @@ def test_every_flag_named_for_a_cli_is_one_it_accepts():
 OTHER_TOOLS_FLAGS = {"address", "all", "block", "dashboard-host", "gpus", "head", "logdir", "module", "no-prompt",
                      "node-ip-address", "nproc_per_node", "num-cpus", "num-gpus", "num_gpus", "param", "pool", "prefect-file",
                      "recursive", "rm", "shm-size", "watch", "flag"}
-ANY_FLAG_RE = re.compile(r"(?<![\w-])--([a-z][\w-]*[a-z0-9])(?![\w-]*[*<])")
+ANY_FLAG_RE = re.compile(r"(?<![\w-])--([a-z][\w.-]*[a-z0-9])(?![\w.-]*[*<])")
 
 
 def test_every_flag_in_the_docs_is_one_something_accepts():

@@ -2,7 +2,8 @@
 made from that stage's config schema (every flag a field, its help and default as the description,
 choices as a Literal), so `prefect deployment inspect` and the Prefect UI show each stage's fields and
 an unknown key is refused when the run is created. The stage's schema checks the values again when
-the flow starts.
+the flow starts. A stage's overrides take its flat names and OpenRLHF's dotted groups nested
+(`ppo={"actor": {"num_nodes": 1}, "train": {"batch_size": 8}}`); `overrides()` hands on flat names.
 
 `use_wandb` is only a switch here. Prefect validates a deployment run's parameters against this
 schema when the run is created, so an API key given as `use_wandb` is refused *before* the flow run
@@ -12,7 +13,7 @@ stored it). The key itself comes from WANDB_API_KEY in the Ray cluster's environ
 import dataclasses
 import types
 import typing
-from typing import Any, Callable, Literal, Optional, Union
+from typing import Any, Callable, ClassVar, Literal, Optional, Union
 
 from prefect import Flow
 from prefect.exceptions import ParameterTypeError
@@ -21,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from alignment.config import ConfigError
 from alignment.config.base import did_you_mean
+from alignment.config.dotted import Spelling, dotted_tree, nested_to_fields
 
 WandbSwitch = Literal["offline", "true", "1", "env", "false", "0"]
 SWITCHES = ("offline", "true", "1", "env", "false", "0")
@@ -31,9 +33,16 @@ class StageOverrides(BaseModel):
     keys that are not the stage's flags."""
 
     model_config = ConfigDict(extra="forbid")
+    config_cls: ClassVar[Optional[type]] = None    # the stage's config schema, to read the nested groups with
     use_wandb: Optional[Union[bool, WandbSwitch]] = Field(
         None, description="wandb switch only: true/offline/env (the API key comes from WANDB_API_KEY on the Ray "
                           "cluster, never from a parameter)")
+
+
+class DottedGroup(BaseModel):
+    """One of OpenRLHF's dotted groups (`train`, `ds`, `actor`, ...) as a nested parameter."""
+
+    model_config = ConfigDict(extra="forbid")
 
 
 def _field_type(tp: Any, choices: tuple | None) -> Any:
@@ -45,9 +54,30 @@ def _field_type(tp: Any, choices: tuple | None) -> Any:
     return Optional[Union[base, str]] if typing.get_origin(base) is list else Optional[base]
 
 
+def _group_model(config_cls: type, name: str, prefix: str, tree: dict[str, Any]) -> type[BaseModel]:
+    """The nested model of one dotted group: its leaves typed as the fields they set."""
+    hints = typing.get_type_hints(config_cls)
+    facts = {f.name: f.metadata for f in dataclasses.fields(config_cls)}
+    members: dict[str, Any] = {}
+    for key, node in tree.items():
+        if not isinstance(node, Spelling):
+            members[key] = (Optional[_group_model(config_cls, f"{name}_{key}", f"{prefix}{key}.", node)],
+                            Field(None, description=f"OpenRLHF's --{prefix}{key}.* flags"))
+            continue
+        meta = facts[node.field]
+        if node.values is not None:
+            tp: Any = Optional[Literal[tuple(node.values)]]  # type: ignore[misc]
+        elif node.field == "use_wandb":
+            tp = Optional[Union[bool, WandbSwitch]]   # a switch here too: keys never go in parameters
+        else:
+            tp = _field_type(hints[node.field], meta.get("choices"))
+        members[key] = (tp, Field(None, description=f"--{node.name} (= {node.field}): {meta.get('help', '')}"))
+    return create_model(name, __base__=DottedGroup, **members)
+
+
 def stage_overrides(config_cls: type, name: str) -> type[BaseModel]:
     """The overrides model of one stage: every field of `config_cls`, unset by default (the recipe or
-    the schema default applies), `use_wandb` only a switch."""
+    the schema default applies), `use_wandb` only a switch; and OpenRLHF's dotted groups, nested."""
     hints = typing.get_type_hints(config_cls)
     fields: dict[str, Any] = {}
     for f in dataclasses.fields(config_cls):
@@ -57,16 +87,39 @@ def stage_overrides(config_cls: type, name: str) -> type[BaseModel]:
         help_text = f.metadata.get("help", "")
         fields[f.name] = (_field_type(hints[f.name], f.metadata.get("choices")),
                           Field(None, description=f"{help_text} (default: {default!r})".strip()))
-    return create_model(name, __base__=StageOverrides, __config__=None, **fields)
+    for group, tree in dotted_tree(config_cls).items():
+        assert group not in fields, f"{config_cls.__name__}: dotted group {group} is also a field name"
+        fields[group] = (Optional[_group_model(config_cls, f"{name}_{group}", f"{group}.", tree)],
+                         Field(None, description=f"OpenRLHF's --{group}.* flags, nested"))
+    model = create_model(name, __base__=StageOverrides, __config__=None, **fields)
+    model.config_cls = config_cls
+    return model
 
 
 def overrides(value: Optional[Union[BaseModel, dict]]) -> dict[str, Any]:
-    """The overrides as a plain dict, with only the keys the user gave."""
+    """The overrides as a plain dict of field names, with only the keys the user gave (nested dotted
+    groups read as the fields they set; a plain dict's are read by the stage's build_config)."""
     if value is None:
         return {}
     if isinstance(value, BaseModel):
-        return value.model_dump(exclude_unset=True)
+        given = value.model_dump(exclude_unset=True)
+        config_cls = getattr(value, "config_cls", None)
+        return nested_to_fields(config_cls, given, "parameters") if config_cls else given
     return dict(value)
+
+
+def _as_fields(models: list[type[BaseModel]], value: dict, where: str) -> dict[str, Any]:
+    """A parameter's dict read as field names by the first of its stage schemas that takes it (one line
+    for a dotted key of no group, or a field given under two spellings)."""
+    error: Optional[ConfigError] = None
+    for model in models:
+        if getattr(model, "config_cls", None) is None:
+            return dict(value)
+        try:
+            return nested_to_fields(model.config_cls, value, where)
+        except ConfigError as e:
+            error = error or e
+    raise error  # type: ignore[misc]
 
 
 def _override_models(tp: Any) -> list[type[BaseModel]]:
@@ -87,6 +140,7 @@ def check_parameters(flow: str, hints: dict[str, Any], parameters: dict[str, Any
                 if key not in known:
                     raise ConfigError(f"{flow}: {name}.{key}: unknown option{did_you_mean(key, known, name + '.')}; "
                                       f"the keys are the stage's flag names (--help of its CLI)")
+            value = _as_fields(models, value, f"{flow}: {name}")
         switch = overrides(value).get("use_wandb") if isinstance(value, (dict, BaseModel)) else None
         if switch is not None and str(switch).lower() not in SWITCHES:
             raise ConfigError(f"{name}.use_wandb looks like an API key; keys never go in flow parameters: set "

@@ -18,6 +18,7 @@ from alignment.config import (
 from alignment.config.base import not_identity_fields, path_fields, secret_fields
 from alignment.config.groups import WANDB_SWITCHES
 from alignment.config.cli import _coerce, load_yaml
+from alignment.config.dotted import nested_to_fields
 from alignflow.tasks.fingerprint import fingerprint
 
 
@@ -108,7 +109,8 @@ def build_config(stage: str, config_file: str | None, overrides: dict[str, Any] 
         raise ConfigError(f"unknown stage {stage!r}; known stages: {sorted(STAGES)}")
     cls = STAGES[stage].config
     values = load_yaml(cls, config_file) if config_file else {}
-    values.update(_coerce(cls, dict(overrides or {}), f"{stage} parameters"))
+    source = f"{stage} parameters"   # flat, dotted or nested by OpenRLHF's groups ({"train": {"batch_size": 8}})
+    values.update(_coerce(cls, nested_to_fields(cls, dict(overrides or {}), source), source))
     for name in path_fields(cls):
         if isinstance(values.get(name), str):
             values[name] = _absolute(values[name])

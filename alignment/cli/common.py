@@ -35,17 +35,18 @@ def _close_process_group() -> None:
         dist.destroy_process_group()
 
 
-_WANDB_FLAG = "--use_wandb"
-_SHORTEST_PREFIX = "--use_w"   # argparse also takes an unambiguous prefix (--use_wand KEY); --use_ is ambiguous
+# (flag, its shortest unambiguous prefix): argparse also takes a prefix (--use_wand KEY); --use_ is ambiguous,
+# as is --logger.wandb. (org, group, project). The dotted spelling is OpenRLHF's since v0.10.2.
+_WANDB_FLAGS = (("--use_wandb", "--use_w"), ("--logger.wandb.key", "--logger.wandb.k"))
 
 
 def _is_wandb_flag(arg: str) -> bool:
-    return len(arg) >= len(_SHORTEST_PREFIX) and _WANDB_FLAG.startswith(arg)
+    return any(len(arg) >= len(shortest) and flag.startswith(arg) for flag, shortest in _WANDB_FLAGS)
 
 
 def argv_without_wandb_key(args: list[str]) -> tuple[list[str], str | None]:
-    """`args` with the value of `--use_wandb KEY` (or `--use_wandb=KEY`) replaced by `env`, and the key;
-    (args, None) when no key is given (a switch such as `offline` or `env` stays as it is)."""
+    """`args` with the value of `--use_wandb KEY` (or `--use_wandb=KEY`, `--logger.wandb.key KEY`) replaced by
+    `env`, and the key; (args, None) when no key is given (a switch such as `offline` or `env` stays as it is)."""
     out, key = list(args), None
     for i, arg in enumerate(args):
         flag, eq, value = arg.partition("=")

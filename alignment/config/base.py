@@ -11,13 +11,20 @@ class ConfigError(ValueError):
 
 
 def opt(default: Any = MISSING, help: str = "", choices: tuple | None = None, aliases: tuple[str, ...] = (),
-        identity: bool = True, path: str | None = None, secret: bool = False) -> Any:
+        identity: bool = True, path: str | None = None, secret: bool = False,
+        dotted: str | tuple[str, ...] | dict[str, str | tuple[str, ...]] = (),
+        dotted_values: dict[str, Any] | None = None) -> Any:
     """A config field and every fact about it: its default, the one-line help shown by --help, allowed
     values, and for the orchestrator: `identity` False when it does not change what the stage produces
     (left out of the stage's identity hash: outputs, cadences, trackers, placement); `path` "model",
     "data" or "reward" when it names an input (made absolute, checked to exist, its content
-    fingerprinted); `secret` when it may hold a credential (never written to manifests, artifacts, logs)."""
-    meta = {"help": help, "choices": choices, "aliases": aliases, "identity": identity, "path": path, "secret": secret}
+    fingerprinted); `secret` when it may hold a credential (never written to manifests, artifacts, logs).
+    `dotted`: OpenRLHF's dotted name(s) of the field since v0.10.2 ("train.micro_batch_size"), or
+    {family: names} where a stage family spells it otherwise ({"": "model.model_name_or_path", "ppo":
+    "actor.model_name_or_path"}; alignment.config.dotted); `dotted_values` maps the words a dotted flag
+    takes to this field's value where OpenRLHF turned a switch into a setting (`--ds.param_dtype bf16` is `--bf16`)."""
+    meta = {"help": help, "choices": choices, "aliases": aliases, "identity": identity, "path": path, "secret": secret,
+            "dotted": dotted, "dotted_values": dotted_values}
     if isinstance(default, (list, dict)):
         frozen = default
         return field(default_factory=lambda: type(frozen)(frozen), metadata=meta)

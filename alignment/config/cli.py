@@ -1,6 +1,7 @@
 """Build an argparse CLI from a stage dataclass, read YAML config files, and go back to argv.
 
-Precedence: defaults < `--config FILE.yaml` < flags on the command line.
+Precedence: defaults < `--config FILE.yaml` < flags on the command line. Every field answers to its flat
+name and, where OpenRLHF has one, its dotted name (alignment.config.dotted).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typing import Any, TypeVar
 import yaml
 
 from alignment.config.base import ConfigError, did_you_mean
+from alignment.config.dotted import nested_to_fields, spellings, to_fields
 from alignment.config.stages import StageConfig
 
 T = TypeVar("T")
@@ -55,6 +57,13 @@ OPENRLHF_NOT_BUILT = {
     "--use_dynamic_batch": _DYNAMIC, "--train_max_tokens_per_gpu": _DYNAMIC, "--rollout_max_tokens_per_gpu": _DYNAMIC,
     "--pretrain_data": _PTX, "--ptx_coef": _PTX,
 }
+# the same refusals under OpenRLHF's dotted names (v0.10.2+), for those of the flat ones still refused
+_DOTTED_NOT_BUILT = {"--vllm_enable_sleep": "--vllm.enable_sleep", "--deepspeed_enable_sleep": "--ds.enable_sleep",
+                     "--use_dynamic_batch": "--train.dynamic_batch_enable",
+                     "--train_max_tokens_per_gpu": "--train.max_tokens_per_gpu",
+                     "--rollout_max_tokens_per_gpu": "--rollout.max_tokens_per_gpu"}
+OPENRLHF_NOT_BUILT.update({dotted: OPENRLHF_NOT_BUILT[flat] for flat, dotted in _DOTTED_NOT_BUILT.items()
+                           if flat in OPENRLHF_NOT_BUILT})
 
 
 # argparse takes only -1 and -.5 for negative numbers; -1e-3 would read as a flag ("expected one
@@ -84,15 +93,39 @@ class _Parser(argparse.ArgumentParser):
         raise ConfigError(" ".join(message.split()))
 
 
+_GIVEN = "_spellings_given"
+
+
+class _Spelled(argparse.Action):
+    """Stores (spelling, value) instead of the value: which name set a field is needed to refuse a field given
+    under two names (`--zero_stage 2 --ds.zero_stage 3`) and to read a dotted setting (`--ds.param_dtype bf16`)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        if not hasattr(namespace, _GIVEN):
+            setattr(namespace, _GIVEN, [])
+        getattr(namespace, _GIVEN).append((option_string.lstrip("-"), values))
+
+
 def build_parser(cls: type, prog: str | None = None) -> argparse.ArgumentParser:
     parser = _Parser(prog=prog, description=(cls.__doc__ or "").strip(),
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--config", default=None, help="YAML file with flag values (flags given here win)")
+    parser.add_argument("--config", default=None, help="YAML file with flag values, flat or nested by OpenRLHF's "
+                                                       "dotted groups (flags given here win)")
     hints = typing.get_type_hints(cls)
+    dotted = spellings(cls)
     for f in fields(cls):
         inner, is_list = _unwrap(hints[f.name])
-        names = [f"--{f.name}", *f.metadata.get("aliases", ())]
-        kw: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS, "help": f.metadata.get("help", "")}
+        mine = [s for s in dotted.values() if s.field == f.name]
+        # --help lists the dotted name first (OpenRLHF's current one), the flat name and aliases after it
+        names = [*(f"--{s.name}" for s in mine if s.values is None), f"--{f.name}", *f.metadata.get("aliases", ())]
+        for s in mine:
+            if s.values is not None:
+                words = ", ".join(f"{w} = --{f.name} {str(v).lower()}" for w, v in s.values.items())
+                parser.add_argument(f"--{s.name}", dest=f.name, default=argparse.SUPPRESS, action=_Spelled,
+                                    choices=tuple(s.values), help=f"OpenRLHF's dotted setting for --{f.name}: {words}")
+        kw: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS, "help": f.metadata.get("help", ""),
+                              "action": _Spelled}
         if inner is bool and not is_list:
             # OpenRLHF style: `--bf16` switches on; `--bf16 false` is also accepted (for YAML-ish use).
             kw.update(nargs="?", const=True, type=_bool)
@@ -156,16 +189,16 @@ def load_yaml(cls: type[T], path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"--config {path}: not valid YAML ({str(e).splitlines()[0]})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"--config {path}: expected a mapping of flag: value")
-    return _coerce(cls, {k.replace("-", "_"): v for k, v in data.items()}, f"--config {path}")
+    return _coerce(cls, nested_to_fields(cls, data, f"--config {path}"), f"--config {path}")
 
 
 def parse_args(cls: type[T], argv: list[str] | None = None, prog: str | None = None) -> T:
     """Parse flags into a validated `cls` instance; raises ConfigError with a one-line message."""
     argv = sys.argv[1:] if argv is None else argv
-    ns = vars(build_parser(cls, prog).parse_args(argv))
-    config_file = ns.pop("config", None)
+    ns = build_parser(cls, prog).parse_args(argv)
+    config_file = getattr(ns, "config", None)
     values = load_yaml(cls, config_file) if config_file else {}
-    values.update(_coerce(cls, ns, "command line"))
+    values.update(_coerce(cls, to_fields(cls, getattr(ns, _GIVEN, []), "command line"), "command line"))
     cfg = cls(**values)
     validate = getattr(cfg, "validate", None)
     return validate() if validate else cfg

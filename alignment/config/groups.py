@@ -14,20 +14,30 @@ from alignment.config.paths import check_checkpoint_folder
 
 @dataclass
 class ModelConfig:
-    pretrain: Optional[str] = opt(None, "HF model directory, store URI (s3://...) or hub name to start from", path="model")
+    pretrain: Optional[str] = opt(None, "HF model directory, store URI (s3://...) or hub name to start from", path="model",
+                                  dotted={"": "model.model_name_or_path", "ppo": "actor.model_name_or_path"})
     trust_remote_code: bool = opt(False, "Let transformers run the model repo's own Python code (custom architectures); "
                                          "only for models whose code you trust")
     revision: Optional[str] = opt(None, "Hub revision of --pretrain (branch, tag or commit sha) to pin; part of the "
                                         "stage identity, so a flow reruns the stage when it changes")
-    bf16: bool = opt(False, "Train in bfloat16. On CPUs without native bf16 the math runs in fp32 (logged once)")
-    flash_attn: bool = opt(False, "Use flash-attention 2; falls back to PyTorch SDPA (logged once) where flash-attn is missing")
-    gradient_checkpointing: bool = opt(False, "Recompute activations in backward to save memory")
-    gradient_checkpointing_use_reentrant: bool = opt(False, "Use the reentrant checkpointing variant")
-    load_in_4bit: bool = opt(False, "QLoRA: load the base in 4 bit (needs bitsandbytes and a CUDA GPU)")
-    disable_fast_tokenizer: bool = opt(False, "Use the slow (Python) tokenizer")
-    tokenizer_chat_template: Optional[str] = opt(None, "Jinja chat template overriding the tokenizer's own")
-    ring_attn_size: int = opt(1, "Ring attention: split each sequence across this many GPUs (1: off). Needs CUDA and ring-flash-attn")
-    ring_head_stride: int = opt(1, "Ring attention: attention heads processed per communication step")
+    bf16: bool = opt(False, "Train in bfloat16. On CPUs without native bf16 the math runs in fp32 (logged once)",
+                     dotted="ds.param_dtype", dotted_values={"bf16": True})
+    flash_attn: bool = opt(False, "Use flash-attention 2; falls back to PyTorch SDPA (logged once) where flash-attn is missing",
+                           dotted="ds.attn_implementation",
+                       dotted_values={"flash_attention_2": True, "sdpa": False})
+    gradient_checkpointing: bool = opt(False, "Recompute activations in backward to save memory",
+                                       dotted={"": "model.gradient_checkpointing_enable", "ppo": "actor.gradient_checkpointing_enable"})
+    gradient_checkpointing_use_reentrant: bool = opt(False, "Use the reentrant checkpointing variant",
+                                                     dotted={"": "model.gradient_checkpointing_reentrant", "ppo": "actor.gradient_checkpointing_reentrant"})
+    load_in_4bit: bool = opt(False, "QLoRA: load the base in 4 bit (needs bitsandbytes and a CUDA GPU)",
+                             dotted="ds.load_in_4bit")
+    disable_fast_tokenizer: bool = opt(False, "Use the slow (Python) tokenizer", dotted="data.disable_fast_tokenizer")
+    tokenizer_chat_template: Optional[str] = opt(None, "Jinja chat template overriding the tokenizer's own",
+                                                 dotted="data.tokenizer_chat_template")
+    ring_attn_size: int = opt(1, "Ring attention: split each sequence across this many GPUs (1: off). Needs CUDA and ring-flash-attn",
+                              dotted="ds.ring_attn_size")
+    ring_head_stride: int = opt(1, "Ring attention: attention heads processed per communication step",
+                                dotted="ds.ring_attn_head_stride")
 
     def check_model(self) -> None:
         require(bool(self.pretrain), "--pretrain is required: pass a model directory, s3:// URI or hub name")
@@ -43,10 +53,11 @@ class ModelConfig:
 
 @dataclass
 class LoraConfig:
-    lora_rank: int = opt(0, "LoRA rank; 0 trains all weights")
-    lora_alpha: int = opt(16, "LoRA scaling alpha")
-    lora_dropout: float = opt(0.0, "LoRA dropout")
-    target_modules: list[str] = opt(["all-linear"], "Modules that get LoRA adapters (names, or all-linear)")
+    lora_rank: int = opt(0, "LoRA rank; 0 trains all weights", dotted="ds.lora.rank")
+    lora_alpha: int = opt(16, "LoRA scaling alpha", dotted="ds.lora.alpha")
+    lora_dropout: float = opt(0.0, "LoRA dropout", dotted="ds.lora.dropout")
+    target_modules: list[str] = opt(["all-linear"], "Modules that get LoRA adapters (names, or all-linear)",
+                                    dotted="ds.lora.target_modules")
 
     def check_lora(self) -> None:
         require(self.lora_rank >= 0, f"--lora_rank {self.lora_rank}: must be >= 0 (0 disables LoRA)")
@@ -67,7 +78,8 @@ class LoraSaveConfig:
 @dataclass
 class PackingConfig:
     packing_samples: bool = opt(False, "Pack several samples into one row for the training forward passes, keeping "
-                                       "per-sample positions and attention (same losses, less padding computed)")
+                                       "per-sample positions and attention (same losses, less padding computed)",
+                                dotted="ds.packing_samples")
 
 
 DATASET_NUM_PROC_HELP = ("Processes tokenizing the data (Dataset.map num_proc; TRL's name). 0: 1 below 10,000 rows "
@@ -78,9 +90,12 @@ DATASET_NUM_PROC_HELP = ("Processes tokenizing the data (Dataset.map num_proc; T
 @dataclass
 class PromptFormatConfig:
     """How a row's prompt becomes text (every stage that reads prompts: SFT, RM, DPO, KTO, PPO, batch inference)."""
-    input_key: str = opt("input", "JSON key of the prompt / conversation (a string or a list of messages)")
-    input_template: Optional[str] = opt(None, "Template wrapping the prompt, e.g. 'User: {}\\nAssistant: '")
-    apply_chat_template: bool = opt(False, "Render prompts with the tokenizer's chat template")
+    input_key: str = opt("input", "JSON key of the prompt / conversation (a string or a list of messages)",
+                         dotted="data.input_key")
+    input_template: Optional[str] = opt(None, "Template wrapping the prompt, e.g. 'User: {}\\nAssistant: '",
+                                        dotted="data.input_template")
+    apply_chat_template: bool = opt(False, "Render prompts with the tokenizer's chat template",
+                                    dotted="data.apply_chat_template")
 
     def check_prompt_format(self) -> None:
         require(not (self.input_template and self.apply_chat_template),
@@ -92,17 +107,24 @@ class PromptFormatConfig:
 
 @dataclass
 class DataConfig(PromptFormatConfig, PackingConfig):
-    dataset: Optional[str] = opt(None, "Comma-separated datasets: .jsonl/.json files, json@DIR, directories, store URIs or hub names", path="data")
-    dataset_probs: Optional[str] = opt(None, "Comma-separated sampling probabilities for --dataset (default: equal)")
-    dataset_split: str = opt("train", "Split to train on")
-    eval_dataset: Optional[str] = opt(None, "Evaluation dataset (same forms as --dataset)", path="data")
-    eval_split: str = opt("test", "Split to evaluate on")
-    max_samples: int = opt(100_000_000, "Use at most this many samples from the (mixed) dataset")
+    dataset: Optional[str] = opt(None, "Comma-separated datasets: .jsonl/.json files, json@DIR, directories, store URIs or hub names", path="data",
+                                 dotted="data.dataset")
+    dataset_probs: Optional[str] = opt(None, "Comma-separated sampling probabilities for --dataset (default: equal)",
+                                       dotted="data.dataset_probs")
+    dataset_split: str = opt("train", "Split to train on", dotted="data.dataset_split")
+    eval_dataset: Optional[str] = opt(None, "Evaluation dataset (same forms as --dataset)", path="data",
+                                      dotted="eval.dataset")
+    eval_split: str = opt("test", "Split to evaluate on", dotted="eval.split")
+    max_samples: int = opt(100_000_000, "Use at most this many samples from the (mixed) dataset",
+                           dotted="data.max_samples")
     dataset_num_proc: int = opt(0, DATASET_NUM_PROC_HELP, identity=False)
-    max_len: int = opt(2048, "Truncate samples to this many tokens (truncations are counted and reported)")
-    output_key: Optional[str] = opt(None, "JSON key of the response")
-    multiturn: bool = opt(False, "Train on every assistant turn of the conversation in --input_key")
-    pretrain_mode: bool = opt(False, "Loss on every token (continued pre-training), not only the response")
+    max_len: int = opt(2048, "Truncate samples to this many tokens (truncations are counted and reported)",
+                       dotted="data.max_len")
+    output_key: Optional[str] = opt(None, "JSON key of the response", dotted="data.output_key")
+    multiturn: bool = opt(False, "Train on every assistant turn of the conversation in --input_key",
+                          dotted="data.multiturn")
+    pretrain_mode: bool = opt(False, "Loss on every token (continued pre-training), not only the response",
+                              dotted="model.pretrain_mode_enable")
 
     def check_data(self) -> None:
         require(bool(self.dataset), "--dataset is required: pass a .jsonl file, json@DIR or a hub name")
@@ -155,28 +177,36 @@ class RanksConfig:
 
 @dataclass
 class TrainConfig:
-    micro_train_batch_size: int = opt(8, "Samples (or packed rows) per rank per forward/backward")
-    train_batch_size: int = opt(128, "Global batch per optimizer step; accumulation = this / (micro * world size)")
-    max_epochs: int = opt(1, "Passes over the training data")
+    micro_train_batch_size: int = opt(8, "Samples (or packed rows) per rank per forward/backward",
+                                      dotted="train.micro_batch_size")
+    train_batch_size: int = opt(128, "Global batch per optimizer step; accumulation = this / (micro * world size)",
+                                dotted="train.batch_size")
+    max_epochs: int = opt(1, "Passes over the training data", dotted="train.max_epochs")
     max_steps: int = opt(-1, "Stop after this many optimizer steps (-1: run all epochs)")
-    learning_rate: float = opt(5e-6, "Peak learning rate")
-    lr_warmup_ratio: float = opt(0.03, "Fraction of steps for linear warm-up")
+    learning_rate: float = opt(5e-6, "Peak learning rate", dotted={"": "adam.lr", "ppo": ()})
+    lr_warmup_ratio: float = opt(0.03, "Fraction of steps for linear warm-up",
+                                 dotted={"ppo": ("actor.lr_warmup_ratio", "critic.lr_warmup_ratio")})
     lr_scheduler: str = opt("cosine_with_min_lr", "Schedule after warm-up",
-                            choices=("cosine_with_min_lr", "cosine", "linear", "constant", "constant_with_warmup"))
-    min_lr_ratio: float = opt(0.1, "cosine_with_min_lr decays to learning_rate * this")
-    adam_betas: list[float] = opt([0.9, 0.95], "Adam betas")
-    l2: float = opt(0.0, "Weight decay")
-    max_norm: float = opt(1.0, "Gradient clipping norm")
+                            choices=("cosine_with_min_lr", "cosine", "linear", "constant", "constant_with_warmup"),
+                            dotted={"ppo": ("actor.lr_scheduler", "critic.lr_scheduler")})
+    min_lr_ratio: float = opt(0.1, "cosine_with_min_lr decays to learning_rate * this",
+                              dotted={"ppo": ("actor.min_lr_ratio", "critic.min_lr_ratio")})
+    adam_betas: list[float] = opt([0.9, 0.95], "Adam betas",
+                                  dotted={"": "adam.betas", "ppo": ("actor.adam.betas", "critic.adam.betas")})
+    l2: float = opt(0.0, "Weight decay",
+                    dotted={"": "adam.weight_decay", "ppo": ("actor.adam.weight_decay", "critic.adam.weight_decay")})
+    max_norm: float = opt(1.0, "Gradient clipping norm", dotted={"ppo": ("actor.max_norm", "critic.max_norm")})
     max_nonfinite_skips: int = opt(0, "Micro-batches whose loss is NaN/Inf to skip before the stage stops (0: stop at "
                                       "the first; the PPO family counts per iteration). A NaN/Inf gradient norm or "
                                       "weight always stops it, uncommitted")
     zero_stage: Optional[int] = opt(None, "DeepSpeed ZeRO stage. Unset: 2, or 0 on a single rank without --adam_offload "
                                           "(ZeRO-1/2 on one rank partition nothing and only copy the weights and "
                                           "gradients: SmolLM2-135M peak RSS 5.2 -> 3.5 GB, docs/benchmarks.md)",
-                                    choices=(0, 1, 2, 3))
-    adam_offload: bool = opt(False, "Keep optimizer states on CPU (DeepSpeedCPUAdam; needs --zero_stage 1-3)")
-    zpg: int = opt(1, "ZeRO++ hierarchical partition size")
-    seed: int = opt(42, "Random seed (data order, init, dropout)")
+                                    choices=(0, 1, 2, 3), dotted="ds.zero_stage")
+    adam_offload: bool = opt(False, "Keep optimizer states on CPU (DeepSpeedCPUAdam; needs --zero_stage 1-3)",
+                             dotted="ds.adam_offload")
+    zpg: int = opt(1, "ZeRO++ hierarchical partition size", dotted="ds.zpg")
+    seed: int = opt(42, "Random seed (data order, init, dropout)", dotted="train.seed")
     local_rank: int = opt(-1, "Set by the deepspeed launcher", identity=False)
     num_threads: int = opt(0, "CPU threads per rank (0: cores / ranks on this node)", identity=False)
 
@@ -215,7 +245,8 @@ class TrainConfig:
 
 @dataclass
 class MoEConfig:
-    aux_loss_coef: float = opt(0.0, "MoE router load-balancing loss weight (sparse-MoE models such as Mixtral; 0: off)")
+    aux_loss_coef: float = opt(0.0, "MoE router load-balancing loss weight (sparse-MoE models such as Mixtral; 0: off)",
+                               dotted="model.aux_loss_coef")
 
     def check_moe(self) -> None:
         require(self.aux_loss_coef >= 0, f"--aux_loss_coef {self.aux_loss_coef}: must be >= 0 (0 turns it off)")
@@ -223,16 +254,22 @@ class MoEConfig:
 
 @dataclass
 class CheckpointConfig:
-    save_path: str = opt("./ckpt", "Where the final HF-format model goes (local path or s3://)", identity=False)
-    save_steps: int = opt(-1, "Commit a resumable checkpoint every N optimizer steps (-1: none by step count)", identity=False)
+    save_path: str = opt("./ckpt", "Where the final HF-format model goes (local path or s3://)", identity=False,
+                         dotted="ckpt.output_dir")
+    save_steps: int = opt(-1, "Commit a resumable checkpoint every N optimizer steps (-1: none by step count)", identity=False,
+                          dotted="ckpt.save_steps")
     save_minutes: float = opt(0.0, "Also commit a resumable checkpoint once this many minutes have passed since the "
                                    "last one (0: off). A flow stage with neither set checkpoints every 30 minutes", identity=False)
-    ckpt_path: str = opt("./ckpt/checkpoints", "Where resumable checkpoints go (local path or s3://)", identity=False)
-    load_checkpoint: bool = opt(False, "Resume from the newest committed checkpoint under --ckpt_path", identity=False)
-    max_ckpt_num: int = opt(3, "Keep this many resumable checkpoints", identity=False)
-    disable_ds_ckpt: bool = opt(False, "Don't write resumable checkpoints (final model only)", identity=False)
+    ckpt_path: str = opt("./ckpt/checkpoints", "Where resumable checkpoints go (local path or s3://)", identity=False,
+                         dotted="ckpt.path")
+    load_checkpoint: bool = opt(False, "Resume from the newest committed checkpoint under --ckpt_path", identity=False,
+                                dotted="ckpt.load_enable")
+    max_ckpt_num: int = opt(3, "Keep this many resumable checkpoints", identity=False, dotted="ckpt.max_num")
+    disable_ds_ckpt: bool = opt(False, "Don't write resumable checkpoints (final model only)", identity=False,
+                                dotted="ckpt.disable_ds")
     save_hf_ckpt: bool = opt(False, "Also save an HF-format copy of the model (PPO: the actor) in every checkpoint, "
-                                    "as <ckpt>/global_step<N>/<role>/hf/, committed and verified with it", identity=False)
+                                    "as <ckpt>/global_step<N>/<role>/hf/, committed and verified with it", identity=False,
+                             dotted="ckpt.save_hf")
 
     def check_checkpoint(self) -> None:
         require(self.max_ckpt_num >= 1, f"--max_ckpt_num {self.max_ckpt_num}: must be >= 1")
@@ -249,15 +286,17 @@ WANDB_SWITCHES = ("offline", "true", "1", "env")
 
 @dataclass
 class LoggingConfig:
-    logging_steps: int = opt(1, "Log metrics every N optimizer steps", identity=False)
-    eval_steps: int = opt(-1, "Evaluate every N steps (-1: at the end of each epoch)")
+    logging_steps: int = opt(1, "Log metrics every N optimizer steps", identity=False, dotted="logger.logging_steps")
+    eval_steps: int = opt(-1, "Evaluate every N steps (-1: at the end of each epoch)", dotted="eval.steps")
     use_wandb: Optional[str] = opt(None, "Log to Weights & Biases: 'env' (the key from WANDB_API_KEY), 'offline', or the API key "
-                                         "(moved out of the command line at start). Never printed", secret=True)
-    wandb_org: Optional[str] = opt(None, "wandb entity", identity=False)
-    wandb_group: Optional[str] = opt(None, "wandb group", identity=False)
-    wandb_project: str = opt("alignflow", "wandb project", identity=False)
-    wandb_run_name: Optional[str] = opt(None, "wandb run name", identity=False)
-    use_tensorboard: Optional[str] = opt(None, "Write TensorBoard events under this directory", identity=False)
+                                         "(moved out of the command line at start). Never printed", secret=True,
+                                   dotted="logger.wandb.key")
+    wandb_org: Optional[str] = opt(None, "wandb entity", identity=False, dotted="logger.wandb.org")
+    wandb_group: Optional[str] = opt(None, "wandb group", identity=False, dotted="logger.wandb.group")
+    wandb_project: str = opt("alignflow", "wandb project", identity=False, dotted="logger.wandb.project")
+    wandb_run_name: Optional[str] = opt(None, "wandb run name", identity=False, dotted="logger.wandb.run_name")
+    use_tensorboard: Optional[str] = opt(None, "Write TensorBoard events under this directory", identity=False,
+                                         dotted="logger.tensorboard_dir")
 
     def check_logging(self) -> None:
         require(self.logging_steps > 0, f"--logging_steps {self.logging_steps}: must be > 0")
@@ -268,12 +307,15 @@ class RewardSourceConfig:
     """Where rewards come from (train_ppo_ray, batch_inference, serve_rm): trained reward models
     and/or reward servers or a reward_func file."""
     reward_pretrain: Optional[str] = opt(None, "Reward model(s), comma-separated (directories, store URIs, hub names)",
-                                         path="model")
+                                         path="model", dotted="reward.model_name_or_path")
     reward_weights: Optional[str] = opt(None, "Comma-separated weights of the reward models (default: equal)")
     remote_rm_url: Optional[str] = opt(None, "Comma-separated reward-server URLs (POST {query, prompts, labels}), "
-                                             "or a .py file defining reward_func(queries, prompts, labels)", path="reward")
-    normalize_reward: bool = opt(False, "Normalise RM scores with the mean/std in the RM's config.json")
-    value_head_prefix: str = opt("score", "Name of the value head in reward/critic checkpoints")
+                                             "or a .py file defining reward_func(queries, prompts, labels)", path="reward",
+                                       dotted="reward.remote_url")
+    normalize_reward: bool = opt(False, "Normalise RM scores with the mean/std in the RM's config.json",
+                                 dotted="reward.normalize_enable")
+    value_head_prefix: str = opt("score", "Name of the value head in reward/critic checkpoints",
+                                 dotted="ds.value_head_prefix")
 
     def has_reward(self) -> bool:
         return bool(self.reward_pretrain or self.remote_rm_url)

@@ -19,10 +19,11 @@ class BatchInferenceConfig(RewardSourceConfig, RanksConfig, DataConfig, ModelCon
                                      "--dataset prompts; rm: score (prompt, response) rows", choices=EVAL_TASKS)
     output_path: str = opt("./batch_inference", "Output directory (local or s3://): output.jsonl + MANIFEST.json", identity=False)
     best_of_n: int = opt(1, "Responses sampled per prompt")
-    max_new_tokens: int = opt(1024, "Most new tokens per response")
-    prompt_max_len: int = opt(1024, "Prompts longer than this (tokens) are dropped, counted and reported")
-    temperature: float = opt(1.0, "Sampling temperature")
-    top_p: float = opt(1.0, "Nucleus sampling")
+    max_new_tokens: int = opt(1024, "Most new tokens per response", dotted="generate.max_new_tokens")
+    prompt_max_len: int = opt(1024, "Prompts longer than this (tokens) are dropped, counted and reported",
+                              dotted="data.prompt_max_len")
+    temperature: float = opt(1.0, "Sampling temperature", dotted="generate.temperature")
+    top_p: float = opt(1.0, "Nucleus sampling", dotted="generate.top_p")
     micro_batch_size: int = opt(16, "Prompts per generate/score call")
     label_key: Optional[str] = opt(None, "JSON key passed as `labels` to a reward_func / reward server")
     post_processor: Optional[str] = opt(None, "rs: best response per prompt (SFT data); iter_dpo: best/worst "
@@ -95,11 +96,13 @@ class ChatConfig(ModelConfig, StageConfig):
     """Chat with a model in the terminal (`python -m alignment.cli.interactive_chat`)."""
 
     apply_chat_template: bool = opt(False, "Render the conversation with the tokenizer's chat template; without it "
-                                           "plain text: 'User: ...\\nAssistant: ...\\n' per turn, ending in 'Assistant: '")
-    max_len: int = opt(4096, "Most tokens of conversation plus reply; the oldest turns are dropped to fit")
-    max_new_tokens: int = opt(512, "Most new tokens per reply")
-    temperature: float = opt(0.6, "Sampling temperature")
-    top_p: float = opt(0.9, "Nucleus sampling")
+                                           "plain text: 'User: ...\\nAssistant: ...\\n' per turn, ending in 'Assistant: '",
+                                    dotted="data.apply_chat_template")
+    max_len: int = opt(4096, "Most tokens of conversation plus reply; the oldest turns are dropped to fit",
+                       dotted="data.max_len")
+    max_new_tokens: int = opt(512, "Most new tokens per reply", dotted="generate.max_new_tokens")
+    temperature: float = opt(0.6, "Sampling temperature", dotted="generate.temperature")
+    top_p: float = opt(0.9, "Nucleus sampling", dotted="generate.top_p")
     greedy: bool = opt(False, "Greedy decoding (ignores --temperature and --top_p)", aliases=("--greedy_sampling",))
     seed: int = opt(42, "Sampling seed (set once, at start)")
 

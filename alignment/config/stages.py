@@ -47,9 +47,9 @@ class SFTConfig(RanksConfig, LoggingConfig, CheckpointConfig, MoEConfig, TrainCo
 @dataclass
 class PairDataConfig:
     prompt_key: Optional[str] = opt(None, "JSON key of the prompt; without it chosen/rejected are whole conversations "
-                                          "(the last turn is the answer) or plain texts")
-    chosen_key: str = opt("chosen", "JSON key of the preferred response")
-    rejected_key: str = opt("rejected", "JSON key of the dispreferred response")
+                                          "(the last turn is the answer) or plain texts", dotted="data.prompt_key")
+    chosen_key: str = opt("chosen", "JSON key of the preferred response", dotted="data.chosen_key")
+    rejected_key: str = opt("rejected", "JSON key of the dispreferred response", dotted="data.rejected_key")
 
     def check_pair_data(self) -> None:
         require(not self.multiturn and not self.pretrain_mode,
@@ -58,9 +58,11 @@ class PairDataConfig:
 
 @dataclass
 class ReferenceConfig:
-    ref_pretrain: Optional[str] = opt(None, "Reference model (default: --pretrain, the policy's initial weights)", path="model")
-    ref_offload: bool = opt(False, "Keep the frozen reference model in CPU memory (its forward runs there)")
-    beta: float = opt(0.1, "Strength of the implicit KL penalty toward the reference")
+    ref_pretrain: Optional[str] = opt(None, "Reference model (default: --pretrain, the policy's initial weights)", path="model",
+                                      dotted="ref.model_name_or_path")
+    ref_offload: bool = opt(False, "Keep the frozen reference model in CPU memory (its forward runs there)",
+                            dotted="ref.offload")
+    beta: float = opt(0.1, "Strength of the implicit KL penalty toward the reference", dotted="model.beta")
 
     def check_reference(self) -> None:
         require(self.beta > 0, f"--beta {self.beta}: must be > 0")
@@ -73,11 +75,13 @@ class RMConfig(RanksConfig, LoggingConfig, CheckpointConfig, TrainConfig, LoraCo
     (`python -m alignment.cli.train_rm`)."""
 
     loss: str = opt("sigmoid", "Pairwise loss: sigmoid = -log σ(r_c - r_r - margin); logexp = log(1 + e^(r_r - r_c))",
-                    choices=("sigmoid", "logexp"))
-    margin_loss: bool = opt(False, "Subtract each row's 'margin' inside the sigmoid loss")
-    compute_fp32_loss: bool = opt(False, "Compute rewards and the loss in fp32 even when training in bf16")
+                    choices=("sigmoid", "logexp"), dotted="model.loss_type")
+    margin_loss: bool = opt(False, "Subtract each row's 'margin' inside the sigmoid loss",
+                            dotted="model.margin_loss_enable")
+    compute_fp32_loss: bool = opt(False, "Compute rewards and the loss in fp32 even when training in bf16",
+                                  dotted="model.compute_fp32_loss_enable")
     value_head_prefix: str = opt("score", "Name of the value head in the saved weights ('score' loads with "
-                                          "AutoModelForSequenceClassification)")
+                                          "AutoModelForSequenceClassification)", dotted="ds.value_head_prefix")
 
     def check_rm(self) -> None:
         require(not (self.margin_loss and self.loss == "logexp"),
@@ -91,9 +95,11 @@ class DPOConfig(RanksConfig, LoggingConfig, CheckpointConfig, MoEConfig, TrainCo
                 ModelConfig, StageConfig):
     """DPO / IPO / cDPO on preference pairs against a frozen reference (`python -m alignment.cli.train_dpo`)."""
 
-    label_smoothing: float = opt(0.0, "cDPO: assume this fraction of preference labels is flipped (0 = plain DPO)")
-    ipo: bool = opt(False, "IPO's squared loss instead of DPO's logistic one")
-    nll_loss_coef: float = opt(0.0, "Add this times the NLL of the chosen responses (RPO-style regulariser)")
+    label_smoothing: float = opt(0.0, "cDPO: assume this fraction of preference labels is flipped (0 = plain DPO)",
+                                 dotted="model.label_smoothing")
+    ipo: bool = opt(False, "IPO's squared loss instead of DPO's logistic one", dotted="model.ipo_enable")
+    nll_loss_coef: float = opt(0.0, "Add this times the NLL of the chosen responses (RPO-style regulariser)",
+                               dotted="model.nll_loss_coef")
 
     def check_dpo(self) -> None:
         require(0.0 <= self.label_smoothing < 0.5, f"--label_smoothing {self.label_smoothing}: must be in [0, 0.5)")
@@ -107,9 +113,12 @@ class KTOConfig(RanksConfig, LoggingConfig, CheckpointConfig, TrainConfig, LoraC
                 StageConfig):
     """KTO on unpaired desirable/undesirable responses (`python -m alignment.cli.train_kto`)."""
 
-    label_key: str = opt("label", "JSON key of the desirable (true) / undesirable (false) label")
-    desirable_loss_weight: float = opt(1.0, "λ_D: weight of desirable samples' loss")
-    undesirable_loss_weight: float = opt(1.0, "λ_U: weight of undesirable samples' loss")
+    label_key: str = opt("label", "JSON key of the desirable (true) / undesirable (false) label",
+                         dotted="data.label_key")
+    desirable_loss_weight: float = opt(1.0, "λ_D: weight of desirable samples' loss",
+                                       dotted="model.desirable_loss_weight")
+    undesirable_loss_weight: float = opt(1.0, "λ_U: weight of undesirable samples' loss",
+                                         dotted="model.undesirable_loss_weight")
 
     def check_kto(self) -> None:
         require(self.desirable_loss_weight > 0 and self.undesirable_loss_weight > 0,
