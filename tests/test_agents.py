@@ -65,6 +65,20 @@ SMALL = ["--advantage_estimator", "group_norm", "--n_samples_per_prompt", "4", "
          "--max_samples", "16", "--actor_learning_rate", "1e-5", "--init_kl_coef", "0"]
 
 
+def test_running_reward_moments_equal_the_whole_history():
+    """--normalize_reward without an RM: batch k is normalised by the mean/std of batches 1..k, exactly."""
+    from alignment.losses.reward_norm import RunningMoments
+    batches = [torch.tensor([0.0, 1.0, 1.0, 0.0]), torch.tensor([1.0, 1.0, 1.0, 0.5]), torch.tensor([3.0, -1.0])]
+    moments, seen = RunningMoments(), []
+    for b in batches:
+        seen.append(b)
+        got = moments.normalize(b)
+        everything = torch.cat(seen).double()
+        expected = (b.double() - everything.mean()) / (everything.std() + 1e-8)
+        assert torch.allclose(got.double(), expected, atol=1e-6)
+    assert RunningMoments(*moments.state()) == moments       # what a checkpoint keeps restores it
+
+
 def _segments(mask: list[int]) -> list[tuple[int, int, int]]:
     """(value, start, end) runs of a 0/1 mask."""
     out, start = [], 0
@@ -189,4 +203,56 @@ def test_agent_on_ray_with_a_vllm_engine_async_and_dynamic_filtering(ray_head, t
     for r in rows:
         assert 1 <= r["train/agent/turns"] <= 3 and r["train/time_sync"] > 0
         assert "train/dynamic_filtering/dropped_fraction" in r and "train/policy_lag" in r
+    assert (out / "MANIFEST.json").exists()
+
+
+# OpenRLHF's example command lines, verbatim but for sizes, paths and the data's keys (openrlhf.cli -> alignment.cli)
+AGENT_LINE = """--ref_num_nodes 1 --ref_num_gpus_per_node 1 --actor_num_nodes 1 --actor_num_gpus_per_node 1
+   --vllm_num_engines 1 --vllm_tensor_parallel_size 1 --colocate_all_models
+   --agent_func_path {repo}/alignflow/data/tiny/agent_retry.py
+   --pretrain {sft} --save_path {out}
+   --vllm_gpu_memory_utilization 0.8 --l2 0.01 --micro_train_batch_size 8 --train_batch_size 32
+   --micro_rollout_batch_size 16 --rollout_batch_size 8 --n_samples_per_prompt 4 --max_epochs 1
+   --prompt_max_len 1024 --max_samples 16 --num_episodes 1 --generate_max_len 16 --zero_stage 3 --bf16
+   --actor_learning_rate 5e-7 --advantage_estimator reinforce_baseline --init_kl_coef 0 --kl_estimator k2
+   --prompt_data json@{data} --input_key input --label_key label --normalize_reward
+   --vllm_enable_sleep --use_dynamic_batch --deepspeed_enable_sleep --gradient_checkpointing --packing_samples
+   --save_steps -1 --enforce_eager --eps_clip_low_high 0.2 0.28 --enable_prefix_caching --top_p 0.98
+   --enable_vllm_is_correction"""
+DAPO_LINE = """--ref_num_nodes 1 --ref_num_gpus_per_node 1 --actor_num_nodes 1 --actor_num_gpus_per_node 1
+   --vllm_num_engines 1 --vllm_tensor_parallel_size 1 --colocate_all_models --vllm_gpu_memory_utilization 0.6
+   --init_kl_coef 1e-3 --gamma 1.0 --use_kl_loss --kl_estimator k3 --advantage_estimator group_norm
+   --dynamic_filtering --dynamic_filtering_reward_range 0 1 --eps_clip_low_high 0.2 0.27
+   --pretrain {sft} --remote_rm_url {repo}/alignflow/data/tiny/reward_func.py
+   --save_path {out} --ckpt_path {out}-ckpt
+   --save_steps 1 --save_hf_ckpt --micro_train_batch_size 8 --train_batch_size 32 --micro_rollout_batch_size 16
+   --rollout_batch_size 8 --n_samples_per_prompt 4 --max_epochs 1 --prompt_max_len 1024 --max_samples 16
+   --generate_max_len 16 --zero_stage 3 --bf16 --actor_learning_rate 5e-7
+   --prompt_data json@{data} --input_key context_messages --apply_chat_template
+   --gradient_checkpointing --packing_samples --vllm_sync_backend nccl --enforce_eager --vllm_enable_sleep
+   --deepspeed_enable_sleep --vllm_enable_is_correction"""
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("line", ["agent", "dapo"])
+def test_openrlhf_agent_and_dapo_lines_run_as_ray_jobs(ray_head, tiny_sft, tmp_path, line):
+    """The multi-turn agent line and the DAPO line of OpenRLHF's examples on the 2-CPU Ray head: both commit a
+    model after two iterations; the sleep flags say in one line that a CPU cluster has nothing to free;
+    the agent's rewards are normalised by running moments (no RM statistics), the DAPO run refills groups."""
+    from tests.test_ppo_ray import ray_job
+    out = tmp_path / line
+    text = (AGENT_LINE if line == "agent" else DAPO_LINE).format(repo=REPO, sft=tiny_sft, out=out,
+                                                                  data=tiny_dir() / "prompts")
+    status, logs = ray_job(ray_head, text.split(), f"ppo-line-{line}")
+    assert status.endswith("SUCCEEDED"), logs[-3000:]
+    assert "--vllm_enable_sleep: the engines run on CPU, their memory is host memory: nothing to free" in logs
+    assert "--deepspeed_enable_sleep: actor's optimizer states are in host memory already" in logs
+    rows = metric_rows(out)
+    assert [r["step"] for r in rows] == [1, 2] and all("train/is_weight" in r for r in rows)
+    if line == "agent":
+        assert all(1 <= r["train/agent/turns"] <= 3 for r in rows)
+        assert abs(rows[0]["train/reward"]) < 1e-5      # the first batch, normalised by its own moments
+    else:
+        assert all("train/dynamic_filtering/dropped_fraction" in r for r in rows)
+        assert (tmp_path / "dapo-ckpt" / "global_step2" / "actor" / "hf" / "config.json").exists()
     assert (out / "MANIFEST.json").exists()

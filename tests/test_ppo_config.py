@@ -81,14 +81,15 @@ def test_a_fresh_ppo_run_starts_its_metrics_file_empty(tmp_path):
     import json
     from types import SimpleNamespace
 
-    from alignment.losses.kl import KLController
-    from alignment.ppo.loop import run_iterations
+    from alignment.ppo.loop import PPOState, run_iterations
     from alignment.trainers.tracking import MetricsLogger
     cfg = SimpleNamespace(logging_steps=1, save_steps=-1, save_minutes=0.0, disable_ds_ckpt=False, use_wandb=None,
                           use_tensorboard=None)
     for run in range(2):
         logger = MetricsLogger(cfg, tmp_path, True, 3, "ppo")
-        run_iterations(cfg, 3, lambda it: {"reward": float(run)}, KLController(0.0), logger, lambda s: None, None)
+        ppo = SimpleNamespace(step=lambda it: {"reward": float(run)}, restore=lambda state: None,
+                              snapshot=lambda it, history: PPOState(it, 0.0, history))
+        run_iterations(cfg, 3, ppo, logger, lambda s: None, None)
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [(r["step"], r["train/reward"]) for r in rows] == [(1, 1.0), (2, 1.0), (3, 1.0)]
 

@@ -16,6 +16,7 @@ from alignment.cli.preflight import check_outputs, check_reward_file
 from alignment.config import ConfigError, PPOConfig, parse_args
 from alignment.config.base import public_dict
 from alignment.config.ppo import PlacementConfig
+from alignment.config.sleep import SleepConfig
 
 log = logging.getLogger("alignment.train_ppo")
 
@@ -33,10 +34,10 @@ def refuse_ray_only(cfg: PPOConfig) -> None:
     if cfg.vllm_num_engines:
         raise ConfigError("--vllm_num_engines: vLLM engines run with alignment.cli.train_ppo_ray; "
                           "train_ppo generates with HF (drop the flag)")
-    moved = [f"--{f.name} {getattr(cfg, f.name)}" for f in dataclasses.fields(PlacementConfig)
+    moved = [f"--{f.name} {getattr(cfg, f.name)}" for f in dataclasses.fields(PlacementConfig) + dataclasses.fields(SleepConfig)
              if getattr(cfg, f.name) != f.default]
     if moved:
-        raise ConfigError(f"{' '.join(moved)}: Ray placement flags work with alignment.cli.train_ppo_ray; under "
+        raise ConfigError(f"{' '.join(moved)}: placement and sleep flags work with alignment.cli.train_ppo_ray; under "
                           f"train_ppo every model runs on each launcher rank (size it with deepspeed --num_gpus or "
                           f"torchrun --nproc_per_node) — drop them or use train_ppo_ray")
 
@@ -110,7 +111,7 @@ def main(argv: list[str] | None = None) -> dict:
         start = groups.resume()
         logger = MetricsLogger(cfg, out.dir, rt.is_main, ppo.total_iterations, "ppo",
                                cfg.rollout_batch_size * cfg.n_samples_per_prompt)
-        run_iterations(cfg, ppo.total_iterations, ppo.step, ppo.kl_ctl, logger, groups.save, start)
+        run_iterations(cfg, ppo.total_iterations, ppo, logger, groups.save, start)
         if groups.ema is not None and out.dir is not None:   # --enable_ema: the average, beside the actor
             save_hf_model(actor.module, groups.ema.state_dict(actor.module), setup.tokenizer, out.dir / "ema",
                           lora=lora_save(cfg))

@@ -9,6 +9,7 @@ from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Optional
 
 from alignment.config.agent import AgentConfig
+from alignment.config.sleep import SleepConfig
 from alignment.config.base import opt, require
 from alignment.config.groups import (
     DATASET_NUM_PROC_HELP, CheckpointConfig, LoggingConfig, LoraConfig, LoraSaveConfig, ModelConfig, PackingConfig,
@@ -270,8 +271,10 @@ class AlgorithmConfig:
 
 @dataclass
 class PPOConfig(LoggingConfig, CheckpointConfig, TrainConfig, LoraConfig, LoraSaveConfig, AlgorithmConfig, AgentConfig,
-                RewardSourceConfig, AsyncTrainConfig, DynamicBatchConfig, RolloutConfig, PlacementConfig, PackingConfig, ModelConfig, StageConfig):
+                SleepConfig, RewardSourceConfig, AsyncTrainConfig, DynamicBatchConfig, RolloutConfig, PlacementConfig, PackingConfig, ModelConfig, StageConfig):
     """PPO / REINFORCE++ / RLOO / GRPO on Ray (`python -m alignment.cli.train_ppo_ray`)."""
+
+    running_reward_norm: ClassVar[bool] = True
 
     # OpenRLHF's dotted names call the policy `actor` here (--actor.model_name_or_path), `model` elsewhere
     dotted_family: ClassVar[str] = "ppo"

@@ -27,6 +27,7 @@ from alignment.config.base import require
 from alignment.config.ppo import PPOConfig
 from alignment.datasets.prompts import PromptSample
 from alignment.losses.kl import KLController
+from alignment.losses.reward_norm import RunningMoments
 from alignment.losses.ppo import is_weights
 from alignment.losses.reward_shaping import overlong_penalty
 from alignment.ppo.batch import SequenceBatch, behaviour_logprobs, rollout_to_batch
@@ -125,6 +126,8 @@ class PPOController:
         self.per_episode = iterations_per_episode(len(prompts), cfg.rollout_batch_size)
         self.total_iterations = cfg.num_episodes * self.per_episode
         self.kl_ctl = KLController(cfg.init_kl_coef, cfg.kl_target, cfg.kl_horizon)
+        # --normalize_reward without a trained RM (whose saved mean/std normalise its own scores): running moments
+        self.reward_moments = RunningMoments() if cfg.normalize_reward and not cfg.reward_pretrain else None
         self.synced = 0              # weight syncs so far: the version of the policy the engines sample from
         self.ahead: dict[int, Generation] = {}   # --async_train: iterations whose samples are being generated
         self.agent = (AgentRunner(AgentSettings(cfg.agent_func_path, cfg.agent_max_turns, cfg.agent_step_timeout,
@@ -195,7 +198,10 @@ class PPOController:
         ref = g.ref_logprobs(batch) if uses_reference(cfg) else None
         vals = g.values(batch) if g.has_critic else None
         scored = scored or self.score(prompts, Sampled(rollout))
-        scores = scored.rewards.float().clamp(*cfg.reward_clip_range)
+        scores = scored.rewards.float()
+        if self.reward_moments is not None:
+            scores = self.reward_moments.normalize(scores)
+        scores = scores.clamp(*cfg.reward_clip_range)
         if cfg.overlong_buffer_len:   # DAPO's soft length penalty, on the reward (not on the scores)
             penalty = overlong_penalty(batch.action_mask.sum(-1), cfg.generate_max_len, cfg.overlong_buffer_len,
                                        cfg.overlong_penalty_factor)
@@ -243,6 +249,15 @@ class PPOController:
                         "dynamic_filtering/refill_rounds": float(round_),
                         "dynamic_filtering/prompts_generated": float(generated)})
         return kept.prompts, kept.rollout, kept.merged()
+
+    def restore(self, state: PPOState) -> None:
+        self.kl_ctl.value = state.kl_coef
+        if self.reward_moments is not None and state.reward_moments:
+            self.reward_moments = RunningMoments(*state.reward_moments)
+
+    def snapshot(self, iteration: int, history: list[dict]) -> PPOState:
+        moments = self.reward_moments.state() if self.reward_moments is not None else []
+        return PPOState(iteration, self.kl_ctl.value, history, moments)
 
     def step(self, iteration: int) -> dict[str, float]:
         """One whole iteration; its metrics, averaged over the launcher's ranks."""

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from alignment.config.ppo import PPOConfig
-from alignment.losses.kl import KLController
 from alignment.trainers.base import maybe_inject_failure
 from alignment.trainers.schedule import SaveSchedule
 from alignment.trainers.tracking import MetricsLogger
@@ -24,6 +23,15 @@ class PPOState:
     iteration: int = 0                    # iterations completed
     kl_coef: float = 0.0
     history: list[dict] = field(default_factory=list)
+    reward_moments: list[float] = field(default_factory=list)   # --normalize_reward's running statistics, if kept
+
+
+class Iterating(Protocol):
+    """What the loop drives (alignment.ppo.controller.PPOController): an iteration, and the running
+    statistics a checkpoint keeps (the adaptive KL coefficient, running reward moments)."""
+    def step(self, iteration: int) -> dict[str, float]: ...
+    def restore(self, state: PPOState) -> None: ...
+    def snapshot(self, iteration: int, history: list[dict]) -> PPOState: ...
 
 
 def resume_state(cfg: PPOConfig, find: Callable[[], Any]) -> tuple[PPOState, Any] | None:
@@ -40,11 +48,12 @@ def resume_state(cfg: PPOConfig, find: Callable[[], Any]) -> tuple[PPOState, Any
     return state, found
 
 
-def run_iterations(cfg: PPOConfig, total: int, step: Callable[[int], dict[str, float]], kl_ctl: KLController,
-                   logger: MetricsLogger, save: Callable[[PPOState], None], start: PPOState | None) -> None:
+def run_iterations(cfg: PPOConfig, total: int, ppo: Iterating, logger: MetricsLogger,
+                   save: Callable[[PPOState], None], start: PPOState | None) -> None:
     first = 0
     if start is not None:
-        first, kl_ctl.value = start.iteration, start.kl_coef
+        first = start.iteration
+        ppo.restore(start)
     # a resumed run keeps the rows up to its checkpoint (later ones are being redone); a fresh
     # run starts the file empty, even where an earlier run into the same --save_path left one
     logger.restore(start.history if start is not None else [], first)
@@ -52,12 +61,12 @@ def run_iterations(cfg: PPOConfig, total: int, step: Callable[[int], dict[str, f
     if first:
         schedule.saved(first)     # the checkpoint it resumed from is the last save
     for it in range(first, total):
-        metrics = step(it)
+        metrics = ppo.step(it)
         logger.advance()
         if (it + 1) % cfg.logging_steps == 0 or it + 1 == total:
             logger.log(it + 1, {f"train/{k}": v for k, v in metrics.items()})
         if schedule.due(it + 1) or (it + 1 == total and schedule.due_at_end(it + 1)):
-            save(PPOState(it + 1, kl_ctl.value, list(logger.history)))
+            save(ppo.snapshot(it + 1, list(logger.history)))
             schedule.saved(it + 1)
         maybe_inject_failure(it + 1)
     log.info("ppo: ran iterations %d..%d of %d in this process", first + 1, total, total)

@@ -109,6 +109,9 @@ class RayGroups:
             log.warning("--vllm_sync_backend nccl needs the engines on GPUs of their own (%s): weights go to the vLLM "
                         "engines in chunks through Ray's object store (--vllm_sync_backend gloo broadcasts over gloo)",
                         "--colocate_all_models shares them" if self.gpu else "this cluster has no GPUs")
+        if self.cfg.vllm_enable_sleep:
+            log.info("--vllm_enable_sleep: %s", "the engines sleep between rollouts (weights to CPU memory, KV cache "
+                     "freed)" if self.gpu else "the engines run on CPU, their memory is host memory: nothing to free")
         groups = {p.role: ModelGroup(p, pgs[p.bundle_set], self.gpu) for p in self.plans if p.role != "vllm"}
         ray.get([f for g in groups.values() for f in g.init(self.cfg, threads, self.total_steps, trainer_cores)]
                 + [e.ready.remote() for e in self.engines])
@@ -138,7 +141,7 @@ class RayGroups:
             scheduling_strategy=PlacementGroupSchedulingStrategy(pgs[plan.bundle_set], placement_group_bundle_index=k))
         return actor.remote(resolve_model_path(cfg.pretrain, revision=cfg.revision), cfg.prompt_max_len + cfg.generate_max_len, cfg.seed + k,
                             not self.gpu, cfg.vllm_gpu_memory_utilization, cfg.enable_prefix_caching,
-                            "bfloat16" if cfg.bf16 else "auto")
+                            "bfloat16" if cfg.bf16 else "auto", cfg.vllm_enable_sleep)
 
     def _open_sync_group(self, root: Any) -> None:
         """Actor rank 0 (root) and every engine join one process group for the weight broadcast."""
@@ -284,7 +287,7 @@ def run(cfg: PPOConfig) -> dict[str, float]:
         start = groups.resume()
         logger = MetricsLogger(cfg, Path(metrics_dir), True, ppo.total_iterations, "ppo",
                                cfg.rollout_batch_size * cfg.n_samples_per_prompt)
-        run_iterations(cfg, ppo.total_iterations, ppo.step, ppo.kl_ctl, logger, groups.save, start)
+        run_iterations(cfg, ppo.total_iterations, ppo, logger, groups.save, start)
         logger.close()
         groups.commit(Path(metrics_dir), logger.final(), logger.links)
     log.info("model committed: %s", cfg.save_path)

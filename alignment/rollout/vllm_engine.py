@@ -35,7 +35,10 @@ def vllm_missing_reason(flag: str, instead: str) -> str | None:
 
 class VLLMEngine:
     def __init__(self, model_path: str, max_model_len: int, seed: int, cpu: bool,
-                 gpu_memory_utilization: float = 0.9, enable_prefix_caching: bool = False, dtype: str = "auto"):
+                 gpu_memory_utilization: float = 0.9, enable_prefix_caching: bool = False, dtype: str = "auto",
+                 sleep: bool = False):
+        """`sleep` (--vllm_enable_sleep, GPUs only): the engine sleeps (level 1: weights to CPU memory, KV cache
+        dropped) after each generate, and wakes for the next one or a weight sync."""
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         if cpu:
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
@@ -45,13 +48,33 @@ class VLLMEngine:
                                       dtype="float32" if cpu else dtype)
         if not cpu:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+        self.sleep_mode, self.asleep = sleep and not cpu, False
+        if self.sleep_mode:
+            kwargs["enable_sleep_mode"] = True
         self.llm = LLM(**kwargs)
         self.sync_root = Path(tempfile.mkdtemp(prefix="alignflow-vllm-sync-", dir=_shm_or_tmp()))
 
     def ready(self) -> bool:
         return True
 
+    def _wake(self) -> None:
+        if self.asleep:
+            self.llm.wake_up()
+            self.asleep = False
+
+    def _sleep(self) -> None:
+        if self.sleep_mode:
+            self.llm.sleep(level=1)
+            self.asleep = True
+
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> Rollout:
+        self._wake()
+        try:
+            return self._generate(prompts, params)
+        finally:
+            self._sleep()
+
+    def _generate(self, prompts: list[list[int]], params: SamplingParams) -> Rollout:
         from vllm import SamplingParams as VSampling
         from vllm.inputs import TokensPrompt
         # logprobs=0: the sampled token's own log-prob, of the raw logits (vLLM's default logprobs_mode
@@ -76,6 +99,7 @@ class VLLMEngine:
     def load_weight_chunks(self, parts: Iterable[dict]) -> int:
         """Reload the policy from chunks (name -> tensor dicts, HF names); returns the shard count."""
         from alignment.rollout.weight_sync import write_shards
+        self._wake()
         directory = self.sync_root / "weights"
         shutil.rmtree(directory, ignore_errors=True)
         try:
@@ -103,6 +127,7 @@ class VLLMEngine:
     def receive_weights(self, tensor_specs: list) -> int:
         """Reload the policy from actor rank 0's broadcast, tensor by tensor; returns the tensors loaded."""
         from alignment.rollout.collective_sync import receive
+        self._wake()
         received = receive(self._sync_pg, tensor_specs, self._sync_device)
         self._sync_worker.reload_weights(weights_iterator=received, is_checkpoint_format=True)
         skipped = sum(1 for _ in received)    # stay in step with the sender even if vLLM stopped early
