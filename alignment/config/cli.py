@@ -50,10 +50,9 @@ _DYNAMIC = ("token-budget micro-batches are built for the PPO family (train_ppo,
 _PTX = ("the pre-training (PTX) loss inside PPO is not built: drop --pretrain_data/--ptx_coef, or run an SFT stage "
         "with --pretrain_mode on that data before PPO")
 OPENRLHF_NOT_BUILT = {
-    "--vllm_enable_sleep": "vLLM sleep mode is not built (the engines stay resident): drop it; where GPU memory is "
-                           "short, lower --vllm_gpu_memory_utilization",
-    "--deepspeed_enable_sleep": "DeepSpeed sleep (offloading idle engines) is not built: drop it; --adam_offload "
-                                "and --ref_reward_offload move state to CPU",
+    "--vllm_enable_sleep": "vLLM sleep mode applies to the rollout engines of train_ppo_ray only: drop it here",
+    "--deepspeed_enable_sleep": "DeepSpeed sleep (optimizer states to CPU between training passes) is built for "
+                                "train_ppo_ray's actor and critic only: drop it here",
     "--use_dynamic_batch": _DYNAMIC, "--train_max_tokens_per_gpu": _DYNAMIC, "--rollout_max_tokens_per_gpu": _DYNAMIC,
     "--pretrain_data": _PTX, "--ptx_coef": _PTX,
 }

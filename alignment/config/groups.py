@@ -6,7 +6,7 @@ before any model or dataset is loaded.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import ClassVar, Optional
 
 from alignment.config.base import ConfigError, opt, require
 from alignment.config.paths import check_checkpoint_folder
@@ -312,10 +312,14 @@ class RewardSourceConfig:
     remote_rm_url: Optional[str] = opt(None, "Comma-separated reward-server URLs (POST {query, prompts, labels}), "
                                              "or a .py file defining reward_func(queries, prompts, labels)", path="reward",
                                        dotted="reward.remote_url")
-    normalize_reward: bool = opt(False, "Normalise RM scores with the mean/std in the RM's config.json",
+    normalize_reward: bool = opt(False, "Normalise RM scores with the mean/std in the RM's config.json (PPO with a "
+                                        "reward function, server or agent: by the running mean/std of the rewards)",
                                  dotted="reward.normalize_enable")
     value_head_prefix: str = opt("score", "Name of the value head in reward/critic checkpoints",
                                  dotted="ds.value_head_prefix")
+
+    # PPO normalises a source without saved statistics by running moments (alignment/losses/reward_norm.py)
+    running_reward_norm: ClassVar[bool] = False
 
     def has_reward(self) -> bool:
         return bool(self.reward_pretrain or self.remote_rm_url)
@@ -329,7 +333,7 @@ class RewardSourceConfig:
                 weights = []
             require(len(weights) == n,
                     f"--reward_weights {self.reward_weights!r}: give one number per --reward_pretrain model ({n})")
-        # a reward server or function has no saved mean/std: the flag would do nothing
-        require(not self.normalize_reward or bool(self.reward_pretrain),
+        # a reward server or function has no saved mean/std: outside PPO (running moments) the flag would do nothing
+        require(not self.normalize_reward or bool(self.reward_pretrain) or self.running_reward_norm,
                 "--normalize_reward normalises reward models' scores by the mean/std their training saved; "
                 "with only --remote_rm_url there is none: drop --normalize_reward")
