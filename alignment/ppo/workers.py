@@ -68,6 +68,10 @@ class ModelWorker:
                                       "cpu" if cfg.ref_reward_offload else str(self.rt.torch_device))
         else:
             raise ValueError(f"unknown model role {role!r}")
+        from alignment.ppo.sleep import OptimizerSleep
+        self.sleep = OptimizerSleep(self.engine if role in ("actor", "critic") else None,
+                                    cfg.deepspeed_enable_sleep and role in ("actor", "critic"),
+                                    self.rt.torch_device.type, role)
         log.info("%s rank %d/%d ready (%d threads)", role, rank, world_size, threads)
 
     # --- inference ---------------------------------------------------------------------
@@ -97,10 +101,11 @@ class ModelWorker:
     def train(self, exp: Any, kl_coef: float, seed: int) -> dict[str, float]:
         from alignment.ppo import rank_ops
         from alignment.trainers.base import mean_across_ranks
-        if self.role == "critic":
-            stats = rank_ops.train_critic(self.engine, self.capture, exp, self.cfg, seed, self.packing)
-        else:
-            stats = rank_ops.train_actor(self.engine, exp, self.cfg, kl_coef, seed, self.packing, self.ema)
+        with self.sleep.awake():
+            if self.role == "critic":
+                stats = rank_ops.train_critic(self.engine, self.capture, exp, self.cfg, seed, self.packing)
+            else:
+                stats = rank_ops.train_actor(self.engine, exp, self.cfg, kl_coef, seed, self.packing, self.ema)
         return mean_across_ranks(stats)
 
     def weight_chunks(self, max_bytes: int) -> list:
@@ -152,8 +157,9 @@ class ModelWorker:
                              lora=lora_save(self.cfg))
             if self.ema is not None:
                 self.ema.save(role_dir)
-        checkpoint.save_engine(self.engine, ckpt_uri, iteration, self.role,
-                               actor_extra if self.role == "actor" else None)
+        with self.sleep.awake():
+            checkpoint.save_engine(self.engine, ckpt_uri, iteration, self.role,
+                                   actor_extra if self.role == "actor" else None)
 
     def upload_checkpoint(self, ckpt_uri: str, iteration: int, version: str) -> dict:
         from alignment.trainers import checkpoint
@@ -161,7 +167,8 @@ class ModelWorker:
 
     def load_checkpoint(self, ckpt_uri: str, name: str) -> None:
         from alignment.trainers import checkpoint
-        checkpoint.load_engine(self.engine, ckpt_uri, name, self.role)
+        with self.sleep.awake():
+            checkpoint.load_engine(self.engine, ckpt_uri, name, self.role)
         if self.role == "actor" and self.ema is not None:
             self.ema.load(checkpoint.role_dir(ckpt_uri, name, "actor"), self.model)
 
