@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 import time
 from pathlib import Path
 from typing import Callable, TypeVar
@@ -17,6 +16,7 @@ from typing import Callable, TypeVar
 from fsspec.core import split_protocol
 
 from alignment.errors import TransientError
+from alignment.redact import scrub
 
 try:  # botocore comes with s3fs; local-only use works without it
     from botocore.exceptions import BotoCoreError, ClientError, ConnectionError as _BotoConnError, HTTPClientError
@@ -46,11 +46,7 @@ class StoreUnavailable(StorageError, TransientError):
 
 def _one_line(text: str) -> str:
     """Collapse to one line and scrub anything secret-looking that a library put in an error."""
-    text = " ".join(str(text).split())
-    for var in ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
-        if os.environ.get(var):
-            text = text.replace(os.environ[var], "***")
-    return re.sub(r"//[^/@\s]+@", "//***@", text)  # user:password@host in endpoint URLs
+    return scrub(" ".join(str(text).split()))
 
 
 def _chain(e: BaseException | None):

@@ -15,6 +15,7 @@ from ray.job_submission import JobStatus, JobSubmissionClient
 
 from alignment.errors import EXIT_INPUT, EXIT_TRANSIENT
 from alignment.events import PREFIX as EVENT_PREFIX
+from alignment.models.card import CODE_VERSION_ENV, code_version
 
 # Environment passed to jobs explicitly. Only non-secret settings: credentials reach a job
 # through the cluster's own environment, so they never land in Ray's job metadata.
@@ -40,6 +41,7 @@ def job_env() -> dict[str, str]:
     # The job log is the record of every rank. Ray's default dedup drops a line from another process
     # that differs only in words holding digits ("rank 1 of 2 on Ray node 3f9c..." after rank 0's).
     env.setdefault("RAY_DEDUP_LOGS", "0")
+    env.setdefault(CODE_VERSION_ENV, code_version())   # for the model cards: the shipped code has no .git
     return env
 
 

@@ -12,30 +12,9 @@ from prefect import get_run_logger
 from prefect.artifacts import acreate_markdown_artifact
 
 from alignment import storage
+from alignment.lineage import key_metric, lines as lineage_lines, walk
 from alignflow.tasks import curves
 from alignflow.tasks.artifacts import artifact_key, browser_url, image_markdown, publish_curves
-
-NAN = float("nan")
-
-
-def key_metric(stage: str, m: dict[str, float]) -> str:
-    """The one figure that says how a finished stage did."""
-    if stage == "tiny_base":
-        return "random init"
-    if stage == "sft":
-        return f"eval loss {m.get('eval/loss', m.get('train/loss', NAN)):.3f}"
-    if stage == "rm":
-        return f"held-out pair accuracy {m.get('eval/acc', m.get('train/acc', NAN)):.1%}"
-    if stage in ("dpo", "kto"):
-        acc = m.get("eval/reward_acc", m.get("train/reward_acc"))
-        return f"reward accuracy {acc:.1%}" if acc is not None else f"loss {m.get('train/loss', NAN):.3f}"
-    if stage == "ppo":
-        return f"sampled reward {m.get('train/reward', NAN):.3f} (last iteration)"
-    if stage == "batch_inference":
-        mean = m.get("mean_reward")
-        return f"{m.get('rows', 0):.0f} rows" + (f", mean reward {mean:.3f}" if mean is not None else "")
-    return ""
-
 
 def sparkline(values: list[float], width: int = 60) -> str:
     bars = "▁▂▃▄▅▆▇█"
@@ -70,6 +49,7 @@ class PipelineReport:
     total_s: float
     rl_rewards: list[float] = field(default_factory=list)   # per RL iteration, when the flow has an RL stage
     rl_kl: float | None = None
+    lineage: list[str] = field(default_factory=list)   # the final model's chain back to its base, from its cards
 
     @property
     def phases(self) -> dict[str, float]:
@@ -107,6 +87,8 @@ class PipelineReport:
             for q, resp, label in evals[-1].heldout.get("examples", []):
                 mark = "ok " if resp.split("=")[-1].strip() == label else "err"
                 out.append(f"  [{mark}] {q:<22} -> {resp!r} (answer {label})")
+        if self.lineage:
+            out += ["lineage of the final model (python -m alignment.cli.lineage URI):", *(f"  {h}" for h in self.lineage)]
         return "\n".join(out)
 
     def markdown(self, curves_png: dict[str, bytes]) -> str:
@@ -124,6 +106,8 @@ class PipelineReport:
         if evals:
             md += ["", "| held-out greedy accuracy | questions |", "|---|---|"]
             md += [f"| after {ln.label}: {ln.heldout['accuracy']:.1%} | {ln.heldout['n']} |" for ln in evals]
+        if self.lineage:
+            md += ["", "Lineage of the final model, from its model cards:", "", "```", *self.lineage, "```"]
         for label, png in curves_png.items():
             md += ["", f"### {label}", image_markdown(png, "", label)]
         return "\n".join(md)
@@ -145,7 +129,19 @@ def build_report(flow: str, run_name: str, results: dict[str, dict], total_s: fl
         rows = [row for row in read_metrics(rl[-1].model_uri) if "train/reward" in row]
         report.rl_rewards = [row["train/reward"] for row in rows]
         report.rl_kl = rows[-1].get("train/kl") if rows else None
+    report.lineage = final_lineage(lines)
     return report
+
+
+def final_lineage(lines: list[StageLine]) -> list[str]:
+    """The last model's lineage lines (a few small reads); none where it has no card or a card can't
+    be read: the report must not fail over it."""
+    models = [ln for ln in lines if ln.stage != "batch_inference"]
+    try:
+        hops = walk(models[-1].model_uri) if models else []
+    except (storage.StorageError, ValueError, OSError):   # ValueError: ConfigError (nothing there), bad YAML
+        return []
+    return lineage_lines(hops) if hops and hops[0].card else []
 
 
 def stage_curves(report: PipelineReport) -> dict[str, bytes]:

@@ -19,7 +19,7 @@ from alignment.config.base import not_identity_fields, path_fields, secret_field
 from alignment.config.groups import WANDB_SWITCHES
 from alignment.config.cli import _coerce, load_yaml
 from alignment.config.dotted import nested_to_fields
-from alignflow.tasks.fingerprint import fingerprint
+from alignment.fingerprint import fingerprint
 
 
 @dataclass(frozen=True)
@@ -161,7 +161,7 @@ def check_inputs(stage: str, values: dict[str, Any], paths: dict[str, str]) -> N
 def identity_hash(stage: str, cfg: Any, inputs: dict[str, str] | None = None) -> str:
     """Hash of what determines the stage's output: its config (less the fields the schema marks
     identity=False, and secrets), input URIs, and the content of the local files its other path
-    fields name (alignflow/tasks/fingerprint.py). An input (an upstream stage's committed output) counts by
+    fields name (alignment/fingerprint.py). An input (an upstream stage's committed output) counts by
     its URI, which holds the upstream's own identity, so a flow knows every stage's output URI
     before it runs (alignflow/tasks/pipeline.py)."""
     skip = not_identity_fields(cfg)

@@ -10,6 +10,7 @@ import torch
 import torch.distributed as dist
 
 from alignment.config.groups import LoraSaveConfig
+from alignment.models.card import write_card
 from alignment.models.lora import is_lora, merged_state
 from alignment.nonfinite import check_weights
 from alignment.outputs import StagedOutput
@@ -101,13 +102,15 @@ def save_hf_copy(engine: Any, tokenizer: Any, out_dir: Path | None, extra_config
 def commit_model(out: StagedOutput, engine: Any, tokenizer: Any, metadata: dict[str, Any],
                  extra_config: dict[str, Any] | None = None,
                  rename: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]] | None = None,
-                 lora: LoraSave | None = None) -> dict | None:
+                 lora: LoraSave | None = None, *, cfg: Any) -> dict | None:
     """The one way a stage commits its model: gather the weights (collective: every rank calls),
-    save them in HF format into `out.dir` beside whatever the stage put there (metrics, curves) and
+    save them in HF format into `out.dir` beside whatever the stage put there (metrics, curves),
+    with the model card of the stage's config `cfg` (README.md: lineage, data, metrics), and
     commit `out`. Returns the manifest on the rank that writes, None elsewhere."""
     state = full_state_dict(engine)
     if out.dir is None:
         return None
     check_weights(state, f"--save_path {out.save_path}")   # a NaN is never committed
     save_hf_model(engine.module, state, tokenizer, out.dir, extra_config, rename, lora)
+    write_card(out.dir, cfg, metadata)   # after the weights (PEFT writes a README.md of its own), before MANIFEST
     return out.commit(metadata)

@@ -187,7 +187,7 @@ class ModelWorker:
             if self.role == "actor" and self.ema is not None and out.dir is not None:   # beside the actor
                 save_hf_model(self.model, self.ema.state_dict(self.model), self.setup.tokenizer, out.dir / "ema",
                               lora=lora_save(self.cfg))
-            commit_model(out, self.engine, self.setup.tokenizer, metadata, lora=lora_save(self.cfg))
+            commit_model(out, self.engine, self.setup.tokenizer, metadata, lora=lora_save(self.cfg), cfg=self.cfg)
         dist.barrier()
 
 

@@ -235,6 +235,6 @@ class Trainer:
         commit_model(out, self.engine, self.tokenizer,
                      {"stage": self.stage, "config": public_dict(self.cfg), "final_metrics": logger.final(),
                       "tracking": logger.links},
-                     extra_config, self.export_state, lora=lora_save(self.cfg))    # collective
+                     extra_config, self.export_state, lora=lora_save(self.cfg), cfg=self.cfg)    # collective
         if dist.is_initialized():
             dist.barrier()

@@ -1,5 +1,6 @@
 """What the local files a stage reads contain, as part of the stage's identity: fix a bug in
-`my.jsonl`, rerun, and the stage runs again instead of saying "already committed".
+`my.jsonl`, rerun, and the stage runs again instead of saying "already committed". The model card
+of every committed model records the same fingerprints of its data (alignment/models/card.py).
 
 Files up to FULL_HASH_BYTES are hashed whole; bigger ones by size, mtime and their first and
 last MiB (a full read of a multi-GB weight file on every flow start would cost more than it
@@ -42,13 +43,14 @@ def _tree(root: Path) -> str:
 
 def local_paths(spec: str) -> list[Path]:
     """The existing local files/directories named by a path flag's value: `a.jsonl,b.jsonl`,
-    `json@DIR`, `file://...`; URIs of other schemes and hub names give none."""
+    `json@DIR`, `file://...`; URIs of other schemes and hub names give none. A relative path
+    (a CLI run's; a flow makes its paths absolute) is taken from the working directory."""
     out = []
     for item in spec.split(","):
         path = item.rpartition("@")[2] if "@" in item and "://" not in item.split("@")[0] else item
         path = path.removeprefix("file://")
-        if path and "://" not in path and os.path.isabs(path) and os.path.exists(path):
-            out.append(Path(path))
+        if path and "://" not in path and os.path.exists(path):
+            out.append(Path(path if os.path.isabs(path) else os.path.abspath(path)))
     return out
 
 

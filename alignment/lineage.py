@@ -1,0 +1,85 @@
+"""A committed model's lineage: the chain of models it was trained from, back to its base.
+
+Each hop reads the model's card (alignment/models/card.py) and follows its --pretrain parent (a
+store URI or local path); where a folder has no alignflow card (a random-init base, an imported
+model, a hub download) its MANIFEST.json, if any, still names its stage, and the walk ends there,
+as it does at a hub name. Torch-free: the flows' report shows the final model's lineage.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from alignment import storage
+from alignment.config.base import ConfigError
+from alignment.models.card import is_local_ref, read_lineage
+
+NAN = float("nan")
+MAX_HOPS = 100   # a chain longer than this is a loop the seen-set missed (two spellings of one path)
+
+
+def key_metric(stage: str, m: dict[str, float]) -> str:
+    """The one figure that says how a finished stage did."""
+    if stage == "tiny_base":
+        return "random init"
+    if stage == "sft":
+        return f"eval loss {m.get('eval/loss', m.get('train/loss', NAN)):.3f}"
+    if stage == "rm":
+        return f"held-out pair accuracy {m.get('eval/acc', m.get('train/acc', NAN)):.1%}"
+    if stage in ("dpo", "kto"):
+        acc = m.get("eval/reward_acc", m.get("train/reward_acc"))
+        return f"reward accuracy {acc:.1%}" if acc is not None else f"loss {m.get('train/loss', NAN):.3f}"
+    if stage == "ppo":
+        return f"sampled reward {m.get('train/reward', NAN):.3f} (last iteration)"
+    if stage == "batch_inference":
+        mean = m.get("mean_reward")
+        return f"{m.get('rows', 0):.0f} rows" + (f", mean reward {mean:.3f}" if mean is not None else "")
+    return ""
+
+
+@dataclass
+class Hop:
+    """One model of a lineage."""
+
+    uri: str
+    stage: str                   # the stage that made it; "hub" for a hub name; "" where nothing says
+    base_model: str | None       # the chain's first model, as its card records it
+    metric: str                  # key_metric of its final metrics
+    parents: dict[str, str] = field(default_factory=dict)   # flag -> model it was trained from
+    final_metrics: dict[str, float] = field(default_factory=dict)
+    code_version: str | None = None
+    card: bool = False           # it has an alignflow model card
+
+    @property
+    def parent(self) -> str | None:
+        return self.parents.get("pretrain") or next(iter(self.parents.values()), None)
+
+
+def read_hop(uri: str) -> Hop:
+    """What the model at `uri` (store URI, local folder or hub name) says about itself."""
+    if not is_local_ref(uri):
+        return Hop(uri, "hub", uri, "")
+    if not storage.exists(uri):
+        raise ConfigError(f"{uri}: no model there; pass a committed model's folder or store URI")
+    found = read_lineage(uri)
+    if found is not None:
+        return Hop(uri, found.stage, found.base_model, key_metric(found.stage, found.final_metrics), found.parents,
+                   found.final_metrics, found.code_version, card=True)
+    meta = (storage.read_manifest(uri) or {}).get("metadata") or {}
+    stage, metrics = meta.get("stage", ""), meta.get("final_metrics") or {}
+    return Hop(uri, stage, meta.get("source") or uri, key_metric(stage, metrics), final_metrics=metrics)
+
+
+def walk(uri: str) -> list[Hop]:
+    """The chain from the model at `uri` back to its base, one Hop per model, newest first."""
+    hops, seen = [read_hop(uri)], {uri}
+    while hops[-1].card and (parent := hops[-1].parent) and parent not in seen and len(hops) < MAX_HOPS:
+        seen.add(parent)
+        hops.append(read_hop(parent))
+    return hops
+
+
+def lines(hops: list[Hop]) -> list[str]:
+    """One line per hop: stage, URI, base model, key metric."""
+    width = max(len(h.stage or "?") for h in hops)
+    return [f"{h.stage or '?':{width}s}  {h.uri}  base={h.base_model or '-'}" + (f"  {h.metric}" if h.metric else "")
+            for h in hops]
