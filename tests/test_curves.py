@@ -71,6 +71,15 @@ def test_ppo_without_a_kl_term_has_no_kl_panel(tmp_path):
     assert "KL to the reference" not in [p.title for p in curves.stage_panels("ppo", rows)]
 
 
+def test_ppo_agent_dapo_and_is_runs_add_their_panels(tmp_path):
+    """Turns per episode, the filtered-group fraction and the IS weight appear only in runs that log them."""
+    rows = read_metrics(write_metrics(tmp_path, "ppo"))
+    extra = {"train/agent/turns": 1.5, "train/dynamic_filtering/dropped_fraction": 0.25, "train/is_weight": 0.98}
+    titles = [p.title for p in curves.stage_panels("ppo", [{**r, **extra} for r in rows])]
+    assert titles[-3:] == ["agent turns", "dynamic filtering", "IS correction"]
+    assert not {"agent turns", "dynamic filtering", "IS correction"} & {p.title for p in curves.stage_panels("ppo", rows)}
+
+
 def test_reward_histogram_and_rounds_chart():
     hist = curves.reward_histogram([0.1, 0.5, 0.9, 0.9], "reward")
     assert hist[0].kind == "hist" and [y for _, y in hist[0].series["reward"]] == [0.1, 0.5, 0.9, 0.9]

@@ -44,7 +44,11 @@ STAGE_PANELS: dict[str, tuple[PanelSpec, ...]] = {
             PanelSpec("response length", ("train/response_length",), "tokens"),
             PanelSpec("policy", ("train/clipfrac", "train/entropy", "train/approx_kl"), "fraction / nats"),
             PanelSpec("phase times", ("train/time_generate", "train/time_experience", "train/time_train",
-                                      "train/time_sync"), "seconds per iteration")),
+                                      "train/time_sync"), "seconds per iteration"),
+            # shown where they apply: agent episodes, --dynamic_filtering, --enable_vllm_is_correction
+            PanelSpec("agent turns", ("train/agent/turns",), "model turns per episode"),
+            PanelSpec("dynamic filtering", ("train/dynamic_filtering/dropped_fraction",), "groups dropped"),
+            PanelSpec("IS correction", ("train/is_weight",), "mean truncated weight")),
 }
 
 
