@@ -71,8 +71,10 @@ def sft_rm_ppo_steps(recipe: Recipe, sft: dict, rm: dict, ppo: dict) -> list[Ste
 
 
 def own_reward(ppo_config_file: str | None, ppo: dict) -> bool:
-    """PPO was given its reward (`reward_pretrain` or `remote_rm_url`, in the overrides or the config file)."""
+    """PPO was given its reward (`reward_pretrain`, `remote_rm_url` or an agent environment, `agent_func_path`,
+    in the overrides or the config file)."""
     from alignment.config import PPOConfig, load_yaml
 
     configured = load_yaml(PPOConfig, ppo_config_file) if ppo_config_file else {}
-    return any(ppo.get(k) or configured.get(k) for k in ("reward_pretrain", "remote_rm_url"))
+    # an override, None included, replaces the file's value
+    return any(ppo[k] if k in ppo else configured.get(k) for k in ("reward_pretrain", "remote_rm_url", "agent_func_path"))
