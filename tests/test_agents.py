@@ -79,6 +79,30 @@ def test_running_reward_moments_equal_the_whole_history():
     assert RunningMoments(*moments.state()) == moments       # what a checkpoint keeps restores it
 
 
+def test_shipped_smollm2_calculator_environment():
+    """alignflow/data/smol/agent_calculator.py: the tool's description joins the user's message, a `calc:` reply
+    gets the result as the next user turn, a plain number ends the episode with reward 1 if it is right; only
+    + - * on integers is evaluated."""
+    import asyncio
+
+    from alignment.agents.executor import make_instance
+    from alignment.agents.runner import load_agent_file
+    cls, executor = load_agent_file(str(REPO / "alignflow/data/smol/agent_calculator.py"))
+    prompt = "<|im_start|>user\nWhat is 25 + 73? Answer with the number only.<|im_end|>\n<|im_start|>assistant\n"
+
+    async def episode(actions: list[str]) -> list[dict]:
+        env = await make_instance(cls)
+        first = await env.reset({"observation": prompt, "label": "98"})
+        assert "calc: <expression>" in first["observation"] and first["observation"].endswith("<|im_start|>assistant\n")
+        return [await env.step({"observation_text": "", "action_text": a, "label": "98"}) for a in actions]
+
+    tool, answer = asyncio.run(episode(["calc: 25 + 73<|im_end|>", "98<|im_end|>"]))
+    assert "result: 98" in tool["environment_feedback"] and not tool["done"] and tool["rewards"] == 0.0
+    assert answer["done"] and answer["rewards"] == 1.0 and answer["extra_logs"]["tool_calls"] == 1.0
+    assert asyncio.run(episode(["97"]))[0]["rewards"] == 0.0
+    assert "cannot read" in asyncio.run(episode(["calc: __import__('os')"]))[0]["environment_feedback"]
+
+
 def _segments(mask: list[int]) -> list[tuple[int, int, int]]:
     """(value, start, end) runs of a 0/1 mask."""
     out, start = [], 0
