@@ -231,6 +231,8 @@ class PPOController:
         generated, round_ = 0, 0
         while True:
             rollout, scored = sampled.rollout, self.score(prompts, sampled)
+            if round_ == 0:   # what the policy earns on its own draw, comparable with an unfiltered run's reward
+                metrics["dynamic_filtering/sampled_reward"] = scored.rewards.float().mean().item()
             keep = kept_groups(scored.scores, n, low, high)
             generated += len(prompts)
             kept.add(prompts, rollout, scored, keep[:need - len(kept.prompts)], n)
