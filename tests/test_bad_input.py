@@ -164,6 +164,18 @@ CASES = [
      "reward_func raised ValueError: no label", False),
     ("batch_null_prompt", "batch_inference", [*GEN, "--dataset", "@BAD@/null_prompt.jsonl"],
      "null_prompt.jsonl row 1: --input_key 'input' is null; expected a string", False),
+    # distillation, LoRA merging, the optimizer
+    ("kd_no_teacher", "train_kd", SFT, "--teacher_model is required", False),
+    ("kd_coef_above_1", "train_kd", [*SFT, "--teacher_model", "@MODEL@", "--kd_coef", "1.5"],
+     "--kd_coef 1.5: must be in [0, 1]", False),
+    ("kd_teacher_other_vocabulary", "train_kd", [*SFT, "--teacher_model", "@BAD@/other_vocab"],
+     "--teacher_model @BAD@/other_vocab: a vocabulary of 300 tokens, --pretrain @MODEL@ has 271", False),
+    ("lora_combiner_not_an_adapter", "lora_combiner", ["--model_path", "@MODEL@", "--lora_path", "@MODEL@",
+                                                       "--output_path", "@WORK@/merged"],
+     "--lora_path @MODEL@: no adapter_config.json there", False),
+    ("sft_unknown_optim", "train_sft", [*SFT, "--optim", "sgd"], "--optim: invalid choice: 'sgd'", False),
+    ("sft_muon_lr_without_muon", "train_sft", [*SFT, "--muon_lr", "0.02"],
+     "--muon_lr 0.02 sets the Muon half of --optim muon", False),
 ]
 # Environments of their own (None: the variable removed), for real subprocesses only: the driver's store
 # clients keep the credentials they were made with. No key anywhere, and no instance-metadata lookup.
@@ -225,6 +237,7 @@ def _tree_hash(root: Path) -> dict[str, str]:
 def world(tiny_base, tmp_path_factory, moto_endpoint):
     """Bad files, a committed model at --save_path, and the env every run gets (S3 pointed at moto)."""
     from alignment import storage
+    from alignment.tiny_world.base_model import make_base
     work = tmp_path_factory.mktemp("bad_input")
     bad = work / "bad"
     bad.mkdir()
@@ -245,6 +258,7 @@ def world(tiny_base, tmp_path_factory, moto_endpoint):
     (bad / "no_tokenizer").mkdir()
     for f in ("config.json", "model.safetensors"):   # a model folder someone forgot to save the tokenizer into
         shutil.copy(tiny_base / f, bad / "no_tokenizer" / f)
+    make_base(bad / "other_vocab", seed=1, config_overrides={"vocab_size": 300})   # a teacher of another tokenizer
     out = work / "committed"
     shutil.copytree(tiny_base, out)
     storage.commit_dir(out, out, metadata={"stage": "test_bad_input"})

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from alignment.config import (
-    BatchInferenceConfig, ConfigError, DPOConfig, KTOConfig, PPOConfig, RMConfig, SFTConfig, TinyBaseConfig,
+    BatchInferenceConfig, ConfigError, DPOConfig, KDConfig, KTOConfig, LoraCombinerConfig, PPOConfig, RMConfig,
+    SFTConfig, TinyBaseConfig,
 )
 from alignment.config.base import not_identity_fields, path_fields, secret_fields
 from alignment.config.groups import WANDB_SWITCHES
@@ -36,6 +37,9 @@ STAGES: dict[str, StageKind] = {
     "rm": StageKind("alignment.cli.train_rm", RMConfig, resumable=True),
     "dpo": StageKind("alignment.cli.train_dpo", DPOConfig, resumable=True),
     "kto": StageKind("alignment.cli.train_kto", KTOConfig, resumable=True),
+    "kd": StageKind("alignment.cli.train_kd", KDConfig, resumable=True),
+    "lora_combiner": StageKind("alignment.cli.lora_combiner", LoraCombinerConfig, resumable=False,
+                               output_field="output_path"),
     # the PPO family places its own model groups on the stage's Ray cluster (train_ppo_ray)
     "ppo": StageKind("alignment.cli.train_ppo_ray", PPOConfig, resumable=True),
     # generate / score / post-process; its "model" directory holds output.jsonl

@@ -191,6 +191,12 @@ class TrainConfig:
                             dotted={"ppo": ("actor.lr_scheduler", "critic.lr_scheduler")})
     min_lr_ratio: float = opt(0.1, "cosine_with_min_lr decays to learning_rate * this",
                               dotted={"ppo": ("actor.min_lr_ratio", "critic.min_lr_ratio")})
+    optim: str = opt("adam", "Optimizer: adam (AdamW) or muon (DeepSpeed's Muon on the 2-D weights inside the "
+                             "transformer blocks, AdamW with --adam_betas on embeddings, heads, norms and biases; "
+                             "both at --learning_rate unless --muon_lr)", choices=("adam", "muon"))
+    muon_lr: Optional[float] = opt(None, "--optim muon: peak learning rate of the Muon half (default: --learning_rate). "
+                                         "Muon's orthogonalised updates move each weight ~1/sqrt(width) as much as "
+                                         "AdamW's at the same rate, so it usually wants a larger one")
     adam_betas: list[float] = opt([0.9, 0.95], "Adam betas",
                                   dotted={"": "adam.betas", "ppo": ("actor.adam.betas", "critic.adam.betas")})
     l2: float = opt(0.0, "Weight decay",
@@ -224,6 +230,10 @@ class TrainConfig:
         require(not (self.max_nonfinite_skips and self.zero_stage == 3),
                 "--max_nonfinite_skips with --zero_stage 3 is not supported: use --zero_stage 0-2 or drop the flag")
         require(len(self.adam_betas) == 2, f"--adam_betas needs two values, got {self.adam_betas}")
+        if self.muon_lr is not None:
+            require(self.optim == "muon", f"--muon_lr {self.muon_lr} sets the Muon half of --optim muon: add "
+                                          f"--optim muon or drop --muon_lr")
+            require(self.muon_lr > 0, f"--muon_lr {self.muon_lr}: must be > 0")
         require(not (self.adam_offload and self.zero_stage == 0),
                 "--adam_offload with --zero_stage 0: DeepSpeed offloads optimizer states only under ZeRO; "
                 "use --zero_stage 1, 2 or 3, or drop --adam_offload")

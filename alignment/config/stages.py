@@ -45,6 +45,25 @@ class SFTConfig(RanksConfig, LoggingConfig, CheckpointConfig, MoEConfig, TrainCo
 
 
 @dataclass
+class KDConfig(SFTConfig):
+    """Knowledge distillation: SFT on the data plus the teacher's next-token distributions on the response
+    tokens (`python -m alignment.cli.train_kd`)."""
+
+    teacher_model: Optional[str] = opt(None, "The teacher: HF model directory, store URI or hub name, with the "
+                                             "student's tokenizer (its vocabulary is checked before weights load)",
+                                       path="model")
+    kd_coef: float = opt(0.4, "loss = (1 - kd_coef) x NLL + kd_coef x KD, KD the cross-entropy of the student's "
+                              "next-token distribution against the teacher's (forward KL + the teacher's entropy)")
+    teacher_offload: bool = opt(False, "Keep the frozen teacher in CPU memory (its forward runs there)")
+
+    def check_kd(self) -> None:
+        require(bool(self.teacher_model), "--teacher_model is required: the model to distil from (a directory, "
+                                          "s3:// URI or hub name)")
+        require(0.0 <= self.kd_coef <= 1.0, f"--kd_coef {self.kd_coef}: must be in [0, 1] (0: plain SFT, 1: "
+                                            f"the teacher's distributions only)")
+
+
+@dataclass
 class PairDataConfig:
     prompt_key: Optional[str] = opt(None, "JSON key of the prompt; without it chosen/rejected are whole conversations "
                                           "(the last turn is the answer) or plain texts", dotted="data.prompt_key")
@@ -159,3 +178,23 @@ class ImportModelConfig(StageConfig):
         require(bool(self.save_path), "--save_path is required: where the imported model is committed")
         require(not self.revision or not (self.source.startswith(("/", ".", "~")) or "://" in self.source),
                 f"--revision {self.revision}: {self.source} is a file, folder or store URI, not a hub name; drop --revision")
+
+
+@dataclass
+class LoraCombinerConfig(StageConfig):
+    """Merge a saved LoRA adapter into its base and commit the merged model (OpenRLHF's lora_combiner,
+    `python -m alignment.cli.lora_combiner`)."""
+
+    model_path: Optional[str] = opt(None, "The base model the adapter was trained on: HF directory, store URI or "
+                                          "hub name", path="model")
+    lora_path: Optional[str] = opt(None, "The PEFT adapter folder (adapter_config.json + adapter_model.safetensors): "
+                                         "a local folder or a committed store URI", path="model")
+    output_path: Optional[str] = opt(None, "Where the merged model is committed (local path or s3://)", identity=False)
+    is_rm: bool = opt(False, "A reward model's adapter: the base loads with its value head "
+                             "(AutoModelForSequenceClassification)")
+    bf16: bool = opt(False, "Load, merge and save in bfloat16 (default: the base's own dtype)")
+
+    def check_lora_combiner(self) -> None:
+        for flag in ("model_path", "lora_path", "output_path"):
+            require(bool(getattr(self, flag)), f"--{flag} is required: python -m alignment.cli.lora_combiner "
+                                               f"--model_path BASE --lora_path ADAPTER --output_path OUT")

@@ -25,6 +25,8 @@ def train_ds_config(cfg: TrainConfig, world_size: int, bf16: bool, device: str) 
             zero["stage3_param_persistence_threshold"] = 0
         if cfg.zpg > 1:
             zero["zero_hpz_partition_size"] = cfg.zpg
+        if cfg.optim == "muon":
+            zero["reduce_scatter"] = False   # DeepSpeed's ZeRO-3 refuses Muon with it (Muon needs whole gradients)
     return {
         "train_batch_size": cfg.train_batch_size,
         "train_micro_batch_size_per_gpu": cfg.micro_train_batch_size,
@@ -36,4 +38,7 @@ def train_ds_config(cfg: TrainConfig, world_size: int, bf16: bool, device: str) 
         "steps_per_print": 10**9,   # we log ourselves
         "wall_clock_breakdown": False,
         "zero_allow_untested_optimizer": True,
+        # --optim muon hands DeepSpeed its Muon with a DeepSpeedCPUAdam for the AdamW half under
+        # --adam_offload; DeepSpeed would refuse any offloaded optimizer that is not a CPU Adam itself
+        "zero_force_ds_cpu_optimizer": cfg.optim != "muon",
     }

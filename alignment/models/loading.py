@@ -10,6 +10,7 @@ import torch
 
 from alignment import storage
 from alignment.models.integrity import check_model_dir
+from alignment.models.lora import merge_adapter
 
 log = logging.getLogger(__name__)
 
@@ -89,10 +90,7 @@ def merged_adapter(path: Path, flag: str) -> str:
     if (dest / "config.json").exists():
         return str(dest)
     base = resolve_model_path(adapter["base_model_name_or_path"], f"{flag} (the base in {path}/adapter_config.json)")
-    from peft import PeftModel
-
-    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base, dtype="auto"), str(path))
-    merged = model.merge_and_unload()
+    merged = merge_adapter(AutoModelForCausalLM.from_pretrained(base, dtype="auto"), str(path))
     tmp = dest.with_name(f"{dest.name}.tmp-{os.getpid()}")
     merged.save_pretrained(tmp, safe_serialization=True)
     AutoTokenizer.from_pretrained(str(path)).save_pretrained(tmp)
@@ -132,12 +130,17 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model",
                    "spiece.model")
 
 
+def has_tokenizer(path: str | Path) -> bool:
+    """A local model folder with a tokenizer saved in it."""
+    return Path(path).is_dir() and any((Path(path) / f).exists() for f in TOKENIZER_FILES)
+
+
 def load_tokenizer(path: str, chat_template: str | None = None, use_fast: bool = True, flag: str = "--pretrain",
                    trust_remote_code: bool = False) -> Any:
     from transformers import AutoTokenizer
 
     local = Path(path).is_dir()
-    if local and not any((Path(path) / f).exists() for f in TOKENIZER_FILES):
+    if local and not has_tokenizer(path):
         raise ModelLoadError(f"{flag} {path}: no tokenizer in that directory (none of {', '.join(TOKENIZER_FILES)}); "
                              f"save the tokenizer next to the weights (tokenizer.save_pretrained(DIR))")
     try:

@@ -40,6 +40,14 @@ def check_targets(path: str, targets: list[str], extra: tuple[str, ...] = (), tr
                           f"{', '.join(linear)} (or pass all-linear)")
 
 
+def merge_adapter(base: torch.nn.Module, adapter_dir: str) -> torch.nn.Module:
+    """`base` with the PEFT adapter saved in `adapter_dir` folded into its weights: PEFT's own
+    merge_and_unload, in place, so merging holds one copy of the model."""
+    from peft import PeftModel
+
+    return PeftModel.from_pretrained(base, adapter_dir).merge_and_unload()
+
+
 def is_lora(model: torch.nn.Module) -> bool:
     return hasattr(model, "peft_config")
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from alignment.config.base import ConfigError
 from alignment.config.groups import TrainConfig
 from alignment.distributed.deepspeed_config import train_ds_config
 from alignment.distributed.runtime import Runtime
@@ -39,18 +40,58 @@ def step(engine: Any) -> bool:
     return update
 
 
-def make_optimizer(params: list[torch.nn.Parameter], cfg: TrainConfig, device: str) -> torch.optim.Optimizer:
-    betas = tuple(cfg.adam_betas)
+def adam_class(cfg: TrainConfig, device: str) -> tuple[type, dict[str, Any]]:
+    """The AdamW implementation for this device (and its extra arguments)."""
     if cfg.adam_offload:
         from deepspeed.ops.adam import DeepSpeedCPUAdam  # prebuilt at install time
-        return DeepSpeedCPUAdam(params, lr=cfg.learning_rate, betas=betas, weight_decay=cfg.l2)
+        return DeepSpeedCPUAdam, {}
     if device == "cuda":
         from deepspeed.ops.adam import FusedAdam
         name_this_gpu_arch()
-        return FusedAdam(params, lr=cfg.learning_rate, betas=betas, weight_decay=cfg.l2)
+        return FusedAdam, {}
     # fused: one kernel over all parameters instead of a chain of foreach ops (~4x less optimizer time on CPU);
     # same math and the same state_dict, so checkpoints load either way
-    return torch.optim.AdamW(params, lr=cfg.learning_rate, betas=betas, weight_decay=cfg.l2, fused=device == "cpu")
+    return torch.optim.AdamW, {"fused": device == "cpu"}
+
+
+# a parameter of the repeated blocks: model.layers.3.mlp.up_proj.weight, transformer.h.0.attn.c_attn.weight
+_IN_BLOCK = re.compile(r"\.\d+\.")
+MUON_MOMENTUM = 0.95   # Muon's published default (Keller Jordan's and DeepSpeed's)
+
+
+def muon_param(name: str, param: torch.nn.Parameter) -> bool:
+    """Muon orthogonalises matrix updates: it is meant for the hidden 2-D weights of the transformer blocks.
+    Embeddings, the LM and value heads, norms and biases stay on AdamW (Muon's authors' split). A name
+    without a block index is outside the blocks; DeepSpeed's own split (by the words embed and lm_head)
+    would put a reward model's or critic's value head on Muon."""
+    return param.ndim == 2 and _IN_BLOCK.search(name) is not None
+
+
+def make_optimizer(named: list[tuple[str, torch.nn.Parameter]], cfg: TrainConfig, device: str) -> torch.optim.Optimizer:
+    """AdamW (--optim adam) or DeepSpeed's Muon with an auxiliary AdamW (--optim muon), on the trainable
+    parameters `named` [(name, parameter)]."""
+    adam, extra = adam_class(cfg, device)
+    betas = tuple(cfg.adam_betas)
+    params = [p for _, p in named]
+    if cfg.optim == "adam":
+        return adam(params, lr=cfg.learning_rate, betas=betas, weight_decay=cfg.l2, **extra)
+    # imported here, as DeepSpeed's engine does: the module sets up torch.compile'd kernels
+    from deepspeed.runtime.zero.muon.muon_optimizer import MuonWithAuxAdam
+    muon = [p for n, p in named if muon_param(n, p)]
+    rest = [p for n, p in named if not muon_param(n, p)]
+    for group, flag in ((muon, True), (rest, False)):
+        for p in group:
+            p.use_muon = flag   # DeepSpeed's ZeRO optimizers read the tag on the parameter
+    if not muon:
+        raise ConfigError("--optim muon: no trainable 2-D weight inside the model's blocks for Muon to update "
+                          "(all trainable parameters are embeddings, heads, norms or biases): use --optim adam")
+    log.info("--optim muon: Muon on %d block matrices, AdamW on %d other tensors", len(muon), len(rest))
+    groups = [{"params": muon, "use_muon": True, "lr": cfg.muon_lr or cfg.learning_rate, "momentum": MUON_MOMENTUM,
+               "weight_decay": cfg.l2}]
+    if rest:
+        groups.append({"params": rest, "use_muon": False, "lr": cfg.learning_rate, "betas": betas, "eps": 1e-8,
+                       "weight_decay": cfg.l2})
+    return MuonWithAuxAdam(groups, adam_optimizer=adam, adam_optimizer_kwargs=extra)
 
 
 def name_this_gpu_arch() -> None:
@@ -77,7 +118,8 @@ def make_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainConfig, total_ste
     from transformers import get_scheduler
 
     warmup = math.ceil(total_steps * cfg.lr_warmup_ratio)
-    extra = {"min_lr": cfg.learning_rate * cfg.min_lr_ratio} if cfg.lr_scheduler == "cosine_with_min_lr" else None
+    # the ratio itself, not --learning_rate x it: Muon keeps no optimizer-wide default lr to divide by
+    extra = {"min_lr_rate": cfg.min_lr_ratio} if cfg.lr_scheduler == "cosine_with_min_lr" else None
     return get_scheduler(cfg.lr_scheduler, optimizer, num_warmup_steps=warmup,
                          num_training_steps=max(1, total_steps), scheduler_specific_kwargs=extra)
 
@@ -92,8 +134,8 @@ def build_engine(model: torch.nn.Module, cfg: TrainConfig, rt: Runtime, bf16: bo
                  "gives ZeRO-2's copies" if stage == 0 else "the default on several ranks or with --adam_offload")
     if stage == 3:
         mark_zero3_leaves(model)
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = make_optimizer(params, cfg, rt.device)
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    optimizer = make_optimizer(named, cfg, rt.device)
     scheduler = make_scheduler(optimizer, cfg, total_steps)
     ds_config = train_ds_config(cfg, rt.world_size, bf16, rt.device)
     engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler, config=ds_config)

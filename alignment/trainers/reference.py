@@ -1,4 +1,4 @@
-"""The frozen reference policy of DPO and KTO (and PPO's KL penalty later).
+"""The frozen reference policy of DPO and KTO (and PPO's KL penalty later), and KD's teacher.
 
 Each rank holds a full copy: the tiny and small models this targets fit, and it keeps the
 reference out of ZeRO's collectives. `--ref_offload` keeps it in CPU memory; its forward runs
@@ -27,7 +27,7 @@ class ReferenceModel:
         path = resolve_model_path(name, flag)
         self.model = load_causal_lm(path, dtype, attn, flag=flag, trust_remote_code=trust_remote_code).to(self.device).eval()
         self.model.requires_grad_(False)
-        log.info("reference model %s on %s", name, self.device)
+        log.info("frozen %s %s on %s", flag, name, self.device)
 
     @torch.no_grad()
     def sequence_logps(self, batch: Batch) -> torch.Tensor:
@@ -37,6 +37,11 @@ class ReferenceModel:
         out = sequence_logps(forward_logits(self.model, b), b.input_ids, b.loss_mask, b.segments(), b.num_samples,
                              b.branches)
         return out.to(home)
+
+    @torch.no_grad()
+    def logits(self, batch: Batch) -> torch.Tensor:
+        """[B, T, V] logits (KD's teacher), on the batch's device."""
+        return forward_logits(self.model, batch.to(self.device)).to(batch.input_ids.device)
 
 
 def reference_for(cfg: ReferenceConfig, setup: Any, device: str) -> ReferenceModel:

@@ -31,10 +31,14 @@ class SFTTrainer(Trainer):
 
     def loss_on(self, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
         logits, aux = forward_with_aux(self.engine, batch, self.moe_top_k)
-        loss = sft_loss(logits, batch.input_ids, batch.loss_mask)
+        loss, metrics = self.objective(logits, batch)
         if aux is None:
-            return loss, {}
-        return loss + self.cfg.aux_loss_coef * aux, {"aux_loss": aux.item()}
+            return loss, metrics
+        return loss + self.cfg.aux_loss_coef * aux, {**metrics, "aux_loss": aux.item()}
+
+    def objective(self, logits: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
+        """The loss on the model's logits [B, T, V] (before the MoE balance term) and its extra metrics."""
+        return sft_loss(logits, batch.input_ids, batch.loss_mask), {}
 
     @torch.no_grad()
     def eval_metrics(self) -> dict[str, float]:

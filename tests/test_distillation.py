@@ -1,0 +1,146 @@
+"""Knowledge distillation (train_kd), lora_combiner and --optim muon: the KD loss by hand, a short
+train_kd run that commits a model and resumes from its checkpoint, the vocabulary-mismatch refusal,
+lora_combiner against PEFT's merge_and_unload, and one Muon SFT run."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from alignment.tiny_world.paths import tiny_dir
+from tests.conftest import losses, metric_rows, run_module
+
+TINY_DATA = ["--dataset", f"json@{tiny_dir() / 'sft'}", "--input_key", "context_messages", "--apply_chat_template",
+             "--multiturn", "--max_len", "64", "--learning_rate", "2e-3", "--seed", "7", "--train_batch_size", "16",
+             "--micro_train_batch_size", "8", "--logging_steps", "1"]
+
+
+def test_kd_loss_is_the_forward_kl_mix_by_hand():
+    """(1 - c)·NLL + c·(KL(p_T ‖ p_S) + H(p_T)) over the target tokens, written out position by position."""
+    from alignment.losses.kd import kd_loss
+    from alignment.losses.nll import sft_loss
+
+    torch.manual_seed(0)
+    B, T, V, c = 2, 6, 7, 0.3
+    student, teacher = torch.randn(B, T, V, requires_grad=True), torch.randn(B, T, V)
+    ids = torch.randint(0, V, (B, T))
+    mask = torch.tensor([[0, 0, 1, 1, 1, 0], [0, 1, 1, 1, 1, 1]])
+    terms = kd_loss(student, teacher, ids, mask, c)
+
+    nll, cross, kl, n = 0.0, 0.0, 0.0, 0
+    for b in range(B):
+        for t in range(1, T):            # token t, predicted at position t - 1
+            if not mask[b, t]:
+                continue
+            p_s = student[b, t - 1].detach().double().softmax(-1)
+            p_t = teacher[b, t - 1].double().softmax(-1)
+            kl_t = sum(p_t[v] * (math.log(p_t[v]) - math.log(p_s[v])) for v in range(V))
+            entropy = -sum(p_t[v] * math.log(p_t[v]) for v in range(V))
+            nll += -math.log(p_s[ids[b, t]])
+            cross += kl_t + entropy
+            kl += kl_t
+            n += 1
+    expected = (1 - c) * nll / n + c * cross / n
+    assert abs(terms.loss.item() - expected) < 1e-6
+    assert abs(terms.nll.item() - nll / n) < 1e-6 and abs(terms.kl.item() - kl / n) < 1e-6
+    assert abs(kd_loss(student, teacher, ids, mask, 0.0).loss.item() - sft_loss(student, ids, mask).item()) < 1e-6
+    # the teacher's entropy is a constant: the distillation term's gradient is forward KL's
+    (grad,) = torch.autograd.grad(terms.distil, student)
+    s, p_t = student[:, :-1].log_softmax(-1), teacher[:, :-1].softmax(-1)
+    m = mask[:, 1:, None].float()
+    (by_kl,) = torch.autograd.grad((p_t * (p_t.log() - s) * m).sum() / m.sum(), student)
+    assert torch.allclose(grad, by_kl, atol=1e-7)
+    # a token the student rules out (-inf) and the teacher gives no mass adds nothing, not NaN
+    ruled_out = torch.zeros(1, 2, 3)
+    ruled_out[0, 0, 2] = float("-inf")
+    zero_mass = torch.tensor([[[0.0, 0.0, float("-inf")], [0.0, 0.0, 0.0]]])
+    assert torch.isfinite(kd_loss(ruled_out, zero_mass, torch.tensor([[0, 1]]), torch.tensor([[0, 1]]), 0.5).loss)
+
+
+@pytest.fixture(scope="module")
+def teacher(tiny_base, tmp_path_factory):
+    """Another tiny model on the student's tokenizer: two layers, other seed."""
+    from alignment.tiny_world.base_model import make_base
+    return make_base(tmp_path_factory.mktemp("kd") / "teacher", seed=1, config_overrides={"num_hidden_layers": 2})
+
+
+@pytest.mark.integration
+def test_train_kd_commits_and_resumes(tiny_base, teacher, tmp_path):
+    out, ckpt = tmp_path / "kd", tmp_path / "kd_ckpt"
+    args = ["--pretrain", str(tiny_base), "--teacher_model", str(teacher), "--kd_coef", "0.5", "--max_steps", "4",
+            "--save_steps", "2", "--ckpt_path", str(ckpt), "--save_path", str(out), *TINY_DATA]
+    crashed = run_module("alignment.cli.train_kd", args, env={"ALIGNFLOW_FAIL_AT_STEP": "3"}, check=False)
+    assert crashed.returncode != 0 and "simulated failure after step 3" in crashed.stderr, crashed.stderr[-2000:]
+    assert (ckpt / "latest").read_text().strip() == "global_step2" and not (out / "MANIFEST.json").exists()
+    resumed = run_module("alignment.cli.train_kd", [*args, "--load_checkpoint", "--teacher_offload"])
+    assert "resumed from" in resumed.stderr and "kd: ran optimizer steps 3..4 of 4" in resumed.stderr
+    manifest = json.loads((out / "MANIFEST.json").read_text())
+    assert manifest["metadata"]["stage"] == "kd" and manifest["metadata"]["config"]["kd_coef"] == 0.5
+    rows = [r for r in metric_rows(out) if "train/loss" in r]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    for r in rows:   # what is logged is the mix of its parts
+        assert r["train/loss"] == pytest.approx(0.5 * r["train/gpt_loss"] + 0.5 * r["train/distil_loss"], rel=1e-5)
+        assert 0 <= r["train/kd_kl"] < r["train/distil_loss"]
+    trained, base = load_file(out / "model.safetensors"), load_file(tiny_base / "model.safetensors")
+    assert not torch.equal(trained["model.layers.0.mlp.up_proj.weight"], base["model.layers.0.mlp.up_proj.weight"])
+
+
+@pytest.mark.integration
+def test_teacher_with_another_vocabulary_is_one_line_before_weights_load(tiny_base, tmp_path):
+    from alignment.tiny_world.base_model import make_base
+    other = make_base(tmp_path / "other_vocab", seed=1, config_overrides={"vocab_size": 300})
+    proc = run_module("alignment.cli.train_kd", ["--pretrain", str(tiny_base), "--teacher_model", str(other),
+                                                 "--save_path", str(tmp_path / "out"), *TINY_DATA], check=False)
+    errors = [ln for ln in proc.stderr.splitlines() if "error: " in ln]
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert len(errors) == 1 and "a vocabulary of 300 tokens" in errors[0] and "has 271" in errors[0], errors
+    assert "Traceback" not in proc.stderr and "Loading weights" not in proc.stderr
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("task", ["CAUSAL_LM", "SEQ_CLS"])
+def test_lora_combiner_equals_peft_merge_and_unload(tiny_base, tmp_path, task):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+
+    from alignment.models.lora import apply_lora
+
+    def base_model():
+        if task == "SEQ_CLS":
+            return AutoModelForSequenceClassification.from_pretrained(tiny_base, num_labels=1)
+        return AutoModelForCausalLM.from_pretrained(tiny_base)
+
+    torch.manual_seed(0)
+    trained = apply_lora(base_model(), 8, 16, 0.0, ["q_proj", "v_proj"], task)
+    for name, p in trained.named_parameters():
+        if "lora_B" in name or "score" in name:
+            torch.nn.init.normal_(p, std=0.1)      # a trained adapter (and value head): the merge changes weights
+    trained.save_pretrained(tmp_path / "adapter")
+    expected = PeftModel.from_pretrained(base_model(), tmp_path / "adapter").merge_and_unload().state_dict()
+
+    out = tmp_path / "merged"
+    run_module("alignment.cli.lora_combiner", ["--model_path", str(tiny_base), "--lora_path", str(tmp_path / "adapter"),
+                                               "--output_path", str(out), *(["--is_rm"] if task == "SEQ_CLS" else [])])
+    got = load_file(out / "model.safetensors")
+    assert (out / "MANIFEST.json").exists() and (out / "tokenizer.json").exists()
+    assert set(got) <= set(expected) and "model.layers.0.self_attn.q_proj.weight" in got
+    assert all(torch.equal(got[k], expected[k]) for k in got), [k for k in got if not torch.equal(got[k], expected[k])]
+    base = load_file(tiny_base / "model.safetensors")
+    assert not torch.equal(got["model.layers.0.self_attn.q_proj.weight"], base["model.layers.0.self_attn.q_proj.weight"])
+
+
+@pytest.mark.integration
+def test_sft_with_muon_trains(tiny_base, tmp_path):
+    """--optim muon: DeepSpeed's Muon on the block matrices, AdamW on the rest; both halves move."""
+    out = tmp_path / "muon"
+    proc = run_module("alignment.cli.train_sft", ["--pretrain", str(tiny_base), "--save_path", str(out), "--optim",
+                                                  "muon", "--max_steps", "3", "--lr_warmup_ratio", "0", *TINY_DATA])
+    assert "--optim muon: Muon on 28 block matrices, AdamW on 10 other tensors" in proc.stderr
+    curve = losses(out)
+    assert len(curve) == 3 and all(math.isfinite(x) for x in curve)
+    trained, base = load_file(out / "model.safetensors"), load_file(tiny_base / "model.safetensors")
+    for name in ("model.layers.0.mlp.up_proj.weight", "model.embed_tokens.weight", "model.norm.weight"):
+        assert not torch.equal(trained[name], base[name]), name
