@@ -7,39 +7,28 @@ Parameters: the recipe (a folder of stage YAMLs, alignflow/tasks/recipes.py; non
 `sft` overrides (any SFT flag name), the store URI, the Ray address, the run name.
 """
 
-import time
 from typing import Any
 
+from alignflow.tasks.flow_run import run_stages
 from alignflow.tasks.params import SFTOverrides, checked_flow, overrides as plain
-from alignflow.tasks import pipeline
 from alignflow.tasks.pipeline import Output, Step
-from alignflow.tasks.ray_cluster import ray_cluster
-from alignflow.tasks.recipes import Recipe, load_recipe
-from alignflow.tasks.report import build_report, publish_report
-from alignflow.tasks.stage import stage_runner
-from alignflow.tasks.stage_spec import check_store, check_store_reachable
+from alignflow.tasks.recipes import Recipe
 
 
 @checked_flow(name="sft")
 async def sft_flow(run_name: str = "sft", store: str = "runs/store", ray_address: str | None = None,
                    recipe: str | None = None, sft: SFTOverrides | None = None, retries: int = 2) -> dict[str, Any]:
     """SFT as a Ray job. `recipe`: a shipped recipe's name (`tiny`, `smollm2`, ...) or your folder."""
-    started = time.monotonic()
-    # Everything that can be wrong with the parameters fails here, before a cluster starts.
-    store = check_store_reachable(check_store(store))
-    recipe_ = load_recipe(recipe)
-    overrides = plain(sft)
-    steps = [Step("sft", "sft", "sft", overrides)]
-    if makes_base(recipe_, overrides):
-        steps = [Step("tiny_base", "tiny_base", "tiny_base"),
-                 Step("sft", "sft", "sft", overrides, {"pretrain": Output("tiny_base")})]
-    planned = pipeline.plan(steps, recipe_, store, run_name)
-    await pipeline.publish_configs("sft", run_name, recipe_, planned)
-    with ray_cluster(ray_address) as cluster:
-        stages = {name: r async for name, r in pipeline.run(planned, stage_runner(retries), store, run_name, cluster)}
-    report = build_report("sft", run_name, {k: r.summary() for k, r in stages.items()}, time.monotonic() - started)
-    await publish_report(report)
-    return stages["sft"].summary()
+    steps = lambda recipe_: sft_steps(recipe_, plain(sft))   # noqa: E731
+    return (await run_stages("sft", run_name, store, recipe, steps, ray_address, retries))["sft"]
+
+
+def sft_steps(recipe: Recipe, sft: dict[str, Any]) -> list[Step]:
+    """[tiny_base,] sft: the SFT stage, after the tiny world's base when the recipe makes one (`makes_base`)."""
+    if makes_base(recipe, sft):
+        return [Step("tiny_base", "tiny_base", "tiny_base"),
+                Step("sft", "sft", "sft", sft, {"pretrain": Output("tiny_base")})]
+    return [Step("sft", "sft", "sft", sft)]
 
 
 def makes_base(recipe: Recipe, sft: dict[str, Any]) -> bool:

@@ -11,17 +11,11 @@ stage YAMLs: `sft.yaml`, `dpo.yaml` / `kto.yaml`; none: schema defaults), per st
 the Ray address (none: a local head for this run), the run name.
 """
 
-import time
 from typing import Any, Literal
 
 from alignflow.tasks.params import DPOOverrides, KTOOverrides, SFTOverrides, checked_flow, overrides
-from alignflow.tasks import pipeline
+from alignflow.tasks.flow_run import run_stages
 from alignflow.tasks.pipeline import Output, Step
-from alignflow.tasks.ray_cluster import ray_cluster
-from alignflow.tasks.recipes import load_recipe
-from alignflow.tasks.report import build_report, publish_report
-from alignflow.tasks.stage import stage_runner
-from alignflow.tasks.stage_spec import check_store, check_store_reachable
 
 
 @checked_flow(name="sft-dpo")
@@ -31,16 +25,7 @@ async def sft_dpo_flow(pretrain: str, run_name: str = "sft-dpo", store: str = "r
                        preference: DPOOverrides | KTOOverrides | None = None, retries: int = 2) -> dict[str, Any]:
     """Each stage's result: model URI, skipped or trained, final metrics, wall time. Ends with a
     report artifact."""
-    started = time.monotonic()
-    store = check_store_reachable(check_store(store))
-    recipe_ = load_recipe(recipe)
-    planned = pipeline.plan([
-        Step("sft", "sft", "sft", {**overrides(sft), "pretrain": pretrain}),
-        Step(preference_stage, preference_stage, preference_stage, overrides(preference), {"pretrain": Output("sft")}),
-    ], recipe_, store, run_name)
-    await pipeline.publish_configs("sft-dpo", run_name, recipe_, planned)
-    with ray_cluster(ray_address) as cluster:
-        results = {name: r async for name, r in pipeline.run(planned, stage_runner(retries), store, run_name, cluster)}
-    summaries = {name: r.summary() for name, r in results.items()}
-    await publish_report(build_report("sft-dpo", run_name, summaries, time.monotonic() - started))
-    return summaries
+    steps = [Step("sft", "sft", "sft", {**overrides(sft), "pretrain": pretrain}),
+             Step(preference_stage, preference_stage, preference_stage, overrides(preference),
+                  {"pretrain": Output("sft")})]
+    return await run_stages("sft-dpo", run_name, store, recipe, lambda _: steps, ray_address, retries)

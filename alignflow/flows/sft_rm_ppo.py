@@ -11,20 +11,13 @@ PPO's reward (`ppo={"reward_pretrain": URI}`, `{"remote_rm_url": URL or reward_f
 trains no RM.
 """
 
-import time
 from typing import Any
 
-
+from alignflow.flows.sft import sft_steps
+from alignflow.tasks.flow_run import run_stages
 from alignflow.tasks.params import PPOOverrides, RMOverrides, SFTOverrides, checked_flow, overrides
-from alignflow.flows.sft import makes_base
-from alignflow.tasks.evaluate import evaluate_heldout
-from alignflow.tasks import pipeline
 from alignflow.tasks.pipeline import Output, Step
-from alignflow.tasks.ray_cluster import ray_cluster
-from alignflow.tasks.recipes import Recipe, load_recipe
-from alignflow.tasks.report import build_report, publish_report
-from alignflow.tasks.stage import stage_runner
-from alignflow.tasks.stage_spec import check_store, check_store_reachable
+from alignflow.tasks.recipes import Recipe
 
 
 @checked_flow(name="sft-rm-ppo")
@@ -36,31 +29,14 @@ async def sft_rm_ppo_flow(run_name: str = "sft-rm-ppo", store: str = "runs/store
     `heldout_eval` (the tiny recipe's before/after check: greedy accuracy on the arithmetic task's
     held-out questions; the tiny deployments switch it on) also the SFT and RL models'
     held-out accuracy. Ends with a report artifact."""
-    started = time.monotonic()
-    # Every config is validated before a cluster starts, with the output URIs of its upstream stages.
-    store = check_store_reachable(check_store(store))
-    recipe_ = load_recipe(recipe)
-    steps = sft_rm_ppo_steps(recipe_, overrides(sft), overrides(rm), overrides(ppo))
-    planned = pipeline.plan(steps, recipe_, store, run_name)
-    await pipeline.publish_configs("sft-rm-ppo", run_name, recipe_, planned)
-    with ray_cluster(ray_address) as cluster:
-        results = {name: r async for name, r in pipeline.run(planned, stage_runner(retries), store, run_name, cluster)}
-        summaries = {name: r.summary() for name, r in results.items()}
-        if heldout_eval:
-            for name in ("sft", "ppo"):
-                # the cluster, not its address: a saved evaluation needs no Ray head
-                summaries[name]["heldout"] = await evaluate_heldout(name, results[name].model_uri, run_name, cluster)
-    report = build_report("sft-rm-ppo", run_name, summaries, time.monotonic() - started)
-    await publish_report(report)
-    return summaries
+    return await run_stages("sft-rm-ppo", run_name, store, recipe,
+                            lambda r: sft_rm_ppo_steps(r, overrides(sft), overrides(rm), overrides(ppo)), ray_address,
+                            retries, ("sft", "ppo") if heldout_eval else ())
 
 
 def sft_rm_ppo_steps(recipe: Recipe, sft: dict, rm: dict, ppo: dict) -> list[Step]:
     """The flow's stages: [tiny_base,] sft, [rm,] ppo. The RM stage only when PPO was given no reward."""
-    steps = [Step("sft", "sft", "sft", sft)]
-    if makes_base(recipe, sft):
-        steps = [Step("tiny_base", "tiny_base", "tiny_base"),
-                 Step("sft", "sft", "sft", sft, {"pretrain": Output("tiny_base")})]
+    steps = sft_steps(recipe, sft)
     ppo_inputs: dict = {"pretrain": Output("sft")}
     # a reward model URI, reward server or reward function given to PPO: no RM stage to train
     if not own_reward(recipe.file("ppo"), ppo):
