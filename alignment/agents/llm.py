@@ -53,6 +53,7 @@ class BatchingEngine:
     def __init__(self, generate_batch: GenerateBatch, tokenizer: Any, seed: int, greedy: bool = False):
         self.generate_batch, self.tokenizer, self.seed, self.greedy = generate_batch, tokenizer, seed, greedy
         self.live = 0
+        self.closed = False   # an episode failed: the run stops, nothing more is generated
         self.queue: list[tuple[list[int], SamplingParams, asyncio.Future]] = []
         self.batches = 0
 
@@ -71,7 +72,7 @@ class BatchingEngine:
         return await future
 
     def _flush_if_ready(self) -> None:
-        if not self.queue or len(self.queue) < self.live:
+        if self.closed or not self.queue or len(self.queue) < self.live:
             return
         queue, self.queue = self.queue, []
         groups: dict[tuple, list[int]] = {}

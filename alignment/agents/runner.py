@@ -109,6 +109,7 @@ class AgentRunner:
         try:
             return await asyncio.gather(*tasks)
         finally:
+            engine.closed = True
             for t in tasks:
                 t.cancel()
 
