@@ -2,6 +2,7 @@
 of the environment's tokens, the PPO CLIs on both backends, and the errors a user's file can cause."""
 from __future__ import annotations
 
+import re
 import textwrap
 
 import pytest
@@ -101,6 +102,31 @@ def test_shipped_smollm2_calculator_environment():
     assert answer["done"] and answer["rewards"] == 1.0 and answer["extra_logs"]["tool_calls"] == 1.0
     assert asyncio.run(episode(["97"]))[0]["rewards"] == 0.0
     assert "cannot read" in asyncio.run(episode(["calc: __import__('os')"]))[0]["environment_feedback"]
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--agent_func_path", "a.py", "--remote_rm_url", "r.py"], "the environment gives the rewards"),
+    (["--agent_func_path", "a.py", "--overlong_buffer_len", "4"], "--overlong_buffer_len penalises one response"),
+    (["--remote_rm_url", "r.py", "--vllm_enable_sleep"], "there are none (--vllm_num_engines 0)"),
+    (["--remote_rm_url", "r.py", "--vllm_num_engines", "1", "--async_train", "--vllm_enable_sleep"],
+     "no idle phase to sleep through"),
+    (["--remote_rm_url", "r.py", "--deepspeed_enable_sleep", "--zero_stage", "0"], "give --zero_stage 1, 2 or 3"),
+    (["--remote_rm_url", "r.py", "--deepspeed_enable_sleep", "--zero_stage", "2", "--adam_offload"],
+     "already live in CPU memory"),
+    (["--agent_func_path", "a.py", "--agent_max_turns", "0"], "--agent_max_turns 0: must be >= 1"),
+])
+def test_flags_that_cannot_apply_are_one_line(extra, needle):
+    from alignment.config import ConfigError, PPOConfig, parse_args
+    with pytest.raises(ConfigError, match=re.escape(needle)):
+        parse_args(PPOConfig, ["--pretrain", "m", "--prompt_data", "p.jsonl", *extra])
+
+
+def test_agent_file_written_for_openrlhf_names_the_one_line_to_change(tmp_path):
+    from alignment.agents.contract import AgentError
+    from alignment.agents.runner import load_agent_file
+    (tmp_path / "theirs.py").write_text("from openrlhf.utils.agent import AgentInstanceBase\n")
+    with pytest.raises(AgentError, match="change `from openrlhf.utils.agent import ...` to `from alignment.agents"):
+        load_agent_file(str(tmp_path / "theirs.py"))
 
 
 def _segments(mask: list[int]) -> list[tuple[int, int, int]]:
