@@ -55,14 +55,15 @@ def test_demo_sigterm_then_rerun_continues(tmp_path):
     """`make demo` is scripts/demo.py; here with short stages (its --sft/--rm/--ppo) in a private root."""
     root = tmp_path / "demo"
     cmd = [sys.executable, str(REPO / "scripts" / "demo.py"), "--root", str(root), "--no_heldout_eval",
-           "--sft", json.dumps({"max_steps": 400, "save_steps": 2, "logging_steps": 1, "eval_dataset": None}),
+           "--sft", json.dumps({"max_steps": 120, "save_steps": 10, "logging_steps": 1, "eval_dataset": None}),
            "--rm", json.dumps({"max_steps": 2, "eval_dataset": None}),
            "--ppo", json.dumps({"max_samples": 16, "num_episodes": 1})]
     env = python_env(PREFECT_HOME=str(tmp_path / "prefect"))
     env.pop("PREFECT_API_URL", None)   # the demo's own ephemeral API, as on a user's machine
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    # a committed SFT checkpoint (retention keeps the newest 2, so no particular step), then SIGTERM: 400 steps
-    # leave ~20 s for the signal to land before SFT would commit its model
+    # a committed SFT checkpoint (retention keeps the newest 2, so no particular step), then SIGTERM: the 110 steps
+    # after the first checkpoint leave the signal time to land before SFT would commit its model (it lands
+    # within 2 steps), and are what the rerun trains
     latest = wait_for(lambda: next((root / "store" / "demo").glob("sft-*/checkpoints/latest"), None), proc,
                       timeout_s=600)
     proc.send_signal(signal.SIGTERM)
