@@ -113,7 +113,7 @@ def test_a_wandb_key_on_the_command_line_leaves_argv_at_start(tmp_path):
     assert cfg.use_wandb == "env" and cfg.use_wandb.lower() in WANDB_SWITCHES   # the key is read from the env
 
 
-RECIPE_SCHEMAS = {"sft": "SFTConfig", "rm": "RMConfig", "ppo": "PPOConfig", "dpo": "DPOConfig", "kto": "KTOConfig",
+RECIPE_SCHEMAS = {"sft": "SFTConfig", "rm": "RMConfig", "ppo": "PPOConfig", "grpo": "PPOConfig", "dpo": "DPOConfig", "kto": "KTOConfig",
                   "generate": "BatchInferenceConfig", "score": "BatchInferenceConfig", "tiny_base": "TinyBaseConfig"}
 
 
