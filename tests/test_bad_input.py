@@ -37,6 +37,8 @@ KTO = ["--pretrain", "@MODEL@", "--dataset", f"{T}/unpaired/train.jsonl", "--inp
 PPO = ["--pretrain", "@MODEL@", "--prompt_data", f"{T}/prompts/train.jsonl", "--input_key", "input", "--label_key",
        "label", "--remote_rm_url", f"{T}/reward_func.py", "--save_path", "@OUT@", "--rollout_batch_size", "8",
        "--micro_rollout_batch_size", "8", "--train_batch_size", "8", "--micro_train_batch_size", "8"]
+PRM = ["--pretrain", "@MODEL@", "--dataset", f"{T}/sft/train.jsonl", "--save_path", "@OUT@", "--max_len", "64",
+       "--train_batch_size", "8", "--micro_train_batch_size", "8"]
 GEN = ["--pretrain", "@MODEL@", "--dataset", f"{T}/prompts/test.jsonl", "--input_key", "input",
        "--output_path", "@WORK@/gen"]
 NO_BUCKET = "s3://alignflow-no-such-bucket"
@@ -173,6 +175,9 @@ CASES = [
     ("lora_combiner_not_an_adapter", "lora_combiner", ["--model_path", "@MODEL@", "--lora_path", "@MODEL@",
                                                        "--output_path", "@WORK@/merged"],
      "--lora_path @MODEL@: no adapter_config.json there", False),
+    ("prm_no_placeholder_token", "train_prm", PRM, "--placeholder_token is required", False),
+    ("prm_placeholder_not_one_token", "train_prm", [*PRM, "--placeholder_token", "ки", "--reward_tokens", "+", "-"],
+     "--placeholder_token 'ки' is 4 tokens for this tokenizer", False),
     ("sft_unknown_optim", "train_sft", [*SFT, "--optim", "sgd"], "--optim: invalid choice: 'sgd'", False),
     ("sft_muon_lr_without_muon", "train_sft", [*SFT, "--muon_lr", "0.02"],
      "--muon_lr 0.02 sets the Muon half of --optim muon", False),

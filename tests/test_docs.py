@@ -42,11 +42,12 @@ CLI_RE = re.compile(r"alignment\.cli\.(\{[^}]*\}|\w+)")
 FLAG_RE = re.compile(r"(?<![\w-])--([a-z][a-z0-9_.]*[a-z0-9])(?![\w.-]*[*<])")
 FENCE_RE = re.compile(r"^(```|~~~)")
 # "DPO's `--ipo`", "PPO's `normalize_reward`": a flag named as a stage's
-OWNED_FLAG_RE = re.compile(r"\b(SFT|RM|DPO|KTO|KD|PPO)'s `(?:--)?(\w[\w.]*)`")
-STAGE_CLI = {"SFT": "train_sft", "RM": "train_rm", "DPO": "train_dpo", "KTO": "train_kto", "KD": "train_kd",
-             "PPO": "train_ppo_ray", "sft": "train_sft", "rm": "train_rm", "dpo": "train_dpo", "kto": "train_kto",
-             "kd": "train_kd", "ppo": "train_ppo_ray", "lora_combiner": "lora_combiner",
-             "generate": "batch_inference", "score": "batch_inference", "tiny_base": "make_tiny_base"}
+OWNED_FLAG_RE = re.compile(r"\b(SFT|RM|PRM|DPO|KTO|KD|PPO)'s `(?:--)?(\w[\w.]*)`")
+STAGE_CLI = {"SFT": "train_sft", "RM": "train_rm", "PRM": "train_prm", "DPO": "train_dpo", "KTO": "train_kto",
+             "KD": "train_kd", "PPO": "train_ppo_ray", "sft": "train_sft", "rm": "train_rm", "prm": "train_prm",
+             "dpo": "train_dpo", "kto": "train_kto", "kd": "train_kd", "ppo": "train_ppo_ray",
+             "lora_combiner": "lora_combiner", "generate": "batch_inference", "score": "batch_inference",
+             "tiny_base": "make_tiny_base"}
 PARAM_RE = re.compile(r"--param (sft|rm|ppo|dpo|kto|generate|score|preference)='(\{.*?\})'")
 PARAM_CLI = {**STAGE_CLI, "preference": "train_dpo"}   # sft-dpo's preference stage is DPO unless told kto
 # bare recipe names ("rm.yaml"); a generic example name is no claim about a shipped file

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from alignment.config import (
-    BatchInferenceConfig, ConfigError, DPOConfig, KDConfig, KTOConfig, LoraCombinerConfig, PPOConfig, RMConfig,
-    SFTConfig, TinyBaseConfig,
+    BatchInferenceConfig, ConfigError, DPOConfig, KDConfig, KTOConfig, LoraCombinerConfig, PPOConfig, PRMConfig,
+    RMConfig, SFTConfig, TinyBaseConfig,
 )
 from alignment.config.base import not_identity_fields, path_fields, secret_fields
 from alignment.config.groups import WANDB_SWITCHES
@@ -37,6 +37,7 @@ STAGES: dict[str, StageKind] = {
     "rm": StageKind("alignment.cli.train_rm", RMConfig, resumable=True),
     "dpo": StageKind("alignment.cli.train_dpo", DPOConfig, resumable=True),
     "kto": StageKind("alignment.cli.train_kto", KTOConfig, resumable=True),
+    "prm": StageKind("alignment.cli.train_prm", PRMConfig, resumable=True),
     "kd": StageKind("alignment.cli.train_kd", KDConfig, resumable=True),
     "lora_combiner": StageKind("alignment.cli.lora_combiner", LoraCombinerConfig, resumable=False,
                                output_field="output_path"),

@@ -7,11 +7,13 @@ from alignment.config.groups import (
 )
 from alignment.config.inference import BatchInferenceConfig, ChatConfig
 from alignment.config.ppo import PPOConfig
-from alignment.config.stages import DPOConfig, KDConfig, KTOConfig, LoraCombinerConfig, RMConfig, SFTConfig, TinyBaseConfig, TrainerConfig
+from alignment.config.stages import (
+    DPOConfig, KDConfig, KTOConfig, LoraCombinerConfig, PRMConfig, RMConfig, SFTConfig, TinyBaseConfig, TrainerConfig,
+)
 
 TrainingConfig = TrainerConfig | PPOConfig   # every stage that builds DeepSpeed training engines
 
 __all__ = [
     "BatchInferenceConfig", "ChatConfig", "CheckpointConfig", "ConfigError", "DataConfig", "DPOConfig", "KDConfig", "KTOConfig", "RMConfig", "LoggingConfig", "LoraCombinerConfig", "LoraConfig", "ModelConfig",
-    "PPOConfig", "SFTConfig", "TinyBaseConfig", "TrainConfig", "TrainerConfig", "TrainingConfig", "config_to_argv", "load_yaml", "opt", "parse_args",
+    "PPOConfig", "PRMConfig", "SFTConfig", "TinyBaseConfig", "TrainConfig", "TrainerConfig", "TrainingConfig", "config_to_argv", "load_yaml", "opt", "parse_args",
 ]

@@ -64,6 +64,41 @@ class KDConfig(SFTConfig):
 
 
 @dataclass
+class PRMConfig(SFTConfig):
+    """Process reward model: a causal LM taught to answer each step's placeholder token with a reward
+    token (`python -m alignment.cli.train_prm`)."""
+
+    placeholder_token: Optional[str] = opt(None, "The token that ends each reasoning step in --input_key; the "
+                                                 "model's logits there are the step's reward (one token of the "
+                                                 "tokenizer, e.g. ки)")
+    reward_tokens: Optional[list[str]] = opt(None, "The label tokens, e.g. + - (the first is the positive one): the "
+                                                   "loss compares their logits only. Without them the whole "
+                                                   "vocabulary is trained and the model cannot be a PPO reward")
+    label_key: str = opt("label", "JSON key of the per-step labels: a list of reward tokens (hard) or of numbers "
+                                  "in [0, 1], the probability the step is good (soft), one per placeholder",
+                         dotted="data.label_key")
+
+    def check_prm(self) -> None:
+        require(bool(self.placeholder_token), "--placeholder_token is required: the token that ends each step "
+                                              "in --input_key (e.g. ки)")
+        require(not self.output_key and not self.multiturn and not self.pretrain_mode,
+                "--output_key, --multiturn and --pretrain_mode are SFT flags; a PRM reads --input_key (the text "
+                "with placeholders) and --label_key (one label per placeholder)")
+        require(not self.apply_chat_template and not self.input_template,
+                "--apply_chat_template / --input_template: a PRM reads --input_key as written (placeholders "
+                "included), as OpenRLHF's train_prm does; drop them")
+        if self.reward_tokens is not None:
+            require(len(set(self.reward_tokens)) == len(self.reward_tokens) >= 2,
+                    f"--reward_tokens {' '.join(self.reward_tokens)}: need two or more distinct tokens, the "
+                    f"positive one first (e.g. + -)")
+            require(self.placeholder_token not in self.reward_tokens,
+                    f"--placeholder_token {self.placeholder_token} is also a reward token")
+        require(not self.lora_rank or self.merge_lora,
+                "--lora_rank without --merge_lora: a PRM is committed merged (its config.json records the "
+                "placeholder and reward tokens a PPO reward reads); add --merge_lora")
+
+
+@dataclass
 class PairDataConfig:
     prompt_key: Optional[str] = opt(None, "JSON key of the prompt; without it chosen/rejected are whole conversations "
                                           "(the last turn is the answer) or plain texts", dotted="data.prompt_key")

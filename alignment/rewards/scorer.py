@@ -11,6 +11,7 @@ import torch
 
 from alignment.config.groups import RewardSourceConfig
 from alignment.datasets.formatting import end_at_eos
+from alignment.rewards.process_reward import ProcessRewardModel, read_prm_entry
 from alignment.rewards.remote import RemoteRewardClient
 from alignment.rewards.reward_func import RewardOutput, load_reward_func, parse_output
 
@@ -39,7 +40,8 @@ class Scored:
 
 
 class RewardModels:
-    """--reward_pretrain a,b [--reward_weights]: each RM scores the full query at its last token."""
+    """--reward_pretrain a,b [--reward_weights]: each RM scores the full query at its last token; a
+    process reward model (config.json with a "prm" entry) scores it at its steps' placeholders."""
 
     def __init__(self, paths: list[str], weights: list[float], tokenizer: Any, dtype: torch.dtype, attn: str,
                  device: str, normalize: bool, batch_size: int = 32, trust_remote_code: bool = False):
@@ -50,6 +52,12 @@ class RewardModels:
         self.models, self.stats = [], []
         for p in paths:
             local = resolve_model_path(p, "--reward_pretrain")
+            if (entry := read_prm_entry(local)) is not None:
+                self.models.append(ProcessRewardModel(local, entry, tokenizer, dtype, attn, device, trust_remote_code))
+                if normalize:   # no mean/std to normalise by: its scores are already on [0, 1]
+                    log.info("--normalize_reward: %s is a process reward model; its scores stay P(good) in [0, 1]", p)
+                self.stats.append(None)
+                continue
             model = load_reward_model(local, dtype, attn, tokenizer.pad_token_id, flag="--reward_pretrain",
                                       trust_remote_code=trust_remote_code)
             self.models.append(model.to(device).eval().requires_grad_(False))
@@ -66,7 +74,9 @@ class RewardModels:
             total += w * scores
         return Scored(total, total)
 
-    def _score(self, model: torch.nn.Module, texts: list[str]) -> torch.Tensor:
+    def _score(self, model: torch.nn.Module | ProcessRewardModel, texts: list[str]) -> torch.Tensor:
+        if isinstance(model, ProcessRewardModel):
+            return model(texts)
         # read at the response's EOS, as in training (train_rm ends responses there), even when a
         # client sends the chat template's text after it
         texts = [end_at_eos(t, self.tokenizer.eos_token) for t in texts]
