@@ -20,10 +20,16 @@ def test_every_estimator_has_its_math():
     assert ADVANTAGE_ESTIMATORS == tuple(ESTIMATORS)
 
 
-def test_normalize_reward_without_a_reward_model_is_refused():
+def test_normalize_reward_without_a_reward_model():
+    """PPO normalises a reward file's, server's or agent's rewards by running moments (alignment/losses/reward_norm.py);
+    batch inference has no running statistics to use, so there the flag is still refused."""
+    from alignment.config import BatchInferenceConfig
     cfg = ["--pretrain", "sft", "--prompt_data", "prompts.jsonl", "--remote_rm_url", "reward.py", "--normalize_reward"]
+    assert parse_args(PPOConfig, cfg).normalize_reward
     with pytest.raises(ConfigError, match="--normalize_reward normalises reward models' scores .* drop --normalize_reward"):
-        parse_args(PPOConfig, cfg)
+        parse_args(BatchInferenceConfig, ["--pretrain", "sft", "--dataset", "p.jsonl", "--output_path", "o",
+                                          "--eval_task", "rm", "--output_key", "output", "--remote_rm_url", "reward.py",
+                                          "--normalize_reward"])
 
 
 def test_loss_aggregation_defaults_to_the_estimators_own():
