@@ -28,7 +28,8 @@ PAIRS = ["--dataset", f"json@{tiny_dir() / 'preference'}", "--prompt_key", "prom
     ("alignment.cli.train_rm", [*PAIRS, "--load_in_4bit", "--lora_rank", "8"], "--load_in_4bit needs a CUDA GPU"),
     ("alignment.cli.interactive_chat", ["--load_in_4bit"], "--load_in_4bit needs a CUDA GPU"),
     # later OpenRLHF flags that are not built: one line saying what to use instead, never accepted and ignored
-    ("alignment.cli.train_ppo_ray", [*PPO, "--vllm_enable_sleep"], "--vllm_enable_sleep: vLLM sleep mode is not built"),
+    ("alignment.cli.train_sft", ["--dataset", "x.jsonl", "--vllm_enable_sleep"],
+     "--vllm_enable_sleep: vLLM sleep mode applies to the rollout engines of train_ppo_ray only"),
     ("alignment.cli.train_sft", ["--dataset", "x.jsonl", "--use_dynamic_batch"],
      "--use_dynamic_batch: token-budget micro-batches are built for the PPO family"),
     ("alignment.cli.train_ppo_ray", [*PPO, "--use_dynamic_batch", "--train_max_tokens_per_gpu", "100"],
