@@ -38,8 +38,10 @@ def test_ctrl_c_of_a_stage_cli_names_its_checkpoint(tiny_base, tmp_path):
            f"{tiny_dir()}/sft/train.jsonl", "--input_key", "input", "--output_key", "output", "--max_len", "64",
            "--train_batch_size", "8", "--micro_train_batch_size", "8", "--max_steps", "2000", "--max_epochs", "100", "--save_steps", "2",
            "--save_path", str(out), "--ckpt_path", str(ckpt)]
+    # SIGINT as a terminal delivers it: a suite started in the background (`cmd &`, as a CI script may) passes
+    # its children SIGINT ignored, and Python then keeps ignoring it
     proc = subprocess.Popen(cmd, env=python_env(OMP_NUM_THREADS="2"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     wait_for(lambda: (ckpt / "latest").exists(), proc)   # a checkpoint is committed (retention keeps the newest 3)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
