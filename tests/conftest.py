@@ -143,6 +143,7 @@ def tiny_sft(tiny_base, session_tmp) -> Path:
     if cache and (Path(cache) / "MANIFEST.json").exists():
         return Path(cache).resolve()
     out = Path(cache).resolve() if cache else session_tmp / "tiny_sft"
+    out.parent.mkdir(parents=True, exist_ok=True)
     run_module("alignment.cli.train_sft", ["--pretrain", str(tiny_base), "--save_path", str(out),
                                            *tiny_recipe("sft")])
     return out
