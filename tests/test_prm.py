@@ -8,6 +8,8 @@ import math
 from types import SimpleNamespace
 
 import pytest
+
+from alignment.config.base import ConfigError
 import torch
 from safetensors.torch import load_file
 
@@ -129,6 +131,9 @@ def test_prm_scores_responses_as_a_reward_source(prm):
 
     tok = AutoTokenizer.from_pretrained(prm)
     cfg = SimpleNamespace(remote_rm_url=None, reward_pretrain=str(prm), reward_weights=None, normalize_reward=True)
+    with pytest.raises(ConfigError, match="a process reward model saves none"):   # the flag would do nothing
+        make_reward(cfg, tok, torch.float32, "sdpa", "cpu")
+    cfg.normalize_reward = False
     reward = make_reward(cfg, tok, torch.float32, "sdpa", "cpu")
     queries = ["What is 3 + 4 - 2? 3 + 4 = 7 # 7 - 2 = 5 #", "What is 3 + 4 - 2? 3 + 4 = 8 # 8 - 2 = 6 #",
                f"What is 3 + 4? 3 + 4 = 7{tok.eos_token}"]

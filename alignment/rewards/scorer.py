@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from alignment.config.base import ConfigError
 from alignment.config.groups import RewardSourceConfig
 from alignment.datasets.formatting import end_at_eos
 from alignment.rewards.process_reward import ProcessRewardModel, read_prm_entry
@@ -50,12 +51,15 @@ class RewardModels:
 
         self.tokenizer, self.device, self.batch_size, self.weights = tokenizer, device, batch_size, weights
         self.models, self.stats = [], []
-        for p in paths:
-            local = resolve_model_path(p, "--reward_pretrain")
-            if (entry := read_prm_entry(local)) is not None:
+        locals_ = [resolve_model_path(p, "--reward_pretrain") for p in paths]
+        entries = [read_prm_entry(local) for local in locals_]   # config.json only: before any weights load
+        if normalize and all(e is not None for e in entries):   # the flag would change nothing
+            raise ConfigError("--normalize_reward normalises reward models' scores by the mean/std their training "
+                              "saved; a process reward model saves none (its scores are P(good) in [0, 1]): drop "
+                              "--normalize_reward")
+        for p, local, entry in zip(paths, locals_, entries):
+            if entry is not None:   # a PRM's scores stay P(good) in [0, 1] beside normalised RMs
                 self.models.append(ProcessRewardModel(local, entry, tokenizer, dtype, attn, device, trust_remote_code))
-                if normalize:   # no mean/std to normalise by: its scores are already on [0, 1]
-                    log.info("--normalize_reward: %s is a process reward model; its scores stay P(good) in [0, 1]", p)
                 self.stats.append(None)
                 continue
             model = load_reward_model(local, dtype, attn, tokenizer.pad_token_id, flag="--reward_pretrain",
