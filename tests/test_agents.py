@@ -80,6 +80,46 @@ def test_running_reward_moments_equal_the_whole_history():
     assert RunningMoments(*moments.state()) == moments       # what a checkpoint keeps restores it
 
 
+CUSTOM_EXECUTOR = textwrap.dedent("""
+    from alignment.agents import AgentExecutorBase, AgentInstanceBase
+
+    class AgentInstance(AgentInstanceBase):
+        async def step(self, states, **kwargs):
+            raise AssertionError("this file's executor never calls step")
+
+    class AgentExecutor(AgentExecutorBase):   # OpenRLHF's shape: built with the instance class
+        def __init__(self, agent_instance_cls):
+            self.cls = agent_instance_cls
+
+        async def execute(self, prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine):
+            ids = hf_tokenizer(prompt, add_special_tokens=False)["input_ids"]
+            out = (await llm_engine.generate(ids, sampling_params)).outputs[0]
+            return {"observation_tokens": ids + list(out.token_ids), "action_ranges": [(len(ids), len(ids) + len(out.token_ids))],
+                    "reward": 0.25, "scores": 0.5, "extra_logs": {"custom": 1.0}, "rollout_log_probs": None}
+""")
+
+
+def test_an_agent_file_may_replace_how_an_episode_runs(tiny_base, tmp_path):
+    """An AgentExecutor in the file runs the episodes: its tokens, ranges, reward and scores are what PPO gets."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from alignment.agents.runner import AgentRunner, AgentSettings
+    from alignment.datasets.prompts import PromptSample
+    from alignment.rollout.hf_engine import HFEngine
+
+    (tmp_path / "custom.py").write_text(CUSTOM_EXECUTOR)
+    tok = AutoTokenizer.from_pretrained(tiny_base)
+    engine = HFEngine(AutoModelForCausalLM.from_pretrained(tiny_base).eval(), tok.eos_token_id, tok.pad_token_id)
+    text = tok.apply_chat_template([{"role": "user", "content": "What is 2 + 3?"}], tokenize=False,
+                                   add_generation_prompt=True)
+    got = AgentRunner(AgentSettings(str(tmp_path / "custom.py"), 5, 10.0, 200, 6), tok).run(
+        [PromptSample(text, tok(text, add_special_tokens=False)["input_ids"], "5")], 2, engine.generate, seed=1,
+        temperature=1.0, top_p=1.0, logprobs=False)
+    assert got.scored.rewards.tolist() == [0.25, 0.25] and got.scored.scores.tolist() == [0.5, 0.5]
+    assert got.scored.logs == {"custom": 1.0} and all(m == [1] * len(m) for m in got.rollout.loss_mask)
+    assert all(0 < len(r) <= 6 for r in got.rollout.response_ids)
+
+
 def test_shipped_smollm2_calculator_environment():
     """alignflow/data/smol/agent_calculator.py: the tool's description joins the user's message, a `calc:` reply
     gets the result as the next user turn, a plain number ends the episode with reward 1 if it is right; only

@@ -83,6 +83,13 @@ class StepResult:
                           extra_logs(out.get("extra_logs"), where))
 
 
+def observation(first: Any, where: str) -> str:
+    """The text `reset` returned; AgentError when it is not {"observation": text}."""
+    if not isinstance(first, dict) or not isinstance(first.get("observation"), str):
+        raise AgentError(f"{where}: reset must return {{'observation': text}}, got {first!r:.200}")
+    return first["observation"]
+
+
 def extra_logs(logs: Any, where: str) -> dict[str, float]:
     if logs is None:
         return {}

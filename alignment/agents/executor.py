@@ -14,7 +14,7 @@ import inspect
 from dataclasses import replace
 from typing import Any
 
-from alignment.agents.contract import AgentError, AgentExecutorBase, AgentInstanceBase, StepResult
+from alignment.agents.contract import AgentError, AgentExecutorBase, AgentInstanceBase, StepResult, observation
 from alignment.agents.llm import as_params
 
 
@@ -37,10 +37,7 @@ class MultiTurnAgentExecutor(AgentExecutorBase):
                       llm_engine: Any, prompt_ids: list[int] | None = None) -> dict:
         """`prompt_ids`: the prompt as the dataset tokenized it, used when reset leaves the observation unchanged."""
         env = await make_instance(self.cls)
-        first = await env.reset({"observation": prompt, "label": label})
-        if not isinstance(first, dict) or not isinstance(first.get("observation"), str):
-            raise AgentError(f"{self.where}: reset must return {{'observation': text}}, got {first!r:.200}")
-        text = first["observation"]
+        text = observation(await env.reset({"observation": prompt, "label": label}), self.where)
         tokens = (list(prompt_ids) if prompt_ids is not None and text == prompt
                   else hf_tokenizer(text, add_special_tokens=False)["input_ids"])
         params = as_params(sampling_params)

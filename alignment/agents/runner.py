@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-import math
+import inspect
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,10 +75,9 @@ class AgentRunner:
     def _executor(self) -> AgentExecutorBase:
         if self.executor_cls is None or self.executor_cls is MultiTurnAgentExecutor:
             return MultiTurnAgentExecutor(self.instance_cls, self.s.max_turns, self.s.step_timeout, self.s.path)
-        try:   # OpenRLHF's executors take the instance class; one without arguments is fine too
-            return self.executor_cls(self.instance_cls)
-        except TypeError:
-            return self.executor_cls()
+        # OpenRLHF's executors take the instance class; one whose __init__ takes nothing is built without it
+        takes_cls = len(inspect.signature(self.executor_cls).parameters) > 0
+        return self.executor_cls(self.instance_cls) if takes_cls else self.executor_cls()
 
     def run(self, prompts: list[PromptSample], n: int, generate: GenerateBatch, seed: int, temperature: float,
             top_p: float, logprobs: bool, greedy: bool = False) -> Episodes:
@@ -158,7 +157,3 @@ class _Row:
     logs: dict[str, float]
     turns: int
     env_tokens: int
-
-    def __post_init__(self) -> None:
-        if not math.isfinite(self.reward):
-            raise AgentError(f"reward {self.reward} is not finite")

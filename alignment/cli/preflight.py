@@ -70,7 +70,7 @@ def check_agent_file(cfg: StageConfig) -> None:
     with an empty model turn — answers in the contract's shape within --agent_step_timeout."""
     import asyncio
 
-    from alignment.agents.contract import AgentError, StepResult
+    from alignment.agents.contract import AgentError, StepResult, observation
     from alignment.agents.executor import make_instance
     from alignment.agents.llm import SamplingParams
     from alignment.agents.runner import load_agent_file
@@ -85,10 +85,8 @@ def check_agent_file(cfg: StageConfig) -> None:
 
     async def one_step() -> None:
         env = await make_instance(instance_cls)
-        first = await env.reset({"observation": prompt, "label": label})
-        if not isinstance(first, dict) or not isinstance(first.get("observation"), str):
-            raise AgentError(f"{path}: reset must return {{'observation': text}}, got {first!r:.200}")
-        states = {"observation_text": first["observation"], "action_text": "", "label": label,
+        text = observation(await env.reset({"observation": prompt, "label": label}), f"{path} (start-up check)")
+        states = {"observation_text": text, "action_text": "", "label": label,
                   "sampling_params": SamplingParams(cfg.generate_max_len, cfg.temperature, cfg.top_p)}
         StepResult.of(await asyncio.wait_for(env.step(states), cfg.agent_step_timeout), f"{path} (start-up check)")
 
