@@ -82,3 +82,27 @@ def test_demo_sigterm_then_rerun_continues(tmp_path):
     assert "stage tiny_base already committed" in shown and f"resuming stage sft from committed checkpoint {sft_dir}" \
            in shown, shown[-4000:]
     assert storage.is_committed(sft_dir / "model") and json.loads((root / "report.json").read_text())["stages"]["ppo"]
+
+
+CHILD = """
+import multiprocessing, os, signal, sys, time
+from alignment.cli import interrupt
+interrupt.install()
+ctx = multiprocessing.get_context("fork")
+child = ctx.Process(target=time.sleep, args=(30,))
+child.start()
+time.sleep(0.5)
+os.kill(child.pid, signal.SIGTERM)
+child.join(10)
+print(child.exitcode)
+"""
+
+
+def test_a_forked_child_stopped_by_sigterm_dies_quietly():
+    """A --dataset_num_proc pool's workers are forked with the stage's SIGTERM handler and stopped by SIGTERM
+    when a row is refused: they die as by default (-15), without a KeyboardInterrupt traceback on stderr."""
+    proc = subprocess.run([sys.executable, "-c", CHILD], env=python_env(), capture_output=True, text=True,
+                          timeout=60, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == str(-signal.SIGTERM), proc.stdout
+    assert "Traceback" not in proc.stderr, proc.stderr

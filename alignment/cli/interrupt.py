@@ -17,15 +17,23 @@ from alignment import storage
 _STARTED = time.time()
 _run: dict[str, Any] = {}   # the running stage's outputs, recorded by preflight.check_outputs
 _signal = {"number": signal.SIGINT}
+_installed_by: dict[str, int] = {}
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:
+    if os.getpid() != _installed_by.get("pid"):
+        # a forked child (🤗 datasets' --dataset_num_proc pool) inherits this handler; its pool stops it with
+        # SIGTERM, and a KeyboardInterrupt there prints a stray traceback: the child dies as by default instead
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
     _signal["number"] = signum
     raise KeyboardInterrupt
 
 
 def install() -> None:
     """SIGTERM raises KeyboardInterrupt like Ctrl-C does (main thread only: Python delivers signals there)."""
+    _installed_by["pid"] = os.getpid()
     signal.signal(signal.SIGTERM, _on_sigterm)
 
 
