@@ -41,8 +41,11 @@ def rl_flags(sft: str, out: Path, seed: int, iterations: int, variant: str) -> l
             "--zero_stage", "2", "--logging_steps", "1", "--save_steps", "-1", "--seed", str(seed), *reward]
 
 
-def heldout(model: str, limit: int) -> dict[str, float]:
-    """Greedy first-turn accuracy and final accuracy with the retry environment, on the held-out questions."""
+def heldout(model: str, limit: int, env: Path = ENV, rows_file: Path = REPO / "alignflow/data/tiny/prompts/test.jsonl",
+            turns: int = 3, turn_tokens: int = 16) -> dict[str, float]:
+    """Greedy accuracy on the held-out questions with the environment answering (up to `turns` turns), the
+    environment's extra_logs averaged over episodes (the retry world's first_try_right, the calculator's
+    tool_calls), and the mean number of turns."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -51,16 +54,16 @@ def heldout(model: str, limit: int) -> dict[str, float]:
     from alignment.rollout.hf_engine import HFEngine
 
     tok = AutoTokenizer.from_pretrained(model)
-    lm = AutoModelForCausalLM.from_pretrained(model).eval()
-    rows = [json.loads(line) for line in (REPO / "alignflow/data/tiny/prompts/test.jsonl").read_text().splitlines()][:limit]
+    lm = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).eval()
+    rows = [json.loads(line) for line in rows_file.read_text().splitlines()][:limit]
     texts = [tok.apply_chat_template(r["context_messages"], tokenize=False, add_generation_prompt=True) for r in rows]
     prompts = [PromptSample(t, tok(t, add_special_tokens=False)["input_ids"], r["label"]) for t, r in zip(texts, rows)]
-    runner = AgentRunner(AgentSettings(str(ENV), 3, 60.0, 1024, 16), tok)
+    runner = AgentRunner(AgentSettings(str(env), turns, 60.0, 1024, turn_tokens), tok)
     with torch.no_grad():
         got = runner.run(prompts, 1, HFEngine(lm, tok.eos_token_id, tok.pad_token_id, batch_size=64).generate,
                          seed=0, temperature=1.0, top_p=1.0, logprobs=False, greedy=True)
-    return {"final": got.scored.rewards.mean().item(), "first_turn": got.scored.logs["first_try_right"],
-            "turns": got.metrics["agent/turns"], "n": len(rows)}
+    return {"final": got.scored.rewards.mean().item(), **got.scored.logs, "turns": got.metrics["agent/turns"],
+            "n": len(rows)}
 
 
 def main() -> None:
@@ -97,7 +100,7 @@ def table(results: dict, iterations: int) -> str:
     sft = results["sft"]
     lines = [f"| model | first-turn accuracy | final accuracy (up to 3 tries) | mean turns | RL wall time |",
              "|---|---|---|---|---|",
-             f"| SFT start | {sft['first_turn']:.1%} | {sft['final']:.1%} | {sft['turns']:.2f} | - |"]
+             f"| SFT start | {sft['first_try_right']:.1%} | {sft['final']:.1%} | {sft['turns']:.2f} | - |"]
     for variant in ("single-turn", "multi-turn"):
         runs = [v for k, v in results.items() if k.startswith(variant + "/")]
         if not runs:
@@ -106,7 +109,7 @@ def table(results: dict, iterations: int) -> str:
             xs = [r[key] for r in runs]
             m, s = statistics.mean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0)
             return f"{m:.1%} ± {s:.1%}" if pct else f"{m:.2f}"
-        lines.append(f"| {variant} RL, {iterations} iterations, {len(runs)} seeds | {stat('first_turn')} | "
+        lines.append(f"| {variant} RL, {iterations} iterations, {len(runs)} seeds | {stat('first_try_right')} | "
                      f"{stat('final')} | {stat('turns', False)} | {statistics.mean(r['wall_s'] for r in runs):.0f} s |")
     return "\n".join(lines)
 

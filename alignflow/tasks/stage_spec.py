@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from alignment.config import (
-    BatchInferenceConfig, ConfigError, DPOConfig, KDConfig, KTOConfig, LoraCombinerConfig, PPOConfig, PRMConfig,
+    BatchInferenceConfig, ConfigError, DPOConfig, KDConfig, KTOConfig, LoraCombinerConfig, OPDConfig, PPOConfig, PRMConfig,
     RMConfig, SFTConfig, TinyBaseConfig,
 )
 from alignment.config.base import not_identity_fields, path_fields, secret_fields
@@ -39,6 +39,7 @@ STAGES: dict[str, StageKind] = {
     "kto": StageKind("alignment.cli.train_kto", KTOConfig, resumable=True),
     "prm": StageKind("alignment.cli.train_prm", PRMConfig, resumable=True),
     "kd": StageKind("alignment.cli.train_kd", KDConfig, resumable=True),
+    "opd": StageKind("alignment.cli.train_opd", OPDConfig, resumable=True),
     "lora_combiner": StageKind("alignment.cli.lora_combiner", LoraCombinerConfig, resumable=False,
                                output_field="output_path"),
     # the PPO family places its own model groups on the stage's Ray cluster (train_ppo_ray)

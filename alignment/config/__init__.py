@@ -5,15 +5,16 @@ from alignment.config.cli import config_to_argv, load_yaml, parse_args
 from alignment.config.groups import (
     CheckpointConfig, DataConfig, LoggingConfig, LoraConfig, ModelConfig, TrainConfig,
 )
+from alignment.config.distill import KDConfig, OPDConfig
 from alignment.config.inference import BatchInferenceConfig, ChatConfig
 from alignment.config.ppo import PPOConfig
 from alignment.config.stages import (
-    DPOConfig, KDConfig, KTOConfig, LoraCombinerConfig, PRMConfig, RMConfig, SFTConfig, TinyBaseConfig, TrainerConfig,
+    DPOConfig, KTOConfig, LoraCombinerConfig, PRMConfig, RMConfig, SFTConfig, TinyBaseConfig, TrainerConfig,
 )
 
 TrainingConfig = TrainerConfig | PPOConfig   # every stage that builds DeepSpeed training engines
 
 __all__ = [
-    "BatchInferenceConfig", "ChatConfig", "CheckpointConfig", "ConfigError", "DataConfig", "DPOConfig", "KDConfig", "KTOConfig", "RMConfig", "LoggingConfig", "LoraCombinerConfig", "LoraConfig", "ModelConfig",
+    "BatchInferenceConfig", "ChatConfig", "CheckpointConfig", "ConfigError", "DataConfig", "DPOConfig", "KDConfig", "KTOConfig", "OPDConfig", "RMConfig", "LoggingConfig", "LoraCombinerConfig", "LoraConfig", "ModelConfig",
     "PPOConfig", "PRMConfig", "SFTConfig", "TinyBaseConfig", "TrainConfig", "TrainerConfig", "TrainingConfig", "config_to_argv", "load_yaml", "opt", "parse_args",
 ]

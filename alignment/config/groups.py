@@ -108,10 +108,11 @@ class PromptFormatConfig:
 @dataclass
 class DataConfig(PromptFormatConfig, PackingConfig):
     dataset: Optional[str] = opt(None, "Comma-separated datasets: .jsonl/.json files, json@DIR, directories, store URIs or hub names", path="data",
-                                 dotted="data.dataset")
+                                 dotted={"": "data.dataset", "opd": "data.prompt_dataset"})
     dataset_probs: Optional[str] = opt(None, "Comma-separated sampling probabilities for --dataset (default: equal)",
-                                       dotted="data.dataset_probs")
-    dataset_split: str = opt("train", "Split to train on", dotted="data.dataset_split")
+                                       dotted={"": "data.dataset_probs", "opd": "data.prompt_probs"})
+    dataset_split: str = opt("train", "Split to train on",
+                             dotted={"": "data.dataset_split", "opd": "data.prompt_split"})
     eval_dataset: Optional[str] = opt(None, "Evaluation dataset (same forms as --dataset)", path="data",
                                       dotted="eval.dataset")
     eval_split: str = opt("test", "Split to evaluate on", dotted="eval.split")

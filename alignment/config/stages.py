@@ -45,25 +45,6 @@ class SFTConfig(RanksConfig, LoggingConfig, CheckpointConfig, MoEConfig, TrainCo
 
 
 @dataclass
-class KDConfig(SFTConfig):
-    """Knowledge distillation: SFT on the data plus the teacher's next-token distributions on the response
-    tokens (`python -m alignment.cli.train_kd`)."""
-
-    teacher_model: Optional[str] = opt(None, "The teacher: HF model directory, store URI or hub name, with the "
-                                             "student's tokenizer (its vocabulary is checked before weights load)",
-                                       path="model")
-    kd_coef: float = opt(0.4, "loss = (1 - kd_coef) x NLL + kd_coef x KD, KD the cross-entropy of the student's "
-                              "next-token distribution against the teacher's (forward KL + the teacher's entropy)")
-    teacher_offload: bool = opt(False, "Keep the frozen teacher in CPU memory (its forward runs there)")
-
-    def check_kd(self) -> None:
-        require(bool(self.teacher_model), "--teacher_model is required: the model to distil from (a directory, "
-                                          "s3:// URI or hub name)")
-        require(0.0 <= self.kd_coef <= 1.0, f"--kd_coef {self.kd_coef}: must be in [0, 1] (0: plain SFT, 1: "
-                                            f"the teacher's distributions only)")
-
-
-@dataclass
 class PRMConfig(SFTConfig):
     """Process reward model: a causal LM taught to answer each step's placeholder token with a reward
     token (`python -m alignment.cli.train_prm`)."""

@@ -21,8 +21,11 @@ from alignment.rollout.types import Rollout, SamplingParams
 
 class HFEngine:
     def __init__(self, model: torch.nn.Module, eos_token_id: int | list[int], pad_token_id: int,
-                 batch_size: int = 32, device: str | torch.device = "cpu"):
+                 batch_size: int = 32, device: str | torch.device = "cpu", synced_gpus: bool = False):
         self.model, self.pad_id, self.batch_size, self.device = model, pad_token_id, batch_size, torch.device(device)
+        # ZeRO-3 over several ranks: every rank's forwards are collectives, so a rank whose responses all ended
+        # keeps stepping until every rank is done (transformers' synced_gpus)
+        self.synced_gpus = synced_gpus
         self.eos_ids = {eos_token_id} if isinstance(eos_token_id, int) else set(eos_token_id)
 
     @torch.no_grad()
@@ -58,7 +61,7 @@ class HFEngine:
         seqs = self.model.generate(input_ids=ids.repeat_interleave(params.n, 0), past_key_values=cache,
                                    attention_mask=mask.repeat_interleave(params.n, 0),
                                    max_new_tokens=params.max_new_tokens, eos_token_id=sorted(self.eos_ids),
-                                   pad_token_id=self.pad_id, **sampling)
+                                   pad_token_id=self.pad_id, synced_gpus=self.synced_gpus, **sampling)
         rollout = Rollout()
         for row, seq in enumerate(seqs[:, width:].tolist()):
             k = row // params.n

@@ -110,6 +110,7 @@ class Trainer:
     def __init__(self, cfg: TrainerConfig, rt: Runtime, engine: Any, tokenizer: Any, train_set: list, eval_set: list | None):
         self.cfg, self.rt, self.engine, self.tokenizer = cfg, rt, engine, tokenizer
         self.train_set, self.eval_set = train_set, eval_set
+        self.position = (0, 0)   # (epoch, micro-batch in it) of the micro-batch being trained
         self.schedule = SaveSchedule(cfg)
         self.guard = NonFiniteGuard(cfg.max_nonfinite_skips, self.stage)
         self.accum = cfg.accumulation_steps(rt.world_size)
@@ -172,6 +173,7 @@ class Trainer:
             batches = micro_batches(len(self.train_set), cfg.micro_train_batch_size, rt.rank, rt.world_size,
                                     cfg.seed, state.epoch)[: self.steps_per_epoch * self.accum]
             for idx in batches[state.micro_batches_done:]:
+                self.position = (state.epoch, state.micro_batches_done)   # a stage that samples seeds from it
                 loss, metrics = self.loss_on(self.collate([self.train_set[i] for i in idx]))
                 loss = maybe_inject_nan(loss, state.global_step + 1)
                 if self.guard.loss(loss, state.global_step + 1):   # all ranks agree; raises when out of skips

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from alignment.config.base import ConfigError
-from alignment.config.stages import KDConfig
+from alignment.config.distill import KDConfig, OPDConfig
 from alignment.datasets.sft import Batch
 from alignment.losses.kd import kd_loss
 from alignment.models.loading import _hub_error, has_tokenizer, resolve_model_path
@@ -31,7 +31,7 @@ class KDTrainer(SFTTrainer):
         return terms.loss, {"gpt_loss": terms.nll.item(), "distil_loss": terms.distil.item(), "kd_kl": terms.kl.item()}
 
 
-def check_teacher(cfg: KDConfig) -> str:
+def check_teacher(cfg: KDConfig | OPDConfig) -> str:
     """The teacher's local path, once its vocabulary is the student's: the same size in config.json and,
     where both folders hold a tokenizer, the same token ids. Reads configs and tokenizers, no weights."""
     student = resolve_model_path(cfg.pretrain, revision=cfg.revision)
@@ -54,7 +54,7 @@ def check_teacher(cfg: KDConfig) -> str:
     return teacher
 
 
-def teacher_for(cfg: KDConfig, path: str, setup: Any, device: str) -> ReferenceModel:
+def teacher_for(cfg: KDConfig | OPDConfig, path: str, setup: Any, device: str) -> ReferenceModel:
     return ReferenceModel(path, setup.precision.dtype, setup.attn, device, cfg.teacher_offload, "--teacher_model",
                           setup.trust_remote_code)
 

@@ -1,0 +1,44 @@
+"""python -m alignment.cli.train_opd: on-policy distillation (OpenRLHF's flags) — the student answers the
+prompts of --dataset (OpenRLHF: --data.prompt_dataset) itself and learns to lower its reverse KL to a frozen
+--teacher_model on its own responses.
+
+Order matters: flags, the teacher's vocabulary against the student's, prompts and tokenizer are checked
+before any weights are loaded.
+"""
+from __future__ import annotations
+
+import logging
+
+from alignment.cli.common import run_main
+from alignment.cli.preflight import check_outputs
+from alignment.config import OPDConfig, parse_args
+from alignment.distributed import ray_ranks
+
+log = logging.getLogger("alignment.train_opd")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    cfg = parse_args(OPDConfig, argv, prog="alignment.cli.train_opd")
+    check_outputs(cfg)
+    if ray_ranks.on_ray(cfg):     # a Ray job, or more than one rank: place the ranks on Ray
+        return ray_ranks.run_ranks(main, argv, cfg, "train_opd")
+    from alignment.datasets.prompts import PromptTokenizer
+    from alignment.models.builder import load_actor
+    from alignment.trainers.engine import build_engine
+    from alignment.trainers.kd import check_teacher, teacher_for
+    from alignment.trainers.opd import OPDTrainer
+    from alignment.trainers.start import start
+
+    teacher_path = check_teacher(cfg)
+    s = start(cfg, lambda tok, source: PromptTokenizer(tok, cfg, source))
+    mode = f"top-{cfg.opd_topk} reverse KL" if cfg.opd_topk else f"sampled-token reverse KL ({cfg.opd_kl_estimator})"
+    log.info("OPD: %s, %s", s.counts("prompts"), mode)
+    teacher = teacher_for(cfg, teacher_path, s.setup, s.rt.device)
+    engine = build_engine(load_actor(s.setup, cfg), cfg, s.rt, s.setup.precision.bf16, s.steps)
+    trainer = OPDTrainer(cfg, s.rt, engine, s.setup.tokenizer, s.train_set, s.eval_set, teacher=teacher,
+                         moe_top_k=s.moe_top_k)
+    return trainer.fit()
+
+
+if __name__ == "__main__":
+    run_main(main)
