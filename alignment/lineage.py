@@ -30,6 +30,12 @@ def key_metric(stage: str, m: dict[str, float]) -> str:
         return f"reward accuracy {acc:.1%}" if acc is not None else f"loss {m.get('train/loss', NAN):.3f}"
     if stage == "ppo":
         return f"sampled reward {m.get('train/reward', NAN):.3f} (last iteration)"
+    if stage == "kd":
+        return f"KL to the teacher {m.get('train/kd_kl', NAN):.3f} (last step)"
+    if stage == "opd":
+        return f"reverse KL to the teacher {m.get('eval/kl', m.get('train/opd_loss', NAN)):.3f}"
+    if stage == "given":   # a model a flow measured but did not make (a distillation's teacher)
+        return "given, not trained here"
     if stage == "batch_inference":
         mean = m.get("mean_reward")
         return f"{m.get('rows', 0):.0f} rows" + (f", mean reward {mean:.3f}" if mean is not None else "")

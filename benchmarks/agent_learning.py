@@ -6,7 +6,11 @@ three). Each trained model (and the SFT start) is measured on the held-out quest
 accuracy, and final accuracy when the same environment answers (up to three tries). Runs resume: a finished
 (variant, seed) is read from OUT_DIR.
 
+A third variant, multi-turn+filtering, adds DAPO's dynamic sampling (--dynamic_filtering 0 1) to the multi-turn
+run: episodes whose group is all right or all wrong are replaced by more prompts' episodes.
+
 Usage: .venv/bin/python benchmarks/agent_learning.py SFT_DIR OUT_DIR [--seeds 42 43 44] [--iterations 40]
+       [--variants single-turn multi-turn multi-turn+filtering]
 Writes OUT_DIR/agent_learning.json and prints a markdown table (docs/agents.md keeps the dated one).
 """
 from __future__ import annotations
@@ -28,10 +32,13 @@ os.environ.setdefault("DS_ACCELERATOR", "cpu")
 ENV = REPO / "alignflow" / "data" / "tiny" / "agent_retry.py"
 RULE = REPO / "alignflow" / "data" / "tiny" / "reward_func.py"
 PROMPTS_PER_ITERATION = 16
+VARIANTS = ("single-turn", "multi-turn", "multi-turn+filtering")
 
 
 def rl_flags(sft: str, out: Path, seed: int, iterations: int, variant: str) -> list[str]:
-    reward = ["--agent_func_path", str(ENV)] if variant == "multi-turn" else ["--remote_rm_url", str(RULE)]
+    reward = ["--agent_func_path", str(ENV)] if variant.startswith("multi-turn") else ["--remote_rm_url", str(RULE)]
+    if variant.endswith("+filtering"):   # DAPO's dynamic sampling: all-right / all-wrong groups replaced
+        reward += ["--dynamic_filtering", "--dynamic_filtering_reward_range", "0", "1"]
     return ["--pretrain", sft, "--save_path", str(out), "--prompt_data", f"json@{REPO}/alignflow/data/tiny/prompts",
             "--input_key", "context_messages", "--label_key", "label", "--apply_chat_template",
             "--generate_max_len", "16", "--advantage_estimator", "group_norm", "--n_samples_per_prompt", "8",
@@ -73,6 +80,7 @@ def main() -> None:
     p.add_argument("--seeds", type=int, nargs="+", default=[42, 43, 44])
     p.add_argument("--iterations", type=int, default=40)
     p.add_argument("--limit", type=int, default=300)
+    p.add_argument("--variants", nargs="+", choices=VARIANTS, default=VARIANTS[:2])
     a = p.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     cache = a.out / "agent_learning.json"
@@ -80,7 +88,7 @@ def main() -> None:
     if "sft" not in results:
         results["sft"] = heldout(a.sft, a.limit)
     for seed in a.seeds:
-        for variant in ("single-turn", "multi-turn"):
+        for variant in a.variants:
             key = f"{variant}/{seed}"
             if key in results:
                 continue
@@ -101,7 +109,7 @@ def table(results: dict, iterations: int) -> str:
     lines = [f"| model | first-turn accuracy | final accuracy (up to 3 tries) | mean turns | RL wall time |",
              "|---|---|---|---|---|",
              f"| SFT start | {sft['first_try_right']:.1%} | {sft['final']:.1%} | {sft['turns']:.2f} | - |"]
-    for variant in ("single-turn", "multi-turn"):
+    for variant in VARIANTS:
         runs = [v for k, v in results.items() if k.startswith(variant + "/")]
         if not runs:
             continue

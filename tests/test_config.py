@@ -114,7 +114,8 @@ def test_a_wandb_key_on_the_command_line_leaves_argv_at_start(tmp_path):
 
 
 RECIPE_SCHEMAS = {"sft": "SFTConfig", "rm": "RMConfig", "ppo": "PPOConfig", "grpo": "PPOConfig", "dpo": "DPOConfig", "kto": "KTOConfig",
-                  "generate": "BatchInferenceConfig", "score": "BatchInferenceConfig", "tiny_base": "TinyBaseConfig"}
+                  "generate": "BatchInferenceConfig", "score": "BatchInferenceConfig", "tiny_base": "TinyBaseConfig",
+                  "kd": "KDConfig", "opd": "OPDConfig"}
 
 
 def _recipe_files():
@@ -152,6 +153,8 @@ def test_a_stage_job_config_round_trips_through_its_yaml(recipe, tmp_path):
             given["dataset"] = str(tmp_path / "rows.jsonl")
         if stage == "ppo":
             given["reward_pretrain"] = str(tmp_path)
+        if stage in ("kd", "opd"):   # the distill flow's `teacher`
+            given["teacher_model"] = str(tmp_path)
         cfg = job_config(stage, build_config(stage, rec.file(role), given), "s3://bucket/run/stage-0123", "run")
         (tmp_path / "config.yaml").write_text(config_to_yaml(cfg))
         assert STAGES[stage].config(**load_yaml(STAGES[stage].config, tmp_path / "config.yaml")) == cfg, role

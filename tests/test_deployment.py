@@ -202,7 +202,7 @@ def _wait_terminal(prefect: Prefect, run_id: str, timeout_s: float = 600) -> str
     raise AssertionError(f"flow run {run_id} still not finished after {timeout_s}s:\n{prefect.worker_log()[-3000:]}")
 
 
-@pytest.mark.chaos   # a fault injected into a deployment's flow run: `make test-chaos` (CI runs it after `make test`)
+@pytest.mark.chaos   # a fault injected into a deployment's flow run: `make test-chaos` (CI runs it with the suite)
 def test_pipeline_override_and_flow_run_retry_resume_ppo(prefect, ray_head, tmp_path):
     """`prefect deployment run sft-rm-ppo/tiny --param ppo=…` (no task retries); the PPO job is
     killed after a committed checkpoint, so the flow run fails; `prefect flow-run retry` runs it
@@ -213,10 +213,10 @@ def test_pipeline_override_and_flow_run_retry_resume_ppo(prefect, ray_head, tmp_
 
     from tests.test_stage_runner import ray_jobs
     store = tmp_path / "store"
-    params = {"sft": {"max_steps": 30, "save_steps": 15, "eval_dataset": None, "logging_steps": 5},
-              "rm": {"max_steps": 10, "save_steps": 5, "eval_dataset": None, "num_gpus_per_node": 2,
+    params = {"sft": {"max_steps": 12, "save_steps": 6, "eval_dataset": None, "logging_steps": 3},
+              "rm": {"max_steps": 4, "save_steps": 2, "eval_dataset": None, "num_gpus_per_node": 2,
                      "micro_train_batch_size": 8},
-              "ppo": {"max_samples": 16, "num_episodes": 6, "save_steps": 1, "actor_learning_rate": 3e-5,
+              "ppo": {"max_samples": 16, "num_episodes": 4, "save_steps": 1, "actor_learning_rate": 3e-5,
                       "init_kl_coef": 0.01}}
     args = [f"--param={k}={json.dumps(v)}" for k, v in params.items()]
     run = prefect.cli("deployment", "run", "sft-rm-ppo/tiny", "--param", f"ray_address={ray_head}",
@@ -249,7 +249,7 @@ def test_pipeline_override_and_flow_run_retry_resume_ppo(prefect, ray_head, tmp_
     assert "-f2-" in resumed.submission_id                       # the flow run's second run
     done = int(killed_at.rstrip("/").rsplit("global_step", 1)[1])
     log = client.get_job_logs(resumed.submission_id)
-    assert f"resuming PPO from {killed_at}" in log and f"ran iterations {done + 1}..6 of 6" in log, log[-3000:]
+    assert f"resuming PPO from {killed_at}" in log and f"ran iterations {done + 1}..4 of 4" in log, log[-3000:]
     manifest = storage.read_manifest(f"{resumed.metadata['alignflow_output']}/model")
     assert manifest["metadata"]["config"]["actor_learning_rate"] == 3e-5
     rm_job = next(j for j in jobs if j.metadata["alignflow_stage"] == "rm")

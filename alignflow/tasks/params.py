@@ -180,16 +180,19 @@ def checked_flow(**flow_options: Any) -> Callable[[Callable[..., Any]], CheckedF
 
 
 def _models() -> dict[str, type[BaseModel]]:
-    from alignment.config import DPOConfig, KTOConfig, PPOConfig, RMConfig, SFTConfig
+    from alignment.config import DPOConfig, KDConfig, KTOConfig, OPDConfig, PPOConfig, RMConfig, SFTConfig
     from alignment.config.inference import BatchInferenceConfig
     return {"SFTOverrides": stage_overrides(SFTConfig, "SFTOverrides"),
             "RMOverrides": stage_overrides(RMConfig, "RMOverrides"),
             "PPOOverrides": stage_overrides(PPOConfig, "PPOOverrides"),
             "DPOOverrides": stage_overrides(DPOConfig, "DPOOverrides"),
             "KTOOverrides": stage_overrides(KTOConfig, "KTOOverrides"),
-            "GenerateOverrides": stage_overrides(BatchInferenceConfig, "GenerateOverrides")}
+            "GenerateOverrides": stage_overrides(BatchInferenceConfig, "GenerateOverrides"),
+            "KDOverrides": stage_overrides(KDConfig, "KDOverrides"),
+            "OPDOverrides": stage_overrides(OPDConfig, "OPDOverrides")}
 
 
 _M = _models()
 SFTOverrides, RMOverrides, PPOOverrides = _M["SFTOverrides"], _M["RMOverrides"], _M["PPOOverrides"]
 DPOOverrides, KTOOverrides, GenerateOverrides = _M["DPOOverrides"], _M["KTOOverrides"], _M["GenerateOverrides"]
+KDOverrides, OPDOverrides = _M["KDOverrides"], _M["OPDOverrides"]

@@ -92,7 +92,7 @@ def check_store_reachable(store: str) -> str:
     return store
 
 
-def _absolute(spec: str) -> str:
+def absolute_input(spec: str) -> str:
     """Local relative paths made absolute (the Ray job runs in another directory): relative to
     the current directory if they exist there, else to the repo (where alignflow/data/ and deployments/ are)."""
     parts = []
@@ -119,7 +119,7 @@ def build_config(stage: str, config_file: str | None, overrides: dict[str, Any] 
     values.update(_coerce(cls, nested_to_fields(cls, dict(overrides or {}), source), source))
     for name in path_fields(cls):
         if isinstance(values.get(name), str):
-            values[name] = _absolute(values[name])
+            values[name] = absolute_input(values[name])
     if values.get("use_tensorboard") and STAGES[stage].resumable:
         raise ConfigError(f"{stage}: use_tensorboard={values['use_tensorboard']!r}: in a flow every stage writes its "
                           f"TensorBoard events into its output (<stage dir>/model/tensorboard); drop use_tensorboard")

@@ -1,0 +1,33 @@
+"""The distill flow for real (Prefect ephemeral API -> Ray jobs on the session's head): an SFT student, then
+on-policy distillation from a teacher the run did not make, with held-out evaluation of the teacher, the student
+before and the student after — the teacher's result saved in this run's folder, not beside the teacher. Budgets
+are a few steps: what distillation gains is measured in docs/distillation.md, not here."""
+from __future__ import annotations
+
+import asyncio
+import shutil
+
+import pytest
+
+from alignment import storage
+from alignflow.flows.distill import distill_flow
+
+pytestmark = pytest.mark.integration
+
+
+def test_sft_student_then_opd_from_a_given_teacher(ray_head, tiny_base, tiny_sft, tmp_path):
+    teacher = tmp_path / "teacher" / "model"
+    shutil.copytree(tiny_sft, teacher)
+    store = tmp_path / "store"
+    result = asyncio.run(distill_flow(teacher=str(teacher), method="opd", run_name="distill", store=str(store),
+                                      ray_address=ray_head, recipe="tiny",
+                                      sft={"pretrain": str(tiny_base), "max_steps": 2},
+                                      opd={"max_steps": 2, "eval_steps": -1, "save_steps": -1}, heldout_eval=True))
+    assert list(result) == ["teacher", "sft", "opd"]
+    config = storage.read_manifest(result["opd"]["model_uri"])["metadata"]["config"]
+    assert config["pretrain"] == result["sft"]["model_uri"] and config["teacher_model"] == str(teacher)
+    assert "eval/kl" in result["opd"]["metrics"]
+    # the teacher (the SFT recipe's model) answers better than a student two SFT steps from random init
+    assert result["teacher"]["heldout"]["accuracy"] > result["sft"]["heldout"]["accuracy"]
+    assert not (teacher.parent / "heldout_arithmetic.json").exists()
+    assert list((store / "distill").glob("eval-teacher-*/heldout_arithmetic.json"))
