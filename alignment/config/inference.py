@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 from alignment.config.base import opt, require
-from alignment.config.groups import DataConfig, ModelConfig, RanksConfig, RewardSourceConfig
+from alignment.config.groups import DataConfig, ModelConfig, RanksConfig
+from alignment.config.rewards import RewardSourceConfig
 from alignment.config.stages import StageConfig
 
 EVAL_TASKS = ("generate", "generate_vllm", "rm")

@@ -13,8 +13,9 @@ from alignment.config.sleep import SleepConfig
 from alignment.config.base import opt, require
 from alignment.config.groups import (
     DATASET_NUM_PROC_HELP, CheckpointConfig, LoggingConfig, LoraConfig, LoraSaveConfig, ModelConfig, PackingConfig,
-    PromptFormatConfig, RewardSourceConfig, TrainConfig, check_mixing,
+    PromptFormatConfig, TrainConfig, check_mixing,
 )
+from alignment.config.rewards import RewardSourceConfig
 from alignment.config.stages import StageConfig
 from alignment.losses.estimators import ESTIMATORS, LOSS_AGG_MODES
 

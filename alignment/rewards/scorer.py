@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from alignment.config.base import ConfigError
-from alignment.config.groups import RewardSourceConfig
+from alignment.config.rewards import RewardSourceConfig
 from alignment.datasets.formatting import end_at_eos
 from alignment.rewards.process_reward import ProcessRewardModel, read_prm_entry
 from alignment.rewards.remote import RemoteRewardClient
