@@ -39,7 +39,7 @@ class OPDTrainer(Trainer):
 
     def respond(self, prompts: list[PromptSample], salt: int) -> tuple[Batch, list[list[int]]]:
         """The student's sampled responses as a padded batch (loss on the response tokens), and the responses.
-        `salt` tells apart the draws of one step (0: training, 1 + k: the k-th eval chunk)."""
+        `salt` tells apart the draws of one step (0: training, 1 + offset: the eval chunk starting there)."""
         cfg, tok = self.cfg, self.tokenizer
         epoch, micro = self.position
         seed = hash((cfg.seed, self.rt.rank, epoch, micro, salt)) % 2**31
