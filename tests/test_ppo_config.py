@@ -107,3 +107,15 @@ def test_train_ppo_refuses_ray_only_flags_before_any_model_loads(flag, tmp_path)
             "--remote_rm_url", "http://127.0.0.1:1/score", "--save_path", str(tmp_path / "out"), *flag]
     with pytest.raises(ConfigError, match=f"{flag[0]}.*train_ppo_ray"):
         train_ppo.main(args)      # the paths do not exist: refused before anything reads them
+
+
+def test_colocation_checks_only_the_groups_a_run_places():
+    """OpenRLHF's GRPO/DAPO lines at their own sizes: actor and ref 1x8 with --colocate_all_models, the critic's
+    sizes left at their defaults — no critic is placed (group_norm), so they share nothing. With GAE it is."""
+    line = ["--pretrain", "m", "--prompt_data", "p", "--remote_rm_url", "r.py", "--colocate_all_models",
+            "--actor_num_nodes", "1", "--actor_num_gpus_per_node", "8", "--ref_num_nodes", "1",
+            "--ref_num_gpus_per_node", "8", "--n_samples_per_prompt", "8"]
+    cfg = parse_args(PPOConfig, [*line, "--advantage_estimator", "group_norm"])
+    assert cfg.placed_roles() == ["actor", "ref"]
+    with pytest.raises(ConfigError, match="--colocate_all_models: actor has 1x8 ranks but critic has 1x1"):
+        parse_args(PPOConfig, [*line, "--advantage_estimator", "gae"])

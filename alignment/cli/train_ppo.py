@@ -15,7 +15,7 @@ from alignment.cli.common import run_main
 from alignment.cli.preflight import check_outputs, check_reward_file
 from alignment.config import ConfigError, PPOConfig, parse_args
 from alignment.config.base import public_dict
-from alignment.config.ppo import PlacementConfig
+from alignment.config.placement import PlacementConfig
 from alignment.config.sleep import SleepConfig
 
 log = logging.getLogger("alignment.train_ppo")

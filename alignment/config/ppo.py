@@ -11,6 +11,7 @@ from typing import Any, ClassVar, Optional
 from alignment.config.agent import AgentConfig
 from alignment.config.sleep import SleepConfig
 from alignment.config.base import opt, require
+from alignment.config.placement import PlacementConfig
 from alignment.config.groups import (
     DATASET_NUM_PROC_HELP, CheckpointConfig, LoggingConfig, LoraConfig, LoraSaveConfig, ModelConfig, PackingConfig,
     PromptFormatConfig, TrainConfig, check_mixing,
@@ -21,51 +22,6 @@ from alignment.losses.estimators import ESTIMATORS, LOSS_AGG_MODES
 
 ADVANTAGE_ESTIMATORS = tuple(ESTIMATORS)
 KL_ESTIMATORS = ("k1", "k2", "k3")
-
-
-@dataclass
-class PlacementConfig:
-    """Where the four model groups live. On a CPU-only cluster a "gpu" is one CPU bundle."""
-
-    actor_num_nodes: int = opt(1, "Nodes for the policy (actor) group", dotted="actor.num_nodes")
-    actor_num_gpus_per_node: int = opt(1, "Ranks (GPUs, or CPU bundles) per node for the actor",
-                                       dotted="actor.num_gpus_per_node")
-    critic_num_nodes: int = opt(1, "Nodes for the critic group", dotted="critic.num_nodes")
-    critic_num_gpus_per_node: int = opt(1, "Ranks per node for the critic", dotted="critic.num_gpus_per_node")
-    ref_num_nodes: int = opt(1, "Nodes for the reference group", dotted="ref.num_nodes")
-    ref_num_gpus_per_node: int = opt(1, "Ranks per node for the reference", dotted="ref.num_gpus_per_node")
-    reward_num_nodes: int = opt(1, "Nodes for the reward-model group", dotted="reward.num_nodes")
-    reward_num_gpus_per_node: int = opt(1, "Ranks per node for the reward model(s)", dotted="reward.num_gpus_per_node")
-    colocate_actor_ref: bool = opt(False, "Place actor and reference ranks on the same bundles",
-                                   dotted="train.colocate_actor_ref")
-    colocate_critic_reward: bool = opt(False, "Place critic and reward-model ranks on the same bundles",
-                                       dotted="train.colocate_critic_reward")
-    colocate_all_models: bool = opt(False, "Place every model group and the rollout engines on the same bundles",
-                                    dotted="train.colocate_all")
-    ref_reward_offload: bool = opt(False, "Keep reference and reward models in CPU memory between uses")
-
-    def _group(self, name: str) -> tuple[int, int]:
-        return getattr(self, f"{name}_num_nodes"), getattr(self, f"{name}_num_gpus_per_node")
-
-    def check_placement(self) -> None:
-        for name in ("actor", "critic", "ref", "reward"):
-            nodes, per_node = self._group(name)
-            require(nodes >= 1 and per_node >= 1,
-                    f"--{name}_num_nodes {nodes} / --{name}_num_gpus_per_node {per_node}: both must be >= 1")
-        pairs = []
-        if self.colocate_all_models:
-            pairs = [("actor", other) for other in ("critic", "ref", "reward")]
-        else:
-            if self.colocate_actor_ref:
-                pairs.append(("actor", "ref"))
-            if self.colocate_critic_reward:
-                pairs.append(("critic", "reward"))
-        for a, b in pairs:
-            flag = "--colocate_all_models" if self.colocate_all_models else f"--colocate_{a}_{b}"
-            require(self._group(a) == self._group(b),
-                    f"{flag}: {a} has {self._group(a)[0]}x{self._group(a)[1]} ranks but {b} has "
-                    f"{self._group(b)[0]}x{self._group(b)[1]}; colocated groups share bundles, so give them "
-                    f"the same --*_num_nodes and --*_num_gpus_per_node")
 
 
 @dataclass
@@ -279,6 +235,12 @@ class PPOConfig(LoggingConfig, CheckpointConfig, TrainConfig, LoraConfig, LoraSa
 
     # OpenRLHF's dotted names call the policy `actor` here (--actor.model_name_or_path), `model` elsewhere
     dotted_family: ClassVar[str] = "ppo"
+
+    def placed_roles(self) -> list[str]:
+        """actor and ref always; a critic for GAE only; reward models unless the reward comes from
+        --remote_rm_url (a server or a reward_func file runs in the driver)."""
+        return ["actor", *(["critic"] if self.uses_critic() else []), "ref",
+                *(["reward"] if self.reward_pretrain and not self.remote_rm_url else [])]
 
     def check_ppo(self) -> None:
         if self.enable_ema:

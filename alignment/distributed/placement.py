@@ -28,23 +28,11 @@ class GroupPlan:
         return self.nodes * self.per_node
 
 
-def roles(cfg: PPOConfig) -> list[str]:
-    """actor and ref always; a critic for GAE only; reward models unless the reward comes from
-    --remote_rm_url (a server or a reward_func file runs in the driver)."""
-    out = ["actor"]
-    if cfg.uses_critic():
-        out.append("critic")
-    out.append("ref")
-    if cfg.reward_pretrain and not cfg.remote_rm_url:
-        out.append("reward")
-    return out
-
-
 def plan(cfg: PPOConfig) -> list[GroupPlan]:
     """Model groups, then the vLLM engines (--vllm_num_engines, one bundle each, on their own
     bundles unless --colocate_all_models)."""
     cfg.check_placement()
-    present = roles(cfg) + (["vllm"] if cfg.vllm_num_engines > 0 else [])
+    present = cfg.placed_roles() + (["vllm"] if cfg.vllm_num_engines > 0 else [])
     shape = {r: (getattr(cfg, f"{r}_num_nodes"), getattr(cfg, f"{r}_num_gpus_per_node")) for r in present if r != "vllm"}
     if "vllm" in present:
         shape["vllm"] = (1, cfg.vllm_num_engines)
