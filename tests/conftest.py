@@ -131,19 +131,14 @@ def tiny_sft(tiny_base, session_tmp) -> Path:
     """The tiny base after the demo's SFT recipe (1,200 steps, ~70 % held-out accuracy): the
     starting point of the preference stages' tests. Trained once per session through the real CLI.
     For quicker local iterations ALIGNFLOW_TEST_TINY_SFT may name a model trained by the same
-    recipe (e.g. the demo's runs/demo/store/demo/sft-*/model); CI never sets it. ALIGNFLOW_TEST_TINY_SFT_CACHE
-    names a folder the model is trained into once and read from by later sessions: .ci/run sets it so the chaos
-    suite's session reuses the model `make test` trained (the same recipe and seeded base: the same weights)."""
+    recipe (e.g. the demo's runs/demo/store/demo/sft-*/model); CI never sets it (.ci/run runs the suite and the
+    chaos tests in one session, so the model is trained once)."""
     reuse = os.environ.get("ALIGNFLOW_TEST_TINY_SFT")
     if reuse:
         if not (Path(reuse) / "MANIFEST.json").exists():
             raise pytest.UsageError(f"ALIGNFLOW_TEST_TINY_SFT={reuse}: no committed model there (no MANIFEST.json)")
         return Path(reuse).resolve()
-    cache = os.environ.get("ALIGNFLOW_TEST_TINY_SFT_CACHE")
-    if cache and (Path(cache) / "MANIFEST.json").exists():
-        return Path(cache).resolve()
-    out = Path(cache).resolve() if cache else session_tmp / "tiny_sft"
-    out.parent.mkdir(parents=True, exist_ok=True)
+    out = session_tmp / "tiny_sft"
     run_module("alignment.cli.train_sft", ["--pretrain", str(tiny_base), "--save_path", str(out),
                                            *tiny_recipe("sft")])
     return out
