@@ -254,3 +254,11 @@ def test_a_dotted_command_line_trains(tiny_base, tmp_path):
 def test_a_dotted_wandb_key_leaves_the_command_line_too(args, moved, key):
     from alignment.cli.common import argv_without_wandb_key
     assert argv_without_wandb_key(args) == (moved, key)
+
+
+def test_the_agent_file_takes_openrlhfs_dotted_name():
+    """OpenRLHF >= 0.10.2 spells it --train.agent_func_path."""
+    from alignment.config import PPOConfig, parse_args
+    cfg = parse_args(PPOConfig, ["--actor.model_name_or_path", "m", "--data.prompt_dataset", "p",
+                                 "--train.agent_func_path", "env.py"])
+    assert cfg.agent_func_path == "env.py"

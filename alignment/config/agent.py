@@ -11,7 +11,8 @@ from alignment.config.base import opt, require
 class AgentConfig:
     agent_func_path: Optional[str] = opt(None, "A .py file defining AgentInstance (OpenRLHF's contract: async reset/step): "
                                                "each sample is a multi-turn episode whose environment answers every model "
-                                               "turn and gives the reward (docs/agents.md)", path="reward")
+                                               "turn and gives the reward (docs/agents.md)", path="reward",
+                                         dotted="train.agent_func_path")
     agent_max_turns: int = opt(16, "With --agent_func_path: most model turns per episode")
     agent_step_timeout: float = opt(60.0, "With --agent_func_path: seconds a step() may take before the run stops with "
                                           "an error naming the file and episode", identity=False)
