@@ -10,6 +10,7 @@ import shutil
 import pytest
 
 from alignment import storage
+from alignment.config import ConfigError
 from alignflow.flows.distill import distill_flow
 
 pytestmark = pytest.mark.integration
@@ -31,3 +32,9 @@ def test_sft_student_then_opd_from_a_given_teacher(ray_head, tiny_base, tiny_sft
     assert result["teacher"]["heldout"]["accuracy"] > result["sft"]["heldout"]["accuracy"]
     assert not (teacher.parent / "heldout_arithmetic.json").exists()
     assert list((store / "distill").glob("eval-teacher-*/heldout_arithmetic.json"))
+
+
+def test_the_other_methods_overrides_are_refused(tmp_path):
+    with pytest.raises(ConfigError, match="method=kd runs the kd stage; the opd overrides would be ignored"):
+        asyncio.run(distill_flow(teacher=str(tmp_path), method="kd", store=str(tmp_path / "store"), recipe="tiny",
+                                 opd={"max_steps": 2}))

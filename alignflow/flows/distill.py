@@ -19,6 +19,8 @@ from alignflow.tasks.params import KDOverrides, OPDOverrides, SFTOverrides, chec
 from alignflow.tasks.pipeline import Output, Step
 from alignflow.tasks.recipes import Recipe
 
+from alignment.config import ConfigError
+
 
 @checked_flow(name="distill")
 async def distill_flow(teacher: str, method: Literal["kd", "opd"] = "kd", run_name: str = "distill",
@@ -28,6 +30,10 @@ async def distill_flow(teacher: str, method: Literal["kd", "opd"] = "kd", run_na
     """Each stage's result (model URI, skipped or trained, final metrics, wall time); with `heldout_eval` also
     the held-out accuracy of the teacher (under "teacher"), the student before ("sft") and after. Ends with a
     report artifact."""
+    unused = "opd" if method == "kd" else "kd"
+    if overrides(opd if method == "kd" else kd):   # they would be accepted and never used
+        raise ConfigError(f"distill: method={method} runs the {method} stage; the {unused} overrides would be "
+                          f"ignored: move them to {method}= or set method={unused}")
     given = overrides(kd if method == "kd" else opd)
     return await run_stages("distill", run_name, store, recipe,
                             lambda r: distill_steps(r, overrides(sft), method, teacher, given), ray_address, retries,

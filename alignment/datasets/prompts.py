@@ -7,6 +7,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from alignment.config.distill import OPDConfig
 from alignment.config.ppo import RolloutConfig
 from alignment.datasets.formatting import get_field, get_text, prompt_text, require_chat_template
 from alignment.datasets.mixing import blend_rows
@@ -23,11 +24,12 @@ class PromptSample:
 
 
 class PromptTokenizer:
-    """A row tokenizer (alignment.datasets.tokenized) for --prompt_data / --eval_dataset prompts."""
+    """A row tokenizer (alignment.datasets.tokenized) for RL's --prompt_data / --eval_dataset prompts and
+    on-policy distillation's --dataset."""
     # every config field `columns` reads: part of the tokenization cache key
     SETTINGS = ("input_key", "label_key", "input_template", "apply_chat_template", "prompt_max_len")
 
-    def __init__(self, tokenizer: Any, cfg: RolloutConfig, source: str):
+    def __init__(self, tokenizer: Any, cfg: "RolloutConfig | OPDConfig", source: str):
         self.tok, self.cfg, self.source = tokenizer, cfg, source
         if cfg.apply_chat_template:
             require_chat_template(tokenizer, "--pretrain")
