@@ -36,6 +36,10 @@ def key_metric(stage: str, m: dict[str, float]) -> str:
         return f"reverse KL to the teacher {m.get('eval/kl', m.get('train/opd_loss', NAN)):.3f}"
     if stage == "given":   # a model a flow measured but did not make (a distillation's teacher)
         return "given, not trained here"
+    if stage == "evaluate":
+        shown = [f"{k} {v:.1%}" if k in ("accuracy", "pair_accuracy") else f"{k} {v:.4g}" for k, v in m.items()
+                 if k != "rows"]
+        return f"held-out {', '.join(shown[:2])} ({m.get('rows', 0):.0f} rows)"
     if stage == "batch_inference":
         mean = m.get("mean_reward")
         return f"{m.get('rows', 0):.0f} rows" + (f", mean reward {mean:.3f}" if mean is not None else "")

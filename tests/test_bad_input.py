@@ -41,6 +41,7 @@ PRM = ["--pretrain", "@MODEL@", "--dataset", f"{T}/sft/train.jsonl", "--save_pat
        "--train_batch_size", "8", "--micro_train_batch_size", "8"]
 GEN = ["--pretrain", "@MODEL@", "--dataset", f"{T}/prompts/test.jsonl", "--input_key", "input",
        "--output_path", "@WORK@/gen"]
+EVAL = ["--pretrain", "@MODEL@", "--dataset", f"{T}/prompts/test.jsonl", "--output_path", "@WORK@/eval"]
 NO_BUCKET = "s3://alignflow-no-such-bucket"
 
 # (name, CLI, argv, what the one line must contain, run as a real subprocess)
@@ -53,6 +54,10 @@ CASES = [
      "--advantage_estimator: invalid choice: 'ppo2'", True),
     ("batch_unknown_eval_task", "batch_inference", [*GEN, "--eval_task", "classify"],
      "--eval_task: invalid choice: 'classify'", True),
+    ("evaluate_generate_without_reward", "evaluate", EVAL, "--eval_task generate scores the responses: add "
+     "--remote_rm_url", False),
+    ("evaluate_perplexity_without_responses", "evaluate", [*EVAL, "--eval_task", "perplexity"],
+     "--eval_task perplexity needs the responses: set --output_key", False),
     ("rm_lr_string", "train_rm", [*PAIRS, "--learning_rate", "fast"], "--learning_rate: invalid float value", True),
     ("dpo_bool_string", "train_dpo", [*PAIRS, "--ipo", "maybe"], "--ipo: expected true/false, got 'maybe'", True),
     ("kto_unknown_scheduler", "train_kto", [*KTO, "--lr_scheduler", "exp"], "--lr_scheduler: invalid choice", False),

@@ -16,25 +16,37 @@ from alignflow.flows.rejection_sampling import rejection_sampling_flow
 from alignflow.tasks import pipeline, ray_cluster
 from alignflow.tasks.policy_pointer import read_pointer
 from alignflow.tasks.stage_spec import StageResult
-from alignflow.tasks.evaluate import result_uri
+from alignflow.tasks.evaluate import evaluate_step
+from alignflow.tasks.pipeline import Output
 from alignflow.tasks.recipes import load_recipe
 from tests.test_stage_runner import flow_logs
 
-SAVED = {"sft": {"accuracy": 0.75, "n": 300, "examples": [["12+30", "12+30=42", "42"], ["7+5", "7+5=11", "12"]]},
-         "ppo": {"accuracy": 0.783, "n": 300, "examples": [["7+5", "7+5=12", "12"]]}}
+SAVED = {"sft": {"accuracy": 0.75, "mean_reward": 0.75, "rows": 300.0},
+         "ppo": {"accuracy": 0.783, "mean_reward": 0.783, "rows": 300.0}}
+EXAMPLES = {"sft": [{"question": "12+30", "response": "12+30=42", "label": "42", "right": True},
+                    {"question": "7+5", "response": "7+5=11", "label": "12", "right": False}],
+            "ppo": [{"question": "7+5", "response": "7+5=12", "label": "12", "right": True}]}
 
 
 def commit_stand_ins(store: str, run_name: str, tmp_path) -> None:
-    """Every planned stage committed (a manifest over one placeholder file), with the saved evaluations."""
+    """Every planned stage committed (a manifest over one placeholder file), and the evaluate stages of the
+    heldout_eval run with their evaluation.json."""
     recipe = load_recipe("tiny")
-    planned = pipeline.plan(sft_rm_ppo_steps(recipe, {}, {}, {}), recipe, store, run_name)
+    steps = sft_rm_ppo_steps(recipe, {}, {}, {}) + [evaluate_step(name, Output(name)) for name in SAVED]
+    planned = pipeline.plan(steps, recipe, store, run_name)
     stand_in = tmp_path / "stand_in"
     stand_in.mkdir()
     (stand_in / "placeholder.txt").write_text("not a model: the rerun never loads it\n")
     for name, p in planned.items():
-        storage.commit_dir(stand_in, p.model_uri, metadata={"final_metrics": {}})
-        if name in SAVED:
-            storage.write_text_atomic(result_uri(p.model_uri), json.dumps(SAVED[name]))
+        label = name.removeprefix("evaluate ")
+        if name.startswith("evaluate "):
+            saved = tmp_path / f"eval-{label}"
+            saved.mkdir()
+            (saved / "evaluation.json").write_text(json.dumps({"task": "generate", "metrics": SAVED[label],
+                                                               "n": 300, "examples": EXAMPLES[label]}))
+            storage.commit_dir(saved, p.model_uri, metadata={"final_metrics": SAVED[label]})
+        else:
+            storage.commit_dir(stand_in, p.model_uri, metadata={"final_metrics": {}})
 
 
 def test_an_all_saved_rerun_starts_no_ray_head_and_logs_one_line_per_evaluation(tmp_path, monkeypatch):
@@ -49,9 +61,10 @@ def test_an_all_saved_rerun_starts_no_ray_head_and_logs_one_line_per_evaluation(
                                         return_state=True))
     result = state.result()
     assert not started and all(r["skipped"] for r in result.values())
-    assert result["ppo"]["heldout"] == SAVED["ppo"]
+    assert result["ppo"]["heldout"]["metrics"] == SAVED["ppo"] and result["ppo"]["heldout"]["accuracy"] == 0.783
     log = flow_logs(state.state_details.flow_run_id)
-    assert "held-out greedy accuracy after sft: 75.0% of 300 questions (examples: artifact saved-heldout-sft)" in log
+    assert ("held-out evaluation after sft: accuracy 75.0%, mean_reward 0.75 (300 rows) (examples: artifact "
+            "saved-heldout-sft)") in log
     assert '"examples"' not in log   # the evaluation's JSON stays in the store and the artifact
 
     async def table() -> list[dict]:

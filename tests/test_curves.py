@@ -150,7 +150,7 @@ def test_report_text_and_markdown(tmp_path):
                       "metrics": {"eval/loss": 0.5, "time/loop_s": 50.0}, "heldout": {"accuracy": 0.75, "n": 300}},
               "ppo": {"stage": "ppo", "model_uri": model, "skipped": False, "stage_wall_s": 120.0, "stage_tries": 2,
                       "metrics": {"train/reward": 0.6, "time/loop_s": 100.0},
-                      "heldout": {"accuracy": 0.79, "n": 300, "examples": [["1+1", "1+1=2", "2"]]}}}
+                      "heldout": {"accuracy": 0.79, "n": 300, "examples": [["1+1", "1+1=2", "2", True]]}}}
     rep = build_report("sft-rm-ppo", "demo", result, 150.0)
     assert isinstance(rep, PipelineReport) and [ln.label for ln in rep.lines] == ["sft", "ppo"]
     assert rep.phases == {"training loops": 100.0, "stage jobs' start-up, model loading, commits": 20.0,

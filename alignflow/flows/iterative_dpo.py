@@ -14,7 +14,7 @@ from dataclasses import asdict
 from typing import Any
 
 
-from alignflow.tasks.params import DPOOverrides, GenerateOverrides, checked_flow
+from alignflow.tasks.params import EvaluateOverrides, Gate, DPOOverrides, GenerateOverrides, checked_flow
 from alignflow.flows.policy_rounds import policy_rounds
 
 
@@ -23,11 +23,14 @@ async def iterative_dpo_flow(run_name: str = "iterative-dpo", store: str = "runs
                              initial_policy: str | None = None, rounds: int = 1, recipe: str | None = None,
                              generate: GenerateOverrides | None = None,
                              dpo: DPOOverrides | None = None, retries: int = 2,
-                             restart: bool = False) -> dict[str, Any]:
+                             restart: bool = False, gate: Gate | None = None,
+                             evaluate: EvaluateOverrides | None = None) -> dict[str, Any]:
     """Runs `rounds` rounds (the recipe's `generate.yaml` and `dpo.yaml` configure them, e.g.
     `recipe="tiny-idpo"`); returns the policy pointer (round, model URI, history). `restart`: start
-    again from `initial_policy` although the run already has a policy."""
+    again from `initial_policy` although the run already has a policy. `gate`: promote a round's model
+    only if the recipe's evaluate stage (with `evaluate`'s overrides) finds it better than the current policy."""
     pointer = await policy_rounds(flow_name="iterative-dpo", train_stage="dpo", run_name=run_name, store=store, ray_address=ray_address,
                                   initial_policy=initial_policy, rounds=rounds,
-                                  recipe=recipe, generate=generate, train=dpo, retries=retries, restart=restart)
+                                  recipe=recipe, generate=generate, train=dpo, retries=retries, restart=restart,
+                                  gate=gate, evaluate=evaluate)
     return asdict(pointer)

@@ -24,7 +24,7 @@ class Panel:
     series: dict[str, list[Point]] = field(default_factory=dict)   # legend name -> (x, y) points
     xlabel: str = "step"
     ylabel: str = ""
-    kind: str = "line"           # "line" or "hist" (then each series' y values are the samples)
+    kind: str = "line"           # "line", "hist" (each series' y values are the samples) or "bar" (one bar per series)
 
 
 def _loss(*extra: str) -> PanelSpec:
@@ -97,6 +97,8 @@ def render(panels: list[Panel], title: str) -> bytes | None:
         for name, pts in panel.series.items():
             if panel.kind == "hist":
                 ax.hist([y for _, y in pts], bins=30, label=name)
+            elif panel.kind == "bar":
+                ax.bar([name], [pts[0][1]], label=name)
             else:
                 ax.plot(*zip(*pts), label=name, marker="o" if len(pts) < 30 else None)
         ax.set_title(panel.title)

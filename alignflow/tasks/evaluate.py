@@ -1,65 +1,53 @@
-"""Before/after evaluation for recipes that have one: the tiny world's held-out arithmetic
-questions, answered greedily by a committed model, as a Ray job (the Prefect process loads no
-model). The result is written next to the model in the store, so a rerun reads it back — before
-it asks for the cluster, so a rerun whose stages and evaluations are all saved starts no Ray head."""
+"""Held-out evaluation in a flow: `evaluate` stages (alignment/cli/evaluate.py) planned beside the stages
+they measure, so each is placed on the cluster like the others, cached by identity (a rerun of a
+committed evaluation reads it back before any cluster is asked for) and committed to the store.
+This module turns a committed evaluation into what the report, the gates and the comparisons read,
+and publishes its examples as a table artifact rather than its JSON in the flow log."""
 from __future__ import annotations
 
-import hashlib
 import json
-import shlex
 
-from prefect import get_run_logger, task
+from prefect import get_run_logger
 from prefect.artifacts import acreate_table_artifact
 
 from alignment import storage
+from alignment.config.evaluate import HIGHER_IS_BETTER
 from alignflow.tasks.artifacts import artifact_key
-from alignflow.tasks.ray_cluster import Cluster
-from alignflow.tasks.ray_job import job_env, job_python, run_job
-from alignflow.tasks.stage import retry_only_job_failures, submission_id
+from alignflow.tasks.pipeline import Output, Step
 
 
-def result_uri(model_uri: str) -> str:
-    """`heldout_arithmetic.json` in the stage directory, beside the model it measured."""
-    return f"{model_uri.rstrip('/').rsplit('/', 1)[0]}/heldout_arithmetic.json"
+def evaluate_step(label: str, model: str | Output, given: dict | None = None) -> Step:
+    """The recipe's `evaluate.yaml` (with the run's `given` overrides) run on `model`: an upstream step's
+    output or a given URI. Either way the model is the step's input, so one model's evaluation has one
+    identity: a round's candidate and, next round, the same model as the current policy share it."""
+    return Step(f"evaluate {label}", "evaluate", "evaluate", dict(given or {}), {"pretrain": model})
 
 
-def saved_result(result_at: str) -> dict | None:
-    """{"accuracy", "n", "examples"} saved at `result_at` by an earlier evaluation, or None."""
-    text = storage.read_text(result_at)
-    return json.loads(text) if text is not None else None
+def read_evaluation(eval_uri: str) -> dict:
+    """A committed evaluate stage's result: {"metrics", "accuracy" (when measured), "n", "examples"} with the
+    examples as [question, response, label, right] rows (what the report shows)."""
+    text = storage.read_text(storage.file_in(eval_uri, "evaluation.json"))
+    if text is None:
+        raise RuntimeError(f"{eval_uri} is committed but holds no evaluation.json: not an evaluate stage's output")
+    saved = json.loads(text)
+    examples = [[e["question"], e["response"], str(e.get("label", "")), e.get("right")] for e in saved["examples"]]
+    return {"metrics": saved["metrics"], "n": saved["n"], "examples": examples, "eval_uri": eval_uri,
+            **({"accuracy": saved["metrics"]["accuracy"]} if "accuracy" in saved["metrics"] else {})}
 
 
-@task(retries=2, retry_delay_seconds=1, task_run_name="heldout-eval-{label}", retry_condition_fn=retry_only_job_failures)
-async def heldout_accuracy(label: str, model_uri: str, run_name: str, ray_address: str, out: str) -> dict:
-    """Evaluate the committed model at `model_uri` as a Ray job that saves its result at `out` (a retry
-    first reads what an earlier try saved)."""
-    saved = saved_result(out)
-    if saved is not None:
-        return saved
-    entrypoint = shlex.join([job_python(), "-m", "alignment.cli.eval_tiny", "--pretrain", model_uri, "--save_json", out])
-    digest = hashlib.sha256(model_uri.encode()).hexdigest()[:8]
-    await run_job(ray_address, submission_id(run_name, f"eval-{label}", digest), entrypoint, job_env(),
-                  {"alignflow_run": run_name, "alignflow_stage": f"eval-{label}"}, get_run_logger())
-    result = saved_result(out)
-    if result is None:
-        raise RuntimeError(f"held-out evaluation of {model_uri} succeeded but wrote no {out}")
-    return result
+def better(metric: str, new: float, old: float, margin: float) -> bool:
+    """Does `new` beat `old` by at least `margin` on `metric` (lower is better for perplexity and nll)?"""
+    if metric not in HIGHER_IS_BETTER:
+        raise ValueError(f"metric {metric!r}: not one an evaluate stage commits ({', '.join(HIGHER_IS_BETTER)})")
+    return new >= old + margin if HIGHER_IS_BETTER[metric] else new <= old - margin
 
 
-async def evaluate_heldout(label: str, model_uri: str, run_name: str, cluster: Cluster,
-                           result_at: str | None = None) -> dict:
-    """The model's held-out accuracy: the saved result, or a new evaluation on the cluster (only then
-    is `cluster.address` read, which starts an embedded head). The result is saved beside the model
-    (result_uri) or, for a model the run did not make, at `result_at`. Logs one line and publishes the
-    questions as a table artifact `<run>-heldout-<label>`, rather than the result's JSON in the log."""
-    out = result_at or result_uri(model_uri)
-    result = saved_result(out)
-    if result is None:
-        result = await heldout_accuracy(label, model_uri, run_name, cluster.address, out)
-    summary = f"held-out greedy accuracy after {label}: {result['accuracy']:.1%} of {result['n']} questions"
-    rows = [{"question": q, "response": r, "answer": a, "right": r.split("=")[-1].strip() == a}
-            for q, r, a in result.get("examples", [])]
+async def publish_evaluation(label: str, result: dict, run_name: str) -> None:
+    """One log line; the examples as a table artifact `<run>-heldout-<label>`."""
+    shown = ", ".join(f"{k} {v:.1%}" if k in ("accuracy", "pair_accuracy") else f"{k} {v:.4g}"
+                      for k, v in result["metrics"].items() if k != "rows")
+    summary = f"held-out evaluation after {label}: {shown} ({result['n']} rows)"
+    rows = [{"question": q, "response": r, "answer": a, "right": right} for q, r, a, right in result["examples"]]
     key = artifact_key(run_name, "heldout", label)
     await acreate_table_artifact(key=key, table=rows, description=f"{summary} (first {len(rows)} shown)")
     get_run_logger().info("%s (examples: artifact %s)", summary, key)
-    return result

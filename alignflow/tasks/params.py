@@ -181,6 +181,7 @@ def checked_flow(**flow_options: Any) -> Callable[[Callable[..., Any]], CheckedF
 
 def _models() -> dict[str, type[BaseModel]]:
     from alignment.config import DPOConfig, KDConfig, KTOConfig, OPDConfig, PPOConfig, RMConfig, SFTConfig
+    from alignment.config.evaluate import EvaluateConfig
     from alignment.config.inference import BatchInferenceConfig
     return {"SFTOverrides": stage_overrides(SFTConfig, "SFTOverrides"),
             "RMOverrides": stage_overrides(RMConfig, "RMOverrides"),
@@ -189,10 +190,21 @@ def _models() -> dict[str, type[BaseModel]]:
             "KTOOverrides": stage_overrides(KTOConfig, "KTOOverrides"),
             "GenerateOverrides": stage_overrides(BatchInferenceConfig, "GenerateOverrides"),
             "KDOverrides": stage_overrides(KDConfig, "KDOverrides"),
-            "OPDOverrides": stage_overrides(OPDConfig, "OPDOverrides")}
+            "OPDOverrides": stage_overrides(OPDConfig, "OPDOverrides"),
+            "EvaluateOverrides": stage_overrides(EvaluateConfig, "EvaluateOverrides")}
 
 
 _M = _models()
 SFTOverrides, RMOverrides, PPOOverrides = _M["SFTOverrides"], _M["RMOverrides"], _M["PPOOverrides"]
 DPOOverrides, KTOOverrides, GenerateOverrides = _M["DPOOverrides"], _M["KTOOverrides"], _M["GenerateOverrides"]
-KDOverrides, OPDOverrides = _M["KDOverrides"], _M["OPDOverrides"]
+KDOverrides, OPDOverrides, EvaluateOverrides = _M["KDOverrides"], _M["OPDOverrides"], _M["EvaluateOverrides"]
+
+
+class Gate(BaseModel):
+    """A round-based flow's promotion gate: a round's model becomes the policy only if its `evaluate` stage
+    beats the current policy's by `margin` on `metric` (lower is better for perplexity and nll)."""
+
+    model_config = ConfigDict(extra="forbid")
+    metric: Literal["accuracy", "mean_reward", "pair_accuracy", "mean_margin", "perplexity", "nll"] = Field(
+        "accuracy", description="A metric the recipe's evaluate.yaml commits (accuracy: the share answered right)")
+    margin: float = Field(0.0, description="How much better the round's model must be (0: at least as good)")

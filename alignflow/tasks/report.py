@@ -32,7 +32,7 @@ class StageLine:
     skipped: bool
     metric: str
     model_uri: str
-    heldout: dict | None = None  # {"accuracy", "n", "examples"} where the recipe evaluates this stage
+    heldout: dict | None = None  # {"accuracy", "n", "examples", ...} where the flow evaluates this stage
     tries: int = 1
 
     def wall(self, skipped: str) -> str:
@@ -50,6 +50,7 @@ class PipelineReport:
     rl_rewards: list[float] = field(default_factory=list)   # per RL iteration, when the flow has an RL stage
     rl_kl: float | None = None
     lineage: list[str] = field(default_factory=list)   # the final model's chain back to its base, from its cards
+    notes: list[str] = field(default_factory=list)     # what the flow decided and why (a gate, a comparison)
 
     @property
     def phases(self) -> dict[str, float]:
@@ -60,7 +61,7 @@ class PipelineReport:
                 "Prefect + Ray start-up and the rest": self.total_s - stages}
 
     def evaluations(self) -> list[StageLine]:
-        return [ln for ln in self.lines if ln.heldout]
+        return [ln for ln in self.lines if ln.heldout and "accuracy" in ln.heldout]
 
     def rl_summary(self) -> str | None:
         if not self.rl_rewards:
@@ -84,9 +85,10 @@ class PipelineReport:
         if evals:
             out.append(f"held-out greedy accuracy ({evals[0].heldout['n']} questions): " +
                        ", ".join(f"after {ln.label} {ln.heldout['accuracy']:.1%}" for ln in evals))
-            for q, resp, label in evals[-1].heldout.get("examples", []):
-                mark = "ok " if resp.split("=")[-1].strip() == label else "err"
+            for q, resp, label, right in evals[-1].heldout.get("examples", []):
+                mark = "ok " if right else "err"
                 out.append(f"  [{mark}] {q:<22} -> {resp!r} (answer {label})")
+        out += self.notes
         if self.lineage:
             out += ["lineage of the final model (python -m alignment.cli.lineage URI):", *(f"  {h}" for h in self.lineage)]
         return "\n".join(out)
@@ -106,6 +108,8 @@ class PipelineReport:
         if evals:
             md += ["", "| held-out greedy accuracy | questions |", "|---|---|"]
             md += [f"| after {ln.label}: {ln.heldout['accuracy']:.1%} | {ln.heldout['n']} |" for ln in evals]
+        if self.notes:
+            md += ["", *(f"- {note}" for note in self.notes)]
         if self.lineage:
             md += ["", "Lineage of the final model, from its model cards:", "", "```", *self.lineage, "```"]
         for label, png in curves_png.items():
@@ -113,8 +117,10 @@ class PipelineReport:
         return "\n".join(md)
 
 
-def build_report(flow: str, run_name: str, results: dict[str, dict], total_s: float) -> PipelineReport:
-    """`results`: label -> a stage summary (`StageResult.summary()`, as the flows return them)."""
+def build_report(flow: str, run_name: str, results: dict[str, dict], total_s: float,
+                 notes: list[str] | None = None) -> PipelineReport:
+    """`results`: label -> a stage summary (`StageResult.summary()`, as the flows return them); `notes`:
+    the flow's decisions, one line each."""
     from alignflow.tasks.artifacts import read_metrics
 
     lines = []
@@ -123,7 +129,7 @@ def build_report(flow: str, run_name: str, results: dict[str, dict], total_s: fl
         m = r.get("metrics", {})
         lines.append(StageLine(label, stage, r["stage_wall_s"], m.get("time/loop_s"), r["skipped"],
                                key_metric(stage, m), r["model_uri"], r.get("heldout"), r.get("stage_tries", 1)))
-    report = PipelineReport(flow, run_name, lines, total_s)
+    report = PipelineReport(flow, run_name, lines, total_s, notes=list(notes or []))
     rl = [ln for ln in lines if ln.stage == "ppo"]
     if rl:
         rows = [row for row in read_metrics(rl[-1].model_uri) if "train/reward" in row]
@@ -136,7 +142,7 @@ def build_report(flow: str, run_name: str, results: dict[str, dict], total_s: fl
 def final_lineage(lines: list[StageLine]) -> list[str]:
     """The last model's lineage lines (a few small reads); none where it has no card or a card can't
     be read: the report must not fail over it."""
-    models = [ln for ln in lines if ln.stage != "batch_inference"]
+    models = [ln for ln in lines if ln.stage not in ("batch_inference", "evaluate")]
     try:
         hops = walk(models[-1].model_uri) if models else []
     except (storage.StorageError, ValueError, OSError):   # ValueError: ConfigError (nothing there), bad YAML

@@ -16,6 +16,7 @@ from alignment.config import (
     BatchInferenceConfig, ConfigError, DPOConfig, KDConfig, KTOConfig, LoraCombinerConfig, OPDConfig, PPOConfig, PRMConfig,
     RMConfig, SFTConfig, TinyBaseConfig,
 )
+from alignment.config.evaluate import EvaluateConfig
 from alignment.config.base import not_identity_fields, path_fields, secret_fields
 from alignment.config.groups import WANDB_SWITCHES
 from alignment.config.cli import _coerce, load_yaml
@@ -47,6 +48,8 @@ STAGES: dict[str, StageKind] = {
     # generate / score / post-process; its "model" directory holds output.jsonl
     "batch_inference": StageKind("alignment.cli.batch_inference", BatchInferenceConfig, resumable=False,
                                  output_field="output_path"),
+    # one held-out measurement of one model; its "model" directory holds evaluation.json
+    "evaluate": StageKind("alignment.cli.evaluate", EvaluateConfig, resumable=False, output_field="output_path"),
 }
 
 SUPPORTED_SCHEMES = ("file", "s3")
