@@ -115,7 +115,7 @@ def test_a_wandb_key_on_the_command_line_leaves_argv_at_start(tmp_path):
 
 RECIPE_SCHEMAS = {"sft": "SFTConfig", "rm": "RMConfig", "ppo": "PPOConfig", "grpo": "PPOConfig", "dpo": "DPOConfig", "kto": "KTOConfig",
                   "generate": "BatchInferenceConfig", "score": "BatchInferenceConfig", "tiny_base": "TinyBaseConfig",
-                  "kd": "KDConfig", "opd": "OPDConfig"}
+                  "kd": "KDConfig", "opd": "OPDConfig", "evaluate": "EvaluateConfig"}
 
 
 def _recipe_files():

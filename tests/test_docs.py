@@ -226,7 +226,7 @@ def test_every_flag_in_the_docs_is_one_something_accepts():
     from alignment.config.cli import OPENRLHF_NOT_BUILT
     known = set().union(*(cli_flags(m) for m in cli_modules()), OTHER_TOOLS_FLAGS,
                         (f[2:] for f in OPENRLHF_NOT_BUILT))
-    for script in [*(REPO / "scripts").rglob("*.py"), *(REPO / "benchmarks").rglob("*.py")]:
+    for script in [*(REPO / "scripts").rglob("*.py"), *(REPO / "benchmarks").rglob("*.py"), *(REPO / "alignflow").glob("*.py")]:
         known |= set(re.findall(r"['\"]--([\w-]+)['\"]", script.read_text()))
     problems = []
     for name, text in doc_texts():

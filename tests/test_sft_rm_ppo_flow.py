@@ -44,7 +44,8 @@ def chained(ray_head, tmp_path_factory):
 @pytest.mark.timeout(3000)   # the shipped budgets: ~13 min here, more on a slower machine
 def test_pipeline_commits_every_stage_and_chains_them(chained, ray_head, tmp_path, capsys):
     store, result, wall_s = chained
-    assert list(result) == ["tiny_base", "sft", "rm", "ppo"] and not any(r["skipped"] for r in result.values())
+    assert list(result) == ["tiny_base", "sft", "rm", "ppo", "evaluate sft", "evaluate ppo"]
+    assert not any(r["skipped"] for r in result.values())
     assert all(storage.is_committed(r["model_uri"]) for r in result.values())
     ppo = storage.read_manifest(result["ppo"]["model_uri"])["metadata"]["config"]
     assert ppo["pretrain"] == result["sft"]["model_uri"] and ppo["reward_pretrain"] == result["rm"]["model_uri"]
@@ -70,4 +71,5 @@ def test_pipeline_commits_every_stage_and_chains_them(chained, ray_head, tmp_pat
 
     again = asyncio.run(sft_rm_ppo_flow(run_name="chain", store=store, ray_address=ray_head, recipe="tiny"))
     assert all(r["skipped"] for r in again.values())
-    assert {k: r["model_uri"] for k, r in again.items()} == {k: r["model_uri"] for k, r in result.items()}
+    assert {k: r["model_uri"] for k, r in again.items()} == {k: result[k]["model_uri"] for k in again}
+    assert list(again) == ["tiny_base", "sft", "rm", "ppo"]

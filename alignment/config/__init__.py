@@ -6,6 +6,7 @@ from alignment.config.groups import (
     CheckpointConfig, DataConfig, LoggingConfig, LoraConfig, ModelConfig, TrainConfig,
 )
 from alignment.config.distill import KDConfig, OPDConfig
+from alignment.config.evaluate import EvaluateConfig
 from alignment.config.inference import BatchInferenceConfig, ChatConfig
 from alignment.config.ppo import PPOConfig
 from alignment.config.stages import (
@@ -15,6 +16,6 @@ from alignment.config.stages import (
 TrainingConfig = TrainerConfig | PPOConfig   # every stage that builds DeepSpeed training engines
 
 __all__ = [
-    "BatchInferenceConfig", "ChatConfig", "CheckpointConfig", "ConfigError", "DataConfig", "DPOConfig", "KDConfig", "KTOConfig", "OPDConfig", "RMConfig", "LoggingConfig", "LoraCombinerConfig", "LoraConfig", "ModelConfig",
+    "BatchInferenceConfig", "ChatConfig", "CheckpointConfig", "ConfigError", "DataConfig", "DPOConfig", "EvaluateConfig", "KDConfig", "KTOConfig", "OPDConfig", "RMConfig", "LoggingConfig", "LoraCombinerConfig", "LoraConfig", "ModelConfig",
     "PPOConfig", "PRMConfig", "SFTConfig", "TinyBaseConfig", "TrainConfig", "TrainerConfig", "TrainingConfig", "config_to_argv", "load_yaml", "opt", "parse_args",
 ]
