@@ -260,6 +260,16 @@ def test_pipeline_override_and_flow_run_retry_resume_ppo(prefect, ray_head, tmp_
     assert list((Path(resumed.metadata["alignflow_output"]) / "model" / "tensorboard").glob("events.*"))
     curve = [a.data for a in prefect.artifacts(run_id) if a.key == "tiny-ppo-curve"][-1]
     assert "train/reward" in curve and "train/kl" in curve, curve[-300:]
+    # lineage: the PPO model's card (parsed by huggingface_hub) names its parent and data fingerprint, and
+    # the chain walks back PPO -> SFT -> the tiny base
+    from huggingface_hub import ModelCard
+
+    from alignment.lineage import walk
+    ppo_model = f"{resumed.metadata['alignflow_output']}/model"
+    facts = ModelCard.load(Path(ppo_model) / "README.md").data.to_dict()["alignflow"]
+    sft_model = f"{next(j for j in jobs if j.metadata['alignflow_stage'] == 'sft').metadata['alignflow_output']}/model"
+    assert facts["parents"]["pretrain"] == sft_model and facts["data_fingerprints"]["prompt_data"]
+    assert [hop.stage for hop in walk(ppo_model)] == ["ppo", "sft", "tiny_base"]
     print(f"PPO job killed after {killed_at.rsplit('/', 1)[1]}; `prefect flow-run retry` skipped SFT and RM and "
           f"resumed PPO at iteration {done + 1}")
 

@@ -83,7 +83,8 @@ async def compare_flow(variants: dict[str, dict[str, Any]], stage: TRAINED = "dp
     get_run_logger().info("; ".join(notes))
     await publish_comparison(run_name, stage, metric, entries)
     summaries = {name: r.summary() for name, r in results.items()}
-    await publish_report(build_report("compare", run_name, summaries, time.monotonic() - started, notes))
+    await publish_report(build_report("compare", run_name, summaries, time.monotonic() - started, notes,
+                                      concurrent=True))
     return {"winner": best.name, "variants": {e.name: {"model_uri": e.result.model_uri, "skipped": e.result.skipped,
                                                        "metrics": e.evaluation["metrics"], "settings": e.settings}
                                               for e in entries}}

@@ -35,8 +35,8 @@ def winner(entries: list[Entry], metric: str) -> Entry:
 
 
 def table(entries: list[Entry], metric: str) -> list[dict]:
-    return [{"variant": e.name, metric: e.evaluation["metrics"][metric],
-             **{k: v for k, v in e.evaluation["metrics"].items() if k not in (metric, "rows")},
+    return [{"variant": e.name, metric: round(e.evaluation["metrics"][metric], 4),
+             **{k: round(v, 4) for k, v in e.evaluation["metrics"].items() if k not in (metric, "rows")},
              "settings": ", ".join(f"{k}={v}" for k, v in e.settings.items()),
              "wall_s": round(e.result.wall_s, 1), "skipped": e.result.skipped, "model_uri": e.result.model_uri}
             for e in entries]

@@ -51,6 +51,7 @@ class PipelineReport:
     rl_kl: float | None = None
     lineage: list[str] = field(default_factory=list)   # the final model's chain back to its base, from its cards
     notes: list[str] = field(default_factory=list)     # what the flow decided and why (a gate, a comparison)
+    concurrent: bool = False     # stages ran at the same time (compare): their times overlap, no phases add up
 
     @property
     def phases(self) -> dict[str, float]:
@@ -59,6 +60,11 @@ class PipelineReport:
         loops = sum(ln.loop_s or 0.0 for ln in ran)
         return {"training loops": loops, "stage jobs' start-up, model loading, commits": stages - loops,
                 "Prefect + Ray start-up and the rest": self.total_s - stages}
+
+    def total_line(self, sep: str, colon: str) -> str:
+        if self.concurrent:
+            return f"total {self.total_s:.0f} s (stages ran at the same time: their wall times overlap)"
+        return f"total {self.total_s:.0f} s {colon}" + sep.join(f"{v:.0f} s {k}" for k, v in self.phases.items())
 
     def evaluations(self) -> list[StageLine]:
         return [ln for ln in self.lines if ln.heldout and "accuracy" in ln.heldout]
@@ -76,7 +82,7 @@ class PipelineReport:
         for ln in self.lines:
             loop = f"{ln.loop_s:.0f} s" if ln.loop_s is not None and not ln.skipped else "-"
             out.append(f"{ln.label:16s} {ln.wall('skipped'):>16s} {loop:>7s}  {ln.metric:40s} {ln.model_uri}")
-        out.append(f"total {self.total_s:6.0f} s = " + " + ".join(f"{v:.0f} s {k}" for k, v in self.phases.items()))
+        out.append(self.total_line(" + ", "= "))
         if self.rl_summary():
             out.append(f"\n{self.rl_summary()}   {sparkline(self.rl_rewards)}")
             out.append(f"KL to the SFT policy at the end: {self.rl_kl:.3f}" if self.rl_kl is not None else
@@ -101,7 +107,7 @@ class PipelineReport:
             url = browser_url(ln.model_uri)
             where = f"[`{ln.model_uri}`]({url})" if url else f"`{ln.model_uri}`"
             md.append(f"| {ln.label} | {ln.wall('skipped (already committed)')} | {loop} | {ln.metric} | {where} |")
-        md += ["", f"Total {self.total_s:.0f} s: " + ", ".join(f"{k} {v:.0f} s" for k, v in self.phases.items()) + "."]
+        md += ["", self.total_line(", ", ": ").replace("total", "Total", 1) + "."]
         if self.rl_summary():
             md += ["", self.rl_summary() + "."]
         evals = self.evaluations()
@@ -118,7 +124,7 @@ class PipelineReport:
 
 
 def build_report(flow: str, run_name: str, results: dict[str, dict], total_s: float,
-                 notes: list[str] | None = None) -> PipelineReport:
+                 notes: list[str] | None = None, concurrent: bool = False) -> PipelineReport:
     """`results`: label -> a stage summary (`StageResult.summary()`, as the flows return them); `notes`:
     the flow's decisions, one line each."""
     from alignflow.tasks.artifacts import read_metrics
@@ -129,7 +135,7 @@ def build_report(flow: str, run_name: str, results: dict[str, dict], total_s: fl
         m = r.get("metrics", {})
         lines.append(StageLine(label, stage, r["stage_wall_s"], m.get("time/loop_s"), r["skipped"],
                                key_metric(stage, m), r["model_uri"], r.get("heldout"), r.get("stage_tries", 1)))
-    report = PipelineReport(flow, run_name, lines, total_s, notes=list(notes or []))
+    report = PipelineReport(flow, run_name, lines, total_s, notes=list(notes or []), concurrent=concurrent)
     rl = [ln for ln in lines if ln.stage == "ppo"]
     if rl:
         rows = [row for row in read_metrics(rl[-1].model_uri) if "train/reward" in row]
