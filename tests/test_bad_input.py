@@ -55,7 +55,7 @@ CASES = [
     ("batch_unknown_eval_task", "batch_inference", [*GEN, "--eval_task", "classify"],
      "--eval_task: invalid choice: 'classify'", True),
     ("evaluate_generate_without_reward", "evaluate", EVAL, "--eval_task generate scores the responses: add "
-     "--remote_rm_url", False),
+     "--remote_rm_url reward_func.py|URL (with --label_key), --reward_pretrain RM_DIR, or only --label_key", False),
     ("evaluate_perplexity_without_responses", "evaluate", [*EVAL, "--eval_task", "perplexity"],
      "--eval_task perplexity needs the responses: set --output_key", False),
     ("rm_lr_string", "train_rm", [*PAIRS, "--learning_rate", "fast"], "--learning_rate: invalid float value", True),

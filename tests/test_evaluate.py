@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from alignment.inference.evaluate import RowValue, reduce
+from alignment.inference.evaluate import RowValue, label_match, reduce
 from alignment.tiny_world.paths import tiny_dir
 from tests.conftest import run_module
 
@@ -20,6 +20,11 @@ def test_reduce_is_the_mean_over_rows_and_tokens():
     assert reduce("perplexity", rows) == {"perplexity": pytest.approx(math.exp(1.0)), "nll": 1.0, "rows": 2.0}
     pairs = [RowValue(i, {"margin": m, "right": float(m > 0)}, {}) for i, m in enumerate((0.5, -0.25, 1.0, 0.75))]
     assert reduce("pairs", pairs) == {"pair_accuracy": 0.75, "mean_margin": 0.5, "rows": 4.0}
+
+
+def test_a_label_matches_the_last_word_only():
+    assert label_match("27 + 0 = 27", "27") and label_match("The answer is 42.", 42)
+    assert not label_match("27 + 100 = 127", "27") and not label_match("", "27") and not label_match("27 is it", "27")
 
 
 def evaluate(model, out, *args: str) -> dict:
@@ -37,6 +42,10 @@ def test_evaluate_measures_what_the_tiny_world_measures(tiny_sft, tiny_base, tmp
                          "--remote_rm_url", f"{T}/reward_func.py",
                          "--max_new_tokens", "16", "--max_samples", "100")
     assert generated["accuracy"] == greedy_accuracy(tiny_sft, limit=100).accuracy and generated["rows"] == 100
+    matched = evaluate(tiny_sft, tmp_path / "match", "--dataset", f"json@{T}/prompts", "--dataset_split", "test",
+                       "--input_key", "context_messages", "--apply_chat_template", "--label_key", "label",
+                       "--max_new_tokens", "16", "--max_samples", "100")
+    assert matched["accuracy"] == generated["accuracy"]     # the tiny world's rule is the last word too
     sft = ["--eval_task", "perplexity", "--dataset", f"json@{T}/sft", "--dataset_split", "test", "--input_key", "input",
            "--output_key", "output", "--apply_chat_template", "--max_samples", "50"]
     assert evaluate(tiny_sft, tmp_path / "ppl", *sft)["perplexity"] < evaluate(tiny_base, tmp_path / "ppl0", *sft)["perplexity"]

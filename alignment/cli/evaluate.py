@@ -2,8 +2,8 @@
 --output_path as evaluation.json with a MANIFEST (its metrics are the manifest's final_metrics).
 
     --eval_task generate     greedy responses to --dataset prompts, scored by --remote_rm_url (a reward_func
-                             file or server, with --label_key: accuracy, mean_reward) or --reward_pretrain
-                             (an RM: mean_reward)
+                             file or server, with --label_key: accuracy, mean_reward), --reward_pretrain
+                             (an RM: mean_reward), or with neither matched against --label_key (accuracy)
     --eval_task pairs        --pretrain is a reward model: pair_accuracy and mean_margin on (chosen, rejected)
     --eval_task perplexity   --pretrain's perplexity on the --output_key responses given their prompts
 
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> dict:
     rows = load_eval_rows(cfg, setup.tokenizer)
     mine = rows[rt.rank::rt.world_size]
     if cfg.eval_task == "generate":
-        reward = make_reward(cfg, setup.tokenizer, setup.precision.dtype, setup.attn, rt.device)
+        reward = make_reward(cfg, setup.tokenizer, setup.precision.dtype, setup.attn, rt.device) if cfg.has_reward() else None
         values = generate_values(cfg, setup, rt, mine, reward)
     elif cfg.eval_task == "pairs":
         values = pair_values(cfg, setup, rt, mine)

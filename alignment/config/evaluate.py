@@ -13,7 +13,7 @@ from alignment.config.stages import PairDataConfig, StageConfig
 
 # eval_task -> the metrics it commits
 EVAL_METRICS = {
-    "generate": ("accuracy", "mean_reward"),        # greedy responses to held-out prompts, scored
+    "generate": ("accuracy", "mean_reward"),        # greedy responses to held-out prompts, scored (or matched)
     "pairs": ("pair_accuracy", "mean_margin"),      # a reward model on held-out (chosen, rejected) pairs
     "perplexity": ("perplexity", "nll"),            # a causal LM on held-out (prompt, response) rows
 }
@@ -25,7 +25,8 @@ HIGHER_IS_BETTER = {"accuracy": True, "mean_reward": True, "pair_accuracy": True
 @dataclass
 class EvaluateConfig(RewardSourceConfig, PairDataConfig, RanksConfig, DataConfig, ModelConfig, StageConfig):
     eval_task: str = opt("generate", "generate: greedy responses to --dataset prompts scored by the reward source "
-                                     "(accuracy, mean_reward); pairs: --pretrain is a reward model, scored on "
+                                     "(accuracy, mean_reward), or without one matched against --label_key (the "
+                                     "response's last word is the label: accuracy); pairs: --pretrain is a reward model, scored on "
                                      "(--chosen_key, --rejected_key) pairs (pair_accuracy, mean_margin); perplexity: "
                                      "--pretrain's perplexity on the --output_key responses", choices=tuple(EVAL_METRICS))
     output_path: str = opt("./evaluation", "Output directory (local or s3://): evaluation.json + MANIFEST.json",
@@ -51,8 +52,10 @@ class EvaluateConfig(RewardSourceConfig, PairDataConfig, RanksConfig, DataConfig
         require(min(self.max_new_tokens, self.prompt_max_len, self.micro_batch_size) >= 1,
                 "--max_new_tokens, --prompt_max_len and --micro_batch_size must be >= 1")
         if self.eval_task == "generate":
-            require(self.has_reward(), "--eval_task generate scores the responses: add --remote_rm_url "
-                                       "reward_func.py|URL (with --label_key) or --reward_pretrain RM_DIR")
+            require(self.has_reward() or bool(self.label_key),
+                    "--eval_task generate scores the responses: add --remote_rm_url reward_func.py|URL (with "
+                    "--label_key), --reward_pretrain RM_DIR, or only --label_key (the response's last word must "
+                    "be the label)")
         else:
             require(not self.has_reward(), f"--eval_task {self.eval_task} reads no reward source: drop "
                                            f"--reward_pretrain/--remote_rm_url (pairs scores with --pretrain itself)")

@@ -76,8 +76,16 @@ def load_eval_rows(cfg: EvaluateConfig, tokenizer: Any) -> list[EvalRow]:
     return out
 
 
+def label_match(response: str, label: Any) -> bool:
+    """Without a reward source: the response's last word, less closing punctuation, is the label
+    ("27 + 0 = 27" answers "27"; "127" does not)."""
+    words = response.split()
+    return bool(words) and words[-1].rstrip(".,;:!?)]\"'") == str(label).strip()
+
+
 def generate_values(cfg: EvaluateConfig, setup: Any, rt: Any, rows: list[EvalRow], reward: Any) -> list[RowValue]:
-    """Greedy responses (the batched HF engine), scored by the reward source."""
+    """Greedy responses (the batched HF engine), scored by the reward source, or matched against the
+    label when there is none (`reward` None: 1.0 for a match)."""
     from alignment.models.loading import load_causal_lm
     from alignment.rollout.hf_engine import HFEngine
     from alignment.rollout.types import SamplingParams
@@ -93,8 +101,9 @@ def generate_values(cfg: EvaluateConfig, setup: Any, rt: Any, rows: list[EvalRow
     out = []
     for s in range(0, len(picked), cfg.micro_batch_size):
         chunk = slice(s, s + cfg.micro_batch_size)
-        rewards = reward([r.prompt + q for r, q in zip(picked[chunk], raw[chunk])], [r.prompt for r in picked[chunk]],
-                         [r.label for r in picked[chunk]]).rewards.tolist()
+        rewards = (reward([r.prompt + q for r, q in zip(picked[chunk], raw[chunk])], [r.prompt for r in picked[chunk]],
+                          [r.label for r in picked[chunk]]).rewards.tolist() if reward is not None else
+                   [float(label_match(q, r.label)) for r, q in zip(picked[chunk], responses[chunk])])
         for row, response, value in zip(picked[chunk], responses[chunk], rewards):
             out.append(RowValue(row.index, {"reward": value, "right": float(value >= cfg.correct_reward)},
                                 {"question": row.question, "response": response, "label": row.label, "reward": value,
