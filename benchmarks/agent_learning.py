@@ -10,7 +10,7 @@ A third variant, multi-turn+filtering, adds DAPO's dynamic sampling (--dynamic_f
 run: episodes whose group is all right or all wrong are replaced by more prompts' episodes.
 
 Usage: .venv/bin/python benchmarks/agent_learning.py SFT_DIR OUT_DIR [--seeds 42 43 44] [--iterations 40]
-       [--variants single-turn multi-turn multi-turn+filtering]
+       [--variants single-turn multi-turn multi-turn+filtering] [--episodes 2]
 Writes OUT_DIR/agent_learning.json and prints a markdown table (docs/agents.md keeps the dated one).
 """
 from __future__ import annotations
@@ -35,7 +35,7 @@ PROMPTS_PER_ITERATION = 16
 VARIANTS = ("single-turn", "multi-turn", "multi-turn+filtering")
 
 
-def rl_flags(sft: str, out: Path, seed: int, iterations: int, variant: str) -> list[str]:
+def rl_flags(sft: str, out: Path, seed: int, iterations: int, variant: str, episodes: int = 1) -> list[str]:
     reward = ["--agent_func_path", str(ENV)] if variant.startswith("multi-turn") else ["--remote_rm_url", str(RULE)]
     if variant.endswith("+filtering"):   # DAPO's dynamic sampling: all-right / all-wrong groups replaced
         reward += ["--dynamic_filtering", "--dynamic_filtering_reward_range", "0", "1"]
@@ -44,7 +44,7 @@ def rl_flags(sft: str, out: Path, seed: int, iterations: int, variant: str) -> l
             "--generate_max_len", "16", "--advantage_estimator", "group_norm", "--n_samples_per_prompt", "8",
             "--rollout_batch_size", str(PROMPTS_PER_ITERATION), "--micro_rollout_batch_size", "64",
             "--train_batch_size", "128", "--micro_train_batch_size", "16", "--actor_learning_rate", "2e-4",
-            "--init_kl_coef", "0", "--max_samples", str(iterations * PROMPTS_PER_ITERATION), "--num_episodes", "1",
+            "--init_kl_coef", "0", "--max_samples", str(iterations * PROMPTS_PER_ITERATION), "--num_episodes", str(episodes),
             "--zero_stage", "2", "--logging_steps", "1", "--save_steps", "-1", "--seed", str(seed), *reward]
 
 
@@ -81,6 +81,8 @@ def main() -> None:
     p.add_argument("--iterations", type=int, default=40)
     p.add_argument("--limit", type=int, default=300)
     p.add_argument("--variants", nargs="+", choices=VARIANTS, default=VARIANTS[:2])
+    p.add_argument("--episodes", type=int, default=1, help="passes over the prompts (--num_episodes); runs with more "
+                                                            "than one are keyed <variant> xN")
     a = p.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     cache = a.out / "agent_learning.json"
@@ -89,13 +91,14 @@ def main() -> None:
         results["sft"] = heldout(a.sft, a.limit)
     for seed in a.seeds:
         for variant in a.variants:
-            key = f"{variant}/{seed}"
+            name = variant if a.episodes == 1 else f"{variant} x{a.episodes}"
+            key = f"{name}/{seed}"
             if key in results:
                 continue
-            out = a.out / variant / str(seed)
+            out = a.out / name.replace(" ", "_") / str(seed)
             t0 = time.time()
             subprocess.run([sys.executable, "-m", "alignment.cli.train_ppo",
-                            *rl_flags(a.sft, out, seed, a.iterations, variant)], cwd=REPO, check=True,
+                            *rl_flags(a.sft, out, seed, a.iterations, variant, a.episodes)], cwd=REPO, check=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             results[key] = {**heldout(str(out), a.limit), "wall_s": time.time() - t0}
             cache.write_text(json.dumps(results, indent=1))
@@ -109,7 +112,8 @@ def table(results: dict, iterations: int) -> str:
     lines = [f"| model | first-turn accuracy | final accuracy (up to 3 tries) | mean turns | RL wall time |",
              "|---|---|---|---|---|",
              f"| SFT start | {sft['first_try_right']:.1%} | {sft['final']:.1%} | {sft['turns']:.2f} | - |"]
-    for variant in VARIANTS:
+    names = sorted({k.rsplit("/", 1)[0] for k in results if "/" in k}, key=lambda n: (VARIANTS.index(n.split(" x")[0]), n))
+    for variant in names:
         runs = [v for k, v in results.items() if k.startswith(variant + "/")]
         if not runs:
             continue
