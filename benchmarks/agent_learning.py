@@ -121,7 +121,8 @@ def table(results: dict, iterations: int) -> str:
             xs = [r[key] for r in runs]
             m, s = statistics.mean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0)
             return f"{m:.1%} ± {s:.1%}" if pct else f"{m:.2f}"
-        lines.append(f"| {variant} RL, {iterations} iterations, {len(runs)} seeds | {stat('first_try_right')} | "
+        its = iterations * (int(variant.split(" x")[1]) if " x" in variant else 1)   # xN: N passes over the prompts
+        lines.append(f"| {variant} RL, {its} iterations, {len(runs)} seed(s) | {stat('first_try_right')} | "
                      f"{stat('final')} | {stat('turns', False)} | {statistics.mean(r['wall_s'] for r in runs):.0f} s |")
     return "\n".join(lines)
 
