@@ -52,3 +52,12 @@ def test_evaluate_measures_what_the_tiny_world_measures(tiny_sft, tiny_base, tmp
     pairs = evaluate(tiny_sft, tmp_path / "pairs", "--eval_task", "pairs", "--dataset", f"json@{T}/preference",
                      "--dataset_split", "test", "--prompt_key", "prompt", "--apply_chat_template", "--max_samples", "50")
     assert 0.0 <= pairs["pair_accuracy"] <= 1.0 and pairs["rows"] == 50
+
+
+def test_the_flows_metric_parameter_names_exactly_what_evaluate_commits():
+    import typing
+
+    from alignment.config.evaluate import EVAL_METRICS, HIGHER_IS_BETTER
+    from alignflow.tasks.params import MetricName
+    committed = {m for metrics in EVAL_METRICS.values() for m in metrics}
+    assert set(typing.get_args(MetricName)) == committed == set(HIGHER_IS_BETTER)

@@ -22,7 +22,7 @@ from alignment.config import ConfigError
 from alignflow.tasks import pipeline
 from alignflow.tasks.comparison import Entry, publish_comparison, winner
 from alignflow.tasks.evaluate import evaluate_step, read_evaluation
-from alignflow.tasks.params import EvaluateOverrides, checked_flow, overrides
+from alignflow.tasks.params import EvaluateOverrides, MetricName, checked_flow, overrides
 from alignflow.tasks.pipeline import Output, Step
 from alignflow.tasks.policy_pointer import advance, read_pointer
 from alignflow.tasks.ray_cluster import ray_cluster
@@ -32,7 +32,6 @@ from alignflow.tasks.stage import stage_runner
 from alignflow.tasks.stage_spec import check_store, check_store_reachable
 
 TRAINED = Literal["sft", "rm", "dpo", "kto", "ppo", "kd", "opd"]
-Metric = Literal["accuracy", "mean_reward", "pair_accuracy", "mean_margin", "perplexity", "nll"]
 
 
 def variant_steps(stage: str, shared: dict, variants: dict[str, dict], evaluate: dict) -> list[Step]:
@@ -54,7 +53,7 @@ async def _run_variant(planned: dict, names: list[str], retries: int, store: str
 async def compare_flow(variants: dict[str, dict[str, Any]], stage: TRAINED = "dpo", run_name: str = "compare",
                        store: str = "runs/store", ray_address: str | None = None, recipe: str | None = None,
                        shared: dict[str, Any] | None = None, evaluate: EvaluateOverrides | None = None,
-                       metric: Metric = "accuracy", promote_to: str | None = None,
+                       metric: MetricName = "accuracy", promote_to: str | None = None,
                        retries: int = 2) -> dict[str, Any]:
     """`variants`: {name: the stage's settings that differ}, e.g. {"lr-1e-5": {"learning_rate": 1e-5}, ...};
     `shared`: settings every variant gets (e.g. `pretrain`, a model URI). Returns each variant's metrics and

@@ -200,11 +200,15 @@ DPOOverrides, KTOOverrides, GenerateOverrides = _M["DPOOverrides"], _M["KTOOverr
 KDOverrides, OPDOverrides, EvaluateOverrides = _M["KDOverrides"], _M["OPDOverrides"], _M["EvaluateOverrides"]
 
 
+# what an evaluate stage commits (alignment.config.evaluate.HIGHER_IS_BETTER), as a parameter type
+MetricName = Literal["accuracy", "mean_reward", "pair_accuracy", "mean_margin", "perplexity", "nll"]
+
+
 class Gate(BaseModel):
     """A round-based flow's promotion gate: a round's model becomes the policy only if its `evaluate` stage
     beats the current policy's by `margin` on `metric` (lower is better for perplexity and nll)."""
 
     model_config = ConfigDict(extra="forbid")
-    metric: Literal["accuracy", "mean_reward", "pair_accuracy", "mean_margin", "perplexity", "nll"] = Field(
+    metric: MetricName = Field(
         "accuracy", description="A metric the recipe's evaluate.yaml commits (accuracy: the share answered right)")
     margin: float = Field(0.0, description="How much better the round's model must be (0: at least as good)")
