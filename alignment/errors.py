@@ -12,17 +12,11 @@ EXIT_INPUT = 2
 EXIT_TRANSIENT = 75
 
 
+class UserError(Exception):
+    """The user's to fix (a flag, a file, a path, a data row): printed as one line naming the problem and
+    the fix, exit status 2, no traceback. Every such error of alignment subclasses it (ConfigError,
+    DataError, StorageError, ...), keeping a builtin base (ValueError, RuntimeError) where callers catch that."""
+
+
 class TransientError(RuntimeError):
     """Marks an error as transient: the same run may succeed later (exit status 75)."""
-
-
-def user_errors() -> tuple[type[BaseException], ...]:
-    """Errors that are the user's to fix: printed as one line, exit code 2, no traceback."""
-    from alignment.agents.contract import AgentError
-    from alignment.config.base import ConfigError
-    from alignment.datasets.sources import DataError
-    from alignment.models.loading import ModelLoadError
-    from alignment.nonfinite import NonFiniteError
-    from alignment.rewards.reward_func import RewardError
-    from alignment.storage import StorageError
-    return (AgentError, ConfigError, DataError, ModelLoadError, NonFiniteError, RewardError, StorageError)

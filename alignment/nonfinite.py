@@ -22,11 +22,12 @@ from typing import Any, Iterable
 
 import torch
 import torch.distributed as dist
+from alignment.errors import UserError
 
 log = logging.getLogger(__name__)
 
 
-class NonFiniteError(RuntimeError):
+class NonFiniteError(UserError, RuntimeError):
     """A loss, gradient norm or weight went NaN/Inf: the stage stops and commits nothing."""
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from alignment import storage, store_retry
+from alignment import storage
+from alignment.storage import retry as store_retry
 from alignment.storage import StorageError
 from tests.fixtures_s3 import free_port
 
@@ -108,7 +109,7 @@ def test_missing_s3_credentials_say_which_variables_to_set() -> None:
         raise NoCredentialsError()
     with pytest.raises(StorageError, match=r"reach s3://b/x: NoCredentialsError: Unable to locate credentials; "
                                            r"no S3 credentials were found: set AWS_ACCESS_KEY_ID and AWS_SECRET"):
-        store_retry._retry(no_key, "reach", "s3://b/x")
+        store_retry.retry(no_key, "reach", "s3://b/x")
 
 
 def test_set_latest_refuses_uncommitted_target(tmp_path: Path) -> None:
@@ -215,19 +216,19 @@ def test_retry_transient_then_give_up(monkeypatch: pytest.MonkeyPatch) -> None:
             raise ConnectionRefusedError(111, "Connection refused")
         return "ok"
 
-    assert store_retry._retry(flaky, "read", "s3://b/x") == "ok" and len(calls) == 3
+    assert store_retry.retry(flaky, "read", "s3://b/x") == "ok" and len(calls) == 3
     monkeypatch.setenv("ALIGNFLOW_STORE_RETRIES", "2")
     calls.clear()
     with pytest.raises(storage.StoreUnavailable, match=r"^read s3://b/x: .*reachable"):   # transient: exit 75
-        store_retry._retry(lambda: flaky() and "", "read", "s3://b/x")
+        store_retry.retry(lambda: flaky() and "", "read", "s3://b/x")
     assert len(calls) == 2
     calls.clear()
     with pytest.raises(StorageError, match="does not exist") as permanent:  # one try, exit 2
-        store_retry._retry(lambda: calls.append(1) or open("/nonexistent/x"), "read", "/nonexistent/x")
+        store_retry.retry(lambda: calls.append(1) or open("/nonexistent/x"), "read", "/nonexistent/x")
     assert not isinstance(permanent.value, storage.StoreUnavailable)
     assert len(calls) == 1
     with pytest.raises(ZeroDivisionError):  # bugs keep their type
-        store_retry._retry(lambda: 1 / 0, "read", "x")
+        store_retry.retry(lambda: 1 / 0, "read", "x")
 
 
 # --- S3 (a real moto_server) -----------------------------------------------------------------------------

@@ -11,12 +11,13 @@ An optional `AgentExecutor` replaces how an episode runs (`execute(...)` returns
 from __future__ import annotations
 
 import math
+from alignment.errors import UserError
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
 
-class AgentError(RuntimeError):
+class AgentError(UserError, RuntimeError):
     """An agent file failed or answered something unusable; the message names the file and the episode."""
 
 

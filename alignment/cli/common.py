@@ -8,11 +8,11 @@ from typing import Callable
 
 from alignment.cli import interrupt
 from alignment.config.groups import WANDB_SWITCHES
-from alignment.errors import EXIT_INPUT, EXIT_TRANSIENT, TransientError, user_errors
+from alignment.errors import EXIT_INPUT, EXIT_TRANSIENT, TransientError, UserError
 from alignment.lease import release_all
 from alignment.logs import setup_logging
 
-__all__ = ["run_main", "setup_logging", "user_errors"]
+__all__ = ["run_main", "setup_logging"]
 
 
 def _close_progress_bars() -> None:
@@ -93,11 +93,11 @@ def run_main(main: Callable[[list[str] | None], object], argv: list[str] | None 
     try:
         main(argv)
         _close_process_group()
-    except TransientError as e:   # before user_errors: a StoreUnavailable is also a StorageError
+    except TransientError as e:   # before UserError: a StoreUnavailable is also a StorageError
         _close_progress_bars()
         print(f"error: {e} (a transient fault: run it again later; a flow retries it)", file=sys.stderr)
         sys.exit(EXIT_TRANSIENT)
-    except user_errors() as e:
+    except UserError as e:
         _close_progress_bars()
         print(f"error: {e}", file=sys.stderr)
         sys.exit(EXIT_INPUT)

@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import difflib
+from alignment.errors import UserError
 from dataclasses import MISSING, field
 from typing import Any
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A bad flag value. The message names the flag and how to fix it, on one line."""
 
 

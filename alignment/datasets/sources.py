@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 
 import fsspec
+from alignment.errors import UserError
 
 JSON_SUFFIXES = (".jsonl", ".json")
 TABLE_SUFFIXES = (".parquet", ".csv", ".arrow")          # read by 🤗 datasets
@@ -24,7 +25,7 @@ BUILDERS = {"json": JSON_SUFFIXES, "jsonl": JSON_SUFFIXES, "parquet": (".parquet
 _SLICE = re.compile(r"^(?P<name>[\w.-]+)(\[(?P<start>-?\d+%?)?:(?P<end>-?\d+%?)?\])?$")
 
 
-class DataError(ValueError):
+class DataError(UserError, ValueError):
     """Bad or missing training data; the message names the file/row and the fix."""
 
 

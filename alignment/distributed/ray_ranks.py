@@ -31,6 +31,7 @@ from typing import Any, Callable
 
 from alignment import lease
 from alignment.config.base import ConfigError
+from alignment.errors import TransientError, UserError
 from alignment.config.groups import RanksConfig
 
 log = logging.getLogger(__name__)
@@ -78,9 +79,7 @@ def bundle_kind(gpu: bool) -> str:
 def _user_error(err: BaseException) -> BaseException | None:
     """The ConfigError/DataError/... (exit 2) or transient fault (exit 75) a rank raised, if that is
     why the run failed: the driver re-raises it, so the job's exit status says so (not a crash)."""
-    from alignment.errors import user_errors
-    from alignment.errors import TransientError
-    known = (*user_errors(), TransientError)
+    known = (UserError, TransientError)
     seen: list[BaseException] = [err]
     while seen:
         e = seen.pop()

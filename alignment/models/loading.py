@@ -11,11 +11,12 @@ import torch
 from alignment import storage
 from alignment.models.integrity import check_model_dir
 from alignment.models.lora import merge_adapter
+from alignment.errors import UserError
 
 log = logging.getLogger(__name__)
 
 
-class ModelLoadError(ValueError):
+class ModelLoadError(UserError, ValueError):
     """--pretrain (or another model path) can't be used; the message says why and what to pass."""
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from alignment.errors import TransientError
+from alignment.errors import TransientError, UserError
 
 RewardFn = Callable[..., Any]   # (queries, prompts, labels, **kwargs) -> rewards, or the dict above
 
@@ -27,7 +27,7 @@ class RewardOutput:
     logs: dict[str, float] = field(default_factory=dict)    # extra_logs, each averaged over the B samples
 
 
-class RewardError(RuntimeError):
+class RewardError(UserError, RuntimeError):
     """A reward source failed or answered something unusable; the message says which and why."""
 
 

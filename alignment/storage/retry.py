@@ -13,10 +13,9 @@ import time
 from pathlib import Path
 from typing import Callable, TypeVar
 
-from fsspec.core import split_protocol
-
-from alignment.errors import TransientError
+from alignment.errors import TransientError, UserError
 from alignment.redact import scrub
+from alignment.storage.paths import is_remote
 
 try:  # botocore comes with s3fs; local-only use works without it
     from botocore.exceptions import BotoCoreError, ClientError, ConnectionError as _BotoConnError, HTTPClientError
@@ -32,11 +31,7 @@ _TRANSIENT_ERRNOS = {errno.ECONNREFUSED, errno.ECONNRESET, errno.ECONNABORTED, e
 T = TypeVar("T")
 
 
-def _is_remote(uri: str | Path) -> bool:
-    return split_protocol(str(uri))[0] not in (None, "file", "local")
-
-
-class StorageError(RuntimeError):
+class StorageError(UserError, RuntimeError):
     """A store operation failed for good; the one-line message names the URI and what to do about it."""
 
 
@@ -44,7 +39,7 @@ class StoreUnavailable(StorageError, TransientError):
     """The store stayed unreachable or overloaded through every retry: worth running again later."""
 
 
-def _one_line(text: str) -> str:
+def one_line(text: str) -> str:
     """Collapse to one line and scrub anything secret-looking that a library put in an error."""
     return scrub(" ".join(str(text).split()))
 
@@ -59,7 +54,7 @@ def _chain(e: BaseException | None):
         e = e.__cause__ or e.__context__
 
 
-def _missing_bucket(e: BaseException) -> bool:
+def missing_bucket(e: BaseException) -> bool:
     return any("NoSuchBucket" in repr(getattr(x, "response", "")) or "bucket does not exist" in str(x).lower()
                for x in _chain(e))
 
@@ -91,7 +86,7 @@ def _fix(e: BaseException) -> str:
     if _no_credentials(e):
         return ("no S3 credentials were found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE "
                 "naming a profile in ~/.aws/credentials) in this process's environment")
-    if _missing_bucket(e):
+    if missing_bucket(e):
         return "the bucket does not exist; create it or fix the URI"
     if isinstance(e, FileNotFoundError):
         return "the path does not exist; check the URI"
@@ -100,7 +95,7 @@ def _fix(e: BaseException) -> str:
     return "check the URI and the store"
 
 
-def _retry(fn: Callable[[], T], what: str, uri: str | Path) -> T:
+def retry(fn: Callable[[], T], what: str, uri: str | Path) -> T:
     """Run fn, retrying transient store errors with exponential backoff; store errors become StorageError."""
     tries = max(1, int(os.environ.get("ALIGNFLOW_STORE_RETRIES", DEFAULT_TRIES)))
     for attempt in range(tries):
@@ -115,10 +110,10 @@ def _retry(fn: Callable[[], T], what: str, uri: str | Path) -> T:
                 continue
             fix = _fix(e)
             if transient:
-                where = f" (AWS_ENDPOINT_URL_S3={os.environ.get('AWS_ENDPOINT_URL_S3', 'unset')})" if _is_remote(uri) else ""
+                where = f" (AWS_ENDPOINT_URL_S3={os.environ.get('AWS_ENDPOINT_URL_S3', 'unset')})" if is_remote(uri) else ""
                 fix = f"failed {tries} times; check that the store is reachable{where} and retry"
             error = StoreUnavailable if transient else StorageError
-            raise error(_one_line(f"{what} {uri}: {type(e).__name__}: {e}; {fix}")) from e
+            raise error(one_line(f"{what} {uri}: {type(e).__name__}: {e}; {fix}")) from e
     raise AssertionError("unreachable")  # pragma: no cover
 
 

@@ -1,7 +1,6 @@
 """Reading a committed directory back: a verified local copy of exactly the files its manifest
 lists (from its version folder, if any), cached per URI and reused while the manifest is unchanged.
-`storage.download_dir` is the entry point (it imports this module when called, so storage stays the one
-module callers import)."""
+Callers use `storage.download_dir`."""
 from __future__ import annotations
 
 import fcntl
@@ -12,23 +11,22 @@ import shutil
 import uuid
 from pathlib import Path
 
-from alignment.store_retry import run_all
-from alignment.storage import (
-    MANIFEST, StorageError, _files_root, _join, _retry, _sha256, filesystem, is_remote, read_manifest,
-    write_text_atomic,
-)
+from alignment.storage.files import write_text_atomic
+from alignment.storage.manifest import files_root, read_manifest, sha256
+from alignment.storage.paths import MANIFEST, filesystem, is_remote, join
+from alignment.storage.retry import StorageError, retry, run_all
 
 
 def _check_files(root: Path, manifest: dict, hashes: bool) -> str | None:
     """What is wrong with the copy at root (size, then optionally sha256), or None when it matches.
-    The files are checked in parallel (store_retry.run_all); the first problem in manifest order is named."""
+    The files are checked in parallel (retry.run_all); the first problem in manifest order is named."""
     def problem(rel: str, info: dict) -> str | None:
         p = root / rel
         if not p.is_file():
             return f"{rel} is missing"
         if p.stat().st_size != info["size"]:
             return f"{rel} has {p.stat().st_size} bytes, the manifest says {info['size']}"
-        if hashes and _sha256(p) != info["sha256"]:
+        if hashes and sha256(p) != info["sha256"]:
             return f"{rel} does not match its sha256 in the manifest"
         return None
 
@@ -37,13 +35,13 @@ def _check_files(root: Path, manifest: dict, hashes: bool) -> str | None:
 
 
 def _fetch(uri: str, manifest: dict, dest: Path, verify: bool) -> None:
-    fs, path = filesystem(_files_root(uri, manifest))
+    fs, path = filesystem(files_root(uri, manifest))
     (dest / MANIFEST).unlink(missing_ok=True)  # the local copy is "committed" only after it checks out
     for rel in manifest["files"]:
         if rel.startswith("/") or ".." in rel.split("/"):
             raise StorageError(f"download {uri}: manifest entry {rel!r} leaves the directory; re-commit it")
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-    run_all([lambda rel=rel: _retry(lambda: fs.get_file(f"{path}/{rel}", str(dest / rel)), "download", _join(uri, rel))
+    run_all([lambda rel=rel: retry(lambda: fs.get_file(f"{path}/{rel}", str(dest / rel)), "download", join(uri, rel))
              for rel in manifest["files"]])
     problem = _check_files(dest, manifest, verify)
     if problem:
@@ -78,7 +76,7 @@ def download_dir(uri: str | Path, local_dir: str | Path | None = None, verify: b
                            f"point at a committed directory or commit it first")
     fs, path = filesystem(uri)
     if not is_remote(uri) and (local_dir is None or os.path.realpath(local_dir) == os.path.realpath(path)):
-        files = Path(filesystem(_files_root(uri, manifest))[1])
+        files = Path(filesystem(files_root(uri, manifest))[1])
         problem = _check_files(files, manifest, verify)
         if problem:
             raise StorageError(f"{uri}: {problem}; the directory changed after it was committed, re-commit it")

@@ -1,7 +1,7 @@
 """Committing a directory to the store: every file uploaded (hashed in place when the target is the
 directory itself), then MANIFEST.json written last. Over a committed object-store directory the new
 files go to a version folder and one PUT of the manifest switches readers to them; only then are the
-old files deleted (module docstring of alignment/storage.py). `storage.commit_dir` is the entry point."""
+old files deleted (alignment/storage/__init__.py). `storage.commit_dir` is the entry point."""
 from __future__ import annotations
 
 import json
@@ -11,11 +11,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from alignment.store_retry import run_all
-from alignment.storage import (
-    MANIFEST, StorageError, StoreUnavailable, _children, _join, _retry, _sha256, filesystem, is_remote, read_manifest,
-    remove, write_text_atomic,
-)
+from alignment.storage.files import children, remove, write_text_atomic
+from alignment.storage.manifest import read_manifest, sha256
+from alignment.storage.paths import MANIFEST, filesystem, is_remote, join
+from alignment.storage.retry import StorageError, StoreUnavailable, retry, run_all
 
 
 def commit_dir(local_dir: str | Path, uri: str | Path, metadata: dict | None = None) -> dict:
@@ -32,7 +31,7 @@ def commit_dir(local_dir: str | Path, uri: str | Path, metadata: dict | None = N
     old = _old_manifest(uri) if is_remote(uri) else None
     root = new_version() if old else ""
     if not is_remote(uri):   # local commits go to fresh directories (outputs.py swaps them into place)
-        _retry(lambda: fs.rm_file(f"{path}/{MANIFEST}") if fs.exists(f"{path}/{MANIFEST}") else None,
+        retry(lambda: fs.rm_file(f"{path}/{MANIFEST}") if fs.exists(f"{path}/{MANIFEST}") else None,
                "uncommit", uri)
     return _write_manifest(uri, upload_files(src, uri, root, in_place=in_place), metadata, root, old)
 
@@ -54,11 +53,11 @@ def upload_files(local_dir: str | Path, uri: str | Path, root: str, prefix: str 
     rels = [f"{prefix}/{p.relative_to(src).as_posix()}".lstrip("/") for p in files]
 
     def upload(p: Path, key: str) -> None:
-        _retry(lambda: fs.put_file(str(p), f"{path}/{key}"), "upload", _join(uri, key))
+        retry(lambda: fs.put_file(str(p), f"{path}/{key}"), "upload", join(uri, key))
 
     # every file hashed and uploaded as separate jobs on a thread pool: a file's hash overlaps its own
     # upload and the other files' (docs/benchmarks.md, "Store transfers")
-    hashes = [lambda p=p: {"size": p.stat().st_size, "sha256": _sha256(p)} for p in files]
+    hashes = [lambda p=p: {"size": p.stat().st_size, "sha256": sha256(p)} for p in files]
     uploads = [] if in_place else [lambda p=p, rel=rel: upload(p, f"{root}/{rel}" if root else rel)
                                    for p, rel in zip(files, rels)]
     return dict(zip(rels, run_all(hashes + uploads)[:len(files)]))
@@ -77,7 +76,7 @@ def _write_manifest(uri: str | Path, entries: dict, metadata: dict | None, root:
     manifest = {"format": 1, "files": dict(sorted(entries.items())),
                 "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 "metadata": metadata, **({"root": root} if root else {})}
-    write_text_atomic(_join(uri, MANIFEST), json.dumps(manifest, indent=1, sort_keys=True))
+    write_text_atomic(join(uri, MANIFEST), json.dumps(manifest, indent=1, sort_keys=True))
     if old or root:
         _drop_old_version(uri, old, root)
     return manifest
@@ -98,8 +97,8 @@ def _drop_old_version(uri: str | Path, old: dict | None, root: str) -> None:
     old_root = (old or {}).get("root", "")
     for rel in (old or {}).get("files", ()):
         key = f"{old_root}/{rel}" if old_root else rel
-        _retry(lambda: fs.rm_file(f"{path}/{key}") if fs.exists(f"{path}/{key}") else None, "delete", _join(uri, key))
-    for name in _children(uri, "v-"):
+        retry(lambda: fs.rm_file(f"{path}/{key}") if fs.exists(f"{path}/{key}") else None, "delete", join(uri, key))
+    for name in children(uri, "v-"):
         if name != root:
-            remove(_join(uri, name))
+            remove(join(uri, name))
     fs.invalidate_cache()
