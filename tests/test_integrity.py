@@ -100,7 +100,7 @@ def test_second_writer_is_refused_naming_the_first(trained):
 
 @pytest.mark.parametrize("kind", ["optimizer", "model_states", "state_json", "manifest"])
 def test_damaged_checkpoint_is_skipped(trained, tmp_path, kind, caplog):
-    from alignment.trainers import checkpoint
+    from alignment.training import checkpoint
     _, _, ckpt, _ = trained
     copy = tmp_path / "ckpt"
     shutil.copytree(ckpt, copy)

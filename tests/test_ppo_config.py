@@ -88,7 +88,7 @@ def test_a_fresh_ppo_run_starts_its_metrics_file_empty(tmp_path):
     from types import SimpleNamespace
 
     from alignment.ppo.loop import PPOState, run_iterations
-    from alignment.trainers.tracking import MetricsLogger
+    from alignment.training.tracking import MetricsLogger
     cfg = SimpleNamespace(logging_steps=1, save_steps=-1, save_minutes=0.0, disable_ds_ckpt=False, use_wandb=None,
                           use_tensorboard=None)
     for run in range(2):

@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> dict:
         return ray_ranks.run_ranks(main, argv, cfg, "train_dpo")
     from alignment.datasets.preference import PairTokenizer
     from alignment.models.builder import load_actor
-    from alignment.trainers.engine import build_engine
+    from alignment.training.engine import build_engine
     from alignment.trainers.preference import DPOTrainer
     from alignment.trainers.reference import reference_for
     from alignment.trainers.start import start

@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> dict:
         return ray_ranks.run_ranks(main, argv, cfg, "train_opd")
     from alignment.datasets.prompts import PromptTokenizer
     from alignment.models.builder import load_actor
-    from alignment.trainers.engine import build_engine
+    from alignment.training.engine import build_engine
     from alignment.trainers.kd import check_teacher, teacher_for
     from alignment.trainers.opd import OPDTrainer
     from alignment.trainers.start import start

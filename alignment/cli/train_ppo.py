@@ -54,7 +54,7 @@ def build_models(cfg: PPOConfig, rt, setup, total_steps: int):
     from alignment.models.loading import load_causal_lm, resolve_model_path
     from alignment.models.reward_model import critic_value_scale
     from alignment.ppo.experience import uses_reference
-    from alignment.trainers.engine import build_engine
+    from alignment.training.engine import build_engine
     actor = build_engine(load_actor(setup, cfg), dataclasses.replace(cfg, learning_rate=cfg.actor_learning_rate),
                          rt, setup.precision.bf16, total_steps)
     critic, critic_scale = None, None
@@ -89,10 +89,13 @@ def main(argv: list[str] | None = None) -> dict:
     from alignment.ppo.loop import run_iterations
     from alignment.ppo.packed import packing_for
     from alignment.rewards.scorer import make_reward
-    from alignment.trainers.tracking import MetricsLogger
+    from alignment.training.checkpoint import check_world_size
+    from alignment.training.tracking import MetricsLogger
 
     rt = init_runtime(cfg.local_rank, cfg.num_threads)
     steps_per_iteration = check_sizes(cfg, rt.world_size)
+    if cfg.load_checkpoint:   # before any weights load
+        check_world_size(cfg.ckpt_path, rt.world_size)
     setup = prepare(cfg, rt)
     prompts = load_prompts(cfg, setup.tokenizer, cfg.prompt_data, cfg.prompt_split)
     reward = None if cfg.agent_func_path else make_reward(   # an agent's environment gives the rewards

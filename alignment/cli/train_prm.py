@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> dict:
     from alignment.datasets.process_reward import PRMTokenizer
     from alignment.datasets.sources import DataError
     from alignment.models.builder import load_actor
-    from alignment.trainers.engine import build_engine
+    from alignment.training.engine import build_engine
     from alignment.trainers.prm import PRMTrainer
     from alignment.trainers.start import start
 

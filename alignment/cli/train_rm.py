@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> dict:
         return ray_ranks.run_ranks(main, argv, cfg, "train_rm")
     from alignment.datasets.preference import PairTokenizer
     from alignment.models.builder import load_value_model
-    from alignment.trainers.engine import build_engine
+    from alignment.training.engine import build_engine
     from alignment.trainers.preference import RewardModelTrainer
     from alignment.trainers.start import start
 

@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> dict:
         return ray_ranks.run_ranks(main, argv, cfg, "train_sft")
     from alignment.datasets.sft import SFTTokenizer
     from alignment.models.builder import load_actor
-    from alignment.trainers.engine import build_engine
+    from alignment.training.engine import build_engine
     from alignment.trainers.sft import SFTTrainer
     from alignment.trainers.start import start
 

@@ -19,6 +19,7 @@ import yaml
 from alignment.config.base import ConfigError, did_you_mean
 from alignment.config.dotted import nested_to_fields, spellings, to_fields
 from alignment.config.stages import StageConfig
+from alignment import storage
 
 T = TypeVar("T")
 
@@ -178,7 +179,6 @@ def _coerce(cls: type, values: dict[str, Any], source: str) -> dict[str, Any]:
 
 def load_yaml(cls: type[T], path: str | Path) -> dict[str, Any]:
     """The YAML file's values, checked against the schema (unknown keys are errors)."""
-    from alignment import storage   # a local file or a store URI (a flow's stage job reads s3://.../config.yaml)
     text = storage.read_text(path) if "://" in str(path) else (Path(path).read_text() if Path(path).is_file() else None)
     if text is None:
         raise ConfigError(f"--config {path}: file not found")

@@ -43,7 +43,7 @@ def local_file(uri: str | None) -> bool:
 
 def not_a_checkpoint_folder(uri: str) -> bool:
     """A local folder holding something, but no `global_step*` checkpoint and no `latest` pointer
-    (alignment/trainers/checkpoint.py's layout): resuming from it would find nothing and start over.
+    (alignment/training/checkpoint.py's layout): resuming from it would find nothing and start over.
     Hidden entries don't count (a half-written pointer's temporary file)."""
     if _remote(uri):
         return False

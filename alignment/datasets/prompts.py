@@ -12,6 +12,7 @@ from alignment.config.ppo import RolloutConfig
 from alignment.datasets.formatting import get_field, get_text, prompt_text, require_chat_template
 from alignment.datasets.mixing import blend_rows
 from alignment.datasets.sources import DataError
+from alignment.datasets.tokenized import tokenize
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,6 @@ class PromptTokenizer:
 
 
 def load_prompts(cfg: RolloutConfig, tokenizer: Any, spec: str, split: str) -> list[PromptSample]:
-    from alignment.datasets.tokenized import tokenize
     t = PromptTokenizer(tokenizer, cfg, spec)
     main = spec == cfg.prompt_data
     rows = blend_rows(spec, cfg.prompt_data_probs if main else None, split, cfg.max_samples, cfg.seed,

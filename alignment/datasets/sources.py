@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import fsspec
 from alignment.errors import UserError
+from alignment import storage
 
 JSON_SUFFIXES = (".jsonl", ".json")
 TABLE_SUFFIXES = (".parquet", ".csv", ".arrow")          # read by 🤗 datasets
@@ -81,7 +82,6 @@ def check_store(flag: str, uri: str, error: type[Exception] | None = None) -> No
     """One request to a remote URI's store, so that a missing bucket is named as such (not as a
     missing file) with its flag. Other store errors (unreachable, access denied) propagate as
     storage raised them: they name the URI, and an unreachable store stays a transient fault."""
-    from alignment import storage
     if not storage.is_remote(uri):
         return
     try:

@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterator, Protocol
 
 from alignment.config.groups import DataConfig
 from alignment.datasets.mixing import Rows, blend_rows
+from alignment.datasets import formatting
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +91,6 @@ def tokenizer_digest(tok: Any) -> str:
 
 def code_digest(t: RowTokenizer) -> str:
     """The source of the row tokenizer's module, the formatting helpers and this module."""
-    from alignment.datasets import formatting
     h = hashlib.sha256()
     for module in sorted({inspect.getsourcefile(type(t)), inspect.getsourcefile(formatting), __file__}):
         h.update(Path(module).read_bytes())

@@ -33,6 +33,8 @@ from alignment import lease
 from alignment.config.base import ConfigError
 from alignment.errors import TransientError, UserError
 from alignment.config.groups import RanksConfig
+from alignment.logs import setup_logging
+import alignment
 
 log = logging.getLogger(__name__)
 
@@ -197,7 +199,6 @@ def _rank_main(config: dict) -> None:
     """One rank (in a StageRank actor): log where it runs, then the CLI's own main."""
     import ray
 
-    from alignment.logs import setup_logging
     setup_logging(force=True)
     if os.path.isdir(config["cwd"]):   # relative paths mean what they meant to the user (shared or same-path file systems)
         os.chdir(config["cwd"])
@@ -217,7 +218,6 @@ def run_ranks(main: Callable[[list[str] | None], Any], argv: list[str] | None, c
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    import alignment
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if not ray.is_initialized():

@@ -11,6 +11,15 @@ from typing import Any
 
 from alignment.config import BatchInferenceConfig
 from alignment.config.base import public_dict
+from alignment.datasets.formatting import get_field, get_text, prompt_text, require_chat_template
+from alignment.datasets.mixing import blend
+from alignment.datasets.sources import DataError
+from alignment.models.loading import load_causal_lm
+from alignment.rollout.types import SamplingParams
+from alignment.outputs import StagedOutput
+from alignment.inference.postprocess import POST_PROCESSORS, Scored
+from alignment.rollout.vllm_engine import VLLMEngine
+from alignment.rollout.hf_engine import HFEngine
 
 log = logging.getLogger("alignment.batch_inference")
 
@@ -45,9 +54,6 @@ class Sample:
 
 def load_rows(cfg: BatchInferenceConfig, tokenizer) -> list[PromptRow]:
     """One PromptRow per dataset row; over-long prompts dropped and counted."""
-    from alignment.datasets.formatting import get_field, get_text, prompt_text, require_chat_template
-    from alignment.datasets.mixing import blend
-    from alignment.datasets.sources import DataError
     if cfg.apply_chat_template:
         require_chat_template(tokenizer, "--pretrain")
     rows = this_round(blend(cfg.dataset, cfg.dataset_probs, cfg.dataset_split, cfg.max_samples, cfg.seed), cfg)
@@ -96,15 +102,11 @@ def given_samples(rows: list[PromptRow], mine: list[int], eos: str) -> list[Samp
 def generated_samples(cfg: BatchInferenceConfig, rt: Any, setup: Any, rows: list[PromptRow],
                       mine: list[int]) -> list[Sample]:
     """--best_of_n samples for each of this rank's prompts, from vLLM or the batched HF engine."""
-    from alignment.models.loading import load_causal_lm
-    from alignment.rollout.types import SamplingParams
     tok = setup.tokenizer
     if cfg.eval_task == "generate_vllm":
-        from alignment.rollout.vllm_engine import VLLMEngine
         engine = VLLMEngine(setup.path, cfg.prompt_max_len + cfg.max_new_tokens, cfg.seed + rt.rank,
                             cpu=rt.device == "cpu")
     else:
-        from alignment.rollout.hf_engine import HFEngine
         model = load_causal_lm(setup.path, setup.precision.dtype, setup.attn,
                                trust_remote_code=setup.trust_remote_code).to(rt.torch_device)
         engine = HFEngine(model, tok.eos_token_id, tok.pad_token_id, batch_size=cfg.micro_batch_size,
@@ -131,8 +133,6 @@ def score(samples: list[Sample], reward: Any, micro_batch_size: int) -> None:
 def write_output(cfg: BatchInferenceConfig, ranked: list[Sample], scored: bool) -> dict:
     """output.jsonl (post-processed if asked) and, when scored, every sample's reward in
     rewards.json (the pipeline's reward histogram), committed to --output_path."""
-    from alignment.outputs import StagedOutput
-    from alignment.inference.postprocess import POST_PROCESSORS, Scored
 
     out_rows: list[dict] = [{"input": x.prompt, "output": x.response} for x in ranked]
     scores = [x.reward for x in ranked]

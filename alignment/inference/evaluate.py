@@ -15,6 +15,15 @@ import torch
 
 from alignment.config.base import public_dict
 from alignment.config.evaluate import EvaluateConfig
+from alignment.datasets.formatting import as_text, get_field, get_text, prompt_and_response, prompt_text, require_chat_template
+from alignment.datasets.mixing import blend
+from alignment.datasets.sources import DataError
+from alignment.models.loading import load_causal_lm
+from alignment.rollout.hf_engine import HFEngine
+from alignment.rollout.types import SamplingParams
+from alignment.rewards.scorer import RewardModels
+from alignment.nonfinite import NonFiniteError
+from alignment.outputs import StagedOutput
 
 log = logging.getLogger("alignment.evaluate")
 EXAMPLES = 8    # rows shown in evaluation.json (and the flow's artifact)
@@ -38,10 +47,6 @@ class RowValue:
 
 
 def load_eval_rows(cfg: EvaluateConfig, tokenizer: Any) -> list[EvalRow]:
-    from alignment.datasets.formatting import (as_text, get_field, get_text, prompt_and_response, prompt_text,
-                                               require_chat_template)
-    from alignment.datasets.mixing import blend
-    from alignment.datasets.sources import DataError
     if cfg.apply_chat_template:
         require_chat_template(tokenizer, "--pretrain")
     rows = blend(cfg.dataset, cfg.dataset_probs, cfg.dataset_split, cfg.max_samples, 0)
@@ -86,9 +91,6 @@ def label_match(response: str, label: Any) -> bool:
 def generate_values(cfg: EvaluateConfig, setup: Any, rt: Any, rows: list[EvalRow], reward: Any) -> list[RowValue]:
     """Greedy responses (the batched HF engine), scored by the reward source, or matched against the
     label when there is none (`reward` None: 1.0 for a match)."""
-    from alignment.models.loading import load_causal_lm
-    from alignment.rollout.hf_engine import HFEngine
-    from alignment.rollout.types import SamplingParams
     tok = setup.tokenizer
     model = load_causal_lm(setup.path, setup.precision.dtype, setup.attn,
                            trust_remote_code=setup.trust_remote_code).to(rt.torch_device).eval()
@@ -114,7 +116,6 @@ def generate_values(cfg: EvaluateConfig, setup: Any, rt: Any, rows: list[EvalRow
 @torch.no_grad()
 def pair_values(cfg: EvaluateConfig, setup: Any, rt: Any, rows: list[EvalRow]) -> list[RowValue]:
     """--pretrain (a reward model) scores both responses of each pair, as PPO's reward reads them."""
-    from alignment.rewards.scorer import RewardModels
     rm = RewardModels([setup.path], [1.0], setup.tokenizer, setup.precision.dtype, setup.attn, rt.torch_device,
                       normalize=False, batch_size=cfg.micro_batch_size, trust_remote_code=setup.trust_remote_code)
     chosen = rm([r.prompt + r.chosen for r in rows], [], []).rewards.tolist()
@@ -127,7 +128,6 @@ def pair_values(cfg: EvaluateConfig, setup: Any, rt: Any, rows: list[EvalRow]) -
 @torch.no_grad()
 def perplexity_values(cfg: EvaluateConfig, setup: Any, rt: Any, rows: list[EvalRow]) -> list[RowValue]:
     """Summed negative log-likelihood of each response's tokens given its prompt, and their count."""
-    from alignment.models.loading import load_causal_lm
     tok = setup.tokenizer
     model = load_causal_lm(setup.path, setup.precision.dtype, setup.attn,
                            trust_remote_code=setup.trust_remote_code).to(rt.torch_device).eval()
@@ -171,8 +171,6 @@ def gather(values: list[RowValue], world_size: int) -> list[RowValue]:
 def write_evaluation(cfg: EvaluateConfig, values: list[RowValue], scored_by_rm: bool) -> dict[str, float]:
     """evaluation.json ({"task", "metrics", "n", "examples"}) committed at --output_path; a metric that is
     NaN/Inf (an RM gone non-finite) is refused, never committed."""
-    from alignment.nonfinite import NonFiniteError
-    from alignment.outputs import StagedOutput
     if not values:
         raise ValueError(f"--eval_task {cfg.eval_task}: no row left to score (every response truncated by --max_len "
                          f"{cfg.max_len}); raise --max_len")

@@ -15,6 +15,7 @@ from alignment.distributed.runtime import Runtime
 from alignment.models.loading import check_4bit, load_causal_lm, load_tokenizer, resolve_model_path
 from alignment.models.lora import apply_lora, check_targets
 from alignment.models.precision import Precision, attn_implementation, check_ring_attention, precision_for
+from alignment.models.reward_model import load_reward_model
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +41,6 @@ def prepare(cfg: ModelConfig, rt: Runtime) -> ModelSetup:
     check_4bit(cfg.load_in_4bit, rt.device)
     check_ring_attention(cfg.ring_attn_size, rt.device)
     path = resolve_model_path(cfg.pretrain, revision=cfg.revision)
-    if isinstance(cfg, RanksConfig) and getattr(cfg, "load_checkpoint", False):   # the DeepSpeed trainers' resume
-        from alignment.trainers.checkpoint import check_world_size
-        check_world_size(cfg.ckpt_path, rt.world_size)
     trust = cfg.trust_remote_code
     tok = load_tokenizer(path, cfg.tokenizer_chat_template, use_fast=not cfg.disable_fast_tokenizer, trust_remote_code=trust)
     if getattr(cfg, "lora_rank", 0) > 0:
@@ -66,7 +64,6 @@ def load_actor(setup: ModelSetup, cfg: TrainingConfig) -> torch.nn.Module:
 
 def load_value_model(setup: ModelSetup, cfg: TrainingConfig) -> torch.nn.Module:
     """Reward / critic model: backbone from --pretrain plus a scalar head (fresh when --pretrain is an LM)."""
-    from alignment.models.reward_model import load_reward_model
 
     seed_init(cfg.seed)
     model = load_reward_model(setup.path, setup.precision.dtype, setup.attn, setup.tokenizer.pad_token_id,

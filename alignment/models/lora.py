@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from alignment.config.base import ConfigError
 
 
 def apply_lora(model: torch.nn.Module, rank: int, alpha: int, dropout: float, target_modules: list[str],
@@ -27,7 +28,6 @@ def check_targets(path: str, targets: list[str], extra: tuple[str, ...] = (), tr
         return
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from alignment.config.base import ConfigError
 
     with torch.device("meta"):
         skeleton = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code),

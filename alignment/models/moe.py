@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from alignment.models.loading import ModelLoadError
+from alignment.losses.moe import load_balancing_loss
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,6 @@ def forward_with_aux(model: Any, batch: Any, top_k: int) -> tuple[torch.Tensor, 
     when top_k is 0: a dense model, or --aux_loss_coef off). The router logits are read by hooks
     on each MoE block's gate, not through `output_router_logits`: with that flag the model
     computes its own aux loss from the attention mask, which fails on packed [B, 1, T, T] masks."""
-    from alignment.losses.moe import load_balancing_loss
     captured: list[torch.Tensor] = []
     hooks = [] if not top_k else [
         m.gate.register_forward_hook(lambda _m, _in, out: captured.append(out[0] if isinstance(out, tuple) else out))

@@ -7,6 +7,7 @@ import logging
 from dataclasses import dataclass
 
 import torch
+from alignment.models.loading import ModelLoadError
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +77,6 @@ def check_ring_attention(ring_attn_size: int, device: str) -> None:
     parallel path yet. Either way the long-sequence route that works is --packing_samples."""
     if ring_attn_size <= 1:
         return
-    from alignment.models.loading import ModelLoadError
     if device != "cuda" or importlib.util.find_spec("ring_flash_attn") is None:
         why = "no CUDA device" if device != "cuda" else "the ring-flash-attn package is not installed"
         raise ModelLoadError(f"--ring_attn_size {ring_attn_size}: ring attention needs CUDA GPUs with flash-attn and "

@@ -32,6 +32,7 @@ from alignment.ppo.loop import PPOState, resume_state
 from alignment.ppo.packed import Packing
 from alignment.rollout.hf_engine import HFEngine
 from alignment.rollout.types import Rollout, SamplingParams
+from alignment.training import checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +81,6 @@ class LocalGroups:
         return 0.0     # the HF engine generates with the module it trains
 
     def save(self, state: PPOState) -> None:
-        from alignment.trainers import checkpoint
         cfg = self.cfg
         checkpoint.save(self.engines, cfg.ckpt_path, state.iteration, {"ppo": dataclasses.asdict(state)},
                         cfg.max_ckpt_num, {"stage": "ppo", "config": public_dict(cfg)}, extra={"actor": self.actor_extra})
@@ -94,7 +94,6 @@ class LocalGroups:
 
     def resume(self) -> PPOState | None:
         """--load_checkpoint: the newest committed PPO state (engines loaded), or None to start fresh."""
-        from alignment.trainers import checkpoint
         got = resume_state(self.cfg, lambda: checkpoint.load_latest(self.engines, self.cfg.ckpt_path))
         if got and self.ema is not None:
             self.ema.load(checkpoint.role_dir(self.cfg.ckpt_path, got[1].name, "actor"), self.actor.module)

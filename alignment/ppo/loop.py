@@ -9,8 +9,8 @@ from typing import Any, Callable, Protocol
 
 from alignment.config.ppo import PPOConfig
 from alignment.trainers.base import maybe_inject_failure
-from alignment.trainers.schedule import SaveSchedule
-from alignment.trainers.tracking import MetricsLogger
+from alignment.training.schedule import SaveSchedule
+from alignment.training.tracking import MetricsLogger
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ class Iterating(Protocol):
 
 
 def resume_state(cfg: PPOConfig, find: Callable[[], Any]) -> tuple[PPOState, Any] | None:
-    """--load_checkpoint: (the PPO state, the checkpoint `find()` located: trainers.checkpoint.Latest),
+    """--load_checkpoint: (the PPO state, the checkpoint `find()` located: training.checkpoint.Latest),
     or None to start from iteration 0. Both backends resume through here; `find` locates (and, in
     process, loads) the newest committed checkpoint."""
     found = find() if cfg.load_checkpoint else None

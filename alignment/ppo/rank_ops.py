@@ -21,7 +21,7 @@ from alignment.ppo.ema import EMA
 from alignment.ppo.experience import Experience
 from alignment.ppo.packed import Packing, pack, unpack
 from alignment.ppo.token_budget import TokenBudget, split_to
-from alignment.trainers.engine import step as engine_step
+from alignment.training.engine import step as engine_step
 from alignment.nonfinite import NonFiniteGuard, zero_loss
 
 

@@ -213,7 +213,7 @@ class RayGroups:
     def train_actor(self, exp: Experience, kl_coef: float, seed: int) -> GroupMetrics:
         return GroupMetrics(self.groups["actor"].train(exp, kl_coef, seed))
 
-    # --- resumable state (alignment.trainers.checkpoint) -------------------------------------
+    # --- resumable state (alignment.training.checkpoint) -------------------------------------
     def _trained_groups(self) -> list[ModelGroup]:
         return [self.groups[r] for r in ("actor", "critic") if r in self.groups]
 
@@ -221,7 +221,7 @@ class RayGroups:
         import ray
 
         from alignment import storage
-        from alignment.trainers import checkpoint
+        from alignment.training import checkpoint
         cfg = self.cfg
         groups, version = self._trained_groups(), storage.new_version()
         ray.get([f for g in groups for f in g.save_checkpoint(cfg.ckpt_path, state.iteration)])
@@ -236,7 +236,7 @@ class RayGroups:
         """--load_checkpoint: the newest committed state, loaded into the groups; None to start fresh."""
         import ray
 
-        from alignment.trainers import checkpoint
+        from alignment.training import checkpoint
         ckpt = self.cfg.ckpt_path
 
         got = resume_state(self.cfg, lambda: checkpoint.find_latest(ckpt))   # the weights load on the workers' nodes
@@ -265,7 +265,7 @@ def run(cfg: PPOConfig) -> dict[str, float]:
     from alignment.models.loading import load_tokenizer
     from alignment.ppo.loop import run_iterations
     from alignment.rewards.scorer import FunctionReward
-    from alignment.trainers.tracking import MetricsLogger
+    from alignment.training.tracking import MetricsLogger
 
     from alignment.models.precision import check_ring_attention
     check_ring_attention(cfg.ring_attn_size, "cuda" if torch.cuda.is_available() else "cpu")

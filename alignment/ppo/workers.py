@@ -36,10 +36,13 @@ class ModelWorker:
         from alignment.models.builder import load_actor, load_value_model, prepare
         from alignment.models.loading import load_causal_lm, resolve_model_path
         from alignment.ppo.packed import packing_for
-        from alignment.trainers.engine import build_engine
+        from alignment.training.checkpoint import check_world_size
+        from alignment.training.engine import build_engine
 
         self.role, self.cfg = role, cfg
         self.rt = init_runtime(-1, threads)
+        if cfg.load_checkpoint:   # before any weights load
+            check_world_size(cfg.ckpt_path, self.rt.world_size)
         self.setup = setup = prepare(cfg, self.rt)
         self.packing = packing_for(cfg, setup)
         if role == "actor":
@@ -150,7 +153,7 @@ class ModelWorker:
 
     def save_checkpoint(self, ckpt_uri: str, iteration: int) -> None:
         from alignment.models.saving import lora_save, save_hf_copy
-        from alignment.trainers import checkpoint
+        from alignment.training import checkpoint
         def actor_extra(role_dir):   # --save_hf_ckpt's HF copy, --enable_ema's average (collective)
             if self.cfg.save_hf_ckpt:
                 save_hf_copy(self.engine, self.setup.tokenizer, role_dir / "hf" if role_dir else None,
@@ -162,11 +165,11 @@ class ModelWorker:
                                    actor_extra if self.role == "actor" else None)
 
     def upload_checkpoint(self, ckpt_uri: str, iteration: int, version: str) -> dict:
-        from alignment.trainers import checkpoint
+        from alignment.training import checkpoint
         return checkpoint.upload_role(ckpt_uri, iteration, self.role, version)
 
     def load_checkpoint(self, ckpt_uri: str, name: str) -> None:
-        from alignment.trainers import checkpoint
+        from alignment.training import checkpoint
         with self.sleep.awake():
             checkpoint.load_engine(self.engine, ckpt_uri, name, self.role)
         if self.role == "actor" and self.ema is not None:

@@ -15,6 +15,8 @@ from alignment.datasets.formatting import end_at_eos
 from alignment.rewards.process_reward import ProcessRewardModel, read_prm_entry
 from alignment.rewards.remote import RemoteRewardClient
 from alignment.rewards.reward_func import RewardOutput, load_reward_func, parse_output
+from alignment.models.loading import resolve_model_path
+from alignment.models.reward_model import load_reward_model, read_reward_stats
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +48,6 @@ class RewardModels:
 
     def __init__(self, paths: list[str], weights: list[float], tokenizer: Any, dtype: torch.dtype, attn: str,
                  device: str, normalize: bool, batch_size: int = 32, trust_remote_code: bool = False):
-        from alignment.models.loading import resolve_model_path
-        from alignment.models.reward_model import load_reward_model, read_reward_stats
 
         self.tokenizer, self.device, self.batch_size, self.weights = tokenizer, device, batch_size, weights
         self.models, self.stats = [], []

@@ -10,6 +10,7 @@ import torch
 from alignment.datasets.formatting import prompt_text
 from alignment.tiny_world.paths import tiny_dir
 from alignment.tiny_world.reward import score
+from alignment.losses.nll import token_logprobs
 
 
 @dataclass
@@ -108,7 +109,6 @@ def kl_to_reference(policy_dir: str | Path, ref_dir: str | Path, eval_file: str 
     PPO logs). For runs without a KL term, which log none."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from alignment.losses.nll import token_logprobs
     tok = AutoTokenizer.from_pretrained(policy_dir)
     tok.padding_side = "left"
     policy = AutoModelForCausalLM.from_pretrained(policy_dir, dtype=torch.float32).eval()

@@ -21,12 +21,12 @@ from alignment.config.stages import TrainerConfig
 from alignment.distributed.runtime import Runtime
 from alignment.models.saving import commit_model, lora_save, save_hf_copy
 from alignment.outputs import StagedOutput
-from alignment.trainers import checkpoint
-from alignment.trainers.engine import step as engine_step
+from alignment.training import checkpoint
+from alignment.training.engine import step as engine_step
 from alignment.nonfinite import NonFiniteGuard, zero_loss
-from alignment.trainers.sampler import micro_batches, micro_batches_per_epoch
-from alignment.trainers.schedule import SaveSchedule
-from alignment.trainers.tracking import MetricsLogger
+from alignment.training.sampler import micro_batches, micro_batches_per_epoch
+from alignment.training.schedule import SaveSchedule
+from alignment.training.tracking import MetricsLogger
 
 log = logging.getLogger(__name__)
 

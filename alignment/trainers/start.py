@@ -8,6 +8,7 @@ from typing import Any, Callable
 from alignment.config.groups import MoEConfig
 from alignment.config.stages import TrainerConfig
 from alignment.datasets.tokenized import RowTokenizer, load_train_eval
+from alignment.training.checkpoint import check_world_size
 from alignment.distributed.runtime import Runtime, init_runtime
 from alignment.models.builder import ModelSetup, prepare
 from alignment.models.moe import moe_top_k
@@ -33,6 +34,8 @@ def start(cfg: TrainerConfig, tokenizer_for: Callable[[Any, str], RowTokenizer])
     """`tokenizer_for(tokenizer, source)` turns one dataset source's rows into the stage's samples."""
     rt = init_runtime(cfg.local_rank, cfg.num_threads)
     cfg.accumulation_steps(rt.world_size)   # fails now, not after loading, if sizes don't divide
+    if cfg.load_checkpoint:   # before any weights load
+        check_world_size(cfg.ckpt_path, rt.world_size)
     setup = prepare(cfg, rt)
     # a dense model given --aux_loss_coef is refused from its config.json, before the data is read
     top_k = moe_top_k(setup.path, cfg.aux_loss_coef, setup.trust_remote_code) if isinstance(cfg, MoEConfig) else 0

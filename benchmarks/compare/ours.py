@@ -83,7 +83,7 @@ def sft_tokens_per_step(spec: RunSpec) -> list[int]:
     from alignment.datasets.sft import SFTTokenizer
     from alignment.datasets.tokenized import load_train_eval
     from alignment.models.loading import load_tokenizer
-    from alignment.trainers.sampler import micro_batches
+    from alignment.training.sampler import micro_batches
 
     cfg = parse_args(SFTConfig, sft_flags(spec), prog="bench")
     tok = load_tokenizer(spec.model)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from alignment import events
 from alignment.config.groups import LoggingConfig
-from alignment.trainers.trackers import TensorBoard, start_wandb
+from alignment.training.trackers import TensorBoard, start_wandb
 
 log = logging.getLogger(__name__)
 

@@ -13,6 +13,7 @@ from alignment.config.base import ConfigError
 from alignment.config.groups import TrainConfig
 from alignment.distributed.deepspeed_config import train_ds_config
 from alignment.distributed.runtime import Runtime
+from alignment.models.moe import mark_zero3_leaves
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +128,6 @@ def make_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainConfig, total_ste
 def build_engine(model: torch.nn.Module, cfg: TrainConfig, rt: Runtime, bf16: bool, total_steps: int) -> Any:
     import deepspeed
 
-    from alignment.models.moe import mark_zero3_leaves
     stage = cfg.zero_stage_on(rt.world_size)
     if cfg.zero_stage is None:
         log.info("ZeRO stage %d (--zero_stage unset: %s)", stage, "one rank, nothing to partition; --zero_stage 2 "

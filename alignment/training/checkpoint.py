@@ -37,6 +37,7 @@ import torch.distributed as dist
 from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchCheckpointEngine
 
 from alignment import storage
+from alignment.config.base import ConfigError
 
 log = logging.getLogger(__name__)
 PREFIX = "global_step"
@@ -288,7 +289,6 @@ def check_world_size(ckpt_uri: str, world_size: int) -> None:
     """Before any weights load: the checkpoint a resume would use (find_latest: verified, a damaged one
     skipped) must come from as many ranks as this run has. Its ZeRO optimizer state is sharded per rank,
     and the data order depends on the rank count too."""
-    from alignment.config.base import ConfigError
     found = find_latest(ckpt_uri)
     written = (storage.read_manifest(found.uri) or {}).get("metadata", {}).get("world_size") if found else None
     if written is not None and written != world_size:
