@@ -114,7 +114,7 @@ def _whiten_rank(rank: int, port: int, out) -> None:
     import torch.distributed as dist
 
     from alignment.losses.advantages import advantages_and_returns
-    from alignment.trainers.base import sum_across_ranks
+    from alignment.distributed.collectives import sum_across_ranks
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)
     rewards, _ = _batch()

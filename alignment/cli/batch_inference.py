@@ -30,7 +30,8 @@ def main(argv: list[str] | None = None) -> dict:
             from alignment.config import ConfigError
             raise ConfigError(reason)
     from alignment.distributed.runtime import init_runtime
-    from alignment.inference.batch import gather_to_main, generated_samples, given_samples, load_rows, score, write_output
+    from alignment.distributed.collectives import gather_to_main
+    from alignment.inference.batch import generated_samples, given_samples, load_rows, score, write_output
     from alignment.models.builder import prepare
     from alignment.rewards.scorer import make_reward
 
@@ -45,7 +46,7 @@ def main(argv: list[str] | None = None) -> dict:
                else generated_samples(cfg, rt, setup, rows, mine))
     if reward is not None:
         score(samples, reward, cfg.micro_batch_size)
-    ranked = gather_to_main(samples, rt.world_size)
+    ranked = gather_to_main(samples, key=lambda x: x.index)   # a prompt's best-of-n keep their order
     return write_output(cfg, ranked, scored=reward is not None) if rt.is_main else {}
 
 

@@ -24,8 +24,9 @@ def main(argv: list[str] | None = None) -> dict:
     check_outputs(cfg)
     if ray_ranks.on_ray(cfg):     # a Ray job, or more than one rank: place the ranks on Ray
         return ray_ranks.run_ranks(main, argv, cfg, "evaluate")
+    from alignment.distributed.collectives import gather_to_main
     from alignment.distributed.runtime import init_runtime
-    from alignment.inference.evaluate import (gather, generate_values, load_eval_rows, pair_values, perplexity_values,
+    from alignment.inference.evaluate import (generate_values, load_eval_rows, pair_values, perplexity_values,
                                               write_evaluation)
     from alignment.models.builder import prepare
     from alignment.rewards.scorer import make_reward
@@ -41,7 +42,7 @@ def main(argv: list[str] | None = None) -> dict:
         values = pair_values(cfg, setup, rt, mine)
     else:
         values = perplexity_values(cfg, setup, rt, mine)
-    everything = gather(values, rt.world_size)
+    everything = gather_to_main(values, key=lambda v: v.index)
     return write_evaluation(cfg, everything, scored_by_rm=bool(cfg.reward_pretrain)) if rt.is_main else {}
 
 

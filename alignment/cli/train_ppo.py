@@ -42,12 +42,6 @@ def refuse_ray_only(cfg: PPOConfig) -> None:
                           f"torchrun --nproc_per_node) — drop them or use train_ppo_ray")
 
 
-def barrier() -> None:
-    import torch.distributed as dist
-    if dist.is_initialized():
-        dist.barrier()
-
-
 def build_models(cfg: PPOConfig, rt, setup, total_steps: int):
     """(actor engine, critic engine or None, the critic's value scale, frozen reference or None)."""
     from alignment.models.builder import load_actor, load_value_model
@@ -89,6 +83,7 @@ def main(argv: list[str] | None = None) -> dict:
     from alignment.ppo.loop import run_iterations
     from alignment.ppo.packed import packing_for
     from alignment.rewards.scorer import make_reward
+    from alignment.distributed.collectives import barrier
     from alignment.training.checkpoint import check_world_size
     from alignment.training.tracking import MetricsLogger
 

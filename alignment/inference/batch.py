@@ -80,17 +80,6 @@ def load_rows(cfg: BatchInferenceConfig, tokenizer) -> list[PromptRow]:
     return out
 
 
-def gather_to_main(samples: list[Sample], world_size: int) -> list[Sample]:
-    """Every rank's samples on rank 0, in prompt order (stable: a prompt's best-of-n samples keep
-    their order); other ranks get []."""
-    if world_size == 1:
-        return samples
-    import torch.distributed as dist
-    parts: list[list[Sample]] | None = [[] for _ in range(world_size)] if dist.get_rank() == 0 else None
-    dist.gather_object(samples, parts, dst=0)
-    return sorted((x for part in parts for x in part), key=lambda x: x.index) if parts is not None else []
-
-
 def given_samples(rows: list[PromptRow], mine: list[int], eos: str) -> list[Sample]:
     """--eval_task rm: the rows' own responses; the reward's query ends at EOS, as a generated
     response does (and as train_rm trains the RM to read)."""

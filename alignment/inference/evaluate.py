@@ -159,15 +159,6 @@ def reduce(task: str, values: list[RowValue]) -> dict[str, float]:
             {"pair_accuracy": right, "mean_margin": mean}) | {"rows": float(n)}
 
 
-def gather(values: list[RowValue], world_size: int) -> list[RowValue]:
-    if world_size == 1:
-        return values
-    import torch.distributed as dist
-    parts: list | None = [[] for _ in range(world_size)] if dist.get_rank() == 0 else None
-    dist.gather_object(values, parts, dst=0)
-    return sorted((v for part in parts for v in part), key=lambda v: v.index) if parts is not None else []
-
-
 def write_evaluation(cfg: EvaluateConfig, values: list[RowValue], scored_by_rm: bool) -> dict[str, float]:
     """evaluation.json ({"task", "metrics", "n", "examples"}) committed at --output_path; a metric that is
     NaN/Inf (an RM gone non-finite) is refused, never committed."""

@@ -10,7 +10,6 @@ import torch
 
 from alignment.config import TrainingConfig
 from alignment.config.groups import ModelConfig
-from alignment.config.groups import RanksConfig
 from alignment.distributed.runtime import Runtime
 from alignment.models.loading import check_4bit, load_causal_lm, load_tokenizer, resolve_model_path
 from alignment.models.lora import apply_lora, check_targets

@@ -38,7 +38,7 @@ from alignment.ppo.pending import Done, Later, Mapped, Pending
 from alignment.rewards.scorer import Scored
 
 from alignment.rollout.types import Rollout, SamplingParams
-from alignment.trainers.base import mean_across_ranks, sum_across_ranks
+from alignment.distributed.collectives import mean_across_ranks, sum_across_ranks
 
 log = logging.getLogger(__name__)
 

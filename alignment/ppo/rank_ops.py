@@ -12,6 +12,7 @@ from typing import Any, Iterator
 import torch
 
 from alignment.config.ppo import PPOConfig
+from alignment.distributed.collectives import max_across_ranks, world_size
 from alignment.losses.aggregation import StepTotals, aggregate
 from alignment.losses.kl import kl_estimate
 from alignment.losses.nll import masked_mean
@@ -25,29 +26,13 @@ from alignment.training.engine import step as engine_step
 from alignment.nonfinite import NonFiniteGuard, zero_loss
 
 
-def _ranks() -> int:
-    import torch.distributed as dist
-    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-
-
-def _max_across_ranks(n: int) -> int:
-    import torch.distributed as dist
-    if _ranks() == 1:
-        return n
-    t = torch.tensor([n], dtype=torch.long)
-    if dist.get_backend() == "nccl":   # NCCL reduces GPU tensors only
-        t = t.cuda()
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return int(t.item())
-
-
 def micro_groups(batch: SequenceBatch, rows: int, max_tokens: int | None, packing: Packing | None) -> list[list[int]]:
     """Row indices of each micro-batch: `rows` at a time in order, or (--use_dynamic_batch, max_tokens
     set) by token budget, as many on every rank of the group (token_budget.split_to)."""
     if max_tokens is None:
         return [list(range(s, min(s + rows, len(batch.prompt_index)))) for s in range(0, len(batch.prompt_index), rows)]
     groups = TokenBudget(max_tokens, packing is not None).groups(batch.attention_mask.sum(-1).tolist())
-    return split_to(groups, _max_across_ranks(len(groups)))
+    return split_to(groups, max_across_ranks(len(groups)))
 
 
 def _rollout_cut(cfg: PPOConfig) -> tuple[int, int | None]:
@@ -113,7 +98,7 @@ def _steps(engine: Any, exp: Experience, cfg: PPOConfig, seed: int, packing: Pac
     gradient does not depend on the cut."""
     import torch.distributed as dist
 
-    accum, ranks = engine.gradient_accumulation_steps(), _ranks()
+    accum, ranks = engine.gradient_accumulation_steps(), world_size()
     step_rows = accum * cfg.micro_train_batch_size
     budget = cfg.train_max_tokens_per_gpu if cfg.use_dynamic_batch else None
     rng = random.Random(seed)

@@ -103,7 +103,7 @@ class ModelWorker:
     # --- training ----------------------------------------------------------------------
     def train(self, exp: Any, kl_coef: float, seed: int) -> dict[str, float]:
         from alignment.ppo import rank_ops
-        from alignment.trainers.base import mean_across_ranks
+        from alignment.distributed.collectives import mean_across_ranks
         with self.sleep.awake():
             if self.role == "critic":
                 stats = rank_ops.train_critic(self.engine, self.capture, exp, self.cfg, seed, self.packing)

@@ -2,16 +2,18 @@
 from __future__ import annotations
 
 import os
+from importlib import resources
 from pathlib import Path
 
 
 def tiny_dir() -> Path:
-    """alignflow/data/tiny: the generated splits, tokenizer/, llama_config.json and reward_func.py."""
+    """data/tiny (installed: alignflow/data/tiny): the generated splits, tokenizer/, llama_config.json and reward_func.py."""
     override = os.environ.get("ALIGNFLOW_TINY_DIR")
     if override:
         return Path(override)
+    # a resource lookup, not an import: the files ship in the wheel as package data of alignflow.data
+    # (the checkout's data/ folder); alignment imports nothing of alignflow (tests/test_layers.py)
     try:
-        import alignflow.data
-        return Path(alignflow.data.__file__).parent / "tiny"
-    except ImportError:
-        return Path(__file__).resolve().parents[2] / "alignflow" / "data" / "tiny"
+        return Path(str(resources.files("alignflow.data"))) / "tiny"
+    except ModuleNotFoundError:   # alignment installed without alignflow: a checkout's data/ folder
+        return Path(__file__).resolve().parents[2] / "data" / "tiny"

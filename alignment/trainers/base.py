@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from alignment.config.base import ConfigError, public_dict
 from alignment.config.groups import TrainConfig
 from alignment.config.stages import TrainerConfig
+from alignment.distributed.collectives import barrier, mean_across_ranks
 from alignment.distributed.runtime import Runtime
 from alignment.models.saving import commit_model, lora_save, save_hf_copy
 from alignment.outputs import StagedOutput
@@ -41,13 +41,6 @@ class LoopState:
     history: list[dict] = field(default_factory=list)  # logged metrics so far
 
 
-def mean_across_ranks(values: dict[str, float]) -> dict[str, float]:
-    if not dist.is_initialized() or dist.get_world_size() == 1 or not values:
-        return values
-    keys = sorted(values)
-    t = torch.tensor([values[k] for k in keys], dtype=torch.float64, device=_collective_device())
-    dist.all_reduce(t)
-    return {k: v / dist.get_world_size() for k, v in zip(keys, t.tolist())}
 
 
 def steps_per_epoch(num_samples: int, cfg: TrainConfig, world_size: int) -> int:
@@ -66,21 +59,8 @@ def eval_shard(n: int, rank: int, world: int) -> list[tuple[int, float]]:
     return [(i, 1.0) if i < n else (0, 0.0) for i in range(rank * per_rank, (rank + 1) * per_rank)]
 
 
-def _collective_device() -> torch.device:
-    """Where a collective's tensor must live: NCCL reduces CUDA tensors only, gloo CPU ones."""
-    if dist.get_backend() == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
 
 
-def sum_across_ranks(values: torch.Tensor) -> torch.Tensor:
-    """Sums `values` across ranks in place (a CPU tensor travels through the GPU under NCCL)."""
-    if dist.is_initialized():
-        t = values.to(_collective_device())   # `values` itself when already there
-        dist.all_reduce(t)
-        if t is not values:
-            values.copy_(t)
-    return values
 
 
 def maybe_inject_nan(loss: torch.Tensor, step: int) -> torch.Tensor:
@@ -238,5 +218,4 @@ class Trainer:
                      {"stage": self.stage, "config": public_dict(self.cfg), "final_metrics": logger.final(),
                       "tracking": logger.links},
                      extra_config, self.export_state, lora=lora_save(self.cfg), cfg=self.cfg)    # collective
-        if dist.is_initialized():
-            dist.barrier()
+        barrier()

@@ -21,7 +21,8 @@ from alignment.losses.opd import sampled_token_loss, topk_loss, topk_reverse_kl
 from alignment.models.moe import forward_with_aux
 from alignment.rollout.hf_engine import HFEngine
 from alignment.rollout.types import SamplingParams
-from alignment.trainers.base import Trainer, eval_shard, sum_across_ranks
+from alignment.distributed.collectives import sum_across_ranks
+from alignment.trainers.base import Trainer, eval_shard
 from alignment.trainers.reference import ReferenceModel
 from alignment.trainers.sft import forward_logits
 

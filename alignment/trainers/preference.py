@@ -19,7 +19,8 @@ from alignment.losses.nll import sft_loss
 from alignment.losses.preference import dpo_loss, kto_kl_estimate, kto_loss, pairwise_rm_loss, pairwise_rm_losses
 from alignment.models.moe import forward_with_aux
 from alignment.models.reward_model import ValueCapture, export_names
-from alignment.trainers.base import Trainer, eval_shard, mean_across_ranks, sum_across_ranks
+from alignment.distributed.collectives import mean_across_ranks, sum_across_ranks
+from alignment.trainers.base import Trainer, eval_shard
 from alignment.trainers.reference import ReferenceModel
 from alignment.trainers.sft import forward_logits
 

@@ -10,7 +10,8 @@ from alignment.config.stages import PRMConfig
 from alignment.datasets.process_reward import PRMBatch, PRMSample, layout_targets
 from alignment.losses.prm import prm_loss
 from alignment.models.moe import forward_with_aux
-from alignment.trainers.base import eval_shard, sum_across_ranks
+from alignment.distributed.collectives import sum_across_ranks
+from alignment.trainers.base import eval_shard
 from alignment.trainers.sft import SFTTrainer
 
 

@@ -6,7 +6,8 @@ import torch
 from alignment.datasets.sft import Batch, TokenizedSample, collate_packed, collate_padded
 from alignment.losses.nll import sft_loss
 from alignment.models.moe import forward_with_aux
-from alignment.trainers.base import Trainer, eval_shard, sum_across_ranks
+from alignment.distributed.collectives import sum_across_ranks
+from alignment.trainers.base import Trainer, eval_shard
 
 
 def forward_logits(model: torch.nn.Module, batch: Batch) -> torch.Tensor:

@@ -37,6 +37,7 @@ import torch.distributed as dist
 from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchCheckpointEngine
 
 from alignment import storage
+from alignment.distributed.collectives import barrier
 from alignment.config.base import ConfigError
 
 log = logging.getLogger(__name__)
@@ -110,11 +111,6 @@ def staging_dir(ckpt_uri: str) -> Path:
 
 def tag(step: int) -> str:
     return f"{PREFIX}{step}"
-
-
-def _barrier() -> None:
-    if dist.is_initialized():
-        dist.barrier()
 
 
 RoleWriter = Callable[[Path | None], None]   # extra files into a role's folder (None: not on this rank); collective
@@ -253,7 +249,7 @@ def save(engines: dict[str, Any], ckpt_uri: str, step: int, state: dict, max_kee
     a role), each node's first rank uploads (remote), rank 0 commits."""
     for role, engine in engines.items():
         save_engine(engine, ckpt_uri, step, role, (extra or {}).get(role))
-    _barrier()
+    barrier()
     rank0 = not dist.is_initialized() or dist.get_rank() == 0
     version = [storage.new_version() if rank0 else None]
     if dist.is_initialized():
@@ -269,7 +265,7 @@ def save(engines: dict[str, Any], ckpt_uri: str, step: int, state: dict, max_kee
     if rank0:
         commit(ckpt_uri, step, state, max_keep, metadata, dist.get_world_size() if dist.is_initialized() else 1,
                {k: v for p in gathered for k, v in p.items()}, version[0])
-    _barrier()
+    barrier()
     return uri
 
 
