@@ -7,14 +7,15 @@ rejection sampling) — which round's model the next round starts from, and ever
 `rollback` points the run at an earlier round's model (every round's model stays committed in the store,
 promoted or not); the next scheduled run continues from it. Exit 2 with one line on a bad store, run or round.
 """
+
 from __future__ import annotations
 
 import argparse
 import sys
 
-from alignment.storage import StorageError
 from alignflow.tasks.policy_pointer import read_pointer, rollback
 from alignflow.tasks.stage_spec import check_store
+from alignment.storage import StorageError
 
 
 def history_lines(store: str, run_name: str) -> list[str]:

@@ -6,6 +6,7 @@ server or the network stayed down through the call's own retries; EX_TEMPFAIL of
 the flow retries the stage with backoff and it resumes from its last checkpoint · anything else
 a crash (retried too).
 """
+
 from __future__ import annotations
 
 EXIT_INPUT = 2

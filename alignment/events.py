@@ -11,6 +11,7 @@ events without it only move the progress. The task consumes these lines (they ne
 Prefect log) and turns them into the progress artifact, a steady log line and live curves.
 Torch-free: both sides import it.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,10 +24,10 @@ ENV_SWITCH = "ALIGNFLOW_EVENTS"
 
 @dataclass
 class ProgressEvent:
-    step: int                       # optimizer steps (PPO: iterations) done
-    total: int                      # of this many
-    samples: int = 0                # samples (PPO: generated responses) seen so far in this process
-    row: dict[str, float] = field(default_factory=dict)   # a logged metrics row, when there is one
+    step: int  # optimizer steps (PPO: iterations) done
+    total: int  # of this many
+    samples: int = 0  # samples (PPO: generated responses) seen so far in this process
+    row: dict[str, float] = field(default_factory=dict)  # a logged metrics row, when there is one
 
 
 def enabled() -> bool:
@@ -47,8 +48,12 @@ def parse_event(line: str) -> ProgressEvent | None:
     if at < 0:
         return None
     try:
-        body = json.loads(line[at + len(PREFIX):])
-        return ProgressEvent(int(body["step"]), int(body["total"]), int(body.get("samples", 0)),
-                             {k: float(v) for k, v in body.get("row", {}).items()})
+        body = json.loads(line[at + len(PREFIX) :])
+        return ProgressEvent(
+            int(body["step"]),
+            int(body["total"]),
+            int(body.get("samples", 0)),
+            {k: float(v) for k, v in body.get("row", {}).items()},
+        )
     except (ValueError, KeyError, TypeError):
-        return None   # a torn or foreign line: shown as a plain log line instead
+        return None  # a torn or foreign line: shown as a plain log line instead

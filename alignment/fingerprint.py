@@ -7,6 +7,7 @@ last MiB (a full read of a multi-GB weight file on every flow start would cost m
 saves). A committed directory (one with our MANIFEST.json) is identified by its manifest, which
 already holds every file's sha256. Remote URIs (s3://) and hub names are left to their URI.
 """
+
 from __future__ import annotations
 
 import hashlib

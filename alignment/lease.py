@@ -15,6 +15,7 @@ same instant, both may proceed (the window is one round trip). S3-compatible ser
 If-None-Match lose the atomic create; reading the lease back after writing it narrows, not closes,
 that race.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -38,7 +39,7 @@ class LeaseHeld(TransientError):
     """Another live run holds the output's lease."""
 
 
-_held: list["Lease"] = []   # this process's leases, released by release_all when a CLI's main returns
+_held: list["Lease"] = []  # this process's leases, released by release_all when a CLI's main returns
 
 
 def release_all() -> None:
@@ -56,12 +57,12 @@ def _boot_id() -> str:
 
 @dataclass(frozen=True)
 class Holder:
-    owner: str          # a random id per lease
+    owner: str  # a random id per lease
     host: str
-    boot: str           # the host's boot id: a pid means nothing after a reboot
+    boot: str  # the host's boot id: a pid means nothing after a reboot
     pid: int
-    what: str           # the command that holds it
-    heartbeat: float    # time.time() of the last heartbeat
+    what: str  # the command that holds it
+    heartbeat: float  # time.time() of the last heartbeat
 
     def describe(self) -> str:
         return f"{self.what} (pid {self.pid} on {self.host}, last heartbeat {time.time() - self.heartbeat:.0f} s ago)"
@@ -76,7 +77,7 @@ class Holder:
             os.kill(self.pid, 0)
         except ProcessLookupError:
             return True
-        except PermissionError:   # alive, another user's
+        except PermissionError:  # alive, another user's
             pass
         return False
 
@@ -96,7 +97,7 @@ def _read(uri: str) -> Holder | None:
         return None
     try:
         return Holder(**json.loads(text))
-    except (ValueError, TypeError):   # torn by a crash mid-write on a filesystem without atomic writes
+    except (ValueError, TypeError):  # torn by a crash mid-write on a filesystem without atomic writes
         return Holder("?", "?", "", 0, "an unreadable lease", 0.0)
 
 
@@ -113,12 +114,15 @@ def _create(uri: str, holder: Holder) -> bool:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         return True
-    try:   # the server's 412 PreconditionFailed: s3fs raises FileExistsError (AWS) or OSError EINVAL (SeaweedFS)
+    try:  # the server's 412 PreconditionFailed: s3fs raises FileExistsError (AWS) or OSError EINVAL (SeaweedFS)
         storage.retry_call(lambda: fs.pipe_file(path, data, mode="create"), "create", uri)
     except storage.StorageError as e:
         cause = e.__cause__
-        if isinstance(cause, FileExistsError) or "pre-conditions you specified did not hold" in str(cause) \
-                or "PreconditionFailed" in str(cause):
+        if (
+            isinstance(cause, FileExistsError)
+            or "pre-conditions you specified did not hold" in str(cause)
+            or "PreconditionFailed" in str(cause)
+        ):
             return False
         raise
     got = _read(uri)
@@ -139,19 +143,21 @@ class Lease:
             mine = Holder(uuid.uuid4().hex, socket.gethostname(), _boot_id(), os.getpid(), self.what, time.time())
             if _create(self.uri, mine):
                 self.holder = mine
-                os.environ[ENV] = mine.owner   # the ranks this process starts share it
+                os.environ[ENV] = mine.owner  # the ranks this process starts share it
                 threading.Thread(target=self._beat, daemon=True, name="alignflow-lease").start()
                 atexit.register(self.release)
                 _held.append(self)
                 return self
             found = _read(self.uri)
             if found is None:
-                continue                        # released in between: try again
+                continue  # released in between: try again
             if inherited and found.owner == inherited:
-                return self                     # a rank of the run that holds it
+                return self  # a rank of the run that holds it
             if not found.dead(ttl_s()):
-                raise LeaseHeld(f"{self.output} is being written by {found.describe()}; its lease is {self.uri}: "
-                                f"wait for that run to end, or write to another path")
+                raise LeaseHeld(
+                    f"{self.output} is being written by {found.describe()}; its lease is {self.uri}: "
+                    f"wait for that run to end, or write to another path"
+                )
             log.warning("taking over the lease on %s from %s, which is gone", self.output, found.describe())
             storage.remove(self.uri)
         raise LeaseHeld(f"{self.output}: could not take its lease {self.uri} (other writers keep taking it)")
@@ -161,12 +167,15 @@ class Lease:
             try:
                 found = _read(self.uri)
                 if found is None or self.holder is None or found.owner != self.holder.owner:
-                    log.error("lost the lease on %s (now held by %s): another run may be writing it", self.output,
-                              found.describe() if found else "nobody")
+                    log.error(
+                        "lost the lease on %s (now held by %s): another run may be writing it",
+                        self.output,
+                        found.describe() if found else "nobody",
+                    )
                     return
                 self.holder = Holder(**{**asdict(self.holder), "heartbeat": time.time()})
                 storage.write_text_atomic(self.uri, json.dumps(asdict(self.holder)))
-            except storage.StorageError as e:   # a store outage: the run's own store calls will say so
+            except storage.StorageError as e:  # a store outage: the run's own store calls will say so
                 log.warning("lease heartbeat on %s failed: %s", self.output, e)
 
     def release(self) -> None:

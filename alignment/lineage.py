@@ -5,6 +5,7 @@ store URI or local path); where a folder has no alignflow card (a random-init ba
 model, a hub download) its MANIFEST.json, if any, still names its stage, and the walk ends there,
 as it does at a hub name. Torch-free: the flows' report shows the final model's lineage.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -14,7 +15,7 @@ from alignment.config.base import ConfigError
 from alignment.models.card import is_local_ref, read_lineage
 
 NAN = float("nan")
-MAX_HOPS = 100   # a chain longer than this is a loop the seen-set missed (two spellings of one path)
+MAX_HOPS = 100  # a chain longer than this is a loop the seen-set missed (two spellings of one path)
 
 
 def key_metric(stage: str, m: dict[str, float]) -> str:
@@ -34,11 +35,14 @@ def key_metric(stage: str, m: dict[str, float]) -> str:
         return f"KL to the teacher {m.get('train/kd_kl', NAN):.3f} (last step)"
     if stage == "opd":
         return f"reverse KL to the teacher {m.get('eval/kl', m.get('train/opd_loss', NAN)):.3f}"
-    if stage == "given":   # a model a flow measured but did not make (a distillation's teacher)
+    if stage == "given":  # a model a flow measured but did not make (a distillation's teacher)
         return "given, not trained here"
     if stage == "evaluate":
-        shown = [f"{k} {v:.1%}" if k in ("accuracy", "pair_accuracy") else f"{k} {v:.4g}" for k, v in m.items()
-                 if k != "rows"]
+        shown = [
+            f"{k} {v:.1%}" if k in ("accuracy", "pair_accuracy") else f"{k} {v:.4g}"
+            for k, v in m.items()
+            if k != "rows"
+        ]
         return f"held-out {', '.join(shown[:2])} ({m.get('rows', 0):.0f} rows)"
     if stage == "batch_inference":
         mean = m.get("mean_reward")
@@ -51,13 +55,13 @@ class Hop:
     """One model of a lineage."""
 
     uri: str
-    stage: str                   # the stage that made it; "hub" for a hub name; "" where nothing says
-    base_model: str | None       # the chain's first model, as its card records it
-    metric: str                  # key_metric of its final metrics
-    parents: dict[str, str] = field(default_factory=dict)   # flag -> model it was trained from
+    stage: str  # the stage that made it; "hub" for a hub name; "" where nothing says
+    base_model: str | None  # the chain's first model, as its card records it
+    metric: str  # key_metric of its final metrics
+    parents: dict[str, str] = field(default_factory=dict)  # flag -> model it was trained from
     final_metrics: dict[str, float] = field(default_factory=dict)
     code_version: str | None = None
-    card: bool = False           # it has an alignflow model card
+    card: bool = False  # it has an alignflow model card
 
     @property
     def parent(self) -> str | None:
@@ -72,8 +76,16 @@ def read_hop(uri: str) -> Hop:
         raise ConfigError(f"{uri}: no model there; pass a committed model's folder or store URI")
     found = read_lineage(uri)
     if found is not None:
-        return Hop(uri, found.stage, found.base_model, key_metric(found.stage, found.final_metrics), found.parents,
-                   found.final_metrics, found.code_version, card=True)
+        return Hop(
+            uri,
+            found.stage,
+            found.base_model,
+            key_metric(found.stage, found.final_metrics),
+            found.parents,
+            found.final_metrics,
+            found.code_version,
+            card=True,
+        )
     meta = (storage.read_manifest(uri) or {}).get("metadata") or {}
     stage, metrics = meta.get("stage", ""), meta.get("final_metrics") or {}
     return Hop(uri, stage, meta.get("source") or uri, key_metric(stage, metrics), final_metrics=metrics)
@@ -91,5 +103,7 @@ def walk(uri: str) -> list[Hop]:
 def lines(hops: list[Hop]) -> list[str]:
     """One line per hop: stage, URI, base model, key metric."""
     width = max(len(h.stage or "?") for h in hops)
-    return [f"{h.stage or '?':{width}s}  {h.uri}  base={h.base_model or '-'}" + (f"  {h.metric}" if h.metric else "")
-            for h in hops]
+    return [
+        f"{h.stage or '?':{width}s}  {h.uri}  base={h.base_model or '-'}" + (f"  {h.metric}" if h.metric else "")
+        for h in hops
+    ]

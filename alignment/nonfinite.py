@@ -14,6 +14,7 @@ optimizer step:
 A stop is a NonFiniteError: one line naming the step and the loss, exit 2 (a rerun resumes from the
 last committed checkpoint and would meet the same NaN: the fix is in the flags or the data).
 """
+
 from __future__ import annotations
 
 import logging
@@ -22,6 +23,7 @@ from typing import Any, Iterable
 
 import torch
 import torch.distributed as dist
+
 from alignment.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -67,11 +69,21 @@ class NonFiniteGuard:
         value = loss.detach().float().flatten()[0].item() if loss.numel() else float("nan")
         if self.skips < self.max_skips:
             self.skips += 1
-            log.warning("%s: step %d: the %s is %s on some rank; skipping this micro-batch (%d of "
-                        "--max_nonfinite_skips %d used)", self.stage, step, name, value, self.skips, self.max_skips)
+            log.warning(
+                "%s: step %d: the %s is %s on some rank; skipping this micro-batch (%d of "
+                "--max_nonfinite_skips %d used)",
+                self.stage,
+                step,
+                name,
+                value,
+                self.skips,
+                self.max_skips,
+            )
             return False
-        raise NonFiniteError(f"{self.stage}: the {name} became {value} at optimizer step {step} (non-finite); "
-                             f"stopped without committing: {_FIX}")
+        raise NonFiniteError(
+            f"{self.stage}: the {name} became {value} at optimizer step {step} (non-finite); "
+            f"stopped without committing: {_FIX}"
+        )
 
     def grad_norm(self, engine: Any, step: int) -> None:
         """After an optimizer step: its gradient norm, where DeepSpeed computed one (it does when clipping)."""
@@ -80,13 +92,16 @@ class NonFiniteGuard:
             return
         value = float(norm.item() if isinstance(norm, torch.Tensor) else norm)
         if not math.isfinite(value):
-            raise NonFiniteError(f"{self.stage}: the gradient norm became {value} at optimizer step {step} "
-                                 f"(non-finite); the step was taken, so the run stops without committing: {_FIX}")
+            raise NonFiniteError(
+                f"{self.stage}: the gradient norm became {value} at optimizer step {step} "
+                f"(non-finite); the step was taken, so the run stops without committing: {_FIX}"
+            )
 
 
 def check_weights(state: dict[str, torch.Tensor], where: str) -> None:
     """The last line of defence before a commit: every floating-point tensor is finite."""
     for name, t in state.items():
         if t.is_floating_point() and not bool(torch.isfinite(t).all()):
-            raise NonFiniteError(f"{where}: weight {name} holds NaN/Inf; not committed (the run that produced it "
-                                 f"diverged: {_FIX})")
+            raise NonFiniteError(
+                f"{where}: weight {name} holds NaN/Inf; not committed (the run that produced it " f"diverged: {_FIX})"
+            )

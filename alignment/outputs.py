@@ -2,7 +2,8 @@
 
 Every stage writes its output through one context, `StagedOutput`:
 
-    with StagedOutput(cfg.save_path, writes=rt.is_main) as out:   # out.dir: where files go (None: this rank writes none)
+    # out.dir: where files go (None: this rank writes none)
+    with StagedOutput(cfg.save_path, writes=rt.is_main) as out:
         ...                                                         # train, log metrics into out.dir
         out.commit(metadata)                                        # (models: saving.commit_model)
     # leaving the block without a commit (an exception) removes out.dir; the committed output stays
@@ -14,6 +15,7 @@ same filesystem) gets its MANIFEST.json and is then swapped with the old one by 
 one. Object stores have no directory rename: there the new files go to a new version folder and one
 PUT of MANIFEST.json switches to it (storage.commit_dir), so the old model stays committed until then.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -53,7 +55,7 @@ def _remove_dead_leftovers(dest: Path) -> None:
         except ProcessLookupError:
             log.info("removing %s: left by process %d, which died before its commit", old, pid)
             shutil.rmtree(old, ignore_errors=True)
-        except PermissionError:   # alive, someone else's
+        except PermissionError:  # alive, someone else's
             pass
 
 
@@ -63,8 +65,10 @@ def _refuse_file(dest: Path) -> None:
     for path in (dest, *dest.parents):
         if path.exists():
             if not path.is_dir():
-                raise ConfigError(f"output path {dest}: {path} is a file; pass a directory path (the output is "
-                                  f"a folder, committed as a whole)")
+                raise ConfigError(
+                    f"output path {dest}: {path} is a file; pass a directory path (the output is "
+                    f"a folder, committed as a whole)"
+                )
             return
 
 
@@ -98,7 +102,7 @@ def _exchange(a: Path, b: Path) -> bool:
 
 def _swap_into_place(staged: Path, dest: Path) -> None:
     """Put the committed `staged` directory at `dest`; the old `dest` (if any) is deleted after."""
-    _refuse_file(dest)   # again: the file may have appeared while the output was built
+    _refuse_file(dest)  # again: the file may have appeared while the output was built
     if not dest.exists():
         os.rename(staged, dest)
         return
@@ -108,7 +112,7 @@ def _swap_into_place(staged: Path, dest: Path) -> None:
         os.rename(dest, old)
         os.rename(staged, dest)
         staged = old
-    shutil.rmtree(staged, ignore_errors=True)   # now the previous output
+    shutil.rmtree(staged, ignore_errors=True)  # now the previous output
 
 
 class StagedOutput:
@@ -125,7 +129,7 @@ class StagedOutput:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self.dir is not None:      # not committed: an exception left the block
+        if self.dir is not None:  # not committed: an exception left the block
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None
 
@@ -146,7 +150,7 @@ def commit_output(staged: Path, save_path: str, metadata: dict) -> dict:
     try:
         if storage.is_remote(save_path):
             return storage.commit_dir(staged, save_path.rstrip("/"), metadata=metadata)
-        manifest = storage.commit_dir(staged, staged, metadata=metadata)   # hashed in place, MANIFEST last
+        manifest = storage.commit_dir(staged, staged, metadata=metadata)  # hashed in place, MANIFEST last
         _swap_into_place(staged, local_path(save_path.rstrip("/")))
         return manifest
     finally:

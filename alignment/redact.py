@@ -1,4 +1,5 @@
 """Credentials never leave the process in text it writes: errors a library built, model cards."""
+
 from __future__ import annotations
 
 import os

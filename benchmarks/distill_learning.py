@@ -8,6 +8,7 @@ and the accuracy KD is compared with. A finished (method, seed) is read back fro
 Usage: .venv/bin/python benchmarks/distill_learning.py TEACHER SFT_DIR OUT_DIR [--seeds 42 43 44]
 Writes OUT_DIR/distill_learning.json and prints a markdown table (docs/distillation.md keeps the dated one).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,13 +25,21 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 RECIPES = REPO / "deployments" / "recipes" / "tiny"
 # method -> (CLI, recipe file, extra flags); "sft" runs kd.yaml's budget on sft.yaml, without the teacher
-METHODS = {"sft": ("train_sft", "sft.yaml", ["--max_steps", "300", "--learning_rate", "0.0005", "--eval_steps", "100"]),
-           "kd": ("train_kd", "kd.yaml", []), "opd": ("train_opd", "opd.yaml", [])}
+METHODS = {
+    "sft": ("train_sft", "sft.yaml", ["--max_steps", "300", "--learning_rate", "0.0005", "--eval_steps", "100"]),
+    "kd": ("train_kd", "kd.yaml", []),
+    "opd": ("train_opd", "opd.yaml", []),
+}
 
 
 def accuracy(model: str | Path) -> float:
-    out = subprocess.run([sys.executable, "-m", "alignment.cli.eval_tiny", "--pretrain", str(model)], cwd=REPO,
-                         check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "alignment.cli.eval_tiny", "--pretrain", str(model)],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     return json.loads(out)["accuracy"]
 
 
@@ -38,9 +47,29 @@ def train(method: str, teacher: str, sft: str, out: Path, seed: int) -> dict:
     cli, recipe, extra = METHODS[method]
     t0 = time.time()
     teacher_flags = [] if cli == "train_sft" else ["--teacher_model", teacher]
-    subprocess.run([sys.executable, "-m", f"alignment.cli.{cli}", "--config", str(RECIPES / recipe), "--pretrain", sft,
-                    *teacher_flags, "--save_path", str(out), "--save_steps", "-1", "--seed", str(seed), *extra],
-                   cwd=REPO, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            f"alignment.cli.{cli}",
+            "--config",
+            str(RECIPES / recipe),
+            "--pretrain",
+            sft,
+            *teacher_flags,
+            "--save_path",
+            str(out),
+            "--save_steps",
+            "-1",
+            "--seed",
+            str(seed),
+            *extra,
+        ],
+        cwd=REPO,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     wall = time.time() - t0
     steps = max(json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines())
     return {"wall_s": wall, "steps": steps, "accuracy": accuracy(out)}
@@ -70,10 +99,12 @@ def main() -> None:
 
 
 def table(results: dict) -> str:
-    lines = ["| model | held-out greedy accuracy | runs | wall time per run | optimizer steps per second |",
-             "|---|---|---|---|---|",
-             f"| teacher | {results['teacher']['accuracy']:.1%} | - | - | - |",
-             f"| student before (SFT) | {results['student']['accuracy']:.1%} | - | - | - |"]
+    lines = [
+        "| model | held-out greedy accuracy | runs | wall time per run | optimizer steps per second |",
+        "|---|---|---|---|---|",
+        f"| teacher | {results['teacher']['accuracy']:.1%} | - | - | - |",
+        f"| student before (SFT) | {results['student']['accuracy']:.1%} | - | - | - |",
+    ]
     for method in METHODS:
         runs = [v for k, v in results.items() if k.startswith(method + "/")]
         if not runs:
@@ -83,7 +114,9 @@ def table(results: dict) -> str:
         wall = statistics.mean(r["wall_s"] for r in runs)
         rate = statistics.mean(r["steps"] / r["wall_s"] for r in runs)
         label = "continued SFT (no teacher)" if method == "sft" else method.upper()
-        lines.append(f"| after {label} | {statistics.mean(acc):.1%}{spread} | {len(runs)} | {wall:.0f} s | {rate:.2f} |")
+        lines.append(
+            f"| after {label} | {statistics.mean(acc):.1%}{spread} | {len(runs)} | {wall:.0f} s | {rate:.2f} |"
+        )
     return "\n".join(lines)
 
 

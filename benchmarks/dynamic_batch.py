@@ -8,6 +8,7 @@ log-probs of both are compared (max |difference| is printed).
 
 Usage: .venv/bin/python benchmarks/dynamic_batch.py [--rows 32] [--micro 8] [--budget 2048] [--repeats 3]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,6 +28,7 @@ os.environ.setdefault("DS_ACCELERATOR", "cpu")
 def lengths(rows: int, seed: int) -> list[tuple[int, int]]:
     """(prompt, response) lengths: prompts 32..96 tokens, responses log-normal around 40, at most 256."""
     import random
+
     rng = random.Random(seed)
     return [(rng.randint(32, 96), max(4, min(256, int(rng.lognormvariate(3.7, 0.9))))) for _ in range(rows)]
 
@@ -34,15 +36,24 @@ def lengths(rows: int, seed: int) -> list[tuple[int, int]]:
 def model():
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
+
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
-                      num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=2048,
-                      tie_word_embeddings=True, attn_implementation="sdpa")
+    cfg = LlamaConfig(
+        vocab_size=49152,
+        hidden_size=576,
+        intermediate_size=1536,
+        num_hidden_layers=30,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        attn_implementation="sdpa",
+    )
     return LlamaForCausalLM(cfg)
 
 
 def timed(fn, repeats: int) -> float:
-    fn()                                   # warm-up: allocator, kernels
+    fn()  # warm-up: allocator, kernels
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -71,49 +82,76 @@ def main(argv: list[str] | None = None) -> int:
     from alignment.ppo.packed import Packing
     from alignment.ppo.token_budget import TokenBudget
     from tests.test_ppo_packing import batch_of
+
     torch.set_num_threads(args.threads)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29731", RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
     dist.init_process_group("gloo", rank=0, world_size=1)
 
     shape = lengths(args.rows, seed=0)
     batch = batch_of(shape, vocab=49152)
-    fixed = dataclasses.replace(PPOConfig(), prompt_max_len=96, generate_max_len=256, max_epochs=1,
-                                micro_train_batch_size=args.micro, micro_rollout_batch_size=args.micro,
-                                train_batch_size=args.rows)
+    fixed = dataclasses.replace(
+        PPOConfig(),
+        prompt_max_len=96,
+        generate_max_len=256,
+        max_epochs=1,
+        micro_train_batch_size=args.micro,
+        micro_rollout_batch_size=args.micro,
+        train_batch_size=args.rows,
+    )
     dynamic = dataclasses.replace(fixed, use_dynamic_batch=True, train_max_tokens_per_gpu=args.budget)
     net = model()
-    ds = {"train_batch_size": args.rows, "train_micro_batch_size_per_gpu": args.micro,
-          "gradient_accumulation_steps": args.rows // args.micro, "zero_optimization": {"stage": 0},
-          "steps_per_print": 10**9}
+    ds = {
+        "train_batch_size": args.rows,
+        "train_micro_batch_size_per_gpu": args.micro,
+        "gradient_accumulation_steps": args.rows // args.micro,
+        "zero_optimization": {"stage": 0},
+        "steps_per_print": 10**9,
+    }
     engine, *_ = deepspeed.initialize(model=net, optimizer=torch.optim.SGD(net.parameters(), lr=0.0), config=ds)
     total = [p + r for p, r in shape]
-    print(f"{args.rows} rows, prompt+response tokens: min {min(total)}, median {int(statistics.median(total))}, "
-          f"max {max(total)}; micro-batches of {args.micro} rows vs <= {args.budget} tokens; {args.threads} threads")
+    print(
+        f"{args.rows} rows, prompt+response tokens: min {min(total)}, median {int(statistics.median(total))}, "
+        f"max {max(total)}; micro-batches of {args.micro} rows vs <= {args.budget} tokens; {args.threads} threads"
+    )
     results = {}
     for packing in (None, Packing(torch.bool)):
         name = "packed" if packing else "padded"
         cost = TokenBudget(10**12, packing is not None).cost
-        fixed_tokens = sum(cost(total[s:s + args.micro]) for s in range(0, len(total), args.micro))
-        dyn_tokens = sum(cost([total[i] for i in g]) for g in TokenBudget(args.budget, packing is not None).groups(total))
+        fixed_tokens = sum(cost(total[s : s + args.micro]) for s in range(0, len(total), args.micro))
+        dyn_tokens = sum(
+            cost([total[i] for i in g]) for g in TokenBudget(args.budget, packing is not None).groups(total)
+        )
         row = {"tokens_computed": {"fixed": fixed_tokens, "dynamic": dyn_tokens}}
         want = rank_ops.logprobs(net, batch, fixed, packing)
         got = rank_ops.logprobs(net, batch, dynamic, packing)
         row["max_abs_logprob_diff"] = (want - got).abs().max().item()
-        exp = Experience(batch, want, None, None, torch.randn(want.shape) * batch.action_mask,
-                         torch.zeros(want.shape), torch.zeros(args.rows), torch.zeros(want.shape))
+        exp = Experience(
+            batch,
+            want,
+            None,
+            None,
+            torch.randn(want.shape) * batch.action_mask,
+            torch.zeros(want.shape),
+            torch.zeros(args.rows),
+            torch.zeros(want.shape),
+        )
         for cut, cfg in (("fixed", fixed), ("dynamic", dynamic)):
             row[f"logprob_s_{cut}"] = timed(lambda: rank_ops.logprobs(net, batch, cfg, packing), args.repeats)
-            row[f"train_step_s_{cut}"] = timed(lambda: rank_ops.train_actor(engine, exp, cfg, 0.0, 0, packing),
-                                               args.repeats)
+            row[f"train_step_s_{cut}"] = timed(
+                lambda: rank_ops.train_actor(engine, exp, cfg, 0.0, 0, packing), args.repeats
+            )
         results[name] = row
-        print(f"{name}: tokens computed {fixed_tokens} -> {dyn_tokens}; log-prob pass {row['logprob_s_fixed']:.2f} s "
-              f"-> {row['logprob_s_dynamic']:.2f} s ({row['logprob_s_fixed'] / row['logprob_s_dynamic']:.2f}x); "
-              f"training step {row['train_step_s_fixed']:.2f} s -> {row['train_step_s_dynamic']:.2f} s "
-              f"({row['train_step_s_fixed'] / row['train_step_s_dynamic']:.2f}x); max |log-prob diff| "
-              f"{row['max_abs_logprob_diff']:.1e}")
+        print(
+            f"{name}: tokens computed {fixed_tokens} -> {dyn_tokens}; log-prob pass {row['logprob_s_fixed']:.2f} s "
+            f"-> {row['logprob_s_dynamic']:.2f} s ({row['logprob_s_fixed'] / row['logprob_s_dynamic']:.2f}x); "
+            f"training step {row['train_step_s_fixed']:.2f} s -> {row['train_step_s_dynamic']:.2f} s "
+            f"({row['train_step_s_fixed'] / row['train_step_s_dynamic']:.2f}x); max |log-prob diff| "
+            f"{row['max_abs_logprob_diff']:.1e}"
+        )
     if args.json:
-        args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "results": results},
-                                        indent=1))
+        args.json.write_text(
+            json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "results": results}, indent=1)
+        )
     dist.destroy_process_group()
     return 0
 

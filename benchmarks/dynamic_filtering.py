@@ -6,6 +6,7 @@ the prompts the filtered run generated in all (its cost), and held-out greedy ac
 Usage: .venv/bin/python benchmarks/dynamic_filtering.py SFT_DIR OUT_DIR [--iterations 148] [--seed 42]
 Writes OUT_DIR/dynamic_filtering.json.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,28 +33,46 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=42)
     a = p.parse_args()
     from alignment.tiny_world.evaluate import greedy_accuracy
+
     results = {}
-    for name, extra in (("sync", []), ("dynamic_filtering", ["--dynamic_filtering",
-                                                              "--dynamic_filtering_reward_range", "0", "1"])):
+    for name, extra in (
+        ("sync", []),
+        ("dynamic_filtering", ["--dynamic_filtering", "--dynamic_filtering_reward_range", "0", "1"]),
+    ):
         out = a.out / name
         t0 = time.time()
         if not (out / "MANIFEST.json").exists():
-            subprocess.run([sys.executable, "-m", "alignment.cli.train_ppo",
-                            *rl_flags(a.sft, out, a.seed, a.iterations, "single-turn"), *extra],
-                           cwd=REPO, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "alignment.cli.train_ppo",
+                    *rl_flags(a.sft, out, a.seed, a.iterations, "single-turn"),
+                    *extra,
+                ],
+                cwd=REPO,
+                check=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
         rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
         # the policy's own draw: an unfiltered run's reward, a filtered run's reward before it drops groups
         key = "train/dynamic_filtering/sampled_reward" if extra else "train/reward"
-        results[name] = {"reward": [r[key] for r in rows], "wall_s": time.time() - t0,
-                         "prompts_generated": sum(r.get("train/dynamic_filtering/prompts_generated", 16) for r in rows),
-                         "heldout": greedy_accuracy(out).accuracy}
+        results[name] = {
+            "reward": [r[key] for r in rows],
+            "wall_s": time.time() - t0,
+            "prompts_generated": sum(r.get("train/dynamic_filtering/prompts_generated", 16) for r in rows),
+            "heldout": greedy_accuracy(out).accuracy,
+        }
     target = sum(results["sync"]["reward"][-10:]) / 10
     curve = results["dynamic_filtering"]["reward"]
     # running means of 10 iterations against the unfiltered run's last 10
-    means = [sum(curve[max(0, i - 9):i + 1]) / len(curve[max(0, i - 9):i + 1]) for i in range(len(curve))]
-    results["summary"] = {"sync_final_reward": target,
-                          "iterations_to_reach": next((i + 1 for i, m in enumerate(means) if m >= target), None),
-                          "prompts_generated": {k: results[k]["prompts_generated"] for k in ("sync", "dynamic_filtering")}}
+    means = [sum(curve[max(0, i - 9) : i + 1]) / len(curve[max(0, i - 9) : i + 1]) for i in range(len(curve))]
+    results["summary"] = {
+        "sync_final_reward": target,
+        "iterations_to_reach": next((i + 1 for i, m in enumerate(means) if m >= target), None),
+        "prompts_generated": {k: results[k]["prompts_generated"] for k in ("sync", "dynamic_filtering")},
+    }
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / "dynamic_filtering.json").write_text(json.dumps(results, indent=1))
     print(json.dumps(results["summary"], indent=1), {k: results[k]["heldout"] for k in ("sync", "dynamic_filtering")})

@@ -12,6 +12,7 @@ FLOP counting is off: the profiler's per-op shape inspection slowed TRL's many s
 A matmul share near 80 % means the step is arithmetic: what the other side does not compute is
 the room left. Figures: docs/benchmarks.md ("Where the time goes").
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,8 +58,12 @@ def profile_side(spec_path: Path, side: str) -> dict:
     mm = [e for e in ops if e.key in MATMULS]
     mm_us = sum(e.self_cpu_time_total for e in mm)
     units = tokens if spec.kind == "sft" else [spec.batch] * len(times)
-    return {"side": side, "rate": throughput(times, units), "mm_share": mm_us / total,
-            "top": [(e.key, e.self_cpu_time_total / total) for e in sorted(ops, key=lambda e: -e.self_cpu_time_total)[:6]]}
+    return {
+        "side": side,
+        "rate": throughput(times, units),
+        "mm_share": mm_us / total,
+        "top": [(e.key, e.self_cpu_time_total / total) for e in sorted(ops, key=lambda e: -e.self_cpu_time_total)[:6]],
+    }
 
 
 def main() -> None:
@@ -67,12 +72,12 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--side", choices=("ours", "trl", "both"), default="both")
     ap.add_argument("--work", type=Path, default=Path("runs/op_profile"))
-    ap.add_argument("--one", nargs=2, help=argparse.SUPPRESS)     # internal: SPEC_PATH SIDE, in a fresh process
+    ap.add_argument("--one", nargs=2, help=argparse.SUPPRESS)  # internal: SPEC_PATH SIDE, in a fresh process
     args = ap.parse_args()
     if args.one:
         print("OP_PROFILE " + json.dumps(profile_side(Path(args.one[0]), args.one[1])), flush=True)
         return
-    if args.steps < 3:      # throughput is counted from the end of step 1
+    if args.steps < 3:  # throughput is counted from the end of step 1
         print(f"error: --steps {args.steps}: give at least 3", file=sys.stderr)
         raise SystemExit(2)
     from alignment.tiny_world.base_model import make_base
@@ -84,7 +89,7 @@ def main() -> None:
     if not (model / "config.json").exists():
         make_base(model, seed=0, config_overrides=MODELS["full"])
     spec = replace(run_specs(str(model), FULL, threads=2)[args.kind], steps=args.steps)
-    env = base_env(spec.threads, work)   # trl_compare's: threads, offline hubs, DeepSpeed on the CPU
+    env = base_env(spec.threads, work)  # trl_compare's: threads, offline hubs, DeepSpeed on the CPU
     unit = "tokens/s" if args.kind == "sft" else "pairs/s"
     print(f"| {args.kind}, {args.steps} steps | {unit} | matmul share of op time | top operators |")
     print("|---|---|---|---|")
@@ -93,8 +98,9 @@ def main() -> None:
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir(parents=True)
         spec_path = replace(spec, out_dir=str(out)).save(out / "spec.json")
-        done = subprocess.run([sys.executable, __file__, "--one", str(spec_path), side], env=env, cwd=REPO,
-                              capture_output=True, text=True)
+        done = subprocess.run(
+            [sys.executable, __file__, "--one", str(spec_path), side], env=env, cwd=REPO, capture_output=True, text=True
+        )
         line = [x for x in done.stdout.splitlines() if x.startswith("OP_PROFILE ")]
         if done.returncode or not line:
             sys.exit(f"{side} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")

@@ -7,6 +7,7 @@ SFT (the demo recipe) from the seeded random-init base, then from that SFT model
   KTO  -> the same, on the unpaired view of the data.
 Usage: .venv/bin/python benchmarks/preference_stages.py [OUT_DIR] [--reuse-sft]
 """
+
 from __future__ import annotations
 
 import json
@@ -17,11 +18,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-RECIPE = REPO / "deployments" / "recipes" / "tiny"   # the tiny recipe: one YAML per stage
+RECIPE = REPO / "deployments" / "recipes" / "tiny"  # the tiny recipe: one YAML per stage
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
-
 
 
 def run(module: str, args: list[str]) -> float:
@@ -48,19 +48,50 @@ def main() -> None:
     sft = out / "sft"
     if not ("--reuse-sft" in sys.argv and (sft / "MANIFEST.json").exists()):
         base = make_base(out / "base", seed=0)
-        run("alignment.cli.train_sft", ["--pretrain", str(base), "--save_path", str(sft), "--ckpt_path",
-                                        str(out / "sft_ckpt"), "--config", str(RECIPE / "sft.yaml")])
+        run(
+            "alignment.cli.train_sft",
+            [
+                "--pretrain",
+                str(base),
+                "--save_path",
+                str(sft),
+                "--ckpt_path",
+                str(out / "sft_ckpt"),
+                "--config",
+                str(RECIPE / "sft.yaml"),
+            ],
+        )
     report = {"sft_accuracy": greedy_accuracy(sft).accuracy}
-    report["rm_s"] = run("alignment.cli.train_rm", ["--pretrain", str(sft), "--save_path", str(out / "rm"),
-                                                   "--ckpt_path", str(out / "rm_ckpt"), "--config", str(RECIPE / "rm.yaml")])
+    report["rm_s"] = run(
+        "alignment.cli.train_rm",
+        [
+            "--pretrain",
+            str(sft),
+            "--save_path",
+            str(out / "rm"),
+            "--ckpt_path",
+            str(out / "rm_ckpt"),
+            "--config",
+            str(RECIPE / "rm.yaml"),
+        ],
+    )
     report["rm_heldout_pair_accuracy"] = last_eval(out / "rm")["eval/acc"]
     agreement = rm_agreement(out / "rm", sft)
     report["rm_rule_agreement"], report["rm_agreement_pairs"] = agreement.pairwise, agreement.pairs
     for stage in ("dpo", "kto"):
-        report[f"{stage}_s"] = run(f"alignment.cli.train_{stage}", ["--pretrain", str(sft), "--save_path",
-                                                                    str(out / stage), "--ckpt_path",
-                                                                    str(out / f"{stage}_ckpt"), "--config",
-                                                                    str(RECIPE / f"{stage}.yaml")])
+        report[f"{stage}_s"] = run(
+            f"alignment.cli.train_{stage}",
+            [
+                "--pretrain",
+                str(sft),
+                "--save_path",
+                str(out / stage),
+                "--ckpt_path",
+                str(out / f"{stage}_ckpt"),
+                "--config",
+                str(RECIPE / f"{stage}.yaml"),
+            ],
+        )
         report[f"{stage}_accuracy"] = greedy_accuracy(out / stage).accuracy
     (out / "report.json").write_text(json.dumps(report, indent=2))
     print(json.dumps(report, indent=2))

@@ -10,6 +10,7 @@ It answers whether a variant is worth building into the trainers: a variant that
 sides of the TRL comparison alike (bf16 vs autocast), or none (compile), is not. Figures:
 docs/benchmarks.md ("Where the time goes").
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,11 +31,15 @@ def batches(n: int, seed: int = 0) -> list:
     import torch
 
     from alignment.datasets.sft import TokenizedSample, collate_packed
+
     rng = random.Random(seed)
 
     def sample() -> TokenizedSample:
         n_tok = rng.randint(18, 36)
-        return TokenizedSample([rng.randrange(1, 270) for _ in range(n_tok)], [0] * (n_tok // 2) + [1] * (n_tok - n_tok // 2))
+        return TokenizedSample(
+            [rng.randrange(1, 270) for _ in range(n_tok)], [0] * (n_tok // 2) + [1] * (n_tok - n_tok // 2)
+        )
+
     return [collate_packed([sample() for _ in range(32)], torch.bool, 64) for _ in range(n)]
 
 
@@ -43,19 +48,21 @@ def time_variant(model_dir: Path, variant: str, steps: int, threads: int) -> lis
     from transformers import AutoModelForCausalLM
 
     from alignment.losses.nll import sft_loss
+
     torch.set_num_threads(threads)
     dtype = torch.bfloat16 if variant == "bf16" else torch.float32
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, attn_implementation="sdpa").train()
     if variant == "compile":
-        model.compile(dynamic=True)   # the packed rows' count and width change from batch to batch
+        model.compile(dynamic=True)  # the packed rows' count and width change from batch to batch
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     ctx = torch.autocast("cpu", dtype=torch.bfloat16) if variant == "autocast" else contextlib.nullcontext()
     times = []
     for b in batches(steps):
         t = time.perf_counter()
         with ctx:
-            logits = model(input_ids=b.input_ids, attention_mask=b.attention_mask, position_ids=b.position_ids,
-                           use_cache=False).logits
+            logits = model(
+                input_ids=b.input_ids, attention_mask=b.attention_mask, position_ids=b.position_ids, use_cache=False
+            ).logits
             loss = sft_loss(logits.float(), b.input_ids, b.loss_mask)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -85,6 +92,7 @@ def main() -> None:
         refuse(f"--steps {args.steps}: give at least 4 (the first two are not counted)")
     from alignment.tiny_world.base_model import make_base
     from benchmarks.trl_compare import MODELS
+
     model_dir = args.work.resolve() / "model"
     if not (model_dir / "config.json").exists():
         make_base(model_dir, seed=0, config_overrides=MODELS["full"])

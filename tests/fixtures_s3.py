@@ -1,4 +1,5 @@
 """A real S3 endpoint for tests: moto_server on a loopback port (moto.mock_aws does not work with s3fs)."""
+
 from __future__ import annotations
 
 import shutil
@@ -7,9 +8,9 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
 import urllib.error
 import urllib.request
+import uuid
 from pathlib import Path
 
 import pytest

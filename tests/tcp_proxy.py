@@ -1,5 +1,6 @@
 """A loopback TCP proxy whose connections a test can cut: a network blip between the Prefect
 worker and the Ray head, made for real (the sockets are closed under the client)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -22,7 +23,7 @@ class CuttableProxy:
             try:
                 client, _ = self.listener.accept()
             except OSError:
-                return      # closed
+                return  # closed
             try:
                 upstream = socket.create_connection(self.target)
             except OSError:

@@ -1,5 +1,6 @@
 """Multi-turn agent RL (--agent_func_path, alignment/agents): episodes on the real tiny model, the loss mask
 of the environment's tokens, the PPO CLIs on both backends, and the errors a user's file can cause."""
+
 from __future__ import annotations
 
 import re
@@ -11,7 +12,10 @@ import torch
 from alignment.tiny_world.paths import tiny_dir
 from tests.conftest import REPO, metric_rows, run_module
 
-FEEDBACK = ["\n<|user|>\nnot yet, try once more<|end|>\n<|assistant|>\n", "\n<|user|>\nlast try<|end|>\n<|assistant|>\n"]
+FEEDBACK = [
+    "\n<|user|>\nnot yet, try once more<|end|>\n<|assistant|>\n",
+    "\n<|user|>\nlast try<|end|>\n<|assistant|>\n",
+]
 
 SCRIPTED = textwrap.dedent(f"""
     from alignment.agents import AgentInstanceBase
@@ -59,16 +63,45 @@ OPENRLHF_STYLE = textwrap.dedent("""
                     "extra_logs": {"turn_reached": torch.tensor([float(self.step_idx)])}}
 """)
 
-PROMPTS = ["--prompt_data", f"json@{tiny_dir() / 'prompts'}", "--input_key", "context_messages", "--label_key",
-           "label", "--apply_chat_template", "--generate_max_len", "16", "--logging_steps", "1"]
-SMALL = ["--advantage_estimator", "group_norm", "--n_samples_per_prompt", "4", "--rollout_batch_size", "8",
-         "--micro_rollout_batch_size", "32", "--train_batch_size", "32", "--micro_train_batch_size", "16",
-         "--max_samples", "16", "--actor_learning_rate", "1e-5", "--init_kl_coef", "0"]
+PROMPTS = [
+    "--prompt_data",
+    f"json@{tiny_dir() / 'prompts'}",
+    "--input_key",
+    "context_messages",
+    "--label_key",
+    "label",
+    "--apply_chat_template",
+    "--generate_max_len",
+    "16",
+    "--logging_steps",
+    "1",
+]
+SMALL = [
+    "--advantage_estimator",
+    "group_norm",
+    "--n_samples_per_prompt",
+    "4",
+    "--rollout_batch_size",
+    "8",
+    "--micro_rollout_batch_size",
+    "32",
+    "--train_batch_size",
+    "32",
+    "--micro_train_batch_size",
+    "16",
+    "--max_samples",
+    "16",
+    "--actor_learning_rate",
+    "1e-5",
+    "--init_kl_coef",
+    "0",
+]
 
 
 def test_running_reward_moments_equal_the_whole_history():
     """--normalize_reward without an RM: batch k is normalised by the mean/std of batches 1..k, exactly."""
     from alignment.losses.reward_norm import RunningMoments
+
     batches = [torch.tensor([0.0, 1.0, 1.0, 0.0]), torch.tensor([1.0, 1.0, 1.0, 0.5]), torch.tensor([3.0, -1.0])]
     moments, seen = RunningMoments(), []
     for b in batches:
@@ -77,7 +110,7 @@ def test_running_reward_moments_equal_the_whole_history():
         everything = torch.cat(seen).double()
         expected = (b.double() - everything.mean()) / (everything.std() + 1e-8)
         assert torch.allclose(got.double(), expected, atol=1e-6)
-    assert RunningMoments(*moments.state()) == moments       # what a checkpoint keeps restores it
+    assert RunningMoments(*moments.state()) == moments  # what a checkpoint keeps restores it
 
 
 CUSTOM_EXECUTOR = textwrap.dedent("""
@@ -94,7 +127,8 @@ CUSTOM_EXECUTOR = textwrap.dedent("""
         async def execute(self, prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine):
             ids = hf_tokenizer(prompt, add_special_tokens=False)["input_ids"]
             out = (await llm_engine.generate(ids, sampling_params)).outputs[0]
-            return {"observation_tokens": ids + list(out.token_ids), "action_ranges": [(len(ids), len(ids) + len(out.token_ids))],
+            end = len(ids) + len(out.token_ids)
+            return {"observation_tokens": ids + list(out.token_ids), "action_ranges": [(len(ids), end)],
                     "reward": 0.25, "scores": 0.5, "extra_logs": {"custom": 1.0}, "rollout_log_probs": None}
 """)
 
@@ -110,25 +144,33 @@ def test_an_agent_file_may_replace_how_an_episode_runs(tiny_base, tmp_path):
     (tmp_path / "custom.py").write_text(CUSTOM_EXECUTOR)
     tok = AutoTokenizer.from_pretrained(tiny_base)
     engine = HFEngine(AutoModelForCausalLM.from_pretrained(tiny_base).eval(), tok.eos_token_id, tok.pad_token_id)
-    text = tok.apply_chat_template([{"role": "user", "content": "What is 2 + 3?"}], tokenize=False,
-                                   add_generation_prompt=True)
+    text = tok.apply_chat_template(
+        [{"role": "user", "content": "What is 2 + 3?"}], tokenize=False, add_generation_prompt=True
+    )
     got = AgentRunner(AgentSettings(str(tmp_path / "custom.py"), 5, 10.0, 200, 6), tok).run(
-        [PromptSample(text, tok(text, add_special_tokens=False)["input_ids"], "5")], 2, engine.generate, seed=1,
-        temperature=1.0, top_p=1.0, logprobs=False)
+        [PromptSample(text, tok(text, add_special_tokens=False)["input_ids"], "5")],
+        2,
+        engine.generate,
+        seed=1,
+        temperature=1.0,
+        top_p=1.0,
+        logprobs=False,
+    )
     assert got.scored.rewards.tolist() == [0.25, 0.25] and got.scored.scores.tolist() == [0.5, 0.5]
     assert got.scored.logs == {"custom": 1.0} and all(m == [1] * len(m) for m in got.rollout.loss_mask)
     assert all(0 < len(r) <= 6 for r in got.rollout.response_ids)
 
 
 def test_shipped_smollm2_calculator_environment():
-    """alignflow/data/smol/agent_calculator.py: the tool's description joins the user's message, a `calc:` reply
+    """data/smol/agent_calculator.py: the tool's description joins the user's message, a `calc:` reply
     gets the result as the next user turn, a plain number ends the episode with reward 1 if it is right; only
     + - * on integers is evaluated."""
     import asyncio
 
     from alignment.agents.executor import make_instance
     from alignment.agents.runner import load_agent_file
-    cls, executor = load_agent_file(str(REPO / "alignflow/data/smol/agent_calculator.py"))
+
+    cls, executor = load_agent_file(str(REPO / "data/smol/agent_calculator.py"))
     prompt = "<|im_start|>user\nWhat is 25 + 73? Answer with the number only.<|im_end|>\n<|im_start|>assistant\n"
 
     async def episode(actions: list[str]) -> list[dict]:
@@ -144,19 +186,27 @@ def test_shipped_smollm2_calculator_environment():
     assert "cannot read" in asyncio.run(episode(["calc: __import__('os')"]))[0]["environment_feedback"]
 
 
-@pytest.mark.parametrize("extra, needle", [
-    (["--agent_func_path", "a.py", "--remote_rm_url", "r.py"], "the environment gives the rewards"),
-    (["--agent_func_path", "a.py", "--overlong_buffer_len", "4"], "--overlong_buffer_len penalises one response"),
-    (["--remote_rm_url", "r.py", "--vllm_enable_sleep"], "there are none (--vllm_num_engines 0)"),
-    (["--remote_rm_url", "r.py", "--vllm_num_engines", "1", "--async_train", "--vllm_enable_sleep"],
-     "no idle phase to sleep through"),
-    (["--remote_rm_url", "r.py", "--deepspeed_enable_sleep", "--zero_stage", "0"], "give --zero_stage 1, 2 or 3"),
-    (["--remote_rm_url", "r.py", "--deepspeed_enable_sleep", "--zero_stage", "2", "--adam_offload"],
-     "already live in CPU memory"),
-    (["--agent_func_path", "a.py", "--agent_max_turns", "0"], "--agent_max_turns 0: must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "extra, needle",
+    [
+        (["--agent_func_path", "a.py", "--remote_rm_url", "r.py"], "the environment gives the rewards"),
+        (["--agent_func_path", "a.py", "--overlong_buffer_len", "4"], "--overlong_buffer_len penalises one response"),
+        (["--remote_rm_url", "r.py", "--vllm_enable_sleep"], "there are none (--vllm_num_engines 0)"),
+        (
+            ["--remote_rm_url", "r.py", "--vllm_num_engines", "1", "--async_train", "--vllm_enable_sleep"],
+            "no idle phase to sleep through",
+        ),
+        (["--remote_rm_url", "r.py", "--deepspeed_enable_sleep", "--zero_stage", "0"], "give --zero_stage 1, 2 or 3"),
+        (
+            ["--remote_rm_url", "r.py", "--deepspeed_enable_sleep", "--zero_stage", "2", "--adam_offload"],
+            "already live in CPU memory",
+        ),
+        (["--agent_func_path", "a.py", "--agent_max_turns", "0"], "--agent_max_turns 0: must be >= 1"),
+    ],
+)
 def test_flags_that_cannot_apply_are_one_line(extra, needle):
     from alignment.config import ConfigError, PPOConfig, parse_args
+
     with pytest.raises(ConfigError, match=re.escape(needle)):
         parse_args(PPOConfig, ["--pretrain", "m", "--prompt_data", "p.jsonl", *extra])
 
@@ -164,6 +214,7 @@ def test_flags_that_cannot_apply_are_one_line(extra, needle):
 def test_agent_file_written_for_openrlhf_names_the_one_line_to_change(tmp_path):
     from alignment.agents.contract import AgentError
     from alignment.agents.runner import load_agent_file
+
     (tmp_path / "theirs.py").write_text("from openrlhf.utils.agent import AgentInstanceBase\n")
     with pytest.raises(AgentError, match="change `from openrlhf.utils.agent import ...` to `from alignment.agents"):
         load_agent_file(str(tmp_path / "theirs.py"))
@@ -196,8 +247,10 @@ def test_three_turn_episode_masks_every_feedback_token_and_packs_exactly(tiny_ba
     tok = AutoTokenizer.from_pretrained(tiny_base)
     model = AutoModelForCausalLM.from_pretrained(tiny_base, attn_implementation="sdpa").eval()
     engine = HFEngine(model, tok.eos_token_id, tok.pad_token_id)
-    texts = [tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
-             for q in ("What is 2 + 3?", "What is 40 - 7?")]
+    texts = [
+        tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
+        for q in ("What is 2 + 3?", "What is 40 - 7?")
+    ]
     prompts = [PromptSample(t, tok(t, add_special_tokens=False)["input_ids"], None) for t in texts]
     runner = AgentRunner(AgentSettings(str(tmp_path / "scripted.py"), 5, 10.0, 200, 6), tok)
     got = runner.run(prompts, 2, engine.generate, seed=1, temperature=1.0, top_p=1.0, logprobs=False)
@@ -210,13 +263,13 @@ def test_three_turn_episode_masks_every_feedback_token_and_packs_exactly(tiny_ba
         response, mask = rollout.response_ids[i], rollout.loss_mask[i]
         runs = _segments(mask)
         assert [v for v, _, _ in runs] == [1, 0, 1, 0, 1], runs
-        for (v, a, b), k in zip(runs[1::2], range(2)):       # every 0 token is the feedback, and all of it
+        for (v, a, b), k in zip(runs[1::2], range(2)):  # every 0 token is the feedback, and all of it
             assert response[a:b] == feedback_ids[k]
         assert all(b - a <= 6 for v, a, b in runs if v == 1)  # each model turn within its token budget
     batch = rollout_to_batch(rollout, tok.pad_token_id)
     for i in range(4):
         p, r = len(rollout.prompt_ids[i]), len(rollout.response_ids[i])
-        assert batch.action_mask[i, p - 1:p - 1 + r].tolist() == [float(m) for m in rollout.loss_mask[i]]
+        assert batch.action_mask[i, p - 1 : p - 1 + r].tolist() == [float(m) for m in rollout.loss_mask[i]]
         assert batch.action_mask[i].sum() == sum(rollout.loss_mask[i])
     assert batch.prompt_lengths == [len(p) for p in rollout.prompt_ids]
     with torch.no_grad():
@@ -231,18 +284,34 @@ def test_openrlhf_style_agent_file_trains_with_packing_and_logs(tiny_sft, tmp_pa
     group_norm on the final turn's reward, packed, with DAPO's dynamic filtering on the episodes' scores (refills
     are episodes too), commit a plain HF model; turns and the file's extra_logs are in the metrics."""
     from transformers import AutoModelForCausalLM
+
     agent = tmp_path / "agent_func.py"
     agent.write_text(OPENRLHF_STYLE)
     out = tmp_path / "agent"
-    run_module("alignment.cli.train_ppo", ["--pretrain", str(tiny_sft), "--save_path", str(out), *PROMPTS, *SMALL,
-                                           "--agent_func_path", str(agent), "--packing_samples", "--dynamic_filtering",
-                                           "--dynamic_filtering_reward_range", "0", "1"])
+    run_module(
+        "alignment.cli.train_ppo",
+        [
+            "--pretrain",
+            str(tiny_sft),
+            "--save_path",
+            str(out),
+            *PROMPTS,
+            *SMALL,
+            "--agent_func_path",
+            str(agent),
+            "--packing_samples",
+            "--dynamic_filtering",
+            "--dynamic_filtering_reward_range",
+            "0",
+            "1",
+        ],
+    )
     rows = metric_rows(out)
     assert [r["step"] for r in rows] == [1, 2]
     for r in rows:
         # turns: the first draw's episodes; the file's extra_logs: the episodes kept after filtering
         assert 1 <= r["train/agent/turns"] <= 2 and 1 <= r["train/reward/turn_reached"] <= 2
-        assert 0 < r["train/reward"] < 1          # only groups with mixed outcomes are trained on
+        assert 0 < r["train/reward"] < 1  # only groups with mixed outcomes are trained on
         assert r["train/dynamic_filtering/prompts_generated"] >= 8
     AutoModelForCausalLM.from_pretrained(out)
 
@@ -252,9 +321,10 @@ def test_openrlhf_style_agent_file_trains_with_packing_and_logs(tiny_sft, tmp_pa
 def test_a_failing_or_hanging_step_is_one_line_naming_the_file(tiny_sft, tmp_path, fault):
     """A step that raises (or sleeps past --agent_step_timeout) at turn 2 — after the start-up check's
     first step passed — stops the run with exit 2 and one line naming the file and the episode."""
-    body = ("raise ValueError('the environment broke')" if fault == "raises" else "await asyncio.sleep(600)")
+    body = "raise ValueError('the environment broke')" if fault == "raises" else "await asyncio.sleep(600)"
     agent = tmp_path / "broken_agent.py"
-    agent.write_text(textwrap.dedent(f"""
+    agent.write_text(
+        textwrap.dedent(f"""
         import asyncio
         from alignment.agents import AgentInstanceBase
 
@@ -266,22 +336,39 @@ def test_a_failing_or_hanging_step_is_one_line_naming_the_file(tiny_sft, tmp_pat
                 if self.turn == 2:
                     {body}
                 return {{"rewards": 0.0, "done": False, "environment_feedback": "\\n<|user|>\\nagain<|end|>\\n"}}
-    """))
-    proc = run_module("alignment.cli.train_ppo", ["--pretrain", str(tiny_sft), "--save_path", str(tmp_path / "out"),
-                                                  *PROMPTS, *SMALL, "--agent_func_path", str(agent),
-                                                  "--agent_step_timeout", "2"], check=False)
+    """)
+    )
+    proc = run_module(
+        "alignment.cli.train_ppo",
+        [
+            "--pretrain",
+            str(tiny_sft),
+            "--save_path",
+            str(tmp_path / "out"),
+            *PROMPTS,
+            *SMALL,
+            "--agent_func_path",
+            str(agent),
+            "--agent_step_timeout",
+            "2",
+        ],
+        check=False,
+    )
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
     assert proc.returncode == 2 and len(errors) == 1, proc.stderr[-3000:]
     assert str(agent) in errors[0] and "episode" in errors[0], errors
-    assert ("ValueError: the environment broke" in errors[0] if fault == "raises"
-            else "did not return within --agent_step_timeout 2 s" in errors[0]), errors
+    assert (
+        "ValueError: the environment broke" in errors[0]
+        if fault == "raises"
+        else "did not return within --agent_step_timeout 2 s" in errors[0]
+    ), errors
     assert "Traceback" not in proc.stderr and not (tmp_path / "out" / "MANIFEST.json").exists()
 
 
 # OpenRLHF's example command lines, verbatim but for sizes, paths and the data's keys (openrlhf.cli -> alignment.cli)
 AGENT_LINE = """--ref_num_nodes 1 --ref_num_gpus_per_node 1 --actor_num_nodes 1 --actor_num_gpus_per_node 1
    --vllm_num_engines 1 --vllm_tensor_parallel_size 1 --colocate_all_models
-   --agent_func_path {repo}/alignflow/data/tiny/agent_retry.py
+   --agent_func_path {repo}/data/tiny/agent_retry.py
    --pretrain {sft} --save_path {out}
    --vllm_gpu_memory_utilization 0.8 --l2 0.01 --micro_train_batch_size 8 --train_batch_size 32
    --micro_rollout_batch_size 16 --rollout_batch_size 8 --n_samples_per_prompt 4 --max_epochs 1
@@ -295,7 +382,7 @@ DAPO_LINE = """--ref_num_nodes 1 --ref_num_gpus_per_node 1 --actor_num_nodes 1 -
    --vllm_num_engines 1 --vllm_tensor_parallel_size 1 --colocate_all_models --vllm_gpu_memory_utilization 0.6
    --init_kl_coef 1e-3 --gamma 1.0 --use_kl_loss --kl_estimator k3 --advantage_estimator group_norm
    --dynamic_filtering --dynamic_filtering_reward_range 0 1 --eps_clip_low_high 0.2 0.27
-   --pretrain {sft} --remote_rm_url {repo}/alignflow/data/tiny/reward_func.py
+   --pretrain {sft} --remote_rm_url {repo}/data/tiny/reward_func.py
    --save_path {out} --ckpt_path {out}-ckpt
    --save_steps 1 --save_hf_ckpt --micro_train_batch_size 8 --train_batch_size 32 --micro_rollout_batch_size 16
    --rollout_batch_size 8 --n_samples_per_prompt 4 --max_epochs 1 --prompt_max_len 1024 --max_samples 16
@@ -312,9 +399,11 @@ def test_openrlhf_agent_and_dapo_lines_run_as_ray_jobs(ray_head, tiny_sft, tmp_p
     model after two iterations; the sleep flags say in one line that a CPU cluster has nothing to free;
     the agent's rewards are normalised by running moments (no RM statistics), the DAPO run refills groups."""
     from tests.test_ppo_ray import ray_job
+
     out = tmp_path / line
-    text = (AGENT_LINE if line == "agent" else DAPO_LINE).format(repo=REPO, sft=tiny_sft, out=out,
-                                                                  data=tiny_dir() / "prompts")
+    text = (AGENT_LINE if line == "agent" else DAPO_LINE).format(
+        repo=REPO, sft=tiny_sft, out=out, data=tiny_dir() / "prompts"
+    )
     status, logs = ray_job(ray_head, text.split(), f"ppo-line-{line}")
     assert status.endswith("SUCCEEDED"), logs[-3000:]
     assert "--vllm_enable_sleep: the engines run on CPU, their memory is host memory: nothing to free" in logs
@@ -323,7 +412,7 @@ def test_openrlhf_agent_and_dapo_lines_run_as_ray_jobs(ray_head, tiny_sft, tmp_p
     assert [r["step"] for r in rows] == [1, 2] and all("train/is_weight" in r for r in rows)
     if line == "agent":
         assert all(1 <= r["train/agent/turns"] <= 3 for r in rows)
-        assert abs(rows[0]["train/reward"]) < 1e-5      # the first batch, normalised by its own moments
+        assert abs(rows[0]["train/reward"]) < 1e-5  # the first batch, normalised by its own moments
     else:
         assert all("train/dynamic_filtering/dropped_fraction" in r for r in rows)
         assert (tmp_path / "dapo-ckpt" / "global_step2" / "actor" / "hf" / "config.json").exists()

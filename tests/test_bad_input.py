@@ -8,6 +8,7 @@ torch/DeepSpeed start-ups would take minutes on 2 cores. The driver fails a case
 `PreTrainedModel.from_pretrained` or `ray.init` (the model loads / Ray starts); the real subprocesses
 are checked for transformers' "Loading weights" bar instead.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -28,6 +29,8 @@ from tests.fixtures_s3 import PLANTED_SECRET
 pytestmark = pytest.mark.integration
 
 T = str(tiny_dir())
+# argument lists and the corpus: one case a line reads as a table
+# fmt: off
 SFT = ["--pretrain", "@MODEL@", "--dataset", f"{T}/sft/train.jsonl", "--input_key", "input", "--output_key", "output",
        "--save_path", "@OUT@", "--max_len", "64", "--train_batch_size", "8", "--micro_train_batch_size", "8"]
 PAIRS = ["--pretrain", "@MODEL@", "--dataset", f"{T}/preference/train.jsonl", "--prompt_key", "prompt",
@@ -193,11 +196,18 @@ CASES = [
     ("sft_muon_lr_without_muon", "train_sft", [*SFT, "--muon_lr", "0.02"],
      "--muon_lr 0.02 sets the Muon half of --optim muon", False),
 ]
+# fmt: on
 # Environments of their own (None: the variable removed), for real subprocesses only: the driver's store
 # clients keep the credentials they were made with. No key anywhere, and no instance-metadata lookup.
-CASE_ENV = {"sft_s3_no_credentials": {"AWS_ACCESS_KEY_ID": None, "AWS_SECRET_ACCESS_KEY": None,
-                                      "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent", "AWS_CONFIG_FILE": "/nonexistent",
-                                      "AWS_EC2_METADATA_DISABLED": "true"}}
+CASE_ENV = {
+    "sft_s3_no_credentials": {
+        "AWS_ACCESS_KEY_ID": None,
+        "AWS_SECRET_ACCESS_KEY": None,
+        "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
+        "AWS_CONFIG_FILE": "/nonexistent",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+}
 
 
 def _drive(spec: str) -> None:
@@ -216,9 +226,10 @@ def _drive(spec: str) -> None:
         def hit(*a, **k):
             print(f"FORBIDDEN: {what} before the error", file=sys.stderr)
             raise RuntimeError(what)
+
         return hit
 
-    PreTrainedModel.from_pretrained = classmethod(forbidden("a model loaded"))   # every Auto* load ends here
+    PreTrainedModel.from_pretrained = classmethod(forbidden("a model loaded"))  # every Auto* load ends here
     ray.init = forbidden("Ray started")
     job = json.loads(Path(spec).read_text())
     results = {}
@@ -226,14 +237,14 @@ def _drive(spec: str) -> None:
         main = importlib.import_module(f"alignment.cli.{module}").main
         saved_env, saved_err, buf = dict(os.environ), sys.stderr, io.StringIO()
         sys.stderr = buf
-        for h in logging.root.handlers[:]:   # run_main's basicConfig then logs into this case's buffer
+        for h in logging.root.handlers[:]:  # run_main's basicConfig then logs into this case's buffer
             logging.root.removeHandler(h)
         start, code = time.monotonic(), 0
         try:
             run_main(main, argv)
         except SystemExit as e:
             code = e.code if isinstance(e.code, int) else 1
-        except BaseException:   # what `python -m` would print
+        except BaseException:  # what `python -m` would print
             traceback.print_exc()
             code = 1
         finally:
@@ -245,8 +256,11 @@ def _drive(spec: str) -> None:
 
 
 def _tree_hash(root: Path) -> dict[str, str]:
-    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -254,32 +268,43 @@ def world(tiny_base, tmp_path_factory, moto_endpoint):
     """Bad files, a committed model at --save_path, and the env every run gets (S3 pointed at moto)."""
     from alignment import storage
     from alignment.tiny_world.base_model import make_base
+
     work = tmp_path_factory.mktemp("bad_input")
     bad = work / "bad"
     bad.mkdir()
     good = (tiny_dir() / "sft/train.jsonl").read_text().splitlines()
-    (bad / "latin1.jsonl").write_bytes("\n".join(good[:2]).encode() + '\n{"input": "caf\xe9", "output": "x"}\n'
-                                      .encode("latin-1"))
+    (bad / "latin1.jsonl").write_bytes(
+        "\n".join(good[:2]).encode() + '\n{"input": "caf\xe9", "output": "x"}\n'.encode("latin-1")
+    )
     (bad / "malformed.jsonl").write_text(good[0] + '\n{"input": "a", "output": }\n')
     (bad / "empty.jsonl").write_text("\n")
-    (bad / "int_chosen.jsonl").write_text('{"prompt": "p", "chosen": "a", "rejected": "b"}\n'
-                                          '{"prompt": "p", "chosen": 5, "rejected": "b"}\n')
+    (bad / "int_chosen.jsonl").write_text(
+        '{"prompt": "p", "chosen": "a", "rejected": "b"}\n' '{"prompt": "p", "chosen": 5, "rejected": "b"}\n'
+    )
     (bad / "typo.yaml").write_text("lerning_rate: 1e-5\n")
     (bad / "reward_signature.py").write_text("def reward_func(queries):\n    return [0.0] * len(queries)\n")
-    (bad / "reward_length.py").write_text("def reward_func(queries, prompts, labels, **kwargs):\n"
-                                          "    return {'rewards': [1.0], 'extra_logs': {}}\n")
-    (bad / "reward_raises.py").write_text("def reward_func(queries, prompts, labels):\n    raise ValueError('no label')\n")
+    (bad / "reward_length.py").write_text(
+        "def reward_func(queries, prompts, labels, **kwargs):\n" "    return {'rewards': [1.0], 'extra_logs': {}}\n"
+    )
+    (bad / "reward_raises.py").write_text(
+        "def reward_func(queries, prompts, labels):\n    raise ValueError('no label')\n"
+    )
     (bad / "notes.txt").write_text("a file where a folder is meant\n")
     (bad / "null_prompt.jsonl").write_text('{"input": "p"}\n{"input": null}\n')
     (bad / "no_tokenizer").mkdir()
-    for f in ("config.json", "model.safetensors"):   # a model folder someone forgot to save the tokenizer into
+    for f in ("config.json", "model.safetensors"):  # a model folder someone forgot to save the tokenizer into
         shutil.copy(tiny_base / f, bad / "no_tokenizer" / f)
-    make_base(bad / "other_vocab", seed=1, config_overrides={"vocab_size": 300})   # a teacher of another tokenizer
+    make_base(bad / "other_vocab", seed=1, config_overrides={"vocab_size": 300})  # a teacher of another tokenizer
     out = work / "committed"
     shutil.copytree(tiny_base, out)
     storage.commit_dir(out, out, metadata={"stage": "test_bad_input"})
-    env = python_env(AWS_ENDPOINT_URL_S3=moto_endpoint, AWS_ACCESS_KEY_ID="testing",
-                     AWS_SECRET_ACCESS_KEY=PLANTED_SECRET, AWS_DEFAULT_REGION="us-east-1", OMP_NUM_THREADS="1")
+    env = python_env(
+        AWS_ENDPOINT_URL_S3=moto_endpoint,
+        AWS_ACCESS_KEY_ID="testing",
+        AWS_SECRET_ACCESS_KEY=PLANTED_SECRET,
+        AWS_DEFAULT_REGION="us-east-1",
+        OMP_NUM_THREADS="1",
+    )
     for var in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "RAY_ADDRESS"):
         env.pop(var, None)
     subst = {"@MODEL@": str(tiny_base), "@OUT@": str(out), "@BAD@": str(bad), "@WORK@": str(work)}
@@ -297,22 +322,36 @@ def results(world):
     """{case name: (exit status, stderr, seconds)} for every case; the committed model hashed around them."""
     work, out, env, fill = world
     before = _tree_hash(out)
-    cwd = work / "cwd"   # the CLIs' relative defaults (./ckpt) land here: nothing may appear
+    cwd = work / "cwd"  # the CLIs' relative defaults (./ckpt) land here: nothing may appear
     cwd.mkdir()
     res = {}
     for name, module, argv, _, real in CASES:
         if real:
             start = time.monotonic()
             case_env = {**env, **CASE_ENV.get(name, {})}
-            proc = subprocess.run([sys.executable, "-m", f"alignment.cli.{module}", *fill(argv)], cwd=cwd,
-                                  env={k: v for k, v in case_env.items() if v is not None},
-                                  capture_output=True, text=True, timeout=300)
+            proc = subprocess.run(
+                [sys.executable, "-m", f"alignment.cli.{module}", *fill(argv)],
+                cwd=cwd,
+                env={k: v for k, v in case_env.items() if v is not None},
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
             res[name] = (proc.returncode, proc.stderr, time.monotonic() - start)
     spec = work / "driver.json"
-    spec.write_text(json.dumps({"out": str(work / "driver_out.json"),
-                                "cases": [(n, m, fill(a)) for n, m, a, _, real in CASES if not real]}))
-    proc = subprocess.run([sys.executable, "-c", f"from tests.test_bad_input import _drive; _drive({str(spec)!r})"],
-                          cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    spec.write_text(
+        json.dumps(
+            {"out": str(work / "driver_out.json"), "cases": [(n, m, fill(a)) for n, m, a, _, real in CASES if not real]}
+        )
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", f"from tests.test_bad_input import _drive; _drive({str(spec)!r})"],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     res.update({k: tuple(v) for k, v in json.loads((work / "driver_out.json").read_text()).items()})
     print("\n".join(f"{n}: {res[n][2]:.1f}s  {res[n][1].strip()}" for n, *_ in CASES))
@@ -324,7 +363,7 @@ def results(world):
 def test_corpus_is_big_enough():
     assert len(CASES) >= 60 and len({c[0] for c in CASES}) == len(CASES)
     assert all(c[4] for c in CASES if c[0] in CASE_ENV) and set(CASE_ENV) <= {c[0] for c in CASES}
-    assert sum(c[4] for c in CASES) >= 6   # the usage-block cases and two deeper ones run as real processes
+    assert sum(c[4] for c in CASES) >= 6  # the usage-block cases and two deeper ones run as real processes
 
 
 @pytest.mark.parametrize("name, module, argv, needle, real", CASES, ids=[c[0] for c in CASES])

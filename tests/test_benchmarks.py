@@ -10,6 +10,7 @@ cpu_share.py is not run here: it is one flow run plus the bare CLI at >= 400 ste
 
 Marked `demo` with the other by-hand checks (`make test-demo`): a benchmark is run by hand, and these ~2.5
 minutes are what CI's 60-minute budget could not hold (docs/quickstart.md, "Tests")."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -35,12 +36,31 @@ def trl_available() -> bool:
     return importlib.util.find_spec("trl") is not None or (REPO / ".venv-trl" / "bin" / "python").exists()
 
 
-@pytest.mark.skipif(not trl_available(), reason="TRL is not installed in this venv (requirements/cpu.txt pins "
-                                                 "trl==1.16.0; run `make setup`) nor in .venv-trl")
+@pytest.mark.skipif(
+    not trl_available(),
+    reason="TRL is not installed in this venv (requirements/cpu.txt pins "
+    "trl==1.16.0; run `make setup`) nor in .venv-trl",
+)
 def test_tiny_comparison_writes_every_workload_row_and_a_chart(tmp_path):
     md, png = tmp_path / "bench.md", tmp_path / "bench.png"
-    cmd = [sys.executable, "benchmarks/trl_compare.py", "--tiny", "--pairs", "1", "--warmup", "0", "--no-vllm", "--only", ONLY,
-           "--out-md", str(md), "--out-png", str(png), "--work", str(tmp_path / "work")]
+    cmd = [
+        sys.executable,
+        "benchmarks/trl_compare.py",
+        "--tiny",
+        "--pairs",
+        "1",
+        "--warmup",
+        "0",
+        "--no-vllm",
+        "--only",
+        ONLY,
+        "--out-md",
+        str(md),
+        "--out-png",
+        str(png),
+        "--work",
+        str(tmp_path / "work"),
+    ]
     proc = subprocess.run(cmd, cwd=REPO, env=python_env(), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-2000:]
     text = md.read_text()
@@ -57,8 +77,18 @@ def test_tiny_comparison_writes_every_workload_row_and_a_chart(tmp_path):
 
 def test_op_profile_reports_throughput_and_the_matmul_share(tmp_path):
     """benchmarks/op_profile.py, our side, a few RM steps: one table row with a rate and a share in (0, 100]."""
-    cmd = [sys.executable, "benchmarks/op_profile.py", "--kind", "rm", "--side", "ours", "--steps", "3",
-           "--work", str(tmp_path)]
+    cmd = [
+        sys.executable,
+        "benchmarks/op_profile.py",
+        "--kind",
+        "rm",
+        "--side",
+        "ours",
+        "--steps",
+        "3",
+        "--work",
+        str(tmp_path),
+    ]
     proc = subprocess.run(cmd, cwd=REPO, env=python_env(), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-2000:]
     row = next(x for x in proc.stdout.splitlines() if x.startswith("| ours |"))
@@ -69,12 +99,15 @@ def test_op_profile_reports_throughput_and_the_matmul_share(tmp_path):
 
 def test_step_variants_times_each_variant_and_refuses_an_unknown_one(tmp_path):
     base = [sys.executable, "benchmarks/step_variants.py", "--steps", "4", "--work", str(tmp_path)]
-    proc = subprocess.run(base + ["--variants", "eager"], cwd=REPO, env=python_env(), capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run(
+        base + ["--variants", "eager"], cwd=REPO, env=python_env(), capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     first, median = next(x for x in proc.stdout.splitlines() if x.startswith("| eager |")).split("|")[2:4]
     assert float(first) > 0 and float(median) > 0
-    bad = subprocess.run(base + ["--variants", "eager,jit"], cwd=REPO, env=python_env(), capture_output=True, text=True,
-                         timeout=120)
-    assert bad.returncode == 2 and bad.stderr.strip().splitlines() == \
-        ["error: --variants jit: choose from eager,compile,bf16,autocast"]
+    bad = subprocess.run(
+        base + ["--variants", "eager,jit"], cwd=REPO, env=python_env(), capture_output=True, text=True, timeout=120
+    )
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
+        "error: --variants jit: choose from eager,compile,bf16,autocast"
+    ]

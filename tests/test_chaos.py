@@ -1,6 +1,7 @@
 """Chaos in a real flow (Prefect → Ray job → DeepSpeed): the network between the worker and the
 Ray head cut mid-stage, a stage that hangs, and the store (SeaweedFS S3) down for 30 s mid-stage.
 Marked `chaos` (`make test-chaos`, run by CI)."""
+
 from __future__ import annotations
 
 import re
@@ -12,8 +13,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.fixtures_s3 import BUCKET, point_env_at
 from tests import fixtures_seaweed
+from tests.fixtures_s3 import BUCKET, point_env_at
 from tests.tcp_proxy import CuttableProxy
 from tests.test_stage_runner import flow_logs, ray_jobs, run_flow
 
@@ -48,9 +49,13 @@ def test_log_stream_cut_and_hung_stage(ray_head, tmp_path, monkeypatch):
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     try:
-        result, run_id = run_flow(run_name="hang", store=str(store), ray_address=f"http://127.0.0.1:{proxy.port}",
-                                  sft={"max_steps": 12, "save_steps": 4, "eval_dataset": None, "logging_steps": 1},
-                                  retries=2)
+        result, run_id = run_flow(
+            run_name="hang",
+            store=str(store),
+            ray_address=f"http://127.0.0.1:{proxy.port}",
+            sft={"max_steps": 12, "save_steps": 4, "eval_dataset": None, "logging_steps": 1},
+            retries=2,
+        )
     finally:
         done.set()
         proxy.close()
@@ -61,10 +66,10 @@ def test_log_stream_cut_and_hung_stage(ray_head, tmp_path, monkeypatch):
     jobs = [j for j in ray_jobs(ray_head, "hang") if j.metadata["alignflow_stage"] == "sft"]
     assert jobs[-1].status.value == "SUCCEEDED" and "STOPPED" in {j.status.value for j in jobs[:-1]}
     from ray.job_submission import JobSubmissionClient
+
     last = JobSubmissionClient(ray_head).get_job_logs(jobs[-1].submission_id)
     assert "global_step8" in last and "ran optimizer steps 9..12 of 12" in last, last[-3000:]
     assert Path(result["model_uri"], "MANIFEST.json").exists()
-
 
 
 def test_store_down_30s_mid_stage(ray_head, seaweed, tmp_path, monkeypatch):
@@ -81,7 +86,7 @@ def test_store_down_30s_mid_stage(ray_head, seaweed, tmp_path, monkeypatch):
 
     # The session's Ray head has the suite's keys in its environment ("testing" / PLANTED_SECRET,
     # which the SeaweedFS identity uses too) and each job gets AWS_ENDPOINT_URL_S3 from this
-    # process (alignflow/tasks/ray_job.PASSED_ENV): pointing this process at SeaweedFS points the jobs there,
+    # process (tasks/ray_job.PASSED_ENV): pointing this process at SeaweedFS points the jobs there,
     # without a second Ray head on a 2-core machine.
     point_env_at(monkeypatch, seaweed.endpoint)
     # 9 tries per store operation (~55 s: 0.2..25.6 s of backoff between them; s3fs's own retries are off
@@ -114,16 +119,20 @@ def test_store_down_30s_mid_stage(ray_head, seaweed, tmp_path, monkeypatch):
         outage["stop_s"] = seaweed.stop()
         done.wait(down_for_s)
         outage["ready_s"] = seaweed.start()
-        outage["down_s"] = time.monotonic() - outage["stopped_at"]   # refused connections until S3 answered
+        outage["down_s"] = time.monotonic() - outage["stopped_at"]  # refused connections until S3 answered
         outage["wall_up"] = time.strftime("%H:%M:%S")
 
     watcher = threading.Thread(target=chaos, daemon=True)
     watcher.start()
     t0 = time.monotonic()
     try:
-        result, run_id = run_flow(run_name="storedown", store=store, ray_address=ray_head, retries=3,
-                                  sft={"max_steps": 16, "save_steps": 4, "max_ckpt_num": 4, "eval_dataset": None,
-                                       "logging_steps": 1})
+        result, run_id = run_flow(
+            run_name="storedown",
+            store=store,
+            ray_address=ray_head,
+            retries=3,
+            sft={"max_steps": 16, "save_steps": 4, "max_ckpt_num": 4, "eval_dataset": None, "logging_steps": 1},
+        )
     finally:
         flow_s = time.monotonic() - t0
         done.set()
@@ -161,19 +170,29 @@ def test_store_down_30s_mid_stage(ray_head, seaweed, tmp_path, monkeypatch):
         for job, log in zip(jobs[:-1], logs[:-1]):
             assert job.status.value == "FAILED" and "exit code 75" in (job.message or ""), (job.message, log[-2000:])
             # the rank's StoreUnavailable reaches the job's driver, which prints the CLI's one line and exits 75
-            assert re.search(r"^error: .*\(a transient fault: run it again later; a flow retries it\)$", log, re.M), log[-2000:]
+            assert re.search(
+                r"^error: .*\(a transient fault: run it again later; a flow retries it\)$", log, re.M
+            ), log[-2000:]
         resumed = re.search(r"resumed from \S+/global_step(\d+) ", logs[-1])
         assert resumed and int(resumed.group(1)) >= 4, logs[-1][-3000:]
-        assert ran.group(1) == str(int(resumed.group(1)) + 1)   # nothing before the checkpoint is redone
+        assert ran.group(1) == str(int(resumed.group(1)) + 1)  # nothing before the checkpoint is redone
         # a failed job got as far as the checkpoint it was committing (named in its error), or the last it
         # committed; none named: it failed after the manifest of the one it resumed from, writing `latest`
         # or applying retention (the outage starts when global_step4's manifest appears)
-        reached = max((int(n) for log in logs[:-1] for n in re.findall(r"global_step(\d+)", log)),
-                      default=int(resumed.group(1)))
+        reached = max(
+            (int(n) for log in logs[:-1] for n in re.findall(r"global_step(\d+)", log)), default=int(resumed.group(1))
+        )
         redone = reached - int(resumed.group(1))
         outcome = f"failed with exit 75, retried, resumed from global_step{resumed.group(1)}"
-    print(f"\nstore down {outage['down_s']:.1f}s ({outage['wall_down']}..{outage['wall_up']}; SIGTERM/SIGKILL "
-          f"took {outage['stop_s']:.1f}s, S3 answered {outage['ready_s']:.1f}s after the restart); stage {outcome}; "
-          f"tries {len(jobs)} ({[j.status.value for j in jobs]}); steps redone {redone}; flow {flow_s:.0f}s")
-    print("\n".join(line for line in flow_logs(run_id).splitlines()
-                    if re.search(r"retr|resum|StoreUnavailable|exit 75|committed|error:", line))[-3000:])
+    print(
+        f"\nstore down {outage['down_s']:.1f}s ({outage['wall_down']}..{outage['wall_up']}; SIGTERM/SIGKILL "
+        f"took {outage['stop_s']:.1f}s, S3 answered {outage['ready_s']:.1f}s after the restart); stage {outcome}; "
+        f"tries {len(jobs)} ({[j.status.value for j in jobs]}); steps redone {redone}; flow {flow_s:.0f}s"
+    )
+    print(
+        "\n".join(
+            line
+            for line in flow_logs(run_id).splitlines()
+            if re.search(r"retr|resum|StoreUnavailable|exit 75|committed|error:", line)
+        )[-3000:]
+    )

@@ -5,27 +5,34 @@ A rerun of `sft-rm-ppo` with `heldout_eval` whose stages and evaluations are all
 head (docs/pipeline.md): the evaluations are read from the store before the cluster is asked for;
 each is one log line and a table artifact, not its JSON in the flow log. A round-based flow logs
 the policy each round starts from."""
+
 from __future__ import annotations
 
 import asyncio
 import json
 
-from alignment import storage
-from alignflow.flows.sft_rm_ppo import sft_rm_ppo_flow, sft_rm_ppo_steps
 from alignflow.flows.rejection_sampling import rejection_sampling_flow
+from alignflow.flows.sft_rm_ppo import sft_rm_ppo_flow, sft_rm_ppo_steps
 from alignflow.tasks import pipeline, ray_cluster
-from alignflow.tasks.policy_pointer import read_pointer
-from alignflow.tasks.stage_spec import StageResult
 from alignflow.tasks.evaluate import evaluate_step
 from alignflow.tasks.pipeline import Output
+from alignflow.tasks.policy_pointer import read_pointer
 from alignflow.tasks.recipes import load_recipe
+from alignflow.tasks.stage_spec import StageResult
+from alignment import storage
 from tests.test_stage_runner import flow_logs
 
-SAVED = {"sft": {"accuracy": 0.75, "mean_reward": 0.75, "rows": 300.0},
-         "ppo": {"accuracy": 0.783, "mean_reward": 0.783, "rows": 300.0}}
-EXAMPLES = {"sft": [{"question": "12+30", "response": "12+30=42", "label": "42", "right": True},
-                    {"question": "7+5", "response": "7+5=11", "label": "12", "right": False}],
-            "ppo": [{"question": "7+5", "response": "7+5=12", "label": "12", "right": True}]}
+SAVED = {
+    "sft": {"accuracy": 0.75, "mean_reward": 0.75, "rows": 300.0},
+    "ppo": {"accuracy": 0.783, "mean_reward": 0.783, "rows": 300.0},
+}
+EXAMPLES = {
+    "sft": [
+        {"question": "12+30", "response": "12+30=42", "label": "42", "right": True},
+        {"question": "7+5", "response": "7+5=11", "label": "12", "right": False},
+    ],
+    "ppo": [{"question": "7+5", "response": "7+5=12", "label": "12", "right": True}],
+}
 
 
 def commit_stand_ins(store: str, run_name: str, tmp_path) -> None:
@@ -42,8 +49,9 @@ def commit_stand_ins(store: str, run_name: str, tmp_path) -> None:
         if name.startswith("evaluate "):
             saved = tmp_path / f"eval-{label}"
             saved.mkdir()
-            (saved / "evaluation.json").write_text(json.dumps({"task": "generate", "metrics": SAVED[label],
-                                                               "n": 300, "examples": EXAMPLES[label]}))
+            (saved / "evaluation.json").write_text(
+                json.dumps({"task": "generate", "metrics": SAVED[label], "n": 300, "examples": EXAMPLES[label]})
+            )
             storage.commit_dir(saved, p.model_uri, metadata={"final_metrics": SAVED[label]})
         else:
             storage.commit_dir(stand_in, p.model_uri, metadata={"final_metrics": {}})
@@ -57,21 +65,27 @@ def test_an_all_saved_rerun_starts_no_ray_head_and_logs_one_line_per_evaluation(
     commit_stand_ins(store, "saved", tmp_path)
     started = []
     monkeypatch.setattr(ray_cluster, "local_head", lambda *a, **k: started.append(a) or _refuse())
-    state = asyncio.run(sft_rm_ppo_flow(run_name="saved", store=store, recipe="tiny", heldout_eval=True,
-                                        return_state=True))
+    state = asyncio.run(
+        sft_rm_ppo_flow(run_name="saved", store=store, recipe="tiny", heldout_eval=True, return_state=True)
+    )
     result = state.result()
     assert not started and all(r["skipped"] for r in result.values())
     assert result["ppo"]["heldout"]["metrics"] == SAVED["ppo"] and result["ppo"]["heldout"]["accuracy"] == 0.783
     log = flow_logs(state.state_details.flow_run_id)
-    assert ("held-out evaluation after sft: accuracy 75.0%, mean_reward 0.75 (300 rows) (examples: artifact "
-            "saved-heldout-sft)") in log
-    assert '"examples"' not in log   # the evaluation's JSON stays in the store and the artifact
+    assert (
+        "held-out evaluation after sft: accuracy 75.0%, mean_reward 0.75 (300 rows) (examples: artifact "
+        "saved-heldout-sft)"
+    ) in log
+    assert '"examples"' not in log  # the evaluation's JSON stays in the store and the artifact
 
     async def table() -> list[dict]:
         async with get_client() as client:
-            found = await client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["saved-heldout-sft"])))
+            found = await client.read_artifacts(
+                artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["saved-heldout-sft"]))
+            )
         data = found[-1].data
         return json.loads(data) if isinstance(data, str) else data
+
     rows = asyncio.run(table())
     assert [(r["question"], r["right"]) for r in rows] == [("12+30", True), ("7+5", False)]
 
@@ -94,12 +108,15 @@ def test_each_round_logs_the_policy_it_starts_from(tmp_path, monkeypatch):
         for name, p in planned.items():
             storage.commit_dir(stand_in, p.model_uri, metadata={"final_metrics": {}})
             yield name, StageResult(p.step.stage, p.model_uri, False, {"rows": 1.0})
+
     monkeypatch.setattr(pipeline, "run", commit_each)
 
     def run(**params):
-        state = asyncio.run(rejection_sampling_flow(run_name="rs", store=store, recipe="tiny-rs", return_state=True,
-                                                    **params))
+        state = asyncio.run(
+            rejection_sampling_flow(run_name="rs", store=store, recipe="tiny-rs", return_state=True, **params)
+        )
         return state.result(), flow_logs(state.state_details.flow_run_id)
+
     first, log = run(initial_policy=f"{store}/models/sft", rounds=2)
     round1 = first["history"][0]["model_uri"]
     assert f"round 1 starts from {store}/models/sft (initial_policy)" in log

@@ -1,5 +1,6 @@
 """The config schema: CLI flags with OpenRLHF names, YAML files, validation messages, the wandb key
 moved out of the command line."""
+
 import json
 import subprocess
 import sys
@@ -14,11 +15,42 @@ from tests.conftest import REPO, python_env
 
 # The SFT command line of OpenRLHF's README, only model and data paths changed.
 OPENRLHF_SFT = [
-    "--max_len", "4096", "--dataset", "data.jsonl", "--input_key", "question", "--output_key", "response",
-    "--input_template", "User: {}\nAssistant: ", "--train_batch_size", "256", "--micro_train_batch_size", "2",
-    "--max_samples", "500000", "--pretrain", "model_dir", "--save_path", "./checkpoint/llama3-8b-sft",
-    "--save_steps", "-1", "--logging_steps", "1", "--eval_steps", "-1", "--zero_stage", "2", "--max_epochs", "1",
-    "--packing_samples", "--bf16", "--flash_attn", "--learning_rate", "5e-6", "--gradient_checkpointing",
+    "--max_len",
+    "4096",
+    "--dataset",
+    "data.jsonl",
+    "--input_key",
+    "question",
+    "--output_key",
+    "response",
+    "--input_template",
+    "User: {}\nAssistant: ",
+    "--train_batch_size",
+    "256",
+    "--micro_train_batch_size",
+    "2",
+    "--max_samples",
+    "500000",
+    "--pretrain",
+    "model_dir",
+    "--save_path",
+    "./checkpoint/llama3-8b-sft",
+    "--save_steps",
+    "-1",
+    "--logging_steps",
+    "1",
+    "--eval_steps",
+    "-1",
+    "--zero_stage",
+    "2",
+    "--max_epochs",
+    "1",
+    "--packing_samples",
+    "--bf16",
+    "--flash_attn",
+    "--learning_rate",
+    "5e-6",
+    "--gradient_checkpointing",
 ]
 
 
@@ -41,12 +73,18 @@ def test_roundtrip_argv():
     assert again == cfg
 
 
-@pytest.mark.parametrize("argv, needle", [
-    (["--dataset", "d"], "--pretrain is required"),
-    (["--pretrain", "m", "--dataset", "a,b", "--dataset_probs", "0.5"], "--dataset_probs has 1 values for 2 datasets"),
-    (["--pretrain", "m", "--dataset", "d", "--input_template", "no slot"], "has no '{}'"),
-    (["--pretrain", "m", "--dataset", "d", "--lora_dropout", "1.5"], "--lora_dropout 1.5"),
-])
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--dataset", "d"], "--pretrain is required"),
+        (
+            ["--pretrain", "m", "--dataset", "a,b", "--dataset_probs", "0.5"],
+            "--dataset_probs has 1 values for 2 datasets",
+        ),
+        (["--pretrain", "m", "--dataset", "d", "--input_template", "no slot"], "has no '{}'"),
+        (["--pretrain", "m", "--dataset", "d", "--lora_dropout", "1.5"], "--lora_dropout 1.5"),
+    ],
+)
 def test_validation_names_the_flag(argv, needle):
     with pytest.raises(ConfigError, match=None) as e:
         parse_args(SFTConfig, argv)
@@ -61,10 +99,13 @@ def test_unknown_yaml_key(tmp_path):
 
 
 def test_batch_divisibility_message():
-    cfg = parse_args(SFTConfig, ["--pretrain", "m", "--dataset", "d", "--train_batch_size", "12",
-                                 "--micro_train_batch_size", "4"])
+    cfg = parse_args(
+        SFTConfig, ["--pretrain", "m", "--dataset", "d", "--train_batch_size", "12", "--micro_train_batch_size", "4"]
+    )
     assert cfg.accumulation_steps(world_size=1) == 3
-    with pytest.raises(ConfigError, match=r"--train_batch_size 12 is not divisible by --micro_train_batch_size 4 x world size 2"):
+    with pytest.raises(
+        ConfigError, match=r"--train_batch_size 12 is not divisible by --micro_train_batch_size 4 x world size 2"
+    ):
         cfg.accumulation_steps(world_size=2)
 
 
@@ -73,15 +114,18 @@ def test_secret_field_masked():
     assert "planted-key-123" not in str(public_dict(cfg))
 
 
-@pytest.mark.parametrize("args, moved, key", [
-    (["--use_wandb", "k3y", "--x"], ["--use_wandb", "env", "--x"], "k3y"),
-    (["--use_wandb=k3y"], ["--use_wandb=env"], "k3y"),
-    (["--use_wand", "k3y"], ["--use_wand", "env"], "k3y"),           # argparse's prefix matching
-    (["--use_wandb", "offline"], ["--use_wandb", "offline"], None),  # switches are not keys
-    (["--use_wandb", "ENV"], ["--use_wandb", "ENV"], None),
-    (["--use_wandb", "--bf16"], ["--use_wandb", "--bf16"], None),    # no value: argparse's error
-    (["--use_", "k3y"], ["--use_", "k3y"], None),                    # ambiguous: not ours to read
-])
+@pytest.mark.parametrize(
+    "args, moved, key",
+    [
+        (["--use_wandb", "k3y", "--x"], ["--use_wandb", "env", "--x"], "k3y"),
+        (["--use_wandb=k3y"], ["--use_wandb=env"], "k3y"),
+        (["--use_wand", "k3y"], ["--use_wand", "env"], "k3y"),  # argparse's prefix matching
+        (["--use_wandb", "offline"], ["--use_wandb", "offline"], None),  # switches are not keys
+        (["--use_wandb", "ENV"], ["--use_wandb", "ENV"], None),
+        (["--use_wandb", "--bf16"], ["--use_wandb", "--bf16"], None),  # no value: argparse's error
+        (["--use_", "k3y"], ["--use_", "k3y"], None),  # ambiguous: not ours to read
+    ],
+)
 def test_wandb_key_is_found_on_the_command_line(args, moved, key):
     assert argv_without_wandb_key(args) == (moved, key)
 
@@ -95,31 +139,52 @@ def test_a_wandb_key_on_the_command_line_leaves_argv_at_start(tmp_path):
         "import json, os\n"
         f"with open({str(log)!r}, 'a') as f:\n"
         "    f.write(json.dumps([os.getpid(), open('/proc/self/cmdline', 'rb').read().decode(),\n"
-        "                        os.environ.get('WANDB_API_KEY')]) + '\\n')\n")
+        "                        os.environ.get('WANDB_API_KEY')]) + '\\n')\n"
+    )
     env = python_env(PYTHONPATH=f"{tmp_path}:{REPO}")
     env.pop("WANDB_API_KEY", None)
-    proc = subprocess.run([sys.executable, "-X", "utf8", "-m", "alignment.cli.train_sft", "--use_wandb", key,
-                           "--no_such_flag"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-X", "utf8", "-m", "alignment.cli.train_sft", "--use_wandb", key, "--no_such_flag"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     starts = [json.loads(line) for line in log.read_text().splitlines()]
     last = proc.stderr.strip().splitlines()[-1]
     assert proc.returncode == 2 and last.startswith("error: unrecognized argument --no_such_flag"), proc.stderr
     assert key not in proc.stdout + proc.stderr
-    assert len(starts) == 2 and starts[0][0] == starts[1][0], starts       # one re-exec, same PID
+    assert len(starts) == 2 and starts[0][0] == starts[1][0], starts  # one re-exec, same PID
     first, then = (s[1].split("\0")[:-1] for s in starts)
     assert key in first and starts[0][2] is None
-    assert then == [sys.executable, "-X", "utf8", "-m", "alignment.cli.train_sft", "--use_wandb", "env",
-                    "--no_such_flag"] and starts[1][2] == key
+    assert (
+        then == [sys.executable, "-X", "utf8", "-m", "alignment.cli.train_sft", "--use_wandb", "env", "--no_such_flag"]
+        and starts[1][2] == key
+    )
     cfg = parse_args(SFTConfig, ["--pretrain", "m", "--dataset", "d", "--use_wandb", "env"])
-    assert cfg.use_wandb == "env" and cfg.use_wandb.lower() in WANDB_SWITCHES   # the key is read from the env
+    assert cfg.use_wandb == "env" and cfg.use_wandb.lower() in WANDB_SWITCHES  # the key is read from the env
 
 
-RECIPE_SCHEMAS = {"sft": "SFTConfig", "rm": "RMConfig", "ppo": "PPOConfig", "grpo": "PPOConfig", "dpo": "DPOConfig", "kto": "KTOConfig",
-                  "generate": "BatchInferenceConfig", "score": "BatchInferenceConfig", "tiny_base": "TinyBaseConfig",
-                  "kd": "KDConfig", "opd": "OPDConfig", "evaluate": "EvaluateConfig"}
+RECIPE_SCHEMAS = {
+    "sft": "SFTConfig",
+    "rm": "RMConfig",
+    "ppo": "PPOConfig",
+    "grpo": "PPOConfig",
+    "dpo": "DPOConfig",
+    "kto": "KTOConfig",
+    "generate": "BatchInferenceConfig",
+    "score": "BatchInferenceConfig",
+    "tiny_base": "TinyBaseConfig",
+    "kd": "KDConfig",
+    "opd": "OPDConfig",
+    "evaluate": "EvaluateConfig",
+}
 
 
 def _recipe_files():
     from tests.conftest import REPO
+
     return sorted((p.parent.name, p.stem) for p in (REPO / "deployments" / "recipes").glob("*/*.yaml"))
 
 
@@ -130,7 +195,10 @@ def test_shipped_recipe_files_load_into_their_schema(recipe, role):
     import alignment.config as config
     from alignment.config import load_yaml
     from tests.conftest import REPO
-    values = load_yaml(getattr(config, RECIPE_SCHEMAS[role]), REPO / "deployments" / "recipes" / recipe / f"{role}.yaml")
+
+    values = load_yaml(
+        getattr(config, RECIPE_SCHEMAS[role]), REPO / "deployments" / "recipes" / recipe / f"{role}.yaml"
+    )
     assert values
 
 
@@ -138,9 +206,10 @@ def test_shipped_recipe_files_load_into_their_schema(recipe, role):
 def test_a_stage_job_config_round_trips_through_its_yaml(recipe, tmp_path):
     """A flow's stage job reads its resolved config from <stage dir>/config.yaml: the YAML rebuilds
     the exact config the task validated, for every stage of every shipped recipe."""
-    from alignment.config.cli import config_to_yaml, load_yaml
     from alignflow.tasks.recipes import load_recipe
     from alignflow.tasks.stage_spec import STAGES, build_config, job_config
+    from alignment.config.cli import config_to_yaml, load_yaml
+
     rec = load_recipe(recipe)
     roles = {"generate": "batch_inference", "score": "batch_inference", **{s: s for s in STAGES}}
     checked = 0
@@ -148,12 +217,12 @@ def test_a_stage_job_config_round_trips_through_its_yaml(recipe, tmp_path):
         if not rec.has(role):
             continue
         given = {} if stage == "tiny_base" else {"pretrain": str(tmp_path)}
-        if stage in ("sft", "dpo") and recipe in ("tiny-csft", "tiny-idpo", "tiny-rs"):   # the flow's generated data
+        if stage in ("sft", "dpo") and recipe in ("tiny-csft", "tiny-idpo", "tiny-rs"):  # the flow's generated data
             (tmp_path / "rows.jsonl").write_text("{}\n")
             given["dataset"] = str(tmp_path / "rows.jsonl")
         if stage == "ppo":
             given["reward_pretrain"] = str(tmp_path)
-        if stage in ("kd", "opd"):   # the distill flow's `teacher`
+        if stage in ("kd", "opd"):  # the distill flow's `teacher`
             given["teacher_model"] = str(tmp_path)
         cfg = job_config(stage, build_config(stage, rec.file(role), given), "s3://bucket/run/stage-0123", "run")
         (tmp_path / "config.yaml").write_text(config_to_yaml(cfg))
@@ -192,7 +261,9 @@ def test_outputs_may_nest_only_while_nothing_is_checkpointed(tmp_path):
         with pytest.raises(ConfigError, match="^--ckpt_path ./ckpt/checkpoints and --save_path ./ckpt overlap"):
             parse_args(SFTConfig, [*base, *extra])
     # by path components: out_ckpt is beside out, not in it
-    parse_args(SFTConfig, [*base, "--save_steps", "5", "--save_path", str(tmp_path / "out"),
-                           "--ckpt_path", str(tmp_path / "out_ckpt")])
-    with pytest.raises(ConfigError, match="overlap"):   # store URIs compare as normalized URIs
+    parse_args(
+        SFTConfig,
+        [*base, "--save_steps", "5", "--save_path", str(tmp_path / "out"), "--ckpt_path", str(tmp_path / "out_ckpt")],
+    )
+    with pytest.raises(ConfigError, match="overlap"):  # store URIs compare as normalized URIs
         parse_args(SFTConfig, [*base, "--save_steps", "5", "--save_path", "s3://b/run/", "--ckpt_path", "s3://b//run"])

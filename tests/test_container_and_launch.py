@@ -1,6 +1,7 @@
 """The container recipes and the Slurm launcher, checked without Docker or Slurm (neither runs
 here): hadolint passes on both Dockerfiles, shellcheck on the sbatch script, and the files they
 name exist, so they can't silently rot. Image builds are not tested (docs/cluster.md)."""
+
 from __future__ import annotations
 
 import re
@@ -37,7 +38,8 @@ def test_setup_script_accepts_the_flavour_the_images_select():
     text = (REPO / "scripts" / "setup_venv.sh").read_text()
     assert 'FLAVOUR=$ALIGNFLOW_FLAVOUR' in text
     assert {"ALIGNFLOW_FLAVOUR=cpu", "ALIGNFLOW_FLAVOUR=gpu"} == {
-        m for f in DOCKERFILES for m in re.findall(r"ALIGNFLOW_FLAVOUR=\w+", f.read_text())}
+        m for f in DOCKERFILES for m in re.findall(r"ALIGNFLOW_FLAVOUR=\w+", f.read_text())
+    }
 
 
 def test_dockerignore_keeps_local_state_out_of_the_image():
@@ -50,4 +52,6 @@ def test_sbatch_script_passes_shellcheck():
     proc = lint("shellcheck", str(SBATCH))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     text = SBATCH.read_text()
-    assert "ray start --head" in text.replace('"$RAY" ', "ray ") and "--address=" in text and "trap stop_ray EXIT" in text
+    assert (
+        "ray start --head" in text.replace('"$RAY" ', "ray ") and "--address=" in text and "trap stop_ray EXIT" in text
+    )

@@ -1,6 +1,7 @@
 """The pictures, progress and report of a stage, without a cluster: which series each stage kind draws
 (from a metrics.jsonl written like a trainer writes it), the PNG itself, the progress events'
 round trip, the progress line the Prefect task logs, and a retried stage's wall time."""
+
 from __future__ import annotations
 
 import asyncio
@@ -9,10 +10,10 @@ import logging
 
 import pytest
 
-from alignment.events import ProgressEvent, format_event, parse_event
 from alignflow.tasks import curves
 from alignflow.tasks.artifacts import read_metrics
 from alignflow.tasks.report import PipelineReport, StageLine, build_report
+from alignment.events import ProgressEvent, format_event, parse_event
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -23,8 +24,20 @@ LOGGED = {
     "rm": (["loss", "acc", "chosen_reward", "rejected_reward", "lr"], ["loss", "acc", "reward_mean"]),
     "dpo": (["loss", "reward_acc", "reward_margin", "chosen_reward", "lr"], ["loss", "reward_acc", "reward_margin"]),
     "kto": (["loss", "kl", "desirable_reward", "undesirable_reward"], ["loss", "reward_gap"]),
-    "ppo": (["reward", "kl", "response_length", "clipfrac", "policy_loss", "time_generate", "time_experience",
-             "time_train", "time_sync"], []),
+    "ppo": (
+        [
+            "reward",
+            "kl",
+            "response_length",
+            "clipfrac",
+            "policy_loss",
+            "time_generate",
+            "time_experience",
+            "time_train",
+            "time_sync",
+        ],
+        [],
+    ),
 }
 
 
@@ -44,14 +57,23 @@ def write_metrics(tmp_path, stage: str) -> str:
 EXPECTED = {
     "sft": {"loss": ["train/loss", "eval/loss"]},
     "rm": {"loss": ["train/loss", "eval/loss"], "pairwise accuracy": ["train/acc", "eval/acc"]},
-    "dpo": {"loss": ["train/loss", "eval/loss"], "reward margin": ["train/reward_margin", "eval/reward_margin"],
-            "reward accuracy": ["train/reward_acc", "eval/reward_acc"]},
-    "kto": {"loss": ["train/loss", "eval/loss"],
-            "implicit rewards": ["train/desirable_reward", "train/undesirable_reward", "eval/reward_gap"],
-            "KL estimate": ["train/kl"]},
-    "ppo": {"reward": ["train/reward"], "KL to the reference": ["train/kl"], "response length": ["train/response_length"],
-            "policy": ["train/clipfrac"],
-            "phase times": ["train/time_generate", "train/time_experience", "train/time_train", "train/time_sync"]},
+    "dpo": {
+        "loss": ["train/loss", "eval/loss"],
+        "reward margin": ["train/reward_margin", "eval/reward_margin"],
+        "reward accuracy": ["train/reward_acc", "eval/reward_acc"],
+    },
+    "kto": {
+        "loss": ["train/loss", "eval/loss"],
+        "implicit rewards": ["train/desirable_reward", "train/undesirable_reward", "eval/reward_gap"],
+        "KL estimate": ["train/kl"],
+    },
+    "ppo": {
+        "reward": ["train/reward"],
+        "KL to the reference": ["train/kl"],
+        "response length": ["train/response_length"],
+        "policy": ["train/clipfrac"],
+        "phase times": ["train/time_generate", "train/time_experience", "train/time_train", "train/time_sync"],
+    },
 }
 
 
@@ -77,7 +99,9 @@ def test_ppo_agent_dapo_and_is_runs_add_their_panels(tmp_path):
     extra = {"train/agent/turns": 1.5, "train/dynamic_filtering/dropped_fraction": 0.25, "train/is_weight": 0.98}
     titles = [p.title for p in curves.stage_panels("ppo", [{**r, **extra} for r in rows])]
     assert titles[-3:] == ["agent turns", "dynamic filtering", "IS correction"]
-    assert not {"agent turns", "dynamic filtering", "IS correction"} & {p.title for p in curves.stage_panels("ppo", rows)}
+    assert not {"agent turns", "dynamic filtering", "IS correction"} & {
+        p.title for p in curves.stage_panels("ppo", rows)
+    }
 
 
 def test_reward_histogram_and_rounds_chart():
@@ -86,8 +110,10 @@ def test_reward_histogram_and_rounds_chart():
     assert curves.render(hist, "t").startswith(PNG)
     history = [{"round": 1, "sampled_reward": 0.4}, {"round": 2, "sampled_reward": 0.55, "heldout_accuracy": 0.7}]
     panels = {p.title: p.series for p in curves.rounds_panels(history)}
-    assert panels == {"held-out accuracy": {"heldout_accuracy": [(2.0, 0.7)]},
-                      "mean sampled reward": {"sampled_reward": [(1.0, 0.4), (2.0, 0.55)]}}
+    assert panels == {
+        "held-out accuracy": {"heldout_accuracy": [(2.0, 0.7)]},
+        "mean sampled reward": {"sampled_reward": [(1.0, 0.4), (2.0, 0.55)]},
+    }
     assert curves.render([], "nothing") is None
 
 
@@ -96,7 +122,7 @@ def test_progress_events_round_trip_and_ignore_other_lines():
     line = "(pid=123) " + format_event(ev)
     assert parse_event(line) == ev
     assert parse_event("sft:  30%|███ | 12/40 [00:03<00:07]") is None
-    assert parse_event(format_event(ev)[:-5]) is None   # a torn line is shown as text, not parsed
+    assert parse_event(format_event(ev)[:-5]) is None  # a torn line is shown as text, not parsed
 
 
 def stage_progress(monkeypatch, update, redraw, level: str):
@@ -110,7 +136,7 @@ def stage_progress(monkeypatch, update, redraw, level: str):
     logger = logging.getLogger(f"test-progress-{level}")
     monkeypatch.setattr(logger, level, lambda fmt, *a: lines.append(fmt % a))
     p = progress_mod.StageProgress("run", "sft", logger)
-    p.artifact_id = "the-progress-artifact"   # as start() sets it
+    p.artifact_id = "the-progress-artifact"  # as start() sets it
     return p, lines
 
 
@@ -122,54 +148,75 @@ def test_progress_line_and_cadence(monkeypatch):
     monkeypatch.setenv("ALIGNFLOW_PROGRESS_EVERY_S", "10")
     monkeypatch.setenv("ALIGNFLOW_CURVE_EVERY_S", "1000")
 
-    async def fake_update(artifact_id, progress):   # the Prefect API call, recorded
+    async def fake_update(artifact_id, progress):  # the Prefect API call, recorded
         updates.append(progress)
 
     async def fake_curves(*args, **kwargs):
         return None
+
     p, lines = stage_progress(monkeypatch, fake_update, fake_curves, "info")
 
     async def follow() -> None:
         assert not await p.on_line("plain job output")
-        for step in range(0, 101):       # one event per second of (fake) time, 32 samples per step
+        for step in range(0, 101):  # one event per second of (fake) time, 32 samples per step
             clock[0] = 100.0 + step
             row = {"train/loss": 2.0 - step / 100} if step % 25 == 0 else {}
             assert await p.on_line(format_event(ProgressEvent(step, 100, 32 * step, row)))
         await p.finish()
+
     asyncio.run(follow())
-    assert len(lines) == 11                                   # t=0, then every 10 s: the last one at step 100
+    assert len(lines) == 11  # t=0, then every 10 s: the last one at step 100
     assert lines[5] == "sft: step 50/100 (50%) · loss 1.5 · 32.0 samples/s · ETA 50s"
     assert lines[-1] == "sft: step 100/100 (100%) · loss 1 · 32.0 samples/s · ETA 0s"
-    assert updates[-1] == 100.0 and len(updates) == 22        # every 5 s, and 100 % at the end
+    assert updates[-1] == 100.0 and len(updates) == 22  # every 5 s, and 100 % at the end
     assert [r["step"] for r in p.rows] == [0, 25, 50, 75, 100]
 
 
 def test_report_text_and_markdown(tmp_path):
     model = write_metrics(tmp_path, "ppo")
-    result = {"sft": {"stage": "sft", "model_uri": "s3://b/run/sft-1/model", "skipped": True, "stage_wall_s": 0.1,
-                      "metrics": {"eval/loss": 0.5, "time/loop_s": 50.0}, "heldout": {"accuracy": 0.75, "n": 300}},
-              "ppo": {"stage": "ppo", "model_uri": model, "skipped": False, "stage_wall_s": 120.0, "stage_tries": 2,
-                      "metrics": {"train/reward": 0.6, "time/loop_s": 100.0},
-                      "heldout": {"accuracy": 0.79, "n": 300, "examples": [["1+1", "1+1=2", "2", True]]}}}
+    result = {
+        "sft": {
+            "stage": "sft",
+            "model_uri": "s3://b/run/sft-1/model",
+            "skipped": True,
+            "stage_wall_s": 0.1,
+            "metrics": {"eval/loss": 0.5, "time/loop_s": 50.0},
+            "heldout": {"accuracy": 0.75, "n": 300},
+        },
+        "ppo": {
+            "stage": "ppo",
+            "model_uri": model,
+            "skipped": False,
+            "stage_wall_s": 120.0,
+            "stage_tries": 2,
+            "metrics": {"train/reward": 0.6, "time/loop_s": 100.0},
+            "heldout": {"accuracy": 0.79, "n": 300, "examples": [["1+1", "1+1=2", "2", True]]},
+        },
+    }
     rep = build_report("sft-rm-ppo", "demo", result, 150.0)
     assert isinstance(rep, PipelineReport) and [ln.label for ln in rep.lines] == ["sft", "ppo"]
-    assert rep.phases == {"training loops": 100.0, "stage jobs' start-up, model loading, commits": 20.0,
-                          "Prefect + Ray start-up and the rest": 30.0}
+    assert rep.phases == {
+        "training loops": 100.0,
+        "stage jobs' start-up, model loading, commits": 20.0,
+        "Prefect + Ray start-up and the rest": 30.0,
+    }
     text = rep.text()
     assert "after sft 75.0%, after ppo 79.0%" in text and "RL reward (score per sample, 6 iterations)" in text
     assert "[ok ] 1+1" in text and "120 s (2 tries)   100 s" in text
     md = rep.markdown({"ppo": b"\x89PNG fake"})
     assert "| sft | skipped (already committed) | - | eval loss 0.500 | `s3://b/run/sft-1/model` |" in md
     assert "| ppo | 120 s (2 tries) | 100 s |" in md
-    assert "](s3://" not in md                            # no link a browser can't open
+    assert "](s3://" not in md  # no link a browser can't open
     assert "| after ppo: 79.0% | 300 |" in md and "data:image/png;base64," in md
     assert isinstance(rep.lines[0], StageLine)
 
 
 def test_a_failing_prefect_api_does_not_stop_the_stage(monkeypatch):
     """Progress and live curves are best effort: an API error is a warning, the job goes on."""
+
     async def unreachable(*args, **kwargs):
         raise ConnectionError("prefect api unreachable")
+
     p, warnings = stage_progress(monkeypatch, unreachable, unreachable, "warning")
     consumed = asyncio.run(p.on_line(format_event(ProgressEvent(1, 10, 32, {"train/loss": 1.0}))))
     assert consumed and len(warnings) == 2 and "ConnectionError: prefect api unreachable" in warnings[0]
@@ -183,6 +230,7 @@ def test_a_retried_stage_counts_every_try(monkeypatch):
     from alignflow.tasks import stage
     from alignflow.tasks.ray_job import StageJobFailed
     from alignflow.tasks.stage_spec import StageResult
+
     tries = []
 
     async def one_try(name, *args):
@@ -191,12 +239,14 @@ def test_a_retried_stage_counts_every_try(monkeypatch):
         if len(tries) == 1:
             raise StageJobFailed("a rank was killed")
         return StageResult(name, "file:///store/r/sft-1/model", False, {"train/loss": 1.0})
+
     monkeypatch.setattr(stage, "_run_try", one_try)
 
     @flow
     async def one_stage():
         return await stage.run_stage.with_options(retries=1, retry_delay_seconds=0)("sft", "/store", "r", "http://x")
+
     result = asyncio.run(one_stage())
     assert tries == ["sft", "sft"] and result.tries == 2 and not result.skipped
     assert 1.0 <= result.wall_s < 5, result.wall_s
-    assert result.summary()["stage_tries"] == 2 and not stage._TRY_WALL_S     # dropped once the stage succeeded
+    assert result.summary()["stage_tries"] == 2 and not stage._TRY_WALL_S  # dropped once the stage succeeded

@@ -1,11 +1,12 @@
 """Dataset reading, formatting and the bad-input errors (one line naming the problem and fix)."""
+
 import json
 
 import pytest
 
 from alignment.config import SFTConfig
-from alignment.datasets.sft import SFTTokenizer
 from alignment.datasets.mixing import blend
+from alignment.datasets.sft import SFTTokenizer
 from alignment.datasets.sources import DataError, read_rows
 from alignment.tiny_world.paths import tiny_dir
 
@@ -13,6 +14,7 @@ from alignment.tiny_world.paths import tiny_dir
 @pytest.fixture(scope="module")
 def tok():
     from transformers import AutoTokenizer
+
     return AutoTokenizer.from_pretrained(tiny_dir() / "tokenizer")
 
 
@@ -60,6 +62,7 @@ def test_missing_split(tmp_path):
 
 def test_tokenizer_without_chat_template(tok):
     from copy import deepcopy
+
     bare = deepcopy(tok)
     bare.chat_template = None
     with pytest.raises(DataError, match="has no chat template; pass --tokenizer_chat_template"):
@@ -69,7 +72,9 @@ def test_tokenizer_without_chat_template(tok):
 def test_hub_name_offline_says_so(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    with pytest.raises(DataError, match=r"could not be loaded from the Hugging Face hub \(the hub is offline.*local \.jsonl"):
+    with pytest.raises(
+        DataError, match=r"could not be loaded from the Hugging Face hub \(the hub is offline.*local \.jsonl"
+    ):
         read_rows("someorg/some-dataset")
 
 
@@ -90,8 +95,12 @@ def test_chat_template_masks_only_assistant(tok):
 
 
 def test_multiturn_trains_every_assistant_turn(tok):
-    msgs = [{"role": "user", "content": "What is 1 + 1?"}, {"role": "assistant", "content": "2"},
-            {"role": "user", "content": "What is 2 + 2?"}, {"role": "assistant", "content": "4"}]
+    msgs = [
+        {"role": "user", "content": "What is 1 + 1?"},
+        {"role": "assistant", "content": "2"},
+        {"role": "user", "content": "What is 2 + 2?"},
+        {"role": "assistant", "content": "4"},
+    ]
     (s,), _ = SFTTokenizer(tok, cfg(input_key="m", apply_chat_template=True, multiturn=True))([{"m": msgs}])
     target = tok.decode([t for t, m in zip(s.input_ids, s.loss_mask) if m])
     assert target == "2<|end|>\n4<|end|>\n"
@@ -123,6 +132,7 @@ def test_parquet_csv_arrow_and_save_to_disk_give_the_jsonl_rows(tmp_path):
     """The same 200 rows as jsonl, parquet (a file and parquet@DIR), csv (string columns), arrow and
     a save_to_disk DatasetDict: read_rows gives the same samples, in order; slices as 🤗 datasets does."""
     import datasets
+
     rows = read_rows(f"json@{tiny_dir() / 'sft'}", "train")[:200]
     flat = [{"input": r["input"], "output": r["output"]} for r in rows]
     ds = datasets.Dataset.from_list(rows)
@@ -152,6 +162,7 @@ def test_parquet_csv_arrow_and_save_to_disk_give_the_jsonl_rows(tmp_path):
 
 def test_openrlhf_name_at_data_dir_specs():
     from alignment.datasets.sources import resolve
+
     hub = resolve("openai/gsm8k@main")
     assert (hub.kind, hub.location, hub.data_dir) == ("hub", "openai/gsm8k", "main")
     with pytest.raises(DataError, match="the hub is offline"):

@@ -3,6 +3,7 @@ started once for this module: `prefect deployment run` of sft/tiny (its artifact
 the API and in a real browser) and of sft-rm-ppo/tiny with a stage override, `prefect flow-run
 retry` of a pipeline whose PPO job was killed, and iterative-dpo/nightly served on a short
 interval schedule."""
+
 from __future__ import annotations
 
 import asyncio
@@ -56,9 +57,13 @@ class Prefect:
 
         async def read() -> list:
             async with PrefectClient(self.api) as client:
-                return (await client.read_artifacts(
-                    artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id])),
-                    sort=ArtifactSort.CREATED_DESC))[::-1]
+                return (
+                    await client.read_artifacts(
+                        artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id])),
+                        sort=ArtifactSort.CREATED_DESC,
+                    )
+                )[::-1]
+
         return asyncio.run(read())
 
     def cli(self, *args: str, timeout: int = 120) -> subprocess.CompletedProcess:
@@ -75,28 +80,52 @@ def prefect(tmp_path_factory, ray_head):
     logs = tmp_path_factory.mktemp("prefect")
     port = free_port()
     api = f"http://127.0.0.1:{port}/api"
-    env = {**os.environ, "PREFECT_HOME": str(logs / "prefect_home"), "PREFECT_API_URL": api,
-           "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_WORKER_QUERY_SECONDS": "1",
-           "PREFECT_WORKER_PREFETCH_SECONDS": "1", "PREFECT_RUNNER_POLL_FREQUENCY": "1", "ALIGNFLOW_HOME": str(REPO),
-           "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "2", "PREFECT_UI_API_URL": api,
-           "ALIGNFLOW_CURVE_EVERY_S": "1"}
+    env = {
+        **os.environ,
+        "PREFECT_HOME": str(logs / "prefect_home"),
+        "PREFECT_API_URL": api,
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_WORKER_QUERY_SECONDS": "1",
+        "PREFECT_WORKER_PREFETCH_SECONDS": "1",
+        "PREFECT_RUNNER_POLL_FREQUENCY": "1",
+        "ALIGNFLOW_HOME": str(REPO),
+        "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "2",
+        "PREFECT_UI_API_URL": api,
+        "ALIGNFLOW_CURVE_EVERY_S": "1",
+    }
     server_env = {k: v for k, v in env.items() if k != "PREFECT_API_URL"}
-    server = subprocess.Popen([PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-                              env=server_env, stdout=open(logs / "server.log", "w"), stderr=subprocess.STDOUT)
+    server = subprocess.Popen(
+        [PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+        env=server_env,
+        stdout=open(logs / "server.log", "w"),
+        stderr=subprocess.STDOUT,
+    )
     worker = None
     try:
         _wait_healthy(api, server)
         p = Prefect(env, logs)
         # the documented commands: checked, no prompts (stdin closed: a prompt would crash with EOFError)
-        deployed = subprocess.run(["bash", "scripts/deploy.sh"], env=env, cwd=REPO, capture_output=True, text=True,
-                                  timeout=300, stdin=subprocess.DEVNULL)
+        deployed = subprocess.run(
+            ["bash", "scripts/deploy.sh"],
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            stdin=subprocess.DEVNULL,
+        )
         assert deployed.returncode == 0, deployed.stdout[-2000:] + deployed.stderr[-2000:]
-        worker = subprocess.Popen(["bash", "scripts/worker.sh"], env=env, cwd=REPO,
-                                  stdout=open(logs / "worker.log", "w"), stderr=subprocess.STDOUT)
+        worker = subprocess.Popen(
+            ["bash", "scripts/worker.sh"],
+            env=env,
+            cwd=REPO,
+            stdout=open(logs / "worker.log", "w"),
+            stderr=subprocess.STDOUT,
+        )
         yield p
     finally:
         if worker is not None:
-            stop_process(worker)   # SIGTERM, as a supervisor stops it (tested below)
+            stop_process(worker)  # SIGTERM, as a supervisor stops it (tested below)
         stop_process(server)
 
 
@@ -108,6 +137,7 @@ def test_deploy_asked_nothing_and_the_nightly_runs_one_at_a_time(prefect):
     async def read():
         async with PrefectClient(prefect.api) as client:
             return await client.read_deployment_by_name("iterative-dpo/nightly")
+
     nightly = asyncio.run(read())
     assert nightly.global_concurrency_limit.limit == 1
     assert nightly.concurrency_options.collision_strategy.value == "ENQUEUE"
@@ -117,9 +147,14 @@ def test_deploy_asked_nothing_and_the_nightly_runs_one_at_a_time(prefect):
     assert refused.returncode != 0 and "use_wandb" in refused.stdout + refused.stderr, refused.stdout[-2000:]
     # neither the server's database (PREFECT_HOME) nor its or the worker's log has it
     assert not [p for p in Path(prefect.logs).rglob("*") if p.is_file() and key.encode() in p.read_bytes()]
-    bare = subprocess.run(["bash", "scripts/worker.sh"], env={k: v for k, v in prefect.env.items()
-                                                            if k != "PREFECT_API_URL"},
-                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    bare = subprocess.run(
+        ["bash", "scripts/worker.sh"],
+        env={k: v for k, v in prefect.env.items() if k != "PREFECT_API_URL"},
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     lines = [ln for ln in bare.stderr.splitlines() if ln.strip()]
     assert bare.returncode == 2 and len(lines) == 1 and "PREFECT_API_URL is not set" in lines[0], bare.stderr
 
@@ -130,9 +165,14 @@ def test_worker_script_stops_on_sigterm_where_sigint_is_ignored(prefect):
     One SIGTERM stops it. Its own work queue, so it never picks up another test's flow run."""
     log = Path(prefect.logs) / "worker-sigterm.log"
     with log.open("w") as out:
-        worker = subprocess.Popen(["bash", "scripts/worker.sh", "--work-queue", "sigterm-test"], env=prefect.env,
-                                  cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-                                  preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+        worker = subprocess.Popen(
+            ["bash", "scripts/worker.sh", "--work-queue", "sigterm-test"],
+            env=prefect.env,
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+        )
     try:
         deadline = time.monotonic() + 120
         while "started" not in log.read_text() and worker.poll() is None and time.monotonic() < deadline:
@@ -153,10 +193,21 @@ def test_deployment_run_publishes_progress_curves_and_report_seen_in_a_browser(p
     artifact is redrawn while it runs and once more at the end, the model artifact shows the store
     path as text (no link a browser resolves against the UI's host), and the flow run's report
     renders in Chromium: table rows and a non-empty curve image."""
-    chromium()   # before the run: a missing browser fails (CI) or skips (elsewhere) at once
+    chromium()  # before the run: a missing browser fails (CI) or skips (elsewhere) at once
     sft = json.dumps({"max_steps": 8, "eval_dataset": None, "save_steps": 4, "logging_steps": 1})
-    run = prefect.cli("deployment", "run", "sft/tiny", "--param", f"ray_address={ray_head}",
-                      "--param", f"store={tmp_path / 'store'}", "--param", f"sft={sft}", "--watch", timeout=600)
+    run = prefect.cli(
+        "deployment",
+        "run",
+        "sft/tiny",
+        "--param",
+        f"ray_address={ray_head}",
+        "--param",
+        f"store={tmp_path / 'store'}",
+        "--param",
+        f"sft={sft}",
+        "--watch",
+        timeout=600,
+    )
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:] + prefect.worker_log()[-3000:]
     assert "Completed" in run.stdout
     run_id = re.search(r"UUID:\s*([0-9a-f-]{36})", run.stdout).group(1)
@@ -183,7 +234,7 @@ def test_deployment_run_publishes_progress_curves_and_report_seen_in_a_browser(p
     assert "/artifacts/artifact/" in report.url
     assert report.images and all(width > 100 for width in report.images), report.images
     assert any(row.startswith("sft\t") and "loss" in row for row in report.rows), report.rows
-    assert "data:image/png" not in report.text          # the picture shows, not its URL
+    assert "data:image/png" not in report.text  # the picture shows, not its URL
 
 
 def _flow_run_state(prefect: Prefect, run_id: str) -> str:
@@ -202,7 +253,7 @@ def _wait_terminal(prefect: Prefect, run_id: str, timeout_s: float = 600) -> str
     raise AssertionError(f"flow run {run_id} still not finished after {timeout_s}s:\n{prefect.worker_log()[-3000:]}")
 
 
-@pytest.mark.chaos   # a fault injected into a deployment's flow run: `make test-chaos` (CI runs it with the suite)
+@pytest.mark.chaos  # a fault injected into a deployment's flow run: `make test-chaos` (CI runs it with the suite)
 def test_pipeline_override_and_flow_run_retry_resume_ppo(prefect, ray_head, tmp_path):
     """`prefect deployment run sft-rm-ppo/tiny --param ppo=…` (no task retries); the PPO job is
     killed after a committed checkpoint, so the flow run fails; `prefect flow-run retry` runs it
@@ -212,15 +263,40 @@ def test_pipeline_override_and_flow_run_retry_resume_ppo(prefect, ray_head, tmp_
     from ray.job_submission import JobSubmissionClient
 
     from tests.test_stage_runner import ray_jobs
+
     store = tmp_path / "store"
-    params = {"sft": {"max_steps": 12, "save_steps": 6, "eval_dataset": None, "logging_steps": 3},
-              "rm": {"max_steps": 4, "save_steps": 2, "eval_dataset": None, "num_gpus_per_node": 2,
-                     "micro_train_batch_size": 8},
-              "ppo": {"max_samples": 16, "num_episodes": 4, "save_steps": 1, "actor_learning_rate": 3e-5,
-                      "init_kl_coef": 0.01}}
+    params = {
+        "sft": {"max_steps": 12, "save_steps": 6, "eval_dataset": None, "logging_steps": 3},
+        "rm": {
+            "max_steps": 4,
+            "save_steps": 2,
+            "eval_dataset": None,
+            "num_gpus_per_node": 2,
+            "micro_train_batch_size": 8,
+        },
+        "ppo": {
+            "max_samples": 16,
+            "num_episodes": 4,
+            "save_steps": 1,
+            "actor_learning_rate": 3e-5,
+            "init_kl_coef": 0.01,
+        },
+    }
     args = [f"--param={k}={json.dumps(v)}" for k, v in params.items()]
-    run = prefect.cli("deployment", "run", "sft-rm-ppo/tiny", "--param", f"ray_address={ray_head}",
-                      "--param", f"store={store}", "--param", "retries=0", "--param", "heldout_eval=false", *args)
+    run = prefect.cli(
+        "deployment",
+        "run",
+        "sft-rm-ppo/tiny",
+        "--param",
+        f"ray_address={ray_head}",
+        "--param",
+        f"store={store}",
+        "--param",
+        "retries=0",
+        "--param",
+        "heldout_eval=false",
+        *args,
+    )
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     run_id = re.search(r"UUID:\s*([0-9a-f-]{36})", run.stdout).group(1)
 
@@ -229,9 +305,13 @@ def test_pipeline_override_and_flow_run_retry_resume_ppo(prefect, ray_head, tmp_
     while killed_at is None and time.monotonic() < deadline:
         for job in ray_jobs(ray_head, "tiny"):
             out = job.metadata.get("alignflow_output", "")
-            if (job.metadata.get("alignflow_stage") == "ppo" and job.status.value == "RUNNING"
-                    and out.startswith(str(store)) and storage.list_committed(f"{out}/checkpoints")):
-                client.stop_job(job.submission_id)          # SIGTERM to the PPO driver, mid-stage
+            if (
+                job.metadata.get("alignflow_stage") == "ppo"
+                and job.status.value == "RUNNING"
+                and out.startswith(str(store))
+                and storage.list_committed(f"{out}/checkpoints")
+            ):
+                client.stop_job(job.submission_id)  # SIGTERM to the PPO driver, mid-stage
                 killed_at = storage.get_latest(f"{out}/checkpoints")
                 break
         time.sleep(0.05)
@@ -246,7 +326,7 @@ def test_pipeline_override_and_flow_run_retry_resume_ppo(prefect, ray_head, tmp_
     by_stage = {s: [j.status.value for j in jobs if j.metadata["alignflow_stage"] == s] for s in ("sft", "rm", "ppo")}
     assert by_stage == {"sft": ["SUCCEEDED"], "rm": ["SUCCEEDED"], "ppo": ["STOPPED", "SUCCEEDED"]}, by_stage
     resumed = [j for j in jobs if j.metadata["alignflow_stage"] == "ppo"][-1]
-    assert "-f2-" in resumed.submission_id                       # the flow run's second run
+    assert "-f2-" in resumed.submission_id  # the flow run's second run
     done = int(killed_at.rstrip("/").rsplit("global_step", 1)[1])
     log = client.get_job_logs(resumed.submission_id)
     assert f"resuming PPO from {killed_at}" in log and f"ran iterations {done + 1}..4 of 4" in log, log[-3000:]
@@ -255,6 +335,7 @@ def test_pipeline_override_and_flow_run_retry_resume_ppo(prefect, ray_head, tmp_
     rm_job = next(j for j in jobs if j.metadata["alignflow_stage"] == "rm")
     assert "train_rm: placing 2 rank(s)" in client.get_job_logs(rm_job.submission_id)
     from transformers import AutoModelForSequenceClassification
+
     rm_model = AutoModelForSequenceClassification.from_pretrained(f"{rm_job.metadata['alignflow_output']}/model")
     assert rm_model.config.num_labels == 1
     assert list((Path(resumed.metadata["alignflow_output"]) / "model" / "tensorboard").glob("events.*"))
@@ -265,13 +346,16 @@ def test_pipeline_override_and_flow_run_retry_resume_ppo(prefect, ray_head, tmp_
     from huggingface_hub import ModelCard
 
     from alignment.lineage import walk
+
     ppo_model = f"{resumed.metadata['alignflow_output']}/model"
     facts = ModelCard.load(Path(ppo_model) / "README.md").data.to_dict()["alignflow"]
     sft_model = f"{next(j for j in jobs if j.metadata['alignflow_stage'] == 'sft').metadata['alignflow_output']}/model"
     assert facts["parents"]["pretrain"] == sft_model and facts["data_fingerprints"]["prompt_data"]
     assert [hop.stage for hop in walk(ppo_model)] == ["ppo", "sft", "tiny_base"]
-    print(f"PPO job killed after {killed_at.rsplit('/', 1)[1]}; `prefect flow-run retry` skipped SFT and RM and "
-          f"resumed PPO at iteration {done + 1}")
+    print(
+        f"PPO job killed after {killed_at.rsplit('/', 1)[1]}; `prefect flow-run retry` skipped SFT and RM and "
+        f"resumed PPO at iteration {done + 1}"
+    )
 
 
 SERVE = """
@@ -294,9 +378,15 @@ def test_nightly_iterative_dpo_on_a_schedule_continues_from_the_last_round(prefe
     two scheduled runs execute, one round each, the second from the first's committed policy."""
     from alignflow.tasks.policy_pointer import read_pointer
     from alignment.tiny_world.evaluate import greedy_accuracy
+
     store = str(tmp_path / "store")
-    served = subprocess.Popen([sys.executable, "-c", SERVE, store, ray_head, str(tiny_sft)], env=prefect.env,
-                              cwd=REPO, stdout=open(tmp_path / "serve.log", "w"), stderr=subprocess.STDOUT)
+    served = subprocess.Popen(
+        [sys.executable, "-c", SERVE, store, ray_head, str(tiny_sft)],
+        env=prefect.env,
+        cwd=REPO,
+        stdout=open(tmp_path / "serve.log", "w"),
+        stderr=subprocess.STDOUT,
+    )
     try:
         deadline = time.monotonic() + 900
         pointer = None

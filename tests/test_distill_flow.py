@@ -2,6 +2,7 @@
 on-policy distillation from a teacher the run did not make, with held-out evaluation of the teacher, the student
 before and the student after — the teacher's result saved in this run's folder, not beside the teacher. Budgets
 are a few steps: what distillation gains is measured in docs/distillation.md, not here."""
+
 from __future__ import annotations
 
 import asyncio
@@ -9,9 +10,9 @@ import shutil
 
 import pytest
 
+from alignflow.flows.distill import distill_flow
 from alignment import storage
 from alignment.config import ConfigError
-from alignflow.flows.distill import distill_flow
 
 pytestmark = pytest.mark.integration
 
@@ -20,10 +21,19 @@ def test_sft_student_then_opd_from_a_given_teacher(ray_head, tiny_base, tiny_sft
     teacher = tmp_path / "teacher" / "model"
     shutil.copytree(tiny_sft, teacher)
     store = tmp_path / "store"
-    result = asyncio.run(distill_flow(teacher=str(teacher), method="opd", run_name="distill", store=str(store),
-                                      ray_address=ray_head, recipe="tiny",
-                                      sft={"pretrain": str(tiny_base), "max_steps": 2},
-                                      opd={"max_steps": 2, "eval_steps": -1, "save_steps": -1}, heldout_eval=True))
+    result = asyncio.run(
+        distill_flow(
+            teacher=str(teacher),
+            method="opd",
+            run_name="distill",
+            store=str(store),
+            ray_address=ray_head,
+            recipe="tiny",
+            sft={"pretrain": str(tiny_base), "max_steps": 2},
+            opd={"max_steps": 2, "eval_steps": -1, "save_steps": -1},
+            heldout_eval=True,
+        )
+    )
     assert list(result) == ["teacher", "sft", "opd", "evaluate sft", "evaluate opd", "evaluate teacher"]
     config = storage.read_manifest(result["opd"]["model_uri"])["metadata"]["config"]
     assert config["pretrain"] == result["sft"]["model_uri"] and config["teacher_model"] == str(teacher)
@@ -37,5 +47,8 @@ def test_sft_student_then_opd_from_a_given_teacher(ray_head, tiny_base, tiny_sft
 
 def test_the_other_methods_overrides_are_refused(tmp_path):
     with pytest.raises(ConfigError, match="method=kd runs the kd stage; the opd overrides would be ignored"):
-        asyncio.run(distill_flow(teacher=str(tmp_path), method="kd", store=str(tmp_path / "store"), recipe="tiny",
-                                 opd={"max_steps": 2}))
+        asyncio.run(
+            distill_flow(
+                teacher=str(tmp_path), method="kd", store=str(tmp_path / "store"), recipe="tiny", opd={"max_steps": 2}
+            )
+        )

@@ -1,6 +1,7 @@
 """Knowledge distillation (train_kd), lora_combiner and --optim muon: the KD loss by hand, a short
 train_kd run that commits a model and resumes from its checkpoint, the vocabulary-mismatch refusal,
 lora_combiner against PEFT's merge_and_unload, and one Muon SFT run."""
+
 from __future__ import annotations
 
 import json
@@ -13,9 +14,26 @@ from safetensors.torch import load_file
 from alignment.tiny_world.paths import tiny_dir
 from tests.conftest import losses, metric_rows, run_module
 
-TINY_DATA = ["--dataset", f"json@{tiny_dir() / 'sft'}", "--input_key", "context_messages", "--apply_chat_template",
-             "--multiturn", "--max_len", "64", "--learning_rate", "2e-3", "--seed", "7", "--train_batch_size", "16",
-             "--micro_train_batch_size", "8", "--logging_steps", "1"]
+TINY_DATA = [
+    "--dataset",
+    f"json@{tiny_dir() / 'sft'}",
+    "--input_key",
+    "context_messages",
+    "--apply_chat_template",
+    "--multiturn",
+    "--max_len",
+    "64",
+    "--learning_rate",
+    "2e-3",
+    "--seed",
+    "7",
+    "--train_batch_size",
+    "16",
+    "--micro_train_batch_size",
+    "8",
+    "--logging_steps",
+    "1",
+]
 
 
 def test_kd_loss_is_the_forward_kl_mix_by_hand():
@@ -32,7 +50,7 @@ def test_kd_loss_is_the_forward_kl_mix_by_hand():
 
     nll, cross, kl, n = 0.0, 0.0, 0.0, 0
     for b in range(B):
-        for t in range(1, T):            # token t, predicted at position t - 1
+        for t in range(1, T):  # token t, predicted at position t - 1
             if not mask[b, t]:
                 continue
             p_s = student[b, t - 1].detach().double().softmax(-1)
@@ -64,14 +82,30 @@ def test_kd_loss_is_the_forward_kl_mix_by_hand():
 def teacher(tiny_base, tmp_path_factory):
     """Another tiny model on the student's tokenizer: two layers, other seed."""
     from alignment.tiny_world.base_model import make_base
+
     return make_base(tmp_path_factory.mktemp("kd") / "teacher", seed=1, config_overrides={"num_hidden_layers": 2})
 
 
 @pytest.mark.integration
 def test_train_kd_commits_and_resumes(tiny_base, teacher, tmp_path):
     out, ckpt = tmp_path / "kd", tmp_path / "kd_ckpt"
-    args = ["--pretrain", str(tiny_base), "--teacher_model", str(teacher), "--kd_coef", "0.5", "--max_steps", "4",
-            "--save_steps", "2", "--ckpt_path", str(ckpt), "--save_path", str(out), *TINY_DATA]
+    args = [
+        "--pretrain",
+        str(tiny_base),
+        "--teacher_model",
+        str(teacher),
+        "--kd_coef",
+        "0.5",
+        "--max_steps",
+        "4",
+        "--save_steps",
+        "2",
+        "--ckpt_path",
+        str(ckpt),
+        "--save_path",
+        str(out),
+        *TINY_DATA,
+    ]
     crashed = run_module("alignment.cli.train_kd", args, env={"ALIGNFLOW_FAIL_AT_STEP": "3"}, check=False)
     assert crashed.returncode != 0 and "simulated failure after step 3" in crashed.stderr, crashed.stderr[-2000:]
     assert (ckpt / "latest").read_text().strip() == "global_step2" and not (out / "MANIFEST.json").exists()
@@ -81,7 +115,7 @@ def test_train_kd_commits_and_resumes(tiny_base, teacher, tmp_path):
     assert manifest["metadata"]["stage"] == "kd" and manifest["metadata"]["config"]["kd_coef"] == 0.5
     rows = [r for r in metric_rows(out) if "train/loss" in r]
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
-    for r in rows:   # what is logged is the mix of its parts
+    for r in rows:  # what is logged is the mix of its parts
         assert r["train/loss"] == pytest.approx(0.5 * r["train/gpt_loss"] + 0.5 * r["train/distil_loss"], rel=1e-5)
         assert 0 <= r["train/kd_kl"] < r["train/distil_loss"]
     trained, base = load_file(out / "model.safetensors"), load_file(tiny_base / "model.safetensors")
@@ -91,9 +125,13 @@ def test_train_kd_commits_and_resumes(tiny_base, teacher, tmp_path):
 @pytest.mark.integration
 def test_teacher_with_another_vocabulary_is_one_line_before_weights_load(tiny_base, tmp_path):
     from alignment.tiny_world.base_model import make_base
+
     other = make_base(tmp_path / "other_vocab", seed=1, config_overrides={"vocab_size": 300})
-    proc = run_module("alignment.cli.train_kd", ["--pretrain", str(tiny_base), "--teacher_model", str(other),
-                                                 "--save_path", str(tmp_path / "out"), *TINY_DATA], check=False)
+    proc = run_module(
+        "alignment.cli.train_kd",
+        ["--pretrain", str(tiny_base), "--teacher_model", str(other), "--save_path", str(tmp_path / "out"), *TINY_DATA],
+        check=False,
+    )
     errors = [ln for ln in proc.stderr.splitlines() if "error: " in ln]
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert len(errors) == 1 and "a vocabulary of 300 tokens" in errors[0] and "has 271" in errors[0], errors
@@ -117,27 +155,53 @@ def test_lora_combiner_equals_peft_merge_and_unload(tiny_base, tmp_path, task):
     trained = apply_lora(base_model(), 8, 16, 0.0, ["q_proj", "v_proj"], task)
     for name, p in trained.named_parameters():
         if "lora_B" in name or "score" in name:
-            torch.nn.init.normal_(p, std=0.1)      # a trained adapter (and value head): the merge changes weights
+            torch.nn.init.normal_(p, std=0.1)  # a trained adapter (and value head): the merge changes weights
     trained.save_pretrained(tmp_path / "adapter")
     expected = PeftModel.from_pretrained(base_model(), tmp_path / "adapter").merge_and_unload().state_dict()
 
     out = tmp_path / "merged"
-    run_module("alignment.cli.lora_combiner", ["--model_path", str(tiny_base), "--lora_path", str(tmp_path / "adapter"),
-                                               "--output_path", str(out), *(["--is_rm"] if task == "SEQ_CLS" else [])])
+    run_module(
+        "alignment.cli.lora_combiner",
+        [
+            "--model_path",
+            str(tiny_base),
+            "--lora_path",
+            str(tmp_path / "adapter"),
+            "--output_path",
+            str(out),
+            *(["--is_rm"] if task == "SEQ_CLS" else []),
+        ],
+    )
     got = load_file(out / "model.safetensors")
     assert (out / "MANIFEST.json").exists() and (out / "tokenizer.json").exists()
     assert set(got) <= set(expected) and "model.layers.0.self_attn.q_proj.weight" in got
     assert all(torch.equal(got[k], expected[k]) for k in got), [k for k in got if not torch.equal(got[k], expected[k])]
     base = load_file(tiny_base / "model.safetensors")
-    assert not torch.equal(got["model.layers.0.self_attn.q_proj.weight"], base["model.layers.0.self_attn.q_proj.weight"])
+    assert not torch.equal(
+        got["model.layers.0.self_attn.q_proj.weight"], base["model.layers.0.self_attn.q_proj.weight"]
+    )
 
 
 @pytest.mark.integration
 def test_sft_with_muon_trains(tiny_base, tmp_path):
     """--optim muon: DeepSpeed's Muon on the block matrices, AdamW on the rest; both halves move."""
     out = tmp_path / "muon"
-    proc = run_module("alignment.cli.train_sft", ["--pretrain", str(tiny_base), "--save_path", str(out), "--optim",
-                                                  "muon", "--max_steps", "3", "--lr_warmup_ratio", "0", *TINY_DATA])
+    proc = run_module(
+        "alignment.cli.train_sft",
+        [
+            "--pretrain",
+            str(tiny_base),
+            "--save_path",
+            str(out),
+            "--optim",
+            "muon",
+            "--max_steps",
+            "3",
+            "--lr_warmup_ratio",
+            "0",
+            *TINY_DATA,
+        ],
+    )
     assert "--optim muon: Muon on 28 block matrices, AdamW on 10 other tensors" in proc.stderr
     curve = losses(out)
     assert len(curve) == 3 and all(math.isfinite(x) for x in curve)

@@ -10,6 +10,7 @@ that exist. The parsers are built from the config classes; one test runs the qui
 data" command (two steps on the tiny model) and tests/test_interrupts.py runs `make demo`'s script with
 short stages; `make demo-smol`'s flow is tests/test_sft_dpo_flow.py's.
 """
+
 from __future__ import annotations
 
 import ast
@@ -26,11 +27,13 @@ import pytest
 from alignment.config.cli import build_parser
 
 REPO = Path(__file__).resolve().parents[1]
-DOCS = sorted([REPO / "README.md", *(REPO / "docs").glob("*.md")] +
-              ([REPO / "CHANGELOG.md"] if (REPO / "CHANGELOG.md").exists() else []))
+DOCS = sorted(
+    [REPO / "README.md", *(REPO / "docs").glob("*.md")]
+    + ([REPO / "CHANGELOG.md"] if (REPO / "CHANGELOG.md").exists() else [])
+)
 # what else users read as documentation: recipe comments and the flows' docstrings
 RECIPES = sorted((REPO / "deployments" / "recipes").glob("*/*.yaml"))
-FLOWS = sorted((REPO / "alignflow" / "flows").glob("*.py"))
+FLOWS = sorted((REPO / "flows").glob("*.py"))
 
 TOP_DIRS = "alignment|alignflow|deployments|scripts|docs|tests|benchmarks|requirements|docker|\\.ci"
 # a repository path: starts at a top-level directory, not inside a URI or another path (s3://b/alignflow)
@@ -43,13 +46,28 @@ FLAG_RE = re.compile(r"(?<![\w-])--([a-z][a-z0-9_.]*[a-z0-9])(?![\w.-]*[*<])")
 FENCE_RE = re.compile(r"^(```|~~~)")
 # "DPO's `--ipo`", "PPO's `normalize_reward`": a flag named as a stage's
 OWNED_FLAG_RE = re.compile(r"\b(SFT|RM|PRM|DPO|KTO|KD|PPO)'s `(?:--)?(\w[\w.]*)`")
-STAGE_CLI = {"SFT": "train_sft", "RM": "train_rm", "PRM": "train_prm", "DPO": "train_dpo", "KTO": "train_kto",
-             "KD": "train_kd", "PPO": "train_ppo_ray", "sft": "train_sft", "rm": "train_rm", "prm": "train_prm",
-             "dpo": "train_dpo", "kto": "train_kto", "kd": "train_kd", "ppo": "train_ppo_ray",
-             "lora_combiner": "lora_combiner", "generate": "batch_inference", "score": "batch_inference",
-             "tiny_base": "make_tiny_base"}
+STAGE_CLI = {
+    "SFT": "train_sft",
+    "RM": "train_rm",
+    "PRM": "train_prm",
+    "DPO": "train_dpo",
+    "KTO": "train_kto",
+    "KD": "train_kd",
+    "PPO": "train_ppo_ray",
+    "sft": "train_sft",
+    "rm": "train_rm",
+    "prm": "train_prm",
+    "dpo": "train_dpo",
+    "kto": "train_kto",
+    "kd": "train_kd",
+    "ppo": "train_ppo_ray",
+    "lora_combiner": "lora_combiner",
+    "generate": "batch_inference",
+    "score": "batch_inference",
+    "tiny_base": "make_tiny_base",
+}
 PARAM_RE = re.compile(r"--param (sft|rm|ppo|dpo|kto|generate|score|preference)='(\{.*?\})'")
-PARAM_CLI = {**STAGE_CLI, "preference": "train_dpo"}   # sft-dpo's preference stage is DPO unless told kto
+PARAM_CLI = {**STAGE_CLI, "preference": "train_dpo"}  # sft-dpo's preference stage is DPO unless told kto
 # bare recipe names ("rm.yaml"); a generic example name is no claim about a shipped file
 RECIPE_NAME_RE = re.compile(r"(?<![\w/.{,-])([\w-]+\.yaml)\b")
 GENERIC_YAML = {"stage.yaml", "config.yaml"}
@@ -64,15 +82,16 @@ def expand_braces(text: str) -> list[str]:
     m = re.search(r"\{([^{}]*)\}", text)
     if not m:
         return [text]
-    return [x for part in m.group(1).split(",") for x in expand_braces(text[:m.start()] + part.strip() + text[m.end():])]
+    return [
+        x for part in m.group(1).split(",") for x in expand_braces(text[: m.start()] + part.strip() + text[m.end() :])
+    ]
 
 
 def doc_texts() -> list[tuple[str, str]]:
     """(name, text) of every doc, recipe comment block and flow docstring. A doc's bad-input corpus table
     (between `<!-- bad inputs -->` and `<!-- /bad inputs -->`) is left out: its flags are wrong on purpose,
     and tests/test_bad_input.py checks it."""
-    out = [(rel(p), re.sub(r"<!-- bad inputs -->.*?<!-- /bad inputs -->", "", p.read_text(), flags=re.S))
-           for p in DOCS]
+    out = [(rel(p), re.sub(r"<!-- bad inputs -->.*?<!-- /bad inputs -->", "", p.read_text(), flags=re.S)) for p in DOCS]
     for p in RECIPES:
         out.append((rel(p), "\n".join(ln.lstrip("# ") for ln in p.read_text().splitlines() if ln.startswith("#"))))
     for p in FLOWS:
@@ -101,6 +120,7 @@ def split_blocks(text: str) -> tuple[list[str], list[list[str]]]:
 
 # ---- the CLIs' flags, from their own parsers -------------------------------------------------
 
+
 def cli_modules() -> set[str]:
     return {p.stem for p in (REPO / "alignment" / "cli").glob("*.py") if p.stem not in ("__init__", "common")}
 
@@ -112,7 +132,12 @@ def cli_flags(module: str) -> frozenset[str]:
     source = (REPO / "alignment" / "cli" / f"{module}.py").read_text()
     m = re.search(r"parse_args\((\w+Config)\b", source)
     if m:
-        for home in ("alignment.config", "alignment.config.stages", "alignment.config.inference", "alignment.config.ppo"):
+        for home in (
+            "alignment.config",
+            "alignment.config.stages",
+            "alignment.config.inference",
+            "alignment.config.ppo",
+        ):
             cls = getattr(importlib.import_module(home), m.group(1), None)
             if cls is not None:
                 parser = build_parser(cls)
@@ -139,17 +164,26 @@ def flag_problems(name: str, text: str) -> list[str]:
         # in a command, a launcher's own flags come before the module (deepspeed --num_gpus 2 --module ...)
         for end, module in clis_in(line):
             if module in cli_modules():
-                problems += [f"{name}: `alignment.cli.{module} --{f}`: {module} has no --{f}"
-                             for f in flags_after(line, end) if f not in cli_flags(module)]
+                problems += [
+                    f"{name}: `alignment.cli.{module} --{f}`: {module} has no --{f}"
+                    for f in flags_after(line, end)
+                    if f not in cli_flags(module)
+                ]
     for line in prose:
         named = [m for _, m in clis_in(line) if m in cli_modules()]
         if not named:
             continue
-        launcher_flags = {f for span in re.findall(r"`([^`]*)`", line) for end, _ in clis_in(span)
-                          for f in FLAG_RE.findall(span[:end])}
+        launcher_flags = {
+            f
+            for span in re.findall(r"`([^`]*)`", line)
+            for end, _ in clis_in(span)
+            for f in FLAG_RE.findall(span[:end])
+        }
         for f in FLAG_RE.findall(line):
             if f not in launcher_flags and not any(f in cli_flags(m) for m in named):
-                problems.append(f"{name}: --{f} on a line naming alignment.cli.{'/'.join(named)}, which has no such flag")
+                problems.append(
+                    f"{name}: --{f} on a line naming alignment.cli.{'/'.join(named)}, which has no such flag"
+                )
     for stage, flag in OWNED_FLAG_RE.findall(text):
         if flag not in cli_flags(STAGE_CLI[stage]):
             problems.append(f"{name}: {stage}'s `{flag}`: alignment.cli.{STAGE_CLI[stage]} has no --{flag}")
@@ -157,28 +191,38 @@ def flag_problems(name: str, text: str) -> list[str]:
         try:
             keys = json.loads(overrides)
         except ValueError:
-            continue    # a placeholder value such as "<SmolLM2>" unquoted: not a claim about a field
-        problems += [f"{name}: --param {stage}='{{\"{k}\": ...}}': {PARAM_CLI[stage]} has no --{k}"
-                     for k in param_keys(keys) if k not in cli_flags(PARAM_CLI[stage])]
+            continue  # a placeholder value such as "<SmolLM2>" unquoted: not a claim about a field
+        problems += [
+            f"{name}: --param {stage}='{{\"{k}\": ...}}': {PARAM_CLI[stage]} has no --{k}"
+            for k in param_keys(keys)
+            if k not in cli_flags(PARAM_CLI[stage])
+        ]
     return problems
 
 
 def param_keys(overrides: dict, prefix: str = "") -> list[str]:
     """The flag names an override dict sets: its keys, and OpenRLHF's nested groups as dotted names
     ({"train": {"batch_size": 8}} -> train.batch_size)."""
-    return [k for key, value in overrides.items()
-            for k in (param_keys(value, f"{prefix}{key}.") if isinstance(value, dict) else [prefix + key])]
+    return [
+        k
+        for key, value in overrides.items()
+        for k in (param_keys(value, f"{prefix}{key}.") if isinstance(value, dict) else [prefix + key])
+    ]
 
 
 def recipe_flag_problems(path: Path) -> list[str]:
     """A recipe's comments name flags of the stage it configures (dpo.yaml: train_dpo)."""
     module = STAGE_CLI.get(path.stem)
     comments = " ".join(ln for ln in path.read_text().splitlines() if ln.startswith("#"))
-    return [f"{rel(path)}: comment names --{f}, which alignment.cli.{module} does not accept"
-            for f in FLAG_RE.findall(comments) if module and f not in cli_flags(module)]
+    return [
+        f"{rel(path)}: comment names --{f}, which alignment.cli.{module} does not accept"
+        for f in FLAG_RE.findall(comments)
+        if module and f not in cli_flags(module)
+    ]
 
 
 # ---- the tests ---------------------------------------------------------------------------------
+
 
 def test_every_repository_path_module_and_recipe_named_exists():
     recipe_names = {p.name for p in (REPO / "deployments").rglob("*.yaml")}
@@ -200,7 +244,7 @@ def test_every_repository_path_module_and_recipe_named_exists():
                 problems.append(f"{name}: alignment.cli.{module} does not exist (alignment/cli/{module}.py)")
         for target in re.findall(r"\]\(([^)\s]+)\)", text):
             if re.match(r"[a-z]+:|#", target):
-                continue        # a URL or an anchor in the same page
+                continue  # a URL or an anchor in the same page
             if not (base / target.split("#")[0]).exists():
                 problems.append(f"{name}: link target {target} does not exist")
     assert not problems, "\n".join(problems)
@@ -214,9 +258,30 @@ def test_every_flag_named_for_a_cli_is_one_it_accepts():
 
 # flags of the tools the docs show beside ours (ray, prefect, torchrun, deepspeed, docker, tensorboard, aws),
 # and `--flag` as a word for any flag
-OTHER_TOOLS_FLAGS = {"address", "all", "block", "dashboard-host", "gpus", "head", "logdir", "module", "no-prompt",
-                     "node-ip-address", "nproc_per_node", "num-cpus", "num-gpus", "num_gpus", "param", "pool", "prefect-file",
-                     "recursive", "rm", "shm-size", "watch", "flag"}
+OTHER_TOOLS_FLAGS = {
+    "address",
+    "all",
+    "block",
+    "dashboard-host",
+    "gpus",
+    "head",
+    "logdir",
+    "module",
+    "no-prompt",
+    "node-ip-address",
+    "nproc_per_node",
+    "num-cpus",
+    "num-gpus",
+    "num_gpus",
+    "param",
+    "pool",
+    "prefect-file",
+    "recursive",
+    "rm",
+    "shm-size",
+    "watch",
+    "flag",
+}
 ANY_FLAG_RE = re.compile(r"(?<![\w-])--([a-z][\w.-]*[a-z0-9])(?![\w.-]*[*<])")
 
 
@@ -224,20 +289,46 @@ def test_every_flag_in_the_docs_is_one_something_accepts():
     """Wherever a doc names a flag, some CLI of ours, a script of ours, an OpenRLHF flag we refuse by
     name, or one of the other tools shown accepts it: a renamed flag fails here even in prose."""
     from alignment.config.cli import OPENRLHF_NOT_BUILT
-    known = set().union(*(cli_flags(m) for m in cli_modules()), OTHER_TOOLS_FLAGS,
-                        (f[2:] for f in OPENRLHF_NOT_BUILT))
-    for script in [*(REPO / "scripts").rglob("*.py"), *(REPO / "benchmarks").rglob("*.py"), *(REPO / "alignflow").glob("*.py")]:
+
+    known = set().union(*(cli_flags(m) for m in cli_modules()), OTHER_TOOLS_FLAGS, (f[2:] for f in OPENRLHF_NOT_BUILT))
+    for script in [
+        *(REPO / "scripts").rglob("*.py"),
+        *(REPO / "benchmarks").rglob("*.py"),
+        *(REPO / "alignflow").glob("*.py"),
+    ]:
         known |= set(re.findall(r"['\"]--([\w-]+)['\"]", script.read_text()))
     problems = []
     for name, text in doc_texts():
         for span in re.findall(r"`([^`\n]+)`", text) + [ln for b in split_blocks(text)[1] for ln in b]:
-            problems += [f"{name}: --{f} is a flag of nothing here" for f in ANY_FLAG_RE.findall(span) if f not in known]
+            problems += [
+                f"{name}: --{f} is a flag of nothing here" for f in ANY_FLAG_RE.findall(span) if f not in known
+            ]
     assert not problems, "\n".join(sorted(set(problems)))
 
 
 # commands that are not the project's own but that a reader runs as written (their flags are theirs)
-OTHER_TOOLS = {"git", "cd", "export", "rm", "time", "tensorboard", "prefect", ".venv/bin/prefect", "ray", "deepspeed",
-               "torchrun", "pip", "docker", "sbatch", "wandb", "aws", "curl", "nvidia-smi", "apt-get", "sudo"}
+OTHER_TOOLS = {
+    "git",
+    "cd",
+    "export",
+    "rm",
+    "time",
+    "tensorboard",
+    "prefect",
+    ".venv/bin/prefect",
+    "ray",
+    "deepspeed",
+    "torchrun",
+    "pip",
+    "docker",
+    "sbatch",
+    "wandb",
+    "aws",
+    "curl",
+    "nvidia-smi",
+    "apt-get",
+    "sudo",
+}
 
 
 def make_targets() -> set[str]:
@@ -249,7 +340,7 @@ def command_problems(name: str, command: str) -> list[str]:
     words = shlex.split(command.split(" #")[0], comments=True)
     if not words:
         return []
-    words = [w for w in words if not re.match(r"^\w+=", w)] or words     # VAR=value prefixes
+    words = [w for w in words if not re.match(r"^\w+=", w)] or words  # VAR=value prefixes
     head, args = words[0], words[1:]
     if head == "make":
         return [f"{name}: `make {t}`: no such target in the Makefile" for t in args if t not in make_targets()]
@@ -260,7 +351,8 @@ def command_problems(name: str, command: str) -> list[str]:
         if args[:1] == ["-m"]:
             module = args[1]
             ok = importlib.util.find_spec(module.split(".")[0]) is not None and (
-                not module.startswith("alignment.cli.") or module.split(".")[-1] in cli_modules())
+                not module.startswith("alignment.cli.") or module.split(".")[-1] in cli_modules()
+            )
             return [] if ok else [f"{name}: `{command}`: no module {module}"]
         return [] if not args or (REPO / args[0]).is_file() else [f"{name}: `{command}`: {args[0]} does not exist"]
     if head in OTHER_TOOLS:
@@ -286,6 +378,7 @@ def test_deployment_descriptions_quote_no_figure_the_docs_own():
     """A deployment's description is shown in the UI beside the run; accuracy figures live in
     docs/ppo.md and docs/pipeline.md only, where they are dated and explained (one source)."""
     import yaml
+
     deployments = yaml.safe_load((REPO / "deployments" / "prefect.yaml").read_text())["deployments"]
     quoting = [d["name"] + ": " + d["description"] for d in deployments if "%" in d.get("description", "")]
     assert not quoting, quoting
@@ -299,12 +392,13 @@ def test_the_quickstarts_own_data_command_runs(tiny_base, tmp_path):
     import sys
 
     from tests.conftest import python_env
+
     text = (REPO / "docs" / "quickstart.md").read_text()
-    section = text[text.index("## Your own data"):]
+    section = text[text.index("## Your own data") :]
     block = re.search(r"```bash\n(.*?)```", section, flags=re.S).group(1).replace("\\\n", " ")
     argv = shlex.split(block)
     assert argv[:3] == [".venv/bin/python", "-m", "alignment.cli.train_sft"], argv
-    rows = [json.loads(ln) for ln in (REPO / "alignflow/data/tiny/sft/train.jsonl").read_text().splitlines()[:256]]
+    rows = [json.loads(ln) for ln in (REPO / "data/tiny/sft/train.jsonl").read_text().splitlines()[:256]]
     data = tmp_path / "my.jsonl"
     data.write_text("".join(json.dumps({"question": r["input"], "answer": r["output"]}) + "\n" for r in rows))
     filled = {"/path/to/model": str(tiny_base), "my.jsonl": str(data), "runs/my-sft": str(tmp_path / "my-sft")}

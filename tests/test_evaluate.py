@@ -1,6 +1,7 @@
 """The `evaluate` stage's CLI on the tiny world: its generative accuracy is the tiny world's own held-out
 check, SFT lowers perplexity against the random-init base, a reward model's pair accuracy is a share, and
 the reduction of per-row values to metrics is the same for one rank or many (pure math)."""
+
 from __future__ import annotations
 
 import json
@@ -37,27 +38,87 @@ def evaluate(model, out, *args: str) -> dict:
 @pytest.mark.integration
 def test_evaluate_measures_what_the_tiny_world_measures(tiny_sft, tiny_base, tmp_path):
     from alignment.tiny_world.evaluate import greedy_accuracy
-    generated = evaluate(tiny_sft, tmp_path / "gen", "--dataset", f"json@{T}/prompts", "--dataset_split", "test",
-                         "--input_key", "context_messages", "--apply_chat_template", "--label_key", "label",
-                         "--remote_rm_url", f"{T}/reward_func.py",
-                         "--max_new_tokens", "16", "--max_samples", "100")
+
+    generated = evaluate(
+        tiny_sft,
+        tmp_path / "gen",
+        "--dataset",
+        f"json@{T}/prompts",
+        "--dataset_split",
+        "test",
+        "--input_key",
+        "context_messages",
+        "--apply_chat_template",
+        "--label_key",
+        "label",
+        "--remote_rm_url",
+        f"{T}/reward_func.py",
+        "--max_new_tokens",
+        "16",
+        "--max_samples",
+        "100",
+    )
     assert generated["accuracy"] == greedy_accuracy(tiny_sft, limit=100).accuracy and generated["rows"] == 100
-    matched = evaluate(tiny_sft, tmp_path / "match", "--dataset", f"json@{T}/prompts", "--dataset_split", "test",
-                       "--input_key", "context_messages", "--apply_chat_template", "--label_key", "label",
-                       "--max_new_tokens", "16", "--max_samples", "100")
-    assert matched["accuracy"] == generated["accuracy"]     # the tiny world's rule is the last word too
-    sft = ["--eval_task", "perplexity", "--dataset", f"json@{T}/sft", "--dataset_split", "test", "--input_key", "input",
-           "--output_key", "output", "--apply_chat_template", "--max_samples", "50"]
-    assert evaluate(tiny_sft, tmp_path / "ppl", *sft)["perplexity"] < evaluate(tiny_base, tmp_path / "ppl0", *sft)["perplexity"]
-    pairs = evaluate(tiny_sft, tmp_path / "pairs", "--eval_task", "pairs", "--dataset", f"json@{T}/preference",
-                     "--dataset_split", "test", "--prompt_key", "prompt", "--apply_chat_template", "--max_samples", "50")
+    matched = evaluate(
+        tiny_sft,
+        tmp_path / "match",
+        "--dataset",
+        f"json@{T}/prompts",
+        "--dataset_split",
+        "test",
+        "--input_key",
+        "context_messages",
+        "--apply_chat_template",
+        "--label_key",
+        "label",
+        "--max_new_tokens",
+        "16",
+        "--max_samples",
+        "100",
+    )
+    assert matched["accuracy"] == generated["accuracy"]  # the tiny world's rule is the last word too
+    sft = [
+        "--eval_task",
+        "perplexity",
+        "--dataset",
+        f"json@{T}/sft",
+        "--dataset_split",
+        "test",
+        "--input_key",
+        "input",
+        "--output_key",
+        "output",
+        "--apply_chat_template",
+        "--max_samples",
+        "50",
+    ]
+    assert (
+        evaluate(tiny_sft, tmp_path / "ppl", *sft)["perplexity"]
+        < evaluate(tiny_base, tmp_path / "ppl0", *sft)["perplexity"]
+    )
+    pairs = evaluate(
+        tiny_sft,
+        tmp_path / "pairs",
+        "--eval_task",
+        "pairs",
+        "--dataset",
+        f"json@{T}/preference",
+        "--dataset_split",
+        "test",
+        "--prompt_key",
+        "prompt",
+        "--apply_chat_template",
+        "--max_samples",
+        "50",
+    )
     assert 0.0 <= pairs["pair_accuracy"] <= 1.0 and pairs["rows"] == 50
 
 
 def test_the_flows_metric_parameter_names_exactly_what_evaluate_commits():
     import typing
 
-    from alignment.config.evaluate import EVAL_METRICS, HIGHER_IS_BETTER
     from alignflow.tasks.params import MetricName
+    from alignment.config.evaluate import EVAL_METRICS, HIGHER_IS_BETTER
+
     committed = {m for metrics in EVAL_METRICS.values() for m in metrics}
     assert set(typing.get_args(MetricName)) == committed == set(HIGHER_IS_BETTER)

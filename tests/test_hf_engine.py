@@ -1,4 +1,5 @@
 """The batched HF rollout engine: left-padded batched generation equals one prompt at a time, by hand."""
+
 from __future__ import annotations
 
 import pytest
@@ -11,8 +12,11 @@ from alignment.rollout.types import Rollout, SamplingParams
 @pytest.fixture(scope="module")
 def model_and_tok(tiny_base):
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
     torch.manual_seed(0)
-    return AutoModelForCausalLM.from_pretrained(tiny_base, dtype=torch.float32).eval(), AutoTokenizer.from_pretrained(tiny_base)
+    return AutoModelForCausalLM.from_pretrained(tiny_base, dtype=torch.float32).eval(), AutoTokenizer.from_pretrained(
+        tiny_base
+    )
 
 
 def greedy_by_hand(model, prompt: list[int], steps: int, eos: int) -> list[int]:
@@ -24,15 +28,15 @@ def greedy_by_hand(model, prompt: list[int], steps: int, eos: int) -> list[int]:
         seq.append(nxt)
         if nxt == eos:
             break
-    return seq[len(prompt):]
+    return seq[len(prompt) :]
 
 
 def test_batched_greedy_equals_one_by_one(model_and_tok):
     model, tok = model_and_tok
     questions = ["What is 3 + 4?", "What is 12 * 7?", "What is 40 - 38? Answer briefly.", "Hi"]
     prompts = [tok(q, add_special_tokens=False)["input_ids"] for q in questions]
-    assert len({len(p) for p in prompts}) > 1   # padding really happens
-    engine = HFEngine(model, tok.eos_token_id, tok.pad_token_id, batch_size=3)   # two chunks
+    assert len({len(p) for p in prompts}) > 1  # padding really happens
+    engine = HFEngine(model, tok.eos_token_id, tok.pad_token_id, batch_size=3)  # two chunks
     out = engine.generate(prompts, SamplingParams(max_new_tokens=8, greedy=True))
     assert out.prompt_index == [0, 1, 2, 3] and out.prompt_ids == prompts
     for p, r in zip(prompts, out.response_ids):
@@ -59,8 +63,8 @@ def test_n_samples_per_prompt_are_grouped_and_seeded(model_and_tok):
     params = SamplingParams(max_new_tokens=6, temperature=1.0, n=4, seed=5)
     a, b = engine.generate(prompts, params), engine.generate(prompts, params)
     assert a.prompt_index == [0, 0, 0, 0, 1, 1, 1, 1] and len(a) == 8
-    assert a.response_ids == b.response_ids                        # same seed, same samples
-    assert len({tuple(r) for r in a.response_ids[:4]}) > 1          # temperature 1 really samples
+    assert a.response_ids == b.response_ids  # same seed, same samples
+    assert len({tuple(r) for r in a.response_ids[:4]}) > 1  # temperature 1 really samples
     assert all(len(r) <= 6 for r in a.response_ids) and not model.training
 
 
@@ -68,15 +72,16 @@ def test_weights_loaded_into_the_engine_change_its_output(model_and_tok, tiny_ba
     import copy
 
     from transformers import AutoModelForCausalLM
+
     model, tok = model_and_tok
-    model = copy.deepcopy(model)   # the trainer's copy; the module's model stays as loaded
+    model = copy.deepcopy(model)  # the trainer's copy; the module's model stays as loaded
     other = AutoModelForCausalLM.from_pretrained(tiny_base, dtype=torch.float32).eval()
     engine = HFEngine(other, tok.eos_token_id, tok.pad_token_id)
     prompt = [tok("What is 2 + 2?", add_special_tokens=False)["input_ids"]]
     greedy = SamplingParams(max_new_tokens=8, greedy=True)
     with torch.no_grad():
         for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.05)   # an "update" of the trainer's copy
+            p.add_(torch.randn_like(p) * 0.05)  # an "update" of the trainer's copy
     assert engine.generate(prompt, greedy).response_ids[0] != greedy_by_hand(model, prompt[0], 8, tok.eos_token_id)
     assert engine.load_weights(model.named_parameters()) == len(list(model.parameters()))
     assert engine.generate(prompt, greedy).response_ids[0] == greedy_by_hand(model, prompt[0], 8, tok.eos_token_id)
@@ -96,15 +101,17 @@ def test_cut_at_eos_and_bad_params():
 
 def test_rollout_batch_logprobs_equal_unpadded_forward(model_and_tok):
     from alignment.ppo.batch import action_logprobs, rollout_to_batch
+
     model, tok = model_and_tok
     prompts = [tok(q, add_special_tokens=False)["input_ids"] for q in ("What is 3 + 4?", "Hi")]
     rollout = HFEngine(model, tok.eos_token_id, tok.pad_token_id).generate(
-        prompts, SamplingParams(max_new_tokens=5, n=2, seed=1))
+        prompts, SamplingParams(max_new_tokens=5, n=2, seed=1)
+    )
     batch = rollout_to_batch(rollout, tok.pad_token_id)
     assert batch.response_lengths.tolist() == [len(r) for r in rollout.response_ids]
     with torch.no_grad():
         got = action_logprobs(model, batch)
         for i, (p, r) in enumerate(zip(rollout.prompt_ids, rollout.response_ids)):
-            logits = model(torch.tensor([p + r])).logits[0, len(p) - 1:-1].log_softmax(-1)
+            logits = model(torch.tensor([p + r])).logits[0, len(p) - 1 : -1].log_softmax(-1)
             want = logits.gather(1, torch.tensor(r)[:, None]).squeeze(1)
             assert torch.allclose(got[i][batch.action_mask[i] > 0], want, atol=1e-5)

@@ -1,5 +1,6 @@
 """alignment.cli.import_model: a GGUF file, an HF folder in S3 without our manifest, pickled weights
 and a re-import, each committed as a plain HF folder; a folder that is not a model is refused in one line."""
+
 from __future__ import annotations
 
 import hashlib
@@ -18,6 +19,7 @@ pytestmark = pytest.mark.integration
 
 def test_smollm2_from_its_gguf_loads_with_plain_transformers_and_answers(smol):
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
     manifest = storage.read_manifest(str(smol))
     assert manifest["metadata"]["kind"] == "gguf" and manifest["metadata"]["gguf_file"] == smol_gguf().name
     assert {"model.safetensors", "config.json", "tokenizer.json", "chat_template.jinja"} <= set(manifest["files"])
@@ -25,26 +27,33 @@ def test_smollm2_from_its_gguf_loads_with_plain_transformers_and_answers(smol):
     tok = AutoTokenizer.from_pretrained(smol)
     model = AutoModelForCausalLM.from_pretrained(smol)
     assert sum(p.numel() for p in model.parameters()) > 100_000_000 and "im_start" in tok.chat_template
-    ids = tok.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}],
-                                  add_generation_prompt=True, return_tensors="pt", return_dict=True)["input_ids"]
-    answer = tok.decode(model.generate(ids, max_new_tokens=12, do_sample=False)[0][ids.shape[1]:], skip_special_tokens=True)
+    ids = tok.apply_chat_template(
+        [{"role": "user", "content": "What is the capital of France?"}],
+        add_generation_prompt=True,
+        return_tensors="pt",
+        return_dict=True,
+    )["input_ids"]
+    answer = tok.decode(
+        model.generate(ids, max_new_tokens=12, do_sample=False)[0][ids.shape[1] :], skip_special_tokens=True
+    )
     assert "Paris" in answer, answer
 
 
 def test_hf_folder_in_s3_without_a_manifest_and_pickled_weights(tiny_base, tmp_path, s3_root):
     from transformers import AutoModelForCausalLM
+
     fs, path = storage.filesystem(f"{s3_root}/plain")
     for p in Path(tiny_base).iterdir():
-        if p.name != storage.MANIFEST:                      # a folder uploaded by someone else's tool
+        if p.name != storage.MANIFEST:  # a folder uploaded by someone else's tool
             fs.put_file(str(p), f"{path}/{p.name}")
-    fs.pipe_file(f"{path}/stray.bin", b"not fetched")       # pickles beside safetensors are never read
+    fs.pipe_file(f"{path}/stray.bin", b"not fetched")  # pickles beside safetensors are never read
     run_module("alignment.cli.import_model", [f"{s3_root}/plain", "--save_path", f"{s3_root}/imported"])
     manifest = storage.read_manifest(f"{s3_root}/imported")
     assert manifest["metadata"]["kind"] == "safetensors folder" and "stray.bin" not in manifest["files"]
-    weights = (Path(tiny_base) / "model.safetensors").read_bytes()                 # byte-identical weights
+    weights = (Path(tiny_base) / "model.safetensors").read_bytes()  # byte-identical weights
     assert manifest["files"]["model.safetensors"]["sha256"] == hashlib.sha256(weights).hexdigest()
 
-    pickled = tmp_path / "pickled"                          # an older checkpoint: pytorch_model.bin only
+    pickled = tmp_path / "pickled"  # an older checkpoint: pytorch_model.bin only
     pickled.mkdir()
     torch.save(AutoModelForCausalLM.from_pretrained(tiny_base).state_dict(), pickled / "pytorch_model.bin")
     for f in [*Path(tiny_base).glob("tokenizer*"), Path(tiny_base) / "config.json"]:
@@ -56,14 +65,22 @@ def test_hf_folder_in_s3_without_a_manifest_and_pickled_weights(tiny_base, tmp_p
     a, b = AutoModelForCausalLM.from_pretrained(out), AutoModelForCausalLM.from_pretrained(tiny_base)
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
     before = (out / "model.safetensors").read_bytes()
-    bad = run_module("alignment.cli.import_model", [str(tmp_path / "nothing_here"), "--save_path", str(out)], check=False)
-    assert bad.returncode == 2 and (out / "model.safetensors").read_bytes() == before   # nothing lost
+    bad = run_module(
+        "alignment.cli.import_model", [str(tmp_path / "nothing_here"), "--save_path", str(out)], check=False
+    )
+    assert bad.returncode == 2 and (out / "model.safetensors").read_bytes() == before  # nothing lost
 
 
-@pytest.mark.parametrize("make, needle", [
-    (lambda d: (d / "notes.txt").write_text("hi"), "is not a model: no config.json and no .gguf file"),
-    (lambda d: (d / "config.json").write_text(json.dumps({"model_type": "llama"})), "no tokenizer next to the weights"),
-])
+@pytest.mark.parametrize(
+    "make, needle",
+    [
+        (lambda d: (d / "notes.txt").write_text("hi"), "is not a model: no config.json and no .gguf file"),
+        (
+            lambda d: (d / "config.json").write_text(json.dumps({"model_type": "llama"})),
+            "no tokenizer next to the weights",
+        ),
+    ],
+)
 def test_a_folder_that_is_not_a_model_is_refused_in_one_line(tmp_path, make, needle):
     src = tmp_path / "src"
     src.mkdir()

@@ -3,6 +3,7 @@ a checkpoint whose files no longer match its MANIFEST is skipped for the one bef
 one line when none is good; a NaN loss stops the stage uncommitted (or is skipped within
 --max_nonfinite_skips); a damaged model folder is one line before any weights load; two runs on one
 output: the second is refused naming the first, which commits."""
+
 from __future__ import annotations
 
 import json
@@ -23,9 +24,26 @@ from tests.conftest import losses, python_env
 
 pytestmark = pytest.mark.integration
 
-SFT = ["--dataset", f"{tiny_dir()}/sft/train.jsonl", "--input_key", "input", "--output_key", "output", "--max_len",
-       "64", "--train_batch_size", "8", "--micro_train_batch_size", "8", "--learning_rate", "1e-3", "--seed", "3",
-       "--zero_stage", "2"]   # ZeRO-2: optimizer states in a file of their own
+SFT = [
+    "--dataset",
+    f"{tiny_dir()}/sft/train.jsonl",
+    "--input_key",
+    "input",
+    "--output_key",
+    "output",
+    "--max_len",
+    "64",
+    "--train_batch_size",
+    "8",
+    "--micro_train_batch_size",
+    "8",
+    "--learning_rate",
+    "1e-3",
+    "--seed",
+    "3",
+    "--zero_stage",
+    "2",
+]  # ZeRO-2: optimizer states in a file of their own
 
 
 def sft(args: list[str], env: dict | None = None, wait: bool = True):
@@ -60,21 +78,59 @@ def trained(tiny_base, tmp_path_factory):
     run on the same --save_path is refused naming it (the lease)."""
     work = tmp_path_factory.mktemp("integrity")
     out, ckpt = work / "model", work / "ckpt"
-    first = sft(["--pretrain", str(tiny_base), "--save_path", str(out), "--ckpt_path", str(ckpt), "--max_steps", "4",
-                 "--save_steps", "2", "--save_hf_ckpt"], env={"ALIGNFLOW_HANG_AT_STEP": "3"}, wait=False)
+    first = sft(
+        [
+            "--pretrain",
+            str(tiny_base),
+            "--save_path",
+            str(out),
+            "--ckpt_path",
+            str(ckpt),
+            "--max_steps",
+            "4",
+            "--save_steps",
+            "2",
+            "--save_hf_ckpt",
+        ],
+        env={"ALIGNFLOW_HANG_AT_STEP": "3"},
+        wait=False,
+    )
     try:
         deadline = time.monotonic() + 180
-        while not (ckpt / "global_step2" / storage.MANIFEST).exists():   # training, lease held, hanging at step 3
+        while not (ckpt / "global_step2" / storage.MANIFEST).exists():  # training, lease held, hanging at step 3
             assert first.poll() is None and time.monotonic() < deadline, first.communicate()[1][-3000:]
             time.sleep(1)
-        second = sft(["--pretrain", str(tiny_base), "--save_path", str(out), "--ckpt_path", str(work / "other"),
-                      "--max_steps", "2"])
+        second = sft(
+            [
+                "--pretrain",
+                str(tiny_base),
+                "--save_path",
+                str(out),
+                "--ckpt_path",
+                str(work / "other"),
+                "--max_steps",
+                "2",
+            ]
+        )
     finally:
         first.kill()
         first.wait()
     # the first run hung on purpose; rerun it to the end from its checkpoint (the lease of a dead holder is taken over)
-    done = sft(["--pretrain", str(tiny_base), "--save_path", str(out), "--ckpt_path", str(ckpt), "--max_steps", "4",
-                "--save_steps", "2", "--load_checkpoint"])
+    done = sft(
+        [
+            "--pretrain",
+            str(tiny_base),
+            "--save_path",
+            str(out),
+            "--ckpt_path",
+            str(ckpt),
+            "--max_steps",
+            "4",
+            "--save_steps",
+            "2",
+            "--load_checkpoint",
+        ]
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "taking over the lease" in done.stderr
     return work, out, ckpt, second
@@ -83,6 +139,7 @@ def trained(tiny_base, tmp_path_factory):
 def test_save_hf_ckpt_puts_a_loadable_model_in_each_checkpoint(trained):
     """--save_hf_ckpt: <ckpt>/global_step<N>/model/hf/ loads with plain from_pretrained, and is in the manifest."""
     from transformers import AutoModelForCausalLM
+
     _, _, ckpt, _ = trained
     step2 = ckpt / "global_step2"
     assert "model/hf/model.safetensors" in json.loads((step2 / storage.MANIFEST).read_text())["files"]
@@ -95,27 +152,32 @@ def test_second_writer_is_refused_naming_the_first(trained):
     assert second.returncode == 75 and len(lines) == 1, second.stderr[-3000:]
     assert f"{out} is being written by alignment.cli.train_sft (pid" in lines[0], lines[0]
     assert "Loading weights" not in second.stderr and not (work / "other").exists()
-    assert (out / storage.MANIFEST).exists() and not (work / ".model.lease").exists()   # released at the end
+    assert (out / storage.MANIFEST).exists() and not (work / ".model.lease").exists()  # released at the end
 
 
 @pytest.mark.parametrize("kind", ["optimizer", "model_states", "state_json", "manifest"])
 def test_damaged_checkpoint_is_skipped(trained, tmp_path, kind, caplog):
     from alignment.training import checkpoint
+
     _, _, ckpt, _ = trained
     copy = tmp_path / "ckpt"
     shutil.copytree(ckpt, copy)
     step4 = copy / "global_step4"
-    target = {"optimizer": next(step4.rglob("*optim_states.pt")), "model_states": next(step4.rglob("*model_states.pt")),
-              "state_json": step4 / "state.json", "manifest": step4 / storage.MANIFEST}[kind]
+    target = {
+        "optimizer": next(step4.rglob("*optim_states.pt")),
+        "model_states": next(step4.rglob("*model_states.pt")),
+        "state_json": step4 / "state.json",
+        "manifest": step4 / storage.MANIFEST,
+    }[kind]
     if kind == "manifest":
-        target.write_bytes(b'{"files": {"\xff\xfe": 1}}')   # not UTF-8
+        target.write_bytes(b'{"files": {"\xff\xfe": 1}}')  # not UTF-8
     else:
         flip(target, at=len(target.read_bytes()) // 2)
     found = checkpoint.find_latest(str(copy))
     assert found is not None and found.name == "global_step2"
     assert f"checkpoint {step4} is damaged" in caplog.text
     flip(next((copy / "global_step2").rglob("*optim_states.pt")), at=200)
-    checkpoint._verified.clear()   # a process verifies a checkpoint once; this one changed since
+    checkpoint._verified.clear()  # a process verifies a checkpoint once; this one changed since
     with pytest.raises(storage.StorageError, match="every committed checkpoint under .* is damaged"):
         checkpoint.find_latest(str(copy))
 
@@ -125,8 +187,21 @@ def test_resume_falls_back_then_refuses(trained, tmp_path):
     copy, model = tmp_path / "ckpt", tmp_path / "model"
     shutil.copytree(ckpt, copy)
     flip(next((copy / "global_step4").rglob("*optim_states.pt")))
-    run = sft(["--pretrain", str(out), "--save_path", str(model), "--ckpt_path", str(copy),
-               "--max_steps", "4", "--save_steps", "2", "--load_checkpoint"])
+    run = sft(
+        [
+            "--pretrain",
+            str(out),
+            "--save_path",
+            str(model),
+            "--ckpt_path",
+            str(copy),
+            "--max_steps",
+            "4",
+            "--save_steps",
+            "2",
+            "--load_checkpoint",
+        ]
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     assert f"resuming from the older checkpoint {copy}/global_step2" in run.stderr
     assert "resumed from" in run.stderr and "(step 2," in run.stderr
@@ -135,8 +210,21 @@ def test_resume_falls_back_then_refuses(trained, tmp_path):
     for step in ("global_step2", "global_step4"):
         flip(next((copy / step).rglob("*model_states.pt")), at=300)
     before = tree(model)
-    refused = sft(["--pretrain", str(out), "--save_path", str(model), "--ckpt_path", str(copy), "--max_steps", "6",
-                   "--save_steps", "2", "--load_checkpoint"])
+    refused = sft(
+        [
+            "--pretrain",
+            str(out),
+            "--save_path",
+            str(model),
+            "--ckpt_path",
+            str(copy),
+            "--max_steps",
+            "6",
+            "--save_steps",
+            "2",
+            "--load_checkpoint",
+        ]
+    )
     lines = error_lines(refused)
     assert refused.returncode == 2 and len(lines) == 1, refused.stderr[-3000:]
     assert f"every committed checkpoint under {copy} is damaged" in lines[0]
@@ -146,18 +234,21 @@ def test_resume_falls_back_then_refuses(trained, tmp_path):
 
 def test_nan_loss_stops_uncommitted_or_is_skipped(tiny_base, tmp_path):
     out = tmp_path / "nan"
-    stopped = sft(["--pretrain", str(tiny_base), "--save_path", str(out), "--max_steps", "3"],
-                  env={"ALIGNFLOW_NAN_AT_STEP": "2"})
+    stopped = sft(
+        ["--pretrain", str(tiny_base), "--save_path", str(out), "--max_steps", "3"], env={"ALIGNFLOW_NAN_AT_STEP": "2"}
+    )
     lines = error_lines(stopped)
     assert stopped.returncode == 2 and len(lines) == 1, stopped.stderr[-3000:]
     assert "the loss became nan at optimizer step 2 (non-finite); stopped without committing" in lines[0]
-    assert not out.exists() and not list(tmp_path.glob(".nan.*"))   # nothing committed, no staging left
-    skipped = sft(["--pretrain", str(tiny_base), "--save_path", str(out), "--max_steps", "3",
-                   "--max_nonfinite_skips", "1"], env={"ALIGNFLOW_NAN_AT_STEP": "2"})
+    assert not out.exists() and not list(tmp_path.glob(".nan.*"))  # nothing committed, no staging left
+    skipped = sft(
+        ["--pretrain", str(tiny_base), "--save_path", str(out), "--max_steps", "3", "--max_nonfinite_skips", "1"],
+        env={"ALIGNFLOW_NAN_AT_STEP": "2"},
+    )
     assert skipped.returncode == 0, skipped.stderr[-3000:]
     assert "skipping this micro-batch (1 of --max_nonfinite_skips 1 used)" in skipped.stderr
     rows = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in rows if "train/loss" in r] == [1, 3]   # step 2 had no micro-batch to log
+    assert [r["step"] for r in rows if "train/loss" in r] == [1, 3]  # step 2 had no micro-batch to log
     assert all_finite(out)
 
 

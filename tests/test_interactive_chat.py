@@ -2,6 +2,7 @@
 (pexpect): replies stream after `Assistant: `, each followed by a new `User: ` prompt; /reset clears the
 history; /exit and Ctrl-D quit with status 0; a tokenizer without a chat template is one error line.
 The two-turn test talks to the SFT model; the others use the random-weight base and check only the protocol."""
+
 from __future__ import annotations
 
 import json
@@ -17,14 +18,20 @@ from alignment.cli.interactive_chat import fit, render
 from alignment.config import ChatConfig
 from tests.conftest import PYTHON, REPO, python_env
 
-TIMEOUT = 120                                    # per expect: the machine may be slow and shared
+TIMEOUT = 120  # per expect: the machine may be slow and shared
 ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # readline's terminal modes (e.g. bracketed paste)
 
 
 def spawn(*args: str) -> pexpect.spawn:
-    return pexpect.spawn(PYTHON, ["-m", "alignment.cli.interactive_chat", *args], cwd=str(REPO),
-                         env=python_env(OMP_NUM_THREADS=1), encoding="utf-8", codec_errors="replace",
-                         timeout=TIMEOUT)
+    return pexpect.spawn(
+        PYTHON,
+        ["-m", "alignment.cli.interactive_chat", *args],
+        cwd=str(REPO),
+        env=python_env(OMP_NUM_THREADS=1),
+        encoding="utf-8",
+        codec_errors="replace",
+        timeout=TIMEOUT,
+    )
 
 
 def ask(child: pexpect.spawn, question: str) -> str:
@@ -49,11 +56,11 @@ def test_two_turns_reset_and_exit(tiny_sft):
         child.expect_exact("User: ")
         first = ask(child, "What is 1 * 7?")
         assert first == "1 * 7 = 7", first
-        ask(child, "What is 29 + 36?")              # a second turn, answered with the first in its prompt
+        ask(child, "What is 29 + 36?")  # a second turn, answered with the first in its prompt
         child.sendline("/reset")
         child.expect_exact("[history cleared]")
         child.expect_exact("User: ")
-        child.sendline("")                          # empty input is ignored: just a new prompt
+        child.sendline("")  # empty input is ignored: just a new prompt
         child.expect_exact("User: ")
         # Greedy and a cleared history: the same question gets exactly the first turn's reply.
         assert ask(child, "What is 1 * 7?") == first
@@ -80,22 +87,32 @@ def test_chat_template_missing_is_one_error_line(tiny_base, tmp_path):
     model = shutil.copytree(tiny_base, tmp_path / "no_template")
     (model / "chat_template.jinja").unlink(missing_ok=True)
     config = json.loads((model / "tokenizer_config.json").read_text())
-    config.pop("chat_template", None)                  # where older tokenizers keep it
+    config.pop("chat_template", None)  # where older tokenizers keep it
     (model / "tokenizer_config.json").write_text(json.dumps(config))
-    proc = subprocess.run([PYTHON, "-m", "alignment.cli.interactive_chat", "--pretrain", str(model),
-                           "--apply_chat_template"], cwd=REPO, env=python_env(OMP_NUM_THREADS=1),
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [PYTHON, "-m", "alignment.cli.interactive_chat", "--pretrain", str(model), "--apply_chat_template"],
+        cwd=REPO,
+        env=python_env(OMP_NUM_THREADS=1),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2, proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "no chat template" in errors[0], proc.stderr
-    assert "Loading weights" not in proc.stderr          # refused before the model loads
+    assert "Loading weights" not in proc.stderr  # refused before the model loads
 
 
 def test_history_is_the_prompt_and_oldest_turns_go_first(tiny_base):
     from alignment.models.loading import load_tokenizer
+
     tok = load_tokenizer(str(tiny_base))
-    messages = [{"role": "user", "content": "What is 2 + 3?"}, {"role": "assistant", "content": "2 + 3 = 5"},
-                {"role": "user", "content": "What is 4 + 4?"}]
+    messages = [
+        {"role": "user", "content": "What is 2 + 3?"},
+        {"role": "assistant", "content": "2 + 3 = 5"},
+        {"role": "user", "content": "What is 4 + 4?"},
+    ]
     plain = render(tok, messages, apply_chat_template=False)
     assert plain == "User: What is 2 + 3?\nAssistant: 2 + 3 = 5\nUser: What is 4 + 4?\nAssistant: "
     templated = render(tok, messages, apply_chat_template=True)
@@ -103,16 +120,20 @@ def test_history_is_the_prompt_and_oldest_turns_go_first(tiny_base):
 
     last_alone = len(tok(render(tok, messages[2:], False), add_special_tokens=False)["input_ids"])
     cfg = ChatConfig(pretrain=str(tiny_base), max_new_tokens=4, max_len=last_alone + 4).validate()
-    ids, budget = fit(tok, messages, cfg)             # the whole chat does not fit: the first exchange goes
+    ids, budget = fit(tok, messages, cfg)  # the whole chat does not fit: the first exchange goes
     assert messages == [{"role": "user", "content": "What is 4 + 4?"}]
     assert (len(ids), budget) == (last_alone, 4)
 
 
-@pytest.mark.parametrize("flags, needle", [
-    (["--max_len", "8", "--max_new_tokens", "8"], "--max_len 8 must be larger"),
-    (["--temperature", "0"], "--temperature 0.0 must be > 0"),
-])
+@pytest.mark.parametrize(
+    "flags, needle",
+    [
+        (["--max_len", "8", "--max_new_tokens", "8"], "--max_len 8 must be larger"),
+        (["--temperature", "0"], "--temperature 0.0 must be > 0"),
+    ],
+)
 def test_bad_flags_are_config_errors(flags, needle):
     from alignment.config import ConfigError, parse_args
+
     with pytest.raises(ConfigError, match=needle):
         parse_args(ChatConfig, ["--pretrain", "x", *flags])

@@ -1,6 +1,7 @@
 """Interrupts that explain themselves: Ctrl-C of a stage CLI and SIGTERM of the demo end with one line
 saying what was committed, what resumes from which checkpoint and how to continue; the demo run again
 continues (committed stages skipped, the interrupted one from its checkpoint)."""
+
 from __future__ import annotations
 
 import json
@@ -33,53 +34,104 @@ def interrupted_lines(stderr: str) -> list[str]:
 
 def test_ctrl_c_of_a_stage_cli_names_its_checkpoint(tiny_base, tmp_path):
     out, ckpt = tmp_path / "model", tmp_path / "ckpt"
-    cmd = [sys.executable, "-m", "alignment.cli.train_sft", "--pretrain", str(tiny_base), "--dataset",
-           f"{tiny_dir()}/sft/train.jsonl", "--input_key", "input", "--output_key", "output", "--max_len", "64",
-           "--train_batch_size", "8", "--micro_train_batch_size", "8", "--max_steps", "2000", "--max_epochs", "100", "--save_steps", "2",
-           "--save_path", str(out), "--ckpt_path", str(ckpt)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "alignment.cli.train_sft",
+        "--pretrain",
+        str(tiny_base),
+        "--dataset",
+        f"{tiny_dir()}/sft/train.jsonl",
+        "--input_key",
+        "input",
+        "--output_key",
+        "output",
+        "--max_len",
+        "64",
+        "--train_batch_size",
+        "8",
+        "--micro_train_batch_size",
+        "8",
+        "--max_steps",
+        "2000",
+        "--max_epochs",
+        "100",
+        "--save_steps",
+        "2",
+        "--save_path",
+        str(out),
+        "--ckpt_path",
+        str(ckpt),
+    ]
     # SIGINT as a terminal delivers it: a suite started in the background (`cmd &`, as a CI script may) passes
     # its children SIGINT ignored, and Python then keeps ignoring it
-    proc = subprocess.Popen(cmd, env=python_env(OMP_NUM_THREADS="2"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    wait_for(lambda: (ckpt / "latest").exists(), proc)   # a checkpoint is committed (retention keeps the newest 3)
+    proc = subprocess.Popen(
+        cmd,
+        env=python_env(OMP_NUM_THREADS="2"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    wait_for(lambda: (ckpt / "latest").exists(), proc)  # a checkpoint is committed (retention keeps the newest 3)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     lines = interrupted_lines(err)
     assert proc.returncode == 130 and len(lines) == 1, err[-3000:]
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
-    assert f"interrupted (Ctrl-C): this run committed nothing at --save_path {out}; its newest checkpoint is " \
-           f"{ckpt}/global_step" in lines[0] and "run the same command with --load_checkpoint" in lines[0], lines[0]
-    assert not out.exists() and not (tmp_path / ".model.lease").exists()   # nothing staged left, lease released
+    assert (
+        f"interrupted (Ctrl-C): this run committed nothing at --save_path {out}; its newest checkpoint is "
+        f"{ckpt}/global_step"
+        in lines[0]
+        and "run the same command with --load_checkpoint" in lines[0]
+    ), lines[0]
+    assert not out.exists() and not (tmp_path / ".model.lease").exists()  # nothing staged left, lease released
 
 
 def test_demo_sigterm_then_rerun_continues(tmp_path):
     """`make demo` is scripts/demo.py; here with short stages (its --sft/--rm/--ppo) in a private root."""
     root = tmp_path / "demo"
-    cmd = [sys.executable, str(REPO / "scripts" / "demo.py"), "--root", str(root), "--no_heldout_eval",
-           "--sft", json.dumps({"max_steps": 120, "save_steps": 10, "logging_steps": 1, "eval_dataset": None}),
-           "--rm", json.dumps({"max_steps": 2, "eval_dataset": None}),
-           "--ppo", json.dumps({"max_samples": 16, "num_episodes": 1})]
+    cmd = [
+        sys.executable,
+        str(REPO / "scripts" / "demo.py"),
+        "--root",
+        str(root),
+        "--no_heldout_eval",
+        "--sft",
+        json.dumps({"max_steps": 120, "save_steps": 10, "logging_steps": 1, "eval_dataset": None}),
+        "--rm",
+        json.dumps({"max_steps": 2, "eval_dataset": None}),
+        "--ppo",
+        json.dumps({"max_samples": 16, "num_episodes": 1}),
+    ]
     env = python_env(PREFECT_HOME=str(tmp_path / "prefect"))
-    env.pop("PREFECT_API_URL", None)   # the demo's own ephemeral API, as on a user's machine
+    env.pop("PREFECT_API_URL", None)  # the demo's own ephemeral API, as on a user's machine
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     # a committed SFT checkpoint (retention keeps the newest 2, so no particular step), then SIGTERM: the 110 steps
     # after the first checkpoint leave the signal time to land before SFT would commit its model (it lands
     # within 2 steps), and are what the rerun trains
-    latest = wait_for(lambda: next((root / "store" / "demo").glob("sft-*/checkpoints/latest"), None), proc,
-                      timeout_s=600)
+    latest = wait_for(
+        lambda: next((root / "store" / "demo").glob("sft-*/checkpoints/latest"), None), proc, timeout_s=600
+    )
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=180)
     lines = interrupted_lines(err)
     assert proc.returncode == 143 and len(lines) == 1, (out + err)[-4000:]
     sft_dir = latest.parents[1]
-    assert lines[0].startswith("interrupted: committed: tiny_base; sft resumes from its checkpoint "
-                               f"{sft_dir}/checkpoints/global_step") and "run this command again" in lines[0], lines[0]
+    assert (
+        lines[0].startswith(
+            "interrupted: committed: tiny_base; sft resumes from its checkpoint " f"{sft_dir}/checkpoints/global_step"
+        )
+        and "run this command again" in lines[0]
+    ), lines[0]
     assert not storage.is_committed(sft_dir / "model")
     again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     shown = again.stdout + again.stderr
     assert again.returncode == 0, shown[-4000:]
-    assert "stage tiny_base already committed" in shown and f"resuming stage sft from committed checkpoint {sft_dir}" \
-           in shown, shown[-4000:]
+    assert (
+        "stage tiny_base already committed" in shown
+        and f"resuming stage sft from committed checkpoint {sft_dir}" in shown
+    ), shown[-4000:]
     assert storage.is_committed(sft_dir / "model") and json.loads((root / "report.json").read_text())["stages"]["ppo"]
 
 
@@ -100,8 +152,9 @@ print(child.exitcode)
 def test_a_forked_child_stopped_by_sigterm_dies_quietly():
     """A --dataset_num_proc pool's workers are forked with the stage's SIGTERM handler and stopped by SIGTERM
     when a row is refused: they die as by default (-15), without a KeyboardInterrupt traceback on stderr."""
-    proc = subprocess.run([sys.executable, "-c", CHILD], env=python_env(), capture_output=True, text=True,
-                          timeout=60, cwd=REPO)
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD], env=python_env(), capture_output=True, text=True, timeout=60, cwd=REPO
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == str(-signal.SIGTERM), proc.stdout
     assert "Traceback" not in proc.stderr, proc.stderr

@@ -2,6 +2,7 @@
 importing only from layers below it (or from inside itself), no cycle between modules, the Prefect side
 (alignflow) above all of it, and imports at the top of a module except in the few places that must stay
 light. Read from the source (ast), so a function-level import counts as much as a top-level one."""
+
 from __future__ import annotations
 
 import ast
@@ -13,7 +14,7 @@ from tests.conftest import REPO
 
 # bottom first; a unit is a package directly under alignment/ or a top-level module of it
 LAYERS = [
-    {"errors", "redact", "events", "fingerprint", "logs", "losses"},   # no alignment imports but errors'
+    {"errors", "redact", "events", "fingerprint", "logs", "losses"},  # no alignment imports but errors'
     {"nonfinite", "storage"},
     {"lease", "config"},
     {"distributed", "datasets", "outputs"},
@@ -34,25 +35,37 @@ LAZY = {
 }
 
 
-def modules(root: str) -> dict[str, Path]:
-    return {".".join(p.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__"): p
-            for p in sorted((REPO / root).rglob("*.py"))}
+def modules(root: str, name: str | None = None) -> dict[str, Path]:
+    """module name -> file, for the .py files under REPO/root (imported as `name`, default root)."""
+    return {
+        ".".join((name or root, *p.relative_to(REPO / root).with_suffix("").parts)).removesuffix(".__init__"): p
+        for p in sorted((REPO / root).rglob("*.py"))
+    }
 
 
 ALIGNMENT = modules("alignment")
-ALIGNFLOW = modules("alignflow")
+# flows/, tasks/ and data/ are imported as alignflow.flows, ... (alignflow/<name> links to them; rglob does
+# not follow links)
+ALIGNFLOW = {
+    **modules("alignflow"),
+    **{m: p for folder in ("flows", "tasks", "data") for m, p in modules(folder, f"alignflow.{folder}").items()},
+}
 
 
 def imports(path: Path, known: dict[str, Path]) -> list[tuple[str, int, bool]]:
     """(imported module, line, at top level) for every import of alignment/alignflow in the file."""
     tree = ast.parse(path.read_text())
-    top = {id(s) for n in tree.body for s in ast.walk(n) if isinstance(n, (ast.Import, ast.ImportFrom, ast.Try, ast.If))}
+    top = {
+        id(s) for n in tree.body for s in ast.walk(n) if isinstance(n, (ast.Import, ast.ImportFrom, ast.Try, ast.If))
+    }
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            names = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in known else node.module for a in node.names]
+            names = [
+                f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in known else node.module for a in node.names
+            ]
         else:
             continue
         for name in names:
@@ -82,15 +95,21 @@ def test_alignment_imports_only_downwards(module):
     if module == "alignment":
         return
     me = unit(module)
-    wrong = [f"{name} (line {line})" for name, line, _ in imports(ALIGNMENT[module], ALIGNMENT)
-             if name.startswith("alignflow") or (name != "alignment" and unit(name) != me and layer(unit(name)) >= layer(me))]
+    wrong = [
+        f"{name} (line {line})"
+        for name, line, _ in imports(ALIGNMENT[module], ALIGNMENT)
+        if name.startswith("alignflow") or (name != "alignment" and unit(name) != me and layer(unit(name)) >= layer(me))
+    ]
     assert not wrong, f"{module} (layer {layer(me)}) imports from its layer or above: {wrong}"
 
 
 def test_no_import_cycle_between_modules():
     """Tarjan's strongly connected components over module -> imported module (the implicit import of a
     package's __init__ by its submodules is not an edge: Python runs it first, whatever the code says)."""
-    graph = {m: {n for n, _, _ in imports(p, ALIGNMENT) if n in ALIGNMENT and n != m and not m.startswith(n + ".")} for m, p in ALIGNMENT.items()}
+    graph = {
+        m: {n for n, _, _ in imports(p, ALIGNMENT) if n in ALIGNMENT and n != m and not m.startswith(n + ".")}
+        for m, p in ALIGNMENT.items()
+    }
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -119,15 +138,23 @@ def test_no_import_cycle_between_modules():
 
 
 def test_imports_are_at_the_top_except_where_the_process_must_stay_light():
-    hidden = [f"{p.relative_to(REPO)}:{line} imports {name}" for m, p in ALIGNMENT.items()
-              if not str(p.relative_to(REPO)).startswith(tuple(LAZY))
-              for name, line, at_top in imports(p, ALIGNMENT) if not at_top]
+    hidden = [
+        f"{p.relative_to(REPO)}:{line} imports {name}"
+        for m, p in ALIGNMENT.items()
+        if not str(p.relative_to(REPO)).startswith(tuple(LAZY))
+        for name, line, at_top in imports(p, ALIGNMENT)
+        if not at_top
+    ]
     assert not hidden, hidden
 
 
 def test_the_prefect_side_sits_on_top():
     """alignflow imports alignment (its torch-free layers), never the other way (above); inside alignflow
     the flows use the tasks and the tasks never use a flow."""
-    wrong = [f"{m} imports {name}" for m, p in ALIGNFLOW.items() for name, _, _ in imports(p, {**ALIGNMENT, **ALIGNFLOW})
-             if m.startswith("alignflow.tasks") and name.startswith("alignflow.flows")]
+    wrong = [
+        f"{m} imports {name}"
+        for m, p in ALIGNFLOW.items()
+        for name, _, _ in imports(p, {**ALIGNMENT, **ALIGNFLOW})
+        if m.startswith("alignflow.tasks") and name.startswith("alignflow.flows")
+    ]
     assert not wrong, wrong

@@ -2,6 +2,7 @@
 the real CLIs (a wandb key on the SFT's command line); their cards parse with huggingface_hub, say
 where the model came from, are covered by the manifest and hold no secret; the lineage CLI walks
 DPO -> SFT -> base."""
+
 from __future__ import annotations
 
 import json
@@ -17,25 +18,73 @@ from tests.conftest import run_module
 pytestmark = pytest.mark.integration
 
 FAKE_WANDB_KEY = "alignflow-fake-wandb-key-5Rt9Qz0123456789abcdef"
-SHORT = ["--apply_chat_template", "--max_len", "64", "--packing_samples", "--train_batch_size", "8",
-         "--micro_train_batch_size", "8", "--max_steps", "2", "--max_samples", "64", "--save_steps", "-1",
-         "--logging_steps", "1", "--eval_steps", "-1"]
+SHORT = [
+    "--apply_chat_template",
+    "--max_len",
+    "64",
+    "--packing_samples",
+    "--train_batch_size",
+    "8",
+    "--micro_train_batch_size",
+    "8",
+    "--max_steps",
+    "2",
+    "--max_samples",
+    "64",
+    "--save_steps",
+    "-1",
+    "--logging_steps",
+    "1",
+    "--eval_steps",
+    "-1",
+]
 
 
 @pytest.fixture(scope="module")
 def chain(tmp_path_factory) -> dict[str, Path]:
     from alignment.tiny_world.base_model import make_base_committed
+
     root = tmp_path_factory.mktemp("lineage")
     base, sft, dpo = root / "base", root / "sft", root / "dpo"
     make_base_committed(str(base))
     sft_data = f"json@{tiny_dir() / 'sft'}"
-    run_module("alignment.cli.train_sft", ["--pretrain", str(base), "--save_path", str(sft), "--dataset", sft_data,
-                                           "--eval_dataset", sft_data, "--input_key", "context_messages", "--multiturn",
-                                           *SHORT, "--use_wandb", FAKE_WANDB_KEY],
-               env={"WANDB_MODE": "offline", "WANDB_DIR": str(root)})
+    run_module(
+        "alignment.cli.train_sft",
+        [
+            "--pretrain",
+            str(base),
+            "--save_path",
+            str(sft),
+            "--dataset",
+            sft_data,
+            "--eval_dataset",
+            sft_data,
+            "--input_key",
+            "context_messages",
+            "--multiturn",
+            *SHORT,
+            "--use_wandb",
+            FAKE_WANDB_KEY,
+        ],
+        env={"WANDB_MODE": "offline", "WANDB_DIR": str(root)},
+    )
     pairs = f"json@{tiny_dir() / 'preference'}"
-    run_module("alignment.cli.train_dpo", ["--pretrain", str(sft), "--save_path", str(dpo), "--dataset", pairs,
-                                           "--eval_dataset", pairs, "--prompt_key", "prompt", *SHORT])
+    run_module(
+        "alignment.cli.train_dpo",
+        [
+            "--pretrain",
+            str(sft),
+            "--save_path",
+            str(dpo),
+            "--dataset",
+            pairs,
+            "--eval_dataset",
+            pairs,
+            "--prompt_key",
+            "prompt",
+            *SHORT,
+        ],
+    )
     return {"base": base, "sft": sft, "dpo": dpo}
 
 
@@ -45,20 +94,23 @@ def alignflow_facts(model: Path) -> tuple[ModelCard, dict]:
 
 
 def test_cards_say_where_each_model_came_from(chain):
-    for stage, parent, data in (("sft", chain["base"], tiny_dir() / "sft"), ("dpo", chain["sft"], tiny_dir() / "preference")):
+    for stage, parent, data in (
+        ("sft", chain["base"], tiny_dir() / "sft"),
+        ("dpo", chain["sft"], tiny_dir() / "preference"),
+    ):
         card, facts = alignflow_facts(chain[stage])
         assert facts["stage"] == stage and facts["parents"] == {"pretrain": str(parent)}
-        assert card.data.base_model == facts["base_model"] == str(chain["base"])   # the chain's first model
+        assert card.data.base_model == facts["base_model"] == str(chain["base"])  # the chain's first model
         assert facts["data_fingerprints"]["dataset"] == fingerprint(str(data)) != {}
         assert card.data.datasets == [f"json@{data}"]
         assert facts["code_version"] and facts["wall_time_s"] > 0
         config = card.text.split("```yaml", 1)[1]
         assert f"pretrain: {parent}" in config and f"save_path: {chain[stage]}" in config
-        assert "README.md" in json.loads((chain[stage] / "MANIFEST.json").read_text())["files"]   # committed
+        assert "README.md" in json.loads((chain[stage] / "MANIFEST.json").read_text())["files"]  # committed
     card, facts = alignflow_facts(chain["dpo"])
     assert "beta: 0.1" in card.text and 0.0 <= facts["final_metrics"]["eval/reward_acc"] <= 1.0
     results = {r.metric_type: r.metric_value for r in card.data.eval_results}
-    assert results["reward_acc"] == facts["final_metrics"]["eval/reward_acc"]   # the hub's evaluation results
+    assert results["reward_acc"] == facts["final_metrics"]["eval/reward_acc"]  # the hub's evaluation results
 
 
 def test_no_committed_file_holds_the_wandb_key(chain):
@@ -66,14 +118,17 @@ def test_no_committed_file_holds_the_wandb_key(chain):
     assert len(files) > 10
     assert not [p for p in files if FAKE_WANDB_KEY.encode() in p.read_bytes()]
     text = ModelCard.load(chain["sft"] / "README.md").text
-    assert "use_wandb: '***'" in text and "- wandb: `" in text   # wandb did log (offline); the field is masked
+    assert "use_wandb: '***'" in text and "- wandb: `" in text  # wandb did log (offline); the field is masked
 
 
 def test_lineage_cli_walks_dpo_sft_base(chain):
     proc = run_module("alignment.cli.lineage", [str(chain["dpo"])])
     lines = proc.stdout.strip().splitlines()
-    assert [ln.split()[:2] for ln in lines] == [["dpo", str(chain["dpo"])], ["sft", str(chain["sft"])],
-                                                ["tiny_base", str(chain["base"])]]
+    assert [ln.split()[:2] for ln in lines] == [
+        ["dpo", str(chain["dpo"])],
+        ["sft", str(chain["sft"])],
+        ["tiny_base", str(chain["base"])],
+    ]
     assert "reward accuracy" in lines[0] and "eval loss" in lines[1] and lines[2].endswith("random init")
     hops = json.loads(run_module("alignment.cli.lineage", [f"file://{chain['dpo']}", "--json"]).stdout)
     assert [h["stage"] for h in hops] == ["dpo", "sft", "tiny_base"]
@@ -83,8 +138,11 @@ def test_lineage_cli_walks_dpo_sft_base(chain):
 
 def test_flow_report_shows_the_final_models_lineage(chain):
     from alignflow.tasks.report import PipelineReport, StageLine, final_lineage
-    stages = [StageLine("sft", "sft", 1.0, None, False, "", str(chain["sft"])),
-              StageLine("dpo", "dpo", 1.0, None, False, "", str(chain["dpo"]))]
+
+    stages = [
+        StageLine("sft", "sft", 1.0, None, False, "", str(chain["sft"])),
+        StageLine("dpo", "dpo", 1.0, None, False, "", str(chain["dpo"])),
+    ]
     report = PipelineReport("sft-dpo", "run", stages, 2.0, lineage=final_lineage(stages))
     assert len(report.lineage) == 3 and str(chain["base"]) in report.lineage[-1]
     assert "Lineage of the final model" in report.markdown({}) and report.lineage[0] in report.text()

@@ -3,6 +3,7 @@ micro-batches and ranks (the gradient DeepSpeed would form is replayed here: eac
 divided by the G accumulation steps, the D ranks' gradients averaged), and the micro-batch count
 all-reduce over 2 gloo ranks gives every rank the step's totals. Whitening on 2 ranks, each holding
 half of the batch, equals whitening the whole batch."""
+
 from __future__ import annotations
 
 import pytest
@@ -12,7 +13,7 @@ from alignment.losses.aggregation import StepTotals, aggregate
 from alignment.losses.estimators import LOSS_AGG_MODES
 from alignment.losses.nll import masked_mean
 
-LENGTHS = [1, 6, 2, 5, 3, 6, 1, 4]       # response lengths: micro-batches hold different token counts
+LENGTHS = [1, 6, 2, 5, 3, 6, 1, 4]  # response lengths: micro-batches hold different token counts
 B, T = len(LENGTHS), 6
 MASK = torch.tensor([[1.0] * n + [0.0] * (T - n) for n in LENGTHS])
 
@@ -28,8 +29,10 @@ def step_gradient(micro: int, ranks: int, mode: str | None) -> torch.Tensor:
     for start in range(0, B, micro):
         rows = slice(start, start + micro)
         token_loss = (x[rows] * (w + 1.0) - 0.5) ** 2
-        loss = masked_mean(token_loss, MASK[rows]) if mode is None else aggregate(token_loss, MASK[rows], mode, totals, T)
-        (loss / accum / ranks).backward()      # DeepSpeed: ÷ G, then the mean over the D ranks
+        loss = (
+            masked_mean(token_loss, MASK[rows]) if mode is None else aggregate(token_loss, MASK[rows], mode, totals, T)
+        )
+        (loss / accum / ranks).backward()  # DeepSpeed: ÷ G, then the mean over the D ranks
     return w.grad.clone()
 
 
@@ -67,14 +70,23 @@ def _rank(rank: int, port: int, out) -> None:
     from alignment.ppo.batch import SequenceBatch
     from alignment.ppo.experience import Experience
     from alignment.ppo.rank_ops import _steps
+
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)
     # rank r holds rows r*4 .. r*4+3 (a contiguous shard); 2 micro-batches of 2 = 1 step of G=2
     idx = list(range(rank * 4, rank * 4 + 4))
     mask = MASK[idx]
     seq = torch.zeros(4, T + 1, dtype=torch.long)
-    exp = Experience(SequenceBatch(seq, torch.ones_like(seq), mask, idx), None, None, None, torch.zeros(4, T),
-                     torch.zeros(4, T), torch.zeros(4), torch.zeros(4, T))
+    exp = Experience(
+        SequenceBatch(seq, torch.ones_like(seq), mask, idx),
+        None,
+        None,
+        None,
+        torch.zeros(4, T),
+        torch.zeros(4, T),
+        torch.zeros(4),
+        torch.zeros(4, T),
+    )
     engine = SimpleNamespace(gradient_accumulation_steps=lambda: 2, module=torch.nn.Linear(1, 1))
     cfg = SimpleNamespace(max_epochs=1, micro_train_batch_size=2, use_dynamic_batch=False)
     out.put((rank, [(len(m.exp), m.totals) for m in _steps(engine, exp, cfg, seed=0)]))
@@ -86,6 +98,7 @@ def on_two_ranks(target) -> dict:
     import socket
 
     import torch.multiprocessing as mp
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -103,7 +116,7 @@ def on_two_ranks(target) -> dict:
 
 def test_step_totals_count_every_rank():
     got = on_two_ranks(_rank)
-    expected = StepTotals(float(MASK.sum()), float(B), 4.0)     # all 8 rows, G·D = 2·2
+    expected = StepTotals(float(MASK.sum()), float(B), 4.0)  # all 8 rows, G·D = 2·2
     for rank in (0, 1):
         assert [t for _, t in got[rank]] == [expected, expected] and [n for n, _ in got[rank]] == [2, 2]
 
@@ -113,8 +126,9 @@ def _whiten_rank(rank: int, port: int, out) -> None:
 
     import torch.distributed as dist
 
-    from alignment.losses.advantages import advantages_and_returns
     from alignment.distributed.collectives import sum_across_ranks
+    from alignment.losses.advantages import advantages_and_returns
+
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)
     rewards, _ = _batch()
@@ -126,15 +140,16 @@ def _whiten_rank(rank: int, port: int, out) -> None:
 
 def _batch() -> tuple[torch.Tensor, None]:
     torch.manual_seed(1)
-    rank_skew = torch.tensor([[0.0]] * 4 + [[3.0]] * 4)     # rank 1's rows score higher: local stats would differ
+    rank_skew = torch.tensor([[0.0]] * 4 + [[3.0]] * 4)  # rank 1's rows score higher: local stats would differ
     return (torch.randn(B, T) + rank_skew) * MASK, None
 
 
 def test_whitening_on_two_ranks_equals_whitening_the_whole_batch():
     from alignment.losses.advantages import advantages_and_returns
+
     rewards, _ = _batch()
     whole, _ = advantages_and_returns("reinforce_baseline", rewards, MASK, 2)
     got = on_two_ranks(_whiten_rank)
     assert torch.allclose(torch.cat([got[0], got[1]]), whole, atol=1e-5)
     local, _ = advantages_and_returns("reinforce_baseline", rewards[:4], MASK[:4], 2)
-    assert not torch.allclose(local, whole[:4], atol=1e-3)     # per-rank whitening (the old way) differs
+    assert not torch.allclose(local, whole[:4], atol=1e-3)  # per-rank whitening (the old way) differs

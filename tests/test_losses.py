@@ -1,4 +1,5 @@
 """Loss math on hand-computed values (no DeepSpeed, no Ray)."""
+
 import math
 
 import torch

@@ -1,6 +1,7 @@
 """Dataset mixing (--dataset_probs, --prompt_data_probs) by `datasets.interleave_datasets`, as
 OpenRLHF's blending_datasets: the drawn proportions match the probabilities (training data and RL
 prompts), a seed gives one order, --max_samples takes the first rows, one dataset is read as is."""
+
 from __future__ import annotations
 
 import json
@@ -12,14 +13,25 @@ from alignment.config import ConfigError, PPOConfig, SFTConfig, parse_args
 from alignment.datasets.mixing import blend, blend_rows
 from alignment.tiny_world.paths import tiny_dir
 
-N = 4000   # draws; the binomial standard error of a 0.4 share is sqrt(0.24 / 4000) = 0.008
+N = 4000  # draws; the binomial standard error of a 0.4 share is sqrt(0.24 / 4000) = 0.008
 TOL = 0.03  # ~4 standard errors
 
 
 def write_rows(path: Path, source: str, n: int) -> str:
-    path.write_text("".join(json.dumps({"input": f"{source} {i}", "output": "x", "source": source,
-                                        "context_messages": [{"role": "user", "content": f"{source} {i}"}]}) + "\n"
-                            for i in range(n)))
+    path.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "input": f"{source} {i}",
+                    "output": "x",
+                    "source": source,
+                    "context_messages": [{"role": "user", "content": f"{source} {i}"}],
+                }
+            )
+            + "\n"
+            for i in range(n)
+        )
+    )
     return str(path)
 
 
@@ -39,8 +51,8 @@ def test_blend_proportions(two_sets, probs, want_a):
     assert len(rows) == N
     assert abs(shares(rows)["a"] - want_a) < TOL, shares(rows)
     b_rows = [r["input"] for r in rows if r["source"] == "b"][:1500]
-    assert len(set(b_rows)) == len(b_rows)          # a full pass over b before any row repeats
-    assert b_rows[:3] == ["b 0", "b 1", "b 2"]      # in file order: the trainer's sampler shuffles
+    assert len(set(b_rows)) == len(b_rows)  # a full pass over b before any row repeats
+    assert b_rows[:3] == ["b 0", "b 1", "b 2"]  # in file order: the trainer's sampler shuffles
 
 
 def test_blend_is_seed_deterministic(two_sets):
@@ -82,8 +94,9 @@ def test_rows_of_different_shapes_mix(tmp_path):
 
 
 def test_sft_and_ppo_flags_mix_the_same_way(two_sets):
-    sft = parse_args(SFTConfig, ["--pretrain", "m", "--dataset", two_sets, "--dataset_probs", "0.4,0.6",
-                                 "--max_samples", str(N)])
+    sft = parse_args(
+        SFTConfig, ["--pretrain", "m", "--dataset", two_sets, "--dataset_probs", "0.4,0.6", "--max_samples", str(N)]
+    )
     assert abs(shares(blend(sft.dataset, sft.dataset_probs, "train", sft.max_samples, sft.seed))["a"] - 0.4) < TOL
 
 
@@ -92,19 +105,39 @@ def test_prompt_data_probs_mix_rl_prompts(two_sets, tmp_path, monkeypatch):
 
     from alignment.datasets.prompts import load_prompts
     from alignment.datasets.tokenized import CACHE_ENV
+
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "tokenized"))
-    cfg = parse_args(PPOConfig, ["--pretrain", "m", "--remote_rm_url", "r.py", "--prompt_data", two_sets, "--prompt_data_probs", "0.4,0.6",
-                                 "--input_key", "context_messages", "--apply_chat_template", "--max_samples", str(N)])
+    cfg = parse_args(
+        PPOConfig,
+        [
+            "--pretrain",
+            "m",
+            "--remote_rm_url",
+            "r.py",
+            "--prompt_data",
+            two_sets,
+            "--prompt_data_probs",
+            "0.4,0.6",
+            "--input_key",
+            "context_messages",
+            "--apply_chat_template",
+            "--max_samples",
+            str(N),
+        ],
+    )
     prompts = load_prompts(cfg, AutoTokenizer.from_pretrained(tiny_dir() / "tokenizer"), cfg.prompt_data, "train")
     share_a = sum("\na " in p.text for p in prompts) / len(prompts)
     assert len(prompts) == N and abs(share_a - 0.4) < TOL, share_a
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--prompt_data_probs", "0.5"], "--prompt_data_probs has 1 values for 2 datasets"),
-    (["--prompt_data_probs", "x,y"], "--prompt_data_probs 'x,y': use comma-separated numbers"),
-    (["--prompt_data_probs", "0,0"], "must be >= 0 and not all 0"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--prompt_data_probs", "0.5"], "--prompt_data_probs has 1 values for 2 datasets"),
+        (["--prompt_data_probs", "x,y"], "--prompt_data_probs 'x,y': use comma-separated numbers"),
+        (["--prompt_data_probs", "0,0"], "must be >= 0 and not all 0"),
+    ],
+)
 def test_bad_prompt_data_probs(args, needle):
     with pytest.raises(ConfigError, match=needle):
         parse_args(PPOConfig, ["--pretrain", "m", "--remote_rm_url", "r.py", "--prompt_data", "a.jsonl,b.jsonl", *args])

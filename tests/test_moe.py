@@ -1,5 +1,6 @@
 """Sparse MoE: the router load-balancing loss on hand-computed numbers, and a tiny Mixtral trained
 through the real CLIs with --aux_loss_coef (ZeRO-3 in two processes, the MoE blocks as leaves)."""
+
 from __future__ import annotations
 
 import math
@@ -18,8 +19,8 @@ LN3 = math.log(3.0)
 
 def test_balance_loss_hand_computed():
     # two tokens, two experts, top-1: softmax([ln 3, 0]) = [0.75, 0.25]
-    split = torch.tensor([[LN3, 0.0], [0.0, LN3]])        # token 1 -> expert 0, token 2 -> expert 1
-    same = torch.tensor([[LN3, 0.0], [LN3, 0.0]])         # both -> expert 0
+    split = torch.tensor([[LN3, 0.0], [0.0, LN3]])  # token 1 -> expert 0, token 2 -> expert 1
+    same = torch.tensor([[LN3, 0.0], [LN3, 0.0]])  # both -> expert 0
     # balanced: f = [0.5, 0.5], P = [0.5, 0.5] -> 2 * (0.25 + 0.25) = 1.0 (= top_k)
     assert load_balancing_loss((split,), top_k=1).item() == pytest.approx(1.0)
     # collapsed: f = [1, 0], P = [0.75, 0.25] -> 2 * 0.75 = 1.5
@@ -35,24 +36,55 @@ def test_balance_loss_hand_computed():
 def test_balance_loss_has_a_gradient_toward_balance():
     logits = torch.tensor([[1.0, 0.0], [1.0, 0.0]], requires_grad=True)
     load_balancing_loss((logits,), top_k=1).backward()
-    assert (logits.grad[:, 0] > 0).all() and (logits.grad[:, 1] < 0).all()   # descent lowers the crowded expert
+    assert (logits.grad[:, 0] > 0).all() and (logits.grad[:, 1] < 0).all()  # descent lowers the crowded expert
 
 
 @pytest.fixture(scope="module")
 def tiny_mixtral(tmp_path_factory) -> Path:
     from alignment.tiny_world.base_model import make_base
+
     return make_base(tmp_path_factory.mktemp("moe") / "mixtral", seed=0, arch="mixtral")
 
 
 @pytest.mark.integration
 def test_tiny_mixtral_sft_zero3_two_ranks_logs_aux_loss(tiny_mixtral, tmp_path):
     out = tmp_path / "sft"
-    proc = run_module("alignment.cli.train_sft", [
-        "--pretrain", str(tiny_mixtral), "--save_path", str(out), "--dataset", f"json@{tiny_dir() / 'sft'}",
-        "--input_key", "context_messages", "--apply_chat_template", "--multiturn", "--max_len", "64",
-        "--packing_samples", "--train_batch_size", "16", "--micro_train_batch_size", "8", "--max_steps", "8",
-        "--learning_rate", "2e-3", "--zero_stage", "3", "--num_threads", "1", "--logging_steps", "1",
-        "--aux_loss_coef", "0.01"], launcher=launcher("deepspeed", 2), threads=1)
+    proc = run_module(
+        "alignment.cli.train_sft",
+        [
+            "--pretrain",
+            str(tiny_mixtral),
+            "--save_path",
+            str(out),
+            "--dataset",
+            f"json@{tiny_dir() / 'sft'}",
+            "--input_key",
+            "context_messages",
+            "--apply_chat_template",
+            "--multiturn",
+            "--max_len",
+            "64",
+            "--packing_samples",
+            "--train_batch_size",
+            "16",
+            "--micro_train_batch_size",
+            "8",
+            "--max_steps",
+            "8",
+            "--learning_rate",
+            "2e-3",
+            "--zero_stage",
+            "3",
+            "--num_threads",
+            "1",
+            "--logging_steps",
+            "1",
+            "--aux_loss_coef",
+            "0.01",
+        ],
+        launcher=launcher("deepspeed", 2),
+        threads=1,
+    )
     assert "ZeRO-3 leaf modules: MixtralSparseMoeBlock" in proc.stderr
     rows = [r for r in metric_rows(out) if "train/aux_loss" in r]
     assert len(rows) == 8
@@ -66,19 +98,57 @@ def test_tiny_mixtral_sft_zero3_two_ranks_logs_aux_loss(tiny_mixtral, tmp_path):
 @pytest.mark.integration
 def test_tiny_mixtral_dpo_logs_aux_loss(tiny_mixtral, tmp_path):
     out = tmp_path / "dpo"
-    run_module("alignment.cli.train_dpo", [
-        "--pretrain", str(tiny_mixtral), "--save_path", str(out), "--dataset", f"json@{tiny_dir() / 'preference'}",
-        "--prompt_key", "prompt", "--apply_chat_template", "--max_len", "64", "--packing_samples",
-        "--train_batch_size", "8", "--micro_train_batch_size", "8", "--max_steps", "3", "--learning_rate", "1e-4",
-        "--logging_steps", "1", "--aux_loss_coef", "0.01"])
+    run_module(
+        "alignment.cli.train_dpo",
+        [
+            "--pretrain",
+            str(tiny_mixtral),
+            "--save_path",
+            str(out),
+            "--dataset",
+            f"json@{tiny_dir() / 'preference'}",
+            "--prompt_key",
+            "prompt",
+            "--apply_chat_template",
+            "--max_len",
+            "64",
+            "--packing_samples",
+            "--train_batch_size",
+            "8",
+            "--micro_train_batch_size",
+            "8",
+            "--max_steps",
+            "3",
+            "--learning_rate",
+            "1e-4",
+            "--logging_steps",
+            "1",
+            "--aux_loss_coef",
+            "0.01",
+        ],
+    )
     rows = [r for r in metric_rows(out) if "train/aux_loss" in r]
     assert len(rows) == 3 and all(1.5 < r["train/aux_loss"] <= 4.0 for r in rows), rows
 
 
 def test_aux_loss_coef_on_a_dense_model_is_refused_before_loading(tiny_base, tmp_path):
-    proc = run_module("alignment.cli.train_sft", [
-        "--pretrain", str(tiny_base), "--save_path", str(tmp_path / "x"), "--dataset", f"json@{tiny_dir() / 'sft'}",
-        "--input_key", "context_messages", "--apply_chat_template", "--aux_loss_coef", "0.01"], check=False)
+    proc = run_module(
+        "alignment.cli.train_sft",
+        [
+            "--pretrain",
+            str(tiny_base),
+            "--save_path",
+            str(tmp_path / "x"),
+            "--dataset",
+            f"json@{tiny_dir() / 'sft'}",
+            "--input_key",
+            "context_messages",
+            "--apply_chat_template",
+            "--aux_loss_coef",
+            "0.01",
+        ],
+        check=False,
+    )
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-2000:]
     assert "dense llama model with no MoE router" in lines[0] and "drop the flag" in lines[0]

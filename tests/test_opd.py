@@ -1,13 +1,13 @@
 """On-policy distillation (train_opd): its two losses by hand (value and gradient), and OpenRLHF's dotted
 train_opd command line (sizes and paths aside) sampling from the student, committing a model, logging the
 held-out KL, and resuming from its checkpoint after a crash to the weights of a run that never stopped."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
 import torch
-
 from safetensors.torch import load_file
 
 from alignment.tiny_world.paths import tiny_dir
@@ -16,6 +16,7 @@ from tests.conftest import metric_rows, run_module
 
 def test_sampled_token_loss_is_the_reverse_kl_score_function_by_hand():
     from alignment.losses.opd import sampled_token_loss
+
     torch.manual_seed(0)
     student = torch.randn(2, 4, 5, requires_grad=True)
     teacher = torch.randn(2, 4, 5)
@@ -27,7 +28,9 @@ def test_sampled_token_loss_is_the_reverse_kl_score_function_by_hand():
     t = teacher.log_softmax(-1)[:, :-1].gather(-1, ids[:, 1:, None]).squeeze(-1)
     m = mask[:, 1:].float()
     k3 = torch.exp(t - s) - 1 + (s - t)
-    assert loss.item() == pytest.approx(((k3 * m).sum() / m.sum()).item(), abs=1e-6) and kl == pytest.approx(loss.item())
+    assert loss.item() == pytest.approx(((k3 * m).sum() / m.sum()).item(), abs=1e-6) and kl == pytest.approx(
+        loss.item()
+    )
     # the gradient: (1/N) Σ_t m_t (log π_S - log π_T)(y_t) ∇ log π_S(y_t)
     probe = student.detach().clone().requires_grad_(True)
     logp = probe.log_softmax(-1)[:, :-1].gather(-1, ids[:, 1:, None]).squeeze(-1)
@@ -37,6 +40,7 @@ def test_sampled_token_loss_is_the_reverse_kl_score_function_by_hand():
 
 def test_topk_kl_over_the_whole_vocabulary_is_the_exact_reverse_kl_and_a_bucket_below():
     from alignment.losses.opd import topk_reverse_kl
+
     torch.manual_seed(1)
     student, teacher = torch.randn(3, 6, 7), torch.randn(3, 6, 7)
     q, p = (student / 2).log_softmax(-1), (teacher / 2).log_softmax(-1)
@@ -55,16 +59,66 @@ def test_openrlhf_opd_line_samples_commits_evaluates_and_resumes(tiny_base, tiny
     prompts = f"json@{tiny_dir()}/prompts"
     out, ckpt = tmp_path / "opd", tmp_path / "opd_ckpt"
     # OpenRLHF's train_opd line (openrlhf.cli -> alignment.cli), sizes and paths shrunk; no launcher: one rank
-    line = ["--model.model_name_or_path", str(tiny_base), "--teacher.model_name_or_path", str(tiny_sft),
-            "--data.prompt_dataset", prompts, "--data.input_key", "context_messages", "--data.label_key", "label",
-            "--data.apply_chat_template", "--data.max_samples", "32", "--data.prompt_max_len", "64",
-            "--data.max_len", "96", "--generate.max_new_tokens", "12", "--generate.temperature", "1.0",
-            "--generate.top_p", "1.0", "--eval.dataset", prompts, "--eval.split", "test", "--eval.steps", "2",
-            "--opd.topk", "0", "--opd.kl_estimator", "k3", "--train.micro_batch_size", "4", "--train.batch_size", "8",
-            "--train.max_epochs", "1", "--adam.lr", "1e-4", "--ds.zero_stage", "2", "--ds.param_dtype", "bf16",
-            "--ds.attn_implementation", "sdpa", "--model.gradient_checkpointing_enable", "--ckpt.output_dir", str(out),
-            "--ckpt.path", str(ckpt), "--ckpt.save_steps", "2", "--logger.tensorboard_dir", str(tmp_path / "runs"),
-            "--logger.logging_steps", "1"]
+    line = [
+        "--model.model_name_or_path",
+        str(tiny_base),
+        "--teacher.model_name_or_path",
+        str(tiny_sft),
+        "--data.prompt_dataset",
+        prompts,
+        "--data.input_key",
+        "context_messages",
+        "--data.label_key",
+        "label",
+        "--data.apply_chat_template",
+        "--data.max_samples",
+        "32",
+        "--data.prompt_max_len",
+        "64",
+        "--data.max_len",
+        "96",
+        "--generate.max_new_tokens",
+        "12",
+        "--generate.temperature",
+        "1.0",
+        "--generate.top_p",
+        "1.0",
+        "--eval.dataset",
+        prompts,
+        "--eval.split",
+        "test",
+        "--eval.steps",
+        "2",
+        "--opd.topk",
+        "0",
+        "--opd.kl_estimator",
+        "k3",
+        "--train.micro_batch_size",
+        "4",
+        "--train.batch_size",
+        "8",
+        "--train.max_epochs",
+        "1",
+        "--adam.lr",
+        "1e-4",
+        "--ds.zero_stage",
+        "2",
+        "--ds.param_dtype",
+        "bf16",
+        "--ds.attn_implementation",
+        "sdpa",
+        "--model.gradient_checkpointing_enable",
+        "--ckpt.output_dir",
+        str(out),
+        "--ckpt.path",
+        str(ckpt),
+        "--ckpt.save_steps",
+        "2",
+        "--logger.tensorboard_dir",
+        str(tmp_path / "runs"),
+        "--logger.logging_steps",
+        "1",
+    ]
     crashed = run_module("alignment.cli.train_opd", line, env={"ALIGNFLOW_FAIL_AT_STEP": "3"}, check=False)
     assert crashed.returncode != 0 and "simulated failure after step 3" in crashed.stderr, crashed.stderr[-2000:]
     assert (ckpt / "latest").read_text().strip() == "global_step2" and not (out / "MANIFEST.json").exists()

@@ -1,4 +1,5 @@
 """A stage's output is built aside and committed over --save_path in one step (alignment.outputs)."""
+
 from __future__ import annotations
 
 import os
@@ -18,7 +19,7 @@ def _build(staged: Path, text: str) -> None:
 
 @pytest.mark.parametrize("atomic", [True, False])
 def test_commit_replaces_the_committed_output_in_one_step(tmp_path: Path, monkeypatch, atomic: bool) -> None:
-    if not atomic:   # a filesystem without renameat2(RENAME_EXCHANGE): two renames
+    if not atomic:  # a filesystem without renameat2(RENAME_EXCHANGE): two renames
         monkeypatch.setattr(outputs, "_exchange", lambda a, b: False)
     dest = tmp_path / "model"
     first = outputs.staging_dir(str(dest))
@@ -34,7 +35,7 @@ def test_commit_replaces_the_committed_output_in_one_step(tmp_path: Path, monkey
     assert storage.download_dir(dest, verify=True) == dest
     outputs.commit_output(second, str(dest), {"v": 2})
     assert (dest / "model.bin").read_text() == "new" and storage.read_manifest(dest)["metadata"] == {"v": 2}
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]    # no staged or old copy left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # no staged or old copy left
 
 
 def test_a_failed_commit_leaves_the_old_output(tmp_path: Path, monkeypatch) -> None:
@@ -48,6 +49,7 @@ def test_a_failed_commit_leaves_the_old_output(tmp_path: Path, monkeypatch) -> N
 
     def broken(*_a, **_k):
         raise storage.StorageError("disk full")
+
     monkeypatch.setattr(storage, "commit_dir", broken)
     with pytest.raises(storage.StorageError):
         outputs.commit_output(staged, str(dest), {"v": 2})
@@ -96,12 +98,12 @@ def test_a_file_at_the_output_path_is_refused_never_swapped_out(tmp_path: Path) 
     dest.write_text("mine")
     with pytest.raises(ConfigError, match=f"output path {dest}: {dest} is a file; pass a directory path"):
         outputs.staging_dir(str(dest))
-    with pytest.raises(ConfigError, match=f"{dest} is a file"):   # a folder inside a file can't be made either
+    with pytest.raises(ConfigError, match=f"{dest} is a file"):  # a folder inside a file can't be made either
         outputs.staging_dir(str(dest / "model"))
     dest.unlink()
     staged = outputs.staging_dir(str(dest))
     _build(staged, "new")
-    dest.write_text("mine")   # the file appeared while the output was built: the commit refuses it too
+    dest.write_text("mine")  # the file appeared while the output was built: the commit refuses it too
     with pytest.raises(ConfigError, match="is a file"):
         outputs.commit_output(staged, str(dest), {"v": 1})
     assert dest.read_text() == "mine" and sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]

@@ -1,11 +1,11 @@
 """Packed rows keep samples apart: same loss as the padded batch (fp32, tolerance 1e-5)."""
+
 import pytest
 import torch
 
 from alignment.config import SFTConfig
 from alignment.datasets.packing import block_causal_mask, first_fit_rows
-from alignment.datasets.sft import TokenizedSample
-from alignment.datasets.sft import SFTTokenizer, collate_packed, collate_padded
+from alignment.datasets.sft import SFTTokenizer, TokenizedSample, collate_packed, collate_padded
 from alignment.datasets.sources import read_rows
 from alignment.losses.nll import sft_loss
 from alignment.tiny_world.paths import tiny_dir
@@ -26,8 +26,14 @@ def test_packed_loss_equals_padded_loss(tiny_base, attn):
 
     tok = AutoTokenizer.from_pretrained(tiny_base)
     model = AutoModelForCausalLM.from_pretrained(tiny_base, dtype=torch.float32, attn_implementation=attn).eval()
-    cfg = SFTConfig(pretrain=str(tiny_base), dataset="x", input_key="context_messages", apply_chat_template=True,
-                    multiturn=True, max_len=64)
+    cfg = SFTConfig(
+        pretrain=str(tiny_base),
+        dataset="x",
+        input_key="context_messages",
+        apply_chat_template=True,
+        multiturn=True,
+        max_len=64,
+    )
     rows = read_rows(f"json@{tiny_dir() / 'sft'}", "train")[:8]
     samples, _ = SFTTokenizer(tok, cfg)(rows)
     assert len({len(s.input_ids) for s in samples}) > 1  # lengths differ, so padding really happens
@@ -35,8 +41,9 @@ def test_packed_loss_equals_padded_loss(tiny_base, attn):
     packed = collate_packed(samples, torch.bool if attn == "sdpa" else torch.float32)
     with torch.no_grad():
         lp = model(input_ids=padded.input_ids, attention_mask=padded.attention_mask).logits
-        lk = model(input_ids=packed.input_ids, attention_mask=packed.attention_mask,
-                   position_ids=packed.position_ids).logits
+        lk = model(
+            input_ids=packed.input_ids, attention_mask=packed.attention_mask, position_ids=packed.position_ids
+        ).logits
     a = sft_loss(lp, padded.input_ids, padded.loss_mask)
     b = sft_loss(lk, packed.input_ids, packed.loss_mask)
     assert abs(a.item() - b.item()) < 1e-5, (a.item(), b.item())
@@ -56,8 +63,14 @@ def test_rows_of_max_len_equal_padded_loss_and_logps(tiny_base, attn):
 
     tok = AutoTokenizer.from_pretrained(tiny_base)
     model = AutoModelForCausalLM.from_pretrained(tiny_base, dtype=torch.float32, attn_implementation=attn).eval()
-    cfg = SFTConfig(pretrain=str(tiny_base), dataset="x", input_key="context_messages", apply_chat_template=True,
-                    multiturn=True, max_len=64)
+    cfg = SFTConfig(
+        pretrain=str(tiny_base),
+        dataset="x",
+        input_key="context_messages",
+        apply_chat_template=True,
+        multiturn=True,
+        max_len=64,
+    )
     samples, _ = SFTTokenizer(tok, cfg)(read_rows(f"json@{tiny_dir() / 'sft'}", "train")[:9])
     padded = collate_padded(samples, tok.pad_token_id)
     packed = collate_packed(samples, torch.bool if attn == "sdpa" else torch.float32, row_tokens=64)
@@ -65,10 +78,16 @@ def test_rows_of_max_len_equal_padded_loss_and_logps(tiny_base, attn):
     assert sorted(packed.segment_map[packed.segment_map >= 0].unique().tolist()) == list(range(9))
     with torch.no_grad():
         lp = model(input_ids=padded.input_ids, attention_mask=padded.attention_mask).logits
-        lk = model(input_ids=packed.input_ids, attention_mask=packed.attention_mask,
-                   position_ids=packed.position_ids).logits
-    assert abs(sft_loss(lp, padded.input_ids, padded.loss_mask).item()
-               - sft_loss(lk, packed.input_ids, packed.loss_mask).item()) < 1e-5
+        lk = model(
+            input_ids=packed.input_ids, attention_mask=packed.attention_mask, position_ids=packed.position_ids
+        ).logits
+    assert (
+        abs(
+            sft_loss(lp, padded.input_ids, padded.loss_mask).item()
+            - sft_loss(lk, packed.input_ids, packed.loss_mask).item()
+        )
+        < 1e-5
+    )
     a = sequence_logps(lp, padded.input_ids, padded.loss_mask)
     b = sequence_logps(lk, packed.input_ids, packed.loss_mask, packed.segments(), packed.num_samples)
     assert torch.allclose(a, b, atol=1e-4), (a, b)

@@ -1,4 +1,5 @@
 """Which PPO model groups exist, which share bundles, and the error when the cluster is too small."""
+
 from __future__ import annotations
 
 import pytest
@@ -17,7 +18,11 @@ def layout(*extra: str) -> dict[str, tuple[str, float]]:
 def test_openrlhf_readme_colocation_needs_two_bundle_sets():
     groups = plan(parse_args(PPOConfig, [*BASE, "--colocate_actor_ref", "--colocate_critic_reward"]))
     assert {g.role: (g.bundle_set, g.share) for g in groups} == {
-        "actor": ("actor", 0.5), "ref": ("actor", 0.5), "critic": ("critic", 0.5), "reward": ("critic", 0.5)}
+        "actor": ("actor", 0.5),
+        "ref": ("actor", 0.5),
+        "critic": ("critic", 0.5),
+        "reward": ("critic", 0.5),
+    }
     assert bundles_needed(groups) == {"actor": 1, "critic": 1}
 
 
@@ -27,13 +32,27 @@ def test_colocate_all_models_shares_one_set_four_ways():
 
 def test_critic_free_and_function_reward_place_fewer_groups():
     assert set(layout("--advantage_estimator", "rloo", "--n_samples_per_prompt", "2")) == {"actor", "ref", "reward"}
-    assert set(layout("--remote_rm_url", "r.py", "--advantage_estimator", "group_norm",
-                      "--n_samples_per_prompt", "2")) == {"actor", "ref"}
+    assert set(
+        layout("--remote_rm_url", "r.py", "--advantage_estimator", "group_norm", "--n_samples_per_prompt", "2")
+    ) == {"actor", "ref"}
 
 
 def test_multi_rank_groups_count_bundles_per_set():
-    groups = plan(parse_args(PPOConfig, [*BASE, "--actor_num_gpus_per_node", "2", "--ref_num_gpus_per_node", "2",
-                                         "--colocate_actor_ref", "--critic_num_nodes", "2"]))
+    groups = plan(
+        parse_args(
+            PPOConfig,
+            [
+                *BASE,
+                "--actor_num_gpus_per_node",
+                "2",
+                "--ref_num_gpus_per_node",
+                "2",
+                "--colocate_actor_ref",
+                "--critic_num_nodes",
+                "2",
+            ],
+        )
+    )
     assert bundles_needed(groups) == {"actor": 2, "critic": 2, "reward": 1}
     assert threads_per_rank(groups, cores=8) == 4 and threads_per_rank(groups, cores=8, num_threads=3) == 3
 
@@ -46,12 +65,29 @@ def test_too_small_a_cluster_is_one_clear_error():
 
 
 def test_vllm_engines_get_their_own_bundles_and_cores():
-    groups = plan(parse_args(PPOConfig, [*BASE, "--remote_rm_url", "r.py", "--advantage_estimator", "rloo",
-                                         "--n_samples_per_prompt", "2", "--colocate_actor_ref",
-                                         "--vllm_num_engines", "2"]))
+    groups = plan(
+        parse_args(
+            PPOConfig,
+            [
+                *BASE,
+                "--remote_rm_url",
+                "r.py",
+                "--advantage_estimator",
+                "rloo",
+                "--n_samples_per_prompt",
+                "2",
+                "--colocate_actor_ref",
+                "--vllm_num_engines",
+                "2",
+            ],
+        )
+    )
     assert {g.role: (g.bundle_set, g.share) for g in groups} == {
-        "actor": ("actor", 0.5), "ref": ("actor", 0.5), "vllm": ("vllm", 1.0)}
+        "actor": ("actor", 0.5),
+        "ref": ("actor", 0.5),
+        "vllm": ("vllm", 1.0),
+    }
     assert bundles_needed(groups) == {"actor": 1, "vllm": 2}
-    assert threads_per_rank(groups, cores=4) == 4            # engines don't count as trainer ranks
+    assert threads_per_rank(groups, cores=4) == 4  # engines don't count as trainer ranks
     assert split_cores(4, 1) == ([0], [1, 2, 3]) and split_cores(2, 2) == ([0, 1], [0, 1])
     assert layout("--colocate_all_models", "--vllm_num_engines", "1")["vllm"] == ("all", 0.2)

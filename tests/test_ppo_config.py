@@ -1,4 +1,5 @@
 """The PPO config: OpenRLHF's flags parse, and bad combinations are one clear error before anything loads."""
+
 from __future__ import annotations
 
 import pytest
@@ -16,6 +17,7 @@ def parse(*extra: str) -> PPOConfig:
 def test_every_estimator_has_its_math():
     from alignment.losses.advantages import GROUP_BASELINES
     from alignment.losses.estimators import ESTIMATORS
+
     assert set(GROUP_BASELINES) == {n for n, e in ESTIMATORS.items() if e.group}
     assert ADVANTAGE_ESTIMATORS == tuple(ESTIMATORS)
 
@@ -24,16 +26,36 @@ def test_normalize_reward_without_a_reward_model():
     """PPO normalises a reward file's, server's or agent's rewards by running moments (alignment/losses/reward_norm.py);
     batch inference has no running statistics to use, so there the flag is still refused."""
     from alignment.config import BatchInferenceConfig
+
     cfg = ["--pretrain", "sft", "--prompt_data", "prompts.jsonl", "--remote_rm_url", "reward.py", "--normalize_reward"]
     assert parse_args(PPOConfig, cfg).normalize_reward
-    with pytest.raises(ConfigError, match="--normalize_reward normalises reward models' scores .* drop --normalize_reward"):
-        parse_args(BatchInferenceConfig, ["--pretrain", "sft", "--dataset", "p.jsonl", "--output_path", "o",
-                                          "--eval_task", "rm", "--output_key", "output", "--remote_rm_url", "reward.py",
-                                          "--normalize_reward"])
+    with pytest.raises(
+        ConfigError, match="--normalize_reward normalises reward models' scores .* drop --normalize_reward"
+    ):
+        parse_args(
+            BatchInferenceConfig,
+            [
+                "--pretrain",
+                "sft",
+                "--dataset",
+                "p.jsonl",
+                "--output_path",
+                "o",
+                "--eval_task",
+                "rm",
+                "--output_key",
+                "output",
+                "--remote_rm_url",
+                "reward.py",
+                "--normalize_reward",
+            ],
+        )
 
 
 def test_loss_aggregation_defaults_to_the_estimators_own():
-    assert parse("--advantage_estimator", "dr_grpo", "--n_samples_per_prompt", "4").loss_agg() == "seq-mean-token-sum-norm"
+    assert (
+        parse("--advantage_estimator", "dr_grpo", "--n_samples_per_prompt", "4").loss_agg() == "seq-mean-token-sum-norm"
+    )
     assert parse("--advantage_estimator", "group_norm", "--n_samples_per_prompt", "4").loss_agg() == "token-mean"
     assert parse("--loss_agg_mode", "seq-mean-token-mean").loss_agg() == "seq-mean-token-mean"
     with pytest.raises(ConfigError, match="--loss_agg_mode: invalid choice: 'token-sum'"):
@@ -41,32 +63,83 @@ def test_loss_aggregation_defaults_to_the_estimators_own():
 
 
 def test_openrlhf_readme_flags_parse():
-    cfg = parse("--ref_num_nodes", "1", "--ref_num_gpus_per_node", "2", "--reward_num_nodes", "1",
-                "--reward_num_gpus_per_node", "2", "--critic_num_nodes", "1", "--critic_num_gpus_per_node", "2",
-                "--actor_num_nodes", "1", "--actor_num_gpus_per_node", "2", "--vllm_num_engines", "2",
-                "--vllm_tensor_parallel_size", "2", "--colocate_critic_reward", "--colocate_actor_ref",
-                "--ref_reward_offload", "--micro_train_batch_size", "8", "--train_batch_size", "128",
-                "--micro_rollout_batch_size", "16", "--rollout_batch_size", "1024", "--max_samples", "100000",
-                "--max_epochs", "1", "--prompt_max_len", "1024", "--generate_max_len", "1024", "--zero_stage", "3",
-                "--bf16", "--actor_learning_rate", "5e-7", "--critic_learning_rate", "9e-6", "--init_kl_coef", "0.01",
-                "--input_key", "context_messages", "--apply_chat_template", "--normalize_reward", "--adam_offload",
-                "--flash_attn", "--gradient_checkpointing")
+    cfg = parse(
+        "--ref_num_nodes",
+        "1",
+        "--ref_num_gpus_per_node",
+        "2",
+        "--reward_num_nodes",
+        "1",
+        "--reward_num_gpus_per_node",
+        "2",
+        "--critic_num_nodes",
+        "1",
+        "--critic_num_gpus_per_node",
+        "2",
+        "--actor_num_nodes",
+        "1",
+        "--actor_num_gpus_per_node",
+        "2",
+        "--vllm_num_engines",
+        "2",
+        "--vllm_tensor_parallel_size",
+        "2",
+        "--colocate_critic_reward",
+        "--colocate_actor_ref",
+        "--ref_reward_offload",
+        "--micro_train_batch_size",
+        "8",
+        "--train_batch_size",
+        "128",
+        "--micro_rollout_batch_size",
+        "16",
+        "--rollout_batch_size",
+        "1024",
+        "--max_samples",
+        "100000",
+        "--max_epochs",
+        "1",
+        "--prompt_max_len",
+        "1024",
+        "--generate_max_len",
+        "1024",
+        "--zero_stage",
+        "3",
+        "--bf16",
+        "--actor_learning_rate",
+        "5e-7",
+        "--critic_learning_rate",
+        "9e-6",
+        "--init_kl_coef",
+        "0.01",
+        "--input_key",
+        "context_messages",
+        "--apply_chat_template",
+        "--normalize_reward",
+        "--adam_offload",
+        "--flash_attn",
+        "--gradient_checkpointing",
+    )
     assert cfg.vllm_num_engines == 2 and cfg.colocate_actor_ref and cfg.actor_learning_rate == 5e-7
     assert cfg.advantage_estimator == "gae" and cfg.normalize_reward
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--advantage_estimator", "group_norm"], "--n_samples_per_prompt 1 gives nothing to compare"),
-    (["--advantage_estimator", "rloo", "--n_samples_per_prompt", "1"], "use >= 2"),
-    (["--colocate_all_models", "--critic_num_gpus_per_node", "2"],
-     "--colocate_all_models: actor has 1x1 ranks but critic has 1x2"),
-    (["--colocate_actor_ref", "--ref_num_nodes", "2"], "--colocate_actor_ref: actor has 1x1 ranks but ref has 2x1"),
-    (["--dual_clip", "0.5"], "--dual_clip 0.5: must be > 1"),
-    (["--reward_weights", "1,2"], "give one number per --reward_pretrain model (1)"),
-    (["--advantage_estimator", "rloo", "--n_samples_per_prompt", "4", "--critic_pretrain", "c"],
-     "uses no critic"),
-    (["--zero_stage", "0", "--adam_offload"], "--adam_offload with --zero_stage 0: DeepSpeed offloads optimizer"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--advantage_estimator", "group_norm"], "--n_samples_per_prompt 1 gives nothing to compare"),
+        (["--advantage_estimator", "rloo", "--n_samples_per_prompt", "1"], "use >= 2"),
+        (
+            ["--colocate_all_models", "--critic_num_gpus_per_node", "2"],
+            "--colocate_all_models: actor has 1x1 ranks but critic has 1x2",
+        ),
+        (["--colocate_actor_ref", "--ref_num_nodes", "2"], "--colocate_actor_ref: actor has 1x1 ranks but ref has 2x1"),
+        (["--dual_clip", "0.5"], "--dual_clip 0.5: must be > 1"),
+        (["--reward_weights", "1,2"], "give one number per --reward_pretrain model (1)"),
+        (["--advantage_estimator", "rloo", "--n_samples_per_prompt", "4", "--critic_pretrain", "c"], "uses no critic"),
+        (["--zero_stage", "0", "--adam_offload"], "--adam_offload with --zero_stage 0: DeepSpeed offloads optimizer"),
+    ],
+)
 def test_bad_combinations_are_one_clear_error(args, needle):
     with pytest.raises(ConfigError) as err:
         parse(*args)
@@ -89,32 +162,65 @@ def test_a_fresh_ppo_run_starts_its_metrics_file_empty(tmp_path):
 
     from alignment.ppo.loop import PPOState, run_iterations
     from alignment.training.tracking import MetricsLogger
-    cfg = SimpleNamespace(logging_steps=1, save_steps=-1, save_minutes=0.0, disable_ds_ckpt=False, use_wandb=None,
-                          use_tensorboard=None)
+
+    cfg = SimpleNamespace(
+        logging_steps=1, save_steps=-1, save_minutes=0.0, disable_ds_ckpt=False, use_wandb=None, use_tensorboard=None
+    )
     for run in range(2):
         logger = MetricsLogger(cfg, tmp_path, True, 3, "ppo")
-        ppo = SimpleNamespace(step=lambda it: {"reward": float(run)}, restore=lambda state: None,
-                              snapshot=lambda it, history: PPOState(it, 0.0, history))
+        ppo = SimpleNamespace(
+            step=lambda it: {"reward": float(run)},
+            restore=lambda state: None,
+            snapshot=lambda it, history: PPOState(it, 0.0, history),
+        )
         run_iterations(cfg, 3, ppo, logger, lambda s: None, None)
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [(r["step"], r["train/reward"]) for r in rows] == [(1, 1.0), (2, 1.0), (3, 1.0)]
 
 
-@pytest.mark.parametrize("flag", [["--actor_num_gpus_per_node", "2"], ["--colocate_all_models"], ["--vllm_num_engines", "1"]])
+@pytest.mark.parametrize(
+    "flag", [["--actor_num_gpus_per_node", "2"], ["--colocate_all_models"], ["--vllm_num_engines", "1"]]
+)
 def test_train_ppo_refuses_ray_only_flags_before_any_model_loads(flag, tmp_path):
     from alignment.cli import train_ppo
-    args = ["--pretrain", str(tmp_path / "no-model"), "--prompt_data", str(tmp_path / "no.jsonl"),
-            "--remote_rm_url", "http://127.0.0.1:1/score", "--save_path", str(tmp_path / "out"), *flag]
+
+    args = [
+        "--pretrain",
+        str(tmp_path / "no-model"),
+        "--prompt_data",
+        str(tmp_path / "no.jsonl"),
+        "--remote_rm_url",
+        "http://127.0.0.1:1/score",
+        "--save_path",
+        str(tmp_path / "out"),
+        *flag,
+    ]
     with pytest.raises(ConfigError, match=f"{flag[0]}.*train_ppo_ray"):
-        train_ppo.main(args)      # the paths do not exist: refused before anything reads them
+        train_ppo.main(args)  # the paths do not exist: refused before anything reads them
 
 
 def test_colocation_checks_only_the_groups_a_run_places():
     """OpenRLHF's GRPO/DAPO lines at their own sizes: actor and ref 1x8 with --colocate_all_models, the critic's
     sizes left at their defaults — no critic is placed (group_norm), so they share nothing. With GAE it is."""
-    line = ["--pretrain", "m", "--prompt_data", "p", "--remote_rm_url", "r.py", "--colocate_all_models",
-            "--actor_num_nodes", "1", "--actor_num_gpus_per_node", "8", "--ref_num_nodes", "1",
-            "--ref_num_gpus_per_node", "8", "--n_samples_per_prompt", "8"]
+    line = [
+        "--pretrain",
+        "m",
+        "--prompt_data",
+        "p",
+        "--remote_rm_url",
+        "r.py",
+        "--colocate_all_models",
+        "--actor_num_nodes",
+        "1",
+        "--actor_num_gpus_per_node",
+        "8",
+        "--ref_num_nodes",
+        "1",
+        "--ref_num_gpus_per_node",
+        "8",
+        "--n_samples_per_prompt",
+        "8",
+    ]
     cfg = parse_args(PPOConfig, [*line, "--advantage_estimator", "group_norm"])
     assert cfg.placed_roles() == ["actor", "ref"]
     with pytest.raises(ConfigError, match="--colocate_all_models: actor has 1x8 ranks but critic has 1x1"):

@@ -5,6 +5,7 @@ each estimator raises the reward of its own samples within 12 iterations (group_
 0.30 -> 0.58, mean of the first vs last 4). The held-out accuracy gains take ~600 iterations
 (6-20 min per estimator on one core, by CPU): measured in benchmarks/ppo_learning.py, figures
 in docs/ppo.md."""
+
 from __future__ import annotations
 
 import json
@@ -17,10 +18,33 @@ from tests.conftest import launcher, metric_rows, run_module
 
 pytestmark = pytest.mark.integration
 
-PROMPTS = ["--prompt_data", f"json@{tiny_dir() / 'prompts'}", "--input_key", "context_messages", "--label_key",
-           "label", "--apply_chat_template", "--generate_max_len", "16", "--logging_steps", "1"]
-SMALL = ["--rollout_batch_size", "16", "--micro_rollout_batch_size", "16", "--train_batch_size", "32",
-         "--micro_train_batch_size", "16", "--max_samples", "48", "--actor_learning_rate", "1e-5"]
+PROMPTS = [
+    "--prompt_data",
+    f"json@{tiny_dir() / 'prompts'}",
+    "--input_key",
+    "context_messages",
+    "--label_key",
+    "label",
+    "--apply_chat_template",
+    "--generate_max_len",
+    "16",
+    "--logging_steps",
+    "1",
+]
+SMALL = [
+    "--rollout_batch_size",
+    "16",
+    "--micro_rollout_batch_size",
+    "16",
+    "--train_batch_size",
+    "32",
+    "--micro_train_batch_size",
+    "16",
+    "--max_samples",
+    "48",
+    "--actor_learning_rate",
+    "1e-5",
+]
 RULE = ["--remote_rm_url", "alignment/tiny_world/reward.py"]
 
 
@@ -29,6 +53,7 @@ def missed_prompts(tiny_sft, tmp_path_factory) -> str:
     """32 training prompts the SFT model answers wrong greedily: room for the reward to rise
     (on prompts it mostly gets right, sampled reward starts near 0.9 and a rise is noise)."""
     from alignment.tiny_world.evaluate import greedy_accuracy
+
     train = tiny_dir() / "prompts" / "train.jsonl"
     rows = train.read_text().splitlines()[:600]
     result = greedy_accuracy(tiny_sft, eval_file=train, limit=600)
@@ -42,18 +67,47 @@ def missed_prompts(tiny_sft, tmp_path_factory) -> str:
 @pytest.mark.parametrize("estimator", ["gae", "reinforce", "rloo", "group_norm"])
 def test_each_estimator_raises_the_reward(tiny_sft, missed_prompts, tmp_path, estimator):
     from transformers import AutoModelForCausalLM
+
     out = tmp_path / estimator
     prompts = ["--prompt_data", missed_prompts, *PROMPTS[2:]]
-    run_module("alignment.cli.train_ppo", [
-        "--pretrain", str(tiny_sft), "--save_path", str(out), *prompts, *RULE, "--advantage_estimator", estimator,
-        "--n_samples_per_prompt", "4", "--rollout_batch_size", "32", "--micro_rollout_batch_size", "64",
-        "--train_batch_size", "32", "--micro_train_batch_size", "16", "--max_samples", "32", "--num_episodes", "12",
-        "--actor_learning_rate", "1e-4", "--critic_learning_rate", "1e-4", "--init_kl_coef", "0"])
+    run_module(
+        "alignment.cli.train_ppo",
+        [
+            "--pretrain",
+            str(tiny_sft),
+            "--save_path",
+            str(out),
+            *prompts,
+            *RULE,
+            "--advantage_estimator",
+            estimator,
+            "--n_samples_per_prompt",
+            "4",
+            "--rollout_batch_size",
+            "32",
+            "--micro_rollout_batch_size",
+            "64",
+            "--train_batch_size",
+            "32",
+            "--micro_train_batch_size",
+            "16",
+            "--max_samples",
+            "32",
+            "--num_episodes",
+            "12",
+            "--actor_learning_rate",
+            "1e-4",
+            "--critic_learning_rate",
+            "1e-4",
+            "--init_kl_coef",
+            "0",
+        ],
+    )
     rows = metric_rows(out)
     rewards = [r["train/reward"] for r in rows]
     assert [r["step"] for r in rows] == list(range(1, 13)) and all(0 <= x <= 1 for x in rewards)
-    assert ("train/value_loss" in rows[0]) == (estimator == "gae")          # a critic for gae only
-    AutoModelForCausalLM.from_pretrained(out)                                # committed, plain HF
+    assert ("train/value_loss" in rows[0]) == (estimator == "gae")  # a critic for gae only
+    AutoModelForCausalLM.from_pretrained(out)  # committed, plain HF
     first, last = sum(rewards[:4]) / 4, sum(rewards[-4:]) / 4
     assert last >= first + 0.03, rewards
 
@@ -63,10 +117,22 @@ def test_gae_with_a_trained_reward_model_and_resume(tiny_sft, tiny_rm, tmp_path)
     resumed with --load_checkpoint: the resumed run redoes only iteration 3 and ends with the
     uninterrupted run's weights (every random choice is seeded from the iteration number)."""
     from safetensors.torch import load_file
+
     rm = tiny_rm
     out = tmp_path / "ppo"
-    args = ["--pretrain", str(tiny_sft), "--reward_pretrain", str(rm), "--normalize_reward", *PROMPTS, *SMALL,
-            "--n_samples_per_prompt", "2", "--critic_learning_rate", "1e-4"]
+    args = [
+        "--pretrain",
+        str(tiny_sft),
+        "--reward_pretrain",
+        str(rm),
+        "--normalize_reward",
+        *PROMPTS,
+        *SMALL,
+        "--n_samples_per_prompt",
+        "2",
+        "--critic_learning_rate",
+        "1e-4",
+    ]
     run_module("alignment.cli.train_ppo", [*args, "--save_path", str(out)])
     rows = metric_rows(out)
     assert len(rows) == 3 and all("train/value_loss" in r and "train/kl" in r for r in rows)
@@ -81,7 +147,7 @@ def test_gae_with_a_trained_reward_model_and_resume(tiny_sft, tiny_rm, tmp_path)
     resumed = run_module("alignment.cli.train_ppo", [*resumable, "--load_checkpoint"])
     assert "ran iterations 3..3 of 3" in resumed.stderr, resumed.stderr[-2000:]
     assert [r["step"] for r in metric_rows(part)] == [1, 2, 3]
-    assert sorted(p.name for p in ckpt.glob("global_step*")) == ["global_step2", "global_step3"]   # --max_ckpt_num 2
+    assert sorted(p.name for p in ckpt.glob("global_step*")) == ["global_step2", "global_step3"]  # --max_ckpt_num 2
     a, b = load_file(out / "model.safetensors"), load_file(part / "model.safetensors")
     assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-6
 
@@ -91,30 +157,86 @@ def test_openrlhf_readme_line_under_the_deepspeed_launcher(tiny_sft, tiny_rm, tm
     two processes: actor, critic, ref and RM all in the launcher's process group (ZeRO-3 gathers
     across both ranks during generation), HF generation."""
     from transformers import AutoModelForCausalLM
+
     out = tmp_path / "ppo"
-    proc = run_module("alignment.cli.train_ppo", [
-        "--pretrain", str(tiny_sft), "--reward_pretrain", str(tiny_rm), "--save_path", str(out),
-        "--micro_train_batch_size", "4", "--train_batch_size", "16", "--micro_rollout_batch_size", "8",
-        "--rollout_batch_size", "16", "--max_epochs", "1", "--prompt_max_len", "1024", "--generate_max_len", "16",
-        "--zero_stage", "3", "--bf16", "--actor_learning_rate", "5e-7", "--critic_learning_rate", "9e-6",
-        "--init_kl_coef", "0.01", "--prompt_data", f"json@{tiny_dir() / 'prompts'}", "--input_key", "context_messages",
-        "--apply_chat_template", "--max_samples", "32", "--normalize_reward", "--adam_offload", "--flash_attn",
-        "--gradient_checkpointing", "--logging_steps", "1", "--num_threads", "1"], launcher=launcher("deepspeed", 2), threads=1)
+    proc = run_module(
+        "alignment.cli.train_ppo",
+        [
+            "--pretrain",
+            str(tiny_sft),
+            "--reward_pretrain",
+            str(tiny_rm),
+            "--save_path",
+            str(out),
+            "--micro_train_batch_size",
+            "4",
+            "--train_batch_size",
+            "16",
+            "--micro_rollout_batch_size",
+            "8",
+            "--rollout_batch_size",
+            "16",
+            "--max_epochs",
+            "1",
+            "--prompt_max_len",
+            "1024",
+            "--generate_max_len",
+            "16",
+            "--zero_stage",
+            "3",
+            "--bf16",
+            "--actor_learning_rate",
+            "5e-7",
+            "--critic_learning_rate",
+            "9e-6",
+            "--init_kl_coef",
+            "0.01",
+            "--prompt_data",
+            f"json@{tiny_dir() / 'prompts'}",
+            "--input_key",
+            "context_messages",
+            "--apply_chat_template",
+            "--max_samples",
+            "32",
+            "--normalize_reward",
+            "--adam_offload",
+            "--flash_attn",
+            "--gradient_checkpointing",
+            "--logging_steps",
+            "1",
+            "--num_threads",
+            "1",
+        ],
+        launcher=launcher("deepspeed", 2),
+        threads=1,
+    )
     assert "world size 2" in proc.stderr, proc.stderr[-2000:]
     rows = metric_rows(out)
     assert [r["step"] for r in rows] == [1, 2] and all("train/value_loss" in r and "train/kl" in r for r in rows)
     AutoModelForCausalLM.from_pretrained(out)
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--prompt_max_len", "3", *RULE], "prompts are longer than --prompt_max_len 3; raise --prompt_max_len"),
-    (["--advantage_estimator", "rloo", *RULE], "--n_samples_per_prompt 1 gives nothing to compare"),
-    (["--rollout_batch_size", "10", *RULE], "is not a multiple of --train_batch_size 16"),
-    (["--eval_dataset", "x.jsonl", *RULE], "--eval_dataset: periodic evaluation inside PPO is not implemented yet"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--prompt_max_len", "3", *RULE], "prompts are longer than --prompt_max_len 3; raise --prompt_max_len"),
+        (["--advantage_estimator", "rloo", *RULE], "--n_samples_per_prompt 1 gives nothing to compare"),
+        (["--rollout_batch_size", "10", *RULE], "is not a multiple of --train_batch_size 16"),
+        (["--eval_dataset", "x.jsonl", *RULE], "--eval_dataset: periodic evaluation inside PPO is not implemented yet"),
+    ],
+)
 def test_bad_input_one_clear_line(tiny_sft, tmp_path, args, needle):
     # one sample per prompt here (rloo must refuse it), so 16 samples per iteration: train on 16
-    base = ["--pretrain", str(tiny_sft), "--save_path", str(tmp_path / "o"), *PROMPTS, *SMALL, "--train_batch_size", "16"]
+    base = [
+        "--pretrain",
+        str(tiny_sft),
+        "--save_path",
+        str(tmp_path / "o"),
+        *PROMPTS,
+        *SMALL,
+        "--train_batch_size",
+        "16",
+    ]
     proc = run_module("alignment.cli.train_ppo", [*base, *args], check=False)
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
     assert proc.returncode == 2 and len(errors) == 1 and needle in errors[0], proc.stderr[-2000:]
@@ -123,8 +245,19 @@ def test_bad_input_one_clear_line(tiny_sft, tmp_path, args, needle):
 
 def test_a_reward_server_that_stays_down_is_a_transient_fault(tiny_sft, tmp_path):
     """Not the user's input: exit 75 (retried by a flow), one line, before any model loads."""
-    base = ["--pretrain", str(tiny_sft), "--save_path", str(tmp_path / "o"), *PROMPTS, *SMALL, "--train_batch_size", "16"]
-    proc = run_module("alignment.cli.train_ppo", [*base, "--remote_rm_url", "http://127.0.0.1:9/get_reward"], check=False)
+    base = [
+        "--pretrain",
+        str(tiny_sft),
+        "--save_path",
+        str(tmp_path / "o"),
+        *PROMPTS,
+        *SMALL,
+        "--train_batch_size",
+        "16",
+    ]
+    proc = run_module(
+        "alignment.cli.train_ppo", [*base, "--remote_rm_url", "http://127.0.0.1:9/get_reward"], check=False
+    )
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
     assert proc.returncode == EXIT_TRANSIENT and len(errors) == 1, proc.stderr[-2000:]
     assert "reward server http://127.0.0.1:9/get_reward unreachable" in errors[0] and "transient" in errors[0]
@@ -136,24 +269,59 @@ def test_dynamic_filtering_drops_groups_that_teach_nothing_and_refills(tiny_sft,
     zero advantage) and alternates 1, 0 within odd-answer groups (mean 0.5). Only the mixed groups may be
     trained on, so each iteration's reward is exactly 0.5, and the dropped groups were replaced by refills."""
     reward = tmp_path / "parity_reward.py"
-    reward.write_text("def reward_func(queries, prompts, labels, **kwargs):\n"
-                      "    r = [1.0 if int(label) % 2 == 0 else float(i % 2 == 0) for i, label in enumerate(labels)]\n"
-                      "    return {'rewards': r, 'scores': r}\n")
+    reward.write_text(
+        "def reward_func(queries, prompts, labels, **kwargs):\n"
+        "    r = [1.0 if int(label) % 2 == 0 else float(i % 2 == 0) for i, label in enumerate(labels)]\n"
+        "    return {'rewards': r, 'scores': r}\n"
+    )
     out = tmp_path / "dapo"
-    run_module("alignment.cli.train_ppo", [
-        "--pretrain", str(tiny_sft), "--save_path", str(out), *PROMPTS, "--remote_rm_url", str(reward),
-        "--advantage_estimator", "group_norm", "--n_samples_per_prompt", "4", "--dynamic_filtering",
-        "--dynamic_filtering_reward_range", "0", "1", "--rollout_batch_size", "8", "--micro_rollout_batch_size", "32",
-        "--train_batch_size", "32", "--micro_train_batch_size", "16", "--max_samples", "16",
-        "--actor_learning_rate", "1e-5", "--init_kl_coef", "0",
-        "--save_steps", "2", "--save_hf_ckpt", "--ckpt_path", str(tmp_path / "ckpt")])
+    run_module(
+        "alignment.cli.train_ppo",
+        [
+            "--pretrain",
+            str(tiny_sft),
+            "--save_path",
+            str(out),
+            *PROMPTS,
+            "--remote_rm_url",
+            str(reward),
+            "--advantage_estimator",
+            "group_norm",
+            "--n_samples_per_prompt",
+            "4",
+            "--dynamic_filtering",
+            "--dynamic_filtering_reward_range",
+            "0",
+            "1",
+            "--rollout_batch_size",
+            "8",
+            "--micro_rollout_batch_size",
+            "32",
+            "--train_batch_size",
+            "32",
+            "--micro_train_batch_size",
+            "16",
+            "--max_samples",
+            "16",
+            "--actor_learning_rate",
+            "1e-5",
+            "--init_kl_coef",
+            "0",
+            "--save_steps",
+            "2",
+            "--save_hf_ckpt",
+            "--ckpt_path",
+            str(tmp_path / "ckpt"),
+        ],
+    )
     rows = metric_rows(out)
     assert [r["step"] for r in rows] == [1, 2]
-    from transformers import AutoModelForCausalLM    # --save_hf_ckpt: the actor as an HF folder in the checkpoint
+    from transformers import AutoModelForCausalLM  # --save_hf_ckpt: the actor as an HF folder in the checkpoint
+
     AutoModelForCausalLM.from_pretrained(tmp_path / "ckpt" / "global_step2" / "actor" / "hf")
     for r in rows:
         generated = r["train/dynamic_filtering/prompts_generated"]
-        assert r["train/reward"] == pytest.approx(0.5), rows             # no all-right group was trained on
+        assert r["train/reward"] == pytest.approx(0.5), rows  # no all-right group was trained on
         assert generated > 8 and r["train/dynamic_filtering/refill_rounds"] >= 1, rows
         assert r["train/dynamic_filtering/dropped_fraction"] == pytest.approx(1 - 8 / generated)
 
@@ -163,24 +331,61 @@ def test_ema_is_the_average_of_the_trained_weights_and_resumes(tiny_sft, tmp_pat
     average is 0.25·θ0 + 0.25·θ1 + 0.5·θ2 (θ0 the start, θ1 the step-1 checkpoint's --save_hf_ckpt copy, θ2 the
     final actor); a run that crashed after iteration 1 and resumed commits the same average."""
     from safetensors.torch import load_file
-    common = ["--pretrain", str(tiny_sft), *PROMPTS, *RULE, "--advantage_estimator", "group_norm",
-              "--n_samples_per_prompt", "4", "--rollout_batch_size", "8", "--micro_rollout_batch_size", "32",
-              "--train_batch_size", "32", "--micro_train_batch_size", "16", "--max_samples", "16",
-              "--actor_learning_rate", "1e-3", "--init_kl_coef", "0", "--enable_ema", "--ema_beta", "0.5",
-              "--save_steps", "1", "--save_hf_ckpt", "--zero_stage", "2"]
+
+    common = [
+        "--pretrain",
+        str(tiny_sft),
+        *PROMPTS,
+        *RULE,
+        "--advantage_estimator",
+        "group_norm",
+        "--n_samples_per_prompt",
+        "4",
+        "--rollout_batch_size",
+        "8",
+        "--micro_rollout_batch_size",
+        "32",
+        "--train_batch_size",
+        "32",
+        "--micro_train_batch_size",
+        "16",
+        "--max_samples",
+        "16",
+        "--actor_learning_rate",
+        "1e-3",
+        "--init_kl_coef",
+        "0",
+        "--enable_ema",
+        "--ema_beta",
+        "0.5",
+        "--save_steps",
+        "1",
+        "--save_hf_ckpt",
+        "--zero_stage",
+        "2",
+    ]
     full, ckpt = tmp_path / "full", tmp_path / "full_ckpt"
     run_module("alignment.cli.train_ppo", [*common, "--save_path", str(full), "--ckpt_path", str(ckpt)])
-    t0, t1 = load_file(tiny_sft / "model.safetensors"), load_file(ckpt / "global_step1" / "actor" / "hf" / "model.safetensors")
+    t0, t1 = (
+        load_file(tiny_sft / "model.safetensors"),
+        load_file(ckpt / "global_step1" / "actor" / "hf" / "model.safetensors"),
+    )
     t2, ema = load_file(full / "model.safetensors"), load_file(full / "ema" / "model.safetensors")
     assert ema.keys() == t2.keys()
     worst = max((ema[k] - (0.25 * t0[k] + 0.25 * t1[k] + 0.5 * t2[k])).abs().max().item() for k in ema)
     moved = max((t2[k] - t0[k]).abs().max().item() for k in ema)
     assert worst < 1e-6 < moved, (worst, moved)
     part, part_ckpt = tmp_path / "part", tmp_path / "part_ckpt"
-    crashed = run_module("alignment.cli.train_ppo", [*common, "--save_path", str(part), "--ckpt_path", str(part_ckpt)],
-                         env={"ALIGNFLOW_FAIL_AT_STEP": "1"}, check=False)
+    crashed = run_module(
+        "alignment.cli.train_ppo",
+        [*common, "--save_path", str(part), "--ckpt_path", str(part_ckpt)],
+        env={"ALIGNFLOW_FAIL_AT_STEP": "1"},
+        check=False,
+    )
     assert crashed.returncode != 0 and (part_ckpt / "global_step1" / "actor" / "ema.safetensors").exists()
-    run_module("alignment.cli.train_ppo", [*common, "--save_path", str(part), "--ckpt_path", str(part_ckpt),
-                                           "--load_checkpoint"])
+    run_module(
+        "alignment.cli.train_ppo",
+        [*common, "--save_path", str(part), "--ckpt_path", str(part_ckpt), "--load_checkpoint"],
+    )
     resumed = load_file(part / "ema" / "model.safetensors")
     assert max((resumed[k] - ema[k]).abs().max().item() for k in ema) < 1e-6

@@ -1,4 +1,5 @@
 """PPO-family math on numbers computed by hand (written out here)."""
+
 import math
 
 import pytest
@@ -18,10 +19,10 @@ def approx(x, expected, abs=1e-5):
 def test_gae_by_hand():
     r, v, m = T([[0.0, 0.0, 1.0]]), T([[0.5, 0.6, 0.7]]), torch.ones(1, 3)
     adv, ret = gae(r, v, m, gamma=1.0, lambd=1.0)
-    approx(adv, [0.5, 0.4, 0.3])            # δ = 0.1, 0.1, 0.3 summed backwards
+    approx(adv, [0.5, 0.4, 0.3])  # δ = 0.1, 0.1, 0.3 summed backwards
     approx(ret, [1.0, 1.0, 1.0])
     adv, _ = gae(r, v, m, gamma=0.9, lambd=0.5)
-    approx(adv, [0.11425, 0.165, 0.3])      # δ = 0.04, 0.03, 0.3; γλ = 0.45
+    approx(adv, [0.11425, 0.165, 0.3])  # δ = 0.04, 0.03, 0.3; γλ = 0.45
     # a padded position contributes nothing: reward and value there are ignored
     adv, _ = gae(T([[0.0, 1.0, 5.0]]), T([[0.5, 0.6, 0.9]]), T([[1.0, 1.0, 0.0]]), 1.0, 1.0)
     approx(adv, [0.5, 0.4, 0.0])
@@ -32,20 +33,20 @@ def test_reinforce_and_group_baselines():
     scores = T([[1.0, 0.0, 0.0, 1.0]])
     approx(GROUP_BASELINES["reinforce_baseline"](scores), [0.5, -0.5, -0.5, 0.5])
     approx(GROUP_BASELINES["dr_grpo"](scores), [0.5, -0.5, -0.5, 0.5])
-    approx(GROUP_BASELINES["rloo"](scores), [2 / 3, -2 / 3, -2 / 3, 2 / 3])      # 1 − 1/3, 0 − 2/3
+    approx(GROUP_BASELINES["rloo"](scores), [2 / 3, -2 / 3, -2 / 3, 2 / 3])  # 1 − 1/3, 0 − 2/3
     approx(GROUP_BASELINES["group_norm"](scores), [0.866025, -0.866025, -0.866025, 0.866025])  # 0.5 / √(1/3)
     approx(whiten(T([[1.0, 3.0, 9.0]]), T([[1.0, 1.0, 0.0]])), [-1.0, 1.0, 0.0])
 
 
 def test_kl_estimators():
-    logp, ref = T([0.0]), T([math.log(2.0)])      # log r = −0.693147
+    logp, ref = T([0.0]), T([math.log(2.0)])  # log r = −0.693147
     approx(kl_estimate(logp, ref, "k1"), [-0.693147])
-    approx(kl_estimate(logp, ref, "k2"), [0.240227])      # 0.693147² / 2
-    approx(kl_estimate(logp, ref, "k3"), [0.306853])      # 2 − 1 − 0.693147
+    approx(kl_estimate(logp, ref, "k2"), [0.240227])  # 0.693147² / 2
+    approx(kl_estimate(logp, ref, "k3"), [0.306853])  # 2 − 1 − 0.693147
     with pytest.raises(ValueError, match="k1, k2 or k3"):
         kl_estimate(logp, ref, "k4")
     ctl = KLController(0.1, target=6.0, horizon=10000)
-    ctl.update(current_kl=12.0, n_steps=100)              # error clipped to 0.2: × (1 + 0.2·100/10000)
+    ctl.update(current_kl=12.0, n_steps=100)  # error clipped to 0.2: × (1 + 0.2·100/10000)
     assert ctl.value == pytest.approx(0.1002)
     fixed = KLController(0.1)
     fixed.update(12.0, 100)
@@ -55,15 +56,15 @@ def test_kl_estimators():
 def test_policy_loss_clip_and_dual_clip():
     one = torch.ones(1)
     loss, frac = policy_loss(T([math.log(1.5)]), T([0.0]), T([1.0]), one)
-    assert loss.item() == pytest.approx(-1.2) and frac.item() == 1.0            # min(1.5, 1.2)
+    assert loss.item() == pytest.approx(-1.2) and frac.item() == 1.0  # min(1.5, 1.2)
     loss, _ = policy_loss(T([math.log(1.5)]), T([0.0]), T([1.0]), one, eps_high=0.28)
     assert loss.item() == pytest.approx(-1.28)
     loss, _ = policy_loss(T([math.log(1.5)]), T([0.0]), T([-1.0]), one)
-    assert loss.item() == pytest.approx(1.5)                                   # min(−1.5, −1.2)
+    assert loss.item() == pytest.approx(1.5)  # min(−1.5, −1.2)
     loss, _ = policy_loss(T([math.log(5.0)]), T([0.0]), T([-1.0]), one)
     assert loss.item() == pytest.approx(5.0)
     loss, _ = policy_loss(T([math.log(5.0)]), T([0.0]), T([-1.0]), one, dual_clip=3.0)
-    assert loss.item() == pytest.approx(3.0)                                   # bounded at −c·A
+    assert loss.item() == pytest.approx(3.0)  # bounded at −c·A
     # a log-ratio of 200 (exp overflows fp32): clamped at 20 before exp, so the loss stays finite
     far = T([200.0]).requires_grad_()
     loss, _ = policy_loss(far, T([0.0]), T([-1.0]), one)
@@ -73,12 +74,13 @@ def test_policy_loss_clip_and_dual_clip():
 
 def test_value_loss_clip():
     v, old, ret, m = T([1.0]), T([0.0]), T([2.0]), torch.ones(1)
-    assert value_loss(v, old, ret, m).item() == pytest.approx(0.5)              # ½(1 − 2)²
-    assert value_loss(v, old, ret, m, value_clip=0.2).item() == pytest.approx(1.62)   # ½·max(1, (0.2 − 2)²)
+    assert value_loss(v, old, ret, m).item() == pytest.approx(0.5)  # ½(1 − 2)²
+    assert value_loss(v, old, ret, m, value_clip=0.2).item() == pytest.approx(1.62)  # ½·max(1, (0.2 − 2)²)
 
 
 def test_advantages_dispatch_group_estimator_by_hand():
     from alignment.losses.advantages import advantages_and_returns
+
     # one prompt, two samples; per-token rewards: row sums 1.0 and 0.0
     rewards = torch.tensor([[0.0, 1.0], [-0.5, 0.5]])
     mask = torch.ones(2, 2)
@@ -92,7 +94,7 @@ def test_advantages_dispatch_group_estimator_by_hand():
     with pytest.raises(ValueError, match="gae needs the critic's values"):
         advantages_and_returns("gae", rewards, mask, n_samples=1)
     w, _ = advantages_and_returns("reinforce", rewards, mask, n_samples=1)
-    assert abs(w.mean().item()) < 1e-6   # whitened
+    assert abs(w.mean().item()) < 1e-6  # whitened
 
 
 def test_forward_passes_skipped_only_when_they_change_nothing():
@@ -102,8 +104,15 @@ def test_forward_passes_skipped_only_when_they_change_nothing():
 
     from alignment.ppo.experience import needs_old_logprobs, uses_reference
 
-    cfg = SimpleNamespace(init_kl_coef=0.0, use_kl_loss=False, kl_target=None, max_epochs=1, rollout_batch_size=16,
-                          n_samples_per_prompt=8, train_batch_size=128)
+    cfg = SimpleNamespace(
+        init_kl_coef=0.0,
+        use_kl_loss=False,
+        kl_target=None,
+        max_epochs=1,
+        rollout_batch_size=16,
+        n_samples_per_prompt=8,
+        train_batch_size=128,
+    )
     assert not uses_reference(cfg) and not needs_old_logprobs(cfg)
     for change in ({"init_kl_coef": 0.01}, {"use_kl_loss": True}, {"kl_target": 0.1}):
         assert uses_reference(SimpleNamespace(**{**vars(cfg), **change}))
@@ -124,10 +133,17 @@ def test_kl_is_reported_only_when_measured():
     from alignment.ppo.batch import SequenceBatch
     from alignment.ppo.experience import assemble, experience_metrics
 
-    cfg = SimpleNamespace(kl_estimator="k1", use_kl_loss=False, advantage_estimator="group_norm",
-                          n_samples_per_prompt=2, gamma=1.0, lambd=1.0)
-    batch = SequenceBatch(torch.zeros(2, 3, dtype=torch.long), torch.ones(2, 3, dtype=torch.long),
-                          torch.ones(2, 2), [0, 0])
+    cfg = SimpleNamespace(
+        kl_estimator="k1",
+        use_kl_loss=False,
+        advantage_estimator="group_norm",
+        n_samples_per_prompt=2,
+        gamma=1.0,
+        lambd=1.0,
+    )
+    batch = SequenceBatch(
+        torch.zeros(2, 3, dtype=torch.long), torch.ones(2, 3, dtype=torch.long), torch.ones(2, 2), [0, 0]
+    )
     scores, old = T([1.0, 0.0]), T([[-1.0, -1.0], [-1.0, -1.0]])
     assert "kl" not in experience_metrics(assemble(cfg, batch, scores, None, None, None, 0.0), [True, True])
     measured = experience_metrics(assemble(cfg, batch, scores, old, old - 0.25, None, 0.0), [True, True])
@@ -155,7 +171,7 @@ def test_critic_reads_values_in_the_normalised_reward_units(tmp_path):
         def forward(self, x):
             return self.score(x)
 
-    x = torch.tensor([[[6.0], [10.0]]])                               # [B=1, T=2, 1] -> head output 6, 10
+    x = torch.tensor([[[6.0], [10.0]]])  # [B=1, T=2, 1] -> head output 6, 10
     raw, scaled = Critic(), Critic()
     cap_raw, cap_scaled = ValueCapture(raw), ValueCapture(scaled, (2.0, 4.0))
     raw(x), scaled(x)
@@ -167,8 +183,14 @@ def test_behaviour_logprobs_sit_where_action_mask_scores_the_sampled_tokens():
     for that token (column len(prompt) - 1 + j), the layout of every trainer log-prob."""
     from alignment.ppo.batch import behaviour_logprobs, rollout_to_batch
     from alignment.rollout.types import Rollout
-    rollout = Rollout(prompt_ids=[[5, 6, 7], [8]], response_ids=[[9, 10], [11, 12, 2]], prompt_index=[0, 1],
-                      finished=[False, True], logprobs=[[-0.5, -1.5], [-0.1, -0.2, -0.3]])
+
+    rollout = Rollout(
+        prompt_ids=[[5, 6, 7], [8]],
+        response_ids=[[9, 10], [11, 12, 2]],
+        prompt_index=[0, 1],
+        finished=[False, True],
+        logprobs=[[-0.5, -1.5], [-0.1, -0.2, -0.3]],
+    )
     batch = rollout_to_batch(rollout, pad_id=0)
     got = behaviour_logprobs(rollout, batch)
     assert got.shape == batch.action_mask.shape
@@ -184,6 +206,7 @@ def test_gspo_loss_is_the_clipped_sequence_ratio_by_hand():
     import math
 
     from alignment.losses.ppo import gspo_loss
+
     torch.manual_seed(0)
     logp, old = torch.randn(3, 5) * 0.3 - 1.0, torch.randn(3, 5) * 0.3 - 1.0
     adv = torch.tensor([[1.0] * 5, [-2.0] * 5, [0.5] * 5])
@@ -205,6 +228,7 @@ def test_gspo_loss_is_the_clipped_sequence_ratio_by_hand():
 
 def test_overlong_penalty_is_dapos_linear_ramp():
     from alignment.losses.reward_shaping import overlong_penalty
+
     got = overlong_penalty(torch.tensor([10, 12, 14, 16, 20]), max_len=20, buffer=8, factor=0.5)
     assert got.tolist() == pytest.approx([0.0, 0.0, -0.125, -0.25, -0.5])
 
@@ -215,25 +239,28 @@ def test_is_correction_weights_are_the_truncated_ratio_by_hand():
     import math
 
     from alignment.losses.ppo import is_weights
+
     trainer = torch.tensor([[-1.0, -2.0, -0.5, 0.0]])
     engine = torch.tensor([[-1.2, -1.0, -2.0, 0.0]])
     mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
     w = is_weights(trainer, engine, mask, cap=2.0)
-    assert w.tolist()[0] == pytest.approx([math.exp(0.2), math.exp(-1.0), 2.0, 0.0])   # exp(1.5) > 2: truncated
+    assert w.tolist()[0] == pytest.approx([math.exp(0.2), math.exp(-1.0), 2.0, 0.0])  # exp(1.5) > 2: truncated
     adv = torch.tensor([[1.0, -1.0, 0.5, 0.0]])
-    weighted, _ = policy_loss(trainer, trainer, adv, mask, weight=w)     # ratio 1: each term is −A·w
+    weighted, _ = policy_loss(trainer, trainer, adv, mask, weight=w)  # ratio 1: each term is −A·w
     assert weighted.item() == pytest.approx(-(math.exp(0.2) * 1.0 - math.exp(-1.0) + 2.0 * 0.5) / 3)
 
 
 def test_dynamic_filtering_keeps_groups_strictly_inside_the_range():
     from alignment.ppo.dynamic_sampling import kept_groups
-    scores = torch.tensor([1.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.5, 0.5])   # 5 groups of 2
+
+    scores = torch.tensor([1.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.5, 0.5])  # 5 groups of 2
     assert kept_groups(scores, 2, 0.0, 1.0) == [2, 4]
     assert kept_groups(scores, 2, -1.0, 1.0) == [1, 2, 3, 4]
 
 
 def test_ema_update_is_the_decayed_average():
     from alignment.ppo.ema import EMA
+
     layer = torch.nn.Linear(2, 1)
     torch.nn.init.constant_(layer.weight, 1.0)
     ema = EMA(layer, beta=0.9)

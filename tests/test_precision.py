@@ -1,4 +1,5 @@
 """What --bf16 and --flash_attn mean on this hardware."""
+
 import logging
 
 import torch
@@ -38,6 +39,7 @@ def test_cuda_arch_list_as_deepspeed_parses_it():
     """DeepSpeed 0.19.8 reads TORCH_CUDA_ARCH_LIST entries as int.int: Hopper's `9.0a` (set by a lent H100's
     image, 2026-11-27) made FusedAdam's JIT build fail; the suffix is dropped, `+PTX` kept."""
     from alignment.training.engine import deepspeed_arch_list
+
     assert deepspeed_arch_list("9.0a") == "9.0"
     assert deepspeed_arch_list("8.0;9.0a+PTX 10.0a") == "8.0;9.0+PTX 10.0"
     assert deepspeed_arch_list("7.5 8.6+PTX") == "7.5 8.6+PTX"

@@ -1,4 +1,5 @@
 """Preference and unpaired datasets: masks, collation, and the bad-input rules of the issue."""
+
 import logging
 
 import pytest
@@ -13,12 +14,14 @@ from alignment.tiny_world.paths import tiny_dir
 @pytest.fixture(scope="module")
 def tok():
     from transformers import AutoTokenizer
+
     return AutoTokenizer.from_pretrained(tiny_dir() / "tokenizer")
 
 
 def dpo_cfg(**kw):
-    return DPOConfig(**{"pretrain": "m", "dataset": "d", "prompt_key": "prompt", "apply_chat_template": True,
-                        "max_len": 64, **kw})
+    return DPOConfig(
+        **{"pretrain": "m", "dataset": "d", "prompt_key": "prompt", "apply_chat_template": True, "max_len": 64, **kw}
+    )
 
 
 def test_pairs_share_the_prompt_and_mask_only_the_response(tok):
@@ -38,15 +41,19 @@ def test_reward_model_pairs_end_at_eos_where_generation_stops(tok):
     from alignment.datasets.formatting import end_at_eos
 
     rows = read_rows(f"json@{tiny_dir() / 'preference'}", "test")[:4]
-    rm = PairTokenizer(tok, RMConfig(pretrain="m", dataset="d", prompt_key="prompt", apply_chat_template=True,
-                                     max_len=64), "pref", end_at_eos=True)(rows)
+    rm = PairTokenizer(
+        tok,
+        RMConfig(pretrain="m", dataset="d", prompt_key="prompt", apply_chat_template=True, max_len=64),
+        "pref",
+        end_at_eos=True,
+    )(rows)
     dpo = PairTokenizer(tok, dpo_cfg(), "pref")(rows)
     assert all(p.chosen.input_ids[-1] == p.rejected.input_ids[-1] == tok.eos_token_id for p in rm)
     assert all(tok.decode(p.chosen.input_ids[-1:]) == "\n" for p in dpo)
     assert [p.chosen.input_ids for p in rm] == [p.chosen.input_ids[:-1] for p in dpo]
     assert end_at_eos("1 + 1 = 2<|end|>\n", "<|end|>") == "1 + 1 = 2<|end|>"
-    assert end_at_eos("1 + 1 = 2", "<|end|>") == "1 + 1 = 2"            # unfinished: left as it is
-    assert end_at_eos("a<|end|>\nb", "<|end|>") == "a<|end|>\nb"      # text after EOS is not whitespace
+    assert end_at_eos("1 + 1 = 2", "<|end|>") == "1 + 1 = 2"  # unfinished: left as it is
+    assert end_at_eos("a<|end|>\nb", "<|end|>") == "a<|end|>\nb"  # text after EOS is not whitespace
 
 
 @pytest.mark.parametrize("packed", [False, True])
@@ -61,8 +68,10 @@ def test_collate_pairs_last_tokens(tok, packed):
 
 
 def test_identical_pair_is_counted_and_skipped(tok, caplog):
-    rows = [{"prompt": "What is 1 + 1?", "chosen": "1 + 1 = 2", "rejected": "1 + 1 = 2"},
-            {"prompt": "What is 1 + 2?", "chosen": "1 + 2 = 3", "rejected": "1 + 2 = 4"}]
+    rows = [
+        {"prompt": "What is 1 + 1?", "chosen": "1 + 1 = 2", "rejected": "1 + 1 = 2"},
+        {"prompt": "What is 1 + 2?", "chosen": "1 + 2 = 3", "rejected": "1 + 2 = 4"},
+    ]
     t = PairTokenizer(tok, dpo_cfg(), "pairs.jsonl")
     with caplog.at_level(logging.WARNING):
         pairs = t(rows)
@@ -79,10 +88,16 @@ def test_missing_rejected_key_names_row_and_flag(tok):
 
 def test_conversation_pairs_without_prompt_key(tok):
     conv = [{"role": "user", "content": "What is 1 + 2?"}]
-    rows = [{"chosen": conv + [{"role": "assistant", "content": "1 + 2 = 3"}],
-             "rejected": conv + [{"role": "assistant", "content": "1 + 2 = 4"}]}]
+    rows = [
+        {
+            "chosen": conv + [{"role": "assistant", "content": "1 + 2 = 3"}],
+            "rejected": conv + [{"role": "assistant", "content": "1 + 2 = 4"}],
+        }
+    ]
     pair = PairTokenizer(tok, dpo_cfg(prompt_key=None), "conv")(rows)[0]
-    assert tok.decode([t for t, m in zip(pair.rejected.input_ids, pair.rejected.loss_mask) if m]).startswith("1 + 2 = 4")
+    assert tok.decode([t for t, m in zip(pair.rejected.input_ids, pair.rejected.loss_mask) if m]).startswith(
+        "1 + 2 = 4"
+    )
 
 
 def test_margin_read_when_asked(tok):
@@ -91,13 +106,14 @@ def test_margin_read_when_asked(tok):
     assert PairTokenizer(tok, cfg, "m")(rows, use_margin=True)[0].margin == 0.5
     with pytest.raises(DataError, match="'margin' is 'big', not a number"):
         PairTokenizer(tok, cfg, "m")([dict(rows[0], margin="big")], use_margin=True)
-    with pytest.raises(DataError, match=r"row 0: missing key 'margin' \(--margin_loss\)"):   # not a KeyError
+    with pytest.raises(DataError, match=r"row 0: missing key 'margin' \(--margin_loss\)"):  # not a KeyError
         PairTokenizer(tok, cfg, "m", use_margin=True)([{"prompt": "q", "chosen": "a", "rejected": "b"}])
 
 
 def kto_cfg(**kw):
-    return KTOConfig(**{"pretrain": "m", "dataset": "d", "output_key": "output", "apply_chat_template": True,
-                        "max_len": 64, **kw})
+    return KTOConfig(
+        **{"pretrain": "m", "dataset": "d", "output_key": "output", "apply_chat_template": True, "max_len": 64, **kw}
+    )
 
 
 def test_kto_labels_and_mismatched_pairs(tok):
@@ -107,7 +123,7 @@ def test_kto_labels_and_mismatched_pairs(tok):
     ub = collate_unpaired(samples, False, tok.pad_token_id, torch.bool, 64)
     mm = ub.mismatched
     first = mm.input_ids[0, : mm.lengths[0]].tolist()
-    assert first == samples[0].prompt_ids + samples[1].response_ids   # prompt 0 with response 1
+    assert first == samples[0].prompt_ids + samples[1].response_ids  # prompt 0 with response 1
 
 
 @pytest.mark.parametrize("label", ["yes", 1, None, "maybe"])
@@ -117,19 +133,23 @@ def test_kto_label_outside_true_false(tok, label):
 
 
 def test_kto_string_labels_accepted(tok):
-    out = UnpairedTokenizer(tok, kto_cfg(), "u")([{"input": "q", "output": "a", "label": "True"},
-                                                 {"input": "q", "output": "b", "label": "false"}])
+    out = UnpairedTokenizer(tok, kto_cfg(), "u")(
+        [{"input": "q", "output": "a", "label": "True"}, {"input": "q", "output": "b", "label": "false"}]
+    )
     assert [s.desirable for s in out] == [True, False]
 
 
-@pytest.mark.parametrize("cls, kw, needle", [
-    (DPOConfig, {"ipo": True, "label_smoothing": 0.1}, "--ipo with --label_smoothing > 0"),
-    (DPOConfig, {"beta": 0.0}, "--beta 0.0: must be > 0"),
-    (DPOConfig, {"label_smoothing": 0.7}, "--label_smoothing 0.7: must be in [0, 0.5)"),
-    (RMConfig, {"margin_loss": True, "loss": "logexp"}, "--margin_loss needs --loss sigmoid"),
-    (KTOConfig, {"output_key": "output", "micro_train_batch_size": 1}, "KTO needs >= 2"),
-    (KTOConfig, {}, "--output_key is required for KTO"),
-])
+@pytest.mark.parametrize(
+    "cls, kw, needle",
+    [
+        (DPOConfig, {"ipo": True, "label_smoothing": 0.1}, "--ipo with --label_smoothing > 0"),
+        (DPOConfig, {"beta": 0.0}, "--beta 0.0: must be > 0"),
+        (DPOConfig, {"label_smoothing": 0.7}, "--label_smoothing 0.7: must be in [0, 0.5)"),
+        (RMConfig, {"margin_loss": True, "loss": "logexp"}, "--margin_loss needs --loss sigmoid"),
+        (KTOConfig, {"output_key": "output", "micro_train_batch_size": 1}, "KTO needs >= 2"),
+        (KTOConfig, {}, "--output_key is required for KTO"),
+    ],
+)
 def test_config_refusals(cls, kw, needle):
     with pytest.raises(ConfigError) as e:
         cls(pretrain="m", dataset="d", **kw).validate()

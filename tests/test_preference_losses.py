@@ -1,4 +1,5 @@
 """Preference losses on values computed by hand (numbers written out here, not recomputed)."""
+
 import math
 
 import pytest
@@ -17,9 +18,9 @@ def close(x, expected):
 
 
 def test_rm_sigmoid_and_logexp():
-    chosen, rejected = T([2.0, 0.0]), T([1.0, 1.0])          # differences +1, -1
-    close(pairwise_rm_loss(chosen, rejected), (NLS_1 + NLS_M1) / 2)               # 0.81326169
-    close(pairwise_rm_loss(chosen, rejected, kind="logexp"), 0.81326169)         # same function
+    chosen, rejected = T([2.0, 0.0]), T([1.0, 1.0])  # differences +1, -1
+    close(pairwise_rm_loss(chosen, rejected), (NLS_1 + NLS_M1) / 2)  # 0.81326169
+    close(pairwise_rm_loss(chosen, rejected, kind="logexp"), 0.81326169)  # same function
     # margin 0.5 on the first pair: -log σ(0.5) = log(1 + e^-0.5) = 0.47407698
     close(pairwise_rm_loss(chosen, rejected, T([0.5, 0.0])), (0.47407698 + NLS_M1) / 2)
     # a reward gap of 100 (past fp32's exp range): finite, = the gap, and a finite gradient
@@ -38,20 +39,20 @@ def test_dpo_cdpo_ipo():
     close(out.loss, NLS_1)
     close(out.chosen_reward[0], 0.5)
     close(out.rejected_reward[0], -0.5)
-    close(dpo_loss(*args, beta=0.5, label_smoothing=0.1).loss, 0.9 * NLS_1 + 0.1 * NLS_M1)   # 0.41326169
-    close(dpo_loss(*args, beta=0.5, ipo=True).loss, 1.0)      # (2 - 1/(2·0.5))² = 1
-    close(dpo_loss(*args, beta=0.25, ipo=True).loss, 0.0)     # (2 - 1/(2·0.25))² = 0
+    close(dpo_loss(*args, beta=0.5, label_smoothing=0.1).loss, 0.9 * NLS_1 + 0.1 * NLS_M1)  # 0.41326169
+    close(dpo_loss(*args, beta=0.5, ipo=True).loss, 1.0)  # (2 - 1/(2·0.5))² = 1
+    close(dpo_loss(*args, beta=0.25, ipo=True).loss, 0.0)  # (2 - 1/(2·0.25))² = 0
 
 
 def test_dpo_gradient_pushes_chosen_up():
     pc = T([-1.0], requires_grad=True)
     pr = T([-1.0], requires_grad=True)
     dpo_loss(pc, pr, T([-1.0]), T([-1.0]), beta=1.0).loss.backward()
-    assert pc.grad.item() == pytest.approx(-0.5) and pr.grad.item() == pytest.approx(0.5)   # ∓β·σ(0)
+    assert pc.grad.item() == pytest.approx(-0.5) and pr.grad.item() == pytest.approx(0.5)  # ∓β·σ(0)
 
 
 def test_kto():
-    policy, ref, desirable = T([-1.0, -1.0]), T([-2.0, -0.5]), T([True, False])   # ρ = [1, -0.5]
+    policy, ref, desirable = T([-1.0, -1.0]), T([-2.0, -0.5]), T([True, False])  # ρ = [1, -0.5]
     # desirable: 1 - σ(1 - 0.25); undesirable: 1 - σ(0.25 + 0.5); both 1 - σ(0.75) = 0.32082131
     out = kto_loss(policy, ref, desirable, T(0.25), beta=1.0)
     close(out.loss, 0.32082131)
@@ -59,11 +60,11 @@ def test_kto():
     close(kto_loss(policy, ref, desirable, T(0.25), 1.0, desirable_weight=2.0).loss, (2 * 0.32082131 + 0.32082131) / 2)
     # a negative KL estimate is clamped to 0: 1 - σ(1) = 0.26894142, 1 - σ(0.5) = 0.37754067
     close(kto_loss(policy, ref, desirable, T(-1.0), beta=1.0).loss, (0.26894142 + 0.37754067) / 2)
-    close(kto_kl_estimate(T([-1.0, -2.0]), T([-1.5, -1.5])), 0.0)   # mean of (0.5, -0.5)
+    close(kto_kl_estimate(T([-1.0, -2.0]), T([-1.5, -1.5])), 0.0)  # mean of (0.5, -0.5)
 
 
 def test_sequence_logps_padded_and_packed():
-    logits = torch.zeros(1, 4, 2)                      # uniform over 2 tokens: log p = log 0.5 everywhere
+    logits = torch.zeros(1, 4, 2)  # uniform over 2 tokens: log p = log 0.5 everywhere
     ids = T([[0, 1, 1, 0]])
     close(sequence_logps(logits, ids, T([[0, 1, 1, 0]]))[0], 2 * math.log(0.5))
     # packed: samples [0,1] and [1,0]; each sample's first token is not a target

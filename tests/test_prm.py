@@ -1,6 +1,7 @@
 """Process reward models (train_prm): the loss by hand and only at the placeholders, the tiny world's
 step labels, a short train_prm run that checkpoints and commits a plain HF model, and
 that model scoring responses as a PPO reward source (--reward_pretrain)."""
+
 from __future__ import annotations
 
 import json
@@ -8,11 +9,10 @@ import math
 from types import SimpleNamespace
 
 import pytest
-
-from alignment.config.base import ConfigError
 import torch
 from safetensors.torch import load_file
 
+from alignment.config.base import ConfigError
 from alignment.tiny_world.process_reward import PLACEHOLDER, prm_rows
 from tests.conftest import metric_rows, run_module
 
@@ -21,11 +21,11 @@ def test_prm_loss_reads_only_the_placeholders_by_hand():
     from alignment.losses.prm import IGNORE, prm_loss
 
     torch.manual_seed(0)
-    B, T, V, R = 2, 5, 6, [4, 1]                     # reward tokens: id 4 is "+", id 1 is "-"
+    B, T, V, R = 2, 5, 6, [4, 1]  # reward tokens: id 4 is "+", id 1 is "-"
     logits = torch.randn(B, T, V, requires_grad=True)
     places = torch.tensor([[0, 1, 0, 1, 0], [0, 0, 1, 0, 0]], dtype=torch.bool)
     hard = torch.full((B, T), IGNORE)
-    hard[0, 1], hard[0, 3], hard[1, 2] = 0, 1, 1     # "+", "-", "-": indices into R
+    hard[0, 1], hard[0, 3], hard[1, 2] = 0, 1, 1  # "+", "-", "-": indices into R
     soft = torch.full((B, T), IGNORE)
     soft[0, 1], soft[0, 3], soft[1, 2] = 0.9, 0.2, 0.5
 
@@ -42,9 +42,9 @@ def test_prm_loss_reads_only_the_placeholders_by_hand():
         terms = prm_loss(logits, places, targets, R, is_soft)
         assert terms.steps == 3 and abs(terms.loss.item() - by_hand(targets, is_soft)) < 1e-6
         (grad,) = torch.autograd.grad(terms.loss, logits)
-        assert torch.all(grad[~places] == 0)                       # no other position's logits
+        assert torch.all(grad[~places] == 0)  # no other position's logits
         others = [v for v in range(V) if v not in R]
-        assert torch.all(grad[places][:, others] == 0)             # nor other tokens' logits at a step
+        assert torch.all(grad[places][:, others] == 0)  # nor other tokens' logits at a step
         assert torch.all(grad[places][:, R].abs().sum(-1) > 0)
     # without reward tokens: cross-entropy over the whole vocabulary, the label a token id
     ids = torch.full((B, T), IGNORE)
@@ -77,10 +77,15 @@ def test_packed_targets_follow_their_tokens():
     from alignment.datasets.sft import collate_packed, collate_padded
     from alignment.losses.prm import IGNORE
 
-    samples = [PRMSample([5, 6, 7], [IGNORE, 1.0, IGNORE]), PRMSample([8, 9], [IGNORE, 0.0]),
-               PRMSample([3, 4, 2, 1], [0.0, IGNORE, IGNORE, 1.0])]
-    for tokens in (collate_packed([s.as_tokens() for s in samples], torch.bool, 5),
-                   collate_padded([s.as_tokens() for s in samples], 0)):
+    samples = [
+        PRMSample([5, 6, 7], [IGNORE, 1.0, IGNORE]),
+        PRMSample([8, 9], [IGNORE, 0.0]),
+        PRMSample([3, 4, 2, 1], [0.0, IGNORE, IGNORE, 1.0]),
+    ]
+    for tokens in (
+        collate_packed([s.as_tokens() for s in samples], torch.bool, 5),
+        collate_padded([s.as_tokens() for s in samples], 0),
+    ):
         targets = layout_targets(samples, tokens)
         at = tokens.loss_mask.bool()
         assert torch.equal(at, targets != IGNORE)
@@ -95,13 +100,47 @@ def prm(tiny_base, tmp_path_factory):
     for name, n, seed in (("train", 64, 0), ("eval", 12, 1)):
         (work / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in prm_rows(n, seed)))
     out, ckpt = work / "prm", work / "prm_ckpt"
-    run_module("alignment.cli.train_prm", [
-        "--pretrain", str(tiny_base), "--dataset", str(work / "train.jsonl"), "--eval_dataset",
-        str(work / "eval.jsonl"), "--input_key", "input", "--label_key", "label", "--placeholder_token", PLACEHOLDER,
-        "--reward_tokens", "+", "-", "--max_len", "64", "--train_batch_size", "8", "--micro_train_batch_size", "4",
-        "--learning_rate", "2e-3", "--max_steps", "4", "--save_steps", "2", "--logging_steps", "1", "--seed", "7",
-        "--ckpt_path", str(ckpt), "--save_path", str(out)])
-    assert (ckpt / "latest").read_text().strip() == "global_step4"   # resumable, as every stage's checkpoints
+    run_module(
+        "alignment.cli.train_prm",
+        [
+            "--pretrain",
+            str(tiny_base),
+            "--dataset",
+            str(work / "train.jsonl"),
+            "--eval_dataset",
+            str(work / "eval.jsonl"),
+            "--input_key",
+            "input",
+            "--label_key",
+            "label",
+            "--placeholder_token",
+            PLACEHOLDER,
+            "--reward_tokens",
+            "+",
+            "-",
+            "--max_len",
+            "64",
+            "--train_batch_size",
+            "8",
+            "--micro_train_batch_size",
+            "4",
+            "--learning_rate",
+            "2e-3",
+            "--max_steps",
+            "4",
+            "--save_steps",
+            "2",
+            "--logging_steps",
+            "1",
+            "--seed",
+            "7",
+            "--ckpt_path",
+            str(ckpt),
+            "--save_path",
+            str(out),
+        ],
+    )
+    assert (ckpt / "latest").read_text().strip() == "global_step4"  # resumable, as every stage's checkpoints
     return out
 
 
@@ -116,7 +155,7 @@ def test_train_prm_commits_a_plain_hf_model(prm, tiny_base):
     assert [r["step"] for r in rows if "train/loss" in r] == [1, 2, 3, 4]
     assert all(0 <= r["train/acc"] <= 1 for r in rows if "train/acc" in r)
     assert any("eval/loss" in r and "eval/acc" in r for r in rows)
-    model = AutoModelForCausalLM.from_pretrained(prm)   # plain transformers, no alignflow code
+    model = AutoModelForCausalLM.from_pretrained(prm)  # plain transformers, no alignflow code
     assert model.config.prm["placeholder_token"] == PLACEHOLDER
     trained, base = load_file(prm / "model.safetensors"), load_file(tiny_base / "model.safetensors")
     assert not torch.equal(trained["model.layers.0.mlp.up_proj.weight"], base["model.layers.0.mlp.up_proj.weight"])
@@ -131,12 +170,15 @@ def test_prm_scores_responses_as_a_reward_source(prm):
 
     tok = AutoTokenizer.from_pretrained(prm)
     cfg = SimpleNamespace(remote_rm_url=None, reward_pretrain=str(prm), reward_weights=None, normalize_reward=True)
-    with pytest.raises(ConfigError, match="a process reward model saves none"):   # the flag would do nothing
+    with pytest.raises(ConfigError, match="a process reward model saves none"):  # the flag would do nothing
         make_reward(cfg, tok, torch.float32, "sdpa", "cpu")
     cfg.normalize_reward = False
     reward = make_reward(cfg, tok, torch.float32, "sdpa", "cpu")
-    queries = ["What is 3 + 4 - 2? 3 + 4 = 7 # 7 - 2 = 5 #", "What is 3 + 4 - 2? 3 + 4 = 8 # 8 - 2 = 6 #",
-               f"What is 3 + 4? 3 + 4 = 7{tok.eos_token}"]
+    queries = [
+        "What is 3 + 4 - 2? 3 + 4 = 7 # 7 - 2 = 5 #",
+        "What is 3 + 4 - 2? 3 + 4 = 8 # 8 - 2 = 6 #",
+        f"What is 3 + 4? 3 + 4 = 7{tok.eos_token}",
+    ]
     scored = reward(queries, ["What is 3 + 4 - 2?"] * 2 + ["What is 3 + 4?"], [None] * 3)
 
     model = AutoModelForCausalLM.from_pretrained(prm).eval()

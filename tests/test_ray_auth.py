@@ -1,6 +1,7 @@
 """The embedded head's exposure: every port it opens is on loopback, and it runs with a per-process
 random token (without it any local user, or anyone reaching a multi-node head, could join and run
 code); a user's cluster that wants a token is one clear line instead of "unreachable"."""
+
 from __future__ import annotations
 
 import http.server
@@ -22,7 +23,7 @@ def test_embedded_head_uses_a_random_token_unless_the_user_chose(monkeypatch):
     monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
     env = ray_cluster._head_env()
     assert env["RAY_AUTH_MODE"] == "token" and len(env["RAY_AUTH_TOKEN"]) == 64
-    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")     # the user's choice stands
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # the user's choice stands
     assert ray_cluster._head_env()["RAY_AUTH_MODE"] == "disabled" and "RAY_AUTH_TOKEN" not in ray_cluster._head_env()
 
 
@@ -41,11 +42,14 @@ def test_embedded_head_refuses_whoever_lacks_its_token(ray_head, tmp_path):
 
     import psutil
     from ray.job_submission import JobSubmissionClient
+
     with pytest.raises(urllib.error.HTTPError, match="401"):
         urllib.request.urlopen(f"{ray_head}/api/version", timeout=10)
     client = JobSubmissionClient(ray_head)
-    sid = client.submit_job(entrypoint=f"{sys.executable} -c \"import ray; ray.init(); "
-                                       "print('GCS=' + ray.get_runtime_context().gcs_address)\"")
+    sid = client.submit_job(
+        entrypoint=f"{sys.executable} -c \"import ray; ray.init(); "
+        "print('GCS=' + ray.get_runtime_context().gcs_address)\""
+    )
     while not client.get_job_status(sid).is_terminal():
         time.sleep(0.5)
     found = re.search(r"GCS=([\d.]+:\d+)", client.get_job_logs(sid))
@@ -54,13 +58,25 @@ def test_embedded_head_refuses_whoever_lacks_its_token(ray_head, tmp_path):
     # Ray's client would dial the host's address for 127.0.0.1 (where the head no longer listens):
     # the outsider turns that off too, and so reaches the GCS on loopback
     outsider = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")} | {
-        "HOME": str(tmp_path), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-    probe = subprocess.run([sys.executable, "-c", f"import ray; ray.init(address={gcs!r}); print('JOINED')"],
-                           env=outsider, capture_output=True, text=True, timeout=120)
+        "HOME": str(tmp_path),
+        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    }
+    probe = subprocess.run(
+        [sys.executable, "-c", f"import ray; ray.init(address={gcs!r}); print('JOINED')"],
+        env=outsider,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert probe.returncode != 0 and "JOINED" not in probe.stdout, (probe.stdout, probe.stderr[-2000:])
     assert "auth" in probe.stderr.lower() or "token" in probe.stderr.lower(), probe.stderr[-2000:]
-    open_ports = sorted({(c.laddr.ip, c.laddr.port) for c in psutil.net_connections("inet")
-                         if c.status == "LISTEN" and c.laddr.ip not in ("127.0.0.1", "::1", "::ffff:127.0.0.1")})
+    open_ports = sorted(
+        {
+            (c.laddr.ip, c.laddr.port)
+            for c in psutil.net_connections("inet")
+            if c.status == "LISTEN" and c.laddr.ip not in ("127.0.0.1", "::1", "::ffff:127.0.0.1")
+        }
+    )
     print(json.dumps({"gcs": gcs, "non_loopback_listeners_on_host": len(open_ports)}))
 
 
@@ -70,7 +86,7 @@ def listeners() -> list[tuple[str, int, set[int]]]:
     out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout
     found = []
     for line in out.splitlines():
-        local = line.split()[3]                         # 127.0.0.1:52803, [::ffff:127.0.0.1]:43341, *:53153
+        local = line.split()[3]  # 127.0.0.1:52803, [::ffff:127.0.0.1]:43341, *:53153
         host, port = local.rsplit(":", 1)
         found.append((host.strip("[]").split("%")[0], int(port), {int(p) for p in re.findall(r"pid=(\d+)", line)}))
     return found
@@ -89,6 +105,7 @@ def embedded_head_pids(url: str) -> set[int]:
     port = urlsplit(url).port
     dashboard = next(pid for _, p, pids in listeners() if p == port for pid in pids)
     import psutil
+
     args = psutil.Process(dashboard).cmdline()
     temp_dir = next(m.group(1) for a in args if (m := re.search(r"(/\S*?alignflow-ray-[^/\s]+)", a)))
     gcs_port = int(next(a for a in args if a.startswith("--gcs-address=")).rsplit(":", 1)[1])
@@ -104,13 +121,18 @@ def test_every_port_of_the_embedded_head_is_on_loopback(ray_head):
     import time
 
     from ray.job_submission import JobSubmissionClient
+
     client = JobSubmissionClient(ray_head)
-    sid = client.submit_job(entrypoint=f"{sys.executable} -c \"import ray, time; ray.init(); "
-                                       "ray.get(ray.remote(lambda: 0).remote()); print('UP', flush=True); time.sleep(120)\"")
+    sid = client.submit_job(
+        entrypoint=f"{sys.executable} -c \"import ray, time; ray.init(); "
+        "ray.get(ray.remote(lambda: 0).remote()); print('UP', flush=True); time.sleep(120)\""
+    )
     try:
         deadline = time.monotonic() + 120
         while "UP" not in client.get_job_logs(sid):
-            assert time.monotonic() < deadline and not client.get_job_status(sid).is_terminal(), client.get_job_logs(sid)
+            assert time.monotonic() < deadline and not client.get_job_status(sid).is_terminal(), client.get_job_logs(
+                sid
+            )
             time.sleep(0.5)
         pids = embedded_head_pids(ray_head)
         ours = [(host, port) for host, port, owners in listeners() if owners & pids]

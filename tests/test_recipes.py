@@ -1,5 +1,6 @@
 """Recipes (deployments/recipes/<name>/<stage>.yaml): named by a run, or none at all; the merged
 config of every stage is validated up front and published as an artifact."""
+
 from __future__ import annotations
 
 import asyncio
@@ -15,6 +16,7 @@ from tests.conftest import REPO
 
 def test_a_recipe_is_a_shipped_name_or_a_folder_and_anything_else_is_one_line(tmp_path):
     from alignflow.tasks.recipes import load_recipe
+
     tiny = load_recipe("tiny")
     assert tiny.file("sft").endswith("deployments/recipes/tiny/sft.yaml") and tiny.has("tiny_base")
     assert tiny.has("dpo") and not load_recipe("smollm2").has("kto") and load_recipe(None).file("sft") is None
@@ -31,16 +33,24 @@ def test_the_plan_knows_every_output_uri_before_anything_runs_and_shows_no_secre
     from alignflow.tasks import pipeline
     from alignflow.tasks.pipeline import Output, Step
     from alignflow.tasks.recipes import load_recipe
+
     recipe, store = load_recipe("smollm2"), str(tmp_path / "store")
-    steps = [Step("sft", "sft", "sft", {"pretrain": str(REPO / "alignflow" / "data"), "use_wandb": "env", "learning_rate": 3e-5}),
-             Step("dpo", "dpo", "dpo", {}, {"pretrain": Output("sft")})]
+    steps = [
+        Step(
+            "sft",
+            "sft",
+            "sft",
+            {"pretrain": str(REPO / "data"), "use_wandb": "env", "learning_rate": 3e-5},
+        ),
+        Step("dpo", "dpo", "dpo", {}, {"pretrain": Output("sft")}),
+    ]
     planned = pipeline.plan(steps, recipe, store, "mine")
     sft_uri = planned["sft"].model_uri
     assert sft_uri.startswith(f"{store}/mine/sft-") and sft_uri.endswith("/model")
     assert planned["dpo"].cfg.pretrain == sft_uri and planned["dpo"].inputs == {"pretrain": sft_uri}
-    assert pipeline.plan(steps, recipe, store, "mine")["dpo"].model_uri == planned["dpo"].model_uri   # deterministic
+    assert pipeline.plan(steps, recipe, store, "mine")["dpo"].model_uri == planned["dpo"].model_uri  # deterministic
     changed = [dataclasses.replace(steps[0], overrides={**steps[0].overrides, "learning_rate": 1e-5}), steps[1]]
-    assert pipeline.plan(changed, recipe, store, "mine")["dpo"].model_uri != planned["dpo"].model_uri   # new upstream
+    assert pipeline.plan(changed, recipe, store, "mine")["dpo"].model_uri != planned["dpo"].model_uri  # new upstream
     text = pipeline.configs_markdown("sft-dpo", "mine", recipe, planned)
     assert "## sft (`sft`)" in text and "## dpo (`dpo`)" in text and f"pretrain: {sft_uri}" in text
     assert "learning_rate: 3.0e-05" in text and "max_len: 128" in text and "use_wandb" not in text and "<" not in text
@@ -55,26 +65,37 @@ def test_sft_rm_ppo_given_a_reward_plans_no_reward_model_stage(tmp_path):
     from alignflow.flows.sft_rm_ppo import sft_rm_ppo_steps
     from alignflow.tasks import pipeline
     from alignflow.tasks.recipes import load_recipe
-    recipe, store, reward = load_recipe("tiny"), str(tmp_path / "store"), str(REPO / "alignment" / "tiny_world" / "reward.py")
-    sft = {"pretrain": str(REPO / "alignflow" / "data"), "max_steps": 1}
+
+    recipe, store, reward = (
+        load_recipe("tiny"),
+        str(tmp_path / "store"),
+        str(REPO / "alignment" / "tiny_world" / "reward.py"),
+    )
+    sft = {"pretrain": str(REPO / "data"), "max_steps": 1}
     own = {"remote_rm_url": reward, "label_key": "label", "normalize_reward": False}
     planned = pipeline.plan(sft_rm_ppo_steps(recipe, sft, {}, own), recipe, store, "own-reward")
     assert list(planned) == ["sft", "ppo"]
     ppo = planned["ppo"].cfg
     assert (ppo.remote_rm_url, ppo.reward_pretrain, ppo.pretrain) == (reward, None, planned["sft"].model_uri)
-    rm = str(REPO / "alignflow" / "data")    # a path that exists: the plan checks given inputs
+    rm = str(REPO / "data")  # a path that exists: the plan checks given inputs
     given_rm = pipeline.plan(sft_rm_ppo_steps(recipe, sft, {}, {"reward_pretrain": rm}), recipe, store, "own-rm")
     assert list(given_rm) == ["sft", "ppo"] and given_rm["ppo"].cfg.reward_pretrain == rm
     trained = pipeline.plan(sft_rm_ppo_steps(recipe, sft, {}, {}), recipe, store, "rm")
     assert list(trained) == ["sft", "rm", "ppo"]
     assert trained["rm"].cfg.pretrain == trained["sft"].model_uri == trained["ppo"].cfg.pretrain
     assert trained["ppo"].cfg.reward_pretrain == trained["rm"].model_uri
-    assert list(pipeline.plan(sft_rm_ppo_steps(recipe, {}, {}, {}), recipe, store, "b")) == ["tiny_base", "sft", "rm", "ppo"]
+    assert list(pipeline.plan(sft_rm_ppo_steps(recipe, {}, {}, {}), recipe, store, "b")) == [
+        "tiny_base",
+        "sft",
+        "rm",
+        "ppo",
+    ]
 
 
 def test_flow_parameters_name_a_recipe_and_no_config_files():
     from alignflow.flows.sft_dpo import sft_dpo_flow
     from alignflow.flows.sft_rm_ppo import sft_rm_ppo_flow
+
     for flow in (sft_rm_ppo_flow, sft_dpo_flow):
         props = flow.parameters.model_dump()["properties"]
         assert "recipe" in props and not [p for p in props if p.endswith("_config_file")]
@@ -89,19 +110,41 @@ def test_a_run_with_its_own_model_and_data_and_no_recipe_inherits_no_tiny_value(
     from prefect.client.orchestration import get_client
 
     from alignflow.flows.sft import sft_flow
-    given = {"pretrain": str(tiny_base), "dataset": f"json@{REPO / 'alignflow' / 'data' / 'tiny' / 'sft'}",
-             "input_key": "context_messages", "apply_chat_template": True, "multiturn": True, "max_steps": 2,
-             "train_batch_size": 8, "micro_train_batch_size": 8}
-    state = asyncio.run(sft_flow(run_name="own-run", store=str(tmp_path / "store"), ray_address=ray_head,
-                                 sft=given, return_state=True))
+
+    given = {
+        "pretrain": str(tiny_base),
+        "dataset": f"json@{REPO / 'data' / 'tiny' / 'sft'}",
+        "input_key": "context_messages",
+        "apply_chat_template": True,
+        "multiturn": True,
+        "max_steps": 2,
+        "train_batch_size": 8,
+        "micro_train_batch_size": 8,
+    }
+    state = asyncio.run(
+        sft_flow(run_name="own-run", store=str(tmp_path / "store"), ray_address=ray_head, sft=given, return_state=True)
+    )
     result = state.result()
     config = storage.read_manifest(result["model_uri"])["metadata"]["config"]
-    set_by_flow = {"save_path", "ckpt_path", "load_checkpoint", "save_minutes", "use_tensorboard", "wandb_group",
-                   "wandb_run_name", "use_wandb"}
-    defaults = {f.name: (f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default)
-                for f in dataclasses.fields(SFTConfig)}
-    differ = {k: (config[k], defaults[k]) for k in defaults
-              if k not in set(given) | set_by_flow and k in config and config[k] != defaults[k]}
+    set_by_flow = {
+        "save_path",
+        "ckpt_path",
+        "load_checkpoint",
+        "save_minutes",
+        "use_tensorboard",
+        "wandb_group",
+        "wandb_run_name",
+        "use_wandb",
+    }
+    defaults = {
+        f.name: (f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default)
+        for f in dataclasses.fields(SFTConfig)
+    }
+    differ = {
+        k: (config[k], defaults[k])
+        for k in defaults
+        if k not in set(given) | set_by_flow and k in config and config[k] != defaults[k]
+    }
     assert not differ, differ
     tiny = json.dumps(storage.read_manifest(result["model_uri"])["metadata"]["config"])
     assert '"learning_rate": 0.002' not in tiny and '"max_len": 64' not in tiny
@@ -109,5 +152,6 @@ def test_a_run_with_its_own_model_and_data_and_no_recipe_inherits_no_tiny_value(
     async def artifact():
         async with get_client() as client:
             return [a for a in await client.read_artifacts() if a.key == "own-run-configs"]
+
     found = asyncio.run(artifact())
     assert found and "no recipe (schema defaults)" in found[-1].data and "max_steps: 2" in found[-1].data

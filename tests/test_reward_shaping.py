@@ -1,4 +1,5 @@
 """Per-token rewards from scores, on numbers worked out by hand."""
+
 from __future__ import annotations
 
 import torch

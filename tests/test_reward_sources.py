@@ -1,9 +1,10 @@
 """Reward sources for RL: a reward_func file and reward servers over real HTTP on loopback."""
+
 from __future__ import annotations
 
 import json
-import socket
 import re
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -85,8 +86,10 @@ def test_server_5xx_is_retried(server):
     assert len(server.requests) == 2
 
 
-@pytest.mark.parametrize("mode, needle", [("malformed", "sent a malformed reply (expected JSON with 'rewards')"),
-                                          ("short", "expected 2 rewards, got 1")])
+@pytest.mark.parametrize(
+    "mode, needle",
+    [("malformed", "sent a malformed reply (expected JSON with 'rewards')"), ("short", "expected 2 rewards, got 1")],
+)
 def test_bad_replies_are_clear_errors(server, mode, needle):
     server.mode = mode
     with pytest.raises(RewardError) as err:
@@ -95,7 +98,7 @@ def test_bad_replies_are_clear_errors(server, mode, needle):
 
 
 def test_unreachable_server_says_so():
-    with socket.socket() as s:   # a loopback port nothing listens on
+    with socket.socket() as s:  # a loopback port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     client = RemoteRewardClient.from_flag(f"http://127.0.0.1:{port}/get_reward", retries=1, backoff_s=0.01, timeout_s=2)
@@ -117,27 +120,47 @@ def test_reward_func_answers_as_openrlhf_writes_them():
     import torch
 
     from alignment.rewards.reward_func import merge_outputs, parse_output
-    out = parse_output({"rewards": torch.tensor([1.0, 0.0]), "scores": [1, 1],
-                        "extra_logs": {"len": torch.tensor([3.0, 5.0]), "batch": 2}}, 2, "f.py")
+
+    out = parse_output(
+        {
+            "rewards": torch.tensor([1.0, 0.0]),
+            "scores": [1, 1],
+            "extra_logs": {"len": torch.tensor([3.0, 5.0]), "batch": 2},
+        },
+        2,
+        "f.py",
+    )
     assert (out.rewards, out.scores, out.logs) == ([1.0, 0.0], [1.0, 1.0], {"len": 4.0, "batch": 2.0})
-    assert parse_output({"rewards": [0.5, 0.5]}, 2, "f.py").scores == [0.5, 0.5]   # scores default to rewards
+    assert parse_output({"rewards": [0.5, 0.5]}, 2, "f.py").scores == [0.5, 0.5]  # scores default to rewards
     assert parse_output(torch.tensor([0.5, 1.0]), 2, "f.py").rewards == [0.5, 1.0]
-    merged = merge_outputs([parse_output({"rewards": [1.0], "extra_logs": {"x": [2.0]}}, 1, "a"),
-                            parse_output({"rewards": [0.0, 0.0], "extra_logs": {"x": [5.0, 5.0]}}, 2, "b")])
+    merged = merge_outputs(
+        [
+            parse_output({"rewards": [1.0], "extra_logs": {"x": [2.0]}}, 1, "a"),
+            parse_output({"rewards": [0.0, 0.0], "extra_logs": {"x": [5.0, 5.0]}}, 2, "b"),
+        ]
+    )
     assert merged.rewards == [1.0, 0.0, 0.0] and merged.logs == {"x": 4.0}
-    for bad, needle in [({"scores": [1.0, 1.0]}, "needs 'rewards'"), ({"rewards": [1.0, 1.0], "extra": 1}, "got keys"),
-                        ({"rewards": [1.0]}, "['rewards']: expected 2 rewards, got 1"),
-                        ({"rewards": [1.0, 1.0], "extra_logs": {"x": [1.0, 2.0, 3.0]}}, "extra_logs['x'] has 3 values"),
-                        ({"rewards": [1.0, float("nan")]}, "reward 1 is nan")]:
+    for bad, needle in [
+        ({"scores": [1.0, 1.0]}, "needs 'rewards'"),
+        ({"rewards": [1.0, 1.0], "extra": 1}, "got keys"),
+        ({"rewards": [1.0]}, "['rewards']: expected 2 rewards, got 1"),
+        ({"rewards": [1.0, 1.0], "extra_logs": {"x": [1.0, 2.0, 3.0]}}, "extra_logs['x'] has 3 values"),
+        ({"rewards": [1.0, float("nan")]}, "reward 1 is nan"),
+    ]:
         with pytest.raises(RewardError, match=re.escape(needle)):
             parse_output(bad, 2, "f.py")
 
 
 def test_reward_func_signature_is_checked_at_load(tmp_path):
     (tmp_path / "one.py").write_text("def reward_func(queries):\n    return []\n")
-    with pytest.raises(RewardError, match=re.escape("reward_func(queries) cannot be called as reward_func(queries, "
-                                                    "prompts, labels); define it as reward_func(queries, prompts, "
-                                                    "labels, **kwargs)")):
+    with pytest.raises(
+        RewardError,
+        match=re.escape(
+            "reward_func(queries) cannot be called as reward_func(queries, "
+            "prompts, labels); define it as reward_func(queries, prompts, "
+            "labels, **kwargs)"
+        ),
+    ):
         load_reward_func(str(tmp_path / "one.py"))
     (tmp_path / "kw.py").write_text("def reward_func(queries, prompts, labels, **kwargs):\n    return []\n")
     assert load_reward_func(str(tmp_path / "kw.py"))([], [], []) == []

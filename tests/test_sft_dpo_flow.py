@@ -3,15 +3,16 @@ head -> DeepSpeed): 2 SFT steps on short sums, then 5 DPO steps on the right sum
 answer, both in OpenRLHF's message-list shape; `sft-rm-ppo` on the same recipe (its SFT stage is the one
 committed above, so skipped) with OpenRLHF's PPO flags, packed samples and a vLLM engine. (`sft-rm-ppo`
 given a reward plans no RM stage: tests/test_recipes.py.)"""
+
 from __future__ import annotations
 
 import asyncio
 
 import pytest
 
-from alignment import storage
 from alignflow.flows.sft_dpo import sft_dpo_flow
 from alignflow.flows.sft_rm_ppo import sft_rm_ppo_flow
+from alignment import storage
 
 pytestmark = pytest.mark.integration
 
@@ -27,10 +28,12 @@ def smol_store(tmp_path_factory) -> str:
 
 def test_smollm2_sft_then_dpo_raises_reward_accuracy_and_keeps_the_chat_template(ray_head, smol, smol_store):
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
     store = smol_store
     small = {"sft": SMALL_SFT, "preference": {"max_steps": 5, "train_batch_size": 4, "micro_train_batch_size": 4}}
-    result = asyncio.run(sft_dpo_flow(pretrain=str(smol), run_name="smol", store=store, ray_address=ray_head,
-                                      recipe="smollm2", **small))
+    result = asyncio.run(
+        sft_dpo_flow(pretrain=str(smol), run_name="smol", store=store, ray_address=ray_head, recipe="smollm2", **small)
+    )
     assert set(result) == {"sft", "dpo"} and not any(r["skipped"] for r in result.values())
     dpo_config = storage.read_manifest(result["dpo"]["model_uri"])["metadata"]["config"]
     assert dpo_config["pretrain"] == result["sft"]["model_uri"] and dpo_config["ref_pretrain"] is None
@@ -42,8 +45,9 @@ def test_smollm2_sft_then_dpo_raises_reward_accuracy_and_keeps_the_chat_template
         path = result[stage]["model_uri"]
         assert AutoModelForCausalLM.from_pretrained(path).config.model_type == "llama"
         assert "im_start" in AutoTokenizer.from_pretrained(path).chat_template
-    again = asyncio.run(sft_dpo_flow(pretrain=str(smol), run_name="smol", store=store, ray_address=ray_head,
-                                     recipe="smollm2", **small))
+    again = asyncio.run(
+        sft_dpo_flow(pretrain=str(smol), run_name="smol", store=store, ray_address=ray_head, recipe="smollm2", **small)
+    )
     assert all(r["skipped"] for r in again.values())
 
 
@@ -53,14 +57,30 @@ def test_smollm2_sft_rm_ppo_with_openrlhf_flags_packing_and_a_vllm_engine(ray_he
     keeps five processes under a 24 GB node); a 2-step RM from the SFT model
     (16 of its pairs: it saves the reward mean/std over its training set, ~20 s on all 96 here)."""
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
-    result = asyncio.run(sft_rm_ppo_flow(run_name="smol", store=smol_store, ray_address=ray_head, recipe="smollm2",
-                                         sft={**SMALL_SFT, "pretrain": str(smol)},
-                                         rm={"max_steps": 2, "train_batch_size": 4, "micro_train_batch_size": 4,
-                                             "max_samples": 16},    # the reward statistics it saves: 16 pairs
-                                         ppo={"max_samples": 4}))   # one iteration: rollout, update, weight sync
+
+    result = asyncio.run(
+        sft_rm_ppo_flow(
+            run_name="smol",
+            store=smol_store,
+            ray_address=ray_head,
+            recipe="smollm2",
+            sft={**SMALL_SFT, "pretrain": str(smol)},
+            rm={
+                "max_steps": 2,
+                "train_batch_size": 4,
+                "micro_train_batch_size": 4,
+                "max_samples": 16,
+            },  # the reward statistics it saves: 16 pairs
+            ppo={"max_samples": 4},
+        )
+    )  # one iteration: rollout, update, weight sync
     assert set(result) == {"sft", "rm", "ppo"} and not result["ppo"]["skipped"], result
     ppo = storage.read_manifest(result["ppo"]["model_uri"])["metadata"]["config"]
-    assert (ppo["vllm_num_engines"], ppo["packing_samples"], ppo["reward_pretrain"]) == (1, True, result["rm"]["model_uri"])
+    assert (ppo["vllm_num_engines"], ppo["packing_samples"], ppo["reward_pretrain"]) == (
+        1,
+        True,
+        result["rm"]["model_uri"],
+    )
     rows = _metrics(result["ppo"]["model_uri"])
     assert [r["step"] for r in rows if "train/policy_loss" in r] == [1] and rows[0]["train/time_sync"] > 0, rows
     model = AutoModelForCausalLM.from_pretrained(result["ppo"]["model_uri"])
@@ -70,4 +90,5 @@ def test_smollm2_sft_rm_ppo_with_openrlhf_flags_packing_and_a_vllm_engine(ray_he
 
 def _metrics(model_uri: str) -> list[dict]:
     import json
+
     return [json.loads(line) for line in storage.read_text(storage.file_in(model_uri, "metrics.jsonl")).splitlines()]

@@ -1,4 +1,5 @@
 """SFT through the real CLI: DeepSpeed in 1 and 2 processes, resume equivalence, bad input."""
+
 from __future__ import annotations
 
 import json
@@ -14,13 +15,26 @@ from tests.conftest import launcher, losses, run_module
 
 pytestmark = pytest.mark.integration
 
-TINY_DATA = ["--dataset", f"json@{tiny_dir() / 'sft'}", "--input_key", "context_messages", "--apply_chat_template",
-             "--multiturn", "--max_len", "64", "--learning_rate", "2e-3", "--seed", "7"]
+TINY_DATA = [
+    "--dataset",
+    f"json@{tiny_dir() / 'sft'}",
+    "--input_key",
+    "context_messages",
+    "--apply_chat_template",
+    "--multiturn",
+    "--max_len",
+    "64",
+    "--learning_rate",
+    "2e-3",
+    "--seed",
+    "7",
+]
 TINY_SFT = [*TINY_DATA, "--train_batch_size", "16", "--micro_train_batch_size", "8", "--logging_steps", "1"]
 
 
-def run_cli(args: list[str], launcher: list[str] | None = None, env: dict | None = None, check: bool = True,
-            threads: int = 2) -> subprocess.CompletedProcess:
+def run_cli(
+    args: list[str], launcher: list[str] | None = None, env: dict | None = None, check: bool = True, threads: int = 2
+) -> subprocess.CompletedProcess:
     return run_module("alignment.cli.train_sft", args, launcher, env, check, threads)
 
 
@@ -28,6 +42,7 @@ def test_sft_learns_the_task(tiny_sft):
     """The demo's SFT recipe from random init (the session's `tiny_sft`, 1,200 steps): held-out
     greedy accuracy far above chance (~0 %)."""
     from alignment.tiny_world.evaluate import greedy_accuracy
+
     out = tiny_sft
     acc = greedy_accuracy(out, limit=200).accuracy
     curve = losses(out)
@@ -41,8 +56,23 @@ def test_sft_learns_the_task(tiny_sft):
 @pytest.mark.parametrize("zero_stage, tool", [(2, "deepspeed"), (3, "torchrun")])
 def test_two_process_zero_trains(tiny_base, tmp_path, zero_stage, tool):
     out = tmp_path / f"z{zero_stage}"
-    run_cli(["--pretrain", str(tiny_base), "--save_path", str(out), "--zero_stage", str(zero_stage),
-             "--max_steps", "25", "--num_threads", "1", *TINY_SFT], launcher=launcher(tool, 2), threads=1)
+    run_cli(
+        [
+            "--pretrain",
+            str(tiny_base),
+            "--save_path",
+            str(out),
+            "--zero_stage",
+            str(zero_stage),
+            "--max_steps",
+            "25",
+            "--num_threads",
+            "1",
+            *TINY_SFT,
+        ],
+        launcher=launcher(tool, 2),
+        threads=1,
+    )
     curve = losses(out)
     assert len(curve) == 25 and sum(curve[-5:]) / 5 < 0.8 * sum(curve[:5]) / 5, curve
     state = load_file(out / "model.safetensors")
@@ -55,14 +85,18 @@ def test_resume_equals_uninterrupted(tiny_base, tmp_path):
     run_cli([*common, "--save_path", str(full), "--ckpt_path", str(tmp_path / "full_ckpt")])
     part = tmp_path / "part"
     ckpt = tmp_path / "part_ckpt"
-    crashed = run_cli([*common, "--save_path", str(part), "--ckpt_path", str(ckpt)],
-                      env={"ALIGNFLOW_FAIL_AT_STEP": "6"}, check=False)
+    crashed = run_cli(
+        [*common, "--save_path", str(part), "--ckpt_path", str(ckpt)], env={"ALIGNFLOW_FAIL_AT_STEP": "6"}, check=False
+    )
     assert crashed.returncode != 0 and "simulated failure after step 6" in crashed.stderr
     assert (ckpt / "latest").read_text().strip() == "global_step4"
     assert not (part / "MANIFEST.json").exists()  # no committed final model from the crashed run
     # the checkpoint came from 1 rank: resuming it on 2 is refused in one line, before any weights load
-    other = run_cli([*common, "--save_path", str(part), "--ckpt_path", str(ckpt), "--load_checkpoint"],
-                    launcher("torchrun", 2), check=False)
+    other = run_cli(
+        [*common, "--save_path", str(part), "--ckpt_path", str(ckpt), "--load_checkpoint"],
+        launcher("torchrun", 2),
+        check=False,
+    )
     refused = [ln for ln in other.stderr.splitlines() if ln.startswith("error: ")]
     assert other.returncode != 0 and refused, other.stderr[-2000:]
     assert "was written by 1 ranks but this run has 2: resume with 1 ranks" in refused[0]
@@ -75,8 +109,11 @@ def test_resume_equals_uninterrupted(tiny_base, tmp_path):
     assert losses(full) == pytest.approx(losses(part), abs=1e-5)
     # a later run to the same --save_path that dies mid-training leaves the committed model as it was
     before = tree_bytes(part)
-    rerun = run_cli([*common, "--save_path", str(part), "--ckpt_path", str(tmp_path / "rerun_ckpt"), "--seed", "8"],
-                    env={"ALIGNFLOW_FAIL_AT_STEP": "2"}, check=False)
+    rerun = run_cli(
+        [*common, "--save_path", str(part), "--ckpt_path", str(tmp_path / "rerun_ckpt"), "--seed", "8"],
+        env={"ALIGNFLOW_FAIL_AT_STEP": "2"},
+        check=False,
+    )
     assert rerun.returncode != 0 and "simulated failure after step 2" in rerun.stderr
     assert tree_bytes(part) == before and storage.read_manifest(part) is not None
 
@@ -85,20 +122,36 @@ def tree_bytes(root) -> dict[str, bytes]:
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--pretrain", "/nonexistent/model"], "--pretrain /nonexistent/model: directory does not exist"),
-    (["--pretrain", "meta-llama/Llama-3-8B"], "could not be fetched from the Hugging Face hub (the hub is offline"),
-    (["--train_batch_size", "10", "--micro_train_batch_size", "4"], "--train_batch_size 10 is not divisible"),
-    (["--dataset", "/nonexistent/data.jsonl"], "dataset file /nonexistent/data.jsonl does not exist"),
-    (["--load_in_4bit", "--lora_rank", "8"], "--load_in_4bit needs a CUDA GPU and the bitsandbytes package"),
-    (["--load_in_4bit"], "also pass --lora_rank"),
-    (["--ring_attn_size", "2"], "--ring_attn_size 2: ring attention needs CUDA GPUs with flash-attn and ring-flash-attn"),
-    (["--ring_attn_size", "0"], "--ring_attn_size 0: must be >= 1"),
-    (["--zero_stage", "4"], "invalid choice: 4"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--pretrain", "/nonexistent/model"], "--pretrain /nonexistent/model: directory does not exist"),
+        (["--pretrain", "meta-llama/Llama-3-8B"], "could not be fetched from the Hugging Face hub (the hub is offline"),
+        (["--train_batch_size", "10", "--micro_train_batch_size", "4"], "--train_batch_size 10 is not divisible"),
+        (["--dataset", "/nonexistent/data.jsonl"], "dataset file /nonexistent/data.jsonl does not exist"),
+        (["--load_in_4bit", "--lora_rank", "8"], "--load_in_4bit needs a CUDA GPU and the bitsandbytes package"),
+        (["--load_in_4bit"], "also pass --lora_rank"),
+        (
+            ["--ring_attn_size", "2"],
+            "--ring_attn_size 2: ring attention needs CUDA GPUs with flash-attn and ring-flash-attn",
+        ),
+        (["--ring_attn_size", "0"], "--ring_attn_size 0: must be >= 1"),
+        (["--zero_stage", "4"], "invalid choice: 4"),
+    ],
+)
 def test_bad_input_one_clear_line(tiny_base, tmp_path, args, needle):
-    base = ["--pretrain", str(tiny_base), "--dataset", f"json@{tiny_dir() / 'sft'}", "--input_key", "input",
-            "--output_key", "output", "--save_path", str(tmp_path / "x")]
+    base = [
+        "--pretrain",
+        str(tiny_base),
+        "--dataset",
+        f"json@{tiny_dir() / 'sft'}",
+        "--input_key",
+        "input",
+        "--output_key",
+        "output",
+        "--save_path",
+        str(tmp_path / "x"),
+    ]
     proc = run_cli(base + args, check=False)
     assert proc.returncode == 2, proc.stderr[-2000:]
     errors = [line for line in proc.stderr.splitlines() if "error: " in line]
@@ -107,17 +160,44 @@ def test_bad_input_one_clear_line(tiny_base, tmp_path, args, needle):
 
 
 def test_lora_bf16_checkpointing_tracking(tiny_base, tmp_path):
-    """LoRA adapters merged on save (--merge_lora), the adapter beside; --bf16 means bf16 where this CPU has native bf16 and fp32
-    (logged once) where it hasn't; wandb offline + TensorBoard write their files; the wandb key
+    """LoRA adapters merged on save (--merge_lora), the adapter beside; --bf16 means bf16 where this CPU
+    has native bf16 and fp32 (logged once) where it hasn't; wandb offline + TensorBoard write their files; the wandb key
     is never printed or saved."""
     from transformers import AutoModelForCausalLM
+
     from alignment.models.precision import cpu_has_native_bf16
+
     out, key = tmp_path / "lora", "planted-wandb-key-9f3c"
-    wandb_dirs = {k: str(tmp_path / "wandb") for k in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR", "WANDB_CONFIG_DIR")}
-    proc = run_cli(["--pretrain", str(tiny_base), "--save_path", str(out), "--max_steps", "4", "--lora_rank", "8",
-                    "--lora_alpha", "16", "--target_modules", "q_proj,v_proj", "--learning_rate", "1e-2", "--merge_lora",
-                    "--bf16", "--gradient_checkpointing", "--use_wandb", key, "--use_tensorboard", str(tmp_path / "tb"),
-                    *TINY_SFT], env={"WANDB_MODE": "offline", **wandb_dirs})
+    wandb_dirs = {
+        k: str(tmp_path / "wandb") for k in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR", "WANDB_CONFIG_DIR")
+    }
+    proc = run_cli(
+        [
+            "--pretrain",
+            str(tiny_base),
+            "--save_path",
+            str(out),
+            "--max_steps",
+            "4",
+            "--lora_rank",
+            "8",
+            "--lora_alpha",
+            "16",
+            "--target_modules",
+            "q_proj,v_proj",
+            "--learning_rate",
+            "1e-2",
+            "--merge_lora",
+            "--bf16",
+            "--gradient_checkpointing",
+            "--use_wandb",
+            key,
+            "--use_tensorboard",
+            str(tmp_path / "tb"),
+            *TINY_SFT,
+        ],
+        env={"WANDB_MODE": "offline", **wandb_dirs},
+    )
     if cpu_has_native_bf16():
         assert "bf16 on a CPU with native bf16" in proc.stderr and "no native bf16" not in proc.stderr
     else:
@@ -125,18 +205,18 @@ def test_lora_bf16_checkpointing_tracking(tiny_base, tmp_path):
     assert key not in proc.stdout + proc.stderr
     assert key not in (out / "MANIFEST.json").read_text()
     recorded = [p for p in (tmp_path / "wandb").rglob("*") if p.is_file() and key.encode() in p.read_bytes()]
-    assert not recorded, recorded          # wandb records the command line: the key was scrubbed from it
+    assert not recorded, recorded  # wandb records the command line: the key was scrubbed from it
     assert any((tmp_path / "tb").rglob("events.out.tfevents*")) and any((tmp_path / "wandb").rglob("*.wandb"))
     state = load_file(out / "model.safetensors")
     assert not any("lora" in k for k in state)
-    adapter = json.loads((out / "adapter" / "adapter_config.json").read_text())    # the adapter, as PEFT saves it
+    adapter = json.loads((out / "adapter" / "adapter_config.json").read_text())  # the adapter, as PEFT saves it
     assert adapter["r"] == 8 and sorted(adapter["target_modules"]) == ["q_proj", "v_proj"]
     assert (out / "adapter" / "adapter_model.safetensors").exists()
     merged = AutoModelForCausalLM.from_pretrained(out).state_dict()
     base = AutoModelForCausalLM.from_pretrained(tiny_base).state_dict()
     same = lambda k: torch.equal(merged[k], base[k].to(merged[k].dtype))  # noqa: E731 (saved in the training dtype)
     assert not same("model.layers.0.self_attn.q_proj.weight")  # adapters really merged in
-    assert same("model.layers.0.self_attn.k_proj.weight")      # untargeted weights untouched
+    assert same("model.layers.0.self_attn.k_proj.weight")  # untargeted weights untouched
 
 
 def test_lora_saves_the_adapter_and_every_stage_loads_it(tiny_base, tmp_path, monkeypatch):
@@ -147,38 +227,84 @@ def test_lora_saves_the_adapter_and_every_stage_loads_it(tiny_base, tmp_path, mo
     from transformers import AutoModelForCausalLM
 
     from alignment.models.loading import resolve_model_path
+
     monkeypatch.setenv("ALIGNFLOW_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "adapter"
-    run_cli(["--pretrain", str(tiny_base), "--save_path", str(out), "--max_steps", "3", "--lora_rank", "8",
-             "--target_modules", "q_proj,v_proj", "--learning_rate", "1e-2", *TINY_SFT],
-            env={"ALIGNFLOW_CACHE": str(tmp_path / "cache")})
+    run_cli(
+        [
+            "--pretrain",
+            str(tiny_base),
+            "--save_path",
+            str(out),
+            "--max_steps",
+            "3",
+            "--lora_rank",
+            "8",
+            "--target_modules",
+            "q_proj,v_proj",
+            "--learning_rate",
+            "1e-2",
+            *TINY_SFT,
+        ],
+        env={"ALIGNFLOW_CACHE": str(tmp_path / "cache")},
+    )
     files = sorted(p.name for p in out.iterdir())
     assert "adapter_model.safetensors" in files and "config.json" not in files and "model.safetensors" not in files
     assert json.loads((out / "adapter_config.json").read_text())["base_model_name_or_path"] == str(tiny_base)
     merged = resolve_model_path(str(out))
-    assert resolve_model_path(str(out)) == merged and merged.startswith(str(tmp_path / "cache"))   # built once
+    assert resolve_model_path(str(out)) == merged and merged.startswith(str(tmp_path / "cache"))  # built once
     ids = torch.tensor([[5, 17, 42, 9, 3]])
     peft = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_base), str(out)).eval()
     with torch.no_grad():
         want, got = peft(ids).logits, AutoModelForCausalLM.from_pretrained(merged)(ids).logits
     assert torch.allclose(want, got, atol=1e-5) and not torch.allclose(
-        AutoModelForCausalLM.from_pretrained(tiny_base)(ids).logits, got, atol=1e-3)
+        AutoModelForCausalLM.from_pretrained(tiny_base)(ids).logits, got, atol=1e-3
+    )
     # a next stage from the adapter folder: it trains on the merged model and commits a plain model
-    run_cli(["--pretrain", str(out), "--save_path", str(tmp_path / "next"), "--max_steps", "1", *TINY_SFT],
-            env={"ALIGNFLOW_CACHE": str(tmp_path / "cache")})
+    run_cli(
+        ["--pretrain", str(out), "--save_path", str(tmp_path / "next"), "--max_steps", "1", *TINY_SFT],
+        env={"ALIGNFLOW_CACHE": str(tmp_path / "cache")},
+    )
     assert AutoModelForCausalLM.from_pretrained(tmp_path / "next").config.model_type == "llama"
 
 
 def test_sft_reads_and_writes_s3(tiny_base, tmp_path, s3_root):
     """Dataset, checkpoints and final model in a real S3-compatible server (moto_server)."""
     from transformers import AutoModelForCausalLM
+
     from alignment import storage
+
     fs, _ = storage.filesystem(s3_root)
     fs.put(str(tiny_dir() / "sft" / "train.jsonl"), f"{s3_root}/data/train.jsonl")
     out, ckpt = f"{s3_root}/sft", f"{s3_root}/sft_ckpt"
-    run_cli(["--pretrain", str(tiny_base), "--dataset", f"json@{s3_root}/data", "--input_key", "input",
-             "--output_key", "output", "--max_len", "64", "--train_batch_size", "8", "--micro_train_batch_size", "8",
-             "--max_steps", "4", "--save_steps", "2", "--max_ckpt_num", "1", "--save_path", out, "--ckpt_path", ckpt])
+    run_cli(
+        [
+            "--pretrain",
+            str(tiny_base),
+            "--dataset",
+            f"json@{s3_root}/data",
+            "--input_key",
+            "input",
+            "--output_key",
+            "output",
+            "--max_len",
+            "64",
+            "--train_batch_size",
+            "8",
+            "--micro_train_batch_size",
+            "8",
+            "--max_steps",
+            "4",
+            "--save_steps",
+            "2",
+            "--max_ckpt_num",
+            "1",
+            "--save_path",
+            out,
+            "--ckpt_path",
+            ckpt,
+        ]
+    )
     assert storage.is_committed(out)
     assert storage.list_committed(ckpt) == ["global_step4"]  # retention kept the newest one
     assert storage.get_latest(ckpt).endswith("global_step4")
@@ -193,12 +319,46 @@ def test_openrlhf_readme_sft_command_runs(tiny_base, tmp_path):
     data = tmp_path / "qa.jsonl"
     data.write_text("".join(json.dumps({"question": r["input"], "response": r["output"]}) + "\n" for r in rows))
     out = tmp_path / "llama3-8b-sft"
-    proc = run_cli(["--max_len", "4096", "--dataset", str(data), "--input_key", "question", "--output_key", "response",
-                    "--input_template", "User: {}\nAssistant: ", "--train_batch_size", "256",
-                    "--micro_train_batch_size", "2", "--max_samples", "500000", "--pretrain", str(tiny_base),
-                    "--save_path", str(out), "--save_steps", "-1", "--logging_steps", "1", "--eval_steps", "-1",
-                    "--zero_stage", "2", "--max_epochs", "1", "--packing_samples", "--bf16", "--flash_attn",
-                    "--learning_rate", "5e-6", "--gradient_checkpointing"])
+    proc = run_cli(
+        [
+            "--max_len",
+            "4096",
+            "--dataset",
+            str(data),
+            "--input_key",
+            "question",
+            "--output_key",
+            "response",
+            "--input_template",
+            "User: {}\nAssistant: ",
+            "--train_batch_size",
+            "256",
+            "--micro_train_batch_size",
+            "2",
+            "--max_samples",
+            "500000",
+            "--pretrain",
+            str(tiny_base),
+            "--save_path",
+            str(out),
+            "--save_steps",
+            "-1",
+            "--logging_steps",
+            "1",
+            "--eval_steps",
+            "-1",
+            "--zero_stage",
+            "2",
+            "--max_epochs",
+            "1",
+            "--packing_samples",
+            "--bf16",
+            "--flash_attn",
+            "--learning_rate",
+            "5e-6",
+            "--gradient_checkpointing",
+        ]
+    )
     assert "using PyTorch SDPA" in proc.stderr  # --flash_attn fell back, and said so
     assert len(losses(out)) == 2 and (out / "MANIFEST.json").exists()  # 512 samples / 256 per step
 
@@ -208,12 +368,33 @@ def test_resumed_run_keeps_one_wandb_run_and_one_tensorboard_curve(tiny_base, tm
     resume from the step-2 checkpoint give one wandb run id (offline) and, inside the committed
     model, TensorBoard events with each step once."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
     from alignment import storage
+
     out, ckpt = tmp_path / "model", tmp_path / "ckpt"
-    wandb_dirs = {k: str(tmp_path / "wandb") for k in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR", "WANDB_CONFIG_DIR")}
-    args = ["--pretrain", str(tiny_base), "--save_path", str(out), "--ckpt_path", str(ckpt), "--load_checkpoint",
-            "--max_steps", "4", "--save_steps", "2", "--use_wandb", "offline", "--wandb_run_name", "r-sft",
-            "--use_tensorboard", str(out / "tensorboard"), *TINY_SFT]
+    wandb_dirs = {
+        k: str(tmp_path / "wandb") for k in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR", "WANDB_CONFIG_DIR")
+    }
+    args = [
+        "--pretrain",
+        str(tiny_base),
+        "--save_path",
+        str(out),
+        "--ckpt_path",
+        str(ckpt),
+        "--load_checkpoint",
+        "--max_steps",
+        "4",
+        "--save_steps",
+        "2",
+        "--use_wandb",
+        "offline",
+        "--wandb_run_name",
+        "r-sft",
+        "--use_tensorboard",
+        str(out / "tensorboard"),
+        *TINY_SFT,
+    ]
     crashed = run_cli(args, env={"WANDB_MODE": "offline", "ALIGNFLOW_FAIL_AT_STEP": "3", **wandb_dirs}, check=False)
     assert crashed.returncode != 0 and "simulated failure after step 3" in crashed.stderr
     run_cli(args, env={"WANDB_MODE": "offline", **wandb_dirs})

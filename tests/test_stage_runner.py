@@ -1,5 +1,6 @@
 """The stage runner for real: Prefect (ephemeral API) -> Ray job on a local head -> DeepSpeed,
 with the store on a real S3-compatible server (moto_server) or a local directory."""
+
 from __future__ import annotations
 
 import asyncio
@@ -14,11 +15,11 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
+from alignflow.flows.sft import sft_flow
+from alignflow.tasks.ray_cluster import RayClusterError
 from alignment import storage
 from alignment.config import ConfigError
 from alignment.storage import StorageError
-from alignflow.flows.sft import sft_flow
-from alignflow.tasks.ray_cluster import RayClusterError
 from tests.fixtures_s3 import PLANTED_SECRET, PLANTED_WANDB_KEY, free_port, stop_process
 
 pytestmark = pytest.mark.integration
@@ -36,6 +37,7 @@ def run_flow(**params):
 async def _flow_logs(flow_run_id) -> str:
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+
     async with get_client() as client:
         logs = await client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))
     return "\n".join(log.message for log in logs)
@@ -48,13 +50,17 @@ def flow_logs(flow_run_id) -> str:
 
 def ray_jobs(address: str, run_name: str) -> list:
     from ray.job_submission import JobSubmissionClient
+
     jobs = JobSubmissionClient(address).list_jobs()
-    return sorted((j for j in jobs if (j.metadata or {}).get("alignflow_run") == run_name),
-                  key=lambda j: (j.start_time or 0, j.submission_id))  # oldest first, across flow runs
+    return sorted(
+        (j for j in jobs if (j.metadata or {}).get("alignflow_run") == run_name),
+        key=lambda j: (j.start_time or 0, j.submission_id),
+    )  # oldest first, across flow runs
 
 
 def test_sft_on_s3_skip_rerun_and_no_secret_leaks(ray_head, s3_root, tmp_path):
     from transformers import AutoModelForCausalLM
+
     # wandb on (offline): its key is in the Ray cluster's environment (the ray_head fixture), never a parameter
     first, run_id = run_flow(run_name="s3run", store=s3_root, ray_address=ray_head, sft={**QUICK, "use_wandb": "env"})
     model_uri = first["model_uri"]
@@ -74,11 +80,17 @@ def test_sft_on_s3_skip_rerun_and_no_secret_leaks(ray_head, s3_root, tmp_path):
     print(f"second run with the same parameters: skipped in {skip_s:.1f}s of flow time")
 
     # a changed config is a new output; two flow runs asking for it at once queue on its concurrency limit
-    # (alignflow/tasks/output_slot.py): one runs the job, the other waits, then finds it committed
+    # (tasks/output_slot.py): one runs the job, the other waits, then finds it committed
     async def twice():
-        params = dict(recipe="tiny", run_name="s3run", store=s3_root, ray_address=ray_head,
-                      sft={**QUICK, "use_wandb": "env", "learning_rate": 1e-3})
+        params = dict(
+            recipe="tiny",
+            run_name="s3run",
+            store=s3_root,
+            ray_address=ray_head,
+            sft={**QUICK, "use_wandb": "env", "learning_rate": 1e-3},
+        )
         return await asyncio.gather(sft_flow(**params), sft_flow(**params))
+
     pair = asyncio.run(twice())
     assert sorted(r["skipped"] for r in pair) == [False, True], pair
     changed = next(r for r in pair if not r["skipped"])
@@ -97,6 +109,7 @@ def test_sft_on_s3_skip_rerun_and_no_secret_leaks(ray_head, s3_root, tmp_path):
     async def artifacts():
         async with get_client() as client:
             return await client.read_artifacts()
+
     found = asyncio.run(artifacts())
     keys = {a.key for a in found}
     assert {"s3run-sft-model", "s3run-sft-metrics", "s3run-sft-curve"} <= keys
@@ -104,9 +117,12 @@ def test_sft_on_s3_skip_rerun_and_no_secret_leaks(ray_head, s3_root, tmp_path):
     # and in no file: every object in the store, wandb's run files, Prefect's database, Ray's session logs
     wandb_dir = Path(storage.read_manifest(model_uri)["metadata"]["tracking"]["wandb"])
     fs, root = storage.filesystem(s3_root)
-    places = {"store": [(p, fs.cat_file(p)) for p in fs.find(root)],
-              "wandb": _files(wandb_dir), "prefect": _files(Path(os.environ["PREFECT_HOME"])),
-              "ray": [f for d in Path(tempfile.gettempdir()).glob("alignflow-ray-*") for f in _files(d)]}
+    places = {
+        "store": [(p, fs.cat_file(p)) for p in fs.find(root)],
+        "wandb": _files(wandb_dir),
+        "prefect": _files(Path(os.environ["PREFECT_HOME"])),
+        "ray": [f for d in Path(tempfile.gettempdir()).glob("alignflow-ray-*") for f in _files(d)],
+    }
     assert len(places["store"]) > 10 and places["wandb"] and places["ray"], {k: len(v) for k, v in places.items()}
     for secret in (PLANTED_SECRET, PLANTED_WANDB_KEY):
         hits = [str(p) for files in places.values() for p, data in files if secret.encode() in data]
@@ -120,7 +136,7 @@ def _files(root: Path) -> list[tuple[Path, bytes]]:
         try:
             if p.is_file() and not p.is_symlink():
                 out.append((p, p.read_bytes()))
-        except OSError:   # a file of a running process that went away meanwhile
+        except OSError:  # a file of a running process that went away meanwhile
             continue
     return out
 
@@ -128,6 +144,7 @@ def _files(root: Path) -> list[tuple[Path, bytes]]:
 def rank_processes() -> list:
     """The stage rank processes on this machine (Ray titles them `ray::StageRank...`)."""
     import psutil
+
     found = []
     for p in psutil.process_iter(["pid", "cmdline"]):
         try:
@@ -138,13 +155,20 @@ def rank_processes() -> list:
     return found
 
 
-@pytest.mark.chaos   # a kill -9 test: runs with the chaos suite (`make test-chaos`), which CI runs too
+@pytest.mark.chaos  # a kill -9 test: runs with the chaos suite (`make test-chaos`), which CI runs too
 def test_killed_rank_fails_the_job_and_the_retry_resumes_and_matches(ray_head, tmp_path):
     """kill -9 of one of the stage's two ranks mid-stage: the job fails, the task retries, the retry
     resumes from the newest committed checkpoint, and the model equals an uninterrupted run's."""
     store = str(tmp_path / "store")
-    cfg = {"max_steps": 40, "save_steps": 10, "eval_dataset": None, "logging_steps": 1,
-           "train_batch_size": 32, "micro_train_batch_size": 16, "num_gpus_per_node": 2}
+    cfg = {
+        "max_steps": 40,
+        "save_steps": 10,
+        "eval_dataset": None,
+        "logging_steps": 1,
+        "train_batch_size": 32,
+        "micro_train_batch_size": 16,
+        "num_gpus_per_node": 2,
+    }
     outcome: dict = {}
 
     def flow_in_background():
@@ -152,6 +176,7 @@ def test_killed_rank_fails_the_job_and_the_retry_resumes_and_matches(ray_head, t
             outcome["run"] = run_flow(run_name="killed", store=store, ray_address=ray_head, sft=cfg)
         except Exception as e:  # noqa: BLE001 - reported by the assertion below
             outcome["error"] = e
+
     runner = threading.Thread(target=flow_in_background)
     runner.start()
     killed_at = None
@@ -163,7 +188,7 @@ def test_killed_rank_fails_the_job_and_the_retry_resumes_and_matches(ray_head, t
             ckpt = f"{job.metadata['alignflow_output']}/checkpoints"
             ranks = rank_processes()
             if storage.list_committed(ckpt) and len(ranks) == 2:
-                ranks[-1].kill()                    # SIGKILL to one rank, mid-stage
+                ranks[-1].kill()  # SIGKILL to one rank, mid-stage
                 killed_at = storage.get_latest(ckpt)
         time.sleep(0.05)
     runner.join(timeout=600)
@@ -176,6 +201,7 @@ def test_killed_rank_fails_the_job_and_the_retry_resumes_and_matches(ray_head, t
     jobs_s = [(j.end_time - j.start_time) / 1000 for j in sft_jobs]
     assert result["stage_tries"] == 2 and result["stage_wall_s"] >= sum(jobs_s), (result, jobs_s)
     from ray.job_submission import JobSubmissionClient
+
     resumed_log = JobSubmissionClient(ray_head).get_job_logs(sft_jobs[1].submission_id)
     # the other rank may commit one more checkpoint before Ray stops it: the retry takes the newest
     resumed = re.search(r"resumed from (\S+/global_step(\d+)) ", resumed_log)
@@ -190,7 +216,7 @@ def test_killed_rank_fails_the_job_and_the_retry_resumes_and_matches(ray_head, t
     print(f"rank killed after {killed_at}; resumed from {resumed.group(1)}; vs uninterrupted: max |dw| = {worst:.2e}")
 
 
-@pytest.mark.chaos   # a fault injected into a flow run: `make test-chaos` (CI runs it after `make test`)
+@pytest.mark.chaos  # a fault injected into a flow run: `make test-chaos` (CI runs it after `make test`)
 def test_half_written_checkpoint_is_never_loaded(ray_head, tmp_path, monkeypatch):
     store = str(tmp_path / "store")
     cfg = {"max_steps": 12, "save_steps": 4, "eval_dataset": None}
@@ -203,12 +229,14 @@ def test_half_written_checkpoint_is_never_loaded(ray_head, tmp_path, monkeypatch
     assert (ckpts / "latest").read_text().strip() == "global_step8"
     # plant a newer, half-written checkpoint: files present, MANIFEST missing, even pointed at
     import shutil
+
     shutil.copytree(ckpts / "global_step8", ckpts / "global_step12")
     (ckpts / "global_step12" / "MANIFEST.json").unlink()
     (ckpts / "latest").write_text("global_step12")
     run_flow(run_name="half", store=store, ray_address=ray_head, sft=cfg)
     sft_jobs = [j for j in ray_jobs(ray_head, "half") if j.metadata["alignflow_stage"] == "sft"]
     from ray.job_submission import JobSubmissionClient
+
     log = JobSubmissionClient(ray_head).get_job_logs(sft_jobs[-1].submission_id)
     assert f"resumed from {ckpts / 'global_step8'}" in log and "ran optimizer steps 9..12 of 12" in log
 
@@ -220,24 +248,38 @@ def test_a_stage_that_refuses_its_input_is_not_retried(ray_head, tmp_path):
     broken.write_text('{"input": "a", "output": "b"}\nnot json\n')
     t0 = time.monotonic()
     with pytest.raises(Exception, match=r"the stage refused its input: .*error: .*broken\.jsonl:2"):
-        run_flow(run_name="refused", store=str(tmp_path / "store"), ray_address=ray_head,
-                 sft={**QUICK, "dataset": str(broken), "input_key": "input", "output_key": "output",
-                      "apply_chat_template": False, "multiturn": False}, retries=2)
+        run_flow(
+            run_name="refused",
+            store=str(tmp_path / "store"),
+            ray_address=ray_head,
+            sft={
+                **QUICK,
+                "dataset": str(broken),
+                "input_key": "input",
+                "output_key": "output",
+                "apply_chat_template": False,
+                "multiturn": False,
+            },
+            retries=2,
+        )
     jobs = [j for j in ray_jobs(ray_head, "refused") if j.metadata["alignflow_stage"] == "sft"]
-    assert [j.status.value for j in jobs] == ["FAILED"]       # one job: no retries
+    assert [j.status.value for j in jobs] == ["FAILED"]  # one job: no retries
     print(f"refused input: failed once, after {time.monotonic() - t0:.1f}s")
 
 
-@pytest.mark.parametrize("params, error, needle", [
-    ({"ray_address": "http://127.0.0.1:{closed}"}, RayClusterError, "is unreachable"),
-    ({"store": "ftp://host/x"}, ConfigError, "unsupported scheme 'ftp'"),
-    ({"sft": {"train_batch_size": 0}}, ConfigError, "--train_batch_size 0: must be > 0"),
-    ({"sft": {"dataset": "/nowhere/data.jsonl"}}, ConfigError, "--dataset /nowhere/data.jsonl: does not exist"),
-    ({"sft": {"packing_samples": "maybe"}}, ConfigError, "sft.packing_samples: Input should be a valid boolean"),
-    ({"sft": {"max_stepz": 3}}, ConfigError, r"sft.max_stepz: unknown option \(did you mean sft.max_steps\?\)"),
-    ({"retries": -1}, ConfigError, "retries=-1: must be >= 0"),
-    ({"sft": {"use_wandb": "0123456789abcdef-planted-wandb-key"}}, ConfigError, "keys never go in flow parameters"),
-])
+@pytest.mark.parametrize(
+    "params, error, needle",
+    [
+        ({"ray_address": "http://127.0.0.1:{closed}"}, RayClusterError, "is unreachable"),
+        ({"store": "ftp://host/x"}, ConfigError, "unsupported scheme 'ftp'"),
+        ({"sft": {"train_batch_size": 0}}, ConfigError, "--train_batch_size 0: must be > 0"),
+        ({"sft": {"dataset": "/nowhere/data.jsonl"}}, ConfigError, "--dataset /nowhere/data.jsonl: does not exist"),
+        ({"sft": {"packing_samples": "maybe"}}, ConfigError, "sft.packing_samples: Input should be a valid boolean"),
+        ({"sft": {"max_stepz": 3}}, ConfigError, r"sft.max_stepz: unknown option \(did you mean sft.max_steps\?\)"),
+        ({"retries": -1}, ConfigError, "retries=-1: must be >= 0"),
+        ({"sft": {"use_wandb": "0123456789abcdef-planted-wandb-key"}}, ConfigError, "keys never go in flow parameters"),
+    ],
+)
 def test_bad_parameters_fail_before_anything_runs(params, error, needle, tmp_path):
     params = {k: (v.format(closed=free_port()) if isinstance(v, str) else v) for k, v in params.items()}
     params.setdefault("store", str(tmp_path / "store"))
@@ -247,7 +289,7 @@ def test_bad_parameters_fail_before_anything_runs(params, error, needle, tmp_pat
     assert "\n" not in str(e.value)
     assert not any((tmp_path / "store").rglob("MANIFEST.json"))
     key = (params.get("sft") or {}).get("use_wandb")
-    if key:   # refused before Prefect created a flow run: the key is in none of its files
+    if key:  # refused before Prefect created a flow run: the key is in none of its files
         home = Path(os.environ["PREFECT_HOME"])
         assert not [p for p in home.rglob("*") if p.is_file() and key.encode() in p.read_bytes()]
     print(f"{needle}: failed after {time.monotonic() - t0:.1f}s")
@@ -269,11 +311,13 @@ def test_bad_credentials(tmp_path, monkeypatch):
     import subprocess
     import sys
     import urllib.request
+
     port = free_port()
     exe = str(Path(sys.executable).parent / "moto_server")
     env = {**__import__("os").environ, "INITIAL_NO_AUTH_ACTION_COUNT": "0"}
-    proc = subprocess.Popen([exe, "-H", "127.0.0.1", "-p", str(port)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [exe, "-H", "127.0.0.1", "-p", str(port)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         for _ in range(100):
             try:
@@ -289,7 +333,9 @@ def test_bad_credentials(tmp_path, monkeypatch):
         with pytest.raises(StorageError, match=r"s3://alignflow-test/x") as e:
             run_flow(run_name="bad", store="s3://alignflow-test/x")
         message = str(e.value)
-        assert PLANTED_SECRET not in message and ("InvalidAccessKeyId" in message or "403" in message or "denied" in message.lower())
+        assert PLANTED_SECRET not in message and (
+            "InvalidAccessKeyId" in message or "403" in message or "denied" in message.lower()
+        )
     finally:
         stop_process(proc)
 
@@ -300,6 +346,7 @@ def test_embedded_ray_head_is_started_and_stopped(tmp_path, monkeypatch):
 
     def ray_pids() -> set[int]:
         return {p.pid for p in psutil.process_iter(["cmdline"]) if "ray" in " ".join(p.info["cmdline"] or [])}
+
     before = ray_pids()
     result, _ = run_flow(run_name="embedded", store=str(tmp_path / "store"), sft=QUICK)
     assert storage.is_committed(result["model_uri"])
@@ -308,11 +355,13 @@ def test_embedded_ray_head_is_started_and_stopped(tmp_path, monkeypatch):
     assert not leftover, [psutil.Process(p).cmdline() for p in leftover if psutil.pid_exists(p)]
     # run again: every stage is committed, so no Ray head is started at all
     from alignflow.tasks import ray_cluster
+
     started = []
 
     def recording_head(*args, **kwargs):
         started.append(args)
         return real_head(*args, **kwargs)
+
     real_head = ray_cluster.local_head
     monkeypatch.setattr(ray_cluster, "local_head", recording_head)
     t0 = time.monotonic()
@@ -327,12 +376,22 @@ def test_cancelled_flow_stops_its_ray_job(ray_head, tmp_path):
     from ray.job_submission import JobSubmissionClient
 
     async def scenario():
-        flow = asyncio.ensure_future(sft_flow(run_name="cancel", recipe="tiny", store=str(tmp_path / "store"), ray_address=ray_head,
-                                              sft={"max_steps": 2000, "eval_dataset": None}))
+        flow = asyncio.ensure_future(
+            sft_flow(
+                run_name="cancel",
+                recipe="tiny",
+                store=str(tmp_path / "store"),
+                ray_address=ray_head,
+                sft={"max_steps": 2000, "eval_dataset": None},
+            )
+        )
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
-            running = [j for j in ray_jobs(ray_head, "cancel")
-                       if j.metadata.get("alignflow_stage") == "sft" and j.status.value == "RUNNING"]
+            running = [
+                j
+                for j in ray_jobs(ray_head, "cancel")
+                if j.metadata.get("alignflow_stage") == "sft" and j.status.value == "RUNNING"
+            ]
             if running:
                 break
             await asyncio.sleep(0.5)

@@ -1,19 +1,20 @@
 """The orchestrator's pure parts: stage identity, config building, store URIs; torch-free layers."""
+
 import re
 import subprocess
 import sys
 
 import pytest
 
-from alignment.config import ConfigError
 from alignflow.tasks.stage_spec import build_config, check_store, identity_hash, job_config, stage_dir
+from alignment.config import ConfigError
 from tests.conftest import REPO
 
 TINY = str(REPO / "deployments" / "recipes" / "tiny" / "sft.yaml")
 
 
 def cfg(**over):
-    return build_config("sft", TINY, {"pretrain": str(REPO / "alignflow" / "data"), **over})   # any existing folder
+    return build_config("sft", TINY, {"pretrain": str(REPO / "data"), **over})  # any existing folder
 
 
 def test_identity_ignores_bookkeeping_but_not_hyperparameters():
@@ -26,14 +27,19 @@ def test_identity_ignores_bookkeeping_but_not_hyperparameters():
 def test_identity_follows_the_hub_revision():
     hub = identity_hash("sft", cfg(pretrain="HuggingFaceTB/SmolLM2-135M-Instruct"))
     pinned = identity_hash("sft", cfg(pretrain="HuggingFaceTB/SmolLM2-135M-Instruct", revision="v1.0"))
-    assert len({hub, pinned, identity_hash("sft", cfg(pretrain="HuggingFaceTB/SmolLM2-135M-Instruct",
-                                                          revision="0123abc"))}) == 3
+    assert (
+        len(
+            {hub, pinned, identity_hash("sft", cfg(pretrain="HuggingFaceTB/SmolLM2-135M-Instruct", revision="0123abc"))}
+        )
+        == 3
+    )
 
 
 def test_identity_follows_the_content_of_local_data(tmp_path):
     """Fix a row in my.jsonl and rerun: the stage runs again (same size, same name, new content);
     touching the file without changing it still finds the committed stage."""
     import os
+
     data = tmp_path / "my.jsonl"
     data.write_text('{"input": "a", "output": "b"}\n')
     base = identity_hash("sft", cfg(dataset=str(data)))
@@ -51,7 +57,7 @@ def test_identity_follows_the_content_of_local_data(tmp_path):
 
 def test_relative_data_paths_become_absolute():
     c = cfg()
-    assert c.dataset == f"json@{REPO / 'alignflow' / 'data' / 'tiny' / 'sft'}"
+    assert c.dataset == f"json@{REPO / 'data' / 'tiny' / 'sft'}"
 
 
 def test_job_config_points_outputs_into_the_stage_dir():
@@ -104,8 +110,11 @@ def test_flow_parameters_name_a_typo_and_refuse_negative_retries():
         check_parameters("sft", hints, {"retries": -1})
     check_parameters("sft", hints, {"sft": {"max_steps": 3}, "retries": 0, "store": "runs/x"})
     # a parameter taking either stage's overrides knows the keys of both
-    check_parameters("sft_dpo", {"preference": DPOOverrides | KTOOverrides | None},
-                     {"preference": {"desirable_loss_weight": 2.0, "beta": 0.2}})
+    check_parameters(
+        "sft_dpo",
+        {"preference": DPOOverrides | KTOOverrides | None},
+        {"preference": {"desirable_loss_weight": 2.0, "beta": 0.2}},
+    )
     # the flows themselves: the checks come before Prefect's schema, for a call and for a deployment's run
     with pytest.raises(ConfigError, match=r"sft\.learning_rte: unknown option \(did you mean sft\.learning_rate"):
         sft_flow.validate_parameters({"sft": {"learning_rte": 1e-5}})
@@ -125,18 +134,27 @@ def test_the_llama3_8b_template_is_a_valid_multi_gpu_recipe():
     GPU ranks (2 x 8) that fit a 2-node x 8-GPU cluster and are refused on one node."""
     import yaml
 
-    from alignment.distributed import ray_ranks
     from alignflow.tasks.stage_spec import repo_path
+    from alignment.distributed import ray_ranks
+
     text = repo_path("deployments", "prefect.yaml").read_text()
-    block = text[text.index("  # - name: llama3-8b"):]
+    block = text[text.index("  # - name: llama3-8b") :]
     deployment = yaml.safe_load("\n".join(line.replace("  # ", "  ", 1) for line in block.splitlines()))[0]
     from alignflow.tasks import pipeline
     from alignflow.tasks.pipeline import Output, Step
     from alignflow.tasks.recipes import load_recipe
+
     params = deployment["parameters"]
-    planned = pipeline.plan([Step("sft", "sft", "sft"), Step("rm", "rm", "rm", {}, {"pretrain": Output("sft")}),
-                             Step("ppo", "ppo", "ppo", {}, {"pretrain": Output("sft"), "reward_pretrain": Output("rm")})],
-                            load_recipe(params["recipe"]), "s3://bucket/runs", "llama")
+    planned = pipeline.plan(
+        [
+            Step("sft", "sft", "sft"),
+            Step("rm", "rm", "rm", {}, {"pretrain": Output("sft")}),
+            Step("ppo", "ppo", "ppo", {}, {"pretrain": Output("sft"), "reward_pretrain": Output("rm")}),
+        ],
+        load_recipe(params["recipe"]),
+        "s3://bucket/runs",
+        "llama",
+    )
     for stage, p in planned.items():
         cfg = p.cfg
         if stage == "ppo":
@@ -149,14 +167,20 @@ def test_the_llama3_8b_template_is_a_valid_multi_gpu_recipe():
     assert deployment["work_pool"]["job_variables"]["env"]["ALIGNFLOW_JOB_ENV"]
 
 
-@pytest.mark.parametrize("over, needle", [
-    ({"packing_samples": "maybe"}, "--packing_samples 'maybe': expected true or false"),
-    ({"dataset": "/nowhere/x.jsonl"}, "--dataset /nowhere/x.jsonl: does not exist"),
-    ({"dataset": "xml@/tmp"}, "NAME is a file format (json, jsonl, parquet, csv, arrow) or a hub dataset name"),
-    ({"eval_dataset": "not a name!"}, "neither an existing path nor a hub name"),
-    ({"pretrain": "/nowhere/model"}, "--pretrain /nowhere/model: does not exist"),
-    ({"revision": "v1.0"}, "--revision v1.0: --pretrain " + str(REPO / "alignflow" / "data") + " is a directory or store URI"),
-])
+@pytest.mark.parametrize(
+    "over, needle",
+    [
+        ({"packing_samples": "maybe"}, "--packing_samples 'maybe': expected true or false"),
+        ({"dataset": "/nowhere/x.jsonl"}, "--dataset /nowhere/x.jsonl: does not exist"),
+        ({"dataset": "xml@/tmp"}, "NAME is a file format (json, jsonl, parquet, csv, arrow) or a hub dataset name"),
+        ({"eval_dataset": "not a name!"}, "neither an existing path nor a hub name"),
+        ({"pretrain": "/nowhere/model"}, "--pretrain /nowhere/model: does not exist"),
+        (
+            {"revision": "v1.0"},
+            "--revision v1.0: --pretrain " + str(REPO / "data") + " is a directory or store URI",
+        ),
+    ],
+)
 def test_a_flow_refuses_bad_stage_values_before_anything_starts(over, needle):
     with pytest.raises(ConfigError, match=re.escape(needle)):
         cfg(**over)
@@ -164,7 +188,7 @@ def test_a_flow_refuses_bad_stage_values_before_anything_starts(over, needle):
 
 def test_flow_values_true_false_strings_become_bools():
     assert cfg(packing_samples="false").packing_samples is False and cfg(packing_samples="true").packing_samples is True
-    assert cfg(dataset="HuggingFaceH4/ultrachat_200k").dataset == "HuggingFaceH4/ultrachat_200k"   # a hub name
+    assert cfg(dataset="HuggingFaceH4/ultrachat_200k").dataset == "HuggingFaceH4/ultrachat_200k"  # a hub name
 
 
 def test_flow_parameters_are_typed_per_stage():
@@ -174,13 +198,17 @@ def test_flow_parameters_are_typed_per_stage():
 
     from alignflow.flows.sft import sft_flow
     from alignflow.flows.sft_rm_ppo import sft_rm_ppo_flow
+
     schema = sft_rm_ppo_flow.parameters.model_dump()
     ppo = schema["definitions"]["PPOOverrides"]["properties"]
     from alignment.config.ppo import ADVANTAGE_ESTIMATORS
-    assert ppo["advantage_estimator"]["description"].endswith("(default: 'gae')")   # the schema's own default
+
+    assert ppo["advantage_estimator"]["description"].endswith("(default: 'gae')")  # the schema's own default
     assert {"enum": list(ADVANTAGE_ESTIMATORS), "type": "string"} in ppo["advantage_estimator"]["anyOf"]
-    assert "packing_samples" in ppo and "Peak learning rate" in schema["definitions"]["SFTOverrides"]["properties"][
-        "learning_rate"]["description"]
+    assert (
+        "packing_samples" in ppo
+        and "Peak learning rate" in schema["definitions"]["SFTOverrides"]["properties"]["learning_rate"]["description"]
+    )
     with pytest.raises(ConfigError, match="max_stepz"):
         asyncio.run(sft_flow(sft={"max_stepz": 3}))
 
@@ -188,7 +216,11 @@ def test_flow_parameters_are_typed_per_stage():
 def test_the_library_never_imports_its_entry_points():
     """alignment/ (what runs inside Ray jobs) does not import alignment.cli: the CLIs sit on top."""
     import re as _re
-    offenders = [str(p.relative_to(REPO)) for p in (REPO / "alignment").rglob("*.py")
-                 if "cli" not in p.relative_to(REPO / "alignment").parts[:1]
-                 and _re.search(r"^\s*(from alignment\.cli|import alignment\.cli)", p.read_text(), _re.M)]
+
+    offenders = [
+        str(p.relative_to(REPO))
+        for p in (REPO / "alignment").rglob("*.py")
+        if "cli" not in p.relative_to(REPO / "alignment").parts[:1]
+        and _re.search(r"^\s*(from alignment\.cli|import alignment\.cli)", p.read_text(), _re.M)
+    ]
     assert not offenders, offenders

@@ -1,4 +1,5 @@
 """alignment.storage: commit protocol, pointers and retention on local paths and a real S3 (moto_server)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -10,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from alignment import storage
-from alignment.storage import retry as store_retry
 from alignment.storage import StorageError
+from alignment.storage import retry as store_retry
 from tests.fixtures_s3 import free_port
 
 
@@ -30,8 +31,11 @@ def make_dir(root: Path, seed: str = "x") -> Path:
 
 
 def tree(root: Path) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*")
-            if p.is_file() and p.name != storage.MANIFEST}
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in root.rglob("*")
+        if p.is_file() and p.name != storage.MANIFEST
+    }
 
 
 def commit_steps(tmp_path: Path, parent: str, steps: list[int]) -> None:
@@ -98,8 +102,10 @@ def test_a_manifest_that_is_not_utf8_is_one_line_naming_it(tmp_path: Path) -> No
     (tmp_path / "d" / storage.MANIFEST).write_bytes('{"files": {"caf\xe9": 1}}'.encode("latin-1"))
     with pytest.raises(StorageError) as e:
         storage.read_manifest(str(tmp_path / "d"))
-    assert str(e.value) == (f"{tmp_path / 'd' / storage.MANIFEST}: not UTF-8 text (byte 0xe9 at offset 15); "
-                            f"delete it and re-commit the directory")
+    assert str(e.value) == (
+        f"{tmp_path / 'd' / storage.MANIFEST}: not UTF-8 text (byte 0xe9 at offset 15); "
+        f"delete it and re-commit the directory"
+    )
 
 
 def test_missing_s3_credentials_say_which_variables_to_set() -> None:
@@ -107,8 +113,12 @@ def test_missing_s3_credentials_say_which_variables_to_set() -> None:
 
     def no_key() -> None:
         raise NoCredentialsError()
-    with pytest.raises(StorageError, match=r"reach s3://b/x: NoCredentialsError: Unable to locate credentials; "
-                                           r"no S3 credentials were found: set AWS_ACCESS_KEY_ID and AWS_SECRET"):
+
+    with pytest.raises(
+        StorageError,
+        match=r"reach s3://b/x: NoCredentialsError: Unable to locate credentials; "
+        r"no S3 credentials were found: set AWS_ACCESS_KEY_ID and AWS_SECRET",
+    ):
         store_retry.retry(no_key, "reach", "s3://b/x")
 
 
@@ -125,7 +135,7 @@ def test_get_latest_is_the_newest_commit_whatever_the_pointer_says(tmp_path: Pat
     assert storage.get_latest(parent) is None
     commit_steps(tmp_path, parent, [1, 2])
     assert storage.get_latest(parent) == f"{parent}/global_step2"  # no pointer: newest committed
-    storage.set_latest(parent, "global_step1")   # a pointer one behind (killed before its update)
+    storage.set_latest(parent, "global_step1")  # a pointer one behind (killed before its update)
     assert storage.read_text(f"{parent}/latest") == "global_step1"
     assert storage.get_latest(parent) == f"{parent}/global_step2"
     storage.remove(f"{parent}/global_step2")
@@ -155,7 +165,7 @@ def test_apply_retention_keeps_newest_and_latest_target(tmp_path: Path) -> None:
 
 
 def test_crash_mid_commit_is_invisible(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ALIGNFLOW_STORE_THREADS", "1")   # one upload at a time: the call counts below are exact
+    monkeypatch.setenv("ALIGNFLOW_STORE_THREADS", "1")  # one upload at a time: the call counts below are exact
     parent = str(tmp_path / "ckpts")
     commit_steps(tmp_path, parent, [1, 2])
     storage.set_latest(parent, "global_step2")
@@ -182,15 +192,17 @@ def test_crash_mid_commit_is_invisible(tmp_path: Path, monkeypatch: pytest.Monke
 
 def test_store_jobs_run_at_once_in_order_and_the_first_failure_is_raised(monkeypatch: pytest.MonkeyPatch) -> None:
     import threading
-    meet = threading.Barrier(3, timeout=10)     # passes only when three jobs run at the same time
+
+    meet = threading.Barrier(3, timeout=10)  # passes only when three jobs run at the same time
     assert store_retry.run_all([lambda i=i: (meet.wait(), i)[1] for i in range(3)]) == [0, 1, 2]
 
     def fails() -> None:
         raise StorageError("upload s3://b/k: denied")
+
     started = []
     with pytest.raises(StorageError, match="denied"):
         store_retry.run_all([fails] + [lambda: started.append(1) or time.sleep(0.01)] * 30)
-    assert len(started) < 30                    # the queue stopped at the failure
+    assert len(started) < 30  # the queue stopped at the failure
     monkeypatch.setenv("ALIGNFLOW_STORE_THREADS", "1")
     assert store_retry.run_all([lambda: threading.current_thread().name]) == [threading.current_thread().name]
 
@@ -219,7 +231,7 @@ def test_retry_transient_then_give_up(monkeypatch: pytest.MonkeyPatch) -> None:
     assert store_retry.retry(flaky, "read", "s3://b/x") == "ok" and len(calls) == 3
     monkeypatch.setenv("ALIGNFLOW_STORE_RETRIES", "2")
     calls.clear()
-    with pytest.raises(storage.StoreUnavailable, match=r"^read s3://b/x: .*reachable"):   # transient: exit 75
+    with pytest.raises(storage.StoreUnavailable, match=r"^read s3://b/x: .*reachable"):  # transient: exit 75
         store_retry.retry(lambda: flaky() and "", "read", "s3://b/x")
     assert len(calls) == 2
     calls.clear()
@@ -250,17 +262,19 @@ def test_s3_commit_download_round_trip(tmp_path: Path, s3_root: str) -> None:
     assert tree(again) == tree(tmp_path / "src2") and not (again / "marker").exists()
 
 
-def test_s3_recommit_keeps_the_old_version_committed_until_the_switch(tmp_path: Path, s3_root: str,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_s3_recommit_keeps_the_old_version_committed_until_the_switch(
+    tmp_path: Path, s3_root: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     uri = f"{s3_root}/recommitted"
     fs, path = storage.filesystem(uri)
     storage.commit_dir(make_dir(tmp_path / "v1", "one"), uri)
     fs.pipe_file(f"{path}/v-19990101T000000-dead0000/config.json", b"a crashed commit's upload")
     seen: list[dict[str, bytes]] = []
     import itertools
-    readers = itertools.count()    # uploads run in parallel: each reader its own folder
 
-    def put_and_look(src: str, dst: str, **kw) -> None:   # a reader in the middle of the new upload
+    readers = itertools.count()  # uploads run in parallel: each reader its own folder
+
+    def put_and_look(src: str, dst: str, **kw) -> None:  # a reader in the middle of the new upload
         assert storage.is_committed(uri)
         seen.append(tree(storage.download_dir(uri, tmp_path / f"mid{next(readers)}")))
         type(fs).put_file(fs, src, dst, **kw)
@@ -268,14 +282,14 @@ def test_s3_recommit_keeps_the_old_version_committed_until_the_switch(tmp_path: 
     with monkeypatch.context() as patch:
         patch.setattr(fs, "put_file", put_and_look)
         manifest = storage.commit_dir(make_dir(tmp_path / "v2", "two"), uri)
-    assert len(seen) == 3 and all(t == tree(tmp_path / "v1") for t in seen)   # the old model, whole, every time
+    assert len(seen) == 3 and all(t == tree(tmp_path / "v1") for t in seen)  # the old model, whole, every time
     root = manifest["root"]
     assert root.startswith("v-") and storage.read_manifest(uri) == manifest
     assert tree(storage.download_dir(uri, tmp_path / "after")) == tree(tmp_path / "v2")
     left = sorted(p.removeprefix(path + "/") for p in fs.find(path))
     assert left == sorted([storage.MANIFEST] + [f"{root}/{rel}" for rel in manifest["files"]])  # old files gone
     assert storage.read_text(storage.file_in(uri, "config.json")) == json.dumps({"seed": "two"})
-    third = storage.commit_dir(make_dir(tmp_path / "v3", "three"), uri)   # version to version
+    third = storage.commit_dir(make_dir(tmp_path / "v3", "three"), uri)  # version to version
     assert third["root"] != root and not fs.exists(f"{path}/{root}")
     assert tree(storage.download_dir(uri, tmp_path / "third")) == tree(tmp_path / "v3")
 
@@ -291,7 +305,7 @@ def test_s3_latest_pointer_and_retention(tmp_path: Path, s3_root: str) -> None:
     with pytest.raises(StorageError, match="MANIFEST"):
         storage.set_latest(parent, "global_step3")
     storage.set_latest(parent, "global_step1")
-    assert storage.get_latest(parent) == f"{parent}/global_step10"   # the newest commit, not the pointer
+    assert storage.get_latest(parent) == f"{parent}/global_step10"  # the newest commit, not the pointer
     assert sorted(storage.apply_retention(parent, keep=1)) == ["global_step2", "global_step3"]
     assert storage.list_committed(parent) == ["global_step1", "global_step10"]
     assert fs.exists(f"{path}/global_step11/part.bin") and not fs.exists(f"{path}/global_step3/leftover.bin")
@@ -304,8 +318,9 @@ def test_s3_missing_bucket_is_an_error(s3_root: str) -> None:
         storage.read_manifest("s3://no-such-bucket-af/x")
 
 
-def test_s3_unreachable_endpoint_fails_fast_without_leaking_secret(tmp_path: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_s3_unreachable_endpoint_fails_fast_without_leaking_secret(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", f"http://127.0.0.1:{free_port()}")
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "planted-secret-XYZ")

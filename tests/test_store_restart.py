@@ -1,6 +1,7 @@
 """Store outages. The persistent S3 server of the fault tests (tests/fixtures_seaweed.py): what was
 committed before a stop is there after a restart on the same ports and data directory. A frozen
 store (connections accepted, nothing answered) is a transient error after the read timeout."""
+
 from __future__ import annotations
 
 import os
@@ -13,8 +14,8 @@ import psutil
 import pytest
 
 from alignment import storage
-from tests.fixtures_s3 import BUCKET, point_env_at
 from tests import fixtures_seaweed
+from tests.fixtures_s3 import BUCKET, point_env_at
 
 seaweed = fixtures_seaweed.seaweed  # the fixture: a SeaweedFS S3 server for one test
 
@@ -31,7 +32,7 @@ def test_seaweed_keeps_bucket_and_objects_across_a_restart(seaweed, tmp_path, mo
     uri = f"s3://{BUCKET}/{uuid.uuid4().hex[:12]}/ckpt"
     src = tmp_path / "src"
     (src / "sub").mkdir(parents=True)
-    (src / "weights.bin").write_bytes(bytes(range(256)) * 4096)   # 1 MiB: several filer chunks
+    (src / "weights.bin").write_bytes(bytes(range(256)) * 4096)  # 1 MiB: several filer chunks
     (src / "sub" / "config.json").write_text('{"a": 1}')
     manifest = storage.commit_dir(src, uri, metadata={"step": 4})
 
@@ -70,5 +71,5 @@ def test_a_frozen_store_is_a_transient_error_within_the_read_timeout(s3_root, mo
         os.kill(server, signal.SIGCONT)
     assert 2 <= waited < 6, waited
     assert "\n" not in str(e.value)
-    assert storage.read_text(uri) == "still here"     # thawed: the same call works again
+    assert storage.read_text(uri) == "still here"  # thawed: the same call works again
     print(f"frozen store: StoreUnavailable after {waited:.1f}s")

@@ -1,4 +1,5 @@
 """The shipped tiny world: deterministic, disjoint splits, tokenizer, reward function."""
+
 import json
 
 import pytest
@@ -12,8 +13,15 @@ from alignment.tiny_world.reward import extract_answer, reward_func
 def test_regenerated_world_equals_shipped(tmp_path):
     out = build(tmp_path / "tiny")
     shipped = tiny_dir()
-    for rel in ["sft/train.jsonl", "preference/test.jsonl", "prompts/test.jsonl", "rm/train.jsonl", "rm/test.jsonl",
-                "llama_config.json", "tokenizer/tokenizer.json"]:
+    for rel in [
+        "sft/train.jsonl",
+        "preference/test.jsonl",
+        "prompts/test.jsonl",
+        "rm/train.jsonl",
+        "rm/test.jsonl",
+        "llama_config.json",
+        "tokenizer/tokenizer.json",
+    ]:
         assert (out / rel).read_text() == (shipped / rel).read_text(), rel
 
 
@@ -34,15 +42,16 @@ def test_rejected_is_wrong_and_chosen_right():
 
 def test_rm_pairs_are_distinct_near_misses_of_every_training_question():
     from collections import defaultdict
+
     splits = make_splits(TaskSpec(), seed=0)
     rejected = defaultdict(list)
     for r in splits["rm_train"]:
         assert extract_answer(r["chosen"]) == int(r["label"]) != extract_answer(r["rejected"])
         rejected[r["prompt"]].append(extract_answer(r["rejected"]))
-    assert set(rejected) == {r["prompt"] for r in splits["pref_train"]}          # every training question
-    assert all(len(v) == len(set(v)) == 6 for v in rejected.values())            # 6 different mistakes each
-    assert not {r["prompt"] for r in splits["rm_test"]} & set(rejected)           # held-out questions
-    misses = near_misses(Problem(29, "-", 18))   # the SFT policy's kind of mistake: 29 - 18 = 10
+    assert set(rejected) == {r["prompt"] for r in splits["pref_train"]}  # every training question
+    assert all(len(v) == len(set(v)) == 6 for v in rejected.values())  # 6 different mistakes each
+    assert not {r["prompt"] for r in splits["rm_test"]} & set(rejected)  # held-out questions
+    misses = near_misses(Problem(29, "-", 18))  # the SFT policy's kind of mistake: 29 - 18 = 10
     assert {10, 12, 21, 1, 47} <= set(misses) and 11 not in misses and min(misses) >= 0
 
 
@@ -64,6 +73,7 @@ def test_reward_func():
 
 def test_digits_are_single_tokens():
     from transformers import AutoTokenizer
+
     tok = AutoTokenizer.from_pretrained(tiny_dir() / "tokenizer")
     pieces = tok.convert_ids_to_tokens(tok("123 + 45", add_special_tokens=False)["input_ids"])
     assert [p for p in pieces if p.strip("Ġ").isdigit()] == ["1", "2", "3", "4", "5"]
@@ -76,10 +86,13 @@ def test_kl_to_reference_is_zero_for_the_same_model_and_positive_after_a_change(
 
     from alignment.tiny_world.base_model import make_base
     from alignment.tiny_world.evaluate import kl_to_reference
+
     base = make_base(tmp_path / "base", seed=0)
     moved = AutoModelForCausalLM.from_pretrained(base)
     with torch.no_grad():
-        moved.lm_head.weight.add_(0.05 * torch.randn(moved.lm_head.weight.shape, generator=torch.Generator().manual_seed(0)))
+        moved.lm_head.weight.add_(
+            0.05 * torch.randn(moved.lm_head.weight.shape, generator=torch.Generator().manual_seed(0))
+        )
     moved.save_pretrained(tmp_path / "moved")
     for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
         (tmp_path / "moved" / name).write_bytes((base / name).read_bytes())

@@ -2,6 +2,7 @@
 num_proc=2 gives num_proc=1's samples; a retry (new process objects, same inputs) reads the cache
 without tokenizing; any changed input tokenizes again; bad rows keep their one-line errors; with
 torch.distributed up, one rank per node tokenizes while the others wait."""
+
 from __future__ import annotations
 
 import json
@@ -29,6 +30,7 @@ T = tiny_dir()
 
 def load_tok():
     from transformers import AutoTokenizer
+
     return AutoTokenizer.from_pretrained(T / "tokenizer")
 
 
@@ -44,8 +46,17 @@ def cache(tmp_path, monkeypatch) -> Path:
 
 
 def sft_cfg(**kw) -> SFTConfig:
-    return SFTConfig(**{"pretrain": "m", "dataset": "d", "input_key": "input", "output_key": "output",
-                        "apply_chat_template": True, "max_len": 48, **kw})
+    return SFTConfig(
+        **{
+            "pretrain": "m",
+            "dataset": "d",
+            "input_key": "input",
+            "output_key": "output",
+            "apply_chat_template": True,
+            "max_len": 48,
+            **kw,
+        }
+    )
 
 
 class CountingSFT(SFTTokenizer):
@@ -53,7 +64,7 @@ class CountingSFT(SFTTokenizer):
 
     def columns(self, row, index):
         if index == 0:
-            time.sleep(float(os.environ.get("FIRST_ROW_DELAY", "0")))   # widens the window two ranks could race in
+            time.sleep(float(os.environ.get("FIRST_ROW_DELAY", "0")))  # widens the window two ranks could race in
         with open(os.environ["COUNT_FILE"], "a") as f:
             f.write(f"{os.environ.get('RANK', '0')}\n")
         return super().columns(row, index)
@@ -71,16 +82,37 @@ def tokenizers(tok):
     """(row tokenizer, rows) for each kind: SFT, RM pairs (EOS end, margins), DPO pairs, KTO, PPO prompts."""
     pref = [dict(r, margin=i / 10) for i, r in enumerate(read_rows(f"json@{T / 'preference'}", "train")[:80])]
     kto = read_rows(f"json@{T / 'unpaired'}", "train")[:80]
-    ppo = PPOConfig(pretrain="m", remote_rm_url="r.py", prompt_data="p", input_key="input", label_key="label",
-                    prompt_max_len=30)
+    ppo = PPOConfig(
+        pretrain="m", remote_rm_url="r.py", prompt_data="p", input_key="input", label_key="label", prompt_max_len=30
+    )
     return [
         (SFTTokenizer(tok, sft_cfg(max_len=40), "sft"), sft_rows().dicts()),
-        (PairTokenizer(tok, RMConfig(pretrain="m", dataset="d", prompt_key="prompt", apply_chat_template=True,
-                                     max_len=40), "rm", end_at_eos=True, use_margin=True), pref),
-        (PairTokenizer(tok, DPOConfig(pretrain="m", dataset="d", prompt_key="prompt", max_len=64,
-                                      input_template="User: {}\nAssistant: "), "dpo"), pref),
-        (UnpairedTokenizer(tok, KTOConfig(pretrain="m", dataset="d", input_key="input", output_key="output",
-                                          max_len=40), "kto"), kto),
+        (
+            PairTokenizer(
+                tok,
+                RMConfig(pretrain="m", dataset="d", prompt_key="prompt", apply_chat_template=True, max_len=40),
+                "rm",
+                end_at_eos=True,
+                use_margin=True,
+            ),
+            pref,
+        ),
+        (
+            PairTokenizer(
+                tok,
+                DPOConfig(
+                    pretrain="m", dataset="d", prompt_key="prompt", max_len=64, input_template="User: {}\nAssistant: "
+                ),
+                "dpo",
+            ),
+            pref,
+        ),
+        (
+            UnpairedTokenizer(
+                tok, KTOConfig(pretrain="m", dataset="d", input_key="input", output_key="output", max_len=40), "kto"
+            ),
+            kto,
+        ),
         (PromptTokenizer(tok, ppo, "prompts"), read_rows(f"json@{T / 'prompts'}", "train")[:80]),
     ]
 
@@ -90,9 +122,9 @@ def test_num_proc_2_gives_the_samples_of_num_proc_1(tok, tmp_path, monkeypatch):
         mixed = Rows([to_line(r) for r in rows])
         monkeypatch.setenv(CACHE_ENV, str(tmp_path / f"one{i}"))
         one = tokenize(mixed, t, 1)
-        monkeypatch.setenv(CACHE_ENV, str(tmp_path / f"two{i}"))   # its own cache: really tokenized twice
+        monkeypatch.setenv(CACHE_ENV, str(tmp_path / f"two{i}"))  # its own cache: really tokenized twice
         two = tokenize(mixed, t, 2)
-        assert one == two == t.finish(columns_of(t, rows), len(rows))   # = the in-process loop
+        assert one == two == t.finish(columns_of(t, rows), len(rows))  # = the in-process loop
         assert len(list((tmp_path / f"two{i}").glob("*_of_00002.arrow"))) == 2
         assert one, t.source
 
@@ -101,7 +133,7 @@ def test_stats_and_warnings_come_through_the_cache(tok, cache, caplog):
     rows = sft_rows()
     t = SFTTokenizer(tok, sft_cfg(max_len=20), "sft")
     plain, stats = SFTTokenizer(tok, sft_cfg(max_len=20), "sft")(rows.dicts())
-    for _ in range(2):   # tokenized, then read back
+    for _ in range(2):  # tokenized, then read back
         caplog.clear()
         assert tokenize(rows, t, 1) == plain and t.stats == stats and stats.truncated > 0
         assert "were truncated" in caplog.text
@@ -145,6 +177,7 @@ def test_a_changed_input_does_not_reuse_the_cache(tok, cache, tmp_path, monkeypa
 def test_settings_name_every_config_field_a_tokenizer_reads(tok):
     """The cache key holds `settings()`: a field read by `columns` but missing there would let a
     changed flag reuse stale tokens."""
+
     class Recording:
         def __init__(self, cfg):
             self.cfg, self.read = cfg, set()
@@ -160,23 +193,27 @@ def test_settings_name_every_config_field_a_tokenizer_reads(tok):
         assert t.cfg.read <= set(t.settings()), (t.source, t.cfg.read - set(t.settings()))
 
 
-@pytest.mark.parametrize("cls, argv", [
-    (SFTConfig, ["--pretrain", "m", "--dataset", "d", "--output_key", "o"]),
-    (PPOConfig, ["--pretrain", "m", "--prompt_data", "p", "--remote_rm_url", "r.py"]),
-])
+@pytest.mark.parametrize(
+    "cls, argv",
+    [
+        (SFTConfig, ["--pretrain", "m", "--dataset", "d", "--output_key", "o"]),
+        (PPOConfig, ["--pretrain", "m", "--prompt_data", "p", "--remote_rm_url", "r.py"]),
+    ],
+)
 def test_dataset_num_proc_is_a_flag_a_yaml_key_and_a_flow_parameter_outside_the_identity(cls, argv, tmp_path):
     from dataclasses import replace
 
     from alignflow.tasks.params import stage_overrides
     from alignflow.tasks.stage_spec import identity_hash
     from alignment.config import ConfigError, parse_args
+
     yaml = tmp_path / "c.yaml"
     yaml.write_text("dataset_num_proc: 3\n")
     assert parse_args(cls, [*argv, "--dataset_num_proc", "4"]).dataset_num_proc == 4
     cfg = parse_args(cls, [*argv, "--config", str(yaml)])
     assert cfg.dataset_num_proc == 3 and parse_args(cls, argv).dataset_num_proc == 0
     assert stage_overrides(cls, "X")(dataset_num_proc=2).dataset_num_proc == 2
-    assert identity_hash("x", cfg) == identity_hash("x", replace(cfg, dataset_num_proc=0))   # same tokens either way
+    assert identity_hash("x", cfg) == identity_hash("x", replace(cfg, dataset_num_proc=0))  # same tokens either way
     with pytest.raises(ConfigError, match="--dataset_num_proc -1: must be >= 0"):
         parse_args(cls, [*argv, "--dataset_num_proc", "-1"])
 
@@ -197,7 +234,7 @@ def test_bad_json_line_still_names_file_and_line(tok, cache, tmp_path):
 
 def bad_rows_file(tmp_path: Path) -> Path:
     rows = [{"input": f"q{i}", "output": "a"} for i in range(200)]
-    rows[150] = {"input": 5, "output": "a"}     # in the second of two shards
+    rows[150] = {"input": 5, "output": "a"}  # in the second of two shards
     rows[190] = {"question": "q", "output": "a"}
     path = tmp_path / "rows.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -210,32 +247,62 @@ def test_bad_row_inside_map_with_num_proc_2(tok, cache, tmp_path):
     with pytest.raises(DataError) as e:
         load_train_eval(cfg, lambda src: SFTTokenizer(tok, cfg, src))
     # the first bad row, as one process reports it
-    assert str(e.value) == (f"{path} row 150: --input_key 'input' is a number (5); expected a string or a list "
-                            f"of {{role, content}} messages")
+    assert str(e.value) == (
+        f"{path} row 150: --input_key 'input' is a number (5); expected a string or a list "
+        f"of {{role, content}} messages"
+    )
 
 
 def test_cli_prints_a_bad_row_of_num_proc_2_as_one_line(tiny_base, tmp_path):
     path = bad_rows_file(tmp_path)
     proc = subprocess.run(
-        [sys.executable, "-m", "alignment.cli.train_sft", "--pretrain", str(tiny_base), "--dataset", str(path),
-         "--input_key", "input", "--output_key", "output", "--dataset_num_proc", "2", "--max_len", "32",
-         "--train_batch_size", "8", "--micro_train_batch_size", "8", "--save_path", str(tmp_path / "out"),
-         "--ckpt_path", str(tmp_path / "ckpt")],
-        env=python_env(**{CACHE_ENV: str(tmp_path / "tokenized")}), capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "alignment.cli.train_sft",
+            "--pretrain",
+            str(tiny_base),
+            "--dataset",
+            str(path),
+            "--input_key",
+            "input",
+            "--output_key",
+            "output",
+            "--dataset_num_proc",
+            "2",
+            "--max_len",
+            "32",
+            "--train_batch_size",
+            "8",
+            "--micro_train_batch_size",
+            "8",
+            "--save_path",
+            str(tmp_path / "out"),
+            "--ckpt_path",
+            str(tmp_path / "ckpt"),
+        ],
+        env=python_env(**{CACHE_ENV: str(tmp_path / "tokenized")}),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert proc.returncode == 2, proc.stderr[-3000:]
-    assert lines == [f"error: {path} row 150: --input_key 'input' is a number (5); expected a string or a list "
-                     f"of {{role, content}} messages"], proc.stderr[-3000:]
+    assert lines == [
+        f"error: {path} row 150: --input_key 'input' is a number (5); expected a string or a list "
+        f"of {{role, content}} messages"
+    ], proc.stderr[-3000:]
 
 
 def _rank_main(rank: int, port: int, out: str) -> None:
     """One of two ranks on one node (gloo): both tokenize the same rows through the cache."""
     import torch.distributed as dist
+
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2")
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     try:
         rows, t = sft_rows(60), CountingSFT(load_tok(), sft_cfg(), "sft")
-        dist.barrier()   # both ranks reach `tokenize` together, as after the CLI's common start-up
+        dist.barrier()  # both ranks reach `tokenize` together, as after the CLI's common start-up
         samples = tokenize(rows, t, 1)
         Path(out, f"rank{rank}.json").write_text(json.dumps([[s.input_ids, s.loss_mask] for s in samples]))
     finally:
@@ -246,9 +313,10 @@ def test_one_rank_per_node_tokenizes_while_the_others_wait(cache, tmp_path, monk
     import torch.multiprocessing as mp
 
     from alignment.distributed.ray_ranks import free_port
+
     count = tmp_path / "count"
     monkeypatch.setenv("COUNT_FILE", str(count))
-    monkeypatch.setenv("FIRST_ROW_DELAY", "1")   # without the barrier, rank 1 would tokenize meanwhile
+    monkeypatch.setenv("FIRST_ROW_DELAY", "1")  # without the barrier, rank 1 would tokenize meanwhile
     mp.spawn(_rank_main, args=(free_port("127.0.0.1"), str(tmp_path)), nprocs=2, join=True)
     assert counted(count) == ["0"] * 60
     assert json.loads((tmp_path / "rank0.json").read_text()) == json.loads((tmp_path / "rank1.json").read_text())

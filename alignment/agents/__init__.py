@@ -5,9 +5,17 @@ A file written for OpenRLHF runs here after one change, its import line:
 becomes
     from alignment.agents import AgentExecutorBase, AgentInstanceBase
 """
+
 from alignment.agents.contract import AgentError, AgentExecutorBase, AgentInstanceBase
 from alignment.agents.executor import MultiTurnAgentExecutor
 from alignment.agents.llm import Logprob, RequestOutput, SamplingParams
 
-__all__ = ["AgentError", "AgentExecutorBase", "AgentInstanceBase", "MultiTurnAgentExecutor", "Logprob",
-           "RequestOutput", "SamplingParams"]
+__all__ = [
+    "AgentError",
+    "AgentExecutorBase",
+    "AgentInstanceBase",
+    "MultiTurnAgentExecutor",
+    "Logprob",
+    "RequestOutput",
+    "SamplingParams",
+]

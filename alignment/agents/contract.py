@@ -8,13 +8,15 @@ context so far), `action_text` (the turn), `label` and `sampling_params`, and re
 An optional `AgentExecutor` replaces how an episode runs (`execute(...)` returns the episode dict that
 `Episode.of` reads).
 """
+
 from __future__ import annotations
 
 import math
-from alignment.errors import UserError
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
+
+from alignment.errors import UserError
 
 
 class AgentError(UserError, RuntimeError):
@@ -35,8 +37,9 @@ class AgentInstanceBase(ABC):
 
 class AgentExecutorBase(ABC):
     @abstractmethod
-    async def execute(self, prompt: str, label: Any, sampling_params: Any, max_length: int, hf_tokenizer: Any,
-                      llm_engine: Any) -> dict:
+    async def execute(
+        self, prompt: str, label: Any, sampling_params: Any, max_length: int, hf_tokenizer: Any, llm_engine: Any
+    ) -> dict:
         raise NotImplementedError("AgentExecutorBase.execute is not implemented")
 
 
@@ -59,6 +62,7 @@ def flag(value: Any, what: str) -> bool:
 @dataclass
 class StepResult:
     """What one `step` returned."""
+
     reward: float
     score: float | None
     feedback: str
@@ -69,8 +73,10 @@ class StepResult:
     @staticmethod
     def of(out: Any, where: str) -> "StepResult":
         if not isinstance(out, dict):
-            raise AgentError(f"{where}: step returned {type(out).__name__}; return a dict with rewards, "
-                             f"environment_feedback and done")
+            raise AgentError(
+                f"{where}: step returned {type(out).__name__}; return a dict with rewards, "
+                f"environment_feedback and done"
+            )
         missing = [k for k in ("rewards", "environment_feedback", "done") if k not in out]
         if missing:
             raise AgentError(f"{where}: step's dict lacks {missing}; it has {sorted(out)}")
@@ -78,10 +84,14 @@ class StepResult:
         if not isinstance(feedback, str):
             raise AgentError(f"{where}: environment_feedback must be text, got {type(feedback).__name__}")
         score = out.get("scores")
-        return StepResult(number(out["rewards"], f"{where}: rewards"),
-                          None if score is None else number(score, f"{where}: scores"), feedback,
-                          flag(out["done"], f"{where}: done"), out.get("sampling_params"),
-                          extra_logs(out.get("extra_logs"), where))
+        return StepResult(
+            number(out["rewards"], f"{where}: rewards"),
+            None if score is None else number(score, f"{where}: scores"),
+            feedback,
+            flag(out["done"], f"{where}: done"),
+            out.get("sampling_params"),
+            extra_logs(out.get("extra_logs"), where),
+        )
 
 
 def observation(first: Any, where: str) -> str:

@@ -7,6 +7,7 @@ is exactly what the engine sampled.
 Rewards of all turns add up to the episode's reward (so rewards may come per turn or only at the end);
 the score (for dynamic filtering) and extra_logs are the last turn's.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -33,13 +34,24 @@ class MultiTurnAgentExecutor(AgentExecutorBase):
             raise AgentError(f"{where}: AgentInstance must subclass alignment.agents.AgentInstanceBase")
         self.cls, self.max_turns, self.step_timeout, self.where = agent_instance_cls, max_turns, step_timeout, where
 
-    async def execute(self, prompt: str, label: Any, sampling_params: Any, max_length: int, hf_tokenizer: Any,
-                      llm_engine: Any, prompt_ids: list[int] | None = None) -> dict:
+    async def execute(
+        self,
+        prompt: str,
+        label: Any,
+        sampling_params: Any,
+        max_length: int,
+        hf_tokenizer: Any,
+        llm_engine: Any,
+        prompt_ids: list[int] | None = None,
+    ) -> dict:
         """`prompt_ids`: the prompt as the dataset tokenized it, used when reset leaves the observation unchanged."""
         env = await make_instance(self.cls)
         text = observation(await env.reset({"observation": prompt, "label": label}), self.where)
-        tokens = (list(prompt_ids) if prompt_ids is not None and text == prompt
-                  else hf_tokenizer(text, add_special_tokens=False)["input_ids"])
+        tokens = (
+            list(prompt_ids)
+            if prompt_ids is not None and text == prompt
+            else hf_tokenizer(text, add_special_tokens=False)["input_ids"]
+        )
         params = as_params(sampling_params)
         turn_cap = params.max_tokens
         ranges: list[tuple[int, int]] = []
@@ -65,15 +77,24 @@ class MultiTurnAgentExecutor(AgentExecutorBase):
             if last.sampling_params is not None:
                 params = as_params(last.sampling_params)
                 turn_cap = params.max_tokens
-        return {"prompt": prompt, "label": label, "reward": total,
-                "scores": total if last.score is None else last.score, "observation_tokens": tokens,
-                "action_ranges": ranges, "rollout_log_probs": logprobs, "extra_logs": last.extra_logs,
-                "done": last.done}
+        return {
+            "prompt": prompt,
+            "label": label,
+            "reward": total,
+            "scores": total if last.score is None else last.score,
+            "observation_tokens": tokens,
+            "action_ranges": ranges,
+            "rollout_log_probs": logprobs,
+            "extra_logs": last.extra_logs,
+            "done": last.done,
+        }
 
     async def _step(self, env: AgentInstanceBase, states: dict, turn: int) -> StepResult:
         try:
             out = await asyncio.wait_for(env.step(states), self.step_timeout)
         except asyncio.TimeoutError:
-            raise AgentError(f"{self.where}: step of turn {turn} did not return within --agent_step_timeout "
-                             f"{self.step_timeout:g} s; make it faster or raise the timeout") from None
+            raise AgentError(
+                f"{self.where}: step of turn {turn} did not return within --agent_step_timeout "
+                f"{self.step_timeout:g} s; make it faster or raise the timeout"
+            ) from None
         return StepResult.of(out, f"{self.where} (turn {turn})")

@@ -6,6 +6,7 @@ finished, the queue goes to the rollout engines as one batch (grouped by samplin
 concurrently as asyncio tasks, and the engines see batches as large as the number of live episodes, not one
 request at a time.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -19,10 +20,11 @@ from alignment.rollout.types import SamplingParams as EngineParams
 @dataclass
 class SamplingParams:
     """vLLM's names for the settings of one turn; a step may return a changed copy for the next turn."""
+
     max_tokens: int
     temperature: float = 1.0
     top_p: float = 1.0
-    logprobs: int | None = None     # not None: return each sampled token's log-prob
+    logprobs: int | None = None  # not None: return each sampled token's log-prob
     n: int = 1
 
 
@@ -36,7 +38,7 @@ class Completion:
     token_ids: list[int]
     text: str
     logprobs: list[dict[int, Logprob]] | None
-    finish_reason: str              # "stop" (eos) or "length"
+    finish_reason: str  # "stop" (eos) or "length"
 
 
 @dataclass
@@ -53,7 +55,7 @@ class BatchingEngine:
     def __init__(self, generate_batch: GenerateBatch, tokenizer: Any, seed: int, greedy: bool = False):
         self.generate_batch, self.tokenizer, self.seed, self.greedy = generate_batch, tokenizer, seed, greedy
         self.live = 0
-        self.closed = False   # an episode failed: the run stops, nothing more is generated
+        self.closed = False  # an episode failed: the run stops, nothing more is generated
         self.queue: list[tuple[list[int], SamplingParams, asyncio.Future]] = []
         self.batches = 0
 
@@ -81,12 +83,19 @@ class BatchingEngine:
         try:
             for (max_tokens, temperature, top_p, logprobs), rows in groups.items():
                 self.batches += 1
-                params = EngineParams(max_tokens, temperature, top_p, 1, greedy=self.greedy,
-                                      seed=self.seed * 1_000_003 + self.batches, logprobs=logprobs)
+                params = EngineParams(
+                    max_tokens,
+                    temperature,
+                    top_p,
+                    1,
+                    greedy=self.greedy,
+                    seed=self.seed * 1_000_003 + self.batches,
+                    logprobs=logprobs,
+                )
                 out = self.generate_batch([queue[k][0] for k in rows], params)
                 for j, k in enumerate(rows):
                     queue[k][2].set_result(self._request_output(queue[k][0], out, j, logprobs))
-        except Exception as e:    # every waiting episode fails with the engine's error
+        except Exception as e:  # every waiting episode fails with the engine's error
             for _, _, future in queue:
                 if not future.done():
                     future.set_exception(e)
@@ -105,5 +114,10 @@ def as_params(p: Any) -> SamplingParams:
     get = p.get if isinstance(p, dict) else (lambda k, d=None: getattr(p, k, d))
     if get("max_tokens") is None:
         raise TypeError(f"sampling_params {p!r} has no max_tokens; pass the SamplingParams the step was given")
-    return SamplingParams(int(get("max_tokens")), float(get("temperature", 1.0)), float(get("top_p", 1.0)),
-                          get("logprobs"), int(get("n", 1) or 1))
+    return SamplingParams(
+        int(get("max_tokens")),
+        float(get("temperature", 1.0)),
+        float(get("top_p", 1.0)),
+        get("logprobs"),
+        int(get("n", 1) or 1),
+    )

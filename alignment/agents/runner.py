@@ -7,6 +7,7 @@ after it — model turns and environment feedback — as the "response", with `R
 model's tokens and 0 on the feedback's, so feedback is context for later turns but never in the loss and
 never given an advantage.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -32,13 +33,14 @@ class AgentSettings:
     path: str
     max_turns: int
     step_timeout: float
-    max_length: int       # prompt + every turn and feedback, in tokens
-    turn_tokens: int      # most new tokens per model turn (--generate_max_len)
+    max_length: int  # prompt + every turn and feedback, in tokens
+    turn_tokens: int  # most new tokens per model turn (--generate_max_len)
 
 
 @dataclass
 class Episodes:
     """One iteration's episodes as PPO consumes them."""
+
     rollout: Rollout
     scored: Scored
     metrics: dict[str, float] = field(default_factory=dict)
@@ -54,13 +56,19 @@ def load_agent_file(path: str) -> tuple[type, type | None]:
     try:
         spec.loader.exec_module(module)
     except ModuleNotFoundError as e:
-        hint = (" (a file written for OpenRLHF: change `from openrlhf.utils.agent import ...` to `from alignment.agents "
-                "import ...`)" if e.name and e.name.startswith("openrlhf") else "")
+        hint = (
+            " (a file written for OpenRLHF: change `from openrlhf.utils.agent import ...` to `from alignment.agents "
+            "import ...`)"
+            if e.name and e.name.startswith("openrlhf")
+            else ""
+        )
         raise AgentError(f"--agent_func_path {path}: {e}{hint}") from None
     instance = getattr(module, "AgentInstance", None)
     if not (isinstance(instance, type) and issubclass(instance, AgentInstanceBase)):
-        raise AgentError(f"--agent_func_path {path}: define `class AgentInstance(AgentInstanceBase)` with async "
-                         f"reset(states) and step(states)")
+        raise AgentError(
+            f"--agent_func_path {path}: define `class AgentInstance(AgentInstanceBase)` with async "
+            f"reset(states) and step(states)"
+        )
     executor = getattr(module, "AgentExecutor", None)
     if executor is not None and not (isinstance(executor, type) and issubclass(executor, AgentExecutorBase)):
         raise AgentError(f"--agent_func_path {path}: AgentExecutor must subclass AgentExecutorBase")
@@ -79,8 +87,17 @@ class AgentRunner:
         takes_cls = len(inspect.signature(self.executor_cls).parameters) > 0
         return self.executor_cls(self.instance_cls) if takes_cls else self.executor_cls()
 
-    def run(self, prompts: list[PromptSample], n: int, generate: GenerateBatch, seed: int, temperature: float,
-            top_p: float, logprobs: bool, greedy: bool = False) -> Episodes:
+    def run(
+        self,
+        prompts: list[PromptSample],
+        n: int,
+        generate: GenerateBatch,
+        seed: int,
+        temperature: float,
+        top_p: float,
+        logprobs: bool,
+        greedy: bool = False,
+    ) -> Episodes:
         """n episodes per prompt, in prompt order (n consecutive rows per prompt, as group estimators expect)."""
         engine = BatchingEngine(generate, self.tokenizer, seed, greedy)
         params = SamplingParams(self.s.turn_tokens, temperature, top_p, 0 if logprobs else None)
@@ -97,8 +114,11 @@ class AgentRunner:
         means = {name: sum(d[name] for d in logs if name in d) / sum(1 for d in logs if name in d) for name in names}
         episodes.scored = Scored(torch.tensor(rewards), torch.tensor(scores), means)
         model_tokens = sum(sum(m) for m in episodes.rollout.loss_mask)
-        episodes.metrics = {"agent/turns": sum(turns) / len(turns), "agent/engine_batches": float(engine.batches),
-                            "agent/feedback_token_fraction": env_tokens / max(1, env_tokens + model_tokens)}
+        episodes.metrics = {
+            "agent/turns": sum(turns) / len(turns),
+            "agent/engine_batches": float(engine.batches),
+            "agent/feedback_token_fraction": env_tokens / max(1, env_tokens + model_tokens),
+        }
         return episodes
 
     async def _all(self, engine: BatchingEngine, jobs: list[tuple[int, PromptSample]], params: SamplingParams) -> list:
@@ -116,14 +136,23 @@ class AgentRunner:
         executor = self._executor()
         kwargs = {"prompt_ids": prompt.ids} if isinstance(executor, MultiTurnAgentExecutor) else {}
         try:
-            return await executor.execute(prompt.text, prompt.label, SamplingParams(**vars(params)), self.s.max_length,
-                                          self.tokenizer, engine, **kwargs)
+            return await executor.execute(
+                prompt.text,
+                prompt.label,
+                SamplingParams(**vars(params)),
+                self.s.max_length,
+                self.tokenizer,
+                engine,
+                **kwargs,
+            )
         except AgentError as err:
             raise AgentError(f"{err} (episode {e})") from None
-        except Exception as err:   # the user's code: where it failed, on one line
+        except Exception as err:  # the user's code: where it failed, on one line
             frame = traceback.extract_tb(err.__traceback__)[-1]
-            raise AgentError(f"{self.s.path}: episode {e} failed in {frame.name} (line {frame.lineno} of "
-                             f"{Path(frame.filename).name}): {type(err).__name__}: {err}") from None
+            raise AgentError(
+                f"{self.s.path}: episode {e} failed in {frame.name} (line {frame.lineno} of "
+                f"{Path(frame.filename).name}): {type(err).__name__}: {err}"
+            ) from None
         finally:
             engine.episode_ended()
 
@@ -132,21 +161,38 @@ class AgentRunner:
         if not isinstance(out, dict) or "observation_tokens" not in out or "action_ranges" not in out:
             raise AgentError(f"{where}: execute must return a dict with observation_tokens, action_ranges, reward")
         tokens, ranges = list(out["observation_tokens"]), [tuple(r) for r in out["action_ranges"]]
-        if not ranges or any(not (0 < a <= b <= len(tokens)) for a, b in ranges) or \
-                any(b1 > a2 for (_, b1), (a2, _) in zip(ranges, ranges[1:])):
-            raise AgentError(f"{where}: action_ranges {ranges} must be ordered, non-overlapping spans after the "
-                             f"prompt within the {len(tokens)} observation tokens")
-        start, end = ranges[0][0], ranges[-1][1]     # feedback after the last turn is context for nothing
+        if (
+            not ranges
+            or any(not (0 < a <= b <= len(tokens)) for a, b in ranges)
+            or any(b1 > a2 for (_, b1), (a2, _) in zip(ranges, ranges[1:]))
+        ):
+            raise AgentError(
+                f"{where}: action_ranges {ranges} must be ordered, non-overlapping spans after the "
+                f"prompt within the {len(tokens)} observation tokens"
+            )
+        start, end = ranges[0][0], ranges[-1][1]  # feedback after the last turn is context for nothing
         mask = [0] * (end - start)
         for a, b in ranges:
-            mask[a - start:b - start] = [1] * (b - a)
+            mask[a - start : b - start] = [1] * (b - a)
         lps = out.get("rollout_log_probs")
         reward = number(out.get("reward"), f"{where}: reward")
         score = out.get("scores")
-        row = Rollout([tokens[:start]], [tokens[start:end]], [0], [bool(out.get("done", True))],
-                      [list(lps[start:end])] if lps is not None else [], [mask])
-        return _Row(row, reward, reward if score is None else number(score, f"{where}: scores"),
-                    extra_logs(out.get("extra_logs"), where), len(ranges), mask.count(0))
+        row = Rollout(
+            [tokens[:start]],
+            [tokens[start:end]],
+            [0],
+            [bool(out.get("done", True))],
+            [list(lps[start:end])] if lps is not None else [],
+            [mask],
+        )
+        return _Row(
+            row,
+            reward,
+            reward if score is None else number(score, f"{where}: scores"),
+            extra_logs(out.get("extra_logs"), where),
+            len(ranges),
+            mask.count(0),
+        )
 
 
 @dataclass

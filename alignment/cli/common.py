@@ -1,5 +1,6 @@
 """What every `python -m alignment.cli.*` entry point shares: the wandb key moved out of argv,
 logging and one-line errors."""
+
 from __future__ import annotations
 
 import os
@@ -18,6 +19,7 @@ __all__ = ["run_main", "setup_logging"]
 def _close_progress_bars() -> None:
     """An open tqdm bar leaves its line unterminated; close it so the error starts its own line."""
     from tqdm import tqdm
+
     for bar in list(getattr(tqdm, "_instances", ())):
         bar.close()
 
@@ -27,9 +29,10 @@ def _close_process_group() -> None:
     writing (batch_inference's non-main ranks after the gather) otherwise tears down gloo's threads
     under a live peer: `terminate called without an active exception`, SIGABRT, and torchrun fails
     a run that succeeded."""
-    if "torch" not in sys.modules:   # a CLI that never imported torch has no group to close
+    if "torch" not in sys.modules:  # a CLI that never imported torch has no group to close
         return
     import torch.distributed as dist
+
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
@@ -54,7 +57,7 @@ def argv_without_wandb_key(args: list[str]) -> tuple[list[str], str | None]:
             continue
         if not eq:
             if i + 1 >= len(args) or args[i + 1].startswith("-"):
-                continue                      # no value: argparse reports it
+                continue  # no value: argparse reports it
             value = args[i + 1]
         if not value or value.lower() in WANDB_SWITCHES:
             continue
@@ -73,12 +76,12 @@ def _reexec_without_wandb_key() -> None:
     interpreter options (-m, -X, -u) and arguments, the key's place taken by `env`. The key stays
     visible only from the interpreter's start to here; a launcher (deepspeed, torchrun) keeps its own argv."""
     args, key = argv_without_wandb_key(sys.argv[1:])
-    tail = sys.orig_argv[len(sys.orig_argv) - len(args):] if args else []
-    if key is None or tail != sys.argv[1:]:   # no key, or sys.argv was rewritten in-process: not ours to re-run
+    tail = sys.orig_argv[len(sys.orig_argv) - len(args) :] if args else []
+    if key is None or tail != sys.argv[1:]:  # no key, or sys.argv was rewritten in-process: not ours to re-run
         return
     os.environ["WANDB_API_KEY"] = key
     # sys.orig_argv (3.10+): the interpreter's own command line, options and `-m module` before sys.argv[1:]
-    head = sys.orig_argv[:len(sys.orig_argv) - len(args)]
+    head = sys.orig_argv[: len(sys.orig_argv) - len(args)]
     sys.stdout.flush()
     sys.stderr.flush()
     # argv[0] is the absolute interpreter path: Python finds its venv from it, not from a bare "python"
@@ -86,14 +89,14 @@ def _reexec_without_wandb_key() -> None:
 
 
 def run_main(main: Callable[[list[str] | None], object], argv: list[str] | None = None) -> None:
-    if argv is None:   # argv from the command line (a list given by a caller was never on it)
+    if argv is None:  # argv from the command line (a list given by a caller was never on it)
         _reexec_without_wandb_key()
     setup_logging()
     interrupt.install()
     try:
         main(argv)
         _close_process_group()
-    except TransientError as e:   # before UserError: a StoreUnavailable is also a StorageError
+    except TransientError as e:  # before UserError: a StoreUnavailable is also a StorageError
         _close_progress_bars()
         print(f"error: {e} (a transient fault: run it again later; a flow retries it)", file=sys.stderr)
         sys.exit(EXIT_TRANSIENT)
@@ -101,9 +104,9 @@ def run_main(main: Callable[[list[str] | None], object], argv: list[str] | None 
         _close_progress_bars()
         print(f"error: {e}", file=sys.stderr)
         sys.exit(EXIT_INPUT)
-    except KeyboardInterrupt:   # Ctrl-C, or SIGTERM (interrupt.install): one line, not a traceback
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (interrupt.install): one line, not a traceback
         _close_progress_bars()
         print(interrupt.line(), file=sys.stderr)
         sys.exit(interrupt.exit_status())
     finally:
-        release_all()   # the output's lease (alignment/lease.py), taken by preflight.check_outputs
+        release_all()  # the output's lease (alignment/lease.py), taken by preflight.check_outputs

@@ -1,6 +1,7 @@
 """python -m alignment.cli.eval_tiny --pretrain DIR|URI [--limit N] [--save_json URI]: held-out
 greedy accuracy on the arithmetic task, printed as JSON. --save_json writes the JSON into the store
 (atomically), next to the model it measured, and prints one line; the pipeline reads it from there."""
+
 import argparse
 import json
 

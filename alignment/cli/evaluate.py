@@ -10,6 +10,7 @@
 The flows run it as their `evaluate` stage (gated promotion, comparisons, before/after figures);
 --num_nodes x --num_gpus_per_node ranks split the rows between them on Ray.
 """
+
 from __future__ import annotations
 
 from alignment.cli.common import run_main
@@ -22,21 +23,30 @@ from alignment.distributed import ray_ranks
 def main(argv: list[str] | None = None) -> dict:
     cfg = parse_args(EvaluateConfig, argv, prog="alignment.cli.evaluate")
     check_outputs(cfg)
-    if ray_ranks.on_ray(cfg):     # a Ray job, or more than one rank: place the ranks on Ray
+    if ray_ranks.on_ray(cfg):  # a Ray job, or more than one rank: place the ranks on Ray
         return ray_ranks.run_ranks(main, argv, cfg, "evaluate")
     from alignment.distributed.collectives import gather_to_main
     from alignment.distributed.runtime import init_runtime
-    from alignment.inference.evaluate import (generate_values, load_eval_rows, pair_values, perplexity_values,
-                                              write_evaluation)
+    from alignment.inference.evaluate import (
+        generate_values,
+        load_eval_rows,
+        pair_values,
+        perplexity_values,
+        write_evaluation,
+    )
     from alignment.models.builder import prepare
     from alignment.rewards.scorer import make_reward
 
     rt = init_runtime(-1, cfg.num_threads)
     setup = prepare(cfg, rt)
     rows = load_eval_rows(cfg, setup.tokenizer)
-    mine = rows[rt.rank::rt.world_size]
+    mine = rows[rt.rank :: rt.world_size]
     if cfg.eval_task == "generate":
-        reward = make_reward(cfg, setup.tokenizer, setup.precision.dtype, setup.attn, rt.device) if cfg.has_reward() else None
+        reward = (
+            make_reward(cfg, setup.tokenizer, setup.precision.dtype, setup.attn, rt.device)
+            if cfg.has_reward()
+            else None
+        )
         values = generate_values(cfg, setup, rt, mine, reward)
     elif cfg.eval_task == "pairs":
         values = pair_values(cfg, setup, rt, mine)

@@ -1,6 +1,7 @@
 """python -m alignment.cli.import_model SRC --save_path URI: commit a model made elsewhere (a .gguf
 file, an HF folder, an s3:// folder without MANIFEST.json, a hub name) as a plain Hugging Face folder
 in the store, ready for `--pretrain URI` and plain `from_pretrained` (alignment/models/importing.py)."""
+
 from __future__ import annotations
 
 from alignment.cli.common import run_main
@@ -10,11 +11,13 @@ from alignment.config.stages import ImportModelConfig
 
 def main(argv: list[str] | None = None) -> dict:
     import sys
+
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and not argv[0].startswith("-"):   # SRC first, as `cp SRC DEST` reads
+    if argv and not argv[0].startswith("-"):  # SRC first, as `cp SRC DEST` reads
         argv = ["--source", *argv]
     cfg = parse_args(ImportModelConfig, argv, prog="alignment.cli.import_model")
     from alignment.models.importing import import_model
+
     manifest = import_model(cfg)
     print(cfg.save_path)
     return manifest

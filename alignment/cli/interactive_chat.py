@@ -5,6 +5,7 @@ model in the terminal, as OpenRLHF's interactive_chat.
 streams as it is generated; the whole conversation so far is the next prompt (oldest turns dropped
 past --max_len). Commands: /reset clears the history; /exit or Ctrl-D quits.
 """
+
 from __future__ import annotations
 
 from alignment.cli.common import run_main
@@ -17,6 +18,7 @@ def render(tokenizer, messages: list[dict], apply_chat_template: bool) -> str:
     """The conversation as the model sees it, ending where the assistant's next reply starts."""
     if apply_chat_template:
         from alignment.datasets.formatting import chat
+
         return chat(tokenizer, messages, add_generation_prompt=True)
     return "".join(f"{m['role'].capitalize()}: {m['content']}\n" for m in messages) + "Assistant: "
 
@@ -29,7 +31,7 @@ def fit(tokenizer, messages: list[dict], cfg: ChatConfig) -> tuple[list[int], in
         ids = tokenizer(render(tokenizer, messages, cfg.apply_chat_template), add_special_tokens=False)["input_ids"]
         if len(ids) + cfg.max_new_tokens <= cfg.max_len or len(messages) <= 1:
             return ids, min(cfg.max_new_tokens, cfg.max_len - len(ids))
-        del messages[:2]          # a user message and its reply, so the history still starts with the user
+        del messages[:2]  # a user message and its reply, so the history still starts with the user
         print(f"[oldest turn dropped to stay within --max_len {cfg.max_len}]")
 
 
@@ -45,13 +47,20 @@ def load_model(cfg: ChatConfig):
 
     # One process and no process group: a world of one is all prepare() needs to pick precision/attention.
     rt = Runtime(0, 1, 0, 1, "cuda" if torch.cuda.is_available() else "cpu")
-    setup = prepare(cfg, rt)      # fetches --pretrain and loads the tokenizer
+    setup = prepare(cfg, rt)  # fetches --pretrain and loads the tokenizer
     tok = setup.tokenizer
     if cfg.apply_chat_template:
         require_chat_template(tok, cfg.pretrain, "drop --apply_chat_template for plain User:/Assistant: text")
-    model = load_causal_lm(setup.path, setup.precision.dtype, setup.attn, load_in_4bit=cfg.load_in_4bit,
-                           trust_remote_code=setup.trust_remote_code)
-    model = (model if cfg.load_in_4bit else model.to(rt.torch_device)).eval()   # bitsandbytes places 4-bit weights itself
+    model = load_causal_lm(
+        setup.path,
+        setup.precision.dtype,
+        setup.attn,
+        load_in_4bit=cfg.load_in_4bit,
+        trust_remote_code=setup.trust_remote_code,
+    )
+    model = (
+        model if cfg.load_in_4bit else model.to(rt.torch_device)
+    ).eval()  # bitsandbytes places 4-bit weights itself
     return model, tok, rt, setup.precision.label
 
 
@@ -65,18 +74,21 @@ def main(argv: list[str] | None = None) -> None:
     from transformers import TextStreamer, set_seed
 
     model, tok, rt, label = load_model(cfg)
-    sampling = ({"do_sample": False} if cfg.greedy else
-                {"do_sample": True, "temperature": cfg.temperature, "top_p": cfg.top_p})
+    sampling = (
+        {"do_sample": False} if cfg.greedy else {"do_sample": True, "temperature": cfg.temperature, "top_p": cfg.top_p}
+    )
     set_seed(cfg.seed)
-    print(f"[chatting with {cfg.pretrain} on {rt.device}, {label}; "
-          f"{RESET} clears the history, {EXIT} or Ctrl-D quits]")
+    print(
+        f"[chatting with {cfg.pretrain} on {rt.device}, {label}; "
+        f"{RESET} clears the history, {EXIT} or Ctrl-D quits]"
+    )
 
     messages: list[dict] = []
     while True:
         try:
             line = input("User: ").strip()
         except (EOFError, KeyboardInterrupt):
-            print()               # leave the shell prompt on a line of its own
+            print()  # leave the shell prompt on a line of its own
             return
         if not line:
             continue
@@ -96,17 +108,23 @@ def main(argv: list[str] | None = None) -> None:
         prompt = torch.tensor([ids], device=rt.torch_device)
         try:
             with torch.no_grad():
-                out = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=budget,
-                                     pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
-                                     streamer=TextStreamer(tok, skip_prompt=True, skip_special_tokens=True),
-                                     **sampling)
+                out = model.generate(
+                    prompt,
+                    attention_mask=torch.ones_like(prompt),
+                    max_new_tokens=budget,
+                    pad_token_id=tok.pad_token_id,
+                    eos_token_id=tok.eos_token_id,
+                    streamer=TextStreamer(tok, skip_prompt=True, skip_special_tokens=True),
+                    **sampling,
+                )
         except KeyboardInterrupt:
             # Ctrl-C stops a long reply, not the chat; the unanswered message leaves the history.
             messages.pop()
             print("\n[reply interrupted]")
             continue
-        messages.append({"role": "assistant",
-                         "content": tok.decode(out[0, len(ids):], skip_special_tokens=True).strip()})
+        messages.append(
+            {"role": "assistant", "content": tok.decode(out[0, len(ids) :], skip_special_tokens=True).strip()}
+        )
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ SIGTERM (`kill`, a Ray job being stopped, a scheduler's preemption) is handled l
 `finally` blocks still run (the staged output is removed, the output's lease released) and the exit status
 is the shell's convention for the signal: 130 for SIGINT, 143 for SIGTERM.
 """
+
 from __future__ import annotations
 
 import os
@@ -15,7 +16,7 @@ from typing import Any
 from alignment import storage
 
 _STARTED = time.time()
-_run: dict[str, Any] = {}   # the running stage's outputs, recorded by preflight.check_outputs
+_run: dict[str, Any] = {}  # the running stage's outputs, recorded by preflight.check_outputs
 _signal = {"number": signal.SIGINT}
 _installed_by: dict[str, int] = {}
 
@@ -48,8 +49,8 @@ def exit_status() -> int:
 
 
 def _committed_by_this_run(uri: str) -> bool:
-    if storage.is_remote(uri):   # an object's time is the store's clock, not ours: an interrupt that lands
-        return False             # after the final commit (rare) is then reported as "nothing committed"
+    if storage.is_remote(uri):  # an object's time is the store's clock, not ours: an interrupt that lands
+        return False  # after the final commit (rare) is then reported as "nothing committed"
     manifest = os.path.join(uri.removeprefix("file://"), storage.MANIFEST)
     return os.path.exists(manifest) and os.path.getmtime(manifest) >= _STARTED
 
@@ -65,10 +66,12 @@ def line() -> str:
         if _committed_by_this_run(save):
             return f"interrupted ({name}) after this run committed {flag} {save}: nothing to redo"
         latest = storage.get_latest(ckpt, "global_step") if ckpt else None
-    except storage.StorageError as e:   # the store is why it hung: say what we know
+    except storage.StorageError as e:  # the store is why it hung: say what we know
         return f"interrupted ({name}): this run committed nothing at {flag} {save}; the store did not answer ({e})"
     if latest:
-        return (f"interrupted ({name}): this run committed nothing at {flag} {save}; its newest checkpoint is "
-                f"{latest}: run {command} with --load_checkpoint to resume from it")
+        return (
+            f"interrupted ({name}): this run committed nothing at {flag} {save}; its newest checkpoint is "
+            f"{latest}: run {command} with --load_checkpoint to resume from it"
+        )
     how = "no checkpoint was committed yet" if ckpt else "this run writes no checkpoints (--save_steps/--save_minutes)"
     return f"interrupted ({name}): this run committed nothing at {flag} {save}; {how}, so {command} starts over"

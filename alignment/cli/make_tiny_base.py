@@ -1,5 +1,6 @@
 """python -m alignment.cli.make_tiny_base --save_path DIR_OR_URI [--seed 0]: a random-init tiny Llama
 (committed with a MANIFEST) to start SFT from. `--out` is accepted as an alias of --save_path."""
+
 from __future__ import annotations
 
 from alignment.cli.common import run_main
@@ -9,10 +10,12 @@ from alignment.config.stages import TinyBaseConfig
 
 def main(argv: list[str] | None = None) -> str:
     import sys
+
     argv = sys.argv[1:] if argv is None else argv
     argv = ["--save_path" if a == "--out" else a for a in argv]
     cfg = parse_args(TinyBaseConfig, argv, prog="alignment.cli.make_tiny_base")
     from alignment.tiny_world.base_model import make_base_committed
+
     uri = make_base_committed(cfg.save_path, cfg.seed, cfg.arch)
     print(uri)
     return uri

@@ -1,4 +1,5 @@
-"""python -m alignment.cli.make_tiny_world [--out alignflow/data/tiny]: regenerate the shipped tiny world."""
+"""python -m alignment.cli.make_tiny_world [--out data/tiny]: regenerate the shipped tiny world."""
+
 import argparse
 
 from alignment.tiny_world.build import build

@@ -1,4 +1,5 @@
 """Checks a training CLI runs right after its flags parse, before any data or model is read."""
+
 from __future__ import annotations
 
 import os
@@ -23,8 +24,9 @@ def check_outputs(cfg: StageConfig) -> None:
         if uri:
             check_store(f"--{name}", uri, StorageError)
     take_lease(cfg)
-    writes = not getattr(cfg, "disable_ds_ckpt", True) and (getattr(cfg, "save_steps", -1) > 0 or
-                                                            getattr(cfg, "save_minutes", 0) > 0)
+    writes = not getattr(cfg, "disable_ds_ckpt", True) and (
+        getattr(cfg, "save_steps", -1) > 0 or getattr(cfg, "save_minutes", 0) > 0
+    )
     flag = "save_path" if getattr(cfg, "save_path", None) else "output_path"
     interrupt.record(f"--{flag}", getattr(cfg, flag, None), getattr(cfg, "ckpt_path", None), writes)
 
@@ -58,9 +60,11 @@ def check_reward_file(cfg: StageConfig) -> None:
     labels = [r.get(cfg.label_key) if cfg.label_key else None for r in rows]
     try:
         out = fn(list(prompts), list(prompts), labels)
-    except Exception as e:   # the user's code: whatever it raises is the one line
-        raise RewardError(f"{path}: reward_func raised {type(e).__name__}: {e} when called on the first "
-                          f"{len(rows)} prompts of --prompt_data with empty responses; it must score any response") from None
+    except Exception as e:  # the user's code: whatever it raises is the one line
+        raise RewardError(
+            f"{path}: reward_func raised {type(e).__name__}: {e} when called on the first "
+            f"{len(rows)} prompts of --prompt_data with empty responses; it must score any response"
+        ) from None
     parse_output(out, len(rows), path)
 
 
@@ -86,8 +90,12 @@ def check_agent_file(cfg: StageConfig) -> None:
     async def one_step() -> None:
         env = await make_instance(instance_cls)
         text = observation(await env.reset({"observation": prompt, "label": label}), f"{path} (start-up check)")
-        states = {"observation_text": text, "action_text": "", "label": label,
-                  "sampling_params": SamplingParams(cfg.generate_max_len, cfg.temperature, cfg.top_p)}
+        states = {
+            "observation_text": text,
+            "action_text": "",
+            "label": label,
+            "sampling_params": SamplingParams(cfg.generate_max_len, cfg.temperature, cfg.top_p),
+        }
         StepResult.of(await asyncio.wait_for(env.step(states), cfg.agent_step_timeout), f"{path} (start-up check)")
 
     try:
@@ -95,11 +103,15 @@ def check_agent_file(cfg: StageConfig) -> None:
     except AgentError:
         raise
     except asyncio.TimeoutError:
-        raise AgentError(f"{path}: step did not return within --agent_step_timeout {cfg.agent_step_timeout:g} s at "
-                         f"the start-up check (first prompt, empty turn)") from None
-    except Exception as e:   # the user's code: whatever it raises is the one line
-        raise AgentError(f"{path}: {type(e).__name__}: {e} at the start-up check (reset on the first prompt of "
-                         f"--prompt_data, then step with an empty turn); an environment must answer any turn") from None
+        raise AgentError(
+            f"{path}: step did not return within --agent_step_timeout {cfg.agent_step_timeout:g} s at "
+            f"the start-up check (first prompt, empty turn)"
+        ) from None
+    except Exception as e:  # the user's code: whatever it raises is the one line
+        raise AgentError(
+            f"{path}: {type(e).__name__}: {e} at the start-up check (reset on the first prompt of "
+            f"--prompt_data, then step with an empty turn); an environment must answer any turn"
+        ) from None
 
 
 def _text(value: object) -> str:

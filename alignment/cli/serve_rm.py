@@ -10,6 +10,7 @@ and never take the server down: 413 for a body over --max_request_bytes or more 
 --max_batch queries, 400 for malformed JSON, missing/mistyped fields, lengths that disagree, or
 a query longer than --max_len tokens.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,9 @@ class BadRequest(Exception):
         self.status = status
 
 
-def parse_request(body: bytes, max_batch: int, count_tokens: Callable[[str], int] | None,
-                  max_len: int) -> tuple[list[str], list[str], list]:
+def parse_request(
+    body: bytes, max_batch: int, count_tokens: Callable[[str], int] | None, max_len: int
+) -> tuple[list[str], list[str], list]:
     """Validate a /get_reward body; raises BadRequest(status, reason). Pure: unit-tested."""
     try:
         data = json.loads(body)
@@ -44,14 +46,20 @@ def parse_request(body: bytes, max_batch: int, count_tokens: Callable[[str], int
     if not all(isinstance(q, str) for q in queries):
         raise BadRequest(400, "every query must be a string (prompt + response)")
     if len(queries) > max_batch:
-        raise BadRequest(413, f"{len(queries)} queries in one request; the server takes at most {max_batch} "
-                              f"(--max_batch): split the batch")
+        raise BadRequest(
+            413,
+            f"{len(queries)} queries in one request; the server takes at most {max_batch} "
+            f"(--max_batch): split the batch",
+        )
     prompts = data.get("prompts", [""] * len(queries))
     labels = data.get("labels", [None] * len(queries))
     if not isinstance(prompts, list) or not isinstance(labels, list) or not len(prompts) == len(labels) == len(queries):
-        raise BadRequest(400, f"'query', 'prompts' and 'labels' must be lists of the same length "
-                              f"(got {len(queries)}, {len(prompts) if isinstance(prompts, list) else '-'}, "
-                              f"{len(labels) if isinstance(labels, list) else '-'})")
+        raise BadRequest(
+            400,
+            f"'query', 'prompts' and 'labels' must be lists of the same length "
+            f"(got {len(queries)}, {len(prompts) if isinstance(prompts, list) else '-'}, "
+            f"{len(labels) if isinstance(labels, list) else '-'})",
+        )
     if count_tokens is not None:
         for i, q in enumerate(queries):
             n = count_tokens(q)
@@ -60,8 +68,12 @@ def parse_request(body: bytes, max_batch: int, count_tokens: Callable[[str], int
     return queries, prompts, labels
 
 
-def make_handler(score: Callable[[list[str], list[str], list], list[float]], source: str, cfg: ServeRMConfig,
-                 count_tokens: Callable[[str], int] | None) -> type:
+def make_handler(
+    score: Callable[[list[str], list[str], list], list[float]],
+    source: str,
+    cfg: ServeRMConfig,
+    count_tokens: Callable[[str], int] | None,
+) -> type:
     lock = threading.Lock()
 
     class Handler(BaseHTTPRequestHandler):
@@ -91,12 +103,19 @@ def make_handler(score: Callable[[list[str], list[str], list], list[float]], sou
                 self._reply(411, {"error": "a Content-Length header is required"})
                 return
             if size > cfg.max_request_bytes:
-                self.close_connection = True    # the unread body is dropped with the connection
-                self._reply(413, {"error": f"request body of {size} bytes is over --max_request_bytes "
-                                           f"{cfg.max_request_bytes}: send smaller batches"})
+                self.close_connection = True  # the unread body is dropped with the connection
+                self._reply(
+                    413,
+                    {
+                        "error": f"request body of {size} bytes is over --max_request_bytes "
+                        f"{cfg.max_request_bytes}: send smaller batches"
+                    },
+                )
                 return
             try:
-                queries, prompts, labels = parse_request(self.rfile.read(size), cfg.max_batch, count_tokens, cfg.max_len)
+                queries, prompts, labels = parse_request(
+                    self.rfile.read(size), cfg.max_batch, count_tokens, cfg.max_len
+                )
                 with lock:
                     rewards = score(queries, prompts, labels)
             except BadRequest as e:
@@ -119,17 +138,23 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     from alignment.rewards.scorer import make_reward
+
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
     tokenizer, count_tokens = None, None
     if cfg.reward_pretrain:
         from alignment.models.loading import load_tokenizer, resolve_model_path
         from alignment.models.precision import attn_implementation, precision_for
+
         device = "cuda" if torch.cuda.is_available() else "cpu"
-        tokenizer = load_tokenizer(resolve_model_path(cfg.pretrain or cfg.reward_pretrain.split(",")[0]),
-                                   cfg.tokenizer_chat_template, use_fast=not cfg.disable_fast_tokenizer)
-        reward = make_reward(cfg, tokenizer, precision_for(cfg.bf16, device).dtype,
-                             attn_implementation(cfg.flash_attn, device), device)
+        tokenizer = load_tokenizer(
+            resolve_model_path(cfg.pretrain or cfg.reward_pretrain.split(",")[0]),
+            cfg.tokenizer_chat_template,
+            use_fast=not cfg.disable_fast_tokenizer,
+        )
+        reward = make_reward(
+            cfg, tokenizer, precision_for(cfg.bf16, device).dtype, attn_implementation(cfg.flash_attn, device), device
+        )
         count_tokens = lambda q: len(tokenizer(q, add_special_tokens=False)["input_ids"])  # noqa: E731
     else:
         reward = make_reward(cfg, None, torch.float32, "sdpa", "cpu")

@@ -2,14 +2,15 @@
 
 The reference is --ref_pretrain, or the policy's initial weights (--pretrain) when not given.
 """
+
 from __future__ import annotations
 
 import logging
 
 from alignment.cli.common import run_main
 from alignment.cli.preflight import check_outputs
-from alignment.distributed import ray_ranks
 from alignment.config import DPOConfig, parse_args
+from alignment.distributed import ray_ranks
 
 log = logging.getLogger("alignment.train_dpo")
 
@@ -17,22 +18,31 @@ log = logging.getLogger("alignment.train_dpo")
 def main(argv: list[str] | None = None) -> dict:
     cfg = parse_args(DPOConfig, argv, prog="alignment.cli.train_dpo")
     check_outputs(cfg)
-    if ray_ranks.on_ray(cfg):     # a Ray job, or more than one rank: place the ranks on Ray
+    if ray_ranks.on_ray(cfg):  # a Ray job, or more than one rank: place the ranks on Ray
         return ray_ranks.run_ranks(main, argv, cfg, "train_dpo")
     from alignment.datasets.preference import PairTokenizer
     from alignment.models.builder import load_actor
-    from alignment.training.engine import build_engine
     from alignment.trainers.preference import DPOTrainer
     from alignment.trainers.reference import reference_for
     from alignment.trainers.start import start
+    from alignment.training.engine import build_engine
 
     s = start(cfg, lambda tok, source: PairTokenizer(tok, cfg, source))
     kind = "IPO" if cfg.ipo else ("cDPO" if cfg.label_smoothing > 0 else "DPO")
     log.info("%s: %s, beta %g", kind, s.counts("pairs"), cfg.beta)
     ref = reference_for(cfg, s.setup, s.rt.device)
     engine = build_engine(load_actor(s.setup, cfg), cfg, s.rt, s.setup.precision.bf16, s.steps)
-    trainer = DPOTrainer(cfg, s.rt, engine, s.setup.tokenizer, s.train_set, s.eval_set, ref=ref,
-                         mask_dtype=s.setup.packed_mask_dtype, moe_top_k=s.moe_top_k)
+    trainer = DPOTrainer(
+        cfg,
+        s.rt,
+        engine,
+        s.setup.tokenizer,
+        s.train_set,
+        s.eval_set,
+        ref=ref,
+        mask_dtype=s.setup.packed_mask_dtype,
+        moe_top_k=s.moe_top_k,
+    )
     return trainer.fit()
 
 

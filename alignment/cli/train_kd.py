@@ -4,14 +4,15 @@
 Order matters: flags, the teacher's vocabulary against the student's, data and tokenizer are checked
 before any weights are loaded.
 """
+
 from __future__ import annotations
 
 import logging
 
 from alignment.cli.common import run_main
 from alignment.cli.preflight import check_outputs
-from alignment.distributed import ray_ranks
 from alignment.config import KDConfig, parse_args
+from alignment.distributed import ray_ranks
 
 log = logging.getLogger("alignment.train_kd")
 
@@ -19,21 +20,30 @@ log = logging.getLogger("alignment.train_kd")
 def main(argv: list[str] | None = None) -> dict:
     cfg = parse_args(KDConfig, argv, prog="alignment.cli.train_kd")
     check_outputs(cfg)
-    if ray_ranks.on_ray(cfg):     # a Ray job, or more than one rank: place the ranks on Ray
+    if ray_ranks.on_ray(cfg):  # a Ray job, or more than one rank: place the ranks on Ray
         return ray_ranks.run_ranks(main, argv, cfg, "train_kd")
     from alignment.datasets.sft import SFTTokenizer
     from alignment.models.builder import load_actor
-    from alignment.training.engine import build_engine
     from alignment.trainers.kd import KDTrainer, check_teacher, teacher_for
     from alignment.trainers.start import start
+    from alignment.training.engine import build_engine
 
     teacher_path = check_teacher(cfg)
     s = start(cfg, lambda tok, source: SFTTokenizer(tok, cfg, source))
     log.info("KD: %s, kd_coef %g", s.counts(), cfg.kd_coef)
     teacher = teacher_for(cfg, teacher_path, s.setup, s.rt.device)
     engine = build_engine(load_actor(s.setup, cfg), cfg, s.rt, s.setup.precision.bf16, s.steps)
-    trainer = KDTrainer(cfg, s.rt, engine, s.setup.tokenizer, s.train_set, s.eval_set, teacher=teacher,
-                        mask_dtype=s.setup.packed_mask_dtype, moe_top_k=s.moe_top_k)
+    trainer = KDTrainer(
+        cfg,
+        s.rt,
+        engine,
+        s.setup.tokenizer,
+        s.train_set,
+        s.eval_set,
+        teacher=teacher,
+        mask_dtype=s.setup.packed_mask_dtype,
+        moe_top_k=s.moe_top_k,
+    )
     return trainer.fit()
 
 

@@ -1,12 +1,13 @@
 """python -m alignment.cli.train_kto: KTO on unpaired responses labelled desirable (true) or not (false)."""
+
 from __future__ import annotations
 
 import logging
 
 from alignment.cli.common import run_main
 from alignment.cli.preflight import check_outputs
-from alignment.distributed import ray_ranks
 from alignment.config import KTOConfig, parse_args
+from alignment.distributed import ray_ranks
 
 log = logging.getLogger("alignment.train_kto")
 
@@ -14,22 +15,23 @@ log = logging.getLogger("alignment.train_kto")
 def main(argv: list[str] | None = None) -> dict:
     cfg = parse_args(KTOConfig, argv, prog="alignment.cli.train_kto")
     check_outputs(cfg)
-    if ray_ranks.on_ray(cfg):     # a Ray job, or more than one rank: place the ranks on Ray
+    if ray_ranks.on_ray(cfg):  # a Ray job, or more than one rank: place the ranks on Ray
         return ray_ranks.run_ranks(main, argv, cfg, "train_kto")
     from alignment.datasets.preference import UnpairedTokenizer
     from alignment.models.builder import load_actor
-    from alignment.training.engine import build_engine
     from alignment.trainers.preference import KTOTrainer
     from alignment.trainers.reference import reference_for
     from alignment.trainers.start import start
+    from alignment.training.engine import build_engine
 
     s = start(cfg, lambda tok, source: UnpairedTokenizer(tok, cfg, source))
     good = sum(x.desirable for x in s.train_set)
     log.info("KTO: %s (%d desirable, %d undesirable), beta %g", s.counts(), good, len(s.train_set) - good, cfg.beta)
     ref = reference_for(cfg, s.setup, s.rt.device)
     engine = build_engine(load_actor(s.setup, cfg), cfg, s.rt, s.setup.precision.bf16, s.steps)
-    trainer = KTOTrainer(cfg, s.rt, engine, s.setup.tokenizer, s.train_set, s.eval_set, ref=ref,
-                         mask_dtype=s.setup.packed_mask_dtype)
+    trainer = KTOTrainer(
+        cfg, s.rt, engine, s.setup.tokenizer, s.train_set, s.eval_set, ref=ref, mask_dtype=s.setup.packed_mask_dtype
+    )
     return trainer.fit()
 
 

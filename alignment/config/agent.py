@@ -1,4 +1,5 @@
 """Multi-turn agent RL flags (`--agent_func_path`, OpenRLHF's name; the turn limit and step timeout are alignflow's)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,22 +10,34 @@ from alignment.config.base import opt, require
 
 @dataclass
 class AgentConfig:
-    agent_func_path: Optional[str] = opt(None, "A .py file defining AgentInstance (OpenRLHF's contract: async reset/step): "
-                                               "each sample is a multi-turn episode whose environment answers every model "
-                                               "turn and gives the reward (docs/agents.md)", path="reward",
-                                         dotted="train.agent_func_path")
+    agent_func_path: Optional[str] = opt(
+        None,
+        "A .py file defining AgentInstance (OpenRLHF's contract: async reset/step): "
+        "each sample is a multi-turn episode whose environment answers every model "
+        "turn and gives the reward (docs/agents.md)",
+        path="reward",
+        dotted="train.agent_func_path",
+    )
     agent_max_turns: int = opt(16, "With --agent_func_path: most model turns per episode")
-    agent_step_timeout: float = opt(60.0, "With --agent_func_path: seconds a step() may take before the run stops with "
-                                          "an error naming the file and episode", identity=False)
+    agent_step_timeout: float = opt(
+        60.0,
+        "With --agent_func_path: seconds a step() may take before the run stops with "
+        "an error naming the file and episode",
+        identity=False,
+    )
 
     def check_agent(self) -> None:
         require(self.agent_max_turns >= 1, f"--agent_max_turns {self.agent_max_turns}: must be >= 1")
         require(self.agent_step_timeout > 0, f"--agent_step_timeout {self.agent_step_timeout}: must be > 0")
         if not self.agent_func_path:
             return
-        require(not (self.reward_pretrain or self.remote_rm_url),   # type: ignore[attr-defined]  (RewardSourceConfig)
-                "--agent_func_path: the environment gives the rewards; drop --reward_pretrain / --remote_rm_url "
-                "(or score inside the agent's step)")
-        require(not self.overlong_buffer_len,   # type: ignore[attr-defined]  (AlgorithmConfig)
-                "--overlong_buffer_len penalises one response's length against --generate_max_len; an agent episode "
-                "has several turns: drop it, or shape length inside the agent's step")
+        require(
+            not (self.reward_pretrain or self.remote_rm_url),  # type: ignore[attr-defined]  (RewardSourceConfig)
+            "--agent_func_path: the environment gives the rewards; drop --reward_pretrain / --remote_rm_url "
+            "(or score inside the agent's step)",
+        )
+        require(
+            not self.overlong_buffer_len,  # type: ignore[attr-defined]  (AlgorithmConfig)
+            "--overlong_buffer_len penalises one response's length against --generate_max_len; an agent episode "
+            "has several turns: drop it, or shape length inside the agent's step",
+        )

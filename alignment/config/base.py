@@ -1,20 +1,29 @@
 """Field helper and the error type every config check raises."""
+
 from __future__ import annotations
 
 import difflib
-from alignment.errors import UserError
 from dataclasses import MISSING, field
 from typing import Any
+
+from alignment.errors import UserError
 
 
 class ConfigError(UserError, ValueError):
     """A bad flag value. The message names the flag and how to fix it, on one line."""
 
 
-def opt(default: Any = MISSING, help: str = "", choices: tuple | None = None, aliases: tuple[str, ...] = (),
-        identity: bool = True, path: str | None = None, secret: bool = False,
-        dotted: str | tuple[str, ...] | dict[str, str | tuple[str, ...]] = (),
-        dotted_values: dict[str, Any] | None = None) -> Any:
+def opt(
+    default: Any = MISSING,
+    help: str = "",
+    choices: tuple | None = None,
+    aliases: tuple[str, ...] = (),
+    identity: bool = True,
+    path: str | None = None,
+    secret: bool = False,
+    dotted: str | tuple[str, ...] | dict[str, str | tuple[str, ...]] = (),
+    dotted_values: dict[str, Any] | None = None,
+) -> Any:
     """A config field and every fact about it: its default, the one-line help shown by --help, allowed
     values, and for the orchestrator: `identity` False when it does not change what the stage produces
     (left out of the stage's identity hash: outputs, cadences, trackers, placement); `path` "model",
@@ -24,8 +33,16 @@ def opt(default: Any = MISSING, help: str = "", choices: tuple | None = None, al
     {family: names} where a stage family spells it otherwise ({"": "model.model_name_or_path", "ppo":
     "actor.model_name_or_path"}; alignment.config.dotted); `dotted_values` maps the words a dotted flag
     takes to this field's value where OpenRLHF turned a switch into a setting (`--ds.param_dtype bf16` is `--bf16`)."""
-    meta = {"help": help, "choices": choices, "aliases": aliases, "identity": identity, "path": path, "secret": secret,
-            "dotted": dotted, "dotted_values": dotted_values}
+    meta = {
+        "help": help,
+        "choices": choices,
+        "aliases": aliases,
+        "identity": identity,
+        "path": path,
+        "secret": secret,
+        "dotted": dotted,
+        "dotted_values": dotted_values,
+    }
     if isinstance(default, (list, dict)):
         frozen = default
         return field(default_factory=lambda: type(frozen)(frozen), metadata=meta)
@@ -34,6 +51,7 @@ def opt(default: Any = MISSING, help: str = "", choices: tuple | None = None, al
 
 def _facts(cls_or_cfg: Any) -> dict[str, Any]:
     from dataclasses import fields
+
     return {f.name: f.metadata for f in fields(cls_or_cfg)}
 
 
@@ -67,14 +85,16 @@ def check_store_uri(flag: str, uri: str | None) -> None:
     driver (gs:// without gcsfs) would otherwise surface only when the trained model is saved."""
     if not uri or "://" not in uri:
         return
-    import fsspec   # not torch: the schema stays light for the Prefect layer
+    import fsspec  # not torch: the schema stays light for the Prefect layer
 
     protocol = uri.split("://", 1)[0]
     try:
         fsspec.get_filesystem_class(protocol)
     except ValueError:
-        raise ConfigError(f"{flag} {uri}: unknown storage scheme {protocol}://; use a local path or a store "
-                          f"URI such as s3://bucket/path") from None
+        raise ConfigError(
+            f"{flag} {uri}: unknown storage scheme {protocol}://; use a local path or a store "
+            f"URI such as s3://bucket/path"
+        ) from None
     except ImportError as e:
         raise ConfigError(f"{flag} {uri}: {protocol}:// needs a package that is not installed ({e})") from None
 

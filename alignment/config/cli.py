@@ -3,6 +3,7 @@
 Precedence: defaults < `--config FILE.yaml` < flags on the command line. Every field answers to its flat
 name and, where OpenRLHF has one, its dotted name (alignment.config.dotted).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,10 +17,10 @@ from typing import Any, TypeVar
 
 import yaml
 
+from alignment import storage
 from alignment.config.base import ConfigError, did_you_mean
 from alignment.config.dotted import nested_to_fields, spellings, to_fields
 from alignment.config.stages import StageConfig
-from alignment import storage
 
 T = TypeVar("T")
 
@@ -46,24 +47,35 @@ def _bool(text: str) -> bool:
 
 # OpenRLHF flags users paste that alignflow does not build: refused with what to do instead (an
 # accepted-and-ignored flag would silently change what a run means).
-_DYNAMIC = ("token-budget micro-batches are built for the PPO family (train_ppo, train_ppo_ray) only: here drop it "
-            "and size --micro_train_batch_size (add --packing_samples so short samples are not padded)")
-_PTX = ("the pre-training (PTX) loss inside PPO is not built: drop --pretrain_data/--ptx_coef, or run an SFT stage "
-        "with --pretrain_mode on that data before PPO")
+_DYNAMIC = (
+    "token-budget micro-batches are built for the PPO family (train_ppo, train_ppo_ray) only: here drop it "
+    "and size --micro_train_batch_size (add --packing_samples so short samples are not padded)"
+)
+_PTX = (
+    "the pre-training (PTX) loss inside PPO is not built: drop --pretrain_data/--ptx_coef, or run an SFT stage "
+    "with --pretrain_mode on that data before PPO"
+)
 OPENRLHF_NOT_BUILT = {
     "--vllm_enable_sleep": "vLLM sleep mode applies to the rollout engines of train_ppo_ray only: drop it here",
     "--deepspeed_enable_sleep": "DeepSpeed sleep (optimizer states to CPU between training passes) is built for "
-                                "train_ppo_ray's actor and critic only: drop it here",
-    "--use_dynamic_batch": _DYNAMIC, "--train_max_tokens_per_gpu": _DYNAMIC, "--rollout_max_tokens_per_gpu": _DYNAMIC,
-    "--pretrain_data": _PTX, "--ptx_coef": _PTX,
+    "train_ppo_ray's actor and critic only: drop it here",
+    "--use_dynamic_batch": _DYNAMIC,
+    "--train_max_tokens_per_gpu": _DYNAMIC,
+    "--rollout_max_tokens_per_gpu": _DYNAMIC,
+    "--pretrain_data": _PTX,
+    "--ptx_coef": _PTX,
 }
 # the same refusals under OpenRLHF's dotted names (v0.10.2+), for those of the flat ones still refused
-_DOTTED_NOT_BUILT = {"--vllm_enable_sleep": "--vllm.enable_sleep", "--deepspeed_enable_sleep": "--ds.enable_sleep",
-                     "--use_dynamic_batch": "--train.dynamic_batch_enable",
-                     "--train_max_tokens_per_gpu": "--train.max_tokens_per_gpu",
-                     "--rollout_max_tokens_per_gpu": "--rollout.max_tokens_per_gpu"}
-OPENRLHF_NOT_BUILT.update({dotted: OPENRLHF_NOT_BUILT[flat] for flat, dotted in _DOTTED_NOT_BUILT.items()
-                           if flat in OPENRLHF_NOT_BUILT})
+_DOTTED_NOT_BUILT = {
+    "--vllm_enable_sleep": "--vllm.enable_sleep",
+    "--deepspeed_enable_sleep": "--ds.enable_sleep",
+    "--use_dynamic_batch": "--train.dynamic_batch_enable",
+    "--train_max_tokens_per_gpu": "--train.max_tokens_per_gpu",
+    "--rollout_max_tokens_per_gpu": "--rollout.max_tokens_per_gpu",
+}
+OPENRLHF_NOT_BUILT.update(
+    {dotted: OPENRLHF_NOT_BUILT[flat] for flat, dotted in _DOTTED_NOT_BUILT.items() if flat in OPENRLHF_NOT_BUILT}
+)
 
 
 # argparse takes only -1 and -.5 for negative numbers; -1e-3 would read as a flag ("expected one
@@ -100,18 +112,27 @@ class _Spelled(argparse.Action):
     """Stores (spelling, value) instead of the value: which name set a field is needed to refuse a field given
     under two names (`--zero_stage 2 --ds.zero_stage 3`) and to read a dotted setting (`--ds.param_dtype bf16`)."""
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
-                 option_string: str | None = None) -> None:
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
         if not hasattr(namespace, _GIVEN):
             setattr(namespace, _GIVEN, [])
         getattr(namespace, _GIVEN).append((option_string.lstrip("-"), values))
 
 
 def build_parser(cls: type, prog: str | None = None) -> argparse.ArgumentParser:
-    parser = _Parser(prog=prog, description=(cls.__doc__ or "").strip(),
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--config", default=None, help="YAML file with flag values, flat or nested by OpenRLHF's "
-                                                       "dotted groups (flags given here win)")
+    parser = _Parser(
+        prog=prog, description=(cls.__doc__ or "").strip(), formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    parser.add_argument(
+        "--config",
+        default=None,
+        help="YAML file with flag values, flat or nested by OpenRLHF's " "dotted groups (flags given here win)",
+    )
     hints = typing.get_type_hints(cls)
     dotted = spellings(cls)
     for f in fields(cls):
@@ -122,10 +143,20 @@ def build_parser(cls: type, prog: str | None = None) -> argparse.ArgumentParser:
         for s in mine:
             if s.values is not None:
                 words = ", ".join(f"{w} = --{f.name} {str(v).lower()}" for w, v in s.values.items())
-                parser.add_argument(f"--{s.name}", dest=f.name, default=argparse.SUPPRESS, action=_Spelled,
-                                    choices=tuple(s.values), help=f"OpenRLHF's dotted setting for --{f.name}: {words}")
-        kw: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS, "help": f.metadata.get("help", ""),
-                              "action": _Spelled}
+                parser.add_argument(
+                    f"--{s.name}",
+                    dest=f.name,
+                    default=argparse.SUPPRESS,
+                    action=_Spelled,
+                    choices=tuple(s.values),
+                    help=f"OpenRLHF's dotted setting for --{f.name}: {words}",
+                )
+        kw: dict[str, Any] = {
+            "dest": f.name,
+            "default": argparse.SUPPRESS,
+            "help": f.metadata.get("help", ""),
+            "action": _Spelled,
+        }
         if inner is bool and not is_list:
             # OpenRLHF style: `--bf16` switches on; `--bf16 false` is also accepted (for YAML-ish use).
             kw.update(nargs="?", const=True, type=_bool)

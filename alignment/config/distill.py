@@ -1,6 +1,7 @@
 """Distillation stages' configs: a frozen teacher (one group), and the two ways of learning from it —
 knowledge distillation on a dataset's responses (`train_kd`) and on-policy distillation on the student's
 own samples (`train_opd`)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,15 +13,22 @@ from alignment.config.stages import SFTConfig
 
 @dataclass
 class TeacherConfig:
-    teacher_model: Optional[str] = opt(None, "The teacher: HF model directory, store URI or hub name, with the "
-                                             "student's tokenizer (its vocabulary is checked before weights load)",
-                                       path="model", dotted="teacher.model_name_or_path")
-    teacher_offload: bool = opt(False, "Keep the frozen teacher in CPU memory (its forward runs there)",
-                                dotted="teacher.offload")
+    teacher_model: Optional[str] = opt(
+        None,
+        "The teacher: HF model directory, store URI or hub name, with the "
+        "student's tokenizer (its vocabulary is checked before weights load)",
+        path="model",
+        dotted="teacher.model_name_or_path",
+    )
+    teacher_offload: bool = opt(
+        False, "Keep the frozen teacher in CPU memory (its forward runs there)", dotted="teacher.offload"
+    )
 
     def check_teacher_model(self) -> None:
-        require(bool(self.teacher_model), "--teacher_model is required: the model to distil from (a directory, "
-                                          "s3:// URI or hub name)")
+        require(
+            bool(self.teacher_model),
+            "--teacher_model is required: the model to distil from (a directory, " "s3:// URI or hub name)",
+        )
 
 
 @dataclass
@@ -28,46 +36,72 @@ class KDConfig(TeacherConfig, SFTConfig):
     """Knowledge distillation: SFT on the data plus the teacher's next-token distributions on the response
     tokens (`python -m alignment.cli.train_kd`)."""
 
-    kd_coef: float = opt(0.4, "loss = (1 - kd_coef) x NLL + kd_coef x KD, KD the cross-entropy of the student's "
-                              "next-token distribution against the teacher's (forward KL + the teacher's entropy)")
+    kd_coef: float = opt(
+        0.4,
+        "loss = (1 - kd_coef) x NLL + kd_coef x KD, KD the cross-entropy of the student's "
+        "next-token distribution against the teacher's (forward KL + the teacher's entropy)",
+    )
 
     def check_kd(self) -> None:
-        require(0.0 <= self.kd_coef <= 1.0, f"--kd_coef {self.kd_coef}: must be in [0, 1] (0: plain SFT, 1: "
-                                            f"the teacher's distributions only)")
+        require(
+            0.0 <= self.kd_coef <= 1.0,
+            f"--kd_coef {self.kd_coef}: must be in [0, 1] (0: plain SFT, 1: " f"the teacher's distributions only)",
+        )
 
 
 @dataclass
 class OnPolicyConfig:
     """What the student samples and how the teacher grades it (OpenRLHF's --generate.* and --opd.*)."""
 
-    label_key: Optional[str] = opt(None, "JSON key of each prompt's reference answer: evaluation then also logs "
-                                         "eval/label_match, the share of responses that contain it",
-                                   dotted="data.label_key")
-    prompt_max_len: int = opt(1024, "Prompts longer than this (in tokens) are dropped, counted and reported",
-                              dotted="data.prompt_max_len")
-    generate_max_len: int = opt(1024, "Most new tokens the student samples per prompt (responses are also cut so "
-                                      "prompt + response <= --max_len)", dotted="generate.max_new_tokens")
+    label_key: Optional[str] = opt(
+        None,
+        "JSON key of each prompt's reference answer: evaluation then also logs "
+        "eval/label_match, the share of responses that contain it",
+        dotted="data.label_key",
+    )
+    prompt_max_len: int = opt(
+        1024, "Prompts longer than this (in tokens) are dropped, counted and reported", dotted="data.prompt_max_len"
+    )
+    generate_max_len: int = opt(
+        1024,
+        "Most new tokens the student samples per prompt (responses are also cut so " "prompt + response <= --max_len)",
+        dotted="generate.max_new_tokens",
+    )
     temperature: float = opt(1.0, "Sampling temperature of the student's responses", dotted="generate.temperature")
-    top_p: float = opt(1.0, "Nucleus sampling; must be 1.0 with --opd_topk 0 (the estimator needs the "
-                            "student's own distribution)", dotted="generate.top_p")
-    opd_topk: int = opt(0, "0: reverse KL on the sampled tokens (a score-function estimator); K > 0: reverse KL "
-                           "over the student's top-K tokens at each position plus one bucket for the rest",
-                        dotted="opd.topk")
-    opd_kl_estimator: str = opt("k3", "How the sampled-token KL is logged (k1, k2, k3); the gradient is the "
-                                      "reverse-KL score function either way", choices=("k1", "k2", "k3"),
-                                dotted="opd.kl_estimator")
-    opd_kd_temperature: float = opt(1.0, "Softmax temperature of both models' logits in the top-K KL",
-                                    dotted="opd.kd_temperature")
+    top_p: float = opt(
+        1.0,
+        "Nucleus sampling; must be 1.0 with --opd_topk 0 (the estimator needs the " "student's own distribution)",
+        dotted="generate.top_p",
+    )
+    opd_topk: int = opt(
+        0,
+        "0: reverse KL on the sampled tokens (a score-function estimator); K > 0: reverse KL "
+        "over the student's top-K tokens at each position plus one bucket for the rest",
+        dotted="opd.topk",
+    )
+    opd_kl_estimator: str = opt(
+        "k3",
+        "How the sampled-token KL is logged (k1, k2, k3); the gradient is the " "reverse-KL score function either way",
+        choices=("k1", "k2", "k3"),
+        dotted="opd.kl_estimator",
+    )
+    opd_kd_temperature: float = opt(
+        1.0, "Softmax temperature of both models' logits in the top-K KL", dotted="opd.kd_temperature"
+    )
 
     def check_on_policy(self) -> None:
-        require(self.prompt_max_len > 0 and self.generate_max_len > 0,
-                f"--prompt_max_len {self.prompt_max_len} / --generate_max_len {self.generate_max_len}: must be > 0")
+        require(
+            self.prompt_max_len > 0 and self.generate_max_len > 0,
+            f"--prompt_max_len {self.prompt_max_len} / --generate_max_len {self.generate_max_len}: must be > 0",
+        )
         require(self.temperature > 0, f"--temperature {self.temperature}: must be > 0")
         require(0 < self.top_p <= 1, f"--top_p {self.top_p}: must be in (0, 1]")
         require(self.opd_topk >= 0, f"--opd_topk {self.opd_topk}: must be >= 0 (0: the sampled tokens only)")
-        require(self.opd_topk > 0 or self.top_p == 1.0,
-                f"--top_p {self.top_p} with --opd_topk 0: the sampled-token estimator needs samples from the "
-                f"student's whole distribution; use --top_p 1.0 or --opd_topk K")
+        require(
+            self.opd_topk > 0 or self.top_p == 1.0,
+            f"--top_p {self.top_p} with --opd_topk 0: the sampled-token estimator needs samples from the "
+            f"student's whole distribution; use --top_p 1.0 or --opd_topk K",
+        )
         require(self.opd_kd_temperature > 0, f"--opd_kd_temperature {self.opd_kd_temperature}: must be > 0")
 
 
@@ -76,13 +110,19 @@ class OPDConfig(OnPolicyConfig, TeacherConfig, SFTConfig):
     """On-policy distillation (`python -m alignment.cli.train_opd`): the student samples responses to the
     prompts of --dataset and learns to lower its reverse KL to the teacher on them."""
 
-    dotted_family: ClassVar[str] = "opd"   # --data.prompt_dataset names --dataset here
+    dotted_family: ClassVar[str] = "opd"  # --data.prompt_dataset names --dataset here
 
     def check_opd(self) -> None:
-        require(not self.output_key and not self.multiturn and not self.pretrain_mode,
-                "--output_key, --multiturn and --pretrain_mode are SFT flags; on-policy distillation reads prompts "
-                "(--input_key) and trains on the student's own responses")
-        require(not self.packing_samples, "--packing_samples: not built for train_opd (its sequences are made "
-                                          "each step); drop the flag")
-        require(self.prompt_max_len < self.max_len,
-                f"--prompt_max_len {self.prompt_max_len} must be below --max_len {self.max_len} (prompt + response)")
+        require(
+            not self.output_key and not self.multiturn and not self.pretrain_mode,
+            "--output_key, --multiturn and --pretrain_mode are SFT flags; on-policy distillation reads prompts "
+            "(--input_key) and trains on the student's own responses",
+        )
+        require(
+            not self.packing_samples,
+            "--packing_samples: not built for train_opd (its sequences are made " "each step); drop the flag",
+        )
+        require(
+            self.prompt_max_len < self.max_len,
+            f"--prompt_max_len {self.prompt_max_len} must be below --max_len {self.max_len} (prompt + response)",
+        )

@@ -8,6 +8,7 @@ file (`train: {micro_batch_size: 4}` or `train.micro_batch_size: 4`), a flow par
 One field given under two spellings is refused: which of `--zero_stage 2 --ds.zero_stage 3` was meant
 is a guess, and a guessed ZeRO stage changes what the run does.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
@@ -16,14 +17,14 @@ from typing import Any, Iterable, Iterator
 
 from alignment.config.base import ConfigError, did_you_mean
 
-DEFAULT_FAMILY = ""   # the supervised stages, inference, chat, serve_rm: OpenRLHF's `--model.*` role
+DEFAULT_FAMILY = ""  # the supervised stages, inference, chat, serve_rm: OpenRLHF's `--model.*` role
 
 
 @dataclass(frozen=True)
 class Spelling:
-    name: str                          # "ds.zero_stage": the flag without its dashes
-    field: str                         # "zero_stage": the schema field it sets
-    values: dict[str, Any] | None      # word -> field value, for a dotted setting naming a switch's state
+    name: str  # "ds.zero_stage": the flag without its dashes
+    field: str  # "zero_stage": the schema field it sets
+    values: dict[str, Any] | None  # word -> field value, for a dotted setting naming a switch's state
 
 
 def _names(declared: Any, family: str) -> tuple[str, ...]:
@@ -39,7 +40,7 @@ def spellings(cls: type) -> dict[str, Spelling]:
     out: dict[str, Spelling] = {}
     for f in fields(cls):
         for name in _names(f.metadata.get("dotted", ()), family):
-            if name in out:   # a schema bug, not a user's: two fields would answer to one flag
+            if name in out:  # a schema bug, not a user's: two fields would answer to one flag
                 raise AssertionError(f"{cls.__name__}: --{name} declared for {out[name].field} and {f.name}")
             out[name] = Spelling(name, f.name, f.metadata.get("dotted_values"))
     return out
@@ -80,15 +81,20 @@ def _translate(spelling: Spelling, value: Any, source: str) -> Any:
         return value
     word = str(value).strip()
     if word not in spelling.values:
-        raise ConfigError(f"{source}: --{spelling.name} {value!r}: alignflow takes {' or '.join(spelling.values)} "
-                          f"here (--{spelling.field} is the setting it names)")
+        raise ConfigError(
+            f"{source}: --{spelling.name} {value!r}: alignflow takes {' or '.join(spelling.values)} "
+            f"here (--{spelling.field} is the setting it names)"
+        )
     return spelling.values[word]
 
 
 def mixed(first: str, second: str, field: str) -> str:
     both_dotted = "." in first and "." in second
-    why = (" (OpenRLHF sets them apart; alignflow keeps one value for both)" if both_dotted
-           else ": use the dotted (OpenRLHF >= 0.10.2) or the flat (<= 0.9) name, not both")
+    why = (
+        " (OpenRLHF sets them apart; alignflow keeps one value for both)"
+        if both_dotted
+        else ": use the dotted (OpenRLHF >= 0.10.2) or the flat (<= 0.9) name, not both"
+    )
     return f"--{first} and --{second} both set {field}{why}"
 
 

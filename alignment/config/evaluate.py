@@ -1,6 +1,7 @@
 """The `evaluate` stage's config (`python -m alignment.cli.evaluate`): one held-out measurement of one
 committed model, as a stage of its own — placed on the cluster, cached by identity, committed to the
 store like every other stage, and read by the flows' promotion gates and comparisons."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -13,51 +14,79 @@ from alignment.config.stages import PairDataConfig, StageConfig
 
 # eval_task -> the metrics it commits
 EVAL_METRICS = {
-    "generate": ("accuracy", "mean_reward"),        # greedy responses to held-out prompts, scored (or matched)
-    "pairs": ("pair_accuracy", "mean_margin"),      # a reward model on held-out (chosen, rejected) pairs
-    "perplexity": ("perplexity", "nll"),            # a causal LM on held-out (prompt, response) rows
+    "generate": ("accuracy", "mean_reward"),  # greedy responses to held-out prompts, scored (or matched)
+    "pairs": ("pair_accuracy", "mean_margin"),  # a reward model on held-out (chosen, rejected) pairs
+    "perplexity": ("perplexity", "nll"),  # a causal LM on held-out (prompt, response) rows
 }
 # which way is better, for a gate or a comparison that ranks models by one metric
-HIGHER_IS_BETTER = {"accuracy": True, "mean_reward": True, "pair_accuracy": True, "mean_margin": True,
-                    "perplexity": False, "nll": False}
+HIGHER_IS_BETTER = {
+    "accuracy": True,
+    "mean_reward": True,
+    "pair_accuracy": True,
+    "mean_margin": True,
+    "perplexity": False,
+    "nll": False,
+}
 
 
 @dataclass
 class EvaluateConfig(RewardSourceConfig, PairDataConfig, RanksConfig, DataConfig, ModelConfig, StageConfig):
-    eval_task: str = opt("generate", "generate: greedy responses to --dataset prompts scored by the reward source "
-                                     "(accuracy, mean_reward), or without one matched against --label_key (the "
-                                     "response's last word is the label: accuracy); pairs: --pretrain is a reward model, scored on "
-                                     "(--chosen_key, --rejected_key) pairs (pair_accuracy, mean_margin); perplexity: "
-                                     "--pretrain's perplexity on the --output_key responses", choices=tuple(EVAL_METRICS))
-    output_path: str = opt("./evaluation", "Output directory (local or s3://): evaluation.json + MANIFEST.json",
-                           identity=False)
+    eval_task: str = opt(
+        "generate",
+        "generate: greedy responses to --dataset prompts scored by the reward source "
+        "(accuracy, mean_reward), or without one matched against --label_key (the "
+        "response's last word is the label: accuracy); pairs: --pretrain is a reward model, scored on "
+        "(--chosen_key, --rejected_key) pairs (pair_accuracy, mean_margin); perplexity: "
+        "--pretrain's perplexity on the --output_key responses",
+        choices=tuple(EVAL_METRICS),
+    )
+    output_path: str = opt(
+        "./evaluation", "Output directory (local or s3://): evaluation.json + MANIFEST.json", identity=False
+    )
     max_new_tokens: int = opt(256, "generate: most new tokens per response", dotted="generate.max_new_tokens")
-    prompt_max_len: int = opt(1024, "Prompts longer than this (tokens) are dropped, counted and reported",
-                              dotted="data.prompt_max_len")
+    prompt_max_len: int = opt(
+        1024, "Prompts longer than this (tokens) are dropped, counted and reported", dotted="data.prompt_max_len"
+    )
     micro_batch_size: int = opt(32, "Rows per forward or generate call")
     label_key: Optional[str] = opt(None, "JSON key passed as `labels` to a reward_func / reward server")
-    correct_reward: float = opt(1.0, "generate: a response counts as right (accuracy) when its reward is at least "
-                                     "this (1.0 for a 0/1 verifiable reward)")
+    correct_reward: float = opt(
+        1.0,
+        "generate: a response counts as right (accuracy) when its reward is at least "
+        "this (1.0 for a 0/1 verifiable reward)",
+    )
     num_threads: int = opt(0, "CPU threads per rank (0: cores / ranks on this node)", identity=False)
 
     def metrics(self) -> tuple[str, ...]:
         return EVAL_METRICS[self.eval_task]
 
     def check_evaluate(self) -> None:
-        require(bool(self.pretrain), "--pretrain is required: the model to evaluate (a directory, store URI or hub name)")
-        require(bool(self.dataset), "--dataset is required: the held-out rows (use --dataset_split test for a test split)")
-        require(not self.output_path.endswith((".jsonl", ".json")),
-                f"--output_path {self.output_path}: give a directory (local or s3://); evaluation.json and a "
-                f"MANIFEST.json are written inside it")
-        require(min(self.max_new_tokens, self.prompt_max_len, self.micro_batch_size) >= 1,
-                "--max_new_tokens, --prompt_max_len and --micro_batch_size must be >= 1")
+        require(
+            bool(self.pretrain), "--pretrain is required: the model to evaluate (a directory, store URI or hub name)"
+        )
+        require(
+            bool(self.dataset), "--dataset is required: the held-out rows (use --dataset_split test for a test split)"
+        )
+        require(
+            not self.output_path.endswith((".jsonl", ".json")),
+            f"--output_path {self.output_path}: give a directory (local or s3://); evaluation.json and a "
+            f"MANIFEST.json are written inside it",
+        )
+        require(
+            min(self.max_new_tokens, self.prompt_max_len, self.micro_batch_size) >= 1,
+            "--max_new_tokens, --prompt_max_len and --micro_batch_size must be >= 1",
+        )
         if self.eval_task == "generate":
-            require(self.has_reward() or bool(self.label_key),
-                    "--eval_task generate scores the responses: add --remote_rm_url reward_func.py|URL (with "
-                    "--label_key), --reward_pretrain RM_DIR, or only --label_key (the response's last word must "
-                    "be the label)")
+            require(
+                self.has_reward() or bool(self.label_key),
+                "--eval_task generate scores the responses: add --remote_rm_url reward_func.py|URL (with "
+                "--label_key), --reward_pretrain RM_DIR, or only --label_key (the response's last word must "
+                "be the label)",
+            )
         else:
-            require(not self.has_reward(), f"--eval_task {self.eval_task} reads no reward source: drop "
-                                           f"--reward_pretrain/--remote_rm_url (pairs scores with --pretrain itself)")
+            require(
+                not self.has_reward(),
+                f"--eval_task {self.eval_task} reads no reward source: drop "
+                f"--reward_pretrain/--remote_rm_url (pairs scores with --pretrain itself)",
+            )
         if self.eval_task == "perplexity":
             require(bool(self.output_key), "--eval_task perplexity needs the responses: set --output_key")

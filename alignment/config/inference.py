@@ -1,5 +1,6 @@
 """Inference configs: `python -m alignment.cli.batch_inference` (generate and/or score, then post-process)
 and `python -m alignment.cli.interactive_chat`."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -11,36 +12,62 @@ from alignment.config.rewards import RewardSourceConfig
 from alignment.config.stages import StageConfig
 
 EVAL_TASKS = ("generate", "generate_vllm", "rm")
-POST_PROCESSOR_NAMES = ("rs", "iter_dpo", "csft")     # alignment.inference.postprocess.POST_PROCESSORS
+POST_PROCESSOR_NAMES = ("rs", "iter_dpo", "csft")  # alignment.inference.postprocess.POST_PROCESSORS
 
 
 @dataclass
 class BatchInferenceConfig(RewardSourceConfig, RanksConfig, DataConfig, ModelConfig, StageConfig):
-    eval_task: str = opt("generate", "generate (HF engine) / generate_vllm (vLLM engine): sample responses to "
-                                     "--dataset prompts; rm: score (prompt, response) rows", choices=EVAL_TASKS)
-    output_path: str = opt("./batch_inference", "Output directory (local or s3://): output.jsonl + MANIFEST.json", identity=False)
+    eval_task: str = opt(
+        "generate",
+        "generate (HF engine) / generate_vllm (vLLM engine): sample responses to "
+        "--dataset prompts; rm: score (prompt, response) rows",
+        choices=EVAL_TASKS,
+    )
+    output_path: str = opt(
+        "./batch_inference", "Output directory (local or s3://): output.jsonl + MANIFEST.json", identity=False
+    )
     best_of_n: int = opt(1, "Responses sampled per prompt")
     max_new_tokens: int = opt(1024, "Most new tokens per response", dotted="generate.max_new_tokens")
-    prompt_max_len: int = opt(1024, "Prompts longer than this (tokens) are dropped, counted and reported",
-                              dotted="data.prompt_max_len")
+    prompt_max_len: int = opt(
+        1024, "Prompts longer than this (tokens) are dropped, counted and reported", dotted="data.prompt_max_len"
+    )
     temperature: float = opt(1.0, "Sampling temperature", dotted="generate.temperature")
     top_p: float = opt(1.0, "Nucleus sampling", dotted="generate.top_p")
     micro_batch_size: int = opt(16, "Prompts per generate/score call")
     label_key: Optional[str] = opt(None, "JSON key passed as `labels` to a reward_func / reward server")
-    post_processor: Optional[str] = opt(None, "rs: best response per prompt (SFT data); iter_dpo: best/worst "
-                                              "pairs (DPO data); csft: reward-prefixed prompts", choices=POST_PROCESSOR_NAMES)
-    rs_min_reward: Optional[float] = opt(None, "rs: keep a prompt's best response only if its reward is at least "
-                                               "this (default: always keep it, as OpenRLHF)")
+    post_processor: Optional[str] = opt(
+        None,
+        "rs: best response per prompt (SFT data); iter_dpo: best/worst "
+        "pairs (DPO data); csft: reward-prefixed prompts",
+        choices=POST_PROCESSOR_NAMES,
+    )
+    rs_min_reward: Optional[float] = opt(
+        None,
+        "rs: keep a prompt's best response only if its reward is at least "
+        "this (default: always keep it, as OpenRLHF)",
+    )
     csft_prompt: str = opt("<rm_score>: {reward:.1f} ", "csft: prefix template, formatted with the reward")
-    enable_csft: bool = opt(False, "Generate from a conditional-SFT model: prefix every prompt with --csft_prompt "
-                                   "formatted with --csft_reward (ask for a high score)")
-    csft_reward: float = opt(1.0, "--enable_csft: the reward written into the prefix (the best score of the "
-                                  "training data, e.g. 1.0 for the tiny world's rule reward)")
-    rollout_batch_size: int = opt(0, "Prompts per round of an iterative pipeline: this round takes rows "
-                                     "[iter*N, (iter+1)*N) of the dataset, wrapping around (0: every row, up to --max_samples)")
+    enable_csft: bool = opt(
+        False,
+        "Generate from a conditional-SFT model: prefix every prompt with --csft_prompt "
+        "formatted with --csft_reward (ask for a high score)",
+    )
+    csft_reward: float = opt(
+        1.0,
+        "--enable_csft: the reward written into the prefix (the best score of the "
+        "training data, e.g. 1.0 for the tiny world's rule reward)",
+    )
+    rollout_batch_size: int = opt(
+        0,
+        "Prompts per round of an iterative pipeline: this round takes rows "
+        "[iter*N, (iter+1)*N) of the dataset, wrapping around (0: every row, up to --max_samples)",
+    )
     iter: int = opt(0, "Round index for --rollout_batch_size (OpenRLHF's iterative DPO passes the round number)")
-    vllm_num_engines: int = opt(0, "--eval_task generate_vllm: vLLM engines, one rank (GPU) each, each generating "
-                                   "its share of the prompts (0: --num_nodes x --num_gpus_per_node ranks)")
+    vllm_num_engines: int = opt(
+        0,
+        "--eval_task generate_vllm: vLLM engines, one rank (GPU) each, each generating "
+        "its share of the prompts (0: --num_nodes x --num_gpus_per_node ranks)",
+    )
     seed: int = opt(42, "Sampling seed")
     num_threads: int = opt(0, "CPU threads per rank (0: cores / ranks on this node)", identity=False)
 
@@ -57,35 +84,58 @@ class BatchInferenceConfig(RewardSourceConfig, RanksConfig, DataConfig, ModelCon
 
     def check_batch_inference(self) -> None:
         require(self.vllm_num_engines >= 0, f"--vllm_num_engines {self.vllm_num_engines}: must be >= 0")
-        require(not (self.vllm_num_engines and self.eval_task != "generate_vllm"),
-                f"--vllm_num_engines {self.vllm_num_engines} needs --eval_task generate_vllm; the HF engine "
-                f"({self.eval_task}) spreads over --num_nodes x --num_gpus_per_node ranks")
-        require(self.rollout_batch_size >= 0 and self.iter >= 0,
-                f"--rollout_batch_size {self.rollout_batch_size} / --iter {self.iter}: must be >= 0")
-        require(bool(self.pretrain), "--pretrain is required: the policy (generate) or any model with the tokenizer (rm)")
+        require(
+            not (self.vllm_num_engines and self.eval_task != "generate_vllm"),
+            f"--vllm_num_engines {self.vllm_num_engines} needs --eval_task generate_vllm; the HF engine "
+            f"({self.eval_task}) spreads over --num_nodes x --num_gpus_per_node ranks",
+        )
+        require(
+            self.rollout_batch_size >= 0 and self.iter >= 0,
+            f"--rollout_batch_size {self.rollout_batch_size} / --iter {self.iter}: must be >= 0",
+        )
+        require(
+            bool(self.pretrain), "--pretrain is required: the policy (generate) or any model with the tokenizer (rm)"
+        )
         require(bool(self.dataset), "--dataset is required: prompts (generate) or prompt/response rows (rm)")
-        require(not self.output_path.endswith((".jsonl", ".json")),
-                f"--output_path {self.output_path}: give a directory (local or s3://); output.jsonl and a "
-                f"MANIFEST.json are written inside it")
-        require(self.best_of_n >= 1 and self.micro_batch_size >= 1 and self.max_new_tokens >= 1,
-                "--best_of_n, --micro_batch_size and --max_new_tokens must be >= 1")
-        require(self.temperature > 0 and 0 < self.top_p <= 1,
-                f"--temperature {self.temperature} must be > 0 and --top_p {self.top_p} in (0, 1]")
+        require(
+            not self.output_path.endswith((".jsonl", ".json")),
+            f"--output_path {self.output_path}: give a directory (local or s3://); output.jsonl and a "
+            f"MANIFEST.json are written inside it",
+        )
+        require(
+            self.best_of_n >= 1 and self.micro_batch_size >= 1 and self.max_new_tokens >= 1,
+            "--best_of_n, --micro_batch_size and --max_new_tokens must be >= 1",
+        )
+        require(
+            self.temperature > 0 and 0 < self.top_p <= 1,
+            f"--temperature {self.temperature} must be > 0 and --top_p {self.top_p} in (0, 1]",
+        )
         scored = self.has_reward()
         if self.eval_task == "rm":
             require(scored, "--eval_task rm needs a reward: --reward_pretrain DIR or --remote_rm_url URL|file.py")
-            require(bool(self.output_key), "--eval_task rm scores existing responses: set --output_key (the JSON key "
-                                           "of the response)")
+            require(
+                bool(self.output_key),
+                "--eval_task rm scores existing responses: set --output_key (the JSON key " "of the response)",
+            )
         if self.post_processor:
-            require(scored, f"--post_processor {self.post_processor} ranks responses by reward: add --reward_pretrain "
-                            f"or --remote_rm_url")
-        require(self.rs_min_reward is None or self.post_processor == "rs",
-                f"--rs_min_reward {self.rs_min_reward} filters --post_processor rs, which is not set")
-        require(not (self.enable_csft and self.eval_task == "rm"),
-                "--enable_csft prefixes generation prompts; --eval_task rm generates nothing: drop one of them")
+            require(
+                scored,
+                f"--post_processor {self.post_processor} ranks responses by reward: add --reward_pretrain "
+                f"or --remote_rm_url",
+            )
+        require(
+            self.rs_min_reward is None or self.post_processor == "rs",
+            f"--rs_min_reward {self.rs_min_reward} filters --post_processor rs, which is not set",
+        )
+        require(
+            not (self.enable_csft and self.eval_task == "rm"),
+            "--enable_csft prefixes generation prompts; --eval_task rm generates nothing: drop one of them",
+        )
         if self.post_processor == "iter_dpo":
-            require(self.eval_task == "rm" or self.best_of_n >= 2,
-                    "--post_processor iter_dpo pairs the best and worst response of a prompt: use --best_of_n >= 2")
+            require(
+                self.eval_task == "rm" or self.best_of_n >= 2,
+                "--post_processor iter_dpo pairs the best and worst response of a prompt: use --best_of_n >= 2",
+            )
         try:
             self.csft_prompt.format(reward=1.0)
         except (KeyError, IndexError, ValueError) as e:
@@ -96,11 +146,15 @@ class BatchInferenceConfig(RewardSourceConfig, RanksConfig, DataConfig, ModelCon
 class ChatConfig(ModelConfig, StageConfig):
     """Chat with a model in the terminal (`python -m alignment.cli.interactive_chat`)."""
 
-    apply_chat_template: bool = opt(False, "Render the conversation with the tokenizer's chat template; without it "
-                                           "plain text: 'User: ...\\nAssistant: ...\\n' per turn, ending in 'Assistant: '",
-                                    dotted="data.apply_chat_template")
-    max_len: int = opt(4096, "Most tokens of conversation plus reply; the oldest turns are dropped to fit",
-                       dotted="data.max_len")
+    apply_chat_template: bool = opt(
+        False,
+        "Render the conversation with the tokenizer's chat template; without it "
+        "plain text: 'User: ...\\nAssistant: ...\\n' per turn, ending in 'Assistant: '",
+        dotted="data.apply_chat_template",
+    )
+    max_len: int = opt(
+        4096, "Most tokens of conversation plus reply; the oldest turns are dropped to fit", dotted="data.max_len"
+    )
     max_new_tokens: int = opt(512, "Most new tokens per reply", dotted="generate.max_new_tokens")
     temperature: float = opt(0.6, "Sampling temperature", dotted="generate.temperature")
     top_p: float = opt(0.9, "Nucleus sampling", dotted="generate.top_p")
@@ -109,16 +163,21 @@ class ChatConfig(ModelConfig, StageConfig):
 
     def check_chat(self) -> None:
         require(self.max_new_tokens >= 1, f"--max_new_tokens {self.max_new_tokens}: must be >= 1")
-        require(self.max_len > self.max_new_tokens,
-                f"--max_len {self.max_len} must be larger than --max_new_tokens {self.max_new_tokens} "
-                f"(room is needed for the conversation)")
-        require(self.temperature > 0 and 0 < self.top_p <= 1,
-                f"--temperature {self.temperature} must be > 0 and --top_p {self.top_p} in (0, 1]")
+        require(
+            self.max_len > self.max_new_tokens,
+            f"--max_len {self.max_len} must be larger than --max_new_tokens {self.max_new_tokens} "
+            f"(room is needed for the conversation)",
+        )
+        require(
+            self.temperature > 0 and 0 < self.top_p <= 1,
+            f"--temperature {self.temperature} must be > 0 and --top_p {self.top_p} in (0, 1]",
+        )
 
 
 @dataclass
 class ServeRMConfig(RewardSourceConfig, ModelConfig, StageConfig):
     """`python -m alignment.cli.serve_rm`: an HTTP reward endpoint over reward models or a reward_func file."""
+
     host: str = opt("127.0.0.1", "Address to listen on (loopback by default; 0.0.0.0 to serve a cluster)")
     port: int = opt(5000, "Port to listen on (0: any free port, printed at start)")
     batch_size: int = opt(64, "Queries per forward pass")
@@ -132,10 +191,16 @@ class ServeRMConfig(RewardSourceConfig, ModelConfig, StageConfig):
         require(not self.load_in_4bit, "--load_in_4bit is a training flag; serve_rm loads reward models as saved")
 
     def check_serve(self) -> None:
-        require(bool(self.reward_pretrain) != bool(self.remote_rm_url),
-                "give exactly one reward: --reward_pretrain DIR[,DIR] or --remote_rm_url reward_func.py")
-        require(not self.remote_rm_url or self.remote_rm_url.endswith(".py"),
-                f"--remote_rm_url {self.remote_rm_url}: serve_rm serves a reward_func .py file, not another server")
+        require(
+            bool(self.reward_pretrain) != bool(self.remote_rm_url),
+            "give exactly one reward: --reward_pretrain DIR[,DIR] or --remote_rm_url reward_func.py",
+        )
+        require(
+            not self.remote_rm_url or self.remote_rm_url.endswith(".py"),
+            f"--remote_rm_url {self.remote_rm_url}: serve_rm serves a reward_func .py file, not another server",
+        )
         require(0 <= self.port < 65536, f"--port {self.port}: must be in 0..65535")
-        require(min(self.batch_size, self.max_len, self.max_batch, self.max_request_bytes) > 0,
-                "--batch_size, --max_len, --max_batch and --max_request_bytes must be > 0")
+        require(
+            min(self.batch_size, self.max_len, self.max_batch, self.max_request_bytes) > 0,
+            "--batch_size, --max_len, --max_batch and --max_request_bytes must be > 0",
+        )

@@ -3,6 +3,7 @@
 Pure and cheap: string work on URIs, and for local paths one stat each. A store URI is never
 contacted here (the CLI's preflight reaches the store once, after the flags are checked).
 """
+
 from __future__ import annotations
 
 import os
@@ -62,24 +63,32 @@ def check_output_paths(cfg: Any) -> None:
         out = getattr(cfg, out_name, None)
         if not out:
             continue
-        require(not local_file(out), f"--{out_name} {out}: is a file; pass a directory path (the output is a "
-                                     f"folder, committed as a whole)")
+        require(
+            not local_file(out),
+            f"--{out_name} {out}: is a file; pass a directory path (the output is a " f"folder, committed as a whole)",
+        )
         for name, value in models.items():
             for model in (value or "").split(","):
-                require(not model or not within(model, out),
-                        f"--{out_name} {out}: holds --{name} {model}; the commit replaces the whole --{out_name} "
-                        f"folder, which would delete that model: pass another --{out_name}")
+                require(
+                    not model or not within(model, out),
+                    f"--{out_name} {out}: holds --{name} {model}; the commit replaces the whole --{out_name} "
+                    f"folder, which would delete that model: pass another --{out_name}",
+                )
 
 
 def check_checkpoint_folder(ckpt: str, save: str, resumes: bool) -> None:
     """--ckpt_path of a run that writes or reads checkpoints: apart from --save_path, a folder, and
     with --load_checkpoint (`resumes`) one that holds checkpoints or nothing yet."""
-    require(not (within(ckpt, save) or within(save, ckpt)),
-            f"--ckpt_path {ckpt} and --save_path {save} overlap: the final commit replaces the whole --save_path "
-            f"folder (deleting checkpoints inside it) and a checkpoint folder must not hold the model: pass "
-            f"separate folders, e.g. --ckpt_path {save.rstrip('/')}_checkpoints")
+    require(
+        not (within(ckpt, save) or within(save, ckpt)),
+        f"--ckpt_path {ckpt} and --save_path {save} overlap: the final commit replaces the whole --save_path "
+        f"folder (deleting checkpoints inside it) and a checkpoint folder must not hold the model: pass "
+        f"separate folders, e.g. --ckpt_path {save.rstrip('/')}_checkpoints",
+    )
     require(not local_file(ckpt), f"--ckpt_path {ckpt}: is a file; pass a directory path for the checkpoints")
-    require(not (resumes and not_a_checkpoint_folder(ckpt)),
-            f"--ckpt_path {ckpt}: is not a checkpoint folder (it holds files but no global_step* folder or 'latest'); "
-            f"--load_checkpoint resumes from a folder earlier runs checkpointed into: fix the path, or pass a new "
-            f"folder to start over")
+    require(
+        not (resumes and not_a_checkpoint_folder(ckpt)),
+        f"--ckpt_path {ckpt}: is not a checkpoint folder (it holds files but no global_step* folder or 'latest'); "
+        f"--load_checkpoint resumes from a folder earlier runs checkpointed into: fix the path, or pass a new "
+        f"folder to start over",
+    )

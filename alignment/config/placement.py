@@ -1,5 +1,6 @@
 """Where PPO's model groups live (OpenRLHF's --actor_num_nodes, --colocate_all_models, ...). On a CPU-only
 cluster a "gpu" is one CPU bundle."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,20 +13,24 @@ class PlacementConfig:
     """Where the four model groups live. On a CPU-only cluster a "gpu" is one CPU bundle."""
 
     actor_num_nodes: int = opt(1, "Nodes for the policy (actor) group", dotted="actor.num_nodes")
-    actor_num_gpus_per_node: int = opt(1, "Ranks (GPUs, or CPU bundles) per node for the actor",
-                                       dotted="actor.num_gpus_per_node")
+    actor_num_gpus_per_node: int = opt(
+        1, "Ranks (GPUs, or CPU bundles) per node for the actor", dotted="actor.num_gpus_per_node"
+    )
     critic_num_nodes: int = opt(1, "Nodes for the critic group", dotted="critic.num_nodes")
     critic_num_gpus_per_node: int = opt(1, "Ranks per node for the critic", dotted="critic.num_gpus_per_node")
     ref_num_nodes: int = opt(1, "Nodes for the reference group", dotted="ref.num_nodes")
     ref_num_gpus_per_node: int = opt(1, "Ranks per node for the reference", dotted="ref.num_gpus_per_node")
     reward_num_nodes: int = opt(1, "Nodes for the reward-model group", dotted="reward.num_nodes")
     reward_num_gpus_per_node: int = opt(1, "Ranks per node for the reward model(s)", dotted="reward.num_gpus_per_node")
-    colocate_actor_ref: bool = opt(False, "Place actor and reference ranks on the same bundles",
-                                   dotted="train.colocate_actor_ref")
-    colocate_critic_reward: bool = opt(False, "Place critic and reward-model ranks on the same bundles",
-                                       dotted="train.colocate_critic_reward")
-    colocate_all_models: bool = opt(False, "Place every model group and the rollout engines on the same bundles",
-                                    dotted="train.colocate_all")
+    colocate_actor_ref: bool = opt(
+        False, "Place actor and reference ranks on the same bundles", dotted="train.colocate_actor_ref"
+    )
+    colocate_critic_reward: bool = opt(
+        False, "Place critic and reward-model ranks on the same bundles", dotted="train.colocate_critic_reward"
+    )
+    colocate_all_models: bool = opt(
+        False, "Place every model group and the rollout engines on the same bundles", dotted="train.colocate_all"
+    )
     ref_reward_offload: bool = opt(False, "Keep reference and reward models in CPU memory between uses")
 
     def _group(self, name: str) -> tuple[int, int]:
@@ -38,8 +43,10 @@ class PlacementConfig:
     def check_placement(self) -> None:
         for name in ("actor", "critic", "ref", "reward"):
             nodes, per_node = self._group(name)
-            require(nodes >= 1 and per_node >= 1,
-                    f"--{name}_num_nodes {nodes} / --{name}_num_gpus_per_node {per_node}: both must be >= 1")
+            require(
+                nodes >= 1 and per_node >= 1,
+                f"--{name}_num_nodes {nodes} / --{name}_num_gpus_per_node {per_node}: both must be >= 1",
+            )
         placed = self.placed_roles()
         pairs = []
         if self.colocate_all_models:
@@ -53,7 +60,9 @@ class PlacementConfig:
         # sizes at their defaults beside --colocate_all_models
         for a, b in [(a, b) for a, b in pairs if a in placed and b in placed]:
             flag = "--colocate_all_models" if self.colocate_all_models else f"--colocate_{a}_{b}"
-            require(self._group(a) == self._group(b),
-                    f"{flag}: {a} has {self._group(a)[0]}x{self._group(a)[1]} ranks but {b} has "
-                    f"{self._group(b)[0]}x{self._group(b)[1]}; colocated groups share bundles, so give them "
-                    f"the same --*_num_nodes and --*_num_gpus_per_node")
+            require(
+                self._group(a) == self._group(b),
+                f"{flag}: {a} has {self._group(a)[0]}x{self._group(a)[1]} ranks but {b} has "
+                f"{self._group(b)[0]}x{self._group(b)[1]}; colocated groups share bundles, so give them "
+                f"the same --*_num_nodes and --*_num_gpus_per_node",
+            )

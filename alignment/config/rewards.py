@@ -1,5 +1,6 @@
 """Where rewards come from: the flags every stage that scores text shares (train_ppo_ray, batch_inference,
 serve_rm). Names are OpenRLHF's flat flag names."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,17 +13,30 @@ from alignment.config.base import opt, require
 class RewardSourceConfig:
     """Where rewards come from (train_ppo_ray, batch_inference, serve_rm): trained reward models
     and/or reward servers or a reward_func file."""
-    reward_pretrain: Optional[str] = opt(None, "Reward model(s), comma-separated (directories, store URIs, hub names)",
-                                         path="model", dotted="reward.model_name_or_path")
+
+    reward_pretrain: Optional[str] = opt(
+        None,
+        "Reward model(s), comma-separated (directories, store URIs, hub names)",
+        path="model",
+        dotted="reward.model_name_or_path",
+    )
     reward_weights: Optional[str] = opt(None, "Comma-separated weights of the reward models (default: equal)")
-    remote_rm_url: Optional[str] = opt(None, "Comma-separated reward-server URLs (POST {query, prompts, labels}), "
-                                             "or a .py file defining reward_func(queries, prompts, labels)", path="reward",
-                                       dotted="reward.remote_url")
-    normalize_reward: bool = opt(False, "Normalise RM scores with the mean/std in the RM's config.json (PPO with a "
-                                        "reward function, server or agent: by the running mean/std of the rewards)",
-                                 dotted="reward.normalize_enable")
-    value_head_prefix: str = opt("score", "Name of the value head in reward/critic checkpoints",
-                                 dotted="ds.value_head_prefix")
+    remote_rm_url: Optional[str] = opt(
+        None,
+        "Comma-separated reward-server URLs (POST {query, prompts, labels}), "
+        "or a .py file defining reward_func(queries, prompts, labels)",
+        path="reward",
+        dotted="reward.remote_url",
+    )
+    normalize_reward: bool = opt(
+        False,
+        "Normalise RM scores with the mean/std in the RM's config.json (PPO with a "
+        "reward function, server or agent: by the running mean/std of the rewards)",
+        dotted="reward.normalize_enable",
+    )
+    value_head_prefix: str = opt(
+        "score", "Name of the value head in reward/critic checkpoints", dotted="ds.value_head_prefix"
+    )
 
     # PPO normalises a source without saved statistics by running moments (alignment/losses/reward_norm.py)
     running_reward_norm: ClassVar[bool] = False
@@ -37,9 +51,13 @@ class RewardSourceConfig:
                 weights = [float(w) for w in self.reward_weights.split(",")]
             except ValueError:
                 weights = []
-            require(len(weights) == n,
-                    f"--reward_weights {self.reward_weights!r}: give one number per --reward_pretrain model ({n})")
+            require(
+                len(weights) == n,
+                f"--reward_weights {self.reward_weights!r}: give one number per --reward_pretrain model ({n})",
+            )
         # a reward server or function has no saved mean/std: outside PPO (running moments) the flag would do nothing
-        require(not self.normalize_reward or bool(self.reward_pretrain) or self.running_reward_norm,
-                "--normalize_reward normalises reward models' scores by the mean/std their training saved; "
-                "with only --remote_rm_url there is none: drop --normalize_reward")
+        require(
+            not self.normalize_reward or bool(self.reward_pretrain) or self.running_reward_norm,
+            "--normalize_reward normalises reward models' scores by the mean/std their training saved; "
+            "with only --remote_rm_url there is none: drop --normalize_reward",
+        )

@@ -1,15 +1,23 @@
 """Stage configs: each one a flat composition of the shared groups plus its own fields."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from typing import Optional
 
 from alignment.config.base import check_store_uri, opt, require
-from alignment.config.paths import check_output_paths
 from alignment.config.groups import (
-    CheckpointConfig, DataConfig, LoggingConfig, LoraConfig, LoraSaveConfig, ModelConfig, MoEConfig, RanksConfig, TrainConfig,
+    CheckpointConfig,
+    DataConfig,
+    LoggingConfig,
+    LoraConfig,
+    LoraSaveConfig,
+    ModelConfig,
+    MoEConfig,
+    RanksConfig,
+    TrainConfig,
 )
-
+from alignment.config.paths import check_output_paths
 
 # Where stages write; their URI schemes are checked with the flags, before anything runs.
 OUTPUT_FIELDS = ("save_path", "ckpt_path", "output_path")
@@ -24,8 +32,10 @@ class StageConfig:
         for f in fields(self):
             choices = f.metadata.get("choices")
             value = getattr(self, f.name)
-            require(not choices or value is None or value in choices,
-                    f"--{f.name} {value!r}: not one of {', '.join(map(str, choices or ()))}")
+            require(
+                not choices or value is None or value in choices,
+                f"--{f.name} {value!r}: not one of {', '.join(map(str, choices or ()))}",
+            )
         for name in OUTPUT_FIELDS:
             check_store_uri(f"--{name}", getattr(self, name, None))
         check_output_paths(self)
@@ -36,12 +46,26 @@ class StageConfig:
 
 
 @dataclass
-class SFTConfig(RanksConfig, LoggingConfig, CheckpointConfig, MoEConfig, TrainConfig, LoraConfig, LoraSaveConfig, DataConfig, ModelConfig, StageConfig):
+class SFTConfig(
+    RanksConfig,
+    LoggingConfig,
+    CheckpointConfig,
+    MoEConfig,
+    TrainConfig,
+    LoraConfig,
+    LoraSaveConfig,
+    DataConfig,
+    ModelConfig,
+    StageConfig,
+):
     """Supervised fine-tuning (`python -m alignment.cli.train_sft`)."""
 
     def check_sft(self) -> None:
         if self.multiturn:
-            require(self.apply_chat_template, "--multiturn needs --apply_chat_template (turns are found through the chat template)")
+            require(
+                self.apply_chat_template,
+                "--multiturn needs --apply_chat_template (turns are found through the chat template)",
+            )
 
 
 @dataclass
@@ -49,54 +73,87 @@ class PRMConfig(SFTConfig):
     """Process reward model: a causal LM taught to answer each step's placeholder token with a reward
     token (`python -m alignment.cli.train_prm`)."""
 
-    placeholder_token: Optional[str] = opt(None, "The token that ends each reasoning step in --input_key; the "
-                                                 "model's logits there are the step's reward (one token of the "
-                                                 "tokenizer, e.g. ки)")
-    reward_tokens: Optional[list[str]] = opt(None, "The label tokens, e.g. + - (the first is the positive one): the "
-                                                   "loss compares their logits only. Without them the whole "
-                                                   "vocabulary is trained and the model cannot be a PPO reward")
-    label_key: str = opt("label", "JSON key of the per-step labels: a list of reward tokens (hard) or of numbers "
-                                  "in [0, 1], the probability the step is good (soft), one per placeholder",
-                         dotted="data.label_key")
+    placeholder_token: Optional[str] = opt(
+        None,
+        "The token that ends each reasoning step in --input_key; the "
+        "model's logits there are the step's reward (one token of the "
+        "tokenizer, e.g. ки)",
+    )
+    reward_tokens: Optional[list[str]] = opt(
+        None,
+        "The label tokens, e.g. + - (the first is the positive one): the "
+        "loss compares their logits only. Without them the whole "
+        "vocabulary is trained and the model cannot be a PPO reward",
+    )
+    label_key: str = opt(
+        "label",
+        "JSON key of the per-step labels: a list of reward tokens (hard) or of numbers "
+        "in [0, 1], the probability the step is good (soft), one per placeholder",
+        dotted="data.label_key",
+    )
 
     def check_prm(self) -> None:
-        require(bool(self.placeholder_token), "--placeholder_token is required: the token that ends each step "
-                                              "in --input_key (e.g. ки)")
-        require(not self.output_key and not self.multiturn and not self.pretrain_mode,
-                "--output_key, --multiturn and --pretrain_mode are SFT flags; a PRM reads --input_key (the text "
-                "with placeholders) and --label_key (one label per placeholder)")
-        require(not self.apply_chat_template and not self.input_template,
-                "--apply_chat_template / --input_template: a PRM reads --input_key as written (placeholders "
-                "included), as OpenRLHF's train_prm does; drop them")
+        require(
+            bool(self.placeholder_token),
+            "--placeholder_token is required: the token that ends each step " "in --input_key (e.g. ки)",
+        )
+        require(
+            not self.output_key and not self.multiturn and not self.pretrain_mode,
+            "--output_key, --multiturn and --pretrain_mode are SFT flags; a PRM reads --input_key (the text "
+            "with placeholders) and --label_key (one label per placeholder)",
+        )
+        require(
+            not self.apply_chat_template and not self.input_template,
+            "--apply_chat_template / --input_template: a PRM reads --input_key as written (placeholders "
+            "included), as OpenRLHF's train_prm does; drop them",
+        )
         if self.reward_tokens is not None:
-            require(len(set(self.reward_tokens)) == len(self.reward_tokens) >= 2,
-                    f"--reward_tokens {' '.join(self.reward_tokens)}: need two or more distinct tokens, the "
-                    f"positive one first (e.g. + -)")
-            require(self.placeholder_token not in self.reward_tokens,
-                    f"--placeholder_token {self.placeholder_token} is also a reward token")
-        require(not self.lora_rank or self.merge_lora,
-                "--lora_rank without --merge_lora: a PRM is committed merged (its config.json records the "
-                "placeholder and reward tokens a PPO reward reads); add --merge_lora")
+            require(
+                len(set(self.reward_tokens)) == len(self.reward_tokens) >= 2,
+                f"--reward_tokens {' '.join(self.reward_tokens)}: need two or more distinct tokens, the "
+                f"positive one first (e.g. + -)",
+            )
+            require(
+                self.placeholder_token not in self.reward_tokens,
+                f"--placeholder_token {self.placeholder_token} is also a reward token",
+            )
+        require(
+            not self.lora_rank or self.merge_lora,
+            "--lora_rank without --merge_lora: a PRM is committed merged (its config.json records the "
+            "placeholder and reward tokens a PPO reward reads); add --merge_lora",
+        )
 
 
 @dataclass
 class PairDataConfig:
-    prompt_key: Optional[str] = opt(None, "JSON key of the prompt; without it chosen/rejected are whole conversations "
-                                          "(the last turn is the answer) or plain texts", dotted="data.prompt_key")
+    prompt_key: Optional[str] = opt(
+        None,
+        "JSON key of the prompt; without it chosen/rejected are whole conversations "
+        "(the last turn is the answer) or plain texts",
+        dotted="data.prompt_key",
+    )
     chosen_key: str = opt("chosen", "JSON key of the preferred response", dotted="data.chosen_key")
     rejected_key: str = opt("rejected", "JSON key of the dispreferred response", dotted="data.rejected_key")
 
     def check_pair_data(self) -> None:
-        require(not self.multiturn and not self.pretrain_mode,
-                "--multiturn and --pretrain_mode are SFT flags; preference stages read --prompt_key/--chosen_key/--rejected_key")
+        require(
+            not self.multiturn and not self.pretrain_mode,
+            "--multiturn and --pretrain_mode are SFT flags; "
+            "preference stages read --prompt_key/--chosen_key/--rejected_key",
+        )
 
 
 @dataclass
 class ReferenceConfig:
-    ref_pretrain: Optional[str] = opt(None, "Reference model (default: --pretrain, the policy's initial weights)", path="model",
-                                      dotted="ref.model_name_or_path")
-    ref_offload: bool = opt(False, "Keep the frozen reference model in CPU memory (its forward runs there)",
-                            dotted="ref.offload")
+    ref_pretrain: Optional[str] = opt(
+        None,
+        "Reference model (default: --pretrain, the policy's initial weights)",
+        path="model",
+        dotted="ref.model_name_or_path",
+    )
+    ref_offload: bool = opt(
+        False, "Keep the frozen reference model in CPU memory (its forward runs there)", dotted="ref.offload"
+    )
     beta: float = opt(0.1, "Strength of the implicit KL penalty toward the reference", dotted="model.beta")
 
     def check_reference(self) -> None:
@@ -104,62 +161,123 @@ class ReferenceConfig:
 
 
 @dataclass
-class RMConfig(RanksConfig, LoggingConfig, CheckpointConfig, TrainConfig, LoraConfig, PairDataConfig, DataConfig, ModelConfig,
-               StageConfig):
+class RMConfig(
+    RanksConfig,
+    LoggingConfig,
+    CheckpointConfig,
+    TrainConfig,
+    LoraConfig,
+    PairDataConfig,
+    DataConfig,
+    ModelConfig,
+    StageConfig,
+):
     """Reward model: a scalar head on a causal-LM backbone, trained on preference pairs
     (`python -m alignment.cli.train_rm`)."""
 
-    loss: str = opt("sigmoid", "Pairwise loss: sigmoid = -log σ(r_c - r_r - margin); logexp = log(1 + e^(r_r - r_c))",
-                    choices=("sigmoid", "logexp"), dotted="model.loss_type")
-    margin_loss: bool = opt(False, "Subtract each row's 'margin' inside the sigmoid loss",
-                            dotted="model.margin_loss_enable")
-    compute_fp32_loss: bool = opt(False, "Compute rewards and the loss in fp32 even when training in bf16",
-                                  dotted="model.compute_fp32_loss_enable")
-    value_head_prefix: str = opt("score", "Name of the value head in the saved weights ('score' loads with "
-                                          "AutoModelForSequenceClassification)", dotted="ds.value_head_prefix")
+    loss: str = opt(
+        "sigmoid",
+        "Pairwise loss: sigmoid = -log σ(r_c - r_r - margin); logexp = log(1 + e^(r_r - r_c))",
+        choices=("sigmoid", "logexp"),
+        dotted="model.loss_type",
+    )
+    margin_loss: bool = opt(
+        False, "Subtract each row's 'margin' inside the sigmoid loss", dotted="model.margin_loss_enable"
+    )
+    compute_fp32_loss: bool = opt(
+        False,
+        "Compute rewards and the loss in fp32 even when training in bf16",
+        dotted="model.compute_fp32_loss_enable",
+    )
+    value_head_prefix: str = opt(
+        "score",
+        "Name of the value head in the saved weights ('score' loads with " "AutoModelForSequenceClassification)",
+        dotted="ds.value_head_prefix",
+    )
 
     def check_rm(self) -> None:
-        require(not (self.margin_loss and self.loss == "logexp"),
-                "--margin_loss needs --loss sigmoid (logexp has no margin term)")
-        require(self.value_head_prefix.isidentifier(), f"--value_head_prefix {self.value_head_prefix!r}: must be a "
-                                                       f"Python identifier, e.g. score or value_head")
+        require(
+            not (self.margin_loss and self.loss == "logexp"),
+            "--margin_loss needs --loss sigmoid (logexp has no margin term)",
+        )
+        require(
+            self.value_head_prefix.isidentifier(),
+            f"--value_head_prefix {self.value_head_prefix!r}: must be a "
+            f"Python identifier, e.g. score or value_head",
+        )
 
 
 @dataclass
-class DPOConfig(RanksConfig, LoggingConfig, CheckpointConfig, MoEConfig, TrainConfig, LoraConfig, LoraSaveConfig, ReferenceConfig, PairDataConfig, DataConfig,
-                ModelConfig, StageConfig):
+class DPOConfig(
+    RanksConfig,
+    LoggingConfig,
+    CheckpointConfig,
+    MoEConfig,
+    TrainConfig,
+    LoraConfig,
+    LoraSaveConfig,
+    ReferenceConfig,
+    PairDataConfig,
+    DataConfig,
+    ModelConfig,
+    StageConfig,
+):
     """DPO / IPO / cDPO on preference pairs against a frozen reference (`python -m alignment.cli.train_dpo`)."""
 
-    label_smoothing: float = opt(0.0, "cDPO: assume this fraction of preference labels is flipped (0 = plain DPO)",
-                                 dotted="model.label_smoothing")
+    label_smoothing: float = opt(
+        0.0,
+        "cDPO: assume this fraction of preference labels is flipped (0 = plain DPO)",
+        dotted="model.label_smoothing",
+    )
     ipo: bool = opt(False, "IPO's squared loss instead of DPO's logistic one", dotted="model.ipo_enable")
-    nll_loss_coef: float = opt(0.0, "Add this times the NLL of the chosen responses (RPO-style regulariser)",
-                               dotted="model.nll_loss_coef")
+    nll_loss_coef: float = opt(
+        0.0, "Add this times the NLL of the chosen responses (RPO-style regulariser)", dotted="model.nll_loss_coef"
+    )
 
     def check_dpo(self) -> None:
         require(0.0 <= self.label_smoothing < 0.5, f"--label_smoothing {self.label_smoothing}: must be in [0, 0.5)")
-        require(not (self.ipo and self.label_smoothing > 0),
-                "--ipo with --label_smoothing > 0: IPO has no label-smoothing term; drop one of them")
+        require(
+            not (self.ipo and self.label_smoothing > 0),
+            "--ipo with --label_smoothing > 0: IPO has no label-smoothing term; drop one of them",
+        )
         require(self.nll_loss_coef >= 0, f"--nll_loss_coef {self.nll_loss_coef}: must be >= 0")
 
 
 @dataclass
-class KTOConfig(RanksConfig, LoggingConfig, CheckpointConfig, TrainConfig, LoraConfig, LoraSaveConfig, ReferenceConfig, DataConfig, ModelConfig,
-                StageConfig):
+class KTOConfig(
+    RanksConfig,
+    LoggingConfig,
+    CheckpointConfig,
+    TrainConfig,
+    LoraConfig,
+    LoraSaveConfig,
+    ReferenceConfig,
+    DataConfig,
+    ModelConfig,
+    StageConfig,
+):
     """KTO on unpaired desirable/undesirable responses (`python -m alignment.cli.train_kto`)."""
 
-    label_key: str = opt("label", "JSON key of the desirable (true) / undesirable (false) label",
-                         dotted="data.label_key")
-    desirable_loss_weight: float = opt(1.0, "λ_D: weight of desirable samples' loss",
-                                       dotted="model.desirable_loss_weight")
-    undesirable_loss_weight: float = opt(1.0, "λ_U: weight of undesirable samples' loss",
-                                         dotted="model.undesirable_loss_weight")
+    label_key: str = opt(
+        "label", "JSON key of the desirable (true) / undesirable (false) label", dotted="data.label_key"
+    )
+    desirable_loss_weight: float = opt(
+        1.0, "λ_D: weight of desirable samples' loss", dotted="model.desirable_loss_weight"
+    )
+    undesirable_loss_weight: float = opt(
+        1.0, "λ_U: weight of undesirable samples' loss", dotted="model.undesirable_loss_weight"
+    )
 
     def check_kto(self) -> None:
-        require(self.desirable_loss_weight > 0 and self.undesirable_loss_weight > 0,
-                "--desirable_loss_weight and --undesirable_loss_weight must be > 0")
-        require(self.micro_train_batch_size >= 2, f"--micro_train_batch_size {self.micro_train_batch_size}: KTO "
-                "needs >= 2 (the KL estimate pairs each prompt with another sample's response)")
+        require(
+            self.desirable_loss_weight > 0 and self.undesirable_loss_weight > 0,
+            "--desirable_loss_weight and --undesirable_loss_weight must be > 0",
+        )
+        require(
+            self.micro_train_batch_size >= 2,
+            f"--micro_train_batch_size {self.micro_train_batch_size}: KTO "
+            "needs >= 2 (the KL estimate pairs each prompt with another sample's response)",
+        )
         require(bool(self.output_key), "--output_key is required for KTO: the JSON key of the response")
         require(not self.multiturn and not self.pretrain_mode, "--multiturn and --pretrain_mode are SFT flags")
 
@@ -174,8 +292,11 @@ class TinyBaseConfig(StageConfig):
 
     save_path: str = opt("./ckpt/tiny_base", "Where the model directory goes (local path or s3://)", identity=False)
     seed: int = opt(0, "Seed of the random initialisation")
-    arch: str = opt("llama", "llama (the tiny world's model) or mixtral (a tiny sparse MoE, for --aux_loss_coef)",
-                    choices=("llama", "mixtral"))
+    arch: str = opt(
+        "llama",
+        "llama (the tiny world's model) or mixtral (a tiny sparse MoE, for --aux_loss_coef)",
+        choices=("llama", "mixtral"),
+    )
 
 
 @dataclass
@@ -183,8 +304,11 @@ class ImportModelConfig(StageConfig):
     """Commit a model made elsewhere as a plain Hugging Face folder in the store
     (`python -m alignment.cli.import_model SRC --save_path URI`)."""
 
-    source: Optional[str] = opt(None, "The model to import: a .gguf file, a Hugging Face model folder (local or s3://, "
-                                      "with or without our MANIFEST.json) or a hub name. Also the first positional argument")
+    source: Optional[str] = opt(
+        None,
+        "The model to import: a .gguf file, a Hugging Face model folder (local or s3://, "
+        "with or without our MANIFEST.json) or a hub name. Also the first positional argument",
+    )
     save_path: Optional[str] = opt(None, "Where the committed HF folder goes (local path or s3://)", identity=False)
     gguf_file: Optional[str] = opt(None, "Which .gguf file of a folder or hub repo holding several to import")
     revision: Optional[str] = opt(None, "Hub revision (branch, tag or commit sha) of a hub-name --source")
@@ -192,8 +316,11 @@ class ImportModelConfig(StageConfig):
     def check_import(self) -> None:
         require(bool(self.source), "no model to import: pass SRC (a .gguf file, a model folder, s3:// URI or hub name)")
         require(bool(self.save_path), "--save_path is required: where the imported model is committed")
-        require(not self.revision or not (self.source.startswith(("/", ".", "~")) or "://" in self.source),
-                f"--revision {self.revision}: {self.source} is a file, folder or store URI, not a hub name; drop --revision")
+        require(
+            not self.revision or not (self.source.startswith(("/", ".", "~")) or "://" in self.source),
+            f"--revision {self.revision}: {self.source} is a file, folder or store URI, not a hub name; "
+            f"drop --revision",
+        )
 
 
 @dataclass
@@ -201,16 +328,25 @@ class LoraCombinerConfig(StageConfig):
     """Merge a saved LoRA adapter into its base and commit the merged model (OpenRLHF's lora_combiner,
     `python -m alignment.cli.lora_combiner`)."""
 
-    model_path: Optional[str] = opt(None, "The base model the adapter was trained on: HF directory, store URI or "
-                                          "hub name", path="model")
-    lora_path: Optional[str] = opt(None, "The PEFT adapter folder (adapter_config.json + adapter_model.safetensors): "
-                                         "a local folder or a committed store URI", path="model")
+    model_path: Optional[str] = opt(
+        None, "The base model the adapter was trained on: HF directory, store URI or " "hub name", path="model"
+    )
+    lora_path: Optional[str] = opt(
+        None,
+        "The PEFT adapter folder (adapter_config.json + adapter_model.safetensors): "
+        "a local folder or a committed store URI",
+        path="model",
+    )
     output_path: Optional[str] = opt(None, "Where the merged model is committed (local path or s3://)", identity=False)
-    is_rm: bool = opt(False, "A reward model's adapter: the base loads with its value head "
-                             "(AutoModelForSequenceClassification)")
+    is_rm: bool = opt(
+        False, "A reward model's adapter: the base loads with its value head " "(AutoModelForSequenceClassification)"
+    )
     bf16: bool = opt(False, "Load, merge and save in bfloat16 (default: the base's own dtype)")
 
     def check_lora_combiner(self) -> None:
         for flag in ("model_path", "lora_path", "output_path"):
-            require(bool(getattr(self, flag)), f"--{flag} is required: python -m alignment.cli.lora_combiner "
-                                               f"--model_path BASE --lora_path ADAPTER --output_path OUT")
+            require(
+                bool(getattr(self, flag)),
+                f"--{flag} is required: python -m alignment.cli.lora_combiner "
+                f"--model_path BASE --lora_path ADAPTER --output_path OUT",
+            )

@@ -1,4 +1,5 @@
 """Turn a row into prompt/response text: chat template, --input_template, or plain text."""
+
 from __future__ import annotations
 
 import json
@@ -10,14 +11,18 @@ from alignment.datasets.sources import DataError
 def require_chat_template(tokenizer: Any, where: str, otherwise: str = "use --input_template instead") -> None:
     """`otherwise`: the other way to format prompts that the calling CLI offers."""
     if not getattr(tokenizer, "chat_template", None):
-        raise DataError(f"--apply_chat_template: the tokenizer of {where} has no chat template; "
-                        f"pass --tokenizer_chat_template '<jinja>' or {otherwise}")
+        raise DataError(
+            f"--apply_chat_template: the tokenizer of {where} has no chat template; "
+            f"pass --tokenizer_chat_template '<jinja>' or {otherwise}"
+        )
 
 
 def get_field(row: dict, key: str, flag: str, index: int, source: str) -> Any:
     if key not in row:
-        raise DataError(f"{source} row {index}: missing key {key!r} ({flag}); the row has keys "
-                        f"{sorted(row)[:8]}: set {flag} to one of them")
+        raise DataError(
+            f"{source} row {index}: missing key {key!r} ({flag}); the row has keys "
+            f"{sorted(row)[:8]}: set {flag} to one of them"
+        )
     return row[key]
 
 
@@ -25,8 +30,15 @@ def describe(value: Any) -> str:
     """What a JSON value is, in the file's terms, for messages: 'a number (5)', 'null'."""
     if value is None:
         return "null"
-    kinds = {str: "a string", bool: "a boolean", int: "a number", float: "a number", dict: "an object",
-             list: "a list", type(None): "null"}
+    kinds = {
+        str: "a string",
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+        dict: "an object",
+        list: "a list",
+        type(None): "null",
+    }
     short = json.dumps(value)[:60] if not isinstance(value, str) else repr(value[:40])
     return f"{kinds.get(type(value), type(value).__name__)} ({short})"
 
@@ -40,11 +52,17 @@ def get_text(row: dict, key: str, flag: str, index: int, source: str, optional: 
     (or null when `optional`: a row without a prompt part). Anything else is reported here with its
     row and key, not later as a shapeless type error."""
     value = get_field(row, key, flag, index, source)
-    if (optional and value is None) or isinstance(value, str) or is_message(value) or (
-            isinstance(value, list) and value and all(is_message(m) for m in value)):
+    if (
+        (optional and value is None)
+        or isinstance(value, str)
+        or is_message(value)
+        or (isinstance(value, list) and value and all(is_message(m) for m in value))
+    ):
         return value
-    raise DataError(f"{source} row {index}: {flag} {key!r} is {describe(value)}; expected a string or a list "
-                    f"of {{role, content}} messages")
+    raise DataError(
+        f"{source} row {index}: {flag} {key!r} is {describe(value)}; expected a string or a list "
+        f"of {{role, content}} messages"
+    )
 
 
 def as_messages(value: Any, role: str) -> list[dict]:
@@ -87,8 +105,9 @@ def prompt_text(tokenizer: Any, value: Any, apply_chat_template: bool, input_tem
     return input_template.format(text) if input_template else text
 
 
-def prompt_and_response(tokenizer: Any, prompt: Any, response: Any, apply_chat_template: bool,
-                        input_template: str | None) -> tuple[str, str]:
+def prompt_and_response(
+    tokenizer: Any, prompt: Any, response: Any, apply_chat_template: bool, input_template: str | None
+) -> tuple[str, str]:
     """(prompt as seen at generation time, response continuing it); together the whole sample.
 
     `prompt` None means the sample has no prompt part (the response is all of it). Plain-text
@@ -99,9 +118,11 @@ def prompt_and_response(tokenizer: Any, prompt: Any, response: Any, apply_chat_t
         head = chat(tokenizer, prompt_msgs, add_generation_prompt=True) if prompt_msgs else ""
         full = chat(tokenizer, prompt_msgs + as_messages(response, "assistant"), add_generation_prompt=False)
         if not full.startswith(head):
-            raise DataError("the chat template renders the prompt differently inside the full conversation, so "
-                            "response tokens can't be located; use a template whose prompt is a prefix, or --input_template")
-        return head, full[len(head):]
+            raise DataError(
+                "the chat template renders the prompt differently inside the full conversation, so "
+                "response tokens can't be located; use a template whose prompt is a prefix, or --input_template"
+            )
+        return head, full[len(head) :]
     head = prompt_text(tokenizer, prompt, False, input_template) if prompt is not None else ""
     text = as_text(response)
     eos = tokenizer.eos_token or ""

@@ -7,6 +7,7 @@ in one row and a list of messages in the next, and two mixed datasets rarely sha
 all: schema inference would fail (or silently coerce) before our per-row checks could name the
 bad row. A single string column always has one schema; each map call parses its row back.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -26,6 +27,7 @@ def to_line(row: dict) -> str:
 @dataclass(frozen=True)
 class Rows:
     """The mixed rows of one dataset flag, in order, as JSON text (see the module docstring)."""
+
     lines: list[str]
 
     def __len__(self) -> int:
@@ -39,7 +41,7 @@ class Rows:
         h = hashlib.sha256()
         for line in self.lines:
             h.update(line.encode())
-            h.update(b"\n")   # JSON text has no raw newline, so rows can't run into each other
+            h.update(b"\n")  # JSON text has no raw newline, so rows can't run into each other
         return h.hexdigest()
 
 
@@ -48,8 +50,7 @@ def weights(probs: str | None, n: int) -> list[float]:
     return [float(p) for p in probs.split(",")] if probs else [1.0] * n
 
 
-def blend_rows(specs: str, probs: str | None, split: str, max_samples: int, seed: int,
-               flag: str = "--dataset") -> Rows:
+def blend_rows(specs: str, probs: str | None, split: str, max_samples: int, seed: int, flag: str = "--dataset") -> Rows:
     """Every comma-separated dataset is read (so a bad one is reported even at probability 0),
     then interleaved. One dataset: its first `max_samples` rows, in file order."""
     names = [s for s in specs.split(",") if s.strip()]
@@ -61,15 +62,19 @@ def blend_rows(specs: str, probs: str | None, split: str, max_samples: int, seed
     # A dataset of probability 0 is never drawn: "all_exhausted" could never finish it, and
     # interleave_datasets refuses it, so it is left out (check_mixing ensures one p > 0 remains).
     kept = [(lines, p) for lines, p in zip(parts, weights(probs, len(parts))) if p > 0]
-    total = sum(p for _, p in kept)   # interleave_datasets wants probabilities that sum to 1
-    mixed = datasets.interleave_datasets([datasets.Dataset.from_dict({"row": lines}) for lines, _ in kept],
-                                         probabilities=[p / total for _, p in kept],
-                                         seed=seed, stopping_strategy="all_exhausted")
+    total = sum(p for _, p in kept)  # interleave_datasets wants probabilities that sum to 1
+    mixed = datasets.interleave_datasets(
+        [datasets.Dataset.from_dict({"row": lines}) for lines, _ in kept],
+        probabilities=[p / total for _, p in kept],
+        seed=seed,
+        stopping_strategy="all_exhausted",
+    )
     mixed = mixed.select(range(min(max_samples, len(mixed))))
     return Rows(list(mixed["row"]))
 
 
-def blend(specs: str, probs: str | None, split: str, max_samples: int, seed: int,
-          flag: str = "--dataset") -> list[dict[str, Any]]:
+def blend(
+    specs: str, probs: str | None, split: str, max_samples: int, seed: int, flag: str = "--dataset"
+) -> list[dict[str, Any]]:
     """`blend_rows` as dicts: for callers that read rows without tokenizing them through the cache."""
     return blend_rows(specs, probs, split, max_samples, seed, flag).dicts()

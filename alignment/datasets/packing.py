@@ -6,6 +6,7 @@ With a dense mask (SDPA, eager) attention costs T² per row whatever the mask hi
 go into several rows of at most --max_len tokens (first-fit decreasing, TRL's "bfd"); without
 one (flash-attention's varlen path) a micro-batch is one row.
 """
+
 from __future__ import annotations
 
 import torch

@@ -3,6 +3,7 @@
 A pair is (prompt + chosen, prompt + rejected); loss masks mark the response tokens, which is
 what DPO sums log-probs over. The RM reads its value at each sequence's last token.
 """
+
 from __future__ import annotations
 
 import logging
@@ -13,8 +14,8 @@ import torch
 
 from alignment.config.groups import DataConfig
 from alignment.datasets.formatting import end_at_eos, get_field, get_text, prompt_and_response, require_chat_template
-from alignment.datasets.shared_prompt import collate_shared
 from alignment.datasets.sft import Batch, TokenizedSample, collate_packed, collate_padded
+from alignment.datasets.shared_prompt import collate_shared
 from alignment.datasets.sources import DataError
 from alignment.datasets.tokenized import columns_of
 
@@ -31,14 +32,15 @@ class PairSample:
 @dataclass
 class PairBatch:
     """Chosen sequences first, then rejected: samples i and i + num_pairs form pair i."""
+
     batch: Batch
-    margins: torch.Tensor   # [N]
+    margins: torch.Tensor  # [N]
     num_pairs: int
 
 
 @dataclass
 class UnpairedSample:
-    sample: TokenizedSample    # prompt + response, loss mask on the response
+    sample: TokenizedSample  # prompt + response, loss mask on the response
     prompt_ids: list[int]
     response_ids: list[int]
     desirable: bool
@@ -46,9 +48,9 @@ class UnpairedSample:
 
 @dataclass
 class UnpairedBatch:
-    batch: Batch                # the N real samples
-    mismatched: Batch           # prompt i with response (i + 1) mod N: the KL reference point
-    desirable: torch.Tensor     # [N] bool
+    batch: Batch  # the N real samples
+    mismatched: Batch  # prompt i with response (i + 1) mod N: the KL reference point
+    desirable: torch.Tensor  # [N] bool
 
 
 class _Tokenize:
@@ -68,8 +70,9 @@ class _Tokenize:
         return self.tok(text, add_special_tokens=False)["input_ids"] if text else []
 
     def split(self, prompt: Any, response: Any) -> tuple[list[int], list[int]]:
-        head, text = prompt_and_response(self.tok, prompt, response, self.cfg.apply_chat_template,
-                                         self.cfg.input_template)
+        head, text = prompt_and_response(
+            self.tok, prompt, response, self.cfg.apply_chat_template, self.cfg.input_template
+        )
         if self.end_at_eos:
             text = end_at_eos(text, self.tok.eos_token)
         return self.ids(head), self.ids(text)
@@ -83,42 +86,59 @@ class _Tokenize:
 
     def warn(self, n_rows: int, dropped: int, what: str) -> None:
         if dropped:
-            log.warning("%s: dropped %d of %d rows whose prompt fills --max_len %d (no %s tokens left); "
-                        "raise --max_len to keep them", self.source, dropped, n_rows, self.cfg.max_len, what)
+            log.warning(
+                "%s: dropped %d of %d rows whose prompt fills --max_len %d (no %s tokens left); "
+                "raise --max_len to keep them",
+                self.source,
+                dropped,
+                n_rows,
+                self.cfg.max_len,
+                what,
+            )
 
 
 def _ids_features(*names: str) -> dict[str, Any]:
     from datasets import List, Value
+
     return {name: List(Value("int8" if name.endswith("_mask") else "int32")) for name in names}
 
 
-KEPT, IDENTICAL, TOO_LONG = 0, 1, 2   # PairTokenizer's per-row status column
+KEPT, IDENTICAL, TOO_LONG = 0, 1, 2  # PairTokenizer's per-row status column
 
 
 class PairTokenizer(_Tokenize):
     """Rows with --chosen_key/--rejected_key (and --prompt_key, or chat lists whose last turn is the answer)."""
+
     SETTINGS = _Tokenize.SETTINGS + ("prompt_key", "chosen_key", "rejected_key")
 
-    def __init__(self, tokenizer: Any, cfg: DataConfig, source: str, end_at_eos: bool = False, use_margin: bool = False):
+    def __init__(
+        self, tokenizer: Any, cfg: DataConfig, source: str, end_at_eos: bool = False, use_margin: bool = False
+    ):
         """use_margin: read each row's 'margin' (the RM's --margin_loss)."""
         super().__init__(tokenizer, cfg, source, end_at_eos)
         self.use_margin = use_margin
-        self.skipped_identical = 0   # of the last `finish`
+        self.skipped_identical = 0  # of the last `finish`
 
     def settings(self) -> dict[str, Any]:
         return {"use_margin": self.use_margin, **super().settings()}
 
     def features(self) -> Any:
         from datasets import Features, Value
-        return Features({**_ids_features("chosen_ids", "chosen_mask", "rejected_ids", "rejected_mask"),
-                         "margin": Value("float64"), "status": Value("int8")})
+
+        return Features(
+            {
+                **_ids_features("chosen_ids", "chosen_mask", "rejected_ids", "rejected_mask"),
+                "margin": Value("float64"),
+                "status": Value("int8"),
+            }
+        )
 
     def _prompt_and_answer(self, value: Any, row: dict, index: int) -> tuple[Any, Any]:
         if self.cfg.prompt_key:
             return get_text(row, self.cfg.prompt_key, "--prompt_key", index, self.source, optional=True), value
-        if isinstance(value, list) and len(value) > 1:   # a whole conversation: the last turn is the answer
+        if isinstance(value, list) and len(value) > 1:  # a whole conversation: the last turn is the answer
             return value[:-1], value[-1]
-        return None, value                               # plain text: no prompt part
+        return None, value  # plain text: no prompt part
 
     def columns(self, row: dict, index: int) -> dict[str, Any]:
         cfg = self.cfg
@@ -126,7 +146,7 @@ class PairTokenizer(_Tokenize):
         chosen = get_text(row, cfg.chosen_key, "--chosen_key", index, self.source)
         rejected = get_text(row, cfg.rejected_key, "--rejected_key", index, self.source)
         if chosen == rejected:
-            return {**skipped, "status": IDENTICAL}   # no preference to learn from; counted, not fatal
+            return {**skipped, "status": IDENTICAL}  # no preference to learn from; counted, not fatal
         prompt, c_answer = self._prompt_and_answer(chosen, row, index)
         _, r_answer = self._prompt_and_answer(rejected, row, index)
         c_prompt, c_resp = self.split(prompt, c_answer)
@@ -142,23 +162,40 @@ class PairTokenizer(_Tokenize):
                 margin = float(value)
             except (TypeError, ValueError):
                 raise DataError(f"{self.source} row {index}: 'margin' is {value!r}, not a number") from None
-        return {"chosen_ids": c.input_ids, "chosen_mask": c.loss_mask, "rejected_ids": r.input_ids,
-                "rejected_mask": r.loss_mask, "margin": margin, "status": KEPT}
+        return {
+            "chosen_ids": c.input_ids,
+            "chosen_mask": c.loss_mask,
+            "rejected_ids": r.input_ids,
+            "rejected_mask": r.loss_mask,
+            "margin": margin,
+            "status": KEPT,
+        }
 
     def finish(self, columns: dict[str, list], n_rows: int) -> list[PairSample]:
-        out = [PairSample(TokenizedSample(ci, cm), TokenizedSample(ri, rm), margin)
-               for ci, cm, ri, rm, margin, status in zip(
-                   columns["chosen_ids"], columns["chosen_mask"], columns["rejected_ids"], columns["rejected_mask"],
-                   columns["margin"], columns["status"]) if status == KEPT]
+        out = [
+            PairSample(TokenizedSample(ci, cm), TokenizedSample(ri, rm), margin)
+            for ci, cm, ri, rm, margin, status in zip(
+                columns["chosen_ids"],
+                columns["chosen_mask"],
+                columns["rejected_ids"],
+                columns["rejected_mask"],
+                columns["margin"],
+                columns["status"],
+            )
+            if status == KEPT
+        ]
         same, dropped = columns["status"].count(IDENTICAL), columns["status"].count(TOO_LONG)
         if same:
-            log.warning("%s: skipped %d of %d pairs whose chosen equals rejected (nothing to prefer)",
-                        self.source, same, n_rows)
+            log.warning(
+                "%s: skipped %d of %d pairs whose chosen equals rejected (nothing to prefer)", self.source, same, n_rows
+            )
         self.warn(n_rows, dropped, "response")
         self.skipped_identical = same
         if not out:
-            raise DataError(f"{self.source}: no usable preference pairs in {n_rows} rows "
-                            f"({same} had chosen == rejected, {dropped} too long for --max_len {self.cfg.max_len})")
+            raise DataError(
+                f"{self.source}: no usable preference pairs in {n_rows} rows "
+                f"({same} had chosen == rejected, {dropped} too long for --max_len {self.cfg.max_len})"
+            )
         return out
 
     def __call__(self, rows: list[dict], use_margin: bool | None = None) -> list[PairSample]:
@@ -173,12 +210,14 @@ def parse_label(value: Any, index: int, key: str, source: str) -> bool:
         return value
     if isinstance(value, str) and value.strip().lower() in ("true", "false"):
         return value.strip().lower() == "true"
-    raise DataError(f"{source} row {index}: --label_key {key!r} is {value!r}; KTO needs true (desirable) "
-                    f"or false (undesirable)")
+    raise DataError(
+        f"{source} row {index}: --label_key {key!r} is {value!r}; KTO needs true (desirable) " f"or false (undesirable)"
+    )
 
 
 class UnpairedTokenizer(_Tokenize):
     """KTO rows: --input_key (prompt), --output_key (response), --label_key (true/false)."""
+
     SETTINGS = _Tokenize.SETTINGS + ("input_key", "output_key", "label_key")
 
     def __init__(self, tokenizer: Any, cfg: DataConfig, source: str, end_at_eos: bool = False):
@@ -188,36 +227,68 @@ class UnpairedTokenizer(_Tokenize):
 
     def features(self) -> Any:
         from datasets import Features, Value
-        return Features({**_ids_features("input_ids", "loss_mask", "prompt_ids", "response_ids"),
-                         "desirable": Value("bool"), "keep": Value("bool")})
+
+        return Features(
+            {
+                **_ids_features("input_ids", "loss_mask", "prompt_ids", "response_ids"),
+                "desirable": Value("bool"),
+                "keep": Value("bool"),
+            }
+        )
 
     def columns(self, row: dict, index: int) -> dict[str, Any]:
         cfg = self.cfg
         prompt = get_text(row, cfg.input_key, "--input_key", index, self.source, optional=True)
         response = get_text(row, cfg.output_key, "--output_key", index, self.source)
-        label = parse_label(get_field(row, cfg.label_key, "--label_key", index, self.source),
-                            index, cfg.label_key, self.source)
+        label = parse_label(
+            get_field(row, cfg.label_key, "--label_key", index, self.source), index, cfg.label_key, self.source
+        )
         p_ids, r_ids = self.split(prompt, response)
         s = self.sample(p_ids, r_ids)
         if s is None:
-            return {"input_ids": [], "loss_mask": [], "prompt_ids": [], "response_ids": [], "desirable": label,
-                    "keep": False}
-        return {"input_ids": s.input_ids, "loss_mask": s.loss_mask, "prompt_ids": p_ids, "response_ids": r_ids,
-                "desirable": label, "keep": True}
+            return {
+                "input_ids": [],
+                "loss_mask": [],
+                "prompt_ids": [],
+                "response_ids": [],
+                "desirable": label,
+                "keep": False,
+            }
+        return {
+            "input_ids": s.input_ids,
+            "loss_mask": s.loss_mask,
+            "prompt_ids": p_ids,
+            "response_ids": r_ids,
+            "desirable": label,
+            "keep": True,
+        }
 
     def finish(self, columns: dict[str, list], n_rows: int) -> list[UnpairedSample]:
-        out = [UnpairedSample(TokenizedSample(ids, mask), p_ids, r_ids, desirable)
-               for ids, mask, p_ids, r_ids, desirable, keep in zip(
-                   columns["input_ids"], columns["loss_mask"], columns["prompt_ids"], columns["response_ids"],
-                   columns["desirable"], columns["keep"]) if keep]
+        out = [
+            UnpairedSample(TokenizedSample(ids, mask), p_ids, r_ids, desirable)
+            for ids, mask, p_ids, r_ids, desirable, keep in zip(
+                columns["input_ids"],
+                columns["loss_mask"],
+                columns["prompt_ids"],
+                columns["response_ids"],
+                columns["desirable"],
+                columns["keep"],
+            )
+            if keep
+        ]
         self.warn(n_rows, n_rows - len(out), "response")
         if not out:
-            raise DataError(f"{self.source}: no usable samples in {n_rows} rows (empty, or longer than "
-                            f"--max_len {self.cfg.max_len})")
+            raise DataError(
+                f"{self.source}: no usable samples in {n_rows} rows (empty, or longer than "
+                f"--max_len {self.cfg.max_len})"
+            )
         kinds = {s.desirable for s in out}
         if len(kinds) == 1:
-            log.warning("%s: every sample is %s; KTO learns best from both kinds", self.source,
-                        "desirable" if kinds.pop() else "undesirable")
+            log.warning(
+                "%s: every sample is %s; KTO learns best from both kinds",
+                self.source,
+                "desirable" if kinds.pop() else "undesirable",
+            )
         return out
 
     def __call__(self, rows: list[dict]) -> list[UnpairedSample]:
@@ -225,13 +296,19 @@ class UnpairedTokenizer(_Tokenize):
         return self.finish(columns_of(self, rows), len(rows))
 
 
-def collate(samples: list[TokenizedSample], packed: bool, pad_id: int, mask_dtype: torch.dtype | None,
-            row_tokens: int | None = None) -> Batch:
+def collate(
+    samples: list[TokenizedSample],
+    packed: bool,
+    pad_id: int,
+    mask_dtype: torch.dtype | None,
+    row_tokens: int | None = None,
+) -> Batch:
     return collate_packed(samples, mask_dtype, row_tokens) if packed else collate_padded(samples, pad_id)
 
 
-def collate_pairs(pairs: list[PairSample], packed: bool, pad_id: int, mask_dtype: torch.dtype | None,
-                  row_tokens: int | None = None) -> PairBatch:
+def collate_pairs(
+    pairs: list[PairSample], packed: bool, pad_id: int, mask_dtype: torch.dtype | None, row_tokens: int | None = None
+) -> PairBatch:
     """Packed with a dense mask: each pair's prompt once (datasets.shared_prompt); else chosen and rejected
     as two sequences (padded rows, or flash-attention's varlen packing)."""
     chosen, rejected = [p.chosen for p in pairs], [p.rejected for p in pairs]
@@ -242,8 +319,9 @@ def collate_pairs(pairs: list[PairSample], packed: bool, pad_id: int, mask_dtype
     return PairBatch(batch, torch.tensor([p.margin for p in pairs]), len(pairs))
 
 
-def collate_unpaired(items: list[UnpairedSample], packed: bool, pad_id: int, mask_dtype: torch.dtype | None,
-                     max_len: int) -> UnpairedBatch:
+def collate_unpaired(
+    items: list[UnpairedSample], packed: bool, pad_id: int, mask_dtype: torch.dtype | None, max_len: int
+) -> UnpairedBatch:
     n = len(items)
     mismatched = []
     for i, item in enumerate(items):
@@ -252,6 +330,8 @@ def collate_unpaired(items: list[UnpairedSample], packed: bool, pad_id: int, mas
         mask = ([0] * len(item.prompt_ids) + [1] * len(other))[:max_len]
         mask[0] = 0
         mismatched.append(TokenizedSample(ids, mask))
-    return UnpairedBatch(collate([x.sample for x in items], packed, pad_id, mask_dtype, max_len),
-                         collate(mismatched, packed, pad_id, mask_dtype, max_len),
-                         torch.tensor([x.desirable for x in items]))
+    return UnpairedBatch(
+        collate([x.sample for x in items], packed, pad_id, mask_dtype, max_len),
+        collate(mismatched, packed, pad_id, mask_dtype, max_len),
+        torch.tensor([x.desirable for x in items]),
+    )

@@ -1,5 +1,6 @@
 """RL prompts: rendered and tokenized once per node (through the tokenization cache); over-long
 prompts are dropped, counted and reported."""
+
 from __future__ import annotations
 
 import json
@@ -19,14 +20,15 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class PromptSample:
-    text: str            # as the policy sees it (chat template / input template applied)
+    text: str  # as the policy sees it (chat template / input template applied)
     ids: list[int]
-    label: Any           # passed to reward_func / reward servers as `labels` (None without --label_key)
+    label: Any  # passed to reward_func / reward servers as `labels` (None without --label_key)
 
 
 class PromptTokenizer:
     """A row tokenizer (alignment.datasets.tokenized) for RL's --prompt_data / --eval_dataset prompts and
     on-policy distillation's --dataset."""
+
     # every config field `columns` reads: part of the tokenization cache key
     SETTINGS = ("input_key", "label_key", "input_template", "apply_chat_template", "prompt_max_len")
 
@@ -40,36 +42,57 @@ class PromptTokenizer:
 
     def features(self) -> Any:
         from datasets import Features, List, Value
+
         # the label is any JSON value (a number, a string, a list of tests): one JSON text column
-        return Features({"text": Value("string"), "ids": List(Value("int32")), "label": Value("string"),
-                         "keep": Value("bool")})
+        return Features(
+            {"text": Value("string"), "ids": List(Value("int32")), "label": Value("string"), "keep": Value("bool")}
+        )
 
     def columns(self, row: dict, index: int) -> dict[str, Any]:
         cfg = self.cfg
-        text = prompt_text(self.tok, get_text(row, cfg.input_key, "--input_key", index, self.source),
-                           cfg.apply_chat_template, cfg.input_template)
+        text = prompt_text(
+            self.tok,
+            get_text(row, cfg.input_key, "--input_key", index, self.source),
+            cfg.apply_chat_template,
+            cfg.input_template,
+        )
         label = get_field(row, cfg.label_key, "--label_key", index, self.source) if cfg.label_key else None
         ids = self.tok(text, add_special_tokens=False)["input_ids"]
         keep = len(ids) <= cfg.prompt_max_len
         return {"text": text if keep else "", "ids": ids if keep else [], "label": json.dumps(label), "keep": keep}
 
     def finish(self, columns: dict[str, list], n_rows: int) -> list[PromptSample]:
-        out = [PromptSample(text, ids, json.loads(label))
-               for text, ids, label, keep in zip(columns["text"], columns["ids"], columns["label"], columns["keep"])
-               if keep]
+        out = [
+            PromptSample(text, ids, json.loads(label))
+            for text, ids, label, keep in zip(columns["text"], columns["ids"], columns["label"], columns["keep"])
+            if keep
+        ]
         dropped = n_rows - len(out)
         if dropped:
-            log.warning("dropped %d of %d prompts of %s longer than --prompt_max_len %d tokens",
-                        dropped, n_rows, self.source, self.cfg.prompt_max_len)
+            log.warning(
+                "dropped %d of %d prompts of %s longer than --prompt_max_len %d tokens",
+                dropped,
+                n_rows,
+                self.source,
+                self.cfg.prompt_max_len,
+            )
         if not out:
-            raise DataError(f"{self.source}: all {n_rows} prompts are longer than --prompt_max_len "
-                            f"{self.cfg.prompt_max_len}; raise --prompt_max_len")
+            raise DataError(
+                f"{self.source}: all {n_rows} prompts are longer than --prompt_max_len "
+                f"{self.cfg.prompt_max_len}; raise --prompt_max_len"
+            )
         return out
 
 
 def load_prompts(cfg: RolloutConfig, tokenizer: Any, spec: str, split: str) -> list[PromptSample]:
     t = PromptTokenizer(tokenizer, cfg, spec)
     main = spec == cfg.prompt_data
-    rows = blend_rows(spec, cfg.prompt_data_probs if main else None, split, cfg.max_samples, cfg.seed,
-                      "--prompt_data" if main else "--eval_dataset")
+    rows = blend_rows(
+        spec,
+        cfg.prompt_data_probs if main else None,
+        split,
+        cfg.max_samples,
+        cfg.seed,
+        "--prompt_data" if main else "--eval_dataset",
+    )
     return tokenize(rows, t, cfg.dataset_num_proc)

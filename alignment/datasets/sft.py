@@ -3,6 +3,7 @@
 Prompt and response are tokenized separately and concatenated, so the prompt's tokens are
 exactly those the model sees at generation time and the loss mask is exact.
 """
+
 from __future__ import annotations
 
 import logging
@@ -11,11 +12,18 @@ from typing import Any
 
 import torch
 
+from alignment.config.groups import DataConfig
 from alignment.datasets.formatting import (
-    as_messages, chat, describe, get_field, get_text, is_message, prompt_and_response, prompt_text,
+    as_messages,
+    chat,
+    describe,
+    get_field,
+    get_text,
+    is_message,
+    prompt_and_response,
+    prompt_text,
     require_chat_template,
 )
-from alignment.config.groups import DataConfig
 from alignment.datasets.packing import block_causal_mask, first_fit_rows
 from alignment.datasets.sources import DataError
 from alignment.datasets.tokenized import columns_of
@@ -25,18 +33,18 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class TokenizedSample:
-    input_ids: list[int]   # [L]
-    loss_mask: list[int]   # [L], 1 where the token is a training target
+    input_ids: list[int]  # [L]
+    loss_mask: list[int]  # [L], 1 where the token is a training target
 
 
 @dataclass
 class Batch:
-    input_ids: torch.Tensor              # [B, T]
-    loss_mask: torch.Tensor              # [B, T], 1 on target tokens (never the first of a sample)
+    input_ids: torch.Tensor  # [B, T]
+    loss_mask: torch.Tensor  # [B, T], 1 on target tokens (never the first of a sample)
     attention_mask: torch.Tensor | None  # [B, T] padding mask, or [B, 1, T, T] block mask when packed
-    position_ids: torch.Tensor | None    # [B, T]; restart per sample when packed
+    position_ids: torch.Tensor | None  # [B, T]; restart per sample when packed
     num_samples: int
-    lengths: list[int]                   # tokens of each sample, in order
+    lengths: list[int]  # tokens of each sample, in order
     segment_map: torch.Tensor | None = None  # packed: [B, T] sample index of each token, -1 on row padding
     # shared-prompt rows (datasets/shared_prompt.py): [K, 3] (row, column, parent) of each token that is
     # predicted by the logits at `parent`, not at column - 1; None: every token follows its left neighbour
@@ -48,9 +56,16 @@ class Batch:
 
     def to(self, device: str | torch.device) -> "Batch":
         move = lambda t: None if t is None else t.to(device)  # noqa: E731
-        return Batch(self.input_ids.to(device), self.loss_mask.to(device), move(self.attention_mask),
-                     move(self.position_ids), self.num_samples, self.lengths, move(self.segment_map),
-                     move(self.branches))
+        return Batch(
+            self.input_ids.to(device),
+            self.loss_mask.to(device),
+            move(self.attention_mask),
+            move(self.position_ids),
+            self.num_samples,
+            self.lengths,
+            move(self.segment_map),
+            move(self.branches),
+        )
 
     def segments(self) -> torch.Tensor | None:
         """[B, T] sample index of each token when packed (row padding: 0, which has no loss-mask
@@ -74,7 +89,7 @@ class Batch:
 class TokenizeStats:
     kept: int = 0
     truncated: int = 0
-    dropped: int = 0   # nothing left to learn after truncation (prompt longer than --max_len)
+    dropped: int = 0  # nothing left to learn after truncation (prompt longer than --max_len)
 
 
 class SFTTokenizer:
@@ -82,7 +97,7 @@ class SFTTokenizer:
 
     def __init__(self, tokenizer: Any, cfg: DataConfig, source: str = "dataset"):
         self.tok, self.cfg, self.source = tokenizer, cfg, source
-        self.stats = TokenizeStats()   # of the last `finish`
+        self.stats = TokenizeStats()  # of the last `finish`
         if cfg.apply_chat_template:
             require_chat_template(tokenizer, cfg.pretrain)
         if not cfg.pretrain_mode and not cfg.multiturn and not cfg.output_key:
@@ -97,19 +112,21 @@ class SFTTokenizer:
         if cfg.multiturn:
             value = get_field(row, cfg.input_key, "--input_key", index, self.source)
             if not (isinstance(value, list) and value and all(is_message(m) for m in value)):
-                raise DataError(f"{self.source} row {index}: --input_key {cfg.input_key!r} is {describe(value)}, but "
-                                f"--multiturn needs a conversation: a list of {{role, content}} messages with "
-                                f"assistant turns; point --input_key at one, or drop --multiturn and set --output_key")
+                raise DataError(
+                    f"{self.source} row {index}: --input_key {cfg.input_key!r} is {describe(value)}, but "
+                    f"--multiturn needs a conversation: a list of {{role, content}} messages with "
+                    f"assistant turns; point --input_key at one, or drop --multiturn and set --output_key"
+                )
             msgs = as_messages(value, "user")
             pieces, done = [], ""
             for i, m in enumerate(msgs):
                 through = chat(self.tok, msgs[: i + 1], add_generation_prompt=False)
                 if m["role"] == "assistant":
                     before = chat(self.tok, msgs[:i], add_generation_prompt=True)
-                    pieces.append((before[len(done):], False))
-                    pieces.append((through[len(before):], True))
+                    pieces.append((before[len(done) :], False))
+                    pieces.append((through[len(before) :], True))
                 else:
-                    pieces.append((through[len(done):], False))
+                    pieces.append((through[len(done) :], False))
                 done = through
             return [p for p in pieces if p[0]]
         value = get_text(row, cfg.input_key, "--input_key", index, self.source)
@@ -120,16 +137,31 @@ class SFTTokenizer:
         return [(prompt, cfg.pretrain_mode), (text, True)]
 
     # every config field `columns` reads: part of the tokenization cache key
-    SETTINGS = ("max_len", "input_key", "output_key", "input_template", "apply_chat_template", "multiturn",
-                "pretrain_mode")
+    SETTINGS = (
+        "max_len",
+        "input_key",
+        "output_key",
+        "input_template",
+        "apply_chat_template",
+        "multiturn",
+        "pretrain_mode",
+    )
 
     def settings(self) -> dict[str, Any]:
         return {name: getattr(self.cfg, name) for name in self.SETTINGS}
 
     def features(self) -> Any:
         from datasets import Features, List, Value
-        return Features({"input_ids": List(Value("int32")), "loss_mask": List(Value("int8")),
-                         "truncated": Value("bool"), "untaught": Value("bool"), "keep": Value("bool")})
+
+        return Features(
+            {
+                "input_ids": List(Value("int32")),
+                "loss_mask": List(Value("int8")),
+                "truncated": Value("bool"),
+                "untaught": Value("bool"),
+                "keep": Value("bool"),
+            }
+        )
 
     def columns(self, row: dict, index: int) -> dict[str, Any]:
         """One row: its ids and loss mask (empty when dropped) and what happened to it."""
@@ -140,30 +172,47 @@ class SFTTokenizer:
             mask += [int(target)] * len(piece)
         if mask:
             mask[0] = 0  # the first token of a sample has no prediction inside that sample
-        untaught = sum(mask) == 0   # nothing to learn even before truncation (e.g. no assistant turn)
+        untaught = sum(mask) == 0  # nothing to learn even before truncation (e.g. no assistant turn)
         truncated = len(ids) > self.cfg.max_len
         if truncated:
             ids, mask = ids[: self.cfg.max_len], mask[: self.cfg.max_len]
         keep = sum(mask) > 0
-        return {"input_ids": ids if keep else [], "loss_mask": mask if keep else [], "truncated": truncated,
-                "untaught": untaught, "keep": keep}
+        return {
+            "input_ids": ids if keep else [],
+            "loss_mask": mask if keep else [],
+            "truncated": truncated,
+            "untaught": untaught,
+            "keep": keep,
+        }
 
     def finish(self, columns: dict[str, list], n_rows: int) -> list[TokenizedSample]:
         """The kept samples, in row order; `self.stats` counts the rest (logged, as is an empty result)."""
-        out = [TokenizedSample(ids, mask) for ids, mask, keep in
-               zip(columns["input_ids"], columns["loss_mask"], columns["keep"]) if keep]
-        self.stats = stats = TokenizeStats(kept=len(out), truncated=sum(columns["truncated"]),
-                                           dropped=n_rows - len(out))
+        out = [
+            TokenizedSample(ids, mask)
+            for ids, mask, keep in zip(columns["input_ids"], columns["loss_mask"], columns["keep"])
+            if keep
+        ]
+        self.stats = stats = TokenizeStats(
+            kept=len(out), truncated=sum(columns["truncated"]), dropped=n_rows - len(out)
+        )
         untaught = sum(columns["untaught"])
         if stats.truncated or stats.dropped:
-            log.warning("%s: %d of %d samples longer than --max_len %d were truncated; %d had no response "
-                        "tokens left and were dropped", self.source, stats.truncated, n_rows,
-                        self.cfg.max_len, stats.dropped)
+            log.warning(
+                "%s: %d of %d samples longer than --max_len %d were truncated; %d had no response "
+                "tokens left and were dropped",
+                self.source,
+                stats.truncated,
+                n_rows,
+                self.cfg.max_len,
+                stats.dropped,
+            )
         if not out:
             where = "no assistant turn in --input_key" if self.cfg.multiturn else "empty response"
-            raise DataError(f"{self.source}: no usable samples in {n_rows} rows: {untaught} have nothing to learn "
-                            f"({where}) and {n_rows - untaught} lose their response to --max_len "
-                            f"{self.cfg.max_len}; raise --max_len or check the keys")
+            raise DataError(
+                f"{self.source}: no usable samples in {n_rows} rows: {untaught} have nothing to learn "
+                f"({where}) and {n_rows - untaught} lose their response to --max_len "
+                f"{self.cfg.max_len}; raise --max_len or check the keys"
+            )
         return out
 
     def __call__(self, rows: list[dict]) -> tuple[list[TokenizedSample], TokenizeStats]:
@@ -184,8 +233,9 @@ def collate_padded(samples: list[TokenizedSample], pad_id: int) -> Batch:
     return Batch(ids, loss, attn, None, len(samples), [len(s.input_ids) for s in samples])
 
 
-def collate_packed(samples: list[TokenizedSample], mask_dtype: torch.dtype | None = torch.bool,
-                   row_tokens: int | None = None) -> Batch:
+def collate_packed(
+    samples: list[TokenizedSample], mask_dtype: torch.dtype | None = torch.bool, row_tokens: int | None = None
+) -> Batch:
     """The micro-batch's samples packed into rows.
 
     mask_dtype None: one row [1, sum(L)], no explicit mask, only restarting position ids
@@ -207,10 +257,10 @@ def collate_packed(samples: list[TokenizedSample], mask_dtype: torch.dtype | Non
         col = 0
         for i in row:
             n, s = lengths[i], samples[i]
-            ids[r, col:col + n] = torch.tensor(s.input_ids)
-            loss[r, col:col + n] = torch.tensor(s.loss_mask)
-            pos[r, col:col + n] = torch.arange(n)
-            seg[r, col:col + n] = i
+            ids[r, col : col + n] = torch.tensor(s.input_ids)
+            loss[r, col : col + n] = torch.tensor(s.loss_mask)
+            pos[r, col : col + n] = torch.arange(n)
+            seg[r, col : col + n] = i
             col += n
     mask = None if mask_dtype is None else block_causal_mask(seg, mask_dtype)
     return Batch(ids, loss, mask, pos, len(samples), lengths, seg)

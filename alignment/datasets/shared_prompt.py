@@ -12,6 +12,7 @@ tail's first token is predicted at the prompt's last position, not at the chosen
 It needs a dense mask (SDPA, eager attention): flash-attention's varlen path knows only whole
 sequences, so with --flash_attn pairs are packed as two sequences (datasets.preference.collate_pairs).
 """
+
 from __future__ import annotations
 
 import torch
@@ -27,14 +28,19 @@ def shared_prefix(chosen: TokenizedSample, rejected: TokenizedSample) -> int:
     keeps at least one token."""
     limit = min(len(chosen.input_ids), len(rejected.input_ids)) - 1
     n = 0
-    while (n < limit and chosen.input_ids[n] == rejected.input_ids[n]
-           and not chosen.loss_mask[n] and not rejected.loss_mask[n]):
+    while (
+        n < limit
+        and chosen.input_ids[n] == rejected.input_ids[n]
+        and not chosen.loss_mask[n]
+        and not rejected.loss_mask[n]
+    ):
         n += 1
     return n
 
 
-def collate_shared(chosen: list[TokenizedSample], rejected: list[TokenizedSample], mask_dtype: torch.dtype,
-                   row_tokens: int | None) -> Batch:
+def collate_shared(
+    chosen: list[TokenizedSample], rejected: list[TokenizedSample], mask_dtype: torch.dtype, row_tokens: int | None
+) -> Batch:
     """N pairs -> rows of [prompt | chosen tail | rejected tail] units, first-fit into rows of at most
     `row_tokens` tokens. Samples 0..N-1 are the chosen, N..2N-1 the rejected (as collate_packed)."""
     n = len(chosen)
@@ -51,15 +57,23 @@ def collate_shared(chosen: list[TokenizedSample], rejected: list[TokenizedSample
             c, rj, k = chosen[i], rejected[i], prefix[i]
             lc, lr = len(c.input_ids), len(rj.input_ids)
             tail = slice(col + lc, col + lc + lr - k)
-            ids[r, col:col + lc], ids[r, tail] = torch.tensor(c.input_ids), torch.tensor(rj.input_ids[k:])
-            loss[r, col:col + lc], loss[r, tail] = torch.tensor(c.loss_mask), torch.tensor(rj.loss_mask[k:])
-            pos[r, col:col + lc], pos[r, tail] = torch.arange(lc), torch.arange(k, lr)
-            seg[r, col:col + lc], seg[r, tail] = i, n + i
-            branch[r, col + k:col + lc], branch[r, tail] = CHOSEN, REJECTED
-            pair[r, col:col + units[i]] = i
+            ids[r, col : col + lc], ids[r, tail] = torch.tensor(c.input_ids), torch.tensor(rj.input_ids[k:])
+            loss[r, col : col + lc], loss[r, tail] = torch.tensor(c.loss_mask), torch.tensor(rj.loss_mask[k:])
+            pos[r, col : col + lc], pos[r, tail] = torch.arange(lc), torch.arange(k, lr)
+            seg[r, col : col + lc], seg[r, tail] = i, n + i
+            branch[r, col + k : col + lc], branch[r, tail] = CHOSEN, REJECTED
+            pair[r, col : col + units[i]] = i
             if k:
                 branches.append((r, col + lc, col + k - 1))
             col += units[i]
     lengths = [len(s.input_ids) for s in chosen + rejected]
-    return Batch(ids, loss, branch_causal_mask(pair, branch, mask_dtype), pos, 2 * n, lengths, seg,
-                 torch.tensor(branches, dtype=torch.long).reshape(-1, 3))
+    return Batch(
+        ids,
+        loss,
+        branch_causal_mask(pair, branch, mask_dtype),
+        pos,
+        2 * n,
+        lengths,
+        seg,
+        torch.tensor(branches, dtype=torch.long).reshape(-1, 3),
+    )

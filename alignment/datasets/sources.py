@@ -8,6 +8,7 @@ JSON files are parsed here rather than by `datasets`, so a malformed line is rep
 and line number before any model is loaded; parquet, csv and arrow files, `save_to_disk` folders
 and hub datasets are read by 🤗 datasets.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,13 +17,19 @@ import re
 from dataclasses import dataclass
 
 import fsspec
-from alignment.errors import UserError
+
 from alignment import storage
+from alignment.errors import UserError
 
 JSON_SUFFIXES = (".jsonl", ".json")
-TABLE_SUFFIXES = (".parquet", ".csv", ".arrow")          # read by 🤗 datasets
-BUILDERS = {"json": JSON_SUFFIXES, "jsonl": JSON_SUFFIXES, "parquet": (".parquet",), "csv": (".csv",),
-            "arrow": (".arrow",)}
+TABLE_SUFFIXES = (".parquet", ".csv", ".arrow")  # read by 🤗 datasets
+BUILDERS = {
+    "json": JSON_SUFFIXES,
+    "jsonl": JSON_SUFFIXES,
+    "parquet": (".parquet",),
+    "csv": (".csv",),
+    "arrow": (".arrow",),
+}
 _SLICE = re.compile(r"^(?P<name>[\w.-]+)(\[(?P<start>-?\d+%?)?:(?P<end>-?\d+%?)?\])?$")
 
 
@@ -32,11 +39,11 @@ class DataError(UserError, ValueError):
 
 @dataclass(frozen=True)
 class Source:
-    spec: str       # as the user wrote it
-    kind: str       # "file" | "dir" | "hub"
-    location: str   # file/dir URI or hub name
-    suffixes: tuple[str, ...] = JSON_SUFFIXES + TABLE_SUFFIXES   # files a directory is read from
-    data_dir: str | None = None   # hub NAME@DATA_DIR
+    spec: str  # as the user wrote it
+    kind: str  # "file" | "dir" | "hub"
+    location: str  # file/dir URI or hub name
+    suffixes: tuple[str, ...] = JSON_SUFFIXES + TABLE_SUFFIXES  # files a directory is read from
+    data_dir: str | None = None  # hub NAME@DATA_DIR
 
 
 def _exists(uri: str) -> bool:
@@ -50,10 +57,12 @@ def resolve(spec: str) -> Source:
         builder, _, location = spec.partition("@")
         if builder in BUILDERS:
             return Source(spec, "dir", location, BUILDERS[builder])
-        local = "://" in location or os.path.isabs(location) or os.path.exists(location)   # FORMAT@DIR meant
+        local = "://" in location or os.path.isabs(location) or os.path.exists(location)  # FORMAT@DIR meant
         if local or not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", builder):
-            raise DataError(f"dataset {spec!r}: in NAME@DIR, NAME is a file format ({', '.join(BUILDERS)}) "
-                            f"or a hub dataset name")
+            raise DataError(
+                f"dataset {spec!r}: in NAME@DIR, NAME is a file format ({', '.join(BUILDERS)}) "
+                f"or a hub dataset name"
+            )
         return Source(spec, "hub", builder, data_dir=location)
     if spec.endswith(JSON_SUFFIXES + TABLE_SUFFIXES):
         return Source(spec, "file", spec)
@@ -70,8 +79,9 @@ def parse_json_lines(text: str, where: str) -> list[dict]:
         try:
             row = json.loads(line)
         except json.JSONDecodeError as e:
-            raise DataError(f"{where}:{lineno}: malformed JSON ({e.msg} at column {e.colno}); "
-                            f"fix or remove that line") from None
+            raise DataError(
+                f"{where}:{lineno}: malformed JSON ({e.msg} at column {e.colno}); " f"fix or remove that line"
+            ) from None
         if not isinstance(row, dict):
             raise DataError(f"{where}:{lineno}: expected a JSON object per line, got {type(row).__name__}")
         rows.append(row)
@@ -87,10 +97,11 @@ def check_store(flag: str, uri: str, error: type[Exception] | None = None) -> No
     try:
         storage.check_reachable(uri)
     except storage.StorageError as e:
-        if isinstance(e.__cause__, FileNotFoundError):   # `ls` of the bucket itself: only the bucket can be missing
+        if isinstance(e.__cause__, FileNotFoundError):  # `ls` of the bucket itself: only the bucket can be missing
             bucket = uri.split("://", 1)[1].split("/", 1)[0]
-            raise (error or DataError)(f"{flag} {uri}: the bucket {bucket!r} does not exist; create it or "
-                                       f"fix the URI") from None
+            raise (error or DataError)(
+                f"{flag} {uri}: the bucket {bucket!r} does not exist; create it or " f"fix the URI"
+            ) from None
         raise
 
 
@@ -99,8 +110,10 @@ def _decode(data: bytes, uri: str) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
         line = data[: e.start].count(b"\n") + 1
-        raise DataError(f"{uri}:{line}: not UTF-8 (byte 0x{data[e.start]:02x}); save the file as UTF-8, "
-                        f"e.g. iconv -f latin1 -t utf-8") from None
+        raise DataError(
+            f"{uri}:{line}: not UTF-8 (byte 0x{data[e.start]:02x}); save the file as UTF-8, "
+            f"e.g. iconv -f latin1 -t utf-8"
+        ) from None
 
 
 def read_json_file(uri: str, flag: str = "--dataset") -> list[dict]:
@@ -125,6 +138,7 @@ def read_json_file(uri: str, flag: str = "--dataset") -> list[dict]:
 def _read_table(uri: str, flag: str) -> list[dict]:
     """A parquet, csv or arrow file, through 🤗 datasets."""
     import datasets
+
     builder = uri.rsplit(".", 1)[-1].lower()
     if not _exists(uri):
         check_store(flag, uri)
@@ -132,8 +146,10 @@ def _read_table(uri: str, flag: str) -> list[dict]:
     try:
         ds = datasets.load_dataset(builder, data_files=uri, split="train")
     except Exception as e:  # noqa: BLE001 - one actionable line, cause kept
-        raise DataError(f"{uri}: not a readable {builder} file ({type(e).__name__}: "
-                        f"{' '.join(str(e).split())[:200]}); fix or re-export the file") from e
+        raise DataError(
+            f"{uri}: not a readable {builder} file ({type(e).__name__}: "
+            f"{' '.join(str(e).split())[:200]}); fix or re-export the file"
+        ) from e
     return [dict(r) for r in ds]
 
 
@@ -141,8 +157,9 @@ def read_file(uri: str, flag: str = "--dataset") -> list[dict]:
     return read_json_file(uri, flag) if uri.endswith(JSON_SUFFIXES) else _read_table(uri, flag)
 
 
-def _split_files(location: str, split: str, flag: str = "--dataset",
-                 suffixes: tuple[str, ...] = JSON_SUFFIXES) -> list[str]:
+def _split_files(
+    location: str, split: str, flag: str = "--dataset", suffixes: tuple[str, ...] = JSON_SUFFIXES
+) -> list[str]:
     """Files of `split` in a directory: `<split>.jsonl`, `<split>-*.parquet`, `<split>/...` (HF layout)."""
     fs, root = fsspec.core.url_to_fs(location)
     if not fs.isdir(root):
@@ -164,17 +181,22 @@ def _split_files(location: str, split: str, flag: str = "--dataset",
 
 def _saved_to_disk(location: str) -> bool:
     """A `Dataset.save_to_disk` / `DatasetDict.save_to_disk` folder."""
-    return "://" not in location and (os.path.exists(os.path.join(location, "dataset_dict.json")) or
-                                      os.path.exists(os.path.join(location, "state.json")))
+    return "://" not in location and (
+        os.path.exists(os.path.join(location, "dataset_dict.json"))
+        or os.path.exists(os.path.join(location, "state.json"))
+    )
 
 
 def _read_saved(location: str, split: str) -> list[dict]:
     import datasets
+
     ds = datasets.load_from_disk(location)
     if isinstance(ds, datasets.DatasetDict):
         if split not in ds:
-            raise DataError(f"dataset {location} (save_to_disk) has no '{split}' split; it has "
-                            f"{', '.join(ds)}: pass one of them as the split")
+            raise DataError(
+                f"dataset {location} (save_to_disk) has no '{split}' split; it has "
+                f"{', '.join(ds)}: pass one of them as the split"
+            )
         ds = ds[split]
     return [dict(r) for r in ds]
 
@@ -182,12 +204,19 @@ def _read_saved(location: str, split: str) -> list[dict]:
 def _read_hub(name: str, split: str, data_dir: str | None = None) -> list[dict]:
     try:
         import datasets
+
         ds = datasets.load_dataset(name, data_dir=data_dir, split=split)
     except Exception as e:  # noqa: BLE001 - turned into one actionable line, cause kept
         offline = os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("HF_DATASETS_OFFLINE") == "1"
-        why = "the hub is offline (HF_HUB_OFFLINE=1)" if offline else f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
-        raise DataError(f"dataset {name!r} is not a local file or directory and could not be loaded from the "
-                        f"Hugging Face hub ({why}); pass a local .jsonl path or json@DIR instead") from e
+        why = (
+            "the hub is offline (HF_HUB_OFFLINE=1)"
+            if offline
+            else f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+        )
+        raise DataError(
+            f"dataset {name!r} is not a local file or directory and could not be loaded from the "
+            f"Hugging Face hub ({why}); pass a local .jsonl path or json@DIR instead"
+        ) from e
     return [dict(r) for r in ds]
 
 
@@ -205,7 +234,8 @@ def _apply_slice(rows: list[dict], part: slice) -> list[dict]:
         if bound is None:
             return None
         return round(float(bound[:-1]) / 100 * len(rows)) if bound.endswith("%") else int(bound)
-    return rows[at(part.start):at(part.stop)]
+
+    return rows[at(part.start) : at(part.stop)]
 
 
 def read_rows(spec: str, split: str = "train", flag: str = "--dataset") -> list[dict]:
@@ -220,8 +250,10 @@ def read_rows(spec: str, split: str = "train", flag: str = "--dataset") -> list[
     elif src.kind == "dir":
         files = _split_files(src.location, name, flag, src.suffixes)
         if not files:
-            raise DataError(f"dataset {spec!r} has no '{name}' split: expected {name}.jsonl "
-                            f"(or {name}-*.jsonl, .parquet, .csv, .arrow) in {src.location}")
+            raise DataError(
+                f"dataset {spec!r} has no '{name}' split: expected {name}.jsonl "
+                f"(or {name}-*.jsonl, .parquet, .csv, .arrow) in {src.location}"
+            )
         rows = [r for f in files for r in read_file(f, flag)]
     else:
         return _nonempty(_read_hub(src.location, split, src.data_dir), spec, split)

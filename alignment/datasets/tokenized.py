@@ -14,6 +14,7 @@ A row tokenizer (SFTTokenizer, PairTokenizer, UnpairedTokenizer, PromptTokenizer
 `columns(row, index)` (one row's columns; raises DataError for a bad row) and
 `finish(columns, n_rows)` (the per-sample dataclasses, statistics and warnings).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -27,8 +28,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol
 
 from alignment.config.groups import DataConfig
-from alignment.datasets.mixing import Rows, blend_rows
 from alignment.datasets import formatting
+from alignment.datasets.mixing import Rows, blend_rows
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ CACHE_ENV = "ALIGNFLOW_TOKENIZED_CACHE"
 # The cache's column layout. The code's own source is hashed too (code_digest), so an edit to a
 # tokenizer needs no bump; bump this when the meaning of the columns changes some other way.
 CODE_VERSION = 1
-SMALL_DATA_ROWS = 10_000   # below this, --dataset_num_proc 0 (auto) tokenizes in-process
+SMALL_DATA_ROWS = 10_000  # below this, --dataset_num_proc 0 (auto) tokenizes in-process
 MAX_AUTO_PROCS = 8
 
 
@@ -61,6 +62,7 @@ def columns_of(t: RowTokenizer, rows: list[dict]) -> dict[str, list]:
 
 def cache_dir() -> Path:
     import datasets.config
+
     return Path(os.environ.get(CACHE_ENV) or Path(datasets.config.HF_DATASETS_CACHE) / "alignflow-tokenized")
 
 
@@ -74,18 +76,21 @@ def auto_num_proc(setting: int, n_rows: int) -> int:
     else:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         n = min(MAX_AUTO_PROCS, cores)
-    return max(1, min(n, n_rows))   # datasets would cap it too, with a warning on stderr
+    return max(1, min(n, n_rows))  # datasets would cap it too, with a warning on stderr
 
 
 def tokenizer_digest(tok: Any) -> str:
     """The tokenizer as it tokenizes: a fast tokenizer's whole serialised model (vocab, merges,
     normalizer, added tokens), else its vocabulary; the chat template and special tokens either way."""
     backend = getattr(tok, "backend_tokenizer", None)
-    parts = {"class": type(tok).__qualname__, "name_or_path": str(getattr(tok, "name_or_path", "")),
-             "model": backend.to_str() if backend is not None else sorted(tok.get_vocab().items()),
-             "chat_template": getattr(tok, "chat_template", None),
-             "special": {k: str(v) for k, v in (getattr(tok, "special_tokens_map", None) or {}).items()},
-             "added": {str(k): str(v) for k, v in (getattr(tok, "added_tokens_decoder", None) or {}).items()}}
+    parts = {
+        "class": type(tok).__qualname__,
+        "name_or_path": str(getattr(tok, "name_or_path", "")),
+        "model": backend.to_str() if backend is not None else sorted(tok.get_vocab().items()),
+        "chat_template": getattr(tok, "chat_template", None),
+        "special": {k: str(v) for k, v in (getattr(tok, "special_tokens_map", None) or {}).items()},
+        "added": {str(k): str(v) for k, v in (getattr(tok, "added_tokens_decoder", None) or {}).items()},
+    }
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -99,13 +104,23 @@ def code_digest(t: RowTokenizer) -> str:
 
 def fingerprint(rows: Rows, t: RowTokenizer) -> str:
     import datasets
-    import tokenizers   # a dependency of transformers 5, slow tokenizers included
+    import tokenizers  # a dependency of transformers 5, slow tokenizers included
     import transformers
-    versions = {"datasets": datasets.__version__, "tokenizers": tokenizers.__version__,
-                "transformers": transformers.__version__}
-    blob = {"version": CODE_VERSION, "code": code_digest(t), "libs": versions,
-            "kind": f"{type(t).__module__}.{type(t).__qualname__}", "settings": t.settings(),
-            "tokenizer": tokenizer_digest(t.tok), "rows": rows.digest()}
+
+    versions = {
+        "datasets": datasets.__version__,
+        "tokenizers": tokenizers.__version__,
+        "transformers": transformers.__version__,
+    }
+    blob = {
+        "version": CODE_VERSION,
+        "code": code_digest(t),
+        "libs": versions,
+        "kind": f"{type(t).__module__}.{type(t).__qualname__}",
+        "settings": t.settings(),
+        "tokenizer": tokenizer_digest(t.tok),
+        "rows": rows.digest(),
+    }
     # 32 hex digits: datasets appends a shard suffix and refuses fingerprints over 64 characters
     return hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
@@ -117,6 +132,7 @@ def node_main_first() -> Iterator[None]:
     the cache. Rank 0 reaches its barrier even when the body raises, so nobody hangs: the others
     then fail the same way themselves (a bad row is bad on every rank)."""
     import torch.distributed as dist
+
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         yield
         return
@@ -135,6 +151,7 @@ def _no_progress_bars() -> Iterator[None]:
     """A bad row must leave one `error:` line on stderr (the CLI contract), not a progress bar
     before it; the summary line logged after tokenization replaces the bar."""
     import datasets
+
     was = datasets.is_progress_bar_enabled()
     datasets.disable_progress_bars()
     try:
@@ -158,6 +175,7 @@ def tokenize(rows: Rows, t: RowTokenizer, num_proc: int = 0) -> Any:
     by `Dataset.map` (num_proc per `auto_num_proc`) into it. A bad row's DataError propagates as
     raised (from a worker process too), so the CLI prints its one line."""
     import datasets
+
     fp = fingerprint(rows, t)
     path = cache_dir() / f"{fp}.arrow"
     procs = auto_num_proc(num_proc, len(rows))
@@ -166,12 +184,20 @@ def tokenize(rows: Rows, t: RowTokenizer, num_proc: int = 0) -> Any:
         hit = _cached(path)
         with _no_progress_bars():
             mapped = datasets.Dataset.from_dict({"row": rows.lines}).map(
-                _map_row, with_indices=True, fn_kwargs={"tokenizer": t}, remove_columns=["row"],
-                features=t.features(), num_proc=procs if procs > 1 else None,   # 1 would still start a pool
-                cache_file_name=str(path), load_from_cache_file=True, new_fingerprint=fp)
+                _map_row,
+                with_indices=True,
+                fn_kwargs={"tokenizer": t},
+                remove_columns=["row"],
+                features=t.features(),
+                num_proc=procs if procs > 1 else None,  # 1 would still start a pool
+                cache_file_name=str(path),
+                load_from_cache_file=True,
+                new_fingerprint=fp,
+            )
     how = "tokenized before, read from" if hit else f"tokenized (num_proc={procs}) into"
-    log.info("%s: %d rows %s %s (%.1fs)", t.source, len(rows), how, path.with_name(f"{fp}*.arrow"),
-             time.monotonic() - start)
+    log.info(
+        "%s: %d rows %s %s (%.1fs)", t.source, len(rows), how, path.with_name(f"{fp}*.arrow"), time.monotonic() - start
+    )
     return t.finish(mapped.to_dict(), len(rows))
 
 
@@ -180,8 +206,11 @@ def load_train_eval(cfg: DataConfig, make: Callable[[str], RowTokenizer]) -> tup
     samples every stage trains on. Both are read before either is tokenized, so a missing eval
     file fails first."""
     train_rows = blend_rows(cfg.dataset, cfg.dataset_probs, cfg.dataset_split, cfg.max_samples, cfg.seed)
-    eval_rows = (blend_rows(cfg.eval_dataset, None, cfg.eval_split, cfg.max_samples, cfg.seed, "--eval_dataset")
-                 if cfg.eval_dataset else None)
+    eval_rows = (
+        blend_rows(cfg.eval_dataset, None, cfg.eval_split, cfg.max_samples, cfg.seed, "--eval_dataset")
+        if cfg.eval_dataset
+        else None
+    )
     train = tokenize(train_rows, make(cfg.dataset), cfg.dataset_num_proc)
     if eval_rows is None:
         return train, None

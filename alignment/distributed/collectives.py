@@ -4,6 +4,7 @@ Each is the identity, or a no-op, in a run without a process group (one process,
 never ask whether they run distributed. Tensors travel on the device the backend reduces: CUDA under
 NCCL, CPU under gloo.
 """
+
 from __future__ import annotations
 
 from typing import Callable, TypeVar
@@ -37,7 +38,7 @@ def collective_device() -> torch.device:
 def sum_across_ranks(values: torch.Tensor) -> torch.Tensor:
     """Sums `values` across ranks in place (a CPU tensor travels through the GPU under NCCL)."""
     if initialized():
-        t = values.to(collective_device())   # `values` itself when already there
+        t = values.to(collective_device())  # `values` itself when already there
         dist.all_reduce(t)
         if t is not values:
             values.copy_(t)

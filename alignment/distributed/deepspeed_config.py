@@ -1,7 +1,9 @@
 """DeepSpeed config dicts built from the typed train config (nothing else writes them)."""
+
 from __future__ import annotations
 
 from typing import Any
+
 from alignment.config.groups import TrainConfig
 
 
@@ -26,7 +28,7 @@ def train_ds_config(cfg: TrainConfig, world_size: int, bf16: bool, device: str) 
         if cfg.zpg > 1:
             zero["zero_hpz_partition_size"] = cfg.zpg
         if cfg.optim == "muon":
-            zero["reduce_scatter"] = False   # DeepSpeed's ZeRO-3 refuses Muon with it (Muon needs whole gradients)
+            zero["reduce_scatter"] = False  # DeepSpeed's ZeRO-3 refuses Muon with it (Muon needs whole gradients)
     return {
         "train_batch_size": cfg.train_batch_size,
         "train_micro_batch_size_per_gpu": cfg.micro_train_batch_size,
@@ -35,7 +37,7 @@ def train_ds_config(cfg: TrainConfig, world_size: int, bf16: bool, device: str) 
         "zero_optimization": zero,
         "bf16": {"enabled": bf16},
         "fp16": {"enabled": False},
-        "steps_per_print": 10**9,   # we log ourselves
+        "steps_per_print": 10**9,  # we log ourselves
         "wall_clock_breakdown": False,
         "zero_allow_untested_optimizer": True,
         # --optim muon hands DeepSpeed its Muon with a DeepSpeedCPUAdam for the AdamW half under

@@ -7,6 +7,7 @@ A bundle is one GPU (+1 CPU) on a GPU cluster, one CPU on a CPU-only cluster —
 roles on a bundle asks for 1/k of it, so they land on the same GPU (or core) as OpenRLHF's
 colocation does.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -17,11 +18,11 @@ from alignment.config.ppo import PPOConfig
 
 @dataclass(frozen=True)
 class GroupPlan:
-    role: str          # actor | critic | ref | reward | vllm (the rollout engines, one rank each)
+    role: str  # actor | critic | ref | reward | vllm (the rollout engines, one rank each)
     nodes: int
     per_node: int
-    bundle_set: str    # roles with the same bundle_set share one placement group
-    share: float       # fraction of each bundle one rank of this role asks for
+    bundle_set: str  # roles with the same bundle_set share one placement group
+    share: float  # fraction of each bundle one rank of this role asks for
 
     @property
     def world_size(self) -> int:
@@ -33,7 +34,9 @@ def plan(cfg: PPOConfig) -> list[GroupPlan]:
     bundles unless --colocate_all_models)."""
     cfg.check_placement()
     present = cfg.placed_roles() + (["vllm"] if cfg.vllm_num_engines > 0 else [])
-    shape = {r: (getattr(cfg, f"{r}_num_nodes"), getattr(cfg, f"{r}_num_gpus_per_node")) for r in present if r != "vllm"}
+    shape = {
+        r: (getattr(cfg, f"{r}_num_nodes"), getattr(cfg, f"{r}_num_gpus_per_node")) for r in present if r != "vllm"
+    }
     if "vllm" in present:
         shape["vllm"] = (1, cfg.vllm_num_engines)
     if cfg.colocate_all_models:
@@ -60,12 +63,15 @@ def check_resources(groups: list[GroupPlan], available: float, kind: str) -> Non
     """One clear error before anything is placed when the cluster can't hold the plan."""
     need = sum(bundles_needed(groups).values())
     if need > available:
-        layout = ", ".join(f"{g.role} {g.nodes}x{g.per_node}" + (f" (shares with {g.bundle_set})"
-                                                                  if g.bundle_set != g.role else "")
-                           for g in groups)
-        raise ConfigError(f"the model groups need {need} {kind} bundles ({layout}) but the Ray cluster has "
-                          f"{available:g} {kind}; colocate groups (--colocate_actor_ref, --colocate_critic_reward, "
-                          f"--colocate_all_models), use fewer ranks, or add nodes")
+        layout = ", ".join(
+            f"{g.role} {g.nodes}x{g.per_node}" + (f" (shares with {g.bundle_set})" if g.bundle_set != g.role else "")
+            for g in groups
+        )
+        raise ConfigError(
+            f"the model groups need {need} {kind} bundles ({layout}) but the Ray cluster has "
+            f"{available:g} {kind}; colocate groups (--colocate_actor_ref, --colocate_critic_reward, "
+            f"--colocate_all_models), use fewer ranks, or add nodes"
+        )
 
 
 def split_cores(cores: int, engines: int) -> tuple[list[int], list[int]]:

@@ -20,6 +20,7 @@ Which path a CLI takes (`on_ray`): under `torchrun`/`deepspeed` (RANK set) it is
 launcher's ranks; otherwise, when it runs as a Ray job (RAY_ADDRESS set, as every pipeline stage
 does) or asks for more than one rank, it places its ranks on Ray; otherwise it trains in-process.
 """
+
 from __future__ import annotations
 
 import logging
@@ -29,12 +30,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+import alignment
 from alignment import lease
 from alignment.config.base import ConfigError
-from alignment.errors import TransientError, UserError
 from alignment.config.groups import RanksConfig
+from alignment.errors import TransientError, UserError
 from alignment.logs import setup_logging
-import alignment
 
 log = logging.getLogger(__name__)
 
@@ -45,12 +46,14 @@ def world_size(cfg: RanksConfig) -> int:
 
 def on_ray(cfg: RanksConfig) -> bool:
     """True when this process should place the ranks on Ray rather than train itself."""
-    if "RANK" in os.environ:   # a rank already: started by torchrun, deepspeed or run_ranks
+    if "RANK" in os.environ:  # a rank already: started by torchrun, deepspeed or run_ranks
         launched = int(os.environ.get("WORLD_SIZE", "1"))
         if world_size(cfg) not in (1, launched):
-            raise ConfigError(f"{cfg.ranks_flags()} = {world_size(cfg)} ranks, but the launcher started {launched}: "
-                              f"under torchrun/deepspeed the launcher sets the world size; drop the flags or make "
-                              f"them match")
+            raise ConfigError(
+                f"{cfg.ranks_flags()} = {world_size(cfg)} ranks, but the launcher started {launched}: "
+                f"under torchrun/deepspeed the launcher sets the world size; drop the flags or make "
+                f"them match"
+            )
         return False
     return world_size(cfg) > 1 or bool(os.environ.get("RAY_ADDRESS"))
 
@@ -63,14 +66,19 @@ def check_resources(cfg: RanksConfig, total: dict[str, float]) -> tuple[bool, di
     n = world_size(cfg)
     if cfg.accelerator_type and f"accelerator_type:{cfg.accelerator_type}" not in total:
         have = sorted(k.split(":", 1)[1] for k in total if k.startswith("accelerator_type:")) or ["none"]
-        raise ConfigError(f"--accelerator_type {cfg.accelerator_type}: the Ray cluster has no such accelerator "
-                          f"(it has: {', '.join(have)}); drop the flag or add nodes with {cfg.accelerator_type}")
+        raise ConfigError(
+            f"--accelerator_type {cfg.accelerator_type}: the Ray cluster has no such accelerator "
+            f"(it has: {', '.join(have)}); drop the flag or add nodes with {cfg.accelerator_type}"
+        )
     for kind, per_rank in bundle.items():
         need, have = n * per_rank, total.get(kind, 0)
         if need > have:
             each = "a GPU and a CPU per rank" if gpu else "one CPU per rank: this Ray cluster has no GPUs"
-            raise ConfigError(f"{cfg.ranks_flags()} = {n} ranks need {need:g} {kind} ({each}), but the Ray cluster has {have:g}; use fewer ranks "
-                              f"or add nodes")
+            raise ConfigError(
+                f"{cfg.ranks_flags()} = {n} ranks need {need:g} {kind} ({each}), but the Ray cluster has {have:g}; "
+                f"use fewer ranks "
+                f"or add nodes"
+            )
     return gpu, bundle
 
 
@@ -85,7 +93,7 @@ def _user_error(err: BaseException) -> BaseException | None:
     seen: list[BaseException] = [err]
     while seen:
         e = seen.pop()
-        cause = getattr(e, "cause", None)   # RayTaskError carries the rank's exception here
+        cause = getattr(e, "cause", None)  # RayTaskError carries the rank's exception here
         if isinstance(cause, known):
             return cause
         if isinstance(e, known):
@@ -109,6 +117,7 @@ def unniced(env_vars: dict[str, str] | None = None) -> dict:
 @dataclass(frozen=True)
 class Landing:
     """Where a rank's actor landed: its Ray node, that node's IP, the GPUs Ray gave it."""
+
     node: str
     ip: str
     gpus: tuple[str, ...] = ()
@@ -121,20 +130,27 @@ def rank_envs(landings: list[Landing]) -> list[dict[str, str]]:
     node (checkpoint staging) and LOCAL_RANK 0 does a node's once-only work (the tokenized cache,
     the node's upload). On GPUs every rank of a node sees that node's GPUs of this stage, and
     LOCAL_RANK picks its own among them, so NCCL can go peer to peer between them."""
-    nodes = list(dict.fromkeys(l.node for l in landings))
-    visible = {n: sorted({g for l in landings if l.node == n for g in l.gpus}, key=lambda g: (len(g), g)) for n in nodes}
+    nodes = list(dict.fromkeys(x.node for x in landings))
+    visible = {
+        n: sorted({g for x in landings if x.node == n for g in x.gpus}, key=lambda g: (len(g), g)) for n in nodes
+    }
 
-    def place(i: int) -> tuple[int, int]:   # node, then its GPU's position among the node's (placement order on CPUs)
-        l = landings[i]
-        return nodes.index(l.node), visible[l.node].index(l.gpus[0]) if l.gpus else i
+    def place(i: int) -> tuple[int, int]:  # node, then its GPU's position among the node's (placement order on CPUs)
+        x = landings[i]
+        return nodes.index(x.node), visible[x.node].index(x.gpus[0]) if x.gpus else i
 
     order = sorted(range(len(landings)), key=place)
     envs: list[dict[str, str]] = [{} for _ in landings]
     for rank, i in enumerate(order):
         same = [j for j in order if landings[j].node == landings[i].node]
-        envs[i] = dict(RANK=str(rank), WORLD_SIZE=str(len(landings)), LOCAL_RANK=str(same.index(i)),
-                       LOCAL_WORLD_SIZE=str(len(same)), MASTER_ADDR=landings[order[0]].ip)
-        if landings[i].gpus:   # LOCAL_RANK is then also the rank's GPU among CUDA_VISIBLE_DEVICES
+        envs[i] = dict(
+            RANK=str(rank),
+            WORLD_SIZE=str(len(landings)),
+            LOCAL_RANK=str(same.index(i)),
+            LOCAL_WORLD_SIZE=str(len(same)),
+            MASTER_ADDR=landings[order[0]].ip,
+        )
+        if landings[i].gpus:  # LOCAL_RANK is then also the rank's GPU among CUDA_VISIBLE_DEVICES
             envs[i]["CUDA_VISIBLE_DEVICES"] = ",".join(visible[landings[i].node])
     return envs
 
@@ -143,6 +159,7 @@ def node_address() -> tuple[str, int]:
     """In a Ray actor: this node's IP and a free port on it (a group's MASTER_ADDR/PORT when the
     actor is its rank 0; the process group binds the port moments later)."""
     import ray
+
     ip = ray.util.get_node_ip_address()
     return ip, free_port(ip)
 
@@ -158,13 +175,14 @@ def free_port(ip: str, ephemeral_low: int | None = None) -> int:
     A port outside the range is only taken by an explicit bind. Where the range leaves no room
     below it, any free port."""
     import random
+
     low = _ephemeral_low() if ephemeral_low is None else ephemeral_low
     candidates = random.sample(range(_LOWEST, low), min(64, low - _LOWEST)) if low > _LOWEST else []
     for port in [*candidates, 0]:
         with socket.socket() as s:
             try:
                 s.bind((ip, port))
-            except OSError:   # taken: try the next candidate (0: the kernel picks)
+            except OSError:  # taken: try the next candidate (0: the kernel picks)
                 continue
             return s.getsockname()[1]
     raise OSError(f"no free port on {ip}")
@@ -173,7 +191,7 @@ def free_port(ip: str, ephemeral_low: int | None = None) -> int:
 def _ephemeral_low() -> int:
     try:
         return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):   # not Linux: the IANA range's start
+    except (OSError, ValueError, IndexError):  # not Linux: the IANA range's start
         return 49152
 
 
@@ -183,15 +201,19 @@ class StageRank:
 
     def landing(self) -> Landing:
         import ray
-        return Landing(ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address(),
-                       tuple(str(g) for g in ray.get_gpu_ids()))
+
+        return Landing(
+            ray.get_runtime_context().get_node_id(),
+            ray.util.get_node_ip_address(),
+            tuple(str(g) for g in ray.get_gpu_ids()),
+        )
 
     def free_port(self) -> int:
         """Rank 0's becomes MASTER_PORT."""
         return node_address()[1]
 
     def run(self, env: dict[str, str], config: dict) -> None:
-        os.environ.update(env)   # before the CLI's first CUDA call: CUDA reads CUDA_VISIBLE_DEVICES once
+        os.environ.update(env)  # before the CLI's first CUDA call: CUDA reads CUDA_VISIBLE_DEVICES once
         _rank_main(config)
 
 
@@ -200,12 +222,17 @@ def _rank_main(config: dict) -> None:
     import ray
 
     setup_logging(force=True)
-    if os.path.isdir(config["cwd"]):   # relative paths mean what they meant to the user (shared or same-path file systems)
+    if os.path.isdir(
+        config["cwd"]
+    ):  # relative paths mean what they meant to the user (shared or same-path file systems)
         os.chdir(config["cwd"])
     # every rank says where it landed (the job log shows whether SPREAD spread the ranks) and at which
     # priority it computes (unniced: nice 0)
-    print(f"rank {os.environ['RANK']} of {os.environ['WORLD_SIZE']} on Ray node "
-          f"{ray.get_runtime_context().get_node_id()}, nice {os.nice(0)}", flush=True)
+    print(
+        f"rank {os.environ['RANK']} of {os.environ['WORLD_SIZE']} on Ray node "
+        f"{ray.get_runtime_context().get_node_id()}, nice {os.nice(0)}",
+        flush=True,
+    )
     config["main"](config["argv"])
 
 
@@ -218,45 +245,62 @@ def run_ranks(main: Callable[[list[str] | None], Any], argv: list[str] | None, c
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-
     argv = list(sys.argv[1:] if argv is None else argv)
     if not ray.is_initialized():
-        ray.init(log_to_driver=True)     # inside a Ray job this joins the job's cluster
+        ray.init(log_to_driver=True)  # inside a Ray job this joins the job's cluster
     total = ray.cluster_resources()
     gpu, bundle = check_resources(cfg, total)
     n = world_size(cfg)
     free = ray.available_resources().get(bundle_kind(gpu), 0)
-    log.info("%s: placing %d rank(s) (%s per rank, %s) on the Ray cluster (%g %s, %g free)", name, n, bundle,
-             cfg.placement_strategy, total.get(bundle_kind(gpu), 0), bundle_kind(gpu), free)
+    log.info(
+        "%s: placing %d rank(s) (%s per rank, %s) on the Ray cluster (%g %s, %g free)",
+        name,
+        n,
+        bundle,
+        cfg.placement_strategy,
+        total.get(bundle_kind(gpu), 0),
+        bundle_kind(gpu),
+        free,
+    )
     log.info("%s: code from %s, working directory %s", name, Path(alignment.__file__).parent, os.getcwd())
     if free < n * bundle[bundle_kind(gpu)]:
-        log.warning("%s: waiting for %g %s held by other work on the cluster", name,
-                    n * bundle[bundle_kind(gpu)] - free, bundle_kind(gpu))
+        log.warning(
+            "%s: waiting for %g %s held by other work on the cluster",
+            name,
+            n * bundle[bundle_kind(gpu)] - free,
+            bundle_kind(gpu),
+        )
     # --accelerator_type: Ray gives every node of that type this resource (Ray Train asks for it the same way)
     extra = {f"accelerator_type:{cfg.accelerator_type}": 0.001} if cfg.accelerator_type else {}
     pg = placement_group([{**bundle, **extra}] * n, strategy=cfg.placement_strategy, name=f"{name}-ranks")
     ray.get(pg.ready())
     actor = ray.remote(StageRank)
-    ranks = [actor.options(num_cpus=bundle["CPU"], num_gpus=bundle.get("GPU", 0), resources=extra or None,
-                           runtime_env=unniced(),
-                           scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=k)
-                           ).remote() for k in range(n)]
+    ranks = [
+        actor.options(
+            num_cpus=bundle["CPU"],
+            num_gpus=bundle.get("GPU", 0),
+            resources=extra or None,
+            runtime_env=unniced(),
+            scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=k),
+        ).remote()
+        for k in range(n)
+    ]
     try:
         envs = rank_envs(ray.get([r.landing.remote() for r in ranks]))
         port = ray.get(ranks[next(k for k, e in enumerate(envs) if e["RANK"] == "0")].free_port.remote())
         config = {"main": main, "argv": argv, "cwd": os.getcwd()}
-        shared = {"MASTER_PORT": str(port), lease.ENV: os.environ.get(lease.ENV, "")}   # the ranks share our lease
+        shared = {"MASTER_PORT": str(port), lease.ENV: os.environ.get(lease.ENV, "")}  # the ranks share our lease
         pending = [r.run.remote({**e, **shared}, config) for r, e in zip(ranks, envs)]
         while pending:
             done, pending = ray.wait(pending, num_returns=1)
-            ray.get(done)   # a failed rank raises now, not when the others (waiting at a collective) would return
+            ray.get(done)  # a failed rank raises now, not when the others (waiting at a collective) would return
     except Exception as e:
         user = _user_error(e)
         if user is not None:
             raise user from None
         raise
     finally:
-        for r in ranks:      # the others of a failed run wait at a collective forever
+        for r in ranks:  # the others of a failed run wait at a collective forever
             ray.kill(r)
         remove_placement_group(pg)
     return {}

@@ -3,6 +3,7 @@
 CPU ranks use gloo (oneCCL is not on PyPI); GPUs use NCCL. Threads per rank are set so that
 ranks on one node don't oversubscribe its cores (the deepspeed launcher does not do this).
 """
+
 from __future__ import annotations
 
 import logging
@@ -22,7 +23,7 @@ class Runtime:
     world_size: int
     local_rank: int
     local_world_size: int
-    device: str          # "cpu" | "cuda"
+    device: str  # "cpu" | "cuda"
 
     @property
     def is_main(self) -> bool:
@@ -36,8 +37,14 @@ class Runtime:
 def init_runtime(local_rank_flag: int = -1, num_threads: int = 0) -> Runtime:
     """Initialise torch.distributed through DeepSpeed; single-process runs get a world of 1."""
     if "RANK" not in os.environ:  # not launched by torchrun/deepspeed/Ray: a world of one on loopback
-        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
-                          MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port("127.0.0.1")))
+        os.environ.update(
+            RANK="0",
+            WORLD_SIZE="1",
+            LOCAL_RANK="0",
+            LOCAL_WORLD_SIZE="1",
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(free_port("127.0.0.1")),
+        )
     if local_rank_flag >= 0 and "LOCAL_RANK" not in os.environ:
         os.environ["LOCAL_RANK"] = str(local_rank_flag)
     device = "cuda" if torch.cuda.is_available() else "cpu"

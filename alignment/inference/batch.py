@@ -2,6 +2,7 @@
 samples generated or given, scored, gathered to rank 0 in prompt order, written and committed.
 Here, not in the CLI module, so that samples pickle between ranks (a class of a `python -m`
 module is __main__'s, which another process can't look up)."""
+
 from __future__ import annotations
 
 import json
@@ -14,12 +15,12 @@ from alignment.config.base import public_dict
 from alignment.datasets.formatting import get_field, get_text, prompt_text, require_chat_template
 from alignment.datasets.mixing import blend
 from alignment.datasets.sources import DataError
-from alignment.models.loading import load_causal_lm
-from alignment.rollout.types import SamplingParams
-from alignment.outputs import StagedOutput
 from alignment.inference.postprocess import POST_PROCESSORS, Scored
-from alignment.rollout.vllm_engine import VLLMEngine
+from alignment.models.loading import load_causal_lm
+from alignment.outputs import StagedOutput
 from alignment.rollout.hf_engine import HFEngine
+from alignment.rollout.types import SamplingParams
+from alignment.rollout.vllm_engine import VLLMEngine
 
 log = logging.getLogger("alignment.batch_inference")
 
@@ -36,19 +37,19 @@ def this_round(rows: list[dict], cfg: BatchInferenceConfig) -> list[dict]:
 
 @dataclass
 class PromptRow:
-    text: str                 # the rendered prompt
+    text: str  # the rendered prompt
     ids: list[int]
     label: Any
-    response: str | None      # --eval_task rm: the row's response to score
+    response: str | None  # --eval_task rm: the row's response to score
 
 
 @dataclass
 class Sample:
-    index: int                # its prompt's row: samples are gathered back in prompt order
+    index: int  # its prompt's row: samples are gathered back in prompt order
     prompt: str
-    response: str             # decoded without special tokens: what output.jsonl holds
+    response: str  # decoded without special tokens: what output.jsonl holds
     label: Any
-    query: str                # prompt + response ending in EOS: what a reward reads (as PPO's queries)
+    query: str  # prompt + response ending in EOS: what a reward reads (as PPO's queries)
     reward: float | None = None
 
 
@@ -60,9 +61,13 @@ def load_rows(cfg: BatchInferenceConfig, tokenizer) -> list[PromptRow]:
     out, dropped = [], 0
     for i, row in enumerate(rows):
         # get_text: a null or numeric prompt is named with its file, row and key, not a type error later
-        text = prompt_text(tokenizer, get_text(row, cfg.input_key, "--input_key", i, cfg.dataset),
-                           cfg.apply_chat_template, cfg.input_template)
-        if cfg.enable_csft:      # the same place the csft post-processor put the prefix: before the rendered prompt
+        text = prompt_text(
+            tokenizer,
+            get_text(row, cfg.input_key, "--input_key", i, cfg.dataset),
+            cfg.apply_chat_template,
+            cfg.input_template,
+        )
+        if cfg.enable_csft:  # the same place the csft post-processor put the prefix: before the rendered prompt
             text = cfg.csft_prompt.format(reward=cfg.csft_reward) + text
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
         if len(ids) > cfg.prompt_max_len:
@@ -72,50 +77,76 @@ def load_rows(cfg: BatchInferenceConfig, tokenizer) -> list[PromptRow]:
         response = get_text(row, cfg.output_key, "--output_key", i, cfg.dataset) if cfg.eval_task == "rm" else None
         out.append(PromptRow(text, ids, label, response))
     if dropped:
-        log.warning("dropped %d of %d prompts longer than --prompt_max_len %d tokens", dropped, len(rows),
-                    cfg.prompt_max_len)
+        log.warning(
+            "dropped %d of %d prompts longer than --prompt_max_len %d tokens", dropped, len(rows), cfg.prompt_max_len
+        )
     if not out:
-        raise DataError(f"{cfg.dataset}: no usable rows ({len(rows)} read, {dropped} over --prompt_max_len "
-                        f"{cfg.prompt_max_len}); check --dataset/--dataset_split or raise --prompt_max_len")
+        raise DataError(
+            f"{cfg.dataset}: no usable rows ({len(rows)} read, {dropped} over --prompt_max_len "
+            f"{cfg.prompt_max_len}); check --dataset/--dataset_split or raise --prompt_max_len"
+        )
     return out
 
 
 def given_samples(rows: list[PromptRow], mine: list[int], eos: str) -> list[Sample]:
     """--eval_task rm: the rows' own responses; the reward's query ends at EOS, as a generated
     response does (and as train_rm trains the RM to read)."""
-    return [Sample(k, rows[k].text, rows[k].response, rows[k].label,
-                   rows[k].text + (rows[k].response if rows[k].response.endswith(eos) else rows[k].response + eos))
-            for k in mine]
+    return [
+        Sample(
+            k,
+            rows[k].text,
+            rows[k].response,
+            rows[k].label,
+            rows[k].text + (rows[k].response if rows[k].response.endswith(eos) else rows[k].response + eos),
+        )
+        for k in mine
+    ]
 
 
-def generated_samples(cfg: BatchInferenceConfig, rt: Any, setup: Any, rows: list[PromptRow],
-                      mine: list[int]) -> list[Sample]:
+def generated_samples(
+    cfg: BatchInferenceConfig, rt: Any, setup: Any, rows: list[PromptRow], mine: list[int]
+) -> list[Sample]:
     """--best_of_n samples for each of this rank's prompts, from vLLM or the batched HF engine."""
     tok = setup.tokenizer
     if cfg.eval_task == "generate_vllm":
-        engine = VLLMEngine(setup.path, cfg.prompt_max_len + cfg.max_new_tokens, cfg.seed + rt.rank,
-                            cpu=rt.device == "cpu")
+        engine = VLLMEngine(
+            setup.path, cfg.prompt_max_len + cfg.max_new_tokens, cfg.seed + rt.rank, cpu=rt.device == "cpu"
+        )
     else:
-        model = load_causal_lm(setup.path, setup.precision.dtype, setup.attn,
-                               trust_remote_code=setup.trust_remote_code).to(rt.torch_device)
-        engine = HFEngine(model, tok.eos_token_id, tok.pad_token_id, batch_size=cfg.micro_batch_size,
-                          device=rt.torch_device)
-    rollout = engine.generate([rows[k].ids for k in mine], SamplingParams(
-        cfg.max_new_tokens, cfg.temperature, cfg.top_p, cfg.best_of_n, seed=cfg.seed + rt.rank))
+        model = load_causal_lm(
+            setup.path, setup.precision.dtype, setup.attn, trust_remote_code=setup.trust_remote_code
+        ).to(rt.torch_device)
+        engine = HFEngine(
+            model, tok.eos_token_id, tok.pad_token_id, batch_size=cfg.micro_batch_size, device=rt.torch_device
+        )
+    rollout = engine.generate(
+        [rows[k].ids for k in mine],
+        SamplingParams(cfg.max_new_tokens, cfg.temperature, cfg.top_p, cfg.best_of_n, seed=cfg.seed + rt.rank),
+    )
     responses = tok.batch_decode(rollout.response_ids, skip_special_tokens=True)
-    as_generated = tok.batch_decode(rollout.response_ids, skip_special_tokens=False)   # EOS kept, like PPO's queries
-    samples = [Sample(mine[j], rows[mine[j]].text, resp, rows[mine[j]].label, rows[mine[j]].text + raw)
-               for j, resp, raw in zip(rollout.prompt_index, responses, as_generated)]
-    log.info("generated %d responses (%d prompts x %d) on %d rank(s), %d tokens on rank 0", len(samples) *
-             rt.world_size, len(rows), cfg.best_of_n, rt.world_size, rollout.response_tokens())
+    as_generated = tok.batch_decode(rollout.response_ids, skip_special_tokens=False)  # EOS kept, like PPO's queries
+    samples = [
+        Sample(mine[j], rows[mine[j]].text, resp, rows[mine[j]].label, rows[mine[j]].text + raw)
+        for j, resp, raw in zip(rollout.prompt_index, responses, as_generated)
+    ]
+    log.info(
+        "generated %d responses (%d prompts x %d) on %d rank(s), %d tokens on rank 0",
+        len(samples) * rt.world_size,
+        len(rows),
+        cfg.best_of_n,
+        rt.world_size,
+        rollout.response_tokens(),
+    )
     return samples
 
 
 def score(samples: list[Sample], reward: Any, micro_batch_size: int) -> None:
     for s in range(0, len(samples), micro_batch_size):
-        chunk = samples[s:s + micro_batch_size]
-        for x, r in zip(chunk, reward([x.query for x in chunk], [x.prompt for x in chunk],
-                                      [x.label for x in chunk]).rewards.tolist()):
+        chunk = samples[s : s + micro_batch_size]
+        for x, r in zip(
+            chunk,
+            reward([x.query for x in chunk], [x.prompt for x in chunk], [x.label for x in chunk]).rewards.tolist(),
+        ):
             x.reward = r
 
 
@@ -131,14 +162,15 @@ def write_output(cfg: BatchInferenceConfig, ranked: list[Sample], scored: bool) 
         log.info("scored %d samples: mean reward %.4f", len(scores), sum(scores) / len(scores))
         if cfg.post_processor:
             rated = [Scored(r["input"], r["output"], r["reward"]) for r in out_rows]
-            out_rows = POST_PROCESSORS[cfg.post_processor](rated, csft_prompt=cfg.csft_prompt,
-                                                           rs_min_reward=cfg.rs_min_reward)
+            out_rows = POST_PROCESSORS[cfg.post_processor](
+                rated, csft_prompt=cfg.csft_prompt, rs_min_reward=cfg.rs_min_reward
+            )
             log.info("--post_processor %s: %d rows out of %d samples", cfg.post_processor, len(out_rows), len(rated))
 
-    with StagedOutput(cfg.output_path) as out:    # a committed output there stays intact until the commit
+    with StagedOutput(cfg.output_path) as out:  # a committed output there stays intact until the commit
         (out.dir / "output.jsonl").write_text("".join(json.dumps(r) + "\n" for r in out_rows))
         final = {"rows": float(len(out_rows))}
-        if scored:   # every sample's score, before post-processing
+        if scored:  # every sample's score, before post-processing
             (out.dir / "rewards.json").write_text(json.dumps(scores))
             final["mean_reward"] = sum(scores) / len(scores)
         out.commit({"stage": "batch_inference", "config": public_dict(cfg), "final_metrics": final})

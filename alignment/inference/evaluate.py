@@ -3,6 +3,7 @@ on each rank, gathered to rank 0, reduced to the metrics, committed as evaluatio
 
 Per-row values, not per-rank means, travel between ranks, so the metrics are the same for any number of
 ranks (rank r takes rows r, r+W, ...)."""
+
 from __future__ import annotations
 
 import json
@@ -15,34 +16,41 @@ import torch
 
 from alignment.config.base import public_dict
 from alignment.config.evaluate import EvaluateConfig
-from alignment.datasets.formatting import as_text, get_field, get_text, prompt_and_response, prompt_text, require_chat_template
+from alignment.datasets.formatting import (
+    as_text,
+    get_field,
+    get_text,
+    prompt_and_response,
+    prompt_text,
+    require_chat_template,
+)
 from alignment.datasets.mixing import blend
 from alignment.datasets.sources import DataError
 from alignment.models.loading import load_causal_lm
-from alignment.rollout.hf_engine import HFEngine
-from alignment.rollout.types import SamplingParams
-from alignment.rewards.scorer import RewardModels
 from alignment.nonfinite import NonFiniteError
 from alignment.outputs import StagedOutput
+from alignment.rewards.scorer import RewardModels
+from alignment.rollout.hf_engine import HFEngine
+from alignment.rollout.types import SamplingParams
 
 log = logging.getLogger("alignment.evaluate")
-EXAMPLES = 8    # rows shown in evaluation.json (and the flow's artifact)
+EXAMPLES = 8  # rows shown in evaluation.json (and the flow's artifact)
 
 
 @dataclass
 class EvalRow:
     index: int
-    prompt: str                  # rendered as the model sees it
+    prompt: str  # rendered as the model sees it
     label: Any = None
-    question: str = ""           # generate: the prompt as the dataset has it (what a report shows)
-    chosen: str | None = None    # pairs: the two responses; perplexity: `chosen` is the response
+    question: str = ""  # generate: the prompt as the dataset has it (what a report shows)
+    chosen: str | None = None  # pairs: the two responses; perplexity: `chosen` is the response
     rejected: str | None = None
 
 
 @dataclass
 class RowValue:
     index: int
-    values: dict[str, float]     # generate: reward, right; pairs: margin, right; perplexity: nll_sum, tokens
+    values: dict[str, float]  # generate: reward, right; pairs: margin, right; perplexity: nll_sum, tokens
     example: dict[str, Any]
 
 
@@ -53,31 +61,59 @@ def load_eval_rows(cfg: EvaluateConfig, tokenizer: Any) -> list[EvalRow]:
     out, dropped = [], 0
     for i, row in enumerate(rows):
         if cfg.eval_task == "generate":
-            prompt = prompt_text(tokenizer, get_text(row, cfg.input_key, "--input_key", i, cfg.dataset),
-                                 cfg.apply_chat_template, cfg.input_template)
+            prompt = prompt_text(
+                tokenizer,
+                get_text(row, cfg.input_key, "--input_key", i, cfg.dataset),
+                cfg.apply_chat_template,
+                cfg.input_template,
+            )
             label = get_field(row, cfg.label_key, "--label_key", i, cfg.dataset) if cfg.label_key else None
-            item = EvalRow(i, prompt, label, question=as_text(get_text(row, cfg.input_key, "--input_key", i, cfg.dataset)))
+            item = EvalRow(
+                i, prompt, label, question=as_text(get_text(row, cfg.input_key, "--input_key", i, cfg.dataset))
+            )
         else:
             key = cfg.prompt_key if cfg.eval_task == "pairs" else cfg.input_key
-            given = get_text(row, key, f"--{'prompt' if cfg.eval_task == 'pairs' else 'input'}_key", i,
-                             cfg.dataset) if key else None
+            given = (
+                get_text(row, key, f"--{'prompt' if cfg.eval_task == 'pairs' else 'input'}_key", i, cfg.dataset)
+                if key
+                else None
+            )
             first_key = cfg.chosen_key if cfg.eval_task == "pairs" else cfg.output_key
-            prompt, first = prompt_and_response(tokenizer, given, get_text(row, first_key, f"--{first_key}", i, cfg.dataset),
-                                                cfg.apply_chat_template, cfg.input_template)
-            second = (prompt_and_response(tokenizer, given, get_text(row, cfg.rejected_key, "--rejected_key", i, cfg.dataset),
-                                          cfg.apply_chat_template, cfg.input_template)[1]
-                      if cfg.eval_task == "pairs" else None)
+            prompt, first = prompt_and_response(
+                tokenizer,
+                given,
+                get_text(row, first_key, f"--{first_key}", i, cfg.dataset),
+                cfg.apply_chat_template,
+                cfg.input_template,
+            )
+            second = (
+                prompt_and_response(
+                    tokenizer,
+                    given,
+                    get_text(row, cfg.rejected_key, "--rejected_key", i, cfg.dataset),
+                    cfg.apply_chat_template,
+                    cfg.input_template,
+                )[1]
+                if cfg.eval_task == "pairs"
+                else None
+            )
             item = EvalRow(i, prompt, chosen=first, rejected=second)
         if len(tokenizer(item.prompt, add_special_tokens=False)["input_ids"]) > cfg.prompt_max_len:
             dropped += 1
             continue
         out.append(item)
     if dropped:
-        log.warning("dropped %d of %d rows whose prompt is longer than --prompt_max_len %d tokens", dropped,
-                    len(rows), cfg.prompt_max_len)
+        log.warning(
+            "dropped %d of %d rows whose prompt is longer than --prompt_max_len %d tokens",
+            dropped,
+            len(rows),
+            cfg.prompt_max_len,
+        )
     if not out:
-        raise DataError(f"{cfg.dataset}: no usable rows ({len(rows)} read, {dropped} over --prompt_max_len "
-                        f"{cfg.prompt_max_len}); check --dataset/--dataset_split or raise --prompt_max_len")
+        raise DataError(
+            f"{cfg.dataset}: no usable rows ({len(rows)} read, {dropped} over --prompt_max_len "
+            f"{cfg.prompt_max_len}); check --dataset/--dataset_split or raise --prompt_max_len"
+        )
     return out
 
 
@@ -92,56 +128,99 @@ def generate_values(cfg: EvaluateConfig, setup: Any, rt: Any, rows: list[EvalRow
     """Greedy responses (the batched HF engine), scored by the reward source, or matched against the
     label when there is none (`reward` None: 1.0 for a match)."""
     tok = setup.tokenizer
-    model = load_causal_lm(setup.path, setup.precision.dtype, setup.attn,
-                           trust_remote_code=setup.trust_remote_code).to(rt.torch_device).eval()
-    engine = HFEngine(model, tok.eos_token_id, tok.pad_token_id, batch_size=cfg.micro_batch_size, device=rt.torch_device)
+    model = (
+        load_causal_lm(setup.path, setup.precision.dtype, setup.attn, trust_remote_code=setup.trust_remote_code)
+        .to(rt.torch_device)
+        .eval()
+    )
+    engine = HFEngine(
+        model, tok.eos_token_id, tok.pad_token_id, batch_size=cfg.micro_batch_size, device=rt.torch_device
+    )
     ids = [tok(r.prompt, add_special_tokens=False)["input_ids"] for r in rows]
     rollout = engine.generate(ids, SamplingParams(cfg.max_new_tokens, greedy=True))
     responses = tok.batch_decode(rollout.response_ids, skip_special_tokens=True)
-    raw = tok.batch_decode(rollout.response_ids, skip_special_tokens=False)    # EOS kept, as a reward reads it
+    raw = tok.batch_decode(rollout.response_ids, skip_special_tokens=False)  # EOS kept, as a reward reads it
     picked = [rows[j] for j in rollout.prompt_index]
     out = []
     for s in range(0, len(picked), cfg.micro_batch_size):
         chunk = slice(s, s + cfg.micro_batch_size)
-        rewards = (reward([r.prompt + q for r, q in zip(picked[chunk], raw[chunk])], [r.prompt for r in picked[chunk]],
-                          [r.label for r in picked[chunk]]).rewards.tolist() if reward is not None else
-                   [float(label_match(q, r.label)) for r, q in zip(picked[chunk], responses[chunk])])
+        rewards = (
+            reward(
+                [r.prompt + q for r, q in zip(picked[chunk], raw[chunk])],
+                [r.prompt for r in picked[chunk]],
+                [r.label for r in picked[chunk]],
+            ).rewards.tolist()
+            if reward is not None
+            else [float(label_match(q, r.label)) for r, q in zip(picked[chunk], responses[chunk])]
+        )
         for row, response, value in zip(picked[chunk], responses[chunk], rewards):
-            out.append(RowValue(row.index, {"reward": value, "right": float(value >= cfg.correct_reward)},
-                                {"question": row.question, "response": response, "label": row.label, "reward": value,
-                                 "right": value >= cfg.correct_reward}))
+            out.append(
+                RowValue(
+                    row.index,
+                    {"reward": value, "right": float(value >= cfg.correct_reward)},
+                    {
+                        "question": row.question,
+                        "response": response,
+                        "label": row.label,
+                        "reward": value,
+                        "right": value >= cfg.correct_reward,
+                    },
+                )
+            )
     return out
 
 
 @torch.no_grad()
 def pair_values(cfg: EvaluateConfig, setup: Any, rt: Any, rows: list[EvalRow]) -> list[RowValue]:
     """--pretrain (a reward model) scores both responses of each pair, as PPO's reward reads them."""
-    rm = RewardModels([setup.path], [1.0], setup.tokenizer, setup.precision.dtype, setup.attn, rt.torch_device,
-                      normalize=False, batch_size=cfg.micro_batch_size, trust_remote_code=setup.trust_remote_code)
+    rm = RewardModels(
+        [setup.path],
+        [1.0],
+        setup.tokenizer,
+        setup.precision.dtype,
+        setup.attn,
+        rt.torch_device,
+        normalize=False,
+        batch_size=cfg.micro_batch_size,
+        trust_remote_code=setup.trust_remote_code,
+    )
     chosen = rm([r.prompt + r.chosen for r in rows], [], []).rewards.tolist()
     rejected = rm([r.prompt + r.rejected for r in rows], [], []).rewards.tolist()
-    return [RowValue(r.index, {"margin": c - j, "right": float(c > j)},
-                     {"question": r.prompt, "response": r.chosen, "label": r.rejected, "right": c > j, "margin": c - j})
-            for r, c, j in zip(rows, chosen, rejected)]
+    return [
+        RowValue(
+            r.index,
+            {"margin": c - j, "right": float(c > j)},
+            {"question": r.prompt, "response": r.chosen, "label": r.rejected, "right": c > j, "margin": c - j},
+        )
+        for r, c, j in zip(rows, chosen, rejected)
+    ]
 
 
 @torch.no_grad()
 def perplexity_values(cfg: EvaluateConfig, setup: Any, rt: Any, rows: list[EvalRow]) -> list[RowValue]:
     """Summed negative log-likelihood of each response's tokens given its prompt, and their count."""
     tok = setup.tokenizer
-    model = load_causal_lm(setup.path, setup.precision.dtype, setup.attn,
-                           trust_remote_code=setup.trust_remote_code).to(rt.torch_device).eval()
+    model = (
+        load_causal_lm(setup.path, setup.precision.dtype, setup.attn, trust_remote_code=setup.trust_remote_code)
+        .to(rt.torch_device)
+        .eval()
+    )
     out = []
     for r in rows:
         head = tok(r.prompt, add_special_tokens=False)["input_ids"]
-        ids = tok(r.prompt + r.chosen, add_special_tokens=False)["input_ids"][:cfg.max_len]
-        if len(ids) <= len(head):     # truncated away: nothing of the response to score
+        ids = tok(r.prompt + r.chosen, add_special_tokens=False)["input_ids"][: cfg.max_len]
+        if len(ids) <= len(head):  # truncated away: nothing of the response to score
             continue
         logits = model(torch.tensor([ids], device=rt.torch_device)).logits[0, :-1].float()
         logp = torch.log_softmax(logits, -1).gather(-1, torch.tensor(ids[1:], device=rt.torch_device)[:, None])[:, 0]
-        nll = -logp[len(head) - 1:].sum().item()
-        out.append(RowValue(r.index, {"nll_sum": nll, "tokens": float(len(ids) - len(head))},
-                            {"question": r.prompt, "response": r.chosen, "nll": nll / (len(ids) - len(head))}))
+        nll = -logp[len(head) - 1 :].sum().item()
+        out.append(
+            RowValue(
+                r.index,
+                {"nll_sum": nll, "tokens": float(len(ids) - len(head))},
+                {"question": r.prompt, "response": r.chosen, "nll": nll / (len(ids) - len(head))},
+            )
+        )
     return out
 
 
@@ -155,27 +234,47 @@ def reduce(task: str, values: list[RowValue]) -> dict[str, float]:
     first = "reward" if task == "generate" else "margin"
     mean = sum(v.values[first] for v in values) / n
     right = sum(v.values["right"] for v in values) / n
-    return ({"accuracy": right, "mean_reward": mean} if task == "generate" else
-            {"pair_accuracy": right, "mean_margin": mean}) | {"rows": float(n)}
+    return (
+        {"accuracy": right, "mean_reward": mean}
+        if task == "generate"
+        else {"pair_accuracy": right, "mean_margin": mean}
+    ) | {"rows": float(n)}
 
 
 def write_evaluation(cfg: EvaluateConfig, values: list[RowValue], scored_by_rm: bool) -> dict[str, float]:
     """evaluation.json ({"task", "metrics", "n", "examples"}) committed at --output_path; a metric that is
     NaN/Inf (an RM gone non-finite) is refused, never committed."""
     if not values:
-        raise ValueError(f"--eval_task {cfg.eval_task}: no row left to score (every response truncated by --max_len "
-                         f"{cfg.max_len}); raise --max_len")
+        raise ValueError(
+            f"--eval_task {cfg.eval_task}: no row left to score (every response truncated by --max_len "
+            f"{cfg.max_len}); raise --max_len"
+        )
     metrics = reduce(cfg.eval_task, values)
-    if scored_by_rm:    # accuracy under a reward model's threshold would mean nothing: mean_reward is its measure
+    if scored_by_rm:  # accuracy under a reward model's threshold would mean nothing: mean_reward is its measure
         metrics.pop("accuracy", None)
     bad = [k for k, v in metrics.items() if not math.isfinite(v)]
     if bad:
         raise NonFiniteError(f"evaluation of {cfg.pretrain}: {', '.join(bad)} not finite; nothing committed")
     with StagedOutput(cfg.output_path) as out:
-        (out.dir / "evaluation.json").write_text(json.dumps(
-            {"task": cfg.eval_task, "model": cfg.pretrain, "metrics": metrics, "n": len(values),
-             "examples": [v.example for v in values[:EXAMPLES]]}, indent=1, default=str))
+        (out.dir / "evaluation.json").write_text(
+            json.dumps(
+                {
+                    "task": cfg.eval_task,
+                    "model": cfg.pretrain,
+                    "metrics": metrics,
+                    "n": len(values),
+                    "examples": [v.example for v in values[:EXAMPLES]],
+                },
+                indent=1,
+                default=str,
+            )
+        )
         out.commit({"stage": "evaluate", "config": public_dict(cfg), "final_metrics": metrics})
-    log.info("evaluation of %s: %s (%d rows), committed to %s", cfg.pretrain,
-             ", ".join(f"{k} {v:.4g}" for k, v in metrics.items() if k != "rows"), len(values), cfg.output_path)
+    log.info(
+        "evaluation of %s: %s (%d rows), committed to %s",
+        cfg.pretrain,
+        ", ".join(f"{k} {v:.4g}" for k, v in metrics.items() if k != "rows"),
+        len(values),
+        cfg.output_path,
+    )
     return metrics

@@ -4,6 +4,7 @@
 Rows of one prompt are grouped by the prompt text in first-seen order; ties in reward keep the
 earlier sample, so the output is deterministic for a given input.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,8 +13,8 @@ from typing import Callable
 
 @dataclass(frozen=True)
 class Scored:
-    input: str       # the prompt as the model saw it (template applied)
-    output: str      # the response
+    input: str  # the prompt as the model saw it (template applied)
+    output: str  # the response
     reward: float
 
 
@@ -29,7 +30,7 @@ def rejection_sampling(rows: list[Scored], rs_min_reward: float | None = None, *
     only when it scores at least that (a prompt whose best answer is still bad teaches nothing good)."""
     out = []
     for prompt, group in by_prompt(rows).items():
-        best = max(group, key=lambda r: r.reward)          # max keeps the first of equal rewards
+        best = max(group, key=lambda r: r.reward)  # max keeps the first of equal rewards
         if rs_min_reward is None or best.reward >= rs_min_reward:
             out.append({"input": prompt, "output": best.output, "reward": best.reward})
     return out
@@ -43,16 +44,24 @@ def iterative_dpo_pairs(rows: list[Scored], **_: object) -> list[dict]:
         best = max(group, key=lambda r: r.reward)
         worst = min(group, key=lambda r: r.reward)
         if best.reward > worst.reward:
-            out.append({"prompt": prompt, "chosen": best.output, "rejected": worst.output,
-                        "chosen_reward": best.reward, "rejected_reward": worst.reward})
+            out.append(
+                {
+                    "prompt": prompt,
+                    "chosen": best.output,
+                    "rejected": worst.output,
+                    "chosen_reward": best.reward,
+                    "rejected_reward": worst.reward,
+                }
+            )
     return out
 
 
 def conditional_sft(rows: list[Scored], csft_prompt: str = "<rm_score>: {reward:.1f} ", **_: object) -> list[dict]:
     """csft: every sample, its prompt prefixed with its reward, so generation can later ask for
     a high score by starting the prompt with a high one."""
-    return [{"input": csft_prompt.format(reward=r.reward) + r.input, "output": r.output, "reward": r.reward}
-            for r in rows]
+    return [
+        {"input": csft_prompt.format(reward=r.reward) + r.input, "output": r.output, "reward": r.reward} for r in rows
+    ]
 
 
 POST_PROCESSORS: dict[str, Callable[..., list[dict]]] = {

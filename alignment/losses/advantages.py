@@ -12,6 +12,7 @@ Papers: GAE — Schulman et al. 2016 (arXiv:1506.02438), eq. 16; REINFORCE++ —
 normalisation — Shao et al. 2024 (arXiv:2402.03300), eq. 3; Dr. GRPO (no std division) —
 Liu et al. 2025 (arXiv:2503.20783).
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -28,11 +29,13 @@ def register_group(name: str):
         assert ESTIMATORS[name].group, f"{name} is not declared a group estimator"
         GROUP_BASELINES[name] = fn
         return fn
+
     return wrap
 
 
-def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float,
-        lambd: float) -> tuple[torch.Tensor, torch.Tensor]:
+def gae(
+    rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float, lambd: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(advantages, returns) [B, T]: δ_t = r_t + γ V_{t+1} − V_t, A_t = δ_t + γλ A_{t+1}; V after the end is 0."""
     rewards, values = rewards * mask, values * mask
     advantages = torch.zeros_like(rewards)
@@ -83,7 +86,7 @@ def group_mean(scores: torch.Tensor) -> torch.Tensor:
     return scores - scores.mean(-1, keepdim=True)
 
 
-Sum = Callable[[torch.Tensor], torch.Tensor]   # a tensor -> its sum over every rank that holds part of the batch
+Sum = Callable[[torch.Tensor], torch.Tensor]  # a tensor -> its sum over every rank that holds part of the batch
 
 
 def whiten(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8, across: Sum | None = None) -> torch.Tensor:
@@ -97,10 +100,16 @@ def whiten(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8, across: 
     return (values - mean) * torch.rsqrt(var + eps) * m
 
 
-def advantages_and_returns(estimator: str, rewards: torch.Tensor, mask: torch.Tensor, n_samples: int,
-                           gamma: float = 1.0, lambd: float = 0.95,
-                           values: torch.Tensor | None = None,
-                           across: Sum | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def advantages_and_returns(
+    estimator: str,
+    rewards: torch.Tensor,
+    mask: torch.Tensor,
+    n_samples: int,
+    gamma: float = 1.0,
+    lambd: float = 0.95,
+    values: torch.Tensor | None = None,
+    across: Sum | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(advantages, returns) [B, T] for any estimator; rows are grouped n_samples per prompt.
     `across`: the batch is split over ranks (each holds whole prompt groups); whitening is global.
 
@@ -122,7 +131,9 @@ def advantages_and_returns(estimator: str, rewards: torch.Tensor, mask: torch.Te
         adv = ret = reinforce_returns(rewards, mask, gamma)
     else:
         if n_samples < 2 or rewards.shape[0] % n_samples:
-            raise ValueError(f"{estimator} needs groups of n_samples >= 2 rows; got {rewards.shape[0]} rows, n={n_samples}")
+            raise ValueError(
+                f"{estimator} needs groups of n_samples >= 2 rows; got {rewards.shape[0]} rows, n={n_samples}"
+            )
         m = mask.to(rewards.dtype)
         scores = (rewards * m).sum(-1).view(-1, n_samples)
         baselined = GROUP_BASELINES[estimator](scores).reshape(-1)

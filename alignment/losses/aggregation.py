@@ -12,6 +12,7 @@ total, counted over all G·D micro-batches (`StepTotals`):
 
 With one micro-batch on one rank, token-mean is the masked mean of the micro-batch.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -23,9 +24,9 @@ from alignment.losses.estimators import LOSS_AGG_MODES
 
 @dataclass(frozen=True)
 class StepTotals:
-    tokens: float     # response tokens in the whole optimizer step (all its micro-batches, all ranks)
-    seqs: float       # sequences in the whole optimizer step
-    scale: float      # G·D: accumulation steps × data-parallel ranks
+    tokens: float  # response tokens in the whole optimizer step (all its micro-batches, all ranks)
+    seqs: float  # sequences in the whole optimizer step
+    scale: float  # G·D: accumulation steps × data-parallel ranks
 
     @classmethod
     def single(cls, mask: torch.Tensor) -> "StepTotals":
@@ -33,8 +34,9 @@ class StepTotals:
         return cls(float(mask.sum()), float(mask.shape[0]), 1.0)
 
 
-def aggregate(loss: torch.Tensor, mask: torch.Tensor, mode: str, totals: StepTotals,
-              norm_len: int | None = None) -> torch.Tensor:
+def aggregate(
+    loss: torch.Tensor, mask: torch.Tensor, mode: str, totals: StepTotals, norm_len: int | None = None
+) -> torch.Tensor:
     """[B, T] per-token losses -> this micro-batch's scalar share of the step's loss."""
     m = mask.to(loss.dtype)
     if mode == "token-mean":

@@ -6,6 +6,7 @@
 `loss_agg`: how its per-token losses become the step's loss unless --loss_agg_mode says otherwise
 (`alignment.losses.aggregation`). The math is in `alignment.losses.advantages`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -24,14 +25,22 @@ class Estimator:
     paper: str = ""
 
 
-ESTIMATORS: dict[str, Estimator] = {e.name: e for e in (
-    Estimator("gae", group=False, whiten=True, critic=True, paper="Schulman et al. 2016, arXiv:1506.02438"),
-    Estimator("reinforce", group=False, whiten=True, paper="REINFORCE++, Hu 2025, arXiv:2501.03262"),
-    Estimator("reinforce_baseline", group=True, whiten=True, paper="REINFORCE++-baseline, Hu 2025"),
-    Estimator("rloo", group=True, whiten=False, paper="Ahmadian et al. 2024, arXiv:2402.14740"),
-    Estimator("group_norm", group=True, whiten=False, paper="GRPO, Shao et al. 2024, arXiv:2402.03300"),
-    # Dr. GRPO removes both length biases: no std division (advantages) and no per-sequence length
-    # normalisation (the loss: each sequence's token sum over a constant, generate_max_len)
-    Estimator("dr_grpo", group=True, whiten=False, loss_agg="seq-mean-token-sum-norm",
-              paper="Liu et al. 2025, arXiv:2503.20783"),
-)}
+ESTIMATORS: dict[str, Estimator] = {
+    e.name: e
+    for e in (
+        Estimator("gae", group=False, whiten=True, critic=True, paper="Schulman et al. 2016, arXiv:1506.02438"),
+        Estimator("reinforce", group=False, whiten=True, paper="REINFORCE++, Hu 2025, arXiv:2501.03262"),
+        Estimator("reinforce_baseline", group=True, whiten=True, paper="REINFORCE++-baseline, Hu 2025"),
+        Estimator("rloo", group=True, whiten=False, paper="Ahmadian et al. 2024, arXiv:2402.14740"),
+        Estimator("group_norm", group=True, whiten=False, paper="GRPO, Shao et al. 2024, arXiv:2402.03300"),
+        # Dr. GRPO removes both length biases: no std division (advantages) and no per-sequence length
+        # normalisation (the loss: each sequence's token sum over a constant, generate_max_len)
+        Estimator(
+            "dr_grpo",
+            group=True,
+            whiten=False,
+            loss_agg="seq-mean-token-sum-norm",
+            paper="Liu et al. 2025, arXiv:2503.20783",
+        ),
+    )
+}

@@ -7,6 +7,7 @@ divergence", http://joschu.net/blog/kl-approx.html):
     k3 = (1/r − 1) + log r  unbiased, low variance, always ≥ 0
 Adaptive controller: Ziegler et al. 2019 ("Fine-Tuning Language Models from Human Preferences"), eq. 2.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "k1") ->
     if kind == "k1":
         return log_ratio
     if kind == "k2":
-        return log_ratio ** 2 / 2.0
+        return log_ratio**2 / 2.0
     if kind == "k3":
         return torch.exp(-log_ratio) - 1.0 + log_ratio
     raise ValueError(f"unknown KL estimator {kind!r}: use k1, k2 or k3")

@@ -2,6 +2,7 @@
 
 Shapes: B rows, T tokens, V vocabulary, S samples (S = B when padded; packed rows hold several).
 """
+
 from __future__ import annotations
 
 import torch
@@ -9,8 +10,9 @@ import torch
 from alignment.losses.nll import token_logprobs
 
 
-def branched_token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor,
-                            branches: torch.Tensor | None = None) -> torch.Tensor:
+def branched_token_logprobs(
+    logits: torch.Tensor, input_ids: torch.Tensor, branches: torch.Tensor | None = None
+) -> torch.Tensor:
     """token_logprobs [B, T-1], where entry [row, t - 1] is log p(token t) as always, except that a
     token listed in `branches` [K, 3] (row, t, parent) is predicted by the logits at `parent`, not at
     t - 1 (a response packed after another one over their shared prompt: it follows the prompt)."""
@@ -22,9 +24,14 @@ def branched_token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor,
     return lp.index_put((row, col - 1), moved)
 
 
-def sequence_logps(logits: torch.Tensor, input_ids: torch.Tensor, loss_mask: torch.Tensor,
-                   segments: torch.Tensor | None = None, num_samples: int | None = None,
-                   branches: torch.Tensor | None = None) -> torch.Tensor:
+def sequence_logps(
+    logits: torch.Tensor,
+    input_ids: torch.Tensor,
+    loss_mask: torch.Tensor,
+    segments: torch.Tensor | None = None,
+    num_samples: int | None = None,
+    branches: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Sum of log p(x_t | x_<t) over each sample's target tokens.
 
     logits [B, T, V], input_ids [B, T], loss_mask [B, T] (1 on response tokens);
@@ -35,6 +42,6 @@ def sequence_logps(logits: torch.Tensor, input_ids: torch.Tensor, loss_mask: tor
     lp = branched_token_logprobs(logits, input_ids, branches) * loss_mask[:, 1:].to(torch.float32)
     if segments is None:
         return lp.sum(-1)
-    seg = segments[:, 1:].reshape(-1)                                            # token t's sample
+    seg = segments[:, 1:].reshape(-1)  # token t's sample
     out = torch.zeros(num_samples or int(seg.max()) + 1, dtype=lp.dtype, device=lp.device)
     return out.index_add(0, seg, lp.reshape(-1))

@@ -2,6 +2,7 @@
 
 Shapes: B batch rows, T tokens, V vocabulary.
 """
+
 from __future__ import annotations
 
 import torch

@@ -17,6 +17,7 @@ plus one bucket holding the rest of both distributions' mass, at temperature τ 
 Both are averaged over the response tokens (mask m_t = 1). Shapes: B rows, T tokens, V vocabulary;
 position t - 1 predicts token t.
 """
+
 from __future__ import annotations
 
 import torch
@@ -25,10 +26,15 @@ from alignment.losses.kl import kl_estimate
 from alignment.losses.nll import masked_mean, token_logprobs
 
 
-def sampled_token_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, input_ids: torch.Tensor,
-                       loss_mask: torch.Tensor, estimator: str = "k3") -> tuple[torch.Tensor, torch.Tensor]:
+def sampled_token_loss(
+    student_logits: torch.Tensor,
+    teacher_logits: torch.Tensor,
+    input_ids: torch.Tensor,
+    loss_mask: torch.Tensor,
+    estimator: str = "k3",
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(loss, mean KL estimate detached): logits [B, T, V], input_ids and loss_mask [B, T]."""
-    student = token_logprobs(student_logits, input_ids)                     # [B, T-1]
+    student = token_logprobs(student_logits, input_ids)  # [B, T-1]
     teacher = token_logprobs(teacher_logits, input_ids).detach()
     log_ratio = (student - teacher).detach()
     kl = kl_estimate(student.detach(), teacher, estimator)
@@ -38,8 +44,9 @@ def sampled_token_loss(student_logits: torch.Tensor, teacher_logits: torch.Tenso
     return masked_mean(per_token, mask), masked_mean(kl, mask)
 
 
-def topk_reverse_kl(student_logits: torch.Tensor, teacher_logits: torch.Tensor, k: int,
-                    temperature: float = 1.0) -> torch.Tensor:
+def topk_reverse_kl(
+    student_logits: torch.Tensor, teacher_logits: torch.Tensor, k: int, temperature: float = 1.0
+) -> torch.Tensor:
     """[B, T, V] x2 -> [B, T]: reverse KL over the student's top-k tokens plus the rest's bucket (fp32)."""
     k = min(k, student_logits.size(-1))
     log_q = (student_logits.float() / temperature).log_softmax(-1)
@@ -48,15 +55,20 @@ def topk_reverse_kl(student_logits: torch.Tensor, teacher_logits: torch.Tensor, 
     log_q_k, log_p_k = log_q.gather(-1, top), log_p.gather(-1, top)
     q_k = log_q_k.exp()
     kl = (q_k * (log_q_k - log_p_k)).sum(-1)
-    if k < student_logits.size(-1):   # the mass outside the top k, as one more outcome of both distributions
+    if k < student_logits.size(-1):  # the mass outside the top k, as one more outcome of both distributions
         q_rest = (1.0 - q_k.sum(-1)).clamp(1e-7, 1.0)
         p_rest = (1.0 - log_p_k.exp().sum(-1)).clamp(1e-7, 1.0)
         kl = kl + q_rest * (q_rest.log() - p_rest.log())
     return kl
 
 
-def topk_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, loss_mask: torch.Tensor, k: int,
-              temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+def topk_loss(
+    student_logits: torch.Tensor,
+    teacher_logits: torch.Tensor,
+    loss_mask: torch.Tensor,
+    k: int,
+    temperature: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(loss, the same detached) over the response tokens: the distributions at t - 1 that predict token t."""
     kl = topk_reverse_kl(student_logits[:, :-1], teacher_logits[:, :-1], k, temperature)
     loss = masked_mean(kl, loss_mask[:, 1:])

@@ -9,6 +9,7 @@ Value: the clipped value loss of OpenAI baselines' PPO2.
 `agg` turns the per-token losses into the scalar: the masked mean of these rows by default, or one
 of `alignment.losses.aggregation`'s modes over the whole optimizer step.
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -17,7 +18,7 @@ import torch
 
 from alignment.losses.nll import masked_mean
 
-Agg = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]   # (per-token loss [B, T], mask [B, T]) -> scalar
+Agg = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (per-token loss [B, T], mask [B, T]) -> scalar
 
 
 # log ρ is clamped before exp (as verl does): a token whose probability moved by e^20 is clipped by
@@ -25,9 +26,16 @@ Agg = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]   # (per-token loss [
 LOG_RATIO_CLAMP = 20.0
 
 
-def clipped_objective(ratio: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, eps_low: float,
-                      eps_high: float, dual_clip: float | None, agg: Agg,
-                      weight: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+def clipped_objective(
+    ratio: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    eps_low: float,
+    eps_high: float,
+    dual_clip: float | None,
+    agg: Agg,
+    weight: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(loss, clip fraction) of −min(ρA, clip(ρ, 1−ε_low, 1+ε_high)A) for a ratio [B, T] or [B, 1], with the dual
     clip and each token's term times `weight` [B, T] when given (the engine/trainer weight: is_weights)."""
     surr1 = ratio * advantages
@@ -41,27 +49,42 @@ def clipped_objective(ratio: torch.Tensor, advantages: torch.Tensor, mask: torch
     return agg(-objective, mask), masked_mean(clipped, mask).detach()
 
 
-def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
-                eps_low: float = 0.2, eps_high: float = 0.2, dual_clip: float | None = None,
-                agg: Agg = masked_mean, weight: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def policy_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    eps_low: float = 0.2,
+    eps_high: float = 0.2,
+    dual_clip: float | None = None,
+    agg: Agg = masked_mean,
+    weight: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(loss, clip fraction) with ρ = π/π_old per token."""
     ratio = torch.exp((logp - old_logp).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
     return clipped_objective(ratio, advantages, mask, eps_low, eps_high, dual_clip, agg, weight)
 
 
-def gspo_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
-              eps_low: float = 0.2, eps_high: float = 0.2, dual_clip: float | None = None,
-              agg: Agg = masked_mean, weight: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def gspo_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    eps_low: float = 0.2,
+    eps_high: float = 0.2,
+    dual_clip: float | None = None,
+    agg: Agg = masked_mean,
+    weight: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(loss, clip fraction) with the sequence ratio s [B, 1] (the gradient flows through the mean of the
     sequence's log-ratios, as in OpenRLHF's and the paper's sequence-level form)."""
-    tokens = mask.sum(-1).clamp(min=1)                                              # [B]
-    log_s = ((logp - old_logp) * mask).sum(-1) / tokens                             # [B]
+    tokens = mask.sum(-1).clamp(min=1)  # [B]
+    log_s = ((logp - old_logp) * mask).sum(-1) / tokens  # [B]
     ratio = torch.exp(log_s.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)).unsqueeze(-1)  # [B, 1]
     return clipped_objective(ratio, advantages, mask, eps_low, eps_high, dual_clip, agg, weight)
 
 
-def is_weights(trainer_logp: torch.Tensor, engine_logp: torch.Tensor, mask: torch.Tensor,
-               cap: float) -> torch.Tensor:
+def is_weights(trainer_logp: torch.Tensor, engine_logp: torch.Tensor, mask: torch.Tensor, cap: float) -> torch.Tensor:
     """[B, T] truncated importance weights min(π_trainer / π_engine, cap) of the sampled tokens (0 off the
     response), no gradient: the rollout engine (vLLM) and the trainer compute slightly different
     probabilities for the same weights, so its samples are off-policy for the trainer; TIS (Yao et al. 2025,
@@ -74,8 +97,14 @@ def is_weights(trainer_logp: torch.Tensor, engine_logp: torch.Tensor, mask: torc
 POLICY_LOSSES = {"ppo": policy_loss, "gspo": gspo_loss}
 
 
-def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor,
-               value_clip: float | None = None, agg: Agg = masked_mean) -> torch.Tensor:
+def value_loss(
+    values: torch.Tensor,
+    old_values: torch.Tensor,
+    returns: torch.Tensor,
+    mask: torch.Tensor,
+    value_clip: float | None = None,
+    agg: Agg = masked_mean,
+) -> torch.Tensor:
     """½·max((V − R)², (V_clipped − R)²), V_clipped = V_old + clip(V − V_old, ±c); plain ½(V − R)² without clip."""
     unclipped = (values - returns) ** 2
     if value_clip is None:

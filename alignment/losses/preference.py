@@ -14,6 +14,7 @@ with ρ = π(y|x) - ref(y|x) and z the detached, clamped-at-0 KL estimate:
     desirable:    λ_D (1 - σ(β(ρ - z)))
     undesirable:  λ_U (1 - σ(β(z - ρ)))
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -22,40 +23,51 @@ import torch
 import torch.nn.functional as F
 
 
-def pairwise_rm_losses(chosen: torch.Tensor, rejected: torch.Tensor, margin: torch.Tensor | None = None,
-                       kind: str = "sigmoid") -> torch.Tensor:
+def pairwise_rm_losses(
+    chosen: torch.Tensor, rejected: torch.Tensor, margin: torch.Tensor | None = None, kind: str = "sigmoid"
+) -> torch.Tensor:
     """Per-pair loss [N]. chosen, rejected, margin: [N]."""
     if kind == "sigmoid":
         return -F.logsigmoid(chosen - rejected - (margin if margin is not None else 0.0))
-    if kind == "logexp":   # softplus: log1p(exp(x)) overflows to inf in fp32 once x passes ~88
+    if kind == "logexp":  # softplus: log1p(exp(x)) overflows to inf in fp32 once x passes ~88
         return F.softplus(rejected - chosen)
     raise ValueError(f"unknown reward-model loss {kind!r}: use sigmoid or logexp")
 
 
-def pairwise_rm_loss(chosen: torch.Tensor, rejected: torch.Tensor, margin: torch.Tensor | None = None,
-                     kind: str = "sigmoid") -> torch.Tensor:
+def pairwise_rm_loss(
+    chosen: torch.Tensor, rejected: torch.Tensor, margin: torch.Tensor | None = None, kind: str = "sigmoid"
+) -> torch.Tensor:
     """Mean pairwise loss over pairs -> scalar."""
     return pairwise_rm_losses(chosen, rejected, margin, kind).mean()
 
 
 @dataclass
 class DPOOutput:
-    loss: torch.Tensor              # scalar
-    chosen_reward: torch.Tensor     # [N] β(π_c - ref_c), detached
-    rejected_reward: torch.Tensor   # [N] β(π_r - ref_r), detached
+    loss: torch.Tensor  # scalar
+    chosen_reward: torch.Tensor  # [N] β(π_c - ref_c), detached
+    rejected_reward: torch.Tensor  # [N] β(π_r - ref_r), detached
 
 
-def dpo_loss(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor, ref_chosen: torch.Tensor,
-             ref_rejected: torch.Tensor, beta: float, label_smoothing: float = 0.0,
-             ipo: bool = False) -> DPOOutput:
+def dpo_loss(
+    policy_chosen: torch.Tensor,
+    policy_rejected: torch.Tensor,
+    ref_chosen: torch.Tensor,
+    ref_rejected: torch.Tensor,
+    beta: float,
+    label_smoothing: float = 0.0,
+    ipo: bool = False,
+) -> DPOOutput:
     """All inputs are summed response log-probs [N]."""
-    logits = (policy_chosen - ref_chosen) - (policy_rejected - ref_rejected)   # [N]
+    logits = (policy_chosen - ref_chosen) - (policy_rejected - ref_rejected)  # [N]
     if ipo:
         losses = (logits - 1.0 / (2.0 * beta)) ** 2
     else:
         losses = -F.logsigmoid(beta * logits) * (1.0 - label_smoothing) - F.logsigmoid(-beta * logits) * label_smoothing
-    return DPOOutput(losses.mean(), (beta * (policy_chosen - ref_chosen)).detach(),
-                     (beta * (policy_rejected - ref_rejected)).detach())
+    return DPOOutput(
+        losses.mean(),
+        (beta * (policy_chosen - ref_chosen)).detach(),
+        (beta * (policy_rejected - ref_rejected)).detach(),
+    )
 
 
 def kto_kl_estimate(policy_mismatched: torch.Tensor, ref_mismatched: torch.Tensor) -> torch.Tensor:
@@ -66,12 +78,19 @@ def kto_kl_estimate(policy_mismatched: torch.Tensor, ref_mismatched: torch.Tenso
 
 @dataclass
 class KTOOutput:
-    loss: torch.Tensor      # scalar, mean over samples
-    rewards: torch.Tensor   # [N] β ρ, detached
+    loss: torch.Tensor  # scalar, mean over samples
+    rewards: torch.Tensor  # [N] β ρ, detached
 
 
-def kto_loss(policy: torch.Tensor, ref: torch.Tensor, desirable: torch.Tensor, kl: torch.Tensor, beta: float,
-             desirable_weight: float = 1.0, undesirable_weight: float = 1.0) -> KTOOutput:
+def kto_loss(
+    policy: torch.Tensor,
+    ref: torch.Tensor,
+    desirable: torch.Tensor,
+    kl: torch.Tensor,
+    beta: float,
+    desirable_weight: float = 1.0,
+    undesirable_weight: float = 1.0,
+) -> KTOOutput:
     """policy, ref: summed log-probs [N]; desirable: bool [N]; kl: scalar estimate (clamped at 0 here)."""
     kl = kl.detach().clamp(min=0)
     rho = policy - ref

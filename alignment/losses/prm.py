@@ -14,6 +14,7 @@ position's logits enter the loss.
 
 Shapes: B rows, T tokens, V vocabulary, N placeholders, K reward tokens.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -21,32 +22,37 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-IGNORE = -100.0   # the target of every position that is not a placeholder
+IGNORE = -100.0  # the target of every position that is not a placeholder
 
 
 @dataclass
 class PRMTerms:
-    loss: torch.Tensor       # scalar: mean cross-entropy over the placeholders, what is backpropagated
-    accuracy: torch.Tensor   # scalar, detached: the argmax over R is the label (soft: the likelier side)
-    steps: int               # N: placeholders in the micro-batch
+    loss: torch.Tensor  # scalar: mean cross-entropy over the placeholders, what is backpropagated
+    accuracy: torch.Tensor  # scalar, detached: the argmax over R is the label (soft: the likelier side)
+    steps: int  # N: placeholders in the micro-batch
 
 
-def prm_loss(logits: torch.Tensor, placeholder_mask: torch.Tensor, targets: torch.Tensor,
-             reward_token_ids: list[int] | None, soft: bool) -> PRMTerms:
+def prm_loss(
+    logits: torch.Tensor,
+    placeholder_mask: torch.Tensor,
+    targets: torch.Tensor,
+    reward_token_ids: list[int] | None,
+    soft: bool,
+) -> PRMTerms:
     """logits [B, T, V]; placeholder_mask [B, T] bool; targets [B, T] float (IGNORE off placeholders):
     hard, the label's index in `reward_token_ids` (a token id without them); soft, q. In fp32."""
-    at = logits[placeholder_mask].float()                              # [N, V]
+    at = logits[placeholder_mask].float()  # [N, V]
     if reward_token_ids is not None:
-        at = at[:, reward_token_ids]                                   # [N, K]
-    target = targets[placeholder_mask]                                 # [N]
-    if at.shape[0] == 0:   # every placeholder truncated away: nothing to learn, a zero with a gradient
+        at = at[:, reward_token_ids]  # [N, K]
+    target = targets[placeholder_mask]  # [N]
+    if at.shape[0] == 0:  # every placeholder truncated away: nothing to learn, a zero with a gradient
         return PRMTerms(logits.sum() * 0.0, torch.tensor(0.0), 0)
     if soft:
-        q = torch.stack([target, 1.0 - target], dim=-1).float()       # [N, 2]
+        q = torch.stack([target, 1.0 - target], dim=-1).float()  # [N, 2]
         loss = -(q * at.log_softmax(-1)).sum(-1).mean()
-        label = (target < 0.5).long()                                  # index 0: the positive token
+        label = (target < 0.5).long()  # index 0: the positive token
     else:
-        label = target.long()                                          # [N]
+        label = target.long()  # [N]
         loss = F.cross_entropy(at, label)
     accuracy = (at.argmax(-1) == label).float().mean().detach()
     return PRMTerms(loss, accuracy, at.shape[0])

@@ -4,6 +4,7 @@ same). `--normalize_reward` means this when the rewards come from a source that 
 — an agent's environment, a reward_func file or a server; a trained RM's are normalised by the mean/std its
 training saved instead (alignment/rewards/scorer.py).
 """
+
 from __future__ import annotations
 
 from dataclasses import astuple, dataclass
@@ -17,7 +18,7 @@ EPS = 1e-8
 class RunningMoments:
     count: float = 0.0
     mean: float = 0.0
-    m2: float = 0.0          # sum of squared deviations from the mean
+    m2: float = 0.0  # sum of squared deviations from the mean
 
     def update(self, x: torch.Tensor) -> None:
         """x: [B] rewards."""
@@ -28,7 +29,7 @@ class RunningMoments:
         total = self.count + n
         delta = m - self.mean
         self.mean += delta * n / total
-        self.m2 += m2 + delta ** 2 * self.count * n / total
+        self.m2 += m2 + delta**2 * self.count * n / total
         self.count = total
 
     @property

@@ -7,6 +7,7 @@ Shapes: B sequences, T response tokens; `mask` [B, T] is 1 on real response toke
   overlong_penalty: DAPO's soft length penalty (Yu et al. 2025, arXiv:2503.14476, eq. 13), added to the score:
   0 up to L_max − buffer response tokens, then falling linearly to −factor at L_max.
 """
+
 from __future__ import annotations
 
 import torch

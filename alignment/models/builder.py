@@ -1,4 +1,5 @@
 """Everything a trainer needs before training: precision, attention, tokenizer, model, LoRA."""
+
 from __future__ import annotations
 
 import logging
@@ -21,11 +22,11 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class ModelSetup:
-    path: str            # local directory (or hub name) the weights come from
+    path: str  # local directory (or hub name) the weights come from
     precision: Precision
-    attn: str            # "sdpa" | "flash_attention_2" | "eager"
+    attn: str  # "sdpa" | "flash_attention_2" | "eager"
     tokenizer: Any
-    trust_remote_code: bool = False   # --trust_remote_code, for every load of this model
+    trust_remote_code: bool = False  # --trust_remote_code, for every load of this model
 
     @property
     def packed_mask_dtype(self) -> torch.dtype | None:
@@ -41,9 +42,13 @@ def prepare(cfg: ModelConfig, rt: Runtime) -> ModelSetup:
     check_ring_attention(cfg.ring_attn_size, rt.device)
     path = resolve_model_path(cfg.pretrain, revision=cfg.revision)
     trust = cfg.trust_remote_code
-    tok = load_tokenizer(path, cfg.tokenizer_chat_template, use_fast=not cfg.disable_fast_tokenizer, trust_remote_code=trust)
+    tok = load_tokenizer(
+        path, cfg.tokenizer_chat_template, use_fast=not cfg.disable_fast_tokenizer, trust_remote_code=trust
+    )
     if getattr(cfg, "lora_rank", 0) > 0:
-        check_targets(path, cfg.target_modules, extra=(getattr(cfg, "value_head_prefix", "score"),), trust_remote_code=trust)
+        check_targets(
+            path, cfg.target_modules, extra=(getattr(cfg, "value_head_prefix", "score"),), trust_remote_code=trust
+        )
     return ModelSetup(path, precision, attn, tok, trust)
 
 
@@ -56,8 +61,13 @@ def seed_init(seed: int) -> None:
 
 def load_actor(setup: ModelSetup, cfg: TrainingConfig) -> torch.nn.Module:
     seed_init(cfg.seed)
-    model = load_causal_lm(setup.path, setup.precision.dtype, setup.attn, load_in_4bit=cfg.load_in_4bit,
-                           trust_remote_code=setup.trust_remote_code)
+    model = load_causal_lm(
+        setup.path,
+        setup.precision.dtype,
+        setup.attn,
+        load_in_4bit=cfg.load_in_4bit,
+        trust_remote_code=setup.trust_remote_code,
+    )
     return _for_training(model, cfg, "CAUSAL_LM")
 
 
@@ -65,8 +75,14 @@ def load_value_model(setup: ModelSetup, cfg: TrainingConfig) -> torch.nn.Module:
     """Reward / critic model: backbone from --pretrain plus a scalar head (fresh when --pretrain is an LM)."""
 
     seed_init(cfg.seed)
-    model = load_reward_model(setup.path, setup.precision.dtype, setup.attn, setup.tokenizer.pad_token_id,
-                              load_in_4bit=cfg.load_in_4bit, trust_remote_code=setup.trust_remote_code)
+    model = load_reward_model(
+        setup.path,
+        setup.precision.dtype,
+        setup.attn,
+        setup.tokenizer.pad_token_id,
+        load_in_4bit=cfg.load_in_4bit,
+        trust_remote_code=setup.trust_remote_code,
+    )
     return _for_training(model, cfg, "SEQ_CLS")
 
 
@@ -74,7 +90,8 @@ def _for_training(model: torch.nn.Module, cfg: TrainingConfig, task: str) -> tor
     model.config.use_cache = False
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable(
-            gradient_checkpointing_kwargs={"use_reentrant": cfg.gradient_checkpointing_use_reentrant})
+            gradient_checkpointing_kwargs={"use_reentrant": cfg.gradient_checkpointing_use_reentrant}
+        )
         if cfg.lora_rank > 0:
             model.enable_input_require_grads()  # LoRA + checkpointing needs grads at the inputs
     return apply_lora(model, cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout, cfg.target_modules, task)

@@ -14,6 +14,7 @@ The body says the same for people, with the stage's resolved config as YAML. The
 public form (secret fields masked) and the whole card is scrubbed of the credentials the process
 holds (alignment/redact.py). Torch-free: the flows read cards too.
 """
+
 from __future__ import annotations
 
 import functools
@@ -41,8 +42,8 @@ from alignment.redact import scrub
 log = logging.getLogger(__name__)
 
 CARD = "README.md"
-PRIMARY_PARENT = "pretrain"   # the chain a lineage follows: the weights a stage starts from
-CODE_VERSION_ENV = "ALIGNFLOW_CODE_VERSION"   # set by the flow for its stage jobs (their code has no .git)
+PRIMARY_PARENT = "pretrain"  # the chain a lineage follows: the weights a stage starts from
+CODE_VERSION_ENV = "ALIGNFLOW_CODE_VERSION"  # set by the flow for its stage jobs (their code has no .git)
 
 
 @dataclass
@@ -50,13 +51,13 @@ class Lineage:
     """Where a committed model came from: the card's `alignflow` header."""
 
     stage: str
-    parents: dict[str, str] = field(default_factory=dict)   # flag -> model: store URI, absolute path or hub name
-    base_model: str | None = None                            # the chain's first model
-    datasets: dict[str, str] = field(default_factory=dict)   # flag -> its value (files, json@DIR, hub names)
-    data_fingerprints: dict[str, dict[str, str]] = field(default_factory=dict)   # flag -> {local path: content}
+    parents: dict[str, str] = field(default_factory=dict)  # flag -> model: store URI, absolute path or hub name
+    base_model: str | None = None  # the chain's first model
+    datasets: dict[str, str] = field(default_factory=dict)  # flag -> its value (files, json@DIR, hub names)
+    data_fingerprints: dict[str, dict[str, str]] = field(default_factory=dict)  # flag -> {local path: content}
     final_metrics: dict[str, float] = field(default_factory=dict)
-    wall_time_s: float | None = None     # the committing process's, model loading included
-    code_version: str | None = None      # alignflow's git commit, else its package version
+    wall_time_s: float | None = None  # the committing process's, model loading included
+    code_version: str | None = None  # alignflow's git commit, else its package version
 
     @property
     def parent(self) -> str | None:
@@ -64,7 +65,7 @@ class Lineage:
         return self.parents.get(PRIMARY_PARENT) or next(iter(self.parents.values()), None)
 
 
-_HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")   # NAME or ORG/NAME
+_HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")  # NAME or ORG/NAME
 
 
 def is_local_ref(ref: str) -> bool:
@@ -98,7 +99,7 @@ def _base_of(parent: str | None) -> str | None:
         return parent
     try:
         found = read_lineage(parent)
-    except (storage.StorageError, OSError, ValueError) as e:   # the card must not fail a finished training
+    except (storage.StorageError, OSError, ValueError) as e:  # the card must not fail a finished training
         log.warning("model card: could not read the card of %s (%s); its base is recorded as itself", parent, e)
         return parent
     return (found.base_model or parent) if found else parent
@@ -115,8 +116,13 @@ def code_version() -> str:
         try:
             git = ["git", "-C", str(root)]
             head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=True)
-            dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                                   text=True, timeout=30, check=True)
+            dirty = subprocess.run(
+                [*git, "status", "--porcelain", "--untracked-files=no"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=True,
+            )
             return head.stdout.strip() + ("+modified" if dirty.stdout.strip() else "")
         except (OSError, subprocess.SubprocessError):
             pass
@@ -129,13 +135,26 @@ def code_version() -> str:
 def lineage_of(cfg: Any, metadata: dict[str, Any]) -> Lineage:
     """The lineage of the model a stage with config `cfg` is committing (`metadata`: the manifest's)."""
     kinds = path_fields(cfg)
-    given = {name: getattr(cfg, name) for name in kinds if isinstance(getattr(cfg, name, None), str) and getattr(cfg, name)}
+    given = {
+        name: getattr(cfg, name) for name in kinds if isinstance(getattr(cfg, name, None), str) and getattr(cfg, name)
+    }
     parents = {name: model_ref(v) for name, v in given.items() if kinds[name] == "model"}
     datasets = {name: v for name, v in given.items() if kinds[name] == "data"}
-    metrics = {k: float(v) for k, v in (metadata.get("final_metrics") or {}).items()
-               if isinstance(v, (int, float)) and k != "time"}   # "time": the last row's clock, not a result
-    lineage = Lineage(metadata["stage"], parents, None, datasets, {n: fingerprint(v) for n, v in datasets.items()},
-                      metrics, round(time.time() - psutil.Process().create_time(), 1), code_version())
+    metrics = {
+        k: float(v)
+        for k, v in (metadata.get("final_metrics") or {}).items()
+        if isinstance(v, (int, float)) and k != "time"
+    }  # "time": the last row's clock, not a result
+    lineage = Lineage(
+        metadata["stage"],
+        parents,
+        None,
+        datasets,
+        {n: fingerprint(v) for n, v in datasets.items()},
+        metrics,
+        round(time.time() - psutil.Process().create_time(), 1),
+        code_version(),
+    )
     lineage.base_model = _base_of(lineage.parent)
     return lineage
 
@@ -143,9 +162,13 @@ def lineage_of(cfg: Any, metadata: dict[str, Any]) -> Lineage:
 def _eval_results(lineage: Lineage) -> list[EvalResult]:
     data = lineage.datasets.get("eval_dataset") or next(iter(lineage.datasets.values()), "unknown")
     task = "text-classification" if lineage.stage == "rm" else "text-generation"
-    return [EvalResult(task_type=task, dataset_type=data, dataset_name=data, metric_type=k.removeprefix("eval/"),
-                       metric_value=v) for k, v in lineage.final_metrics.items()
-            if k.startswith("eval/") and math.isfinite(v)]
+    return [
+        EvalResult(
+            task_type=task, dataset_type=data, dataset_name=data, metric_type=k.removeprefix("eval/"), metric_value=v
+        )
+        for k, v in lineage.final_metrics.items()
+        if k.startswith("eval/") and math.isfinite(v)
+    ]
 
 
 def _table(head: tuple[str, ...], rows: list[tuple[Any, ...]]) -> str:
@@ -155,26 +178,57 @@ def _table(head: tuple[str, ...], rows: list[tuple[Any, ...]]) -> str:
 
 def _body(lineage: Lineage, config: dict[str, Any], save_path: str, tracking: dict[str, str]) -> str:
     parents = _table(("from", "model"), [(f"--{k}", f"`{v}`") for k, v in lineage.parents.items()])
-    data = _table(("flag", "data", "content fingerprint"),
-                  [(f"--{k}", f"`{v}`", "; ".join(f"`{p}`: `{fp}`" for p, fp in lineage.data_fingerprints[k].items())
-                    or "(not local: its name is its identity)") for k, v in lineage.datasets.items()])
+    data = _table(
+        ("flag", "data", "content fingerprint"),
+        [
+            (
+                f"--{k}",
+                f"`{v}`",
+                "; ".join(f"`{p}`: `{fp}`" for p, fp in lineage.data_fingerprints[k].items())
+                or "(not local: its name is its identity)",
+            )
+            for k, v in lineage.datasets.items()
+        ],
+    )
     metrics = _table(("metric", "final value"), [(k, f"{v:.6g}") for k, v in lineage.final_metrics.items()])
     loop = lineage.final_metrics.get("time/loop_s")
-    return "\n".join([
-        f"# alignflow {lineage.stage} model", "",
-        f"Committed at `{save_path}` by alignflow's `{lineage.stage}` stage on "
-        f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}.", "",
-        "## Lineage", "", parents if lineage.parents else "No input model (trained from scratch).", "",
-        f"Base model (the chain's first): `{lineage.base_model}`. The whole chain: "
-        f"`python -m alignment.cli.lineage {save_path}`.", "",
-        "## Data", "", data if lineage.datasets else "No dataset flags.", "",
-        "## Results", "", metrics if lineage.final_metrics else "No metrics were logged.", "",
-        "## Provenance", "",
-        f"- code version: `{lineage.code_version}`",
-        f"- wall time: {lineage.wall_time_s:.0f} s (the committing process, model loading included)"
-        + (f"; training loop {loop:.0f} s" if loop is not None else ""),
-        *(f"- {name}: `{where}`" for name, where in tracking.items()), "",
-        "## Training config", "", "```yaml", yaml.safe_dump(config, sort_keys=True).rstrip(), "```", ""])
+    return "\n".join(
+        [
+            f"# alignflow {lineage.stage} model",
+            "",
+            f"Committed at `{save_path}` by alignflow's `{lineage.stage}` stage on "
+            f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}.",
+            "",
+            "## Lineage",
+            "",
+            parents if lineage.parents else "No input model (trained from scratch).",
+            "",
+            f"Base model (the chain's first): `{lineage.base_model}`. The whole chain: "
+            f"`python -m alignment.cli.lineage {save_path}`.",
+            "",
+            "## Data",
+            "",
+            data if lineage.datasets else "No dataset flags.",
+            "",
+            "## Results",
+            "",
+            metrics if lineage.final_metrics else "No metrics were logged.",
+            "",
+            "## Provenance",
+            "",
+            f"- code version: `{lineage.code_version}`",
+            f"- wall time: {lineage.wall_time_s:.0f} s (the committing process, model loading included)"
+            + (f"; training loop {loop:.0f} s" if loop is not None else ""),
+            *(f"- {name}: `{where}`" for name, where in tracking.items()),
+            "",
+            "## Training config",
+            "",
+            "```yaml",
+            yaml.safe_dump(config, sort_keys=True).rstrip(),
+            "```",
+            "",
+        ]
+    )
 
 
 def _scrubbed(value: Any) -> Any:
@@ -192,13 +246,18 @@ def _scrubbed(value: Any) -> Any:
 def build_card(cfg: Any, metadata: dict[str, Any]) -> ModelCard:
     """The card of the model a stage with config `cfg` is committing with `metadata`."""
     lineage = Lineage(**_scrubbed(asdict(lineage_of(cfg, metadata))))
-    config = _scrubbed(json.loads(json.dumps(public_dict(cfg), default=str)))   # plain YAML types; secrets masked
+    config = _scrubbed(json.loads(json.dumps(public_dict(cfg), default=str)))  # plain YAML types; secrets masked
     save_path = scrub(str(getattr(cfg, "save_path", "")))
     results = _eval_results(lineage)
-    data = ModelCardData(base_model=lineage.base_model, datasets=list(dict.fromkeys(lineage.datasets.values())) or None,
-                         library_name="transformers", tags=["alignflow", lineage.stage],
-                         eval_results=results or None, model_name=save_path if results else None,
-                         alignflow=asdict(lineage))
+    data = ModelCardData(
+        base_model=lineage.base_model,
+        datasets=list(dict.fromkeys(lineage.datasets.values())) or None,
+        library_name="transformers",
+        tags=["alignflow", lineage.stage],
+        eval_results=results or None,
+        model_name=save_path if results else None,
+        alignflow=asdict(lineage),
+    )
     body = _body(lineage, config, save_path, _scrubbed(dict(metadata.get("tracking") or {})))
     return ModelCard(f"---\n{data.to_yaml()}\n---\n\n{body}")
 

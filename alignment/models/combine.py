@@ -1,5 +1,6 @@
 """OpenRLHF's lora_combiner: a saved PEFT adapter merged into its base (a causal LM or a reward model)
 and committed like any stage output."""
+
 from __future__ import annotations
 
 import json
@@ -25,15 +26,19 @@ def adapter_dir(uri: str, is_rm: bool) -> Path:
     """A local copy of the adapter folder at `uri`, its task checked against --is_rm."""
     if storage.is_remote(uri) or uri.startswith("file://"):
         if not storage.is_committed(uri):
-            raise ModelLoadError(f"--lora_path {uri}: no committed adapter there (no MANIFEST.json); point it at a "
-                                 f"LoRA stage's output")
+            raise ModelLoadError(
+                f"--lora_path {uri}: no committed adapter there (no MANIFEST.json); point it at a "
+                f"LoRA stage's output"
+            )
         path = storage.download_dir(uri)
     else:
         path = Path(uri).expanduser()
     config = path / "adapter_config.json"
     if not config.is_file():
-        raise ModelLoadError(f"--lora_path {uri}: no adapter_config.json there; pass a PEFT adapter folder (a LoRA "
-                             f"stage's --save_path without --merge_lora, or the adapter/ folder beside a merged one)")
+        raise ModelLoadError(
+            f"--lora_path {uri}: no adapter_config.json there; pass a PEFT adapter folder (a LoRA "
+            f"stage's --save_path without --merge_lora, or the adapter/ folder beside a merged one)"
+        )
     task = json.loads(config.read_text()).get("task_type")
     if task == "SEQ_CLS" and not is_rm:
         raise ModelLoadError(f"--lora_path {uri}: a reward model's (SEQ_CLS) adapter: add --is_rm")
@@ -59,10 +64,9 @@ def combine(cfg: LoraCombinerConfig) -> dict:
     merged = merge_adapter(model, str(adapter))
     log.info("merged %s into %s", cfg.lora_path, cfg.model_path)
     state = merged.state_dict()
-    if cfg.is_rm:   # the head under the name the base's files give it (--value_head_prefix)
+    if cfg.is_rm:  # the head under the name the base's files give it (--value_head_prefix)
         state = export_names(state, getattr(merged.config, "value_head_prefix", HEAD))
     with StagedOutput(cfg.output_path) as out:
         check_weights(state, f"--output_path {cfg.output_path}")
         save_hf_model(merged, state, tokenizer, out.dir)
         return out.commit({"stage": "lora_combiner", "config": public_dict(cfg)})
-

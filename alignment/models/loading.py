@@ -1,4 +1,5 @@
 """Resolve --pretrain (local dir, store URI, hub name), load tokenizer and causal LM, save HF format."""
+
 from __future__ import annotations
 
 import logging
@@ -9,9 +10,9 @@ from typing import Any
 import torch
 
 from alignment import storage
+from alignment.errors import UserError
 from alignment.models.integrity import check_model_dir
 from alignment.models.lora import merge_adapter
-from alignment.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -30,26 +31,35 @@ def resolve_model_path(name: str, flag: str = "--pretrain", revision: str | None
     later load (tokenizer, model, reference, config) reads the same files."""
     if revision:
         if storage.is_remote(name) or _looks_like_path(name):
-            raise ModelLoadError(f"--revision {revision}: {flag} {name} is a directory or store URI, not a hub name; "
-                                 f"drop --revision (it pins a Hugging Face hub model)")
+            raise ModelLoadError(
+                f"--revision {revision}: {flag} {name} is a directory or store URI, not a hub name; "
+                f"drop --revision (it pins a Hugging Face hub model)"
+            )
         return _hub_snapshot(name, revision, flag)
     if storage.is_remote(name) or name.startswith("file://"):
         if not storage.is_committed(name):
-            raise ModelLoadError(f"{flag} {name}: no committed model there (no MANIFEST.json); "
-                                 f"point it at a finished stage's output")
-        local = storage.download_dir(name)   # verified against its manifest as it downloads
+            raise ModelLoadError(
+                f"{flag} {name}: no committed model there (no MANIFEST.json); " f"point it at a finished stage's output"
+            )
+        local = storage.download_dir(name)  # verified against its manifest as it downloads
         check_model_dir(local, flag, verified=True)
         return merged_adapter(local, flag) if is_adapter_dir(local) else str(local)
     if _looks_like_path(name):
         path = Path(name).expanduser()
         if path.exists() and not path.is_dir():
-            hint = (f"; import it first: python -m alignment.cli.import_model {name} --save_path DIR"
-                    if name.endswith(".gguf") else "")
-            raise ModelLoadError(f"{flag} {name}: is a file; {flag} takes a model directory (with config.json), "
-                                 f"a store URI or a hub name{hint}")
+            hint = (
+                f"; import it first: python -m alignment.cli.import_model {name} --save_path DIR"
+                if name.endswith(".gguf")
+                else ""
+            )
+            raise ModelLoadError(
+                f"{flag} {name}: is a file; {flag} takes a model directory (with config.json), "
+                f"a store URI or a hub name{hint}"
+            )
         if not path.is_dir():
-            raise ModelLoadError(f"{flag} {name}: directory does not exist; pass a model directory "
-                                 f"(with config.json) or a hub name")
+            raise ModelLoadError(
+                f"{flag} {name}: directory does not exist; pass a model directory " f"(with config.json) or a hub name"
+            )
         if is_adapter_dir(path):
             return merged_adapter(path, flag)
         if not (path / "config.json").exists():
@@ -79,15 +89,23 @@ def merged_adapter(path: Path, flag: str) -> str:
 
     adapter = json.loads((path / "adapter_config.json").read_text())
     if adapter.get("task_type") not in (None, "CAUSAL_LM"):
-        raise ModelLoadError(f"{flag} {path}: a {adapter.get('task_type')} LoRA adapter; only causal-LM adapters "
-                             f"load here: pass the stage's merged model (trained with --merge_lora)")
+        raise ModelLoadError(
+            f"{flag} {path}: a {adapter.get('task_type')} LoRA adapter; only causal-LM adapters "
+            f"load here: pass the stage's merged model (trained with --merge_lora)"
+        )
     if not adapter.get("base_model_name_or_path"):
-        raise ModelLoadError(f"{flag} {path}: adapter_config.json names no base model; set its "
-                             f"base_model_name_or_path to the model the adapter was trained from")
+        raise ModelLoadError(
+            f"{flag} {path}: adapter_config.json names no base model; set its "
+            f"base_model_name_or_path to the model the adapter was trained from"
+        )
     digest = hashlib.sha256()
     for name in ("adapter_config.json", "adapter_model.safetensors"):
         digest.update((path / name).read_bytes())
-    dest = Path(os.environ.get("ALIGNFLOW_CACHE") or Path.home() / ".cache" / "alignflow") / "merged" / digest.hexdigest()[:24]
+    dest = (
+        Path(os.environ.get("ALIGNFLOW_CACHE") or Path.home() / ".cache" / "alignflow")
+        / "merged"
+        / digest.hexdigest()[:24]
+    )
     if (dest / "config.json").exists():
         return str(dest)
     base = resolve_model_path(adapter["base_model_name_or_path"], f"{flag} (the base in {path}/adapter_config.json)")
@@ -101,7 +119,7 @@ def merged_adapter(path: Path, flag: str) -> str:
     except OSError:
         if not (dest / "config.json").exists():
             raise
-        shutil.rmtree(tmp)   # another rank of this node merged it first
+        shutil.rmtree(tmp)  # another rank of this node merged it first
     return str(dest)
 
 
@@ -112,8 +130,9 @@ def _hub_snapshot(name: str, revision: str, flag: str) -> str:
     try:
         return snapshot_download(name, revision=revision)
     except RevisionNotFoundError as e:
-        raise ModelLoadError(f"--revision {revision}: {name} has no such branch, tag or commit; "
-                             f"pass one listed on its hub page") from e
+        raise ModelLoadError(
+            f"--revision {revision}: {name} has no such branch, tag or commit; " f"pass one listed on its hub page"
+        ) from e
     except (LocalEntryNotFoundError, HfHubHTTPError, OSError) as e:
         raise _hub_error(f"{name}@{revision}", flag, e) from e
 
@@ -121,14 +140,22 @@ def _hub_snapshot(name: str, revision: str, flag: str) -> str:
 def _hub_error(name: str, flag: str, e: Exception) -> ModelLoadError:
     offline = os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("TRANSFORMERS_OFFLINE") == "1"
     why = "the hub is offline (HF_HUB_OFFLINE=1)" if offline else f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
-    return ModelLoadError(f"{flag} {name!r}: not a local directory and could not be fetched from the Hugging Face "
-                          f"hub ({why}); pass a local model path instead")
+    return ModelLoadError(
+        f"{flag} {name!r}: not a local directory and could not be fetched from the Hugging Face "
+        f"hub ({why}); pass a local model path instead"
+    )
 
 
 # Any one of these in a model directory means a tokenizer was saved there (tokenizer_config.json covers
 # the exotic kinds); a folder with none of them is a common mistake: weights saved without tokenizer.
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt",
-                   "spiece.model")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "tokenizer.model",
+    "vocab.json",
+    "vocab.txt",
+    "spiece.model",
+)
 
 
 def has_tokenizer(path: str | Path) -> bool:
@@ -136,23 +163,32 @@ def has_tokenizer(path: str | Path) -> bool:
     return Path(path).is_dir() and any((Path(path) / f).exists() for f in TOKENIZER_FILES)
 
 
-def load_tokenizer(path: str, chat_template: str | None = None, use_fast: bool = True, flag: str = "--pretrain",
-                   trust_remote_code: bool = False) -> Any:
+def load_tokenizer(
+    path: str,
+    chat_template: str | None = None,
+    use_fast: bool = True,
+    flag: str = "--pretrain",
+    trust_remote_code: bool = False,
+) -> Any:
     from transformers import AutoTokenizer
 
     local = Path(path).is_dir()
     if local and not has_tokenizer(path):
-        raise ModelLoadError(f"{flag} {path}: no tokenizer in that directory (none of {', '.join(TOKENIZER_FILES)}); "
-                             f"save the tokenizer next to the weights (tokenizer.save_pretrained(DIR))")
+        raise ModelLoadError(
+            f"{flag} {path}: no tokenizer in that directory (none of {', '.join(TOKENIZER_FILES)}); "
+            f"save the tokenizer next to the weights (tokenizer.save_pretrained(DIR))"
+        )
     try:
         tok = AutoTokenizer.from_pretrained(path, use_fast=use_fast, trust_remote_code=trust_remote_code)
     except (OSError, ValueError, TypeError) as e:
         if isinstance(e, ValueError) and "trust_remote_code" in str(e):
             raise _remote_code_error(path, flag, e) from e
-        if local:   # not the hub's fault: the files there are incomplete or of a kind this install can't read
+        if local:  # not the hub's fault: the files there are incomplete or of a kind this install can't read
             why = " ".join(str(e).split())[:200]
-            raise ModelLoadError(f"{flag} {path}: the tokenizer in that directory does not load ({type(e).__name__}: "
-                                 f"{why}); re-save it with tokenizer.save_pretrained(DIR)") from e
+            raise ModelLoadError(
+                f"{flag} {path}: the tokenizer in that directory does not load ({type(e).__name__}: "
+                f"{why}); re-save it with tokenizer.save_pretrained(DIR)"
+            ) from e
         if not isinstance(e, OSError):
             raise
         raise _hub_error(path, flag, e) from e
@@ -163,14 +199,24 @@ def load_tokenizer(path: str, chat_template: str | None = None, use_fast: bool =
     return tok
 
 
-def load_causal_lm(path: str, dtype: torch.dtype, attn: str, flag: str = "--pretrain",
-                   load_in_4bit: bool = False, trust_remote_code: bool = False) -> torch.nn.Module:
+def load_causal_lm(
+    path: str,
+    dtype: torch.dtype,
+    attn: str,
+    flag: str = "--pretrain",
+    load_in_4bit: bool = False,
+    trust_remote_code: bool = False,
+) -> torch.nn.Module:
     from transformers import AutoModelForCausalLM
 
     try:
-        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=attn,
-                                                    trust_remote_code=trust_remote_code,
-                                                    **quantization_kwargs(load_in_4bit, dtype))
+        return AutoModelForCausalLM.from_pretrained(
+            path,
+            dtype=dtype,
+            attn_implementation=attn,
+            trust_remote_code=trust_remote_code,
+            **quantization_kwargs(load_in_4bit, dtype),
+        )
     except OSError as e:
         raise _hub_error(path, flag, e) from e
     except ValueError as e:
@@ -180,8 +226,10 @@ def load_causal_lm(path: str, dtype: torch.dtype, attn: str, flag: str = "--pret
 def _remote_code_error(path: str, flag: str, e: ValueError) -> Exception:
     """transformers refuses a model that ships its own code unless told to trust it: say so in one line."""
     if "trust_remote_code" in str(e):
-        return ModelLoadError(f"{flag} {path}: the model ships its own Python code (a custom architecture); "
-                              f"pass --trust_remote_code if you trust that code")
+        return ModelLoadError(
+            f"{flag} {path}: the model ships its own Python code (a custom architecture); "
+            f"pass --trust_remote_code if you trust that code"
+        )
     return e
 
 
@@ -190,14 +238,21 @@ def quantization_kwargs(load_in_4bit: bool, dtype: torch.dtype) -> dict[str, Any
     if not load_in_4bit:
         return {}
     from transformers import BitsAndBytesConfig
-    return {"quantization_config": BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
-                                                      bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=dtype)}
+
+    return {
+        "quantization_config": BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=dtype
+        )
+    }
 
 
 def check_4bit(load_in_4bit: bool, device: str) -> None:
     if not load_in_4bit:
         return
     import importlib.util
+
     if device != "cuda" or importlib.util.find_spec("bitsandbytes") is None:
-        raise ModelLoadError("--load_in_4bit needs a CUDA GPU and the bitsandbytes package; neither is usable "
-                             "here: drop --load_in_4bit (use --lora_rank alone for LoRA on CPU)")
+        raise ModelLoadError(
+            "--load_in_4bit needs a CUDA GPU and the bitsandbytes package; neither is usable "
+            "here: drop --load_in_4bit (use --lora_rank alone for LoRA on CPU)"
+        )

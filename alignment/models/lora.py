@@ -1,22 +1,26 @@
 """LoRA adapters through peft; merged into the base weights when the model is saved."""
+
 from __future__ import annotations
 
 from typing import Any
 
 import torch
+
 from alignment.config.base import ConfigError
 
 
-def apply_lora(model: torch.nn.Module, rank: int, alpha: int, dropout: float, target_modules: list[str],
-               task: str = "CAUSAL_LM") -> torch.nn.Module:
+def apply_lora(
+    model: torch.nn.Module, rank: int, alpha: int, dropout: float, target_modules: list[str], task: str = "CAUSAL_LM"
+) -> torch.nn.Module:
     """task SEQ_CLS (reward/critic models) also trains the value head in full."""
     if rank <= 0:
         return model
     from peft import LoraConfig, TaskType, get_peft_model
 
     targets: Any = "all-linear" if target_modules == ["all-linear"] else target_modules
-    cfg = LoraConfig(task_type=TaskType[task], r=rank, lora_alpha=alpha, lora_dropout=dropout,
-                     target_modules=targets, bias="none")
+    cfg = LoraConfig(
+        task_type=TaskType[task], r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets, bias="none"
+    )
     return get_peft_model(model, cfg)
 
 
@@ -28,16 +32,18 @@ def check_targets(path: str, targets: list[str], extra: tuple[str, ...] = (), tr
         return
     from transformers import AutoConfig, AutoModelForCausalLM
 
-
     with torch.device("meta"):
-        skeleton = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code),
-                                                    trust_remote_code=trust_remote_code)
+        skeleton = AutoModelForCausalLM.from_config(
+            AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code), trust_remote_code=trust_remote_code
+        )
     names = [n for n, _ in skeleton.named_modules()] + list(extra)
     missing = [t for t in targets if not any(n == t or n.endswith("." + t) for n in names)]
     if missing:
         linear = sorted({n.rsplit(".", 1)[-1] for n, m in skeleton.named_modules() if isinstance(m, torch.nn.Linear)})
-        raise ConfigError(f"--target_modules {' '.join(missing)}: no such module in {path}; its linear layers are "
-                          f"{', '.join(linear)} (or pass all-linear)")
+        raise ConfigError(
+            f"--target_modules {' '.join(missing)}: no such module in {path}; its linear layers are "
+            f"{', '.join(linear)} (or pass all-linear)"
+        )
 
 
 def merge_adapter(base: torch.nn.Module, adapter_dir: str) -> torch.nn.Module:
@@ -67,7 +73,9 @@ def merged_state(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> dict
     plain: dict[str, torch.Tensor] = {}
     for key, value in state.items():
         if ".original_module." in key or ".lora_" in key:
-            continue   # a fully trained module's frozen original (its trained copy is kept), other adapters
-        key = key.removeprefix("base_model.model.").replace(".base_layer.", ".").replace(".modules_to_save.default.", ".")
+            continue  # a fully trained module's frozen original (its trained copy is kept), other adapters
+        key = (
+            key.removeprefix("base_model.model.").replace(".base_layer.", ".").replace(".modules_to_save.default.", ".")
+        )
         plain[key] = value
     return plain

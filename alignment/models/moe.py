@@ -3,6 +3,7 @@
 Only the model's config is read here, so an --aux_loss_coef on a dense model fails before any
 weights load.
 """
+
 from __future__ import annotations
 
 import logging
@@ -10,8 +11,8 @@ from typing import Any
 
 import torch
 
-from alignment.models.loading import ModelLoadError
 from alignment.losses.moe import load_balancing_loss
+from alignment.models.loading import ModelLoadError
 
 log = logging.getLogger(__name__)
 
@@ -22,18 +23,22 @@ def moe_top_k(path: str, aux_loss_coef: float, trust_remote_code: bool = False) 
     if aux_loss_coef <= 0:
         return 0
     from transformers import AutoConfig
+
     config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
     top_k = getattr(config, "num_experts_per_tok", None)
     if not hasattr(config, "output_router_logits") or not top_k:
-        raise ModelLoadError(f"--aux_loss_coef {aux_loss_coef}: {path} is a dense {config.model_type} model with no "
-                             f"MoE router to balance; drop the flag (it applies to sparse-MoE models such as Mixtral)")
+        raise ModelLoadError(
+            f"--aux_loss_coef {aux_loss_coef}: {path} is a dense {config.model_type} model with no "
+            f"MoE router to balance; drop the flag (it applies to sparse-MoE models such as Mixtral)"
+        )
     return int(top_k)
 
 
 def sparse_moe_blocks(model: torch.nn.Module) -> list[type]:
     """The classes of the model's sparse-MoE blocks (MixtralSparseMoeBlock, Qwen2MoeSparseMoeBlock, ...)."""
-    return sorted({type(m) for m in model.modules() if type(m).__name__.endswith("SparseMoeBlock")},
-                  key=lambda t: t.__name__)
+    return sorted(
+        {type(m) for m in model.modules() if type(m).__name__.endswith("SparseMoeBlock")}, key=lambda t: t.__name__
+    )
 
 
 def mark_zero3_leaves(model: torch.nn.Module) -> None:
@@ -43,6 +48,7 @@ def mark_zero3_leaves(model: torch.nn.Module) -> None:
     blocks = sparse_moe_blocks(model)
     if blocks:
         from deepspeed.utils import set_z3_leaf_modules
+
         set_z3_leaf_modules(model, blocks)
         log.info("ZeRO-3 leaf modules: %s", ", ".join(b.__name__ for b in blocks))
 
@@ -53,12 +59,24 @@ def forward_with_aux(model: Any, batch: Any, top_k: int) -> tuple[torch.Tensor, 
     on each MoE block's gate, not through `output_router_logits`: with that flag the model
     computes its own aux loss from the attention mask, which fails on packed [B, 1, T, T] masks."""
     captured: list[torch.Tensor] = []
-    hooks = [] if not top_k else [
-        m.gate.register_forward_hook(lambda _m, _in, out: captured.append(out[0] if isinstance(out, tuple) else out))
-        for m in getattr(model, "module", model).modules() if type(m).__name__.endswith("SparseMoeBlock")]
+    hooks = (
+        []
+        if not top_k
+        else [
+            m.gate.register_forward_hook(
+                lambda _m, _in, out: captured.append(out[0] if isinstance(out, tuple) else out)
+            )
+            for m in getattr(model, "module", model).modules()
+            if type(m).__name__.endswith("SparseMoeBlock")
+        ]
+    )
     try:
-        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                       position_ids=batch.position_ids, use_cache=False).logits
+        logits = model(
+            input_ids=batch.input_ids,
+            attention_mask=batch.attention_mask,
+            position_ids=batch.position_ids,
+            use_cache=False,
+        ).logits
     finally:
         for h in hooks:
             h.remove()

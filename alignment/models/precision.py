@@ -1,4 +1,5 @@
 """What --bf16 and --flash_attn mean on this hardware, decided once and logged once."""
+
 from __future__ import annotations
 
 import functools
@@ -7,6 +8,7 @@ import logging
 from dataclasses import dataclass
 
 import torch
+
 from alignment.models.loading import ModelLoadError
 
 log = logging.getLogger(__name__)
@@ -24,8 +26,8 @@ def cpu_has_native_bf16(cpuinfo_path: str = "/proc/cpuinfo") -> bool:
 
 @dataclass(frozen=True)
 class Precision:
-    dtype: torch.dtype   # dtype of weights and math
-    bf16: bool           # whether DeepSpeed runs in bf16 mode
+    dtype: torch.dtype  # dtype of weights and math
+    bf16: bool  # whether DeepSpeed runs in bf16 mode
     reason: str
 
     @property
@@ -42,9 +44,12 @@ def resolve_precision(bf16: bool, device: str, native_cpu_bf16: bool | None = No
     native = cpu_has_native_bf16() if native_cpu_bf16 is None else native_cpu_bf16
     if native:
         return Precision(torch.bfloat16, True, "bf16 on a CPU with native bf16")
-    return Precision(torch.float32, False,
-                     "--bf16 requested but this CPU has no native bf16 (no AVX512-BF16/AMX; bf16 matmuls "
-                     "are ~500x slower than fp32 here): computing in fp32 instead")
+    return Precision(
+        torch.float32,
+        False,
+        "--bf16 requested but this CPU has no native bf16 (no AVX512-BF16/AMX; bf16 matmuls "
+        "are ~500x slower than fp32 here): computing in fp32 instead",
+    )
 
 
 @functools.lru_cache(maxsize=None)
@@ -79,7 +84,11 @@ def check_ring_attention(ring_attn_size: int, device: str) -> None:
         return
     if device != "cuda" or importlib.util.find_spec("ring_flash_attn") is None:
         why = "no CUDA device" if device != "cuda" else "the ring-flash-attn package is not installed"
-        raise ModelLoadError(f"--ring_attn_size {ring_attn_size}: ring attention needs CUDA GPUs with flash-attn and "
-                             f"ring-flash-attn ({why} here); drop the flag and use --packing_samples for long data")
-    raise ModelLoadError(f"--ring_attn_size {ring_attn_size}: ring attention (sequence parallelism) is not implemented "
-                         f"in alignflow yet; drop the flag and use --packing_samples for long data")
+        raise ModelLoadError(
+            f"--ring_attn_size {ring_attn_size}: ring attention needs CUDA GPUs with flash-attn and "
+            f"ring-flash-attn ({why} here); drop the flag and use --packing_samples for long data"
+        )
+    raise ModelLoadError(
+        f"--ring_attn_size {ring_attn_size}: ring attention (sequence parallelism) is not implemented "
+        f"in alignflow yet; drop the flag and use --packing_samples for long data"
+    )

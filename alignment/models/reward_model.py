@@ -6,6 +6,7 @@ renames it in the saved files (as OpenRLHF does), recorded in config.json.
 The value is read at each sequence's last token (padded or packed) through a hook on the head,
 so one forward gives every position's value: the RM uses the last one, PPO's critic all of them.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,28 +23,40 @@ log = logging.getLogger(__name__)
 HEAD = "score"
 
 
-def load_reward_model(path: str, dtype: torch.dtype, attn: str, pad_token_id: int | None,
-                      flag: str = "--pretrain", load_in_4bit: bool = False,
-                      trust_remote_code: bool = False) -> torch.nn.Module:
+def load_reward_model(
+    path: str,
+    dtype: torch.dtype,
+    attn: str,
+    pad_token_id: int | None,
+    flag: str = "--pretrain",
+    load_in_4bit: bool = False,
+    trust_remote_code: bool = False,
+) -> torch.nn.Module:
     """From a causal LM (fresh head) or a saved reward model (its head, whatever its prefix)."""
     from transformers import AutoModelForSequenceClassification
 
     try:
-        model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, dtype=dtype,
-                                                                   attn_implementation=attn,
-                                                                   trust_remote_code=trust_remote_code,
-                                                                   **quantization_kwargs(load_in_4bit, dtype))
+        model = AutoModelForSequenceClassification.from_pretrained(
+            path,
+            num_labels=1,
+            dtype=dtype,
+            attn_implementation=attn,
+            trust_remote_code=trust_remote_code,
+            **quantization_kwargs(load_in_4bit, dtype),
+        )
     except OSError as e:
         raise _hub_error(path, flag, e) from e
     except ValueError as e:
         raise _remote_code_error(path, flag, e) from e
     if not hasattr(model, HEAD):
-        raise ModelLoadError(f"{flag} {path}: {type(model).__name__} has no '{HEAD}' head; alignflow's reward "
-                             f"models need a *ForSequenceClassification class with one (Llama, Qwen, Mistral, ...)")
+        raise ModelLoadError(
+            f"{flag} {path}: {type(model).__name__} has no '{HEAD}' head; alignflow's reward "
+            f"models need a *ForSequenceClassification class with one (Llama, Qwen, Mistral, ...)"
+        )
     prefix = getattr(model.config, "value_head_prefix", HEAD)
     if prefix != HEAD:
         _load_renamed_head(model, Path(path), prefix)
-    model.config.pad_token_id = pad_token_id   # HF's own pooling (plain from_pretrained users) needs it
+    model.config.pad_token_id = pad_token_id  # HF's own pooling (plain from_pretrained users) needs it
     return model
 
 
@@ -56,8 +69,9 @@ def _load_renamed_head(model: torch.nn.Module, path: Path, prefix: str) -> None:
                 head = getattr(model, HEAD)
                 head.weight.data.copy_(st.get_tensor(f"{prefix}.weight").to(head.weight.dtype))
                 return
-    raise ModelLoadError(f"{path}: config.json says value_head_prefix={prefix!r} but no {prefix}.weight "
-                         f"is in its safetensors files")
+    raise ModelLoadError(
+        f"{path}: config.json says value_head_prefix={prefix!r} but no {prefix}.weight " f"is in its safetensors files"
+    )
 
 
 def value_head(model: torch.nn.Module) -> torch.nn.Module:
@@ -89,7 +103,7 @@ def export_names(state: dict[str, torch.Tensor], prefix: str) -> dict[str, torch
     """Saved-file names: the head under --value_head_prefix."""
     if prefix == HEAD:
         return state
-    return {(prefix + k[len(HEAD):] if k.startswith(HEAD + ".") else k): v for k, v in state.items()}
+    return {(prefix + k[len(HEAD) :] if k.startswith(HEAD + ".") else k): v for k, v in state.items()}
 
 
 def critic_value_scale(path: str | Path, normalize_reward: bool) -> tuple[float, float] | None:

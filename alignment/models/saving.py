@@ -1,4 +1,5 @@
 """Save an HF-format model (safetensors) from a DeepSpeed engine, ZeRO-3 and LoRA included."""
+
 from __future__ import annotations
 
 import logging
@@ -51,10 +52,15 @@ def lora_save(cfg: LoraSaveConfig) -> LoraSave | None:
     return LoraSave(cfg.pretrain, cfg.merge_lora) if hasattr(cfg, "merge_lora") else None
 
 
-def save_hf_model(module: torch.nn.Module, state: dict[str, torch.Tensor], tokenizer: Any,
-                  out_dir: str | Path, extra_config: dict[str, Any] | None = None,
-                  rename: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]] | None = None,
-                  lora: LoraSave | None = None) -> Path:
+def save_hf_model(
+    module: torch.nn.Module,
+    state: dict[str, torch.Tensor],
+    tokenizer: Any,
+    out_dir: str | Path,
+    extra_config: dict[str, Any] | None = None,
+    rename: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]] | None = None,
+    lora: LoraSave | None = None,
+) -> Path:
     """Write config, safetensors weights (in the training dtype) and tokenizer, so plain
     `from_pretrained(out_dir)` loads it. `extra_config` entries go into config.json;
     `rename` maps the final (merged) weight names to the saved ones.
@@ -88,9 +94,14 @@ def save_hf_model(module: torch.nn.Module, state: dict[str, torch.Tensor], token
     return out
 
 
-def save_hf_copy(engine: Any, tokenizer: Any, out_dir: Path | None, extra_config: dict[str, Any] | None = None,
-                 rename: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]] | None = None,
-                 lora: LoraSave | None = None) -> None:
+def save_hf_copy(
+    engine: Any,
+    tokenizer: Any,
+    out_dir: Path | None,
+    extra_config: dict[str, Any] | None = None,
+    rename: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]] | None = None,
+    lora: LoraSave | None = None,
+) -> None:
     """--save_hf_ckpt: an HF-format copy of the engine's model in `out_dir`, as the final commit would save it
     (None: this rank writes nothing). Collective: every rank calls (ZeRO-3 gathers)."""
     state = full_state_dict(engine)
@@ -99,10 +110,17 @@ def save_hf_copy(engine: Any, tokenizer: Any, out_dir: Path | None, extra_config
         save_hf_model(engine.module, state, tokenizer, out_dir, extra_config, rename, lora)
 
 
-def commit_model(out: StagedOutput, engine: Any, tokenizer: Any, metadata: dict[str, Any],
-                 extra_config: dict[str, Any] | None = None,
-                 rename: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]] | None = None,
-                 lora: LoraSave | None = None, *, cfg: Any) -> dict | None:
+def commit_model(
+    out: StagedOutput,
+    engine: Any,
+    tokenizer: Any,
+    metadata: dict[str, Any],
+    extra_config: dict[str, Any] | None = None,
+    rename: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]] | None = None,
+    lora: LoraSave | None = None,
+    *,
+    cfg: Any,
+) -> dict | None:
     """The one way a stage commits its model: gather the weights (collective: every rank calls),
     save them in HF format into `out.dir` beside whatever the stage put there (metrics, curves),
     with the model card of the stage's config `cfg` (README.md: lineage, data, metrics), and
@@ -110,7 +128,7 @@ def commit_model(out: StagedOutput, engine: Any, tokenizer: Any, metadata: dict[
     state = full_state_dict(engine)
     if out.dir is None:
         return None
-    check_weights(state, f"--save_path {out.save_path}")   # a NaN is never committed
+    check_weights(state, f"--save_path {out.save_path}")  # a NaN is never committed
     save_hf_model(engine.module, state, tokenizer, out.dir, extra_config, rename, lora)
-    write_card(out.dir, cfg, metadata)   # after the weights (PEFT writes a README.md of its own), before MANIFEST
+    write_card(out.dir, cfg, metadata)  # after the weights (PEFT writes a README.md of its own), before MANIFEST
     return out.commit(metadata)

@@ -4,6 +4,7 @@
 log-prob of predicting that token from position t (logits[:, :-1]) — the layout every PPO
 quantity (log-probs, values, KL, advantages) uses here.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -17,22 +18,28 @@ from alignment.rollout.types import Rollout
 
 @dataclass
 class SequenceBatch:
-    sequences: torch.Tensor       # [B, L] long
+    sequences: torch.Tensor  # [B, L] long
     attention_mask: torch.Tensor  # [B, L] long
-    action_mask: torch.Tensor     # [B, L-1] float
+    action_mask: torch.Tensor  # [B, L-1] float
     prompt_index: list[int]
 
     def to(self, device: str | torch.device) -> "SequenceBatch":
-        return SequenceBatch(self.sequences.to(device), self.attention_mask.to(device), self.action_mask.to(device),
-                             self.prompt_index)
+        return SequenceBatch(
+            self.sequences.to(device), self.attention_mask.to(device), self.action_mask.to(device), self.prompt_index
+        )
 
     def rows(self, start: int, end: int) -> "SequenceBatch":
-        return SequenceBatch(self.sequences[start:end], self.attention_mask[start:end], self.action_mask[start:end],
-                             self.prompt_index[start:end])
+        return SequenceBatch(
+            self.sequences[start:end],
+            self.attention_mask[start:end],
+            self.action_mask[start:end],
+            self.prompt_index[start:end],
+        )
 
     def pick(self, idx: list[int]) -> "SequenceBatch":
-        return SequenceBatch(self.sequences[idx], self.attention_mask[idx], self.action_mask[idx],
-                             [self.prompt_index[i] for i in idx])
+        return SequenceBatch(
+            self.sequences[idx], self.attention_mask[idx], self.action_mask[idx], [self.prompt_index[i] for i in idx]
+        )
 
     @property
     def width(self) -> int:
@@ -43,8 +50,9 @@ class SequenceBatch:
         """The same rows without the padding columns every row has (a micro-batch of short rows cut
         from a batch padded to a longer one): causal attention makes the real tokens' outputs equal."""
         w = self.width
-        return SequenceBatch(self.sequences[:, :w], self.attention_mask[:, :w], self.action_mask[:, :w - 1],
-                             self.prompt_index)
+        return SequenceBatch(
+            self.sequences[:, :w], self.attention_mask[:, :w], self.action_mask[:, : w - 1], self.prompt_index
+        )
 
     @property
     def response_lengths(self) -> torch.Tensor:
@@ -65,9 +73,9 @@ def rollout_to_batch(rollout: Rollout, pad_id: int) -> SequenceBatch:
     attn = torch.zeros_like(seq)
     action = torch.zeros(len(rows), width - 1)
     for i, (p, r) in enumerate(zip(rollout.prompt_ids, rollout.response_ids)):
-        seq[i, :len(p) + len(r)] = torch.tensor(p + r)
-        attn[i, :len(p) + len(r)] = 1
-        action[i, len(p) - 1:len(p) + len(r) - 1] = torch.tensor(rollout.response_mask(i), dtype=action.dtype)
+        seq[i, : len(p) + len(r)] = torch.tensor(p + r)
+        attn[i, : len(p) + len(r)] = 1
+        action[i, len(p) - 1 : len(p) + len(r) - 1] = torch.tensor(rollout.response_mask(i), dtype=action.dtype)
     return SequenceBatch(seq, attn, action, list(rollout.prompt_index))
 
 
@@ -75,13 +83,15 @@ def behaviour_logprobs(rollout: Rollout, batch: SequenceBatch) -> torch.Tensor:
     """[B, L-1] the engine's log-probs of the tokens it sampled, in action_mask's layout (--async_train:
     the policy that sampled is one update behind the trained one, so the PPO ratio is taken against these)."""
     if len(rollout.logprobs) != len(rollout):
-        raise ValueError(f"{len(rollout.logprobs)} log-prob rows for {len(rollout)} responses: the engine was not "
-                         "asked for them (SamplingParams.logprobs)")
+        raise ValueError(
+            f"{len(rollout.logprobs)} log-prob rows for {len(rollout)} responses: the engine was not "
+            "asked for them (SamplingParams.logprobs)"
+        )
     out = torch.zeros(batch.action_mask.shape)
     for i, (p, lp) in enumerate(zip(rollout.prompt_ids, rollout.logprobs)):
         if len(lp) != len(rollout.response_ids[i]):
             raise ValueError(f"response {i}: {len(lp)} log-probs for {len(rollout.response_ids[i])} tokens")
-        out[i, len(p) - 1:len(p) - 1 + len(lp)] = torch.tensor(lp)
+        out[i, len(p) - 1 : len(p) - 1 + len(lp)] = torch.tensor(lp)
     return out * batch.action_mask
 
 

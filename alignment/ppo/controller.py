@@ -12,6 +12,7 @@ Statistics are global by construction: whitening sums and the metrics go through
 in the Ray driver (it has no process group: every row is already here). So the adaptive KL is
 updated from the same, global KL on every controller.
 """
+
 from __future__ import annotations
 
 import logging
@@ -26,9 +27,10 @@ from alignment.agents.runner import AgentRunner, AgentSettings
 from alignment.config.base import require
 from alignment.config.ppo import PPOConfig
 from alignment.datasets.prompts import PromptSample
+from alignment.distributed.collectives import mean_across_ranks, sum_across_ranks
 from alignment.losses.kl import KLController
-from alignment.losses.reward_norm import RunningMoments
 from alignment.losses.ppo import is_weights
+from alignment.losses.reward_norm import RunningMoments
 from alignment.losses.reward_shaping import overlong_penalty
 from alignment.ppo.batch import SequenceBatch, behaviour_logprobs, rollout_to_batch
 from alignment.ppo.dynamic_sampling import MAX_ROUNDS, Groups, kept_groups, refill_key, refill_prompts
@@ -36,14 +38,13 @@ from alignment.ppo.experience import Experience, assemble, experience_metrics, n
 from alignment.ppo.loop import PPOState
 from alignment.ppo.pending import Done, Later, Mapped, Pending
 from alignment.rewards.scorer import Scored
-
 from alignment.rollout.types import Rollout, SamplingParams
-from alignment.distributed.collectives import mean_across_ranks, sum_across_ranks
 
 log = logging.getLogger(__name__)
 
+
 class ModelGroups(Protocol):
-    rank: int            # this controller's share of each iteration's prompts: rank of world
+    rank: int  # this controller's share of each iteration's prompts: rank of world
     world: int
     has_critic: bool
 
@@ -62,12 +63,16 @@ class ModelGroups(Protocol):
 
 def check_sizes(cfg: PPOConfig, world_size: int) -> int:
     """Optimizer steps per iteration per engine; one clear error when the batch sizes don't fit."""
-    require(cfg.rollout_batch_size % world_size == 0,
-            f"--rollout_batch_size {cfg.rollout_batch_size} is not divisible by world size {world_size}")
+    require(
+        cfg.rollout_batch_size % world_size == 0,
+        f"--rollout_batch_size {cfg.rollout_batch_size} is not divisible by world size {world_size}",
+    )
     samples = cfg.rollout_batch_size * cfg.n_samples_per_prompt
-    require(samples % cfg.train_batch_size == 0,
-            f"--rollout_batch_size {cfg.rollout_batch_size} x --n_samples_per_prompt {cfg.n_samples_per_prompt} = "
-            f"{samples} samples per iteration is not a multiple of --train_batch_size {cfg.train_batch_size}")
+    require(
+        samples % cfg.train_batch_size == 0,
+        f"--rollout_batch_size {cfg.rollout_batch_size} x --n_samples_per_prompt {cfg.n_samples_per_prompt} = "
+        f"{samples} samples per iteration is not a multiple of --train_batch_size {cfg.train_batch_size}",
+    )
     cfg.accumulation_steps(world_size)
     return samples // cfg.train_batch_size * cfg.max_epochs
 
@@ -86,9 +91,14 @@ def prompt_order(n_prompts: int, seed: int, episode: int) -> list[int]:
 def sampling_params(cfg: PPOConfig, iteration: int, shard: int = 0, shards: int = 1) -> SamplingParams:
     """Shard k of `shards` generators samples with its own seed, a function of (--seed, iteration),
     so a resumed iteration draws the same samples."""
-    return SamplingParams(cfg.generate_max_len, cfg.temperature, cfg.top_p, cfg.n_samples_per_prompt,
-                          seed=cfg.seed * 100_003 + iteration * shards + shard,
-                          logprobs=cfg.async_train or cfg.enable_vllm_is_correction)
+    return SamplingParams(
+        cfg.generate_max_len,
+        cfg.temperature,
+        cfg.top_p,
+        cfg.n_samples_per_prompt,
+        seed=cfg.seed * 100_003 + iteration * shards + shard,
+        logprobs=cfg.async_train or cfg.enable_vllm_is_correction,
+    )
 
 
 def reward_inputs(tokenizer: Any, rollout: Rollout, prompts: list[PromptSample]) -> tuple[list, list, list]:
@@ -103,6 +113,7 @@ def reward_inputs(tokenizer: Any, rollout: Rollout, prompts: list[PromptSample])
 @dataclass
 class Sampled:
     """An iteration's samples; `scored` when their source scored them already (an agent's environment)."""
+
     rollout: Rollout
     scored: Scored | None = None
     metrics: dict[str, float] = field(default_factory=dict)
@@ -112,7 +123,7 @@ class Sampled:
 class Generation:
     prompts: list[PromptSample]
     sampled: Pending[Sampled]
-    version: int          # PPOController.synced when it started: the policy that samples
+    version: int  # PPOController.synced when it started: the policy that samples
 
 
 def _get(pending: Pending[torch.Tensor] | None) -> torch.Tensor | None:
@@ -128,15 +139,29 @@ class PPOController:
         self.kl_ctl = KLController(cfg.init_kl_coef, cfg.kl_target, cfg.kl_horizon)
         # --normalize_reward without a trained RM (whose saved mean/std normalise its own scores): running moments
         self.reward_moments = RunningMoments() if cfg.normalize_reward and not cfg.reward_pretrain else None
-        self.synced = 0              # weight syncs so far: the version of the policy the engines sample from
-        self.ahead: dict[int, Generation] = {}   # --async_train: iterations whose samples are being generated
-        self.agent = (AgentRunner(AgentSettings(cfg.agent_func_path, cfg.agent_max_turns, cfg.agent_step_timeout,
-                                                cfg.prompt_max_len + cfg.generate_max_len, cfg.generate_max_len), tokenizer)
-                      if cfg.agent_func_path else None)
+        self.synced = 0  # weight syncs so far: the version of the policy the engines sample from
+        self.ahead: dict[int, Generation] = {}  # --async_train: iterations whose samples are being generated
+        self.agent = (
+            AgentRunner(
+                AgentSettings(
+                    cfg.agent_func_path,
+                    cfg.agent_max_turns,
+                    cfg.agent_step_timeout,
+                    cfg.prompt_max_len + cfg.generate_max_len,
+                    cfg.generate_max_len,
+                ),
+                tokenizer,
+            )
+            if cfg.agent_func_path
+            else None
+        )
         if cfg.use_dynamic_batch:
-            log.info("--use_dynamic_batch: training micro-batches of <= %d tokens, log-prob and value passes of <= %d "
-                     "(--micro_train_batch_size / --micro_rollout_batch_size no longer cut those passes)", cfg.train_max_tokens_per_gpu,
-                     cfg.rollout_max_tokens_per_gpu or cfg.train_max_tokens_per_gpu)
+            log.info(
+                "--use_dynamic_batch: training micro-batches of <= %d tokens, log-prob and value passes of <= %d "
+                "(--micro_train_batch_size / --micro_rollout_batch_size no longer cut those passes)",
+                cfg.train_max_tokens_per_gpu,
+                cfg.rollout_max_tokens_per_gpu or cfg.train_max_tokens_per_gpu,
+            )
 
     def prompt_batch(self, iteration: int) -> list[PromptSample]:
         """This controller's share of iteration's prompts (all of them when world is 1)."""
@@ -145,7 +170,7 @@ class PPOController:
         order = prompt_order(len(self.prompts), cfg.seed, episode)
         per = cfg.rollout_batch_size // g.world
         start = k * cfg.rollout_batch_size + g.rank * per
-        return [self.prompts[i] for i in order[start:start + per]]
+        return [self.prompts[i] for i in order[start : start + per]]
 
     def generation(self, iteration: int) -> Generation:
         prompts = self.prompt_batch(iteration)
@@ -158,12 +183,13 @@ class PPOController:
         if self.agent is None:
             return Mapped(g.generate([p.ids for p in prompts], key), Sampled)
         params = sampling_params(self.cfg, key, g.rank, g.world)
-        run = lambda: self.episodes(prompts, params)   # noqa: E731
+        run = lambda: self.episodes(prompts, params)  # noqa: E731
         return Later(run) if self.cfg.async_train else Done(run())
 
     def episodes(self, prompts: list[PromptSample], params: SamplingParams) -> Sampled:
-        got = self.agent.run(prompts, params.n, self.groups.generate_turn, params.seed, params.temperature,
-                             params.top_p, params.logprobs)
+        got = self.agent.run(
+            prompts, params.n, self.groups.generate_turn, params.seed, params.temperature, params.top_p, params.logprobs
+        )
         return Sampled(got.rollout, got.scored, got.metrics)
 
     def score(self, prompts: list[PromptSample], sampled: Sampled) -> Scored:
@@ -187,14 +213,19 @@ class PPOController:
             self.generate_ahead(iteration)
         t_gen = time.time()
         rollout, scored, dyn = sampled.rollout, sampled.scored, dict(sampled.metrics)
-        if cfg.dynamic_filtering:   # scored first: the groups that teach nothing are replaced before any forward pass
+        if cfg.dynamic_filtering:  # scored first: the groups that teach nothing are replaced before any forward pass
             prompts, rollout, scored = self.filtered(iteration, prompts, sampled, dyn)
         batch = rollout_to_batch(rollout, self.tokenizer.pad_token_id)
         # started together: on Ray the actor, reference and critic groups compute at the same time.
         # --async_train: the ratio's denominator is the policy that sampled, as the engine scored it
         # --enable_vllm_is_correction: the trainer's own log-probs too, to weigh the engine's samples by
-        old = (Done(behaviour_logprobs(rollout, batch)) if cfg.async_train
-               else g.actor_logprobs(batch) if needs_old_logprobs(cfg) or cfg.enable_vllm_is_correction else None)
+        old = (
+            Done(behaviour_logprobs(rollout, batch))
+            if cfg.async_train
+            else g.actor_logprobs(batch)
+            if needs_old_logprobs(cfg) or cfg.enable_vllm_is_correction
+            else None
+        )
         ref = g.ref_logprobs(batch) if uses_reference(cfg) else None
         vals = g.values(batch) if g.has_critic else None
         scored = scored or self.score(prompts, Sampled(rollout))
@@ -202,26 +233,29 @@ class PPOController:
         if self.reward_moments is not None:
             scores = self.reward_moments.normalize(scores)
         scores = scores.clamp(*cfg.reward_clip_range)
-        if cfg.overlong_buffer_len:   # DAPO's soft length penalty, on the reward (not on the scores)
-            penalty = overlong_penalty(batch.action_mask.sum(-1), cfg.generate_max_len, cfg.overlong_buffer_len,
-                                       cfg.overlong_penalty_factor)
+        if cfg.overlong_buffer_len:  # DAPO's soft length penalty, on the reward (not on the scores)
+            penalty = overlong_penalty(
+                batch.action_mask.sum(-1), cfg.generate_max_len, cfg.overlong_buffer_len, cfg.overlong_penalty_factor
+            )
             scores = scores + penalty
         exp = assemble(cfg, batch, scores, _get(old), _get(ref), _get(vals), self.kl_ctl.value, across=sum_across_ranks)
         if cfg.enable_vllm_is_correction:
-            exp.is_weight = is_weights(exp.old_logp, behaviour_logprobs(rollout, batch), batch.action_mask,
-                                       cfg.vllm_is_truncated_threshold)
+            exp.is_weight = is_weights(
+                exp.old_logp, behaviour_logprobs(rollout, batch), batch.action_mask, cfg.vllm_is_truncated_threshold
+            )
         metrics = experience_metrics(exp, rollout.finished)
-        metrics.update({f"reward/{k}": v for k, v in scored.logs.items()})   # a reward_func's extra_logs
+        metrics.update({f"reward/{k}": v for k, v in scored.logs.items()})  # a reward_func's extra_logs
         if cfg.overlong_buffer_len:
             metrics["overlong_penalty"] = penalty.mean().item()
         metrics.update(dyn)
         metrics.update(time_generate=t_gen - t0, time_experience=time.time() - t_gen)
-        if cfg.async_train:   # updates between the sampling policy and the one about to train
+        if cfg.async_train:  # updates between the sampling policy and the one about to train
             metrics["policy_lag"] = float(self.synced - gen.version)
         return exp, metrics
 
-    def filtered(self, iteration: int, prompts: list[PromptSample], sampled: Sampled,
-                 metrics: dict[str, float]) -> tuple[list[PromptSample], Rollout, Scored]:
+    def filtered(
+        self, iteration: int, prompts: list[PromptSample], sampled: Sampled, metrics: dict[str, float]
+    ) -> tuple[list[PromptSample], Rollout, Scored]:
         """--dynamic_filtering (alignment/ppo/dynamic_sampling.py): this iteration's prompts and samples with the
         groups whose mean score is outside --dynamic_filtering_reward_range replaced by refills; `metrics` gets
         the dropped fraction, the refill rounds and the prompts generated."""
@@ -231,11 +265,11 @@ class PPOController:
         generated, round_ = 0, 0
         while True:
             rollout, scored = sampled.rollout, self.score(prompts, sampled)
-            if round_ == 0:   # what the policy earns on its own draw, comparable with an unfiltered run's reward
+            if round_ == 0:  # what the policy earns on its own draw, comparable with an unfiltered run's reward
                 metrics["dynamic_filtering/sampled_reward"] = scored.rewards.float().mean().item()
             keep = kept_groups(scored.scores, n, low, high)
             generated += len(prompts)
-            kept.add(prompts, rollout, scored, keep[:need - len(kept.prompts)], n)
+            kept.add(prompts, rollout, scored, keep[: need - len(kept.prompts)], n)
             dropped.add(prompts, rollout, scored, [k for k in range(len(prompts)) if k not in keep], n)
             if len(kept.prompts) >= need or round_ == MAX_ROUNDS:
                 break
@@ -243,13 +277,24 @@ class PPOController:
             prompts = refill_prompts(self.prompts, need - len(kept.prompts), cfg.seed, iteration, round_, g.rank)
             sampled = self.sample(prompts, refill_key(iteration, round_, self.total_iterations)).get()
         short = need - len(kept.prompts)
-        if short:   # zero-advantage groups keep the batch shape and change no gradient
-            log.warning("--dynamic_filtering: iteration %d found %d of %d groups with mixed scores after %d refill "
-                        "rounds; topped up with %d dropped groups", iteration + 1, len(kept.prompts), need, round_, short)
+        if short:  # zero-advantage groups keep the batch shape and change no gradient
+            log.warning(
+                "--dynamic_filtering: iteration %d found %d of %d groups with mixed scores after %d refill "
+                "rounds; topped up with %d dropped groups",
+                iteration + 1,
+                len(kept.prompts),
+                need,
+                round_,
+                short,
+            )
             kept.add(dropped.prompts, dropped.rollout, dropped.merged(), list(range(short)), n)
-        metrics.update({"dynamic_filtering/dropped_fraction": 1.0 - (need - short) / generated,
-                        "dynamic_filtering/refill_rounds": float(round_),
-                        "dynamic_filtering/prompts_generated": float(generated)})
+        metrics.update(
+            {
+                "dynamic_filtering/dropped_fraction": 1.0 - (need - short) / generated,
+                "dynamic_filtering/refill_rounds": float(round_),
+                "dynamic_filtering/prompts_generated": float(generated),
+            }
+        )
         return kept.prompts, kept.rollout, kept.merged()
 
     def restore(self, state: PPOState) -> None:
@@ -273,11 +318,12 @@ class PPOController:
             if trained is not None:
                 metrics.update(trained.get())
         t_train = time.time()
-        metrics.update(kl_coef=self.kl_ctl.value, time_train=t_train - t0,
-                       time_sync=g.sync_weights() if actor is not None else 0.0)
+        metrics.update(
+            kl_coef=self.kl_ctl.value, time_train=t_train - t0, time_sync=g.sync_weights() if actor is not None else 0.0
+        )
         if actor is not None:
             self.synced += 1
         metrics = mean_across_ranks(metrics)
         # every controller updates β from the same, global KL, so the coefficients never drift apart
-        self.kl_ctl.update(metrics.get("kl", 0.0), len(exp) * g.world)   # no kl: no KL term, fixed β
+        self.kl_ctl.update(metrics.get("kl", 0.0), len(exp) * g.world)  # no kl: no KL term, fixed β
         return metrics

@@ -11,6 +11,7 @@ is still short is topped up with dropped groups, so every iteration keeps the ba
 checked for: their advantage is zero under group_norm, rloo and dr_grpo (no policy gradient; a KL loss still
 applies), while reinforce_baseline's whitening shifts it by the batch mean.
 """
+
 from __future__ import annotations
 
 import random
@@ -35,6 +36,7 @@ def kept_groups(scores: torch.Tensor, n: int, low: float, high: float) -> list[i
 @dataclass
 class Groups:
     """Whole groups gathered across rounds: prompts, their samples and their scores, in order."""
+
     prompts: list[PromptSample]
     rollout: Rollout
     scored: list[Scored]
@@ -56,8 +58,9 @@ class Groups:
         return Scored.concat(self.scored)
 
 
-def refill_prompts(pool: list[PromptSample], k: int, seed: int, iteration: int, round_: int,
-                   rank: int) -> list[PromptSample]:
+def refill_prompts(
+    pool: list[PromptSample], k: int, seed: int, iteration: int, round_: int, rank: int
+) -> list[PromptSample]:
     """k prompts for refill round `round_` of `iteration` (on controller `rank`): a seeded choice."""
     rng = random.Random(f"{seed}-{iteration}-{round_}-{rank}")
     return [pool[i] for i in rng.sample(range(len(pool)), min(k, len(pool)))]

@@ -6,6 +6,7 @@ Hugging Face folder, `<save_path>/ema/`. Averaged weights often evaluate better 
 Every rank holds the whole actor under ZeRO 0–2, so each keeps the same average and rank 0 writes it;
 ZeRO-3's partitioned weights are refused with the flag (alignment/config/ppo.py).
 """
+
 from __future__ import annotations
 
 import logging
@@ -15,7 +16,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 log = logging.getLogger(__name__)
-FILE = "ema.safetensors"   # in the actor's folder of a checkpoint
+FILE = "ema.safetensors"  # in the actor's folder of a checkpoint
 
 
 def _params(module: torch.nn.Module) -> list[tuple[str, torch.nn.Parameter]]:
@@ -36,8 +37,10 @@ class EMA:
 
     def state_dict(self, module: torch.nn.Module) -> dict[str, torch.Tensor]:
         """The module's state dict with the averaged weights, in the module's dtypes (buffers as they are)."""
-        return {k: (self.shadow[k].to(v.dtype) if k in self.shadow else v.detach().cpu())
-                for k, v in module.state_dict().items()}
+        return {
+            k: (self.shadow[k].to(v.dtype) if k in self.shadow else v.detach().cpu())
+            for k, v in module.state_dict().items()
+        }
 
     def save(self, role_dir: Path | None) -> None:
         """Into a checkpoint's actor folder (None: this rank writes nothing)."""
@@ -49,7 +52,9 @@ class EMA:
         """From a checkpoint's verified actor folder; one written without --enable_ema restarts the average."""
         path = role_dir / FILE
         if not path.exists():
-            log.warning("--enable_ema: the checkpoint in %s has no EMA; the average restarts from its weights", role_dir)
+            log.warning(
+                "--enable_ema: the checkpoint in %s has no EMA; the average restarts from its weights", role_dir
+            )
             self.shadow = {n: p.detach().float().cpu().clone() for n, p in _params(module)}
             return
         self.shadow = load_file(str(path))

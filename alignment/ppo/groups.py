@@ -1,6 +1,7 @@
 """One model role's Ray actors (one `ModelWorker` per rank, in its placement group's bundles),
 driven by typed calls: each method sends the same call to every rank (or each rank its shard of
 the rows) and returns the futures, so a reader can follow the driver to the worker's method."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -31,20 +32,34 @@ class ModelGroup:
         from alignment.ppo.workers import ModelWorker
 
         remote = ray.remote(ModelWorker)
-        self.plan, self.workers = plan, [
-            remote.options(num_cpus=plan.share, num_gpus=plan.share if gpu else 0, runtime_env=unniced(),
-                           scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i))
-            .remote() for i in range(plan.world_size)]
+        self.plan, self.workers = (
+            plan,
+            [
+                remote.options(
+                    num_cpus=plan.share,
+                    num_gpus=plan.share if gpu else 0,
+                    runtime_env=unniced(),
+                    scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i),
+                ).remote()
+                for i in range(plan.world_size)
+            ],
+        )
 
     def init(self, cfg: PPOConfig, threads: int, total_steps: int, cores: list[int] | None) -> list:
         import ray
+
         master = ray.get(self.workers[0].address.remote())
-        return [w.init.remote(self.plan.role, cfg, r, len(self.workers), self.plan.per_node, master, threads, total_steps,
-                              cores)
-                for r, w in enumerate(self.workers)]
+        return [
+            w.init.remote(
+                self.plan.role, cfg, r, len(self.workers), self.plan.per_node, master, threads, total_steps, cores
+            )
+            for r, w in enumerate(self.workers)
+        ]
 
     def _shards(self, batch: SequenceBatch) -> list[tuple[Any, SequenceBatch]]:
-        return [(w, batch.rows(s, e)) for w, (s, e) in zip(self.workers, split(len(batch.prompt_index), len(self.workers)))]
+        return [
+            (w, batch.rows(s, e)) for w, (s, e) in zip(self.workers, split(len(batch.prompt_index), len(self.workers)))
+        ]
 
     def logprobs(self, batch: SequenceBatch) -> list:
         """Each rank's action log-probs of its contiguous shard of the rows."""

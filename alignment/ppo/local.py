@@ -6,11 +6,12 @@ nothing to do. The per-model work is `alignment.ppo.rank_ops`, the same code the
 Models: `actor` and `critic` are DeepSpeed engines (critic None for the critic-free estimators),
 `ref` a frozen causal LM, `reward` any callable (queries, prompts, labels) -> [B] tensor.
 """
+
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import replace
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -22,14 +23,14 @@ from alignment.distributed.runtime import Runtime
 from alignment.models.reward_model import ValueCapture
 from alignment.models.saving import lora_save, save_hf_copy
 from alignment.ppo import rank_ops
-from alignment.rewards.scorer import Scored
 from alignment.ppo.batch import SequenceBatch
-from alignment.ppo.ema import EMA
 from alignment.ppo.controller import sampling_params
-from alignment.ppo.pending import Done
+from alignment.ppo.ema import EMA
 from alignment.ppo.experience import Experience
 from alignment.ppo.loop import PPOState, resume_state
 from alignment.ppo.packed import Packing
+from alignment.ppo.pending import Done
+from alignment.rewards.scorer import Scored
 from alignment.rollout.hf_engine import HFEngine
 from alignment.rollout.types import Rollout, SamplingParams
 from alignment.training import checkpoint
@@ -38,16 +39,30 @@ log = logging.getLogger(__name__)
 
 
 class LocalGroups:
-    def __init__(self, cfg: PPOConfig, rt: Runtime, actor: Any, critic: Any | None, ref: torch.nn.Module | None,
-                 reward: Callable[[list[str], list[str], list], Scored], tokenizer: Any,
-                 critic_scale: tuple[float, float] | None = None, packing: Packing | None = None):
+    def __init__(
+        self,
+        cfg: PPOConfig,
+        rt: Runtime,
+        actor: Any,
+        critic: Any | None,
+        ref: torch.nn.Module | None,
+        reward: Callable[[list[str], list[str], list], Scored],
+        tokenizer: Any,
+        critic_scale: tuple[float, float] | None = None,
+        packing: Packing | None = None,
+    ):
         self.cfg, self.rt, self.actor, self.critic, self.ref, self.reward = cfg, rt, actor, critic, ref, reward
         self.tokenizer = tokenizer
         self.rank, self.world, self.has_critic = rt.rank, rt.world_size, critic is not None
-        self.packing = packing   # --packing_samples: the training and scoring forward passes on packed rows
+        self.packing = packing  # --packing_samples: the training and scoring forward passes on packed rows
         self.micro = cfg.micro_rollout_batch_size
-        self.gen = HFEngine(actor.module, tokenizer.eos_token_id, tokenizer.pad_token_id,
-                            batch_size=max(self.micro, 1), device=rt.torch_device)
+        self.gen = HFEngine(
+            actor.module,
+            tokenizer.eos_token_id,
+            tokenizer.pad_token_id,
+            batch_size=max(self.micro, 1),
+            device=rt.torch_device,
+        )
         self.capture = ValueCapture(critic.module, critic_scale) if critic is not None else None
         self.engines = {"actor": actor, **({"critic": critic} if critic is not None else {})}
         self.ema = EMA(actor.module, cfg.ema_beta) if cfg.enable_ema else None
@@ -56,8 +71,9 @@ class LocalGroups:
         return Done(self.gen.generate(prompt_ids, sampling_params(self.cfg, iteration, self.rank, self.world)))
 
     def generate_turn(self, prompt_ids: list[list[int]], params: SamplingParams) -> Rollout:
-        return self.gen.generate(prompt_ids, replace(params, seed=None if params.seed is None else
-                                                     params.seed * self.world + self.rank))
+        return self.gen.generate(
+            prompt_ids, replace(params, seed=None if params.seed is None else params.seed * self.world + self.rank)
+        )
 
     def scores(self, queries: list[str], prompts: list[str], labels: list) -> Scored:
         return self.reward(queries, prompts, labels)
@@ -78,12 +94,19 @@ class LocalGroups:
         return Done(rank_ops.train_actor(self.actor, exp, self.cfg, kl_coef, seed, self.packing, self.ema))
 
     def sync_weights(self) -> float:
-        return 0.0     # the HF engine generates with the module it trains
+        return 0.0  # the HF engine generates with the module it trains
 
     def save(self, state: PPOState) -> None:
         cfg = self.cfg
-        checkpoint.save(self.engines, cfg.ckpt_path, state.iteration, {"ppo": dataclasses.asdict(state)},
-                        cfg.max_ckpt_num, {"stage": "ppo", "config": public_dict(cfg)}, extra={"actor": self.actor_extra})
+        checkpoint.save(
+            self.engines,
+            cfg.ckpt_path,
+            state.iteration,
+            {"ppo": dataclasses.asdict(state)},
+            cfg.max_ckpt_num,
+            {"stage": "ppo", "config": public_dict(cfg)},
+            extra={"actor": self.actor_extra},
+        )
 
     def actor_extra(self, role_dir: Path | None) -> None:
         """The actor's own files in a checkpoint: --save_hf_ckpt's HF copy, --enable_ema's average. Collective."""

@@ -1,6 +1,7 @@
 """The PPO iteration loop both entry points run around `PPOController.step` (`train_ppo` in-process,
-`train_ppo_ray`'s driver): resume → iterate → log → checkpoint every --save_steps iterations / --save_minutes. What an iteration
-does and how the engines save are passed in, so the loop holds no model code."""
+`train_ppo_ray`'s driver): resume → iterate → log → checkpoint every --save_steps iterations /
+--save_minutes. What an iteration does and how the engines save are passed in, so the loop holds no model code."""
+
 from __future__ import annotations
 
 import logging
@@ -20,15 +21,17 @@ class PPOState:
     """Where the PPO loop is: saved in every checkpoint's state.json. Every random choice of an
     iteration is seeded from (--seed, iteration) — the episode's prompt order, the sampling seed,
     the mini-batch shuffle — so the iteration number restores them on any number of ranks."""
-    iteration: int = 0                    # iterations completed
+
+    iteration: int = 0  # iterations completed
     kl_coef: float = 0.0
     history: list[dict] = field(default_factory=list)
-    reward_moments: list[float] = field(default_factory=list)   # --normalize_reward's running statistics, if kept
+    reward_moments: list[float] = field(default_factory=list)  # --normalize_reward's running statistics, if kept
 
 
 class Iterating(Protocol):
     """What the loop drives (alignment.ppo.controller.PPOController): an iteration, and the running
     statistics a checkpoint keeps (the adaptive KL coefficient, running reward moments)."""
+
     def step(self, iteration: int) -> dict[str, float]: ...
     def restore(self, state: PPOState) -> None: ...
     def snapshot(self, iteration: int, history: list[dict]) -> PPOState: ...
@@ -41,15 +44,23 @@ def resume_state(cfg: PPOConfig, find: Callable[[], Any]) -> tuple[PPOState, Any
     found = find() if cfg.load_checkpoint else None
     if found is None:
         if cfg.load_checkpoint:
-            log.info("--load_checkpoint: no committed PPO checkpoint under %s; starting from iteration 0", cfg.ckpt_path)
+            log.info(
+                "--load_checkpoint: no committed PPO checkpoint under %s; starting from iteration 0", cfg.ckpt_path
+            )
         return None
     state = PPOState(**found.state["ppo"])
     log.info("resuming PPO from %s (iteration %d done, KL coefficient %.4g)", found.uri, state.iteration, state.kl_coef)
     return state, found
 
 
-def run_iterations(cfg: PPOConfig, total: int, ppo: Iterating, logger: MetricsLogger,
-                   save: Callable[[PPOState], None], start: PPOState | None) -> None:
+def run_iterations(
+    cfg: PPOConfig,
+    total: int,
+    ppo: Iterating,
+    logger: MetricsLogger,
+    save: Callable[[PPOState], None],
+    start: PPOState | None,
+) -> None:
     first = 0
     if start is not None:
         first = start.iteration
@@ -59,7 +70,7 @@ def run_iterations(cfg: PPOConfig, total: int, ppo: Iterating, logger: MetricsLo
     logger.restore(start.history if start is not None else [], first)
     schedule = SaveSchedule(cfg)
     if first:
-        schedule.saved(first)     # the checkpoint it resumed from is the last save
+        schedule.saved(first)  # the checkpoint it resumed from is the last save
     for it in range(first, total):
         metrics = ppo.step(it)
         logger.advance()

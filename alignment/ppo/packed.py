@@ -14,6 +14,7 @@ micro-batch instead of once per sample. Response k > 1's first token is predicte
 last position, not at response k-1's last (`PackedRows.branches`). Flash-attention's varlen path
 knows only whole sequences, so there each sample is packed alone.
 """
+
 from __future__ import annotations
 
 import logging
@@ -29,27 +30,30 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Packing:
-    mask_dtype: torch.dtype | None   # torch.bool: SDPA's block mask; None: flash-attention (position ids)
+    mask_dtype: torch.dtype | None  # torch.bool: SDPA's block mask; None: flash-attention (position ids)
 
 
 def packing_for(cfg, setup) -> Packing | None:
     """The packing of cfg.packing_samples for the model's attention (setup: models.builder.ModelSetup)."""
     if not getattr(cfg, "packing_samples", False):
         return None
-    log.info("--packing_samples: training and scoring forward passes on packed rows (%s)",
-             "block-causal mask; the samples of one prompt share its forward" if setup.packed_mask_dtype is not None
-             else "flash-attention position ids")
+    log.info(
+        "--packing_samples: training and scoring forward passes on packed rows (%s)",
+        "block-causal mask; the samples of one prompt share its forward"
+        if setup.packed_mask_dtype is not None
+        else "flash-attention position ids",
+    )
     return Packing(setup.packed_mask_dtype)
 
 
 @dataclass
 class PackedRows:
-    input_ids: torch.Tensor                 # [R, T]
-    position_ids: torch.Tensor              # [R, T], restarting at 0 for each sample (unit)
-    attention_mask: torch.Tensor | None     # [R, 1, T, T] causal within a sample's branch, or None for flash-attention
+    input_ids: torch.Tensor  # [R, T]
+    position_ids: torch.Tensor  # [R, T], restarting at 0 for each sample (unit)
+    attention_mask: torch.Tensor | None  # [R, 1, T, T] causal within a sample's branch, or None for flash-attention
     src: tuple[torch.Tensor, torch.Tensor]  # (row b, position t) in the padded batch of each sample's token...
     dst: tuple[torch.Tensor, torch.Tensor]  # ...and (row r, column c) where it was computed (a shared prompt: once)
-    branches: torch.Tensor                  # [K, 3] (r, c, parent): the token at (r, c) is predicted at (r, parent)
+    branches: torch.Tensor  # [K, 3] (r, c, parent): the token at (r, c) is predicted at (r, parent)
 
     def forward_kwargs(self) -> dict[str, torch.Tensor | None]:
         return {"input_ids": self.input_ids, "attention_mask": self.attention_mask, "position_ids": self.position_ids}
@@ -67,7 +71,9 @@ def unit_capacity(width: int) -> int:
     return max(width, min(UNIT_WIDTHS * width, UNIT_TOKENS))
 
 
-def _units(sequences: torch.Tensor, lengths: list[int], prompt_lengths: list[int] | None) -> list[tuple[int, list[int]]]:
+def _units(
+    sequences: torch.Tensor, lengths: list[int], prompt_lengths: list[int] | None
+) -> list[tuple[int, list[int]]]:
     """(shared prompt length, rows) of each unit: rows whose prompts are the same tokens, at most
     unit_capacity tokens together; or (prompt_lengths None) every row alone, all of it 'prompt'."""
     if prompt_lengths is None:
@@ -87,8 +93,13 @@ def _units(sequences: torch.Tensor, lengths: list[int], prompt_lengths: list[int
     return units
 
 
-def pack(sequences: torch.Tensor, attention_mask: torch.Tensor, packing: Packing, pad_id: int = 0,
-         prompt_lengths: list[int] | None = None) -> PackedRows:
+def pack(
+    sequences: torch.Tensor,
+    attention_mask: torch.Tensor,
+    packing: Packing,
+    pad_id: int = 0,
+    prompt_lengths: list[int] | None = None,
+) -> PackedRows:
     """Right-padded [B, L] rows -> packed rows (the real tokens of row b are its first n_b, of which
     the first prompt_lengths[b] are its prompt: shared with the rows of the same prompt when the
     mask allows it)."""
@@ -108,13 +119,13 @@ def pack(sequences: torch.Tensor, attention_mask: torch.Tensor, packing: Packing
         off = 0
         for u in group:
             p, rows = units[u]
-            ids[r, off:off + p], pos[r, off:off + p] = sequences[rows[0], :p], torch.arange(p, device=dev)
+            ids[r, off : off + p], pos[r, off : off + p] = sequences[rows[0], :p], torch.arange(p, device=dev)
             col = off + p
             for k, b in enumerate(rows):
                 n = lengths[b]
-                ids[r, col:col + n - p], pos[r, col:col + n - p] = sequences[b, p:n], torch.arange(p, n, device=dev)
-                branch[r, col:col + n - p] = k + 1
-                if k and n > p:        # after another response: its first token follows the prompt
+                ids[r, col : col + n - p], pos[r, col : col + n - p] = sequences[b, p:n], torch.arange(p, n, device=dev)
+                branch[r, col : col + n - p] = k + 1
+                if k and n > p:  # after another response: its first token follows the prompt
                     forks.append((r, col, off + p - 1))
                 t = torch.arange(n, device=dev)
                 src_b.append(torch.full((n,), b, device=dev)), src_t.append(t)
@@ -126,8 +137,14 @@ def pack(sequences: torch.Tensor, attention_mask: torch.Tensor, packing: Packing
     # flash-attention: no mask; one unit per sample in one row, told apart by position ids
     mask = branch_causal_mask(unit_of, branch, packing.mask_dtype) if packing.mask_dtype is not None else None
     cat = torch.cat
-    return PackedRows(ids, pos, mask, (cat(src_b), cat(src_t)), (cat(dst_r), cat(dst_c)),
-                      torch.tensor(forks, dtype=torch.long, device=dev).reshape(-1, 3))
+    return PackedRows(
+        ids,
+        pos,
+        mask,
+        (cat(src_b), cat(src_t)),
+        (cat(dst_r), cat(dst_c)),
+        torch.tensor(forks, dtype=torch.long, device=dev).reshape(-1, 3),
+    )
 
 
 def unpack(values: torch.Tensor, rows: PackedRows, shape: tuple[int, int]) -> torch.Tensor:
@@ -141,7 +158,7 @@ def packed_token_logprobs(logits: torch.Tensor, rows: PackedRows, shape: tuple[i
     """[B, L-1] log p(token t+1 | <= t) of each sample, from the packed rows' logits: entry [r, c-1]
     of the packed log-probs is that of the token computed at (r, c), given its own branch."""
     lp = branched_token_logprobs(logits, rows.input_ids, rows.branches)  # [R, T-1]
-    keep = rows.src[1] > 0          # a sample's first token is predicted by nothing
+    keep = rows.src[1] > 0  # a sample's first token is predicted by nothing
     out = lp.new_zeros((shape[0], shape[1] - 1))
     out[rows.src[0][keep], rows.src[1][keep] - 1] = lp[rows.dst[0][keep], rows.dst[1][keep] - 1]
     return out

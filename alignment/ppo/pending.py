@@ -1,5 +1,6 @@
 """Results that may still be computing, so independent model calls overlap: Ray futures on the cluster, values
 computed on the spot in process, work started on a thread."""
+
 from __future__ import annotations
 
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -11,12 +12,14 @@ T = TypeVar("T", covariant=True)
 
 class Pending(Protocol[T]):
     """A result that may still be computing (Ray futures), so independent model calls overlap."""
+
     def get(self) -> T: ...
 
 
 @dataclass
 class Done(Generic[T]):
     """A result computed on the spot (the in-process backend)."""
+
     value: T
 
     def get(self) -> T:
@@ -26,6 +29,7 @@ class Done(Generic[T]):
 @dataclass
 class Mapped(Generic[T]):
     """A pending result seen through a function (a rollout as Sampled)."""
+
     inner: Pending[Any]
     fn: Callable[[Any], T]
 
@@ -39,7 +43,7 @@ class Later(Generic[T]):
     def __init__(self, fn: Callable[[], T]):
         pool = ThreadPoolExecutor(1, thread_name_prefix="agent-episodes")
         self.future: Future = pool.submit(fn)
-        pool.shutdown(wait=False)    # the thread ends with its one task
+        pool.shutdown(wait=False)  # the thread ends with its one task
 
     def get(self) -> T:
         return self.future.result()

@@ -2,6 +2,7 @@
 actor update. Shared by PPO without Ray (every model in one process) and the Ray model workers,
 so there is one copy of the algorithm.
 """
+
 from __future__ import annotations
 
 import random
@@ -17,13 +18,13 @@ from alignment.losses.aggregation import StepTotals, aggregate
 from alignment.losses.kl import kl_estimate
 from alignment.losses.nll import masked_mean
 from alignment.losses.ppo import POLICY_LOSSES, value_loss
+from alignment.nonfinite import NonFiniteGuard, zero_loss
 from alignment.ppo.batch import SequenceBatch, action_logprobs
 from alignment.ppo.ema import EMA
 from alignment.ppo.experience import Experience
 from alignment.ppo.packed import Packing, pack, unpack
 from alignment.ppo.token_budget import TokenBudget, split_to
 from alignment.training.engine import step as engine_step
-from alignment.nonfinite import NonFiniteGuard, zero_loss
 
 
 def micro_groups(batch: SequenceBatch, rows: int, max_tokens: int | None, packing: Packing | None) -> list[list[int]]:
@@ -51,12 +52,14 @@ def _per_micro_batch(forward, batch: SequenceBatch, cfg: PPOConfig, packing: Pac
     out = torch.zeros(batch.action_mask.shape)
     for idx in micro_groups(batch, *_rollout_cut(cfg), packing):
         got = forward(batch.pick(idx).trimmed()).cpu()
-        out[idx, :got.shape[1]] = got.to(out.dtype)
+        out[idx, : got.shape[1]] = got.to(out.dtype)
     return out
 
 
 @torch.no_grad()
-def logprobs(model: torch.nn.Module, batch: SequenceBatch, cfg: PPOConfig, packing: Packing | None = None) -> torch.Tensor:
+def logprobs(
+    model: torch.nn.Module, batch: SequenceBatch, cfg: PPOConfig, packing: Packing | None = None
+) -> torch.Tensor:
     """[B, L-1] action log-probs on the model's device, a micro-batch at a time (_rollout_cut); CPU out."""
     dev = model_device(model)
     return _per_micro_batch(lambda mb: action_logprobs(model, mb.to(dev), packing), batch, cfg, packing)
@@ -75,17 +78,18 @@ def value_forward(critic: Any, capture: Any, batch: SequenceBatch, packing: Pack
 
 
 @torch.no_grad()
-def values(critic: torch.nn.Module, capture: Any, batch: SequenceBatch, cfg: PPOConfig,
-           packing: Packing | None = None) -> torch.Tensor:
+def values(
+    critic: torch.nn.Module, capture: Any, batch: SequenceBatch, cfg: PPOConfig, packing: Packing | None = None
+) -> torch.Tensor:
     dev = model_device(critic)
     return _per_micro_batch(lambda mb: value_forward(critic, capture, mb.to(dev), packing), batch, cfg, packing)
 
 
 @dataclass(frozen=True)
 class Micro:
-    exp: Experience           # the micro-batch, trimmed to its longest row
-    totals: StepTotals        # of the optimizer step it belongs to
-    boundary: bool | None     # --use_dynamic_batch: whether it ends the step (told to DeepSpeed); None: DeepSpeed counts
+    exp: Experience  # the micro-batch, trimmed to its longest row
+    totals: StepTotals  # of the optimizer step it belongs to
+    boundary: bool | None  # --use_dynamic_batch: whether it ends the step (told to DeepSpeed); None: DeepSpeed counts
 
 
 def _steps(engine: Any, exp: Experience, cfg: PPOConfig, seed: int, packing: Packing | None = None) -> Iterator[Micro]:
@@ -105,10 +109,13 @@ def _steps(engine: Any, exp: Experience, cfg: PPOConfig, seed: int, packing: Pac
     for _ in range(cfg.max_epochs):
         order = _shuffled(exp.batch.prompt_index, rng, packing is not None and packing.mask_dtype is not None)
         for s in range(0, len(exp), step_rows):
-            step = exp.rows(order[s:s + step_rows])
+            step = exp.rows(order[s : s + step_rows])
             groups = micro_groups(step.batch, cfg.micro_train_batch_size, budget, packing)
-            counts = torch.tensor([float(step.batch.action_mask.sum()), float(len(step))], dtype=torch.float64,
-                                  device=model_device(engine.module))   # NCCL reduces GPU tensors
+            counts = torch.tensor(
+                [float(step.batch.action_mask.sum()), float(len(step))],
+                dtype=torch.float64,
+                device=model_device(engine.module),
+            )  # NCCL reduces GPU tensors
             if ranks > 1:
                 dist.all_reduce(counts)
             totals = StepTotals(counts[0].item(), counts[1].item(), float(accum * ranks))
@@ -135,7 +142,7 @@ def _shuffled(prompt_index: list[int], rng: random.Random, by_prompt: bool) -> l
 
 def _backward_step(engine: Any, loss: torch.Tensor, micro: Micro, guard: NonFiniteGuard) -> bool:
     """Backward and step; False when the guard skipped this micro-batch's non-finite loss (alignment/nonfinite.py)."""
-    if micro.boundary is not None:   # a token-budget cut: the step ends where the cut says, not after G micro-batches
+    if micro.boundary is not None:  # a token-budget cut: the step ends where the cut says, not after G micro-batches
         engine.set_gradient_accumulation_boundary(micro.boundary)
     step = engine.global_steps + 1
     ok = guard.loss(loss, step)
@@ -153,45 +160,61 @@ def _mean(rows: list[dict[str, float]]) -> dict[str, float]:
     return {k: sum(r[k] for r in rows) / len(rows) for k in rows[0]} if rows else {}
 
 
-def train_critic(critic: Any, capture: Any, exp: Experience, cfg: PPOConfig, seed: int,
-                 packing: Packing | None = None) -> dict[str, float]:
+def train_critic(
+    critic: Any, capture: Any, exp: Experience, cfg: PPOConfig, seed: int, packing: Packing | None = None
+) -> dict[str, float]:
     """Clipped value loss on each micro-batch, aggregated over its optimizer step (--loss_agg_mode);
     DeepSpeed steps at accumulation boundaries."""
     critic.train()
     dev, rows = model_device(critic.module), []
-    guard = NonFiniteGuard(cfg.max_nonfinite_skips, "PPO critic")   # --max_nonfinite_skips per iteration
+    guard = NonFiniteGuard(cfg.max_nonfinite_skips, "PPO critic")  # --max_nonfinite_skips per iteration
     for micro in _steps(critic, exp, cfg, seed, packing):
         mb = micro.exp
         b = mb.batch.to(dev)
         v = value_forward(critic, capture, b, packing)
-        loss = value_loss(v, mb.values.to(dev), mb.returns.to(dev), b.action_mask, cfg.value_clip,
-                          _agg(cfg, micro.totals))
+        loss = value_loss(
+            v, mb.values.to(dev), mb.returns.to(dev), b.action_mask, cfg.value_clip, _agg(cfg, micro.totals)
+        )
         if _backward_step(critic, loss, micro, guard):
             rows.append({"value_loss": loss.item()})
     return _mean(rows)
 
 
-def train_actor(actor: Any, exp: Experience, cfg: PPOConfig, kl_coef: float, seed: int,
-                packing: Packing | None = None, ema: EMA | None = None) -> dict[str, float]:
+def train_actor(
+    actor: Any,
+    exp: Experience,
+    cfg: PPOConfig,
+    kl_coef: float,
+    seed: int,
+    packing: Packing | None = None,
+    ema: EMA | None = None,
+) -> dict[str, float]:
     """Clipped (optionally dual-clipped) policy loss, plus β·KL when --use_kl_loss, each aggregated
     over the optimizer step (--loss_agg_mode)."""
     actor.train()
     eps_low, eps_high = cfg.eps_clip_low_high or (cfg.eps_clip, cfg.eps_clip)
     dev, rows = model_device(actor.module), []
-    guard = NonFiniteGuard(cfg.max_nonfinite_skips, "PPO actor")   # --max_nonfinite_skips per iteration
+    guard = NonFiniteGuard(cfg.max_nonfinite_skips, "PPO actor")  # --max_nonfinite_skips per iteration
     for micro in _steps(actor, exp, cfg, seed, packing):
         mb = micro.exp
         b, agg = mb.batch.to(dev), _agg(cfg, micro.totals)
         mask = b.action_mask
         logp = action_logprobs(actor, b, packing)
-        old = logp.detach() if mb.old_logp is None else mb.old_logp.to(dev)   # None: on-policy (needs_old_logprobs)
+        old = logp.detach() if mb.old_logp is None else mb.old_logp.to(dev)  # None: on-policy (needs_old_logprobs)
         objective = POLICY_LOSSES[cfg.policy_loss_type]
-        weight = None if mb.is_weight is None else mb.is_weight.to(dev)   # --enable_vllm_is_correction
-        ploss, clipfrac = objective(logp, old, mb.advantages.to(dev), mask, eps_low, eps_high, cfg.dual_clip, agg,
-                                    weight)
-        loss, row = ploss, {"policy_loss": ploss.item(), "clipfrac": clipfrac.item(),
-                            # how far this update has moved π from the policy that sampled (k3 estimate)
-                            "approx_kl": masked_mean(kl_estimate(logp.detach(), old, "k3"), mask).item()}
+        weight = None if mb.is_weight is None else mb.is_weight.to(dev)  # --enable_vllm_is_correction
+        ploss, clipfrac = objective(
+            logp, old, mb.advantages.to(dev), mask, eps_low, eps_high, cfg.dual_clip, agg, weight
+        )
+        loss, row = (
+            ploss,
+            {
+                "policy_loss": ploss.item(),
+                "clipfrac": clipfrac.item(),
+                # how far this update has moved π from the policy that sampled (k3 estimate)
+                "approx_kl": masked_mean(kl_estimate(logp.detach(), old, "k3"), mask).item(),
+            },
+        )
         if cfg.use_kl_loss:
             kl = agg(kl_estimate(logp, mb.ref_logp.to(dev), cfg.kl_estimator), mask)
             loss = loss + kl_coef * kl
@@ -199,6 +222,6 @@ def train_actor(actor: Any, exp: Experience, cfg: PPOConfig, kl_coef: float, see
         steps = actor.global_steps
         if _backward_step(actor, loss, micro, guard):
             rows.append(row)
-        if ema is not None and actor.global_steps != steps:   # an optimizer step was taken: --enable_ema
+        if ema is not None and actor.global_steps != steps:  # an optimizer step was taken: --enable_ema
             ema.update(actor.module)
     return _mean(rows)

@@ -8,13 +8,14 @@ weight sync is a no-op by construction (the engine generates with the weights it
 vLLM engines (--vllm_num_engines), the actor's weights go to them after every actor update in
 bounded chunks through the object store (`sync_weights`).
 """
+
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import tempfile
 import time
-import dataclasses
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -26,11 +27,11 @@ from alignment.config.ppo import PPOConfig
 from alignment.distributed import placement
 from alignment.models.loading import resolve_model_path
 from alignment.ppo.batch import SequenceBatch
-from alignment.rewards.scorer import Scored
 from alignment.ppo.controller import PPOController, check_sizes, iterations_per_episode, sampling_params
 from alignment.ppo.experience import Experience
 from alignment.ppo.groups import ModelGroup, split
 from alignment.ppo.loop import PPOState, resume_state
+from alignment.rewards.scorer import Scored
 from alignment.rollout.types import Rollout, SamplingParams
 
 log = logging.getLogger("alignment.train_ppo_ray")
@@ -39,21 +40,25 @@ log = logging.getLogger("alignment.train_ppo_ray")
 @dataclass
 class Gathered:
     """Each rank's rows of a group call, concatenated in rank order once they are all in."""
+
     futures: list
 
     def get(self) -> torch.Tensor:
         import ray
+
         return torch.cat(ray.get(self.futures))
 
 
 @dataclass
 class ShardedRollout:
     """The generators' rollouts of consecutive prompt shards, joined once they are all in."""
+
     futures: list
-    starts: list[int]     # each shard's first prompt
+    starts: list[int]  # each shard's first prompt
 
     def get(self) -> Rollout:
         import ray
+
         rollout = Rollout()
         for part, start in zip(ray.get(self.futures), self.starts):
             rollout.extend(part, index_offset=start)
@@ -63,15 +68,17 @@ class ShardedRollout:
 @dataclass
 class GroupMetrics:
     """A training pass's metrics, which every rank returns already averaged across its group."""
+
     futures: list
 
     def get(self) -> dict[str, float]:
         import ray
+
         return ray.get(self.futures)[0]
 
 
 class RayGroups:
-    rank, world = 0, 1      # one controller, in the driver: it sees every row of the iteration
+    rank, world = 0, 1  # one controller, in the driver: it sees every row of the iteration
 
     def __init__(self, cfg: PPOConfig, n_prompts: int, function_reward: Any | None):
         import ray
@@ -92,37 +99,58 @@ class RayGroups:
         from ray.util.placement_group import placement_group
 
         bundle = {"GPU": 1, "CPU": 1} if self.gpu else {"CPU": 1}
-        pgs = {name: placement_group([dict(bundle)] * n, strategy="PACK")
-               for name, n in placement.bundles_needed(self.plans).items()}
+        pgs = {
+            name: placement_group([dict(bundle)] * n, strategy="PACK")
+            for name, n in placement.bundles_needed(self.plans).items()
+        }
         ready, _ = ray.wait([pg.ready() for pg in pgs.values()], num_returns=len(pgs), timeout=300)
         if len(ready) < len(pgs):
-            raise RuntimeError(f"placement groups not ready after 300 s ({kind} bundles requested: "
-                               f"{placement.bundles_needed(self.plans)}; cluster: {resources})")
+            raise RuntimeError(
+                f"placement groups not ready after 300 s ({kind} bundles requested: "
+                f"{placement.bundles_needed(self.plans)}; cluster: {resources})"
+            )
         cores = int(resources.get("CPU", 1) / max(1, len(ray.nodes())))
         threads = placement.threads_per_rank(self.plans, cores, self.cfg.num_threads)
         engine_cores, trainer_cores = placement.split_cores(cores, self.cfg.vllm_num_engines)
         trainer_cores = trainer_cores if self.cfg.vllm_num_engines and not self.gpu else None
         self.engines = [self._start_engine(pgs, k, engine_cores[k]) for k in range(self.cfg.vllm_num_engines)]
-        self.collective_sync = bool(self.engines) and (self.cfg.vllm_sync_backend == "gloo" or (
-            self.gpu and not self.cfg.colocate_all_models))
+        self.collective_sync = bool(self.engines) and (
+            self.cfg.vllm_sync_backend == "gloo" or (self.gpu and not self.cfg.colocate_all_models)
+        )
         if self.engines and not self.collective_sync:
-            log.warning("--vllm_sync_backend nccl needs the engines on GPUs of their own (%s): weights go to the vLLM "
-                        "engines in chunks through Ray's object store (--vllm_sync_backend gloo broadcasts over gloo)",
-                        "--colocate_all_models shares them" if self.gpu else "this cluster has no GPUs")
+            log.warning(
+                "--vllm_sync_backend nccl needs the engines on GPUs of their own (%s): weights go to the vLLM "
+                "engines in chunks through Ray's object store (--vllm_sync_backend gloo broadcasts over gloo)",
+                "--colocate_all_models shares them" if self.gpu else "this cluster has no GPUs",
+            )
         if self.cfg.vllm_enable_sleep:
-            log.info("--vllm_enable_sleep: %s", "the engines sleep between rollouts (weights to CPU memory, KV cache "
-                     "freed)" if self.gpu else "the engines run on CPU, their memory is host memory: nothing to free")
+            log.info(
+                "--vllm_enable_sleep: %s",
+                "the engines sleep between rollouts (weights to CPU memory, KV cache " "freed)"
+                if self.gpu
+                else "the engines run on CPU, their memory is host memory: nothing to free",
+            )
         groups = {p.role: ModelGroup(p, pgs[p.bundle_set], self.gpu) for p in self.plans if p.role != "vllm"}
-        ray.get([f for g in groups.values() for f in g.init(self.cfg, threads, self.total_steps, trainer_cores)]
-                + [e.ready.remote() for e in self.engines])
+        ray.get(
+            [f for g in groups.values() for f in g.init(self.cfg, threads, self.total_steps, trainer_cores)]
+            + [e.ready.remote() for e in self.engines]
+        )
         if self.collective_sync:
             self._open_sync_group(groups["actor"].workers[0])
-        log.info("placed %s; %d threads per rank", ", ".join(f"{p.role} {p.nodes}x{p.per_node}"
-                                                             + (f" on {p.bundle_set}'s bundles" if p.bundle_set != p.role else "")
-                                                             for p in self.plans), threads)
+        log.info(
+            "placed %s; %d threads per rank",
+            ", ".join(
+                f"{p.role} {p.nodes}x{p.per_node}" + (f" on {p.bundle_set}'s bundles" if p.bundle_set != p.role else "")
+                for p in self.plans
+            ),
+            threads,
+        )
         nodes = {role: ray.get(g.node_ids()) for role, g in groups.items()}
-        log.info("ranks by Ray node (%d nodes in the cluster): %s", len(ray.nodes()),
-                 "; ".join(f"{role} {' '.join(n[:12] for n in ids)}" for role, ids in nodes.items()))
+        log.info(
+            "ranks by Ray node (%d nodes in the cluster): %s",
+            len(ray.nodes()),
+            "; ".join(f"{role} {' '.join(n[:12] for n in ids)}" for role, ids in nodes.items()),
+        )
         return groups
 
     def _start_engine(self, pgs: dict, k: int, core: int) -> Any:
@@ -132,34 +160,57 @@ class RayGroups:
 
         from alignment.distributed.ray_ranks import unniced
         from alignment.ppo.workers import vllm_engine_actor
+
         cfg, plan = self.cfg, next(p for p in self.plans if p.role == "vllm")
         env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
         if not self.gpu:
-            env.update(VLLM_CPU_OMP_THREADS_BIND=str(core), VLLM_CPU_KVCACHE_SPACE=os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"))
+            env.update(
+                VLLM_CPU_OMP_THREADS_BIND=str(core),
+                VLLM_CPU_KVCACHE_SPACE=os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
+            )
         actor = ray.remote(vllm_engine_actor()).options(
-            num_cpus=plan.share, num_gpus=plan.share if self.gpu else 0, runtime_env=unniced(env),
-            scheduling_strategy=PlacementGroupSchedulingStrategy(pgs[plan.bundle_set], placement_group_bundle_index=k))
-        return actor.remote(resolve_model_path(cfg.pretrain, revision=cfg.revision), cfg.prompt_max_len + cfg.generate_max_len, cfg.seed + k,
-                            not self.gpu, cfg.vllm_gpu_memory_utilization, cfg.enable_prefix_caching,
-                            "bfloat16" if cfg.bf16 else "auto", cfg.vllm_enable_sleep)
+            num_cpus=plan.share,
+            num_gpus=plan.share if self.gpu else 0,
+            runtime_env=unniced(env),
+            scheduling_strategy=PlacementGroupSchedulingStrategy(pgs[plan.bundle_set], placement_group_bundle_index=k),
+        )
+        return actor.remote(
+            resolve_model_path(cfg.pretrain, revision=cfg.revision),
+            cfg.prompt_max_len + cfg.generate_max_len,
+            cfg.seed + k,
+            not self.gpu,
+            cfg.vllm_gpu_memory_utilization,
+            cfg.enable_prefix_caching,
+            "bfloat16" if cfg.bf16 else "auto",
+            cfg.vllm_enable_sleep,
+        )
 
     def _open_sync_group(self, root: Any) -> None:
         """Actor rank 0 (root) and every engine join one process group for the weight broadcast."""
         import ray
 
         from alignment.rollout.collective_sync import SyncGroup
+
         world_size = 1 + len(self.engines)
         host, port = ray.get(root.sync_group_address.remote(world_size))
         group = SyncGroup(host, port, world_size, self.cfg.vllm_sync_backend)
-        ray.get([root.join_sync_group.remote(group)]
-                + [e.join_sync_group.remote(group, k + 1) for k, e in enumerate(self.engines)])
-        log.info("weight sync: %s broadcast from actor rank 0 to %d vLLM engine(s) (%s:%d)", group.backend,
-                 len(self.engines), host, port)
+        ray.get(
+            [root.join_sync_group.remote(group)]
+            + [e.join_sync_group.remote(group, k + 1) for k, e in enumerate(self.engines)]
+        )
+        log.info(
+            "weight sync: %s broadcast from actor rank 0 to %d vLLM engine(s) (%s:%d)",
+            group.backend,
+            len(self.engines),
+            host,
+            port,
+        )
 
     def sync_weights(self) -> float:
         """Push the actor's new weights to every vLLM engine (a collective broadcast, or bounded
         chunks through the object store); seconds taken."""
         import ray
+
         if not self.engines:
             return 0.0
         t0 = time.time()
@@ -168,8 +219,9 @@ class RayGroups:
             root = self.groups["actor"].workers[0]
             ray.get([root.broadcast_weights.remote()] + [e.receive_weights.remote(tensor_specs) for e in self.engines])
             return time.time() - t0
-        refs = [r for part in ray.get(self.groups["actor"].weight_chunks(self.cfg.vllm_sync_chunk_mb << 20))
-                for r in part]
+        refs = [
+            r for part in ray.get(self.groups["actor"].weight_chunks(self.cfg.vllm_sync_chunk_mb << 20)) for r in part
+        ]
         ray.get([e.load_weight_refs.remote(refs) for e in self.engines])
         return time.time() - t0
 
@@ -178,25 +230,39 @@ class RayGroups:
         """On the vLLM engines when there are any, else on the actor ranks (HF engine); started, not awaited."""
         generators = self.engines or self.groups["actor"].workers
         shards = split(len(prompt_ids), len(generators))
-        return ShardedRollout([g.generate.remote(prompt_ids[s:e], sampling_params(self.cfg, iteration, r, len(generators)))
-                               for r, (g, (s, e)) in enumerate(zip(generators, shards))], [s for s, _ in shards])
+        return ShardedRollout(
+            [
+                g.generate.remote(prompt_ids[s:e], sampling_params(self.cfg, iteration, r, len(generators)))
+                for r, (g, (s, e)) in enumerate(zip(generators, shards))
+            ],
+            [s for s, _ in shards],
+        )
 
     def generate_turn(self, prompt_ids: list[list[int]], params: SamplingParams) -> Rollout:
         """One agent turn for each context, on the same generators as `generate` (shard r seeded apart)."""
         generators = self.engines or self.groups["actor"].workers
         shards = [(g, s, e) for g, (s, e) in zip(generators, split(len(prompt_ids), len(generators))) if e > s]
-        seed = lambda r: None if params.seed is None else params.seed * len(generators) + r   # noqa: E731
-        return ShardedRollout([g.generate.remote(prompt_ids[s:e], dataclasses.replace(params, seed=seed(r)))
-                               for r, (g, s, e) in enumerate(shards)], [s for _, s, _ in shards]).get()
+        seed = lambda r: None if params.seed is None else params.seed * len(generators) + r  # noqa: E731
+        return ShardedRollout(
+            [
+                g.generate.remote(prompt_ids[s:e], dataclasses.replace(params, seed=seed(r)))
+                for r, (g, s, e) in enumerate(shards)
+            ],
+            [s for _, s, _ in shards],
+        ).get()
 
     def scores(self, queries: list[str], prompts: list[str], labels: list) -> Scored:
         import ray
+
         if self.function_reward is not None:
             return self.function_reward(queries, prompts, labels)
         group = self.groups["reward"]
         shards = split(len(queries), len(group.workers))
-        return Scored.concat(ray.get([w.scores.remote(queries[s:e], prompts[s:e], labels[s:e])
-                                      for w, (s, e) in zip(group.workers, shards)]))
+        return Scored.concat(
+            ray.get(
+                [w.scores.remote(queries[s:e], prompts[s:e], labels[s:e]) for w, (s, e) in zip(group.workers, shards)]
+            )
+        )
 
     def actor_logprobs(self, batch: SequenceBatch) -> Gathered:
         return Gathered(self.groups["actor"].logprobs(batch))
@@ -222,38 +288,53 @@ class RayGroups:
 
         from alignment import storage
         from alignment.training import checkpoint
+
         cfg = self.cfg
         groups, version = self._trained_groups(), storage.new_version()
         ray.get([f for g in groups for f in g.save_checkpoint(cfg.ckpt_path, state.iteration)])
         # then each node's first rank of each group uploads its node's files (s3://): the driver's node
         # may hold none of them
         parts = ray.get([f for g in groups for f in g.upload_checkpoint(cfg.ckpt_path, state.iteration, version)])
-        checkpoint.commit(cfg.ckpt_path, state.iteration, {"ppo": asdict(state)}, cfg.max_ckpt_num,
-                          {"stage": "ppo", "config": public_dict(cfg)}, self.actor_world,
-                          {k: v for p in parts for k, v in p.items()}, version)
+        checkpoint.commit(
+            cfg.ckpt_path,
+            state.iteration,
+            {"ppo": asdict(state)},
+            cfg.max_ckpt_num,
+            {"stage": "ppo", "config": public_dict(cfg)},
+            self.actor_world,
+            {k: v for p in parts for k, v in p.items()},
+            version,
+        )
 
     def resume(self) -> PPOState | None:
         """--load_checkpoint: the newest committed state, loaded into the groups; None to start fresh."""
         import ray
 
         from alignment.training import checkpoint
+
         ckpt = self.cfg.ckpt_path
 
-        got = resume_state(self.cfg, lambda: checkpoint.find_latest(ckpt))   # the weights load on the workers' nodes
+        got = resume_state(self.cfg, lambda: checkpoint.find_latest(ckpt))  # the weights load on the workers' nodes
         if got is None:
             return None
         state, found = got
         ray.get([f for g in self._trained_groups() for f in g.load_checkpoint(self.cfg.ckpt_path, found.name)])
-        self.sync_weights()          # the engines started from --pretrain
+        self.sync_weights()  # the engines started from --pretrain
         return state
 
     def commit(self, metrics_dir: Path, final: dict[str, float], tracking: dict[str, str]) -> None:
         """The model, with what the driver wrote beside it (metrics.jsonl, TensorBoard events
         placed inside --save_path), committed by the actor group."""
         import ray
+
         files = {str(p.relative_to(metrics_dir)): p.read_bytes() for p in sorted(metrics_dir.rglob("*")) if p.is_file()}
-        ray.get(self.groups["actor"].commit(self.cfg.save_path, {"stage": "ppo", "config": public_dict(self.cfg),
-                                                                 "final_metrics": final, "tracking": tracking}, files))
+        ray.get(
+            self.groups["actor"].commit(
+                self.cfg.save_path,
+                {"stage": "ppo", "config": public_dict(self.cfg), "final_metrics": final, "tracking": tracking},
+                files,
+            )
+        )
 
 
 def run(cfg: PPOConfig) -> dict[str, float]:
@@ -263,30 +344,40 @@ def run(cfg: PPOConfig) -> dict[str, float]:
 
     from alignment.datasets.prompts import load_prompts
     from alignment.models.loading import load_tokenizer
+    from alignment.models.precision import check_ring_attention
     from alignment.ppo.loop import run_iterations
     from alignment.rewards.scorer import FunctionReward
     from alignment.training.tracking import MetricsLogger
 
-    from alignment.models.precision import check_ring_attention
     check_ring_attention(cfg.ring_attn_size, "cuda" if torch.cuda.is_available() else "cpu")
-    tokenizer = load_tokenizer(resolve_model_path(cfg.pretrain, revision=cfg.revision), cfg.tokenizer_chat_template,
-                               trust_remote_code=cfg.trust_remote_code,
-                               use_fast=not cfg.disable_fast_tokenizer)
+    tokenizer = load_tokenizer(
+        resolve_model_path(cfg.pretrain, revision=cfg.revision),
+        cfg.tokenizer_chat_template,
+        trust_remote_code=cfg.trust_remote_code,
+        use_fast=not cfg.disable_fast_tokenizer,
+    )
     prompts = load_prompts(cfg, tokenizer, cfg.prompt_data, cfg.prompt_split)
     function_reward = FunctionReward(cfg.remote_rm_url) if cfg.remote_rm_url else None
     check_sizes(cfg, placement.plan(cfg)[0].world_size)
     if not ray.is_initialized():
-        ray.init(log_to_driver=True)      # inside a Ray job this joins the job's cluster
+        ray.init(log_to_driver=True)  # inside a Ray job this joins the job's cluster
     groups = RayGroups(cfg, len(prompts), function_reward)
     ppo = PPOController(cfg, groups, tokenizer, prompts)
-    log.info("PPO on Ray (%s): %d prompts, %d iterations of %d prompts x %d samples, %d optimizer steps per "
-             "iteration", cfg.advantage_estimator, len(prompts), ppo.total_iterations, cfg.rollout_batch_size,
-             cfg.n_samples_per_prompt, ppo.steps_per_iteration)
+    log.info(
+        "PPO on Ray (%s): %d prompts, %d iterations of %d prompts x %d samples, %d optimizer steps per " "iteration",
+        cfg.advantage_estimator,
+        len(prompts),
+        ppo.total_iterations,
+        cfg.rollout_batch_size,
+        cfg.n_samples_per_prompt,
+        ppo.steps_per_iteration,
+    )
     # the driver's metrics go to the actor rank that commits the model (it may be on another node)
     with tempfile.TemporaryDirectory(prefix="alignflow-ppo-metrics-") as metrics_dir:
         start = groups.resume()
-        logger = MetricsLogger(cfg, Path(metrics_dir), True, ppo.total_iterations, "ppo",
-                               cfg.rollout_batch_size * cfg.n_samples_per_prompt)
+        logger = MetricsLogger(
+            cfg, Path(metrics_dir), True, ppo.total_iterations, "ppo", cfg.rollout_batch_size * cfg.n_samples_per_prompt
+        )
         run_iterations(cfg, ppo.total_iterations, ppo, logger, groups.save, start)
         logger.close()
         groups.commit(Path(metrics_dir), logger.final(), logger.links)

@@ -3,6 +3,7 @@ gradient buffers) live in CPU memory between training passes and come back for t
 save or load (DeepSpeed's offload_states / reload_states), so generation and the other groups' passes have
 the accelerator memory they held. The model's own weights stay where they are: they score and generate.
 """
+
 from __future__ import annotations
 
 import logging
@@ -17,8 +18,11 @@ class OptimizerSleep:
         self.engine, self.asleep = engine, False
         self.enabled = enabled and device_type != "cpu"
         if enabled and not self.enabled:
-            log.info("--deepspeed_enable_sleep: %s's optimizer states are in host memory already (CPU cluster); "
-                     "nothing to move", role)
+            log.info(
+                "--deepspeed_enable_sleep: %s's optimizer states are in host memory already (CPU cluster); "
+                "nothing to move",
+                role,
+            )
 
     @contextmanager
     def awake(self) -> Iterator[None]:

@@ -6,6 +6,7 @@ The rows are sorted longest first and filled greedily. A micro-batch costs what 
 computes: rows x longest row when right-padded, the sum of its rows' tokens when packed
 (--packing_samples). Pure index arithmetic; alignment/ppo/rank_ops.py runs the passes.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -13,8 +14,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class TokenBudget:
-    max_tokens: int   # most tokens one forward pass computes (OpenRLHF's --*_max_tokens_per_gpu)
-    packed: bool      # --packing_samples: a micro-batch costs its real tokens, not rows x longest
+    max_tokens: int  # most tokens one forward pass computes (OpenRLHF's --*_max_tokens_per_gpu)
+    packed: bool  # --packing_samples: a micro-batch costs its real tokens, not rows x longest
 
     def cost(self, lengths: list[int]) -> int:
         return sum(lengths) if self.packed else len(lengths) * max(lengths, default=0)
@@ -43,5 +44,5 @@ def split_to(groups: list[list[int]], n: int) -> list[list[int]]:
     while len(out) < n:
         k = max(range(len(out)), key=lambda j: len(out[j]))
         g = out.pop(k)
-        out[k:k] = [g[:len(g) // 2], g[len(g) // 2:]]
+        out[k:k] = [g[: len(g) // 2], g[len(g) // 2 :]]
     return out

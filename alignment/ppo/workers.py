@@ -3,12 +3,14 @@ ranks of a group form their own torch.distributed group (gloo on CPU, NCCL on GP
 same `rank_ops` code as PPO without Ray; the driver's controller (`alignment.ppo.controller`, through
 `alignment.ppo.ray_driver.RayGroups`) tells them what to do and moves tensors between groups through Ray's object store.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import logging
 import os
 from typing import Any
+
 from alignment.config.ppo import PPOConfig
 
 log = logging.getLogger(__name__)
@@ -20,16 +22,34 @@ class ModelWorker:
     def address(self) -> tuple[str, int]:
         """This node's IP and a free port: rank 0's become the group's MASTER_ADDR/PORT."""
         from alignment.distributed.ray_ranks import node_address
+
         return node_address()
 
-    def init(self, role: str, cfg: PPOConfig, rank: int, world_size: int, ranks_per_node: int, master: tuple[str, int],
-             threads: int, total_steps: int, cores: list[int] | None = None) -> None:
+    def init(
+        self,
+        role: str,
+        cfg: PPOConfig,
+        rank: int,
+        world_size: int,
+        ranks_per_node: int,
+        master: tuple[str, int],
+        threads: int,
+        total_steps: int,
+        cores: list[int] | None = None,
+    ) -> None:
         from alignment.logs import setup_logging
-        os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK="0",
-                          LOCAL_WORLD_SIZE=str(ranks_per_node), MASTER_ADDR=master[0], MASTER_PORT=str(master[1]),
-                          OMP_WAIT_POLICY="PASSIVE")   # idle ranks of other groups must not spin on the cores
+
+        os.environ.update(
+            RANK=str(rank),
+            WORLD_SIZE=str(world_size),
+            LOCAL_RANK="0",
+            LOCAL_WORLD_SIZE=str(ranks_per_node),
+            MASTER_ADDR=master[0],
+            MASTER_PORT=str(master[1]),
+            OMP_WAIT_POLICY="PASSIVE",
+        )  # idle ranks of other groups must not spin on the cores
         setup_logging()
-        if cores:   # keep off the cores vLLM engines bound (placement.split_cores)
+        if cores:  # keep off the cores vLLM engines bound (placement.split_cores)
             os.sched_setaffinity(0, set(cores))
             threads = min(threads, len(cores))
         from alignment.distributed.runtime import init_runtime
@@ -41,60 +61,93 @@ class ModelWorker:
 
         self.role, self.cfg = role, cfg
         self.rt = init_runtime(-1, threads)
-        if cfg.load_checkpoint:   # before any weights load
+        if cfg.load_checkpoint:  # before any weights load
             check_world_size(cfg.ckpt_path, self.rt.world_size)
         self.setup = setup = prepare(cfg, self.rt)
         self.packing = packing_for(cfg, setup)
         if role == "actor":
-            self.engine = build_engine(load_actor(setup, cfg), dataclasses.replace(cfg, learning_rate=cfg.actor_learning_rate),
-                                       self.rt, setup.precision.bf16, total_steps)
+            self.engine = build_engine(
+                load_actor(setup, cfg),
+                dataclasses.replace(cfg, learning_rate=cfg.actor_learning_rate),
+                self.rt,
+                setup.precision.bf16,
+                total_steps,
+            )
             self.model = self.engine.module
             from alignment.ppo.ema import EMA
+
             self.ema = EMA(self.model, cfg.ema_beta) if cfg.enable_ema else None
         elif role == "critic":
             from alignment.models.reward_model import ValueCapture, critic_value_scale
+
             source = cfg.critic_pretrain or (cfg.reward_pretrain.split(",")[0] if cfg.reward_pretrain else cfg.pretrain)
             critic_setup = dataclasses.replace(setup, path=resolve_model_path(source, "--critic_pretrain"))
-            self.engine = build_engine(load_value_model(critic_setup, cfg),
-                                       dataclasses.replace(cfg, learning_rate=cfg.critic_learning_rate),
-                                       self.rt, setup.precision.bf16, total_steps)
+            self.engine = build_engine(
+                load_value_model(critic_setup, cfg),
+                dataclasses.replace(cfg, learning_rate=cfg.critic_learning_rate),
+                self.rt,
+                setup.precision.bf16,
+                total_steps,
+            )
             self.model = self.engine.module
             self.capture = ValueCapture(self.model, critic_value_scale(critic_setup.path, cfg.normalize_reward))
         elif role == "ref":
             device = "cpu" if cfg.ref_reward_offload else self.rt.torch_device
-            self.model = load_causal_lm(setup.path, setup.precision.dtype, setup.attn,
-                           trust_remote_code=setup.trust_remote_code).to(device).eval()
+            self.model = (
+                load_causal_lm(setup.path, setup.precision.dtype, setup.attn, trust_remote_code=setup.trust_remote_code)
+                .to(device)
+                .eval()
+            )
             self.model.requires_grad_(False)
         elif role == "reward":
             from alignment.rewards.scorer import make_reward
-            self.reward = make_reward(cfg, setup.tokenizer, setup.precision.dtype, setup.attn,
-                                      "cpu" if cfg.ref_reward_offload else str(self.rt.torch_device))
+
+            self.reward = make_reward(
+                cfg,
+                setup.tokenizer,
+                setup.precision.dtype,
+                setup.attn,
+                "cpu" if cfg.ref_reward_offload else str(self.rt.torch_device),
+            )
         else:
             raise ValueError(f"unknown model role {role!r}")
         from alignment.ppo.sleep import OptimizerSleep
-        self.sleep = OptimizerSleep(self.engine if role in ("actor", "critic") else None,
-                                    cfg.deepspeed_enable_sleep and role in ("actor", "critic"),
-                                    self.rt.torch_device.type, role)
+
+        self.sleep = OptimizerSleep(
+            self.engine if role in ("actor", "critic") else None,
+            cfg.deepspeed_enable_sleep and role in ("actor", "critic"),
+            self.rt.torch_device.type,
+            role,
+        )
         log.info("%s rank %d/%d ready (%d threads)", role, rank, world_size, threads)
 
     # --- inference ---------------------------------------------------------------------
     def node_id(self) -> str:
         import ray
+
         return ray.get_runtime_context().get_node_id()
 
     def generate(self, prompt_ids: list[list[int]], params: Any) -> Any:
         from alignment.rollout.hf_engine import HFEngine
+
         tok = self.setup.tokenizer
-        engine = HFEngine(self.model, tok.eos_token_id, tok.pad_token_id,
-                          batch_size=max(self.cfg.micro_rollout_batch_size, 1), device=self.rt.torch_device)
+        engine = HFEngine(
+            self.model,
+            tok.eos_token_id,
+            tok.pad_token_id,
+            batch_size=max(self.cfg.micro_rollout_batch_size, 1),
+            device=self.rt.torch_device,
+        )
         return engine.generate(prompt_ids, params)
 
     def logprobs(self, batch: Any) -> Any:
         from alignment.ppo import rank_ops
+
         return rank_ops.logprobs(self.model, batch, self.cfg, self.packing)
 
     def values(self, batch: Any) -> Any:
         from alignment.ppo import rank_ops
+
         return rank_ops.values(self.model, self.capture, batch, self.cfg, self.packing)
 
     def scores(self, queries: list[str], prompts: list[str], labels: list) -> Any:
@@ -102,8 +155,9 @@ class ModelWorker:
 
     # --- training ----------------------------------------------------------------------
     def train(self, exp: Any, kl_coef: float, seed: int) -> dict[str, float]:
-        from alignment.ppo import rank_ops
         from alignment.distributed.collectives import mean_across_ranks
+        from alignment.ppo import rank_ops
+
         with self.sleep.awake():
             if self.role == "critic":
                 stats = rank_ops.train_critic(self.engine, self.capture, exp, self.cfg, seed, self.packing)
@@ -118,6 +172,7 @@ class ModelWorker:
 
         from alignment.models.saving import policy_weights
         from alignment.rollout.weight_sync import chunks
+
         state = policy_weights(self.engine)
         return [] if state is None else [ray.put(part) for part in chunks(state, max_bytes)]
 
@@ -127,6 +182,7 @@ class ModelWorker:
         import ray
 
         from alignment.rollout.collective_sync import listen
+
         host = ray.util.get_node_ip_address()
         self._sync_store = listen(host, world_size)
         return host, self._sync_store.port
@@ -135,6 +191,7 @@ class ModelWorker:
         import torch
 
         from alignment.rollout.collective_sync import open_group
+
         self._sync_pg = open_group(group, 0, self._sync_store)
         self._sync_device = self.rt.torch_device if group.backend == "nccl" else torch.device("cpu")
         return True
@@ -143,33 +200,41 @@ class ModelWorker:
         """Every rank (ZeRO-3 gathers collectively); rank 0 keeps the weights, returns their specs."""
         from alignment.models.saving import policy_weights
         from alignment.rollout.collective_sync import specs
+
         self._sync_state = policy_weights(self.engine)
         return [] if self._sync_state is None else specs(self._sync_state)
 
     def broadcast_weights(self) -> int:
         from alignment.rollout.collective_sync import broadcast
+
         state, self._sync_state = self._sync_state, None
         return broadcast(self._sync_pg, state, self._sync_device)
 
     def save_checkpoint(self, ckpt_uri: str, iteration: int) -> None:
         from alignment.models.saving import lora_save, save_hf_copy
         from alignment.training import checkpoint
-        def actor_extra(role_dir):   # --save_hf_ckpt's HF copy, --enable_ema's average (collective)
+
+        def actor_extra(role_dir):  # --save_hf_ckpt's HF copy, --enable_ema's average (collective)
             if self.cfg.save_hf_ckpt:
-                save_hf_copy(self.engine, self.setup.tokenizer, role_dir / "hf" if role_dir else None,
-                             lora=lora_save(self.cfg))
+                save_hf_copy(
+                    self.engine, self.setup.tokenizer, role_dir / "hf" if role_dir else None, lora=lora_save(self.cfg)
+                )
             if self.ema is not None:
                 self.ema.save(role_dir)
+
         with self.sleep.awake():
-            checkpoint.save_engine(self.engine, ckpt_uri, iteration, self.role,
-                                   actor_extra if self.role == "actor" else None)
+            checkpoint.save_engine(
+                self.engine, ckpt_uri, iteration, self.role, actor_extra if self.role == "actor" else None
+            )
 
     def upload_checkpoint(self, ckpt_uri: str, iteration: int, version: str) -> dict:
         from alignment.training import checkpoint
+
         return checkpoint.upload_role(ckpt_uri, iteration, self.role, version)
 
     def load_checkpoint(self, ckpt_uri: str, name: str) -> None:
         from alignment.training import checkpoint
+
         with self.sleep.awake():
             checkpoint.load_engine(self.engine, ckpt_uri, name, self.role)
         if self.role == "actor" and self.ema is not None:
@@ -182,14 +247,20 @@ class ModelWorker:
 
         from alignment.models.saving import commit_model, lora_save, save_hf_model
         from alignment.outputs import StagedOutput
+
         # the old committed model stays intact until the commit
         with StagedOutput(save_path, writes=self.rt.is_main) as out:
             for name, data in files.items() if out.dir is not None else ():
                 (out.dir / name).parent.mkdir(parents=True, exist_ok=True)
                 (out.dir / name).write_bytes(data)
-            if self.role == "actor" and self.ema is not None and out.dir is not None:   # beside the actor
-                save_hf_model(self.model, self.ema.state_dict(self.model), self.setup.tokenizer, out.dir / "ema",
-                              lora=lora_save(self.cfg))
+            if self.role == "actor" and self.ema is not None and out.dir is not None:  # beside the actor
+                save_hf_model(
+                    self.model,
+                    self.ema.state_dict(self.model),
+                    self.setup.tokenizer,
+                    out.dir / "ema",
+                    lora=lora_save(self.cfg),
+                )
             commit_model(out, self.engine, self.setup.tokenizer, metadata, lora=lora_save(self.cfg), cfg=self.cfg)
         dist.barrier()
 
@@ -201,6 +272,7 @@ def vllm_engine_actor() -> type:
     class VLLMEngineActor(VLLMEngine):
         def load_weight_refs(self, refs: list) -> int:
             import ray
-            return self.load_weight_chunks(ray.get(ref) for ref in refs)   # one chunk fetched at a time
+
+            return self.load_weight_chunks(ray.get(ref) for ref in refs)  # one chunk fetched at a time
 
     return VLLMEngineActor

@@ -9,6 +9,7 @@ PPO reads only sequence-classification reward models, so there is no aggregation
 A model is a PRM when its config.json has a "prm" entry (alignment.cli.train_prm writes it):
 {"placeholder_token": "#", "reward_tokens": ["+", "-"]}.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,15 +35,26 @@ def read_prm_entry(path: str | Path) -> dict | None:
 class ProcessRewardModel:
     """One PRM: texts in, [n] scores in [0, 1] out (the minimum over steps of P(first reward token))."""
 
-    def __init__(self, path: str, entry: dict, tokenizer: Any, dtype: torch.dtype, attn: str, device: str,
-                 trust_remote_code: bool = False):
+    def __init__(
+        self,
+        path: str,
+        entry: dict,
+        tokenizer: Any,
+        dtype: torch.dtype,
+        attn: str,
+        device: str,
+        trust_remote_code: bool = False,
+    ):
         if not entry.get("reward_tokens"):
-            raise ModelLoadError(f"--reward_pretrain {path}: a PRM trained without --reward_tokens has no positive "
-                                 f"token to read a score from; retrain it with e.g. --reward_tokens + -")
+            raise ModelLoadError(
+                f"--reward_pretrain {path}: a PRM trained without --reward_tokens has no positive "
+                f"token to read a score from; retrain it with e.g. --reward_tokens + -"
+            )
         self.placeholder = entry["placeholder_token"]
         self.placeholder_id = single_token_id(tokenizer, self.placeholder, f"--reward_pretrain {path}: its placeholder")
-        self.reward_ids = [single_token_id(tokenizer, t, f"--reward_pretrain {path}: its reward token")
-                           for t in entry["reward_tokens"]]
+        self.reward_ids = [
+            single_token_id(tokenizer, t, f"--reward_pretrain {path}: its reward token") for t in entry["reward_tokens"]
+        ]
         self.tokenizer, self.device = tokenizer, device
         model = load_causal_lm(path, dtype, attn, flag="--reward_pretrain", trust_remote_code=trust_remote_code)
         self.model = model.to(device).eval().requires_grad_(False)
@@ -61,12 +73,13 @@ class ProcessRewardModel:
     def __call__(self, texts: list[str]) -> torch.Tensor:
         side, self.tokenizer.padding_side = self.tokenizer.padding_side, "right"
         try:
-            enc = self.tokenizer([self.steps_text(t) for t in texts], return_tensors="pt", padding=True,
-                                 add_special_tokens=False).to(self.device)
+            enc = self.tokenizer(
+                [self.steps_text(t) for t in texts], return_tensors="pt", padding=True, add_special_tokens=False
+            ).to(self.device)
         finally:
             self.tokenizer.padding_side = side
-        logits = self.model(**enc).logits                                           # [B, T, V]
-        at = (enc["input_ids"] == self.placeholder_id) & enc["attention_mask"].bool()   # [B, T]
-        p_good = torch.ones(at.shape, device=logits.device)                          # 1 off placeholders: min ignores it
+        logits = self.model(**enc).logits  # [B, T, V]
+        at = (enc["input_ids"] == self.placeholder_id) & enc["attention_mask"].bool()  # [B, T]
+        p_good = torch.ones(at.shape, device=logits.device)  # 1 off placeholders: min ignores it
         p_good[at] = positive_probability(logits[at], self.reward_ids)
-        return p_good.min(dim=-1).values.float().cpu()                               # [B]
+        return p_good.min(dim=-1).values.float().cpu()  # [B]

@@ -5,6 +5,7 @@ with "scores" and "extra_logs", as a reward_func's dict: alignment/rewards/rewar
 Queries are sent in batches, spread round-robin over the URLs; connection errors and 5xx are
 retried with backoff, then raised naming the URL; a 4xx or a malformed reply is raised at once.
 """
+
 from __future__ import annotations
 
 import json
@@ -12,8 +13,8 @@ import socket
 import time
 import urllib.error
 import urllib.request
-from urllib.parse import urlsplit
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from alignment.rewards.reward_func import RewardError, RewardOutput, RewardServerDown, merge_outputs, parse_output
 
@@ -46,9 +47,11 @@ class RemoteRewardClient:
                     break
                 except OSError as err:
                     if attempt == self.retries:
-                        raise RewardServerDown(f"reward server {url} unreachable after {self.retries + 1} tries "
-                                          f"({err.strerror or err}); is serve_rm running there?") from None
-                    time.sleep(self.backoff_s * 2 ** attempt)
+                        raise RewardServerDown(
+                            f"reward server {url} unreachable after {self.retries + 1} tries "
+                            f"({err.strerror or err}); is serve_rm running there?"
+                        ) from None
+                    time.sleep(self.backoff_s * 2**attempt)
 
     def __call__(self, queries: list[str], prompts: list[str], labels: list) -> RewardOutput:
         parts = []
@@ -75,13 +78,16 @@ class RemoteRewardClient:
             except (urllib.error.URLError, TimeoutError, ConnectionError) as err:
                 if attempt == self.retries:
                     reason = getattr(err, "reason", err)
-                    raise RewardServerDown(f"reward server {url} unreachable after {self.retries + 1} tries ({reason}); "
-                                      f"is serve_rm running there?") from None
-            time.sleep(self.backoff_s * 2 ** attempt)
+                    raise RewardServerDown(
+                        f"reward server {url} unreachable after {self.retries + 1} tries ({reason}); "
+                        f"is serve_rm running there?"
+                    ) from None
+            time.sleep(self.backoff_s * 2**attempt)
         try:
             answer = json.loads(raw)
             answer["rewards"]
         except (ValueError, KeyError, TypeError):
-            raise RewardError(f"reward server {url} sent a malformed reply (expected JSON with 'rewards'): "
-                              f"{raw[:120]!r}") from None
+            raise RewardError(
+                f"reward server {url} sent a malformed reply (expected JSON with 'rewards'): " f"{raw[:120]!r}"
+            ) from None
         return parse_output(answer, len(body["query"]), f"reward server {url}")

@@ -5,6 +5,7 @@ It may return, as OpenRLHF >= 0.8's files do, a dict — `rewards` (for the adva
 (what dynamic filtering reads; default: the rewards) and `extra_logs` ({name: one number per sample, or one
 number}, logged with the iteration's metrics, averaged) — or, as older files do, a plain list/tensor of rewards.
 A reward server may answer with the same dict."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -16,15 +17,16 @@ from typing import Any, Callable
 
 from alignment.errors import TransientError, UserError
 
-RewardFn = Callable[..., Any]   # (queries, prompts, labels, **kwargs) -> rewards, or the dict above
+RewardFn = Callable[..., Any]  # (queries, prompts, labels, **kwargs) -> rewards, or the dict above
 
 
 @dataclass(frozen=True)
 class RewardOutput:
     """A reward source's answer for B samples."""
-    rewards: list[float]                                    # [B] for the advantage
-    scores: list[float]                                     # [B] for dynamic filtering
-    logs: dict[str, float] = field(default_factory=dict)    # extra_logs, each averaged over the B samples
+
+    rewards: list[float]  # [B] for the advantage
+    scores: list[float]  # [B] for dynamic filtering
+    logs: dict[str, float] = field(default_factory=dict)  # extra_logs, each averaged over the B samples
 
 
 class RewardError(UserError, RuntimeError):
@@ -38,19 +40,25 @@ class RewardServerDown(RewardError, TransientError):
 def load_reward_func(path: str) -> RewardFn:
     file = Path(path)
     if not file.is_file():
-        raise RewardError(f"--remote_rm_url {path}: no such file; pass a .py file defining reward_func or an http(s) URL")
+        raise RewardError(
+            f"--remote_rm_url {path}: no such file; pass a .py file defining reward_func or an http(s) URL"
+        )
     spec = importlib.util.spec_from_file_location(f"alignflow_reward_{file.stem}", file)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     fn = getattr(module, "reward_func", None)
     if not callable(fn):
-        raise RewardError(f"{path} defines no reward_func(queries, prompts, labels); add one returning a list of floats")
-    try:   # how it is called: three lists by position (OpenRLHF passes no keywords either)
+        raise RewardError(
+            f"{path} defines no reward_func(queries, prompts, labels); add one returning a list of floats"
+        )
+    try:  # how it is called: three lists by position (OpenRLHF passes no keywords either)
         inspect.signature(fn).bind([], [], [])
     except TypeError:
-        raise RewardError(f"{path}: reward_func{inspect.signature(fn)} cannot be called as reward_func(queries, "
-                          f"prompts, labels); define it as reward_func(queries, prompts, labels, **kwargs)") from None
-    except ValueError:   # a builtin or C function without a signature: the first call says
+        raise RewardError(
+            f"{path}: reward_func{inspect.signature(fn)} cannot be called as reward_func(queries, "
+            f"prompts, labels); define it as reward_func(queries, prompts, labels, **kwargs)"
+        ) from None
+    except ValueError:  # a builtin or C function without a signature: the first call says
         pass
     return fn
 
@@ -62,8 +70,10 @@ def parse_output(out: object, n: int, source: str) -> RewardOutput:
         return RewardOutput(rewards, rewards)
     unknown = set(out) - {"rewards", "scores", "extra_logs"}
     if "rewards" not in out or unknown:
-        raise RewardError(f"{source}: a dict answer needs 'rewards' (and optionally 'scores', 'extra_logs'); got keys "
-                          f"{sorted(out)}")
+        raise RewardError(
+            f"{source}: a dict answer needs 'rewards' (and optionally 'scores', 'extra_logs'); got keys "
+            f"{sorted(out)}"
+        )
     rewards = check_rewards(out["rewards"], n, f"{source} ['rewards']")
     scores = check_rewards(out["scores"], n, f"{source} ['scores']") if out.get("scores") is not None else rewards
     logs = {}
@@ -99,7 +109,13 @@ def merge_outputs(parts: list[RewardOutput]) -> RewardOutput:
     """Consecutive chunks' answers as one (extra_logs averaged by chunk size)."""
     n = sum(len(p.rewards) for p in parts)
     names = {k for p in parts for k in p.logs}
-    logs = {k: sum(p.logs[k] * len(p.rewards) for p in parts if k in p.logs) /
-            max(1, sum(len(p.rewards) for p in parts if k in p.logs)) for k in names}
-    return RewardOutput([r for p in parts for r in p.rewards], [s for p in parts for s in p.scores], logs) if n else \
-        RewardOutput([], [], {})
+    logs = {
+        k: sum(p.logs[k] * len(p.rewards) for p in parts if k in p.logs)
+        / max(1, sum(len(p.rewards) for p in parts if k in p.logs))
+        for k in names
+    }
+    return (
+        RewardOutput([r for p in parts for r in p.rewards], [s for p in parts for s in p.scores], logs)
+        if n
+        else RewardOutput([], [], {})
+    )

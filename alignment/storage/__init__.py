@@ -9,12 +9,20 @@ switches readers over, and only then are the old files deleted (S3 has no direct
 Callers import this package (`from alignment import storage`); its modules import one way, each only
 the ones listed before it: paths → retry → files → manifest → latest, commit, download.
 """
+
 from __future__ import annotations
 
 from alignment.storage.commit import commit_dir, commit_parts, new_version, upload_files
 from alignment.storage.download import download_dir
 from alignment.storage.files import (
-    check_reachable, exists, fetch_file, list_files, read_text, remove, retry_call, write_text_atomic,
+    check_reachable,
+    exists,
+    fetch_file,
+    list_files,
+    read_text,
+    remove,
+    retry_call,
+    write_text_atomic,
 )
 from alignment.storage.latest import apply_retention, get_latest, list_committed, set_latest
 from alignment.storage.manifest import file_in, is_committed, read_manifest
@@ -22,8 +30,31 @@ from alignment.storage.paths import LATEST, MANIFEST, filesystem, is_remote, rea
 from alignment.storage.retry import StorageError, StoreUnavailable
 
 __all__ = [
-    "LATEST", "MANIFEST", "StorageError", "StoreUnavailable", "apply_retention", "check_reachable", "commit_dir",
-    "commit_parts", "download_dir", "exists", "fetch_file", "file_in", "filesystem", "get_latest", "is_committed",
-    "is_remote", "list_committed", "list_files", "new_version", "read_manifest", "read_text", "read_timeout_s",
-    "remove", "retry_call", "set_latest", "upload_files", "write_text_atomic",
+    "LATEST",
+    "MANIFEST",
+    "StorageError",
+    "StoreUnavailable",
+    "apply_retention",
+    "check_reachable",
+    "commit_dir",
+    "commit_parts",
+    "download_dir",
+    "exists",
+    "fetch_file",
+    "file_in",
+    "filesystem",
+    "get_latest",
+    "is_committed",
+    "is_remote",
+    "list_committed",
+    "list_files",
+    "new_version",
+    "read_manifest",
+    "read_text",
+    "read_timeout_s",
+    "remove",
+    "retry_call",
+    "set_latest",
+    "upload_files",
+    "write_text_atomic",
 ]

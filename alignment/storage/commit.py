@@ -2,6 +2,7 @@
 directory itself), then MANIFEST.json written last. Over a committed object-store directory the new
 files go to a version folder and one PUT of the manifest switches readers to them; only then are the
 old files deleted (alignment/storage/__init__.py). `storage.commit_dir` is the entry point."""
+
 from __future__ import annotations
 
 import json
@@ -30,9 +31,8 @@ def commit_dir(local_dir: str | Path, uri: str | Path, metadata: dict | None = N
     in_place = not is_remote(uri) and os.path.realpath(path) == os.path.realpath(src)
     old = _old_manifest(uri) if is_remote(uri) else None
     root = new_version() if old else ""
-    if not is_remote(uri):   # local commits go to fresh directories (outputs.py swaps them into place)
-        retry(lambda: fs.rm_file(f"{path}/{MANIFEST}") if fs.exists(f"{path}/{MANIFEST}") else None,
-               "uncommit", uri)
+    if not is_remote(uri):  # local commits go to fresh directories (outputs.py swaps them into place)
+        retry(lambda: fs.rm_file(f"{path}/{MANIFEST}") if fs.exists(f"{path}/{MANIFEST}") else None, "uncommit", uri)
     return _write_manifest(uri, upload_files(src, uri, root, in_place=in_place), metadata, root, old)
 
 
@@ -41,15 +41,19 @@ def new_version() -> str:
     return f"v-{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
 
 
-def upload_files(local_dir: str | Path, uri: str | Path, root: str, prefix: str = "",
-                 in_place: bool = False) -> dict[str, dict[str, Any]]:
+def upload_files(
+    local_dir: str | Path, uri: str | Path, root: str, prefix: str = "", in_place: bool = False
+) -> dict[str, dict[str, Any]]:
     """Hash and upload every file under local_dir to uri/root/prefix/...; returns their manifest
     entries, keyed prefix/<path under local_dir>. in_place: hash only (uri is local_dir itself).
     Several processes may each upload their part of one directory (commit_parts writes its manifest)."""
     src = Path(local_dir)
     fs, path = filesystem(uri)
-    files = sorted(p for p in src.rglob("*") if p.is_file() and not (p.parent == src and (
-        p.name == MANIFEST or p.name.startswith(f".{MANIFEST}.tmp-"))))
+    files = sorted(
+        p
+        for p in src.rglob("*")
+        if p.is_file() and not (p.parent == src and (p.name == MANIFEST or p.name.startswith(f".{MANIFEST}.tmp-")))
+    )
     rels = [f"{prefix}/{p.relative_to(src).as_posix()}".lstrip("/") for p in files]
 
     def upload(p: Path, key: str) -> None:
@@ -58,9 +62,12 @@ def upload_files(local_dir: str | Path, uri: str | Path, root: str, prefix: str 
     # every file hashed and uploaded as separate jobs on a thread pool: a file's hash overlaps its own
     # upload and the other files' (docs/benchmarks.md, "Store transfers")
     hashes = [lambda p=p: {"size": p.stat().st_size, "sha256": sha256(p)} for p in files]
-    uploads = [] if in_place else [lambda p=p, rel=rel: upload(p, f"{root}/{rel}" if root else rel)
-                                   for p, rel in zip(files, rels)]
-    return dict(zip(rels, run_all(hashes + uploads)[:len(files)]))
+    uploads = (
+        []
+        if in_place
+        else [lambda p=p, rel=rel: upload(p, f"{root}/{rel}" if root else rel) for p, rel in zip(files, rels)]
+    )
+    return dict(zip(rels, run_all(hashes + uploads)[: len(files)]))
 
 
 def commit_parts(uri: str | Path, root: str, entries: dict[str, dict[str, Any]], metadata: dict | None) -> dict:
@@ -73,9 +80,13 @@ def commit_parts(uri: str | Path, root: str, entries: dict[str, dict[str, Any]],
 
 def _write_manifest(uri: str | Path, entries: dict, metadata: dict | None, root: str, old: dict | None) -> dict:
     filesystem(uri)[0].invalidate_cache()
-    manifest = {"format": 1, "files": dict(sorted(entries.items())),
-                "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                "metadata": metadata, **({"root": root} if root else {})}
+    manifest = {
+        "format": 1,
+        "files": dict(sorted(entries.items())),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "metadata": metadata,
+        **({"root": root} if root else {}),
+    }
     write_text_atomic(join(uri, MANIFEST), json.dumps(manifest, indent=1, sort_keys=True))
     if old or root:
         _drop_old_version(uri, old, root)
@@ -87,7 +98,7 @@ def _old_manifest(uri: str | Path) -> dict | None:
         return read_manifest(uri)
     except StoreUnavailable:
         raise
-    except StorageError:   # an unreadable manifest commits nothing: overwrite it like a first commit
+    except StorageError:  # an unreadable manifest commits nothing: overwrite it like a first commit
         return None
 
 

@@ -1,6 +1,7 @@
 """Reading a committed directory back: a verified local copy of exactly the files its manifest
 lists (from its version folder, if any), cached per URI and reused while the manifest is unchanged.
 Callers use `storage.download_dir`."""
+
 from __future__ import annotations
 
 import fcntl
@@ -20,6 +21,7 @@ from alignment.storage.retry import StorageError, retry, run_all
 def _check_files(root: Path, manifest: dict, hashes: bool) -> str | None:
     """What is wrong with the copy at root (size, then optionally sha256), or None when it matches.
     The files are checked in parallel (retry.run_all); the first problem in manifest order is named."""
+
     def problem(rel: str, info: dict) -> str | None:
         p = root / rel
         if not p.is_file():
@@ -41,8 +43,12 @@ def _fetch(uri: str, manifest: dict, dest: Path, verify: bool) -> None:
         if rel.startswith("/") or ".." in rel.split("/"):
             raise StorageError(f"download {uri}: manifest entry {rel!r} leaves the directory; re-commit it")
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-    run_all([lambda rel=rel: retry(lambda: fs.get_file(f"{path}/{rel}", str(dest / rel)), "download", join(uri, rel))
-             for rel in manifest["files"]])
+    run_all(
+        [
+            lambda rel=rel: retry(lambda: fs.get_file(f"{path}/{rel}", str(dest / rel)), "download", join(uri, rel))
+            for rel in manifest["files"]
+        ]
+    )
     problem = _check_files(dest, manifest, verify)
     if problem:
         raise StorageError(f"download {uri}: {problem}; the upload is corrupt or was overwritten, re-commit it")
@@ -72,8 +78,10 @@ def download_dir(uri: str | Path, local_dir: str | Path | None = None, verify: b
     manifest is unchanged ($ALIGNFLOW_CACHE or ~/.cache/alignflow, one folder per URI)."""
     manifest = read_manifest(uri)
     if manifest is None:
-        raise StorageError(f"{uri} has no {MANIFEST}: it was never committed (or is still being written); "
-                           f"point at a committed directory or commit it first")
+        raise StorageError(
+            f"{uri} has no {MANIFEST}: it was never committed (or is still being written); "
+            f"point at a committed directory or commit it first"
+        )
     fs, path = filesystem(uri)
     if not is_remote(uri) and (local_dir is None or os.path.realpath(local_dir) == os.path.realpath(path)):
         files = Path(filesystem(files_root(uri, manifest))[1])

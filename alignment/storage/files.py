@@ -1,5 +1,6 @@
 """Plain store operations, each under the retry policy: read and write a text file atomically, fetch,
 list, delete, exist, and one cheap reachability check."""
+
 from __future__ import annotations
 
 import os
@@ -25,10 +26,11 @@ def read_text(uri: str | Path) -> str | None:
             if missing_bucket(e):
                 raise
             return None
+
     data = retry(read, "read", uri)
     try:
         return None if data is None else data.decode("utf-8")
-    except UnicodeDecodeError as e:   # damaged, or not written by us: a one-line error, not a traceback
+    except UnicodeDecodeError as e:  # damaged, or not written by us: a one-line error, not a traceback
         fix = "delete it and re-commit the directory" if str(uri).endswith(MANIFEST) else "save it as UTF-8"
         raise StorageError(f"{uri}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start}); {fix}") from None
 
@@ -54,6 +56,7 @@ def write_text_atomic(uri: str | Path, text: str) -> None:
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
+
     retry(write, "write", uri)
 
 
@@ -71,7 +74,7 @@ def fetch_file(uri: str | Path, dest: str | Path) -> None:
 def list_files(uri: str | Path) -> list[str]:
     """Paths, relative to `uri`, of every file under it (empty when there is nothing there)."""
     fs, path = filesystem(uri)
-    return [key[len(path):].lstrip("/") for key in retry(lambda: fs.find(path), "list", uri)]
+    return [key[len(path) :].lstrip("/") for key in retry(lambda: fs.find(path), "list", uri)]
 
 
 def remove(uri: str | Path) -> None:
@@ -86,6 +89,7 @@ def remove(uri: str | Path) -> None:
             except (FileNotFoundError, NotADirectoryError) as e:  # uri may be a file (or absent)
                 if missing_bucket(e):
                     raise
+
     retry(rm, "delete", uri)
     fs.invalidate_cache()
 
@@ -111,8 +115,10 @@ def children(parent_uri: str | Path, prefix: str) -> list[str]:
             if missing_bucket(e):
                 raise
             return []
-    names = {e["name"].rstrip("/").rsplit("/", 1)[-1] for e in retry(ls, "list", parent_uri)
-             if e.get("type") == "directory"}
+
+    names = {
+        e["name"].rstrip("/").rsplit("/", 1)[-1] for e in retry(ls, "list", parent_uri) if e.get("type") == "directory"
+    }
     return sorted((n for n in names if n.startswith(prefix)), key=natural_key)
 
 

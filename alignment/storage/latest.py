@@ -1,5 +1,6 @@
 """Checkpoint folders under one parent: which are committed, the newest (what a resume reads), the
 `latest` pointer (for people and DeepSpeed-style tools) and retention."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,10 +20,14 @@ def set_latest(parent_uri: str | Path, name: str) -> None:
     """Point parent/latest at child `name`; refused unless that child is committed, so the
     pointer can never name a half-written checkpoint."""
     if not name or "/" in name or name in (".", ".."):
-        raise StorageError(f"set_latest {parent_uri}: {name!r} is not a child directory name; pass e.g. 'global_step10'")
+        raise StorageError(
+            f"set_latest {parent_uri}: {name!r} is not a child directory name; pass e.g. 'global_step10'"
+        )
     if not is_committed(join(parent_uri, name)):
-        raise StorageError(f"set_latest {parent_uri}: {join(parent_uri, name)} has no {MANIFEST}; "
-                           f"commit it with commit_dir() before pointing 'latest' at it")
+        raise StorageError(
+            f"set_latest {parent_uri}: {join(parent_uri, name)} has no {MANIFEST}; "
+            f"commit it with commit_dir() before pointing 'latest' at it"
+        )
     write_text_atomic(join(parent_uri, LATEST), name)
 
 
@@ -52,10 +57,12 @@ def apply_retention(parent_uri: str | Path, keep: int, prefix: str = "global_ste
     if not committed:
         return []
     newest, protected = natural_key(committed[-1]), _pointer(parent_uri)
-    doomed = [n for n in names if n != protected and (
-        (n in committed and n not in committed[-keep:]) or (n not in committed and natural_key(n) < newest))]
+    doomed = [
+        n
+        for n in names
+        if n != protected
+        and ((n in committed and n not in committed[-keep:]) or (n not in committed and natural_key(n) < newest))
+    ]
     for n in doomed:
         remove(join(parent_uri, n))
     return doomed
-
-

@@ -1,5 +1,6 @@
 """A directory's MANIFEST.json: written last, so its presence is what "committed" means; it lists every
 file with its size and sha256 and, on object stores, the version folder ("root") the files live in."""
+
 from __future__ import annotations
 
 import hashlib
@@ -32,8 +33,10 @@ def read_manifest(uri: str | Path) -> dict | None:
         if not re.fullmatch(r"(v-[\w.-]+)?", manifest.get("root", "")):
             raise ValueError(f"root {manifest['root']!r} is not a version folder name")
     except ValueError as e:
-        raise StorageError(f"{join(uri, MANIFEST)} is not a valid manifest ({one_line(str(e))}); "
-                           f"delete it and re-commit the directory") from e
+        raise StorageError(
+            f"{join(uri, MANIFEST)} is not a valid manifest ({one_line(str(e))}); "
+            f"delete it and re-commit the directory"
+        ) from e
     return manifest
 
 
@@ -52,5 +55,3 @@ def is_committed(uri: str | Path) -> bool:
     """True once the directory's MANIFEST.json exists (cheap: no parse)."""
     fs, path = filesystem(uri)
     return retry(lambda: fs.exists(f"{path}/{MANIFEST}"), "check", uri)
-
-

@@ -4,6 +4,7 @@ The bottom of the store package: it imports nothing of alignment (retry.py and t
 S3 endpoint and credentials come from the standard AWS environment (AWS_ENDPOINT_URL_S3,
 AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, ...) so the same code runs against a real S3 unchanged.
 """
+
 from __future__ import annotations
 
 import os
@@ -23,7 +24,7 @@ def is_remote(uri: str | Path) -> bool:
     return split_protocol(str(uri))[0] not in _LOCAL
 
 
-READ_TIMEOUT_S = 60.0   # ALIGNFLOW_STORE_READ_TIMEOUT overrides (seconds)
+READ_TIMEOUT_S = 60.0  # ALIGNFLOW_STORE_READ_TIMEOUT overrides (seconds)
 
 
 def read_timeout_s() -> float:

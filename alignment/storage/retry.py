@@ -5,6 +5,7 @@ backoff; when they outlast the retries they become StoreUnavailable, a Transient
 75 and the stage task retries later). Anything else the store says (missing path, missing bucket,
 denied) is a StorageError with one line naming the URI and the fix.
 """
+
 from __future__ import annotations
 
 import errno
@@ -18,16 +19,36 @@ from alignment.redact import scrub
 from alignment.storage.paths import is_remote
 
 try:  # botocore comes with s3fs; local-only use works without it
-    from botocore.exceptions import BotoCoreError, ClientError, ConnectionError as _BotoConnError, HTTPClientError
+    from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
+    from botocore.exceptions import ConnectionError as _BotoConnError
 except ImportError:  # pragma: no cover
     BotoCoreError = ClientError = _BotoConnError = HTTPClientError = ()  # type: ignore[assignment,misc]
 
 DEFAULT_TRIES = 5  # ALIGNFLOW_STORE_RETRIES overrides; waits 0.2, 0.4, 0.8, 1.6 s between tries
 BACKOFF_S = 0.2
-_TRANSIENT_CODES = {"SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "Throttling",
-                    "ThrottlingException", "503", "500", "502", "504"}
-_TRANSIENT_ERRNOS = {errno.ECONNREFUSED, errno.ECONNRESET, errno.ECONNABORTED, errno.ETIMEDOUT,
-                     errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EPIPE, errno.EBUSY, getattr(errno, "EREMOTEIO", -1)}
+_TRANSIENT_CODES = {
+    "SlowDown",
+    "ServiceUnavailable",
+    "InternalError",
+    "RequestTimeout",
+    "Throttling",
+    "ThrottlingException",
+    "503",
+    "500",
+    "502",
+    "504",
+}
+_TRANSIENT_ERRNOS = {
+    errno.ECONNREFUSED,
+    errno.ECONNRESET,
+    errno.ECONNABORTED,
+    errno.ETIMEDOUT,
+    errno.EHOSTUNREACH,
+    errno.ENETUNREACH,
+    errno.EPIPE,
+    errno.EBUSY,
+    getattr(errno, "EREMOTEIO", -1),
+}
 T = TypeVar("T")
 
 
@@ -55,8 +76,10 @@ def _chain(e: BaseException | None):
 
 
 def missing_bucket(e: BaseException) -> bool:
-    return any("NoSuchBucket" in repr(getattr(x, "response", "")) or "bucket does not exist" in str(x).lower()
-               for x in _chain(e))
+    return any(
+        "NoSuchBucket" in repr(getattr(x, "response", "")) or "bucket does not exist" in str(x).lower()
+        for x in _chain(e)
+    )
 
 
 def _is_transient(e: BaseException) -> bool:
@@ -78,14 +101,19 @@ def _is_transient(e: BaseException) -> bool:
 
 def _no_credentials(e: BaseException) -> bool:
     """botocore found no key anywhere (NoCredentialsError; s3fs may re-raise it under another type)."""
-    return any(type(x).__name__ in ("NoCredentialsError", "PartialCredentialsError")
-               or "unable to locate credentials" in str(x).lower() for x in _chain(e))
+    return any(
+        type(x).__name__ in ("NoCredentialsError", "PartialCredentialsError")
+        or "unable to locate credentials" in str(x).lower()
+        for x in _chain(e)
+    )
 
 
 def _fix(e: BaseException) -> str:
     if _no_credentials(e):
-        return ("no S3 credentials were found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE "
-                "naming a profile in ~/.aws/credentials) in this process's environment")
+        return (
+            "no S3 credentials were found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE "
+            "naming a profile in ~/.aws/credentials) in this process's environment"
+        )
     if missing_bucket(e):
         return "the bucket does not exist; create it or fix the URI"
     if isinstance(e, FileNotFoundError):
@@ -110,7 +138,9 @@ def retry(fn: Callable[[], T], what: str, uri: str | Path) -> T:
                 continue
             fix = _fix(e)
             if transient:
-                where = f" (AWS_ENDPOINT_URL_S3={os.environ.get('AWS_ENDPOINT_URL_S3', 'unset')})" if is_remote(uri) else ""
+                where = (
+                    f" (AWS_ENDPOINT_URL_S3={os.environ.get('AWS_ENDPOINT_URL_S3', 'unset')})" if is_remote(uri) else ""
+                )
                 fix = f"failed {tries} times; check that the store is reachable{where} and retry"
             error = StoreUnavailable if transient else StorageError
             raise error(one_line(f"{what} {uri}: {type(e).__name__}: {e}; {fix}")) from e

@@ -8,6 +8,7 @@ Rows use OpenRLHF-style keys:
   RL prompts  {"input", "context_messages", "label"}
   eval        {"input", "context_messages", "label"}
 """
+
 from __future__ import annotations
 
 import random
@@ -41,8 +42,8 @@ class Problem:
 class TaskSpec:
     """How hard the task is. Tuned so SFT of the tiny model lands at 60-85 % held-out accuracy."""
 
-    max_operand: int = 49      # a, b in [0, max_operand] for + and -
-    max_factor: int = 9        # a, b in [0, max_factor] for *
+    max_operand: int = 49  # a, b in [0, max_operand] for + and -
+    max_factor: int = 9  # a, b in [0, max_factor] for *
     ops: tuple[str, ...] = ("+", "-", "*")
 
 
@@ -94,8 +95,9 @@ def rm_rows(problems: list[Problem], per_problem: int, rng: random.Random) -> li
     for p in problems:
         misses = near_misses(p)
         for wrong in rng.sample(misses, min(per_problem, len(misses))):
-            rows.append({"prompt": p.question, "chosen": p.response(), "rejected": p.response(wrong),
-                         "label": str(p.answer)})
+            rows.append(
+                {"prompt": p.question, "chosen": p.response(), "rejected": p.response(wrong), "label": str(p.answer)}
+            )
     rng.shuffle(rows)
     return rows
 
@@ -123,7 +125,11 @@ def preference_row(p: Problem, rng: random.Random) -> dict:
 
 def unpaired_rows(pairs: list[dict], seed: int) -> list[dict]:
     """KTO's view of the preference pairs: each chosen as desirable, each rejected as undesirable."""
-    rows = [{"input": r["prompt"], "output": r[key], "label": key == "chosen"} for r in pairs for key in ("chosen", "rejected")]
+    rows = [
+        {"input": r["prompt"], "output": r[key], "label": key == "chosen"}
+        for r in pairs
+        for key in ("chosen", "rejected")
+    ]
     random.Random(seed).shuffle(rows)
     return rows
 
@@ -132,8 +138,9 @@ def prompt_row(p: Problem) -> dict:
     return {"input": p.question, "context_messages": user_turn(p), "label": str(p.answer)}
 
 
-def make_splits(spec: TaskSpec = TaskSpec(), seed: int = 0, n_eval: int = 300,
-                n_pref_test: int = 200, n_sft: int = 1000) -> dict[str, list[dict]]:
+def make_splits(
+    spec: TaskSpec = TaskSpec(), seed: int = 0, n_eval: int = 300, n_pref_test: int = 200, n_sft: int = 1000
+) -> dict[str, list[dict]]:
     """Disjoint problem sets: eval and preference-test problems are never trained on.
 
     SFT sees demonstrations for only `n_sft` of the training problems (a minority), while RL
@@ -145,11 +152,11 @@ def make_splits(spec: TaskSpec = TaskSpec(), seed: int = 0, n_eval: int = 300,
     problems = all_problems(spec)
     rng.shuffle(problems)
     eval_set = problems[:n_eval]
-    pref_test = problems[n_eval:n_eval + n_pref_test]
-    train = problems[n_eval + n_pref_test:]
+    pref_test = problems[n_eval : n_eval + n_pref_test]
+    train = problems[n_eval + n_pref_test :]
     pref_train = [preference_row(p, rng) for p in train]
     pref_test_rows = [preference_row(p, rng) for p in pref_test]
-    rm_rng = random.Random(seed + 3)   # its own stream: the other splits stay as they were
+    rm_rng = random.Random(seed + 3)  # its own stream: the other splits stay as they were
     return {
         "sft_train": [sft_row(p) for p in train[:n_sft]],
         "sft_test": [sft_row(p) for p in eval_set[:100]],

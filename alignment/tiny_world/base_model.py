@@ -1,5 +1,6 @@
 """A seeded random-init tiny Llama (or, for MoE tests, a tiny Mixtral) plus the tiny tokenizer,
 saved as an HF model directory."""
+
 from __future__ import annotations
 
 import json
@@ -30,9 +31,13 @@ def make_base_committed(uri: str, seed: int = 0, arch: str = "llama") -> str:
     """Write the base into the store (or a local dir) and commit it with a MANIFEST."""
     if storage.is_remote(uri):
         with tempfile.TemporaryDirectory(prefix="alignflow-base-") as tmp:
-            storage.commit_dir(make_base(tmp, seed, arch=arch), uri, metadata={"stage": "tiny_base", "seed": seed, "arch": arch})
+            storage.commit_dir(
+                make_base(tmp, seed, arch=arch), uri, metadata={"stage": "tiny_base", "seed": seed, "arch": arch}
+            )
     else:
         local = uri.removeprefix("file://")
         storage.remove(f"{local}/{storage.MANIFEST}")
-        storage.commit_dir(make_base(local, seed, arch=arch), local, metadata={"stage": "tiny_base", "seed": seed, "arch": arch})
+        storage.commit_dir(
+            make_base(local, seed, arch=arch), local, metadata={"stage": "tiny_base", "seed": seed, "arch": arch}
+        )
     return uri

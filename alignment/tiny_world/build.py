@@ -1,4 +1,5 @@
-"""Regenerate alignflow/data/tiny deterministically: JSONL splits, tokenizer, tiny Llama config."""
+"""Regenerate data/tiny deterministically: JSONL splits, tokenizer, tiny Llama config."""
+
 from __future__ import annotations
 
 import json
@@ -58,8 +59,14 @@ def build(out: str | Path, seed: int = 0, spec: TaskSpec = TaskSpec()) -> Path:
     texts += [r["rejected"] for r in splits["pref_train"]]
     tok_dir = train_tokenizer(texts, out / "tokenizer")
     from transformers import AutoTokenizer
+
     tok = AutoTokenizer.from_pretrained(tok_dir)
-    config = dict(LLAMA_CONFIG, vocab_size=len(tok), bos_token_id=tok.bos_token_id,
-                  eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    config = dict(
+        LLAMA_CONFIG,
+        vocab_size=len(tok),
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
     (out / "llama_config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     return out

@@ -1,4 +1,5 @@
 """Where the shipped tiny world lives (repo checkout or installed `alignflow.data`)."""
+
 from __future__ import annotations
 
 import os
@@ -7,7 +8,7 @@ from pathlib import Path
 
 
 def tiny_dir() -> Path:
-    """data/tiny (installed: alignflow/data/tiny): the generated splits, tokenizer/, llama_config.json and reward_func.py."""
+    """data/tiny (installed: data/tiny): the generated splits, tokenizer/, llama_config.json and reward_func.py."""
     override = os.environ.get("ALIGNFLOW_TINY_DIR")
     if override:
         return Path(override)
@@ -15,5 +16,5 @@ def tiny_dir() -> Path:
     # (the checkout's data/ folder); alignment imports nothing of alignflow (tests/test_layers.py)
     try:
         return Path(str(resources.files("alignflow.data"))) / "tiny"
-    except ModuleNotFoundError:   # alignment installed without alignflow: a checkout's data/ folder
+    except ModuleNotFoundError:  # alignment installed without alignflow: a checkout's data/ folder
         return Path(__file__).resolve().parents[2] / "data" / "tiny"

@@ -6,12 +6,13 @@ first wrong one on (Math-Shepherd's labelling: a step after a mistake cannot rea
 
 A third of the rows are right, a third go wrong at step 1, a third at step 2 (seeded, deterministic).
 """
+
 from __future__ import annotations
 
 import random
 
-PLACEHOLDER = "#"                 # one token of the tiny tokenizer, in no other tiny-world text
-REWARD_TOKENS = ("+", "-")        # the positive one first
+PLACEHOLDER = "#"  # one token of the tiny tokenizer, in no other tiny-world text
+REWARD_TOKENS = ("+", "-")  # the positive one first
 
 
 def _apply(x: int, op: str, y: int) -> int:
@@ -24,7 +25,7 @@ def prm_rows(n: int, seed: int = 0, max_operand: int = 20, placeholder: str = PL
     for i in range(n):
         a, b, c = (rng.randint(0, max_operand) for _ in range(3))
         op1, op2 = rng.choice("+-"), rng.choice("+-")
-        wrong_at = i % 3                                   # 0: no mistake, 1: step 1, 2: step 2
+        wrong_at = i % 3  # 0: no mistake, 1: step 1, 2: step 2
         x = _apply(a, op1, b) + (rng.choice((-2, -1, 1, 2, 10)) if wrong_at == 1 else 0)
         y = _apply(x, op2, c) + (rng.choice((-2, -1, 1, 2, 10)) if wrong_at == 2 else 0)
         text = f"What is {a} {op1} {b} {op2} {c}? {a} {op1} {b} = {x} {placeholder} {x} {op2} {c} = {y} {placeholder}"

@@ -5,6 +5,7 @@ prompt + response strings, so the response is the part after its prompt. A missi
 (None: no --label_key) is computed from the question in the prompt, so responses without an
 answer column (e.g. the unpaired data, for conditional SFT) can be scored too.
 """
+
 from __future__ import annotations
 
 import re
@@ -32,18 +33,22 @@ def answer_from_prompt(prompt: str) -> int:
     """The answer to the last "What is a op b?" in the prompt."""
     found = _QUESTION.findall(prompt)
     if not found:
-        raise ValueError(f"reward_func: no label given and no 'What is a op b?' question in the prompt {prompt[-80:]!r}; "
-                         f"pass --label_key")
+        raise ValueError(
+            f"reward_func: no label given and no 'What is a op b?' question in the prompt {prompt[-80:]!r}; "
+            f"pass --label_key"
+        )
     a, op, b = found[-1]
     return Problem(int(a), op, int(b)).answer
 
 
 def reward_func(queries: list[str], prompts: list[str], labels: list[str]) -> list[float]:
     if not (len(queries) == len(prompts) == len(labels)):
-        raise ValueError(f"reward_func: got {len(queries)} queries, {len(prompts)} prompts, "
-                         f"{len(labels)} labels; pass one prompt and label per query")
+        raise ValueError(
+            f"reward_func: got {len(queries)} queries, {len(prompts)} prompts, "
+            f"{len(labels)} labels; pass one prompt and label per query"
+        )
     rewards = []
     for query, prompt, label in zip(queries, prompts, labels):
-        response = query[len(prompt):] if query.startswith(prompt) else query
+        response = query[len(prompt) :] if query.startswith(prompt) else query
         rewards.append(score(response, answer_from_prompt(prompt) if label is None else label))
     return rewards

@@ -3,6 +3,7 @@
 Digits are split individually so that numbers are spelled digit by digit (a model can then
 learn carries instead of memorising a table of multi-digit tokens).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -25,10 +26,12 @@ def train_tokenizer(texts: list[str], out_dir: str | Path, vocab_size: int = 320
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE(unk_token=None))
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Digits(individual_digits=True),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
-    ])
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
+    )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
@@ -38,8 +41,13 @@ def train_tokenizer(texts: list[str], out_dir: str | Path, vocab_size: int = 320
     )
     tok.train_from_iterator(texts, trainer=trainer)
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token=BOS, eos_token=EOS, pad_token=PAD,
-        chat_template=CHAT_TEMPLATE, padding_side="right", model_max_length=512,
+        tokenizer_object=tok,
+        bos_token=BOS,
+        eos_token=EOS,
+        pad_token=PAD,
+        chat_template=CHAT_TEMPLATE,
+        padding_side="right",
+        model_max_length=512,
     )
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -3,6 +3,7 @@ gradient accumulation, logging, evaluation, checkpoints and the final HF-format 
 
 A stage subclasses `Trainer` and provides `collate`, `loss_on` and `eval_metrics`.
 """
+
 from __future__ import annotations
 
 import logging
@@ -20,10 +21,10 @@ from alignment.config.stages import TrainerConfig
 from alignment.distributed.collectives import barrier, mean_across_ranks
 from alignment.distributed.runtime import Runtime
 from alignment.models.saving import commit_model, lora_save, save_hf_copy
+from alignment.nonfinite import NonFiniteGuard, zero_loss
 from alignment.outputs import StagedOutput
 from alignment.training import checkpoint
 from alignment.training.engine import step as engine_step
-from alignment.nonfinite import NonFiniteGuard, zero_loss
 from alignment.training.sampler import micro_batches, micro_batches_per_epoch
 from alignment.training.schedule import SaveSchedule
 from alignment.training.tracking import MetricsLogger
@@ -37,14 +38,14 @@ class LoopState:
 
     global_step: int = 0
     epoch: int = 0
-    micro_batches_done: int = 0          # in the current epoch, on each rank
+    micro_batches_done: int = 0  # in the current epoch, on each rank
     history: list[dict] = field(default_factory=list)  # logged metrics so far
 
 
-
-
 def steps_per_epoch(num_samples: int, cfg: TrainConfig, world_size: int) -> int:
-    return micro_batches_per_epoch(num_samples, cfg.micro_train_batch_size, world_size) // cfg.accumulation_steps(world_size)
+    return micro_batches_per_epoch(num_samples, cfg.micro_train_batch_size, world_size) // cfg.accumulation_steps(
+        world_size
+    )
 
 
 def total_steps(num_samples: int, cfg: TrainConfig, world_size: int) -> int:
@@ -57,10 +58,6 @@ def eval_shard(n: int, rank: int, world: int) -> list[tuple[int, float]]:
     (padded with weight-0 repeats) so ZeRO-3's collective forwards stay in step."""
     per_rank = -(-n // world)
     return [(i, 1.0) if i < n else (0, 0.0) for i in range(rank * per_rank, (rank + 1) * per_rank)]
-
-
-
-
 
 
 def maybe_inject_nan(loss: torch.Tensor, step: int) -> torch.Tensor:
@@ -87,18 +84,22 @@ def maybe_inject_failure(step: int) -> None:
 class Trainer:
     stage = "train"
 
-    def __init__(self, cfg: TrainerConfig, rt: Runtime, engine: Any, tokenizer: Any, train_set: list, eval_set: list | None):
+    def __init__(
+        self, cfg: TrainerConfig, rt: Runtime, engine: Any, tokenizer: Any, train_set: list, eval_set: list | None
+    ):
         self.cfg, self.rt, self.engine, self.tokenizer = cfg, rt, engine, tokenizer
         self.train_set, self.eval_set = train_set, eval_set
-        self.position = (0, 0)   # (epoch, micro-batch in it) of the micro-batch being trained
+        self.position = (0, 0)  # (epoch, micro-batch in it) of the micro-batch being trained
         self.schedule = SaveSchedule(cfg)
         self.guard = NonFiniteGuard(cfg.max_nonfinite_skips, self.stage)
         self.accum = cfg.accumulation_steps(rt.world_size)
         self.steps_per_epoch = steps_per_epoch(len(train_set), cfg, rt.world_size)
         self.total_steps = total_steps(len(train_set), cfg, rt.world_size)
         if self.steps_per_epoch == 0:
-            raise ConfigError(f"{len(train_set)} training samples are fewer than one --train_batch_size "
-                             f"({cfg.train_batch_size}): lower --train_batch_size or add data")
+            raise ConfigError(
+                f"{len(train_set)} training samples are fewer than one --train_batch_size "
+                f"({cfg.train_batch_size}): lower --train_batch_size or add data"
+            )
 
     # --- to implement per stage -------------------------------------------------------
     def collate(self, items: list) -> Any:
@@ -124,20 +125,30 @@ class Trainer:
         state = LoopState()
         if cfg.load_checkpoint and (found := checkpoint.load_latest({"model": self.engine}, cfg.ckpt_path)):
             state = LoopState(**found.state["loop"])
-            log.info("resumed from %s (step %d, epoch %d, micro-batch %d)", found.uri, state.global_step, state.epoch,
-                     state.micro_batches_done)
+            log.info(
+                "resumed from %s (step %d, epoch %d, micro-batch %d)",
+                found.uri,
+                state.global_step,
+                state.epoch,
+                state.micro_batches_done,
+            )
             if state.global_step:
-                self.schedule.saved(state.global_step)   # that checkpoint is the last save
+                self.schedule.saved(state.global_step)  # that checkpoint is the last save
         # the model is built here; a committed model at --save_path stays untouched until the commit
-        with StagedOutput(cfg.save_path, writes=rt.is_main) as out:   # other ranks write nothing
+        with StagedOutput(cfg.save_path, writes=rt.is_main) as out:  # other ranks write nothing
             logger = MetricsLogger(cfg, out.dir, rt.is_main, self.total_steps, self.stage, cfg.train_batch_size)
             logger.restore(state.history, state.global_step)  # rows logged after the resumed checkpoint are dropped
             first_step = state.global_step + 1
             self._train(state, logger)
             if self.schedule.due_at_end(state.global_step):
                 self._checkpoint(state, logger)  # a final resumable checkpoint too
-            log.info("%s: ran optimizer steps %d..%d of %d in this process", self.stage, first_step,
-                     state.global_step, self.total_steps)
+            log.info(
+                "%s: ran optimizer steps %d..%d of %d in this process",
+                self.stage,
+                first_step,
+                state.global_step,
+                self.total_steps,
+            )
             self.save_final(out, logger)
         logger.close()
         return logger.final()
@@ -150,13 +161,14 @@ class Trainer:
         done = state.global_step >= self.total_steps
         step_metrics: list[dict[str, float]] = []
         while not done and state.epoch < cfg.max_epochs:
-            batches = micro_batches(len(self.train_set), cfg.micro_train_batch_size, rt.rank, rt.world_size,
-                                    cfg.seed, state.epoch)[: self.steps_per_epoch * self.accum]
-            for idx in batches[state.micro_batches_done:]:
-                self.position = (state.epoch, state.micro_batches_done)   # a stage that samples seeds from it
+            batches = micro_batches(
+                len(self.train_set), cfg.micro_train_batch_size, rt.rank, rt.world_size, cfg.seed, state.epoch
+            )[: self.steps_per_epoch * self.accum]
+            for idx in batches[state.micro_batches_done :]:
+                self.position = (state.epoch, state.micro_batches_done)  # a stage that samples seeds from it
                 loss, metrics = self.loss_on(self.collate([self.train_set[i] for i in idx]))
                 loss = maybe_inject_nan(loss, state.global_step + 1)
-                if self.guard.loss(loss, state.global_step + 1):   # all ranks agree; raises when out of skips
+                if self.guard.loss(loss, state.global_step + 1):  # all ranks agree; raises when out of skips
                     step_metrics.append({"loss": loss.item(), **metrics})
                 else:
                     loss = zero_loss(self.engine.module.parameters())
@@ -189,7 +201,7 @@ class Trainer:
 
     def _after_step(self, state: LoopState, logger: MetricsLogger, step_metrics: list[dict[str, float]]) -> None:
         cfg = self.cfg
-        if state.global_step % cfg.logging_steps == 0 and step_metrics:   # empty: every micro-batch skipped
+        if state.global_step % cfg.logging_steps == 0 and step_metrics:  # empty: every micro-batch skipped
             keys = step_metrics[0].keys()
             avg = {f"train/{k}": sum(m[k] for m in step_metrics) / len(step_metrics) for k in keys}
             avg["train/lr"] = self.engine.get_lr()[0]
@@ -203,19 +215,43 @@ class Trainer:
     def _checkpoint(self, state: LoopState, logger: MetricsLogger) -> None:
         state.history = logger.history
         extra = {"model": self.hf_copy} if self.cfg.save_hf_ckpt else None
-        checkpoint.save({"model": self.engine}, self.cfg.ckpt_path, state.global_step, {"loop": asdict(state)},
-                        self.cfg.max_ckpt_num, metadata={"stage": self.stage}, extra=extra)
+        checkpoint.save(
+            {"model": self.engine},
+            self.cfg.ckpt_path,
+            state.global_step,
+            {"loop": asdict(state)},
+            self.cfg.max_ckpt_num,
+            metadata={"stage": self.stage},
+            extra=extra,
+        )
         self.schedule.saved(state.global_step)
 
     def hf_copy(self, role_dir: Path | None) -> None:
         """--save_hf_ckpt: the model as the final commit saves it, into a checkpoint's `model/hf/`. Collective."""
-        save_hf_copy(self.engine, self.tokenizer, role_dir / "hf" if role_dir else None, self.final_config(),
-                     self.export_state, lora_save(self.cfg))
+        save_hf_copy(
+            self.engine,
+            self.tokenizer,
+            role_dir / "hf" if role_dir else None,
+            self.final_config(),
+            self.export_state,
+            lora_save(self.cfg),
+        )
 
     def save_final(self, out: StagedOutput, logger: MetricsLogger) -> None:
-        extra_config = self.final_config()    # collective
-        commit_model(out, self.engine, self.tokenizer,
-                     {"stage": self.stage, "config": public_dict(self.cfg), "final_metrics": logger.final(),
-                      "tracking": logger.links},
-                     extra_config, self.export_state, lora=lora_save(self.cfg), cfg=self.cfg)    # collective
+        extra_config = self.final_config()  # collective
+        commit_model(
+            out,
+            self.engine,
+            self.tokenizer,
+            {
+                "stage": self.stage,
+                "config": public_dict(self.cfg),
+                "final_metrics": logger.final(),
+                "tracking": logger.links,
+            },
+            extra_config,
+            self.export_state,
+            lora=lora_save(self.cfg),
+            cfg=self.cfg,
+        )  # collective
         barrier()

@@ -1,5 +1,6 @@
 """Knowledge distillation (OpenRLHF's train_kd): SFT's data, loop, checkpoints and commit, with a frozen
 teacher's next-token distributions mixed into the loss (the math: alignment.losses.kd)."""
+
 from __future__ import annotations
 
 import logging
@@ -36,27 +37,34 @@ def check_teacher(cfg: KDConfig | OPDConfig) -> str:
     where both folders hold a tokenizer, the same token ids. Reads configs and tokenizers, no weights."""
     student = resolve_model_path(cfg.pretrain, revision=cfg.revision)
     teacher = resolve_model_path(cfg.teacher_model, "--teacher_model")
-    sizes = [_vocab_size(path, flag, cfg.trust_remote_code)
-             for path, flag in ((student, "--pretrain"), (teacher, "--teacher_model"))]
+    sizes = [
+        _vocab_size(path, flag, cfg.trust_remote_code)
+        for path, flag in ((student, "--pretrain"), (teacher, "--teacher_model"))
+    ]
     if sizes[0] != sizes[1]:
-        raise ConfigError(f"--teacher_model {cfg.teacher_model}: a vocabulary of {sizes[1]} tokens, --pretrain "
-                          f"{cfg.pretrain} has {sizes[0]}; distillation compares the two models' next-token "
-                          f"distributions token by token: pick a teacher with the student's tokenizer")
+        raise ConfigError(
+            f"--teacher_model {cfg.teacher_model}: a vocabulary of {sizes[1]} tokens, --pretrain "
+            f"{cfg.pretrain} has {sizes[0]}; distillation compares the two models' next-token "
+            f"distributions token by token: pick a teacher with the student's tokenizer"
+        )
     if all(has_tokenizer(p) for p in (student, teacher)):
         ids = [_token_ids(p, cfg.trust_remote_code) for p in (student, teacher)]
         differ = sorted(t for t in ids[0].keys() | ids[1].keys() if ids[0].get(t) != ids[1].get(t))
         if differ:
             t = differ[0]
-            raise ConfigError(f"--teacher_model {cfg.teacher_model}: its tokenizer differs from --pretrain "
-                              f"{cfg.pretrain}'s ({len(differ)} tokens, e.g. {t!r}: id {ids[1].get(t)} there, "
-                              f"{ids[0].get(t)} here); distillation needs the same token ids: pick a teacher with "
-                              f"the student's tokenizer")
+            raise ConfigError(
+                f"--teacher_model {cfg.teacher_model}: its tokenizer differs from --pretrain "
+                f"{cfg.pretrain}'s ({len(differ)} tokens, e.g. {t!r}: id {ids[1].get(t)} there, "
+                f"{ids[0].get(t)} here); distillation needs the same token ids: pick a teacher with "
+                f"the student's tokenizer"
+            )
     return teacher
 
 
 def teacher_for(cfg: KDConfig | OPDConfig, path: str, setup: Any, device: str) -> ReferenceModel:
-    return ReferenceModel(path, setup.precision.dtype, setup.attn, device, cfg.teacher_offload, "--teacher_model",
-                          setup.trust_remote_code)
+    return ReferenceModel(
+        path, setup.precision.dtype, setup.attn, device, cfg.teacher_offload, "--teacher_model", setup.trust_remote_code
+    )
 
 
 def _vocab_size(path: str, flag: str, trust_remote_code: bool) -> int:

@@ -6,6 +6,7 @@ commit are the shared trainer's.
 Each micro-batch's sampling seed comes from --seed, the rank and the micro-batch's place in the run, so a
 run resumed from a checkpoint samples the responses an uninterrupted run would have.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -15,13 +16,13 @@ import torch
 from alignment.config.distill import OPDConfig
 from alignment.datasets.prompts import PromptSample
 from alignment.datasets.sft import Batch, TokenizedSample, collate_padded
+from alignment.distributed.collectives import sum_across_ranks
 from alignment.losses.kl import kl_estimate
 from alignment.losses.nll import token_logprobs
 from alignment.losses.opd import sampled_token_loss, topk_loss, topk_reverse_kl
 from alignment.models.moe import forward_with_aux
 from alignment.rollout.hf_engine import HFEngine
 from alignment.rollout.types import SamplingParams
-from alignment.distributed.collectives import sum_across_ranks
 from alignment.trainers.base import Trainer, eval_shard
 from alignment.trainers.reference import ReferenceModel
 from alignment.trainers.sft import forward_logits
@@ -36,7 +37,7 @@ class OPDTrainer(Trainer):
         self.teacher, self.moe_top_k = teacher, moe_top_k
 
     def collate(self, items: list[PromptSample]) -> list[PromptSample]:
-        return items   # the sequences are made in loss_on, from the student's own samples
+        return items  # the sequences are made in loss_on, from the student's own samples
 
     def respond(self, prompts: list[PromptSample], salt: int) -> tuple[Batch, list[list[int]]]:
         """The student's sampled responses as a padded batch (loss on the response tokens), and the responses.
@@ -44,13 +45,20 @@ class OPDTrainer(Trainer):
         cfg, tok = self.cfg, self.tokenizer
         epoch, micro = self.position
         seed = hash((cfg.seed, self.rt.rank, epoch, micro, salt)) % 2**31
-        engine = HFEngine(self.engine.module, tok.eos_token_id, tok.pad_token_id, len(prompts), self.rt.torch_device,
-                          synced_gpus=cfg.zero_stage == 3 and self.rt.world_size > 1)
-        rollout = engine.generate([p.ids for p in prompts],
-                                  SamplingParams(cfg.generate_max_len, cfg.temperature, cfg.top_p, seed=seed))
+        engine = HFEngine(
+            self.engine.module,
+            tok.eos_token_id,
+            tok.pad_token_id,
+            len(prompts),
+            self.rt.torch_device,
+            synced_gpus=cfg.zero_stage == 3 and self.rt.world_size > 1,
+        )
+        rollout = engine.generate(
+            [p.ids for p in prompts], SamplingParams(cfg.generate_max_len, cfg.temperature, cfg.top_p, seed=seed)
+        )
         samples, responses = [], []
         for prompt, response in zip(rollout.prompt_ids, rollout.response_ids):
-            response = response[: cfg.max_len - len(prompt)]   # prompt + response <= --max_len
+            response = response[: cfg.max_len - len(prompt)]  # prompt + response <= --max_len
             samples.append(TokenizedSample(prompt + response, [0] * len(prompt) + [1] * len(response)))
             responses.append(response)
         return collate_padded(samples, tok.pad_token_id).to(self.rt.torch_device), responses
@@ -77,17 +85,19 @@ class OPDTrainer(Trainer):
         shard = eval_shard(len(self.eval_set), self.rt.rank, self.rt.world_size)
         step = self.cfg.micro_train_batch_size
         for start in range(0, len(shard), step):
-            part = shard[start:start + step]
+            part = shard[start : start + step]
             prompts = [self.eval_set[i] for i, _ in part]
             weights = torch.tensor([w for _, w in part])
             batch, responses = self.respond(prompts, 1 + start)
-            kl = self._token_kl(batch)                                     # [B, T-1]
+            kl = self._token_kl(batch)  # [B, T-1]
             mask = batch.loss_mask[:, 1:].float()
             kl_sum += float(((kl * mask).sum(1) * weights).sum())
             tokens += float((mask.sum(1) * weights).sum())
             rows += float(weights.sum())
-            matched += sum(w * _contains(self.tokenizer.decode(r, skip_special_tokens=True), p.label)
-                           for p, r, w in zip(prompts, responses, weights.tolist()))
+            matched += sum(
+                w * _contains(self.tokenizer.decode(r, skip_special_tokens=True), p.label)
+                for p, r, w in zip(prompts, responses, weights.tolist())
+            )
         total = sum_across_ranks(torch.tensor([kl_sum, tokens, rows, matched], dtype=torch.float64))
         self.engine.train()
         out = {"kl": (total[0] / total[1].clamp(min=1)).item(), "mean_response_length": (total[1] / total[2]).item()}
@@ -99,8 +109,11 @@ class OPDTrainer(Trainer):
         student, teacher = forward_logits(self.engine, batch), self.teacher.logits(batch)
         if self.cfg.opd_topk > 0:
             return topk_reverse_kl(student[:, :-1], teacher[:, :-1], self.cfg.opd_topk, self.cfg.opd_kd_temperature)
-        return kl_estimate(token_logprobs(student, batch.input_ids), token_logprobs(teacher, batch.input_ids),
-                           self.cfg.opd_kl_estimator)
+        return kl_estimate(
+            token_logprobs(student, batch.input_ids),
+            token_logprobs(teacher, batch.input_ids),
+            self.cfg.opd_kl_estimator,
+        )
 
 
 def _contains(response: str, label: Any) -> float:

@@ -3,6 +3,7 @@
 Each micro-batch is one forward pass of the engine over chosen+rejected (or the KTO samples);
 the math is in `alignment.losses.preference`.
 """
+
 from __future__ import annotations
 
 import logging
@@ -11,15 +12,20 @@ from typing import Any
 import torch
 
 from alignment.datasets.preference import (
-    PairBatch, PairSample, UnpairedBatch, UnpairedSample, collate_pairs, collate_unpaired,
+    PairBatch,
+    PairSample,
+    UnpairedBatch,
+    UnpairedSample,
+    collate_pairs,
+    collate_unpaired,
 )
 from alignment.datasets.sft import Batch
+from alignment.distributed.collectives import mean_across_ranks, sum_across_ranks
 from alignment.losses.logprobs import sequence_logps
 from alignment.losses.nll import sft_loss
 from alignment.losses.preference import dpo_loss, kto_kl_estimate, kto_loss, pairwise_rm_loss, pairwise_rm_losses
 from alignment.models.moe import forward_with_aux
 from alignment.models.reward_model import ValueCapture, export_names
-from alignment.distributed.collectives import mean_across_ranks, sum_across_ranks
 from alignment.trainers.base import Trainer, eval_shard
 from alignment.trainers.reference import ReferenceModel
 from alignment.trainers.sft import forward_logits
@@ -32,13 +38,18 @@ class _PairTrainer(Trainer):
         super().__init__(*args, **kwargs)
         self.mask_dtype = mask_dtype
         if self.cfg.packing_samples:
-            log.info("%s: pairs packed %s", self.stage, "over their shared prompt (computed once per pair)"
-                     if mask_dtype is not None else "as two sequences (flash-attention's varlen path has no "
-                     "shared-prompt mask)")
+            log.info(
+                "%s: pairs packed %s",
+                self.stage,
+                "over their shared prompt (computed once per pair)"
+                if mask_dtype is not None
+                else "as two sequences (flash-attention's varlen path has no " "shared-prompt mask)",
+            )
 
     def collate(self, items: list[PairSample]) -> PairBatch:
-        pb = collate_pairs(items, self.cfg.packing_samples, self.tokenizer.pad_token_id, self.mask_dtype,
-                           self.cfg.max_len)
+        pb = collate_pairs(
+            items, self.cfg.packing_samples, self.tokenizer.pad_token_id, self.mask_dtype, self.cfg.max_len
+        )
         return PairBatch(pb.batch.to(self.rt.torch_device), pb.margins.to(self.rt.torch_device), pb.num_pairs)
 
     def eval_batches(self):
@@ -46,7 +57,7 @@ class _PairTrainer(Trainer):
         shard = eval_shard(len(self.eval_set), self.rt.rank, self.rt.world_size)
         size = self.cfg.micro_train_batch_size
         for start in range(0, len(shard), size):
-            chunk = shard[start:start + size]
+            chunk = shard[start : start + size]
             yield self.collate([self.eval_set[i] for i, _ in chunk]), torch.tensor([w for _, w in chunk])
 
 
@@ -60,19 +71,26 @@ class RewardModelTrainer(_PairTrainer):
 
     def rewards(self, batch: Batch) -> torch.Tensor:
         """[S] value at each sequence's last token."""
-        self.engine(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                    position_ids=batch.position_ids, use_cache=False)
+        self.engine(
+            input_ids=batch.input_ids,
+            attention_mask=batch.attention_mask,
+            position_ids=batch.position_ids,
+            use_cache=False,
+        )
         rows, cols = batch.last_token()
         values = self.capture.take()[rows, cols]
         return values.float() if self.cfg.compute_fp32_loss else values
 
     def loss_on(self, pb: PairBatch) -> tuple[torch.Tensor, dict[str, float]]:
         r = self.rewards(pb.batch)
-        chosen, rejected = r[: pb.num_pairs], r[pb.num_pairs:]
+        chosen, rejected = r[: pb.num_pairs], r[pb.num_pairs :]
         margin = pb.margins.to(r.dtype) if self.cfg.margin_loss else None
         loss = pairwise_rm_loss(chosen, rejected, margin, self.cfg.loss)
-        return loss, {"acc": (chosen > rejected).float().mean().item(),
-                      "chosen_reward": chosen.mean().item(), "rejected_reward": rejected.mean().item()}
+        return loss, {
+            "acc": (chosen > rejected).float().mean().item(),
+            "chosen_reward": chosen.mean().item(),
+            "rejected_reward": rejected.mean().item(),
+        }
 
     @torch.no_grad()
     def eval_metrics(self) -> dict[str, float]:
@@ -82,16 +100,24 @@ class RewardModelTrainer(_PairTrainer):
         acc = torch.zeros(6, dtype=torch.float64)
         for pb, w in self.eval_batches():
             r = self.rewards(pb.batch).double()
-            c, rj = r[: pb.num_pairs], r[pb.num_pairs:]
+            c, rj = r[: pb.num_pairs], r[pb.num_pairs :]
             w = w.double().to(r.device)
             margin = pb.margins.to(r.device, r.dtype) if self.cfg.margin_loss else None
-            losses = pairwise_rm_losses(c, rj, margin, self.cfg.loss)   # the training loss, per pair
+            losses = pairwise_rm_losses(c, rj, margin, self.cfg.loss)  # the training loss, per pair
             both = torch.cat([c, rj])
-            acc += torch.stack([w.sum(), (w * (c > rj)).sum(), (w * losses).sum(), (w.repeat(2) * both).sum(),
-                                (w.repeat(2) * both ** 2).sum(), 2 * w.sum()]).cpu()
+            acc += torch.stack(
+                [
+                    w.sum(),
+                    (w * (c > rj)).sum(),
+                    (w * losses).sum(),
+                    (w.repeat(2) * both).sum(),
+                    (w.repeat(2) * both**2).sum(),
+                    2 * w.sum(),
+                ]
+            ).cpu()
         n, correct, loss, s1, s2, count = sum_across_ranks(acc).tolist()
         mean = s1 / count
-        std = max(s2 / count - mean ** 2, 0.0) ** 0.5
+        std = max(s2 / count - mean**2, 0.0) ** 0.5
         self.stats = {"mean": mean, "std": std}
         self.engine.train()
         return {"acc": correct / n, "loss": loss / n, "reward_mean": mean, "reward_std": std}
@@ -109,12 +135,13 @@ class RewardModelTrainer(_PairTrainer):
 
 class DPOTrainer(_PairTrainer):
     """DPO, cDPO (--label_smoothing) and IPO (--ipo), optionally + NLL on chosen (--nll_loss_coef)."""
+
     stage = "dpo"
 
     def __init__(self, *args, ref: ReferenceModel, moe_top_k: int = 0, **kwargs):
         super().__init__(*args, **kwargs)
         self.ref = ref
-        self.moe_top_k = moe_top_k     # > 0: add --aux_loss_coef x the router balance loss
+        self.moe_top_k = moe_top_k  # > 0: add --aux_loss_coef x the router balance loss
 
     def _terms(self, pb: PairBatch, top_k: int = 0):
         b, n = pb.batch, pb.num_pairs
@@ -136,12 +163,14 @@ class DPOTrainer(_PairTrainer):
     @torch.no_grad()
     def eval_metrics(self) -> dict[str, float]:
         self.engine.eval()
-        sums = torch.zeros(4, dtype=torch.float64)   # pairs, loss, correct, margin
+        sums = torch.zeros(4, dtype=torch.float64)  # pairs, loss, correct, margin
         for pb, w in self.eval_batches():
             _, out, _ = self._terms(pb)
             w = w.double()
             margin = (out.chosen_reward - out.rejected_reward).double().cpu()
-            sums += torch.stack([w.sum(), w.sum() * out.loss.double().cpu(), (w * (margin > 0)).sum(), (w * margin).sum()])
+            sums += torch.stack(
+                [w.sum(), w.sum() * out.loss.double().cpu(), (w * (margin > 0)).sum(), (w * margin).sum()]
+            )
         n, loss, correct, margin = sum_across_ranks(sums).tolist()
         self.engine.train()
         # eval loss weights each micro-batch's mean by its real pairs: exact when batches are full
@@ -158,8 +187,12 @@ def chosen_nll(logits: torch.Tensor, pb: PairBatch) -> torch.Tensor:
 
 def _pair_metrics(out) -> dict[str, float]:
     margin = out.chosen_reward - out.rejected_reward
-    return {"chosen_reward": out.chosen_reward.mean().item(), "rejected_reward": out.rejected_reward.mean().item(),
-            "reward_acc": (margin > 0).float().mean().item(), "reward_margin": margin.mean().item()}
+    return {
+        "chosen_reward": out.chosen_reward.mean().item(),
+        "rejected_reward": out.rejected_reward.mean().item(),
+        "reward_acc": (margin > 0).float().mean().item(),
+        "reward_margin": margin.mean().item(),
+    }
 
 
 class KTOTrainer(Trainer):
@@ -170,14 +203,21 @@ class KTOTrainer(Trainer):
         self.ref, self.mask_dtype = ref, mask_dtype
 
     def collate(self, items: list[UnpairedSample]) -> UnpairedBatch:
-        ub = collate_unpaired(items, self.cfg.packing_samples, self.tokenizer.pad_token_id, self.mask_dtype,
-                              self.cfg.max_len)
+        ub = collate_unpaired(
+            items, self.cfg.packing_samples, self.tokenizer.pad_token_id, self.mask_dtype, self.cfg.max_len
+        )
         dev = self.rt.torch_device
         return UnpairedBatch(ub.batch.to(dev), ub.mismatched.to(dev), ub.desirable.to(dev))
 
     def _logps(self, batch: Batch) -> torch.Tensor:
-        return sequence_logps(forward_logits(self.engine, batch), batch.input_ids, batch.loss_mask,
-                              batch.segments(), batch.num_samples, batch.branches)
+        return sequence_logps(
+            forward_logits(self.engine, batch),
+            batch.input_ids,
+            batch.loss_mask,
+            batch.segments(),
+            batch.num_samples,
+            batch.branches,
+        )
 
     def _kl(self, ub: UnpairedBatch) -> torch.Tensor:
         """KL reference point z, averaged across ranks (every rank runs this once per micro-batch)."""
@@ -187,8 +227,15 @@ class KTOTrainer(Trainer):
 
     def loss_on(self, ub: UnpairedBatch) -> tuple[torch.Tensor, dict[str, float]]:
         kl = self._kl(ub)
-        out = kto_loss(self._logps(ub.batch), self.ref.sequence_logps(ub.batch), ub.desirable, kl,
-                       self.cfg.beta, self.cfg.desirable_loss_weight, self.cfg.undesirable_loss_weight)
+        out = kto_loss(
+            self._logps(ub.batch),
+            self.ref.sequence_logps(ub.batch),
+            ub.desirable,
+            kl,
+            self.cfg.beta,
+            self.cfg.desirable_loss_weight,
+            self.cfg.undesirable_loss_weight,
+        )
         return out.loss, {"kl": kl.item(), **_kto_reward_metrics(out.rewards, ub.desirable)}
 
     @torch.no_grad()
@@ -199,13 +246,14 @@ class KTOTrainer(Trainer):
         shard = eval_shard(len(self.eval_set), self.rt.rank, self.rt.world_size)
         size = max(2, self.cfg.micro_train_batch_size)
         for start in range(0, len(shard), size):
-            chunk = shard[start:start + size]
+            chunk = shard[start : start + size]
             ub = self.collate([self.eval_set[i] for i, _ in chunk])
             w = torch.tensor([wt for _, wt in chunk], dtype=torch.float64)
             rewards = (self.cfg.beta * (self._logps(ub.batch) - self.ref.sequence_logps(ub.batch))).double().cpu()
             good = ub.desirable.cpu()
-            sums += torch.stack([(w * good).sum(), (w * good * rewards).sum(), (w * ~good).sum(),
-                                 (w * ~good * rewards).sum()])
+            sums += torch.stack(
+                [(w * good).sum(), (w * good * rewards).sum(), (w * ~good).sum(), (w * ~good * rewards).sum()]
+            )
         n_good, r_good, n_bad, r_bad = sum_across_ranks(sums).tolist()
         self.engine.train()
         good, bad = r_good / max(n_good, 1), r_bad / max(n_bad, 1)
@@ -215,5 +263,7 @@ class KTOTrainer(Trainer):
 def _kto_reward_metrics(rewards: torch.Tensor, desirable: torch.Tensor) -> dict[str, float]:
     good, bad = rewards[desirable], rewards[~desirable]
     # an all-desirable micro-batch has no undesirable mean: report 0 rather than NaN
-    return {"desirable_reward": good.mean().item() if len(good) else 0.0,
-            "undesirable_reward": bad.mean().item() if len(bad) else 0.0}
+    return {
+        "desirable_reward": good.mean().item() if len(good) else 0.0,
+        "undesirable_reward": bad.mean().item() if len(bad) else 0.0,
+    }

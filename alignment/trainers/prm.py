@@ -1,5 +1,6 @@
 """Process reward model training (OpenRLHF's train_prm): SFT's engine, collation, loop, checkpoints and
 commit, with the loss read only at the placeholder tokens (the math: alignment.losses.prm)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -8,9 +9,9 @@ import torch
 
 from alignment.config.stages import PRMConfig
 from alignment.datasets.process_reward import PRMBatch, PRMSample, layout_targets
+from alignment.distributed.collectives import sum_across_ranks
 from alignment.losses.prm import prm_loss
 from alignment.models.moe import forward_with_aux
-from alignment.distributed.collectives import sum_across_ranks
 from alignment.trainers.base import eval_shard
 from alignment.trainers.sft import SFTTrainer
 
@@ -35,7 +36,7 @@ class PRMTrainer(SFTTrainer):
     def loss_on(self, batch: PRMBatch) -> tuple[torch.Tensor, dict[str, float]]:
         logits, aux = forward_with_aux(self.engine, batch.tokens, self.moe_top_k)
         terms = prm_loss(logits, batch.tokens.loss_mask.bool(), batch.targets, self.reward_ids, self.soft)
-        metrics = {"acc": terms.accuracy.item()}   # OpenRLHF's name: the label token is the argmax at a step
+        metrics = {"acc": terms.accuracy.item()}  # OpenRLHF's name: the label token is the argmax at a step
         if aux is None:
             return terms.loss, metrics
         return terms.loss + self.cfg.aux_loss_coef * aux, {**metrics, "aux_loss": aux.item()}
@@ -44,7 +45,7 @@ class PRMTrainer(SFTTrainer):
     def eval_metrics(self) -> dict[str, float]:
         """Step-weighted loss and accuracy over the whole eval set (equal shards per rank, as SFT's)."""
         self.engine.eval()
-        total = torch.zeros(3, dtype=torch.float64)   # loss x steps, correct steps, steps
+        total = torch.zeros(3, dtype=torch.float64)  # loss x steps, correct steps, steps
         for i, weight in eval_shard(len(self.eval_set), self.rt.rank, self.rt.world_size):
             batch = self.collate([self.eval_set[i]])
             logits, _ = forward_with_aux(self.engine, batch.tokens, 0)

@@ -4,6 +4,7 @@ Each rank holds a full copy: the tiny and small models this targets fit, and it 
 reference out of ZeRO's collectives. `--ref_offload` keeps it in CPU memory; its forward runs
 there and only the [S] log-probs come back to the training device.
 """
+
 from __future__ import annotations
 
 import logging
@@ -21,11 +22,21 @@ log = logging.getLogger(__name__)
 
 
 class ReferenceModel:
-    def __init__(self, name: str, dtype: torch.dtype, attn: str, device: str, offload: bool, flag: str,
-                 trust_remote_code: bool = False):
+    def __init__(
+        self,
+        name: str,
+        dtype: torch.dtype,
+        attn: str,
+        device: str,
+        offload: bool,
+        flag: str,
+        trust_remote_code: bool = False,
+    ):
         self.device = "cpu" if offload else device
         path = resolve_model_path(name, flag)
-        self.model = load_causal_lm(path, dtype, attn, flag=flag, trust_remote_code=trust_remote_code).to(self.device).eval()
+        self.model = (
+            load_causal_lm(path, dtype, attn, flag=flag, trust_remote_code=trust_remote_code).to(self.device).eval()
+        )
         self.model.requires_grad_(False)
         log.info("frozen %s %s on %s", flag, name, self.device)
 
@@ -34,8 +45,9 @@ class ReferenceModel:
         """Summed response log-probs [S], on the batch's device."""
         home = batch.input_ids.device
         b = batch.to(self.device)
-        out = sequence_logps(forward_logits(self.model, b), b.input_ids, b.loss_mask, b.segments(), b.num_samples,
-                             b.branches)
+        out = sequence_logps(
+            forward_logits(self.model, b), b.input_ids, b.loss_mask, b.segments(), b.num_samples, b.branches
+        )
         return out.to(home)
 
     @torch.no_grad()
@@ -45,6 +57,8 @@ class ReferenceModel:
 
 
 def reference_for(cfg: ReferenceConfig, setup: Any, device: str) -> ReferenceModel:
-    name = cfg.ref_pretrain or setup.path   # --pretrain as resolved (at its --revision)
+    name = cfg.ref_pretrain or setup.path  # --pretrain as resolved (at its --revision)
     flag = "--ref_pretrain" if cfg.ref_pretrain else "--pretrain"
-    return ReferenceModel(name, setup.precision.dtype, setup.attn, device, cfg.ref_offload, flag, setup.trust_remote_code)
+    return ReferenceModel(
+        name, setup.precision.dtype, setup.attn, device, cfg.ref_offload, flag, setup.trust_remote_code
+    )

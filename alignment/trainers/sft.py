@@ -1,12 +1,13 @@
 """Supervised fine-tuning: next-token NLL on response tokens (or all tokens in --pretrain_mode)."""
+
 from __future__ import annotations
 
 import torch
 
 from alignment.datasets.sft import Batch, TokenizedSample, collate_packed, collate_padded
+from alignment.distributed.collectives import sum_across_ranks
 from alignment.losses.nll import sft_loss
 from alignment.models.moe import forward_with_aux
-from alignment.distributed.collectives import sum_across_ranks
 from alignment.trainers.base import Trainer, eval_shard
 
 
@@ -20,8 +21,8 @@ class SFTTrainer(Trainer):
 
     def __init__(self, *args, mask_dtype: torch.dtype | None = torch.bool, moe_top_k: int = 0, **kwargs):
         super().__init__(*args, **kwargs)
-        self.mask_dtype = mask_dtype   # block-mask form the attention implementation wants
-        self.moe_top_k = moe_top_k     # > 0: add --aux_loss_coef x the router balance loss
+        self.mask_dtype = mask_dtype  # block-mask form the attention implementation wants
+        self.moe_top_k = moe_top_k  # > 0: add --aux_loss_coef x the router balance loss
 
     def collate(self, items: list[TokenizedSample]) -> Batch:
         if self.cfg.packing_samples:
@@ -47,7 +48,9 @@ class SFTTrainer(Trainer):
         weight-0 repeats) so ZeRO-3's collective forwards stay in step."""
         self.engine.eval()
         total = torch.zeros(2, dtype=torch.float64)
-        for i, weight in eval_shard(len(self.eval_set), self.rt.rank, self.rt.world_size):  # one sample at a time keeps the token weighting exact
+        for i, weight in eval_shard(
+            len(self.eval_set), self.rt.rank, self.rt.world_size
+        ):  # one sample at a time keeps the token weighting exact
             batch = self.collate([self.eval_set[i]])
             nll = sft_loss(forward_logits(self.engine, batch), batch.input_ids, batch.loss_mask)
             tokens = float(batch.loss_mask[:, 1:].sum())

@@ -1,5 +1,6 @@
 """What SFT, RM, DPO and KTO do before their model loads, in one order: ranks, sizes, tokenizer,
 data, step count. Each step can fail on bad input, and all of them fail before any weights load."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,11 +9,11 @@ from typing import Any, Callable
 from alignment.config.groups import MoEConfig
 from alignment.config.stages import TrainerConfig
 from alignment.datasets.tokenized import RowTokenizer, load_train_eval
-from alignment.training.checkpoint import check_world_size
 from alignment.distributed.runtime import Runtime, init_runtime
 from alignment.models.builder import ModelSetup, prepare
 from alignment.models.moe import moe_top_k
 from alignment.trainers.base import total_steps
+from alignment.training.checkpoint import check_world_size
 
 
 @dataclass
@@ -21,20 +22,22 @@ class Started:
     setup: ModelSetup
     train_set: Any
     eval_set: Any | None
-    steps: int                 # optimizer steps the run will take
-    moe_top_k: int             # experts per token for --aux_loss_coef (0: off, or a stage without MoE flags)
+    steps: int  # optimizer steps the run will take
+    moe_top_k: int  # experts per token for --aux_loss_coef (0: off, or a stage without MoE flags)
 
     def counts(self, unit: str = "samples") -> str:
         """The line every trainer logs first (its own figures follow)."""
-        return (f"{len(self.train_set)} train {unit}, {len(self.eval_set or [])} eval, {self.steps} optimizer steps, "
-                f"world size {self.rt.world_size}, {self.setup.precision.label}, attention={self.setup.attn}")
+        return (
+            f"{len(self.train_set)} train {unit}, {len(self.eval_set or [])} eval, {self.steps} optimizer steps, "
+            f"world size {self.rt.world_size}, {self.setup.precision.label}, attention={self.setup.attn}"
+        )
 
 
 def start(cfg: TrainerConfig, tokenizer_for: Callable[[Any, str], RowTokenizer]) -> Started:
     """`tokenizer_for(tokenizer, source)` turns one dataset source's rows into the stage's samples."""
     rt = init_runtime(cfg.local_rank, cfg.num_threads)
-    cfg.accumulation_steps(rt.world_size)   # fails now, not after loading, if sizes don't divide
-    if cfg.load_checkpoint:   # before any weights load
+    cfg.accumulation_steps(rt.world_size)  # fails now, not after loading, if sizes don't divide
+    if cfg.load_checkpoint:  # before any weights load
         check_world_size(cfg.ckpt_path, rt.world_size)
     setup = prepare(cfg, rt)
     # a dense model given --aux_loss_coef is refused from its config.json, before the data is read

@@ -18,6 +18,7 @@ DeepSpeed's own loader uses `torch.load(weights_only=False)`; we swap in a check
 that loads with `weights_only=True` and an explicit allowlist of the few DeepSpeed types
 its files contain, so a checkpoint can't execute code when it's read.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -37,8 +38,8 @@ import torch.distributed as dist
 from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchCheckpointEngine
 
 from alignment import storage
-from alignment.distributed.collectives import barrier
 from alignment.config.base import ConfigError
+from alignment.distributed.collectives import barrier
 
 log = logging.getLogger(__name__)
 PREFIX = "global_step"
@@ -49,17 +50,20 @@ def _safe_globals() -> list:
     """Non-tensor types that appear in DeepSpeed checkpoint files (and nothing else)."""
     allowed: list = []
     try:
-        from deepspeed.runtime.fp16.loss_scaler import LossScaler, DynamicLossScaler
+        from deepspeed.runtime.fp16.loss_scaler import DynamicLossScaler, LossScaler
+
         allowed += [LossScaler, DynamicLossScaler]
     except ImportError:
         pass
     try:
         from deepspeed.runtime.zero.config import ZeroStageEnum
+
         allowed.append(ZeroStageEnum)
     except ImportError:
         pass
     try:
         from deepspeed.utils.tensor_fragment import fragment_address
+
         allowed.append(fragment_address)
     except ImportError:
         pass
@@ -76,9 +80,12 @@ def _rng_state() -> dict:
     """This process's RNG states as JSON-able values."""
     version, internal, gauss = random.getstate()
     kind, keys, pos, has_gauss, cached = np.random.get_state()
-    return {"python": [version, list(internal), gauss], "numpy": [kind, keys.tolist(), pos, has_gauss, cached],
-            "torch": torch.get_rng_state().tolist(),
-            "cuda": [s.tolist() for s in torch.cuda.get_rng_state_all()] if torch.cuda.is_available() else []}
+    return {
+        "python": [version, list(internal), gauss],
+        "numpy": [kind, keys.tolist(), pos, has_gauss, cached],
+        "torch": torch.get_rng_state().tolist(),
+        "cuda": [s.tolist() for s in torch.cuda.get_rng_state_all()] if torch.cuda.is_available() else [],
+    }
 
 
 def restore_rng(state: dict) -> None:
@@ -113,7 +120,7 @@ def tag(step: int) -> str:
     return f"{PREFIX}{step}"
 
 
-RoleWriter = Callable[[Path | None], None]   # extra files into a role's folder (None: not on this rank); collective
+RoleWriter = Callable[[Path | None], None]  # extra files into a role's folder (None: not on this rank); collective
 
 
 def save_engine(engine: Any, ckpt_uri: str, step: int, role: str = "model", extra: RoleWriter | None = None) -> None:
@@ -144,8 +151,16 @@ def upload_role(ckpt_uri: str, step: int, role: str, version: str) -> dict:
     return entries
 
 
-def commit(ckpt_uri: str, step: int, state: dict, max_keep: int, metadata: dict, world_size: int,
-           parts: dict | None = None, version: str = "") -> str:
+def commit(
+    ckpt_uri: str,
+    step: int,
+    state: dict,
+    max_keep: int,
+    metadata: dict,
+    world_size: int,
+    parts: dict | None = None,
+    version: str = "",
+) -> str:
     """One process, after every engine has saved (remote: after every node uploaded its `parts` into
     `version`, see upload_role): state.json (with this process's RNG), the commit, `latest`, retention."""
     uri = f"{ckpt_uri.rstrip('/')}/{tag(step)}"
@@ -168,10 +183,10 @@ def commit(ckpt_uri: str, step: int, state: dict, max_keep: int, metadata: dict,
 
 @dataclass(frozen=True)
 class Latest:
-    uri: str       # the committed checkpoint
-    name: str      # its tag, global_step<N>
-    state: dict    # its state.json
-    folder: Path   # this node's verified copy of its files (the checkpoint itself when local)
+    uri: str  # the committed checkpoint
+    name: str  # its tag, global_step<N>
+    state: dict  # its state.json
+    folder: Path  # this node's verified copy of its files (the checkpoint itself when local)
 
 
 # checkpoint URI -> its manifest and what was found there: a process verifies a checkpoint once, however
@@ -190,14 +205,14 @@ def _verify(uri: str) -> Latest:
     cached = _verified.get(uri)
     if cached and cached[0] == manifest:
         return cached[1]
-    folder = storage.download_dir(uri)   # verifies sizes and hashes, local and remote alike
+    folder = storage.download_dir(uri)  # verifies sizes and hashes, local and remote alike
     try:
         state = json.loads((folder / STATE_FILE).read_bytes().decode("utf-8"))
         if not isinstance(state, dict) or not isinstance(state.get("rng"), dict):
             raise ValueError("no 'rng' mapping")
     except FileNotFoundError:
         raise storage.StorageError(f"{uri} is committed without {STATE_FILE}") from None
-    except ValueError as e:   # bad JSON or bad UTF-8 (UnicodeDecodeError is a ValueError)
+    except ValueError as e:  # bad JSON or bad UTF-8 (UnicodeDecodeError is a ValueError)
         raise storage.StorageError(f"{uri}/{STATE_FILE} is not a valid state file ({str(e)[:120]})") from None
     found = Latest(uri, uri.rstrip("/").rsplit("/", 1)[-1], state, folder)
     _verified[uri] = (manifest, found)
@@ -225,8 +240,10 @@ def find_latest(ckpt_uri: str) -> Latest | None:
             log.warning("resuming from the older checkpoint %s instead (%d newer one(s) damaged)", uri, len(damaged))
         return found
     if damaged:
-        raise storage.StorageError(f"every committed checkpoint under {ckpt_uri} is damaged (newest: {damaged[0]}); "
-                                   f"delete them or start over with a new --ckpt_path")
+        raise storage.StorageError(
+            f"every committed checkpoint under {ckpt_uri} is damaged (newest: {damaged[0]}); "
+            f"delete them or start over with a new --ckpt_path"
+        )
     return None
 
 
@@ -237,14 +254,20 @@ def load_engine(engine: Any, ckpt_uri: str, name: str, role: str = "model") -> N
     uri = f"{ckpt_uri.rstrip('/')}/{name}"
     folder = _verify(uri).folder
     engine.checkpoint_engine = WeightsOnlyCheckpointEngine()
-    path, _ = engine.load_checkpoint(str(folder), tag=role, load_optimizer_states=True,
-                                     load_lr_scheduler_states=True)
+    path, _ = engine.load_checkpoint(str(folder), tag=role, load_optimizer_states=True, load_lr_scheduler_states=True)
     if path is None:
         raise RuntimeError(f"DeepSpeed could not load the {role} of the committed checkpoint {uri}")
 
 
-def save(engines: dict[str, Any], ckpt_uri: str, step: int, state: dict, max_keep: int, metadata: dict,
-         extra: dict[str, RoleWriter] | None = None) -> str:
+def save(
+    engines: dict[str, Any],
+    ckpt_uri: str,
+    step: int,
+    state: dict,
+    max_keep: int,
+    metadata: dict,
+    extra: dict[str, RoleWriter] | None = None,
+) -> str:
     """Every rank of a process group that holds all `engines` (role -> engine): save (with the `extra` files of
     a role), each node's first rank uploads (remote), rank 0 commits."""
     for role, engine in engines.items():
@@ -263,8 +286,16 @@ def save(engines: dict[str, Any], ckpt_uri: str, step: int, state: dict, max_kee
         dist.gather_object(parts, gathered, dst=0)
     uri = f"{ckpt_uri.rstrip('/')}/{tag(step)}"
     if rank0:
-        commit(ckpt_uri, step, state, max_keep, metadata, dist.get_world_size() if dist.is_initialized() else 1,
-               {k: v for p in gathered for k, v in p.items()}, version[0])
+        commit(
+            ckpt_uri,
+            step,
+            state,
+            max_keep,
+            metadata,
+            dist.get_world_size() if dist.is_initialized() else 1,
+            {k: v for p in gathered for k, v in p.items()},
+            version[0],
+        )
     barrier()
     return uri
 
@@ -288,6 +319,8 @@ def check_world_size(ckpt_uri: str, world_size: int) -> None:
     found = find_latest(ckpt_uri)
     written = (storage.read_manifest(found.uri) or {}).get("metadata", {}).get("world_size") if found else None
     if written is not None and written != world_size:
-        raise ConfigError(f"checkpoint {found.uri} was written by {written} ranks but this run has {world_size}: "
-                          f"resume with {written} ranks (--num_nodes x --num_gpus_per_node, or the launcher's size), "
-                          f"or start over with a new --ckpt_path")
+        raise ConfigError(
+            f"checkpoint {found.uri} was written by {written} ranks but this run has {world_size}: "
+            f"resume with {written} ranks (--num_nodes x --num_gpus_per_node, or the launcher's size), "
+            f"or start over with a new --ckpt_path"
+        )

@@ -1,4 +1,5 @@
 """Wrap a model into a DeepSpeed engine with our optimizer and schedule."""
+
 from __future__ import annotations
 
 import logging
@@ -21,6 +22,7 @@ log = logging.getLogger(__name__)
 def _malloc_trim() -> Any:
     """glibc's malloc_trim, or None where the C library has none (musl, macOS)."""
     import ctypes
+
     return getattr(ctypes.CDLL(None), "malloc_trim", None)
 
 
@@ -45,9 +47,11 @@ def adam_class(cfg: TrainConfig, device: str) -> tuple[type, dict[str, Any]]:
     """The AdamW implementation for this device (and its extra arguments)."""
     if cfg.adam_offload:
         from deepspeed.ops.adam import DeepSpeedCPUAdam  # prebuilt at install time
+
         return DeepSpeedCPUAdam, {}
     if device == "cuda":
         from deepspeed.ops.adam import FusedAdam
+
         name_this_gpu_arch()
         return FusedAdam, {}
     # fused: one kernel over all parameters instead of a chain of foreach ops (~4x less optimizer time on CPU);
@@ -57,7 +61,7 @@ def adam_class(cfg: TrainConfig, device: str) -> tuple[type, dict[str, Any]]:
 
 # a parameter of the repeated blocks: model.layers.3.mlp.up_proj.weight, transformer.h.0.attn.c_attn.weight
 _IN_BLOCK = re.compile(r"\.\d+\.")
-MUON_MOMENTUM = 0.95   # Muon's published default (Keller Jordan's and DeepSpeed's)
+MUON_MOMENTUM = 0.95  # Muon's published default (Keller Jordan's and DeepSpeed's)
 
 
 def muon_param(name: str, param: torch.nn.Parameter) -> bool:
@@ -78,20 +82,38 @@ def make_optimizer(named: list[tuple[str, torch.nn.Parameter]], cfg: TrainConfig
         return adam(params, lr=cfg.learning_rate, betas=betas, weight_decay=cfg.l2, **extra)
     # imported here, as DeepSpeed's engine does: the module sets up torch.compile'd kernels
     from deepspeed.runtime.zero.muon.muon_optimizer import MuonWithAuxAdam
+
     muon = [p for n, p in named if muon_param(n, p)]
     rest = [p for n, p in named if not muon_param(n, p)]
     for group, flag in ((muon, True), (rest, False)):
         for p in group:
-            p.use_muon = flag   # DeepSpeed's ZeRO optimizers read the tag on the parameter
+            p.use_muon = flag  # DeepSpeed's ZeRO optimizers read the tag on the parameter
     if not muon:
-        raise ConfigError("--optim muon: no trainable 2-D weight inside the model's blocks for Muon to update "
-                          "(all trainable parameters are embeddings, heads, norms or biases): use --optim adam")
+        raise ConfigError(
+            "--optim muon: no trainable 2-D weight inside the model's blocks for Muon to update "
+            "(all trainable parameters are embeddings, heads, norms or biases): use --optim adam"
+        )
     log.info("--optim muon: Muon on %d block matrices, AdamW on %d other tensors", len(muon), len(rest))
-    groups = [{"params": muon, "use_muon": True, "lr": cfg.muon_lr or cfg.learning_rate, "momentum": MUON_MOMENTUM,
-               "weight_decay": cfg.l2}]
+    groups = [
+        {
+            "params": muon,
+            "use_muon": True,
+            "lr": cfg.muon_lr or cfg.learning_rate,
+            "momentum": MUON_MOMENTUM,
+            "weight_decay": cfg.l2,
+        }
+    ]
     if rest:
-        groups.append({"params": rest, "use_muon": False, "lr": cfg.learning_rate, "betas": betas, "eps": 1e-8,
-                       "weight_decay": cfg.l2})
+        groups.append(
+            {
+                "params": rest,
+                "use_muon": False,
+                "lr": cfg.learning_rate,
+                "betas": betas,
+                "eps": 1e-8,
+                "weight_decay": cfg.l2,
+            }
+        )
     return MuonWithAuxAdam(groups, adam_optimizer=adam, adam_optimizer_kwargs=extra)
 
 
@@ -121,8 +143,13 @@ def make_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainConfig, total_ste
     warmup = math.ceil(total_steps * cfg.lr_warmup_ratio)
     # the ratio itself, not --learning_rate x it: Muon keeps no optimizer-wide default lr to divide by
     extra = {"min_lr_rate": cfg.min_lr_ratio} if cfg.lr_scheduler == "cosine_with_min_lr" else None
-    return get_scheduler(cfg.lr_scheduler, optimizer, num_warmup_steps=warmup,
-                         num_training_steps=max(1, total_steps), scheduler_specific_kwargs=extra)
+    return get_scheduler(
+        cfg.lr_scheduler,
+        optimizer,
+        num_warmup_steps=warmup,
+        num_training_steps=max(1, total_steps),
+        scheduler_specific_kwargs=extra,
+    )
 
 
 def build_engine(model: torch.nn.Module, cfg: TrainConfig, rt: Runtime, bf16: bool, total_steps: int) -> Any:
@@ -130,8 +157,13 @@ def build_engine(model: torch.nn.Module, cfg: TrainConfig, rt: Runtime, bf16: bo
 
     stage = cfg.zero_stage_on(rt.world_size)
     if cfg.zero_stage is None:
-        log.info("ZeRO stage %d (--zero_stage unset: %s)", stage, "one rank, nothing to partition; --zero_stage 2 "
-                 "gives ZeRO-2's copies" if stage == 0 else "the default on several ranks or with --adam_offload")
+        log.info(
+            "ZeRO stage %d (--zero_stage unset: %s)",
+            stage,
+            "one rank, nothing to partition; --zero_stage 2 " "gives ZeRO-2's copies"
+            if stage == 0
+            else "the default on several ranks or with --adam_offload",
+        )
     if stage == 3:
         mark_zero3_leaves(model)
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]

@@ -3,6 +3,7 @@
 Resuming at (epoch, micro-batch k) yields exactly the micro-batches an uninterrupted run
 would have seen from k on, which is what makes resume equivalence hold.
 """
+
 from __future__ import annotations
 
 import random
@@ -14,8 +15,9 @@ def epoch_order(num_samples: int, seed: int, epoch: int) -> list[int]:
     return order
 
 
-def micro_batches(num_samples: int, micro_batch_size: int, rank: int, world_size: int,
-                  seed: int, epoch: int, start: int = 0) -> list[list[int]]:
+def micro_batches(
+    num_samples: int, micro_batch_size: int, rank: int, world_size: int, seed: int, epoch: int, start: int = 0
+) -> list[list[int]]:
     """This rank's micro-batches (sample indices) for `epoch`, skipping the first `start`.
 
     Every rank gets the same count (the tail that doesn't fill a micro-batch on every rank is
@@ -26,8 +28,8 @@ def micro_batches(num_samples: int, micro_batch_size: int, rank: int, world_size
     rounds = len(order) // per_round
     batches = []
     for r in range(rounds):
-        chunk = order[r * per_round:(r + 1) * per_round]
-        batches.append(chunk[rank * micro_batch_size:(rank + 1) * micro_batch_size])
+        chunk = order[r * per_round : (r + 1) * per_round]
+        batches.append(chunk[rank * micro_batch_size : (rank + 1) * micro_batch_size])
     return batches[start:]
 
 

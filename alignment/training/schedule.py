@@ -3,12 +3,14 @@
 The clock is read on rank 0 and its answer broadcast, so every rank saves at the same step (a
 DeepSpeed checkpoint is collective); ranks whose clocks differ never disagree.
 """
+
 from __future__ import annotations
 
 import time
 
 import torch
 import torch.distributed as dist
+
 from alignment.config.groups import CheckpointConfig
 
 

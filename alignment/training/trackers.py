@@ -10,6 +10,7 @@ model's staging directory, so the events are committed with the model and surviv
 (`tensorboard --logdir <store>` then sees every stage); they are rebuilt from the metrics
 history on resume, so the committed events hold one whole curve.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -18,6 +19,7 @@ import shutil
 import sys
 from pathlib import Path
 from typing import Any
+
 from alignment.config.groups import WANDB_SWITCHES, LoggingConfig
 
 
@@ -44,17 +46,23 @@ def start_wandb(cfg: LoggingConfig, stage: str) -> tuple[Any, str]:
     else:
         wandb.login()  # the key comes from WANDB_API_KEY (how pipelines pass it: never as a parameter)
     resume = {"id": wandb_run_id(cfg.ckpt_path), "resume": "allow"} if getattr(cfg, "load_checkpoint", False) else {}
-    run = wandb.init(entity=cfg.wandb_org, project=cfg.wandb_project, group=cfg.wandb_group,
-                     name=cfg.wandb_run_name or stage, config={k: v for k, v in vars(cfg).items() if k != "use_wandb"},
-                     reinit="finish_previous", **resume)
-    where = run.url or str(Path(run.dir).parent)   # offline: .../wandb/offline-run-<time>-<id>
+    run = wandb.init(
+        entity=cfg.wandb_org,
+        project=cfg.wandb_project,
+        group=cfg.wandb_group,
+        name=cfg.wandb_run_name or stage,
+        config={k: v for k, v in vars(cfg).items() if k != "use_wandb"},
+        reinit="finish_previous",
+        **resume,
+    )
+    where = run.url or str(Path(run.dir).parent)  # offline: .../wandb/offline-run-<time>-<id>
     return run, where
 
 
 def tensorboard_inside_model(cfg: LoggingConfig) -> str | None:
     """The path of --use_tensorboard relative to --save_path, when it lies inside it."""
     target, inside = cfg.use_tensorboard.rstrip("/"), cfg.save_path.rstrip("/") + "/"
-    return target[len(inside):] if target.startswith(inside) else None
+    return target[len(inside) :] if target.startswith(inside) else None
 
 
 class TensorBoard:
@@ -65,8 +73,8 @@ class TensorBoard:
         if rel:
             directory = run_dir / rel
             self.where, self.ours = cfg.use_tensorboard.rstrip("/"), True
-            shutil.rmtree(directory, ignore_errors=True)   # ours: rebuilt from the resumed history by replay()
-        else:   # the user's own directory (OpenRLHF's layout: one folder per run name): appended to
+            shutil.rmtree(directory, ignore_errors=True)  # ours: rebuilt from the resumed history by replay()
+        else:  # the user's own directory (OpenRLHF's layout: one folder per run name): appended to
             directory = Path(cfg.use_tensorboard) / (cfg.wandb_run_name or stage)
             self.where, self.ours = str(directory), False
         directory.mkdir(parents=True, exist_ok=True)

@@ -1,5 +1,6 @@
 """Metrics out: a JSONL file, progress (a tqdm bar in a terminal, progress events in a pipeline),
 and optionally wandb / TensorBoard (rank 0 only)."""
+
 from __future__ import annotations
 
 import json
@@ -13,22 +14,29 @@ from alignment.training.trackers import TensorBoard, start_wandb
 
 log = logging.getLogger(__name__)
 
-EVENT_EVERY_S = 1.0   # progress-only events at most this often (rows are always sent)
+EVENT_EVERY_S = 1.0  # progress-only events at most this often (rows are always sent)
 
 
 class MetricsLogger:
-    def __init__(self, cfg: LoggingConfig, run_dir: str | Path | None, enabled: bool, total_steps: int, stage: str,
-                 samples_per_step: int = 0):
+    def __init__(
+        self,
+        cfg: LoggingConfig,
+        run_dir: str | Path | None,
+        enabled: bool,
+        total_steps: int,
+        stage: str,
+        samples_per_step: int = 0,
+    ):
         self.enabled = enabled
-        self.path = Path(run_dir or ".") / "metrics.jsonl"   # written only when enabled (rank 0)
+        self.path = Path(run_dir or ".") / "metrics.jsonl"  # written only when enabled (rank 0)
         self._wandb = self._tb = self._bar = None
         self._events = False
-        self.links: dict[str, str] = {}     # where the trackers' records are (for the stage's artifact)
+        self.links: dict[str, str] = {}  # where the trackers' records are (for the stage's artifact)
         self.history: list[dict] = []
         self.total, self.samples_per_step = total_steps, samples_per_step
         self.step = self.first_step = 0
         self._last_event = 0.0
-        self.started = time.monotonic()     # models are loaded by now: what follows is the loop
+        self.started = time.monotonic()  # models are loaded by now: what follows is the loop
         if not enabled:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -38,8 +46,9 @@ class MetricsLogger:
             self._tb = TensorBoard(cfg, Path(run_dir), stage)
             self.links["tensorboard"] = self._tb.where
         self._events = events.enabled()
-        if not self._events:   # in a pipeline the task shows progress; a bar would only fill the job log
+        if not self._events:  # in a pipeline the task shows progress; a bar would only fill the job log
             from tqdm import tqdm
+
             self._bar = tqdm(total=total_steps, desc=stage, dynamic_ncols=True, mininterval=1.0)
 
     def restore(self, rows: list[dict], step: int = 0) -> None:
@@ -109,6 +118,7 @@ class MetricsLogger:
 def cuda_peak_memory() -> dict[str, float]:
     """This process's peak CUDA memory held by tensors (GiB), on GPUs only: what a stage needs."""
     import torch
+
     if not torch.cuda.is_available() or not torch.cuda.is_initialized():
         return {}
     return {"mem/cuda_peak_gib": round(torch.cuda.max_memory_allocated() / 2**30, 3)}

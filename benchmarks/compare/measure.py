@@ -8,6 +8,7 @@ Peak memory is the larger of two readings:
     its GCS and raylet and exits) stay in the tree and are counted.
 RSS sums count shared pages once per process; multi-process figures (Ray, vLLM) are upper bounds.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -116,7 +117,7 @@ def run_measured(cmd: list[str], env: dict[str, str], cwd: Path, log: Path, time
             time.sleep(0.05)
         wall = time.monotonic() - t0
         proc.returncode = os.waitstatus_to_exitcode(status)
-        time.sleep(0.3)            # let left-over daemons (if any) be seen once more, then stop sampling
+        time.sleep(0.3)  # let left-over daemons (if any) be seen once more, then stop sampling
         done.set()
         sampler.join()
     peak_kib = max(peak[0], usage.ru_maxrss if usage else 0)
@@ -131,6 +132,7 @@ def tail(path: Path, chars: int = 3000) -> str:
 @dataclass
 class Stats:
     """min / median / max of one side's repeated measurements."""
+
     values: list[float]
 
     @property

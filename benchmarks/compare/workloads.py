@@ -3,6 +3,7 @@
 A Comparison has two or three sides; a round runs every side once, in order, and the rounds
 alternate (ours, TRL, ours, TRL, ...) so drift of the machine hits both sides alike.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,17 +35,17 @@ class BenchError(RuntimeError):
 
 @dataclass
 class Sample:
-    value: float          # in the comparison's unit
+    value: float  # in the comparison's unit
     peak_rss_mb: float
-    wall_s: float         # the whole subprocess, start-up included
+    wall_s: float  # the whole subprocess, start-up included
     extra: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
 class Side:
     label: str
-    run: Callable[[str], Sample]    # tag (unique per run) -> one measurement
-    derived: dict[str, str] = field(default_factory=dict)   # another row's label -> the Sample.extra key it reports
+    run: Callable[[str], Sample]  # tag (unique per run) -> one measurement
+    derived: dict[str, str] = field(default_factory=dict)  # another row's label -> the Sample.extra key it reports
 
 
 @dataclass
@@ -54,43 +55,52 @@ class Comparison:
     unit: str
     higher_is_better: bool
     sides: list[Side]
-    goal: str                 # as the issue states it
-    goal_ratio: float         # ours / baseline must be >= (higher_is_better) or <= this
-    settings: str             # one line for the report
-    baseline: str = "TRL"     # the side the others are divided by
-    skipped: dict[str, str] = field(default_factory=dict)   # side label -> why it was not run
+    goal: str  # as the issue states it
+    goal_ratio: float  # ours / baseline must be >= (higher_is_better) or <= this
+    settings: str  # one line for the report
+    baseline: str = "TRL"  # the side the others are divided by
+    skipped: dict[str, str] = field(default_factory=dict)  # side label -> why it was not run
     results: dict[str, list[Sample]] = field(default_factory=dict)
 
 
 @dataclass
 class Context:
-    work: Path                # scratch root of this benchmark run
-    python: str               # our venv's interpreter
+    work: Path  # scratch root of this benchmark run
+    python: str  # our venv's interpreter
     trl_python: str
     threads: int
     env: dict[str, str]
     tokens_cache: dict[str, list[int]] = field(default_factory=dict)
-    trl_versions: dict[str, str] = field(default_factory=dict)   # as the TRL runner reports them
-    device: str = "cpu"       # where both sides train: "cpu" | "cuda" (RunSpec.device)
-    bf16: bool = False        # RunSpec.bf16
+    trl_versions: dict[str, str] = field(default_factory=dict)  # as the TRL runner reports them
+    device: str = "cpu"  # where both sides train: "cpu" | "cuda" (RunSpec.device)
+    bf16: bool = False  # RunSpec.bf16
 
     def run(self, cmd: list[str], tag: str, env: dict | None = None):
         res = run_measured(cmd, {**self.env, **(env or {})}, REPO, self.work / "logs" / f"{tag}.log")
         if res.returncode != 0:
-            raise BenchError(f"{tag} failed (exit {res.returncode}): {' '.join(cmd[:4])} ...\n"
-                             f"--- {res.log} (tail) ---\n{tail(res.log)}")
+            raise BenchError(
+                f"{tag} failed (exit {res.returncode}): {' '.join(cmd[:4])} ...\n"
+                f"--- {res.log} (tail) ---\n{tail(res.log)}"
+            )
         return res
 
 
 def base_env(threads: int, work: Path, device: str = "cpu") -> dict[str, str]:
     env = dict(os.environ)
-    env.update(OMP_NUM_THREADS=str(threads), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
-               TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false", WANDB_MODE="offline",
-               RAY_USAGE_STATS_ENABLED="0", PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])),
-               PYTHONUNBUFFERED="1")
+    env.update(
+        OMP_NUM_THREADS=str(threads),
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false",
+        WANDB_MODE="offline",
+        RAY_USAGE_STATS_ENABLED="0",
+        PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])),
+        PYTHONUNBUFFERED="1",
+    )
     if device == "cpu":
         env["DS_ACCELERATOR"] = "cpu"
-    else:   # DeepSpeed detects CUDA itself; a DS_ACCELERATOR=cpu left in the environment would hide the GPU
+    else:  # DeepSpeed detects CUDA itself; a DS_ACCELERATOR=cpu left in the environment would hide the GPU
         env.pop("DS_ACCELERATOR", None)
     env.pop("PREFECT_API_URL", None)
     return env
@@ -128,8 +138,13 @@ def ours_side(ctx: Context, spec: RunSpec, vllm: bool = False, label: str = "our
                 ctx.tokens_cache[key] = ours.sft_tokens_per_step(s)
             tokens = ctx.tokens_cache[key]
         peak = ours.cuda_peak_gib(s) if spec.device == "cuda" else None
-        return Sample(_value(spec, times, tokens), res.peak_rss_mb, res.wall_s,
-                      {"cuda_peak_gib": peak} if peak is not None else {})
+        return Sample(
+            _value(spec, times, tokens),
+            res.peak_rss_mb,
+            res.wall_s,
+            {"cuda_peak_gib": peak} if peak is not None else {},
+        )
+
     return Side(label, run)
 
 
@@ -142,8 +157,13 @@ def trl_side(ctx: Context, spec: RunSpec) -> Side:
         out = json.loads(result_path.read_text())
         ctx.trl_versions.update(out["versions"])
         peak = out.get("cuda_peak_gib")
-        return Sample(_value(spec, out["step_times"], out["tokens_per_step"]), res.peak_rss_mb, res.wall_s,
-                      {"cuda_peak_gib": peak} if peak is not None else {})
+        return Sample(
+            _value(spec, out["step_times"], out["tokens_per_step"]),
+            res.peak_rss_mb,
+            res.wall_s,
+            {"cuda_peak_gib": peak} if peak is not None else {},
+        )
+
     return Side("TRL", run)
 
 
@@ -152,8 +172,11 @@ def sft_flow_sample(ctx: Context, tag: str, sft: dict) -> Sample:
     the whole command's (as the "whole command" extra)."""
     store = ctx.work / "runs" / tag
     shutil.rmtree(store, ignore_errors=True)
-    prefect_env = {"PREFECT_HOME": str(ctx.work / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-                   "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "90"}
+    prefect_env = {
+        "PREFECT_HOME": str(ctx.work / "prefect"),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "90",
+    }
     res = ctx.run([ctx.python, "-c", FLOW_SCRIPT, tag.replace("_", "-"), str(store), json.dumps(sft)], tag, prefect_env)
     line = [x for x in res.log.read_text().splitlines() if x.startswith("FLOW_RESULT ")]
     result = json.loads(line[-1].split(" ", 1)[1]) if line else {"skipped": True}
@@ -168,24 +191,44 @@ def orchestration_sides(ctx: Context, base: str, steps: int) -> list[Side]:
     Two figures per flow run: the stage task's wall time (Ray job submitted -> job done -> model
     committed: what every stage of a pipeline pays), and the whole flow command (plus the Prefect
     API's and the Ray head's start-up and shutdown, paid once per flow run)."""
+
     def cli(tag: str) -> Sample:
         out = ctx.work / "runs" / tag
         shutil.rmtree(out, ignore_errors=True)
-        res = ctx.run([ctx.python, "-m", "alignment.cli.train_sft", "--config", str(DEMO_SFT_CONFIG), "--pretrain", base,
-                       "--max_steps", str(steps), "--save_path", f"{out}/model", "--ckpt_path", f"{out}/checkpoints",
-                       "--load_checkpoint"], tag)
+        res = ctx.run(
+            [
+                ctx.python,
+                "-m",
+                "alignment.cli.train_sft",
+                "--config",
+                str(DEMO_SFT_CONFIG),
+                "--pretrain",
+                base,
+                "--max_steps",
+                str(steps),
+                "--save_path",
+                f"{out}/model",
+                "--ckpt_path",
+                f"{out}/checkpoints",
+                "--load_checkpoint",
+            ],
+            tag,
+        )
         return Sample(res.wall_s, res.peak_rss_mb, res.wall_s)
 
     def flow(tag: str) -> Sample:
         return sft_flow_sample(ctx, tag, {"pretrain": base, "max_steps": steps})
 
-    return [Side("bare CLI", cli),
-            Side("Prefect → Ray job: stage task", flow, {"Prefect → Ray job: whole flow command": "whole command"})]
+    return [
+        Side("bare CLI", cli),
+        Side("Prefect → Ray job: stage task", flow, {"Prefect → Ray job: whole flow command": "whole command"}),
+    ]
 
 
 @dataclass
 class Sizes:
     """Steps and batch sizes of one benchmark size."""
+
     sft_steps: int
     pair_steps: int
     rl_iterations: int
@@ -201,49 +244,116 @@ TINY = Sizes(sft_steps=4, pair_steps=4, rl_iterations=3, rl_prompts=4, n_samples
 
 def run_specs(model: str, sizes: Sizes, threads: int, device: str = "cpu", bf16: bool = False) -> dict[str, RunSpec]:
     """The RunSpec of each trainer workload (out_dir left empty: each run gets its own), by kind."""
-    data = REPO / "alignflow" / "data" / "tiny"
+    data = REPO / "data" / "tiny"
     common = dict(model=model, out_dir="", threads=threads, max_len=64, device=device, bf16=bf16)
     sft = RunSpec("sft", data=str(data / "sft"), steps=sizes.sft_steps, batch=32, micro=32, lr=2e-4, **common)
     rm = RunSpec("rm", data=str(data / "preference"), steps=sizes.pair_steps, batch=32, micro=16, lr=1e-4, **common)
-    rl = dict(data=str(data / "prompts"), steps=sizes.rl_iterations, batch=sizes.rl_prompts * sizes.n_samples,
-              micro=16, lr=3e-5, n_samples=sizes.n_samples, gen_len=16, **common)
-    return {"sft": sft, "rm": rm, "dpo": replace(rm, kind="dpo", lr=5e-6, beta=0.1),
-            "rloo": RunSpec("rloo", **rl), "grpo": RunSpec("grpo", **rl)}
+    rl = dict(
+        data=str(data / "prompts"),
+        steps=sizes.rl_iterations,
+        batch=sizes.rl_prompts * sizes.n_samples,
+        micro=16,
+        lr=3e-5,
+        n_samples=sizes.n_samples,
+        gen_len=16,
+        **common,
+    )
+    return {
+        "sft": sft,
+        "rm": rm,
+        "dpo": replace(rm, kind="dpo", lr=5e-6, beta=0.1),
+        "rloo": RunSpec("rloo", **rl),
+        "grpo": RunSpec("grpo", **rl),
+    }
 
 
 def comparisons(ctx: Context, model: str, demo_base: str, sizes: Sizes) -> list[Comparison]:
-    from benchmarks.compare.placement import placement_comparison   # it builds on this module's types
+    from benchmarks.compare.placement import placement_comparison  # it builds on this module's types
+
     specs = run_specs(model, sizes, ctx.threads, ctx.device, ctx.bf16)
     sft, rm, dpo, rloo, grpo = (specs[k] for k in ("sft", "rm", "dpo", "rloo", "grpo"))
-    rl_text = (f"{sizes.rl_prompts} prompts x {sizes.n_samples} samples, ≤ 16 new tokens, temperature 1, one optimizer "
-               f"step on all {rloo.batch} samples (micro-batch 16), lr 3e-5, no KL (ours --init_kl_coef 0, TRL beta 0); "
-               "ours --packing_samples (a prompt's samples share its forward)")
+    rl_text = (
+        f"{sizes.rl_prompts} prompts x {sizes.n_samples} samples, ≤ 16 new tokens, temperature 1, one optimizer "
+        f"step on all {rloo.batch} samples (micro-batch 16), lr 3e-5, no KL (ours --init_kl_coef 0, TRL beta 0); "
+        "ours --packing_samples (a prompt's samples share its forward)"
+    )
     grpo_sides = [ours_side(ctx, grpo, label="ours (HF generate)")]
     if sizes.with_vllm:
         grpo_sides.append(ours_side(ctx, grpo, vllm=True, label="ours (vLLM engine)"))
         grpo_sides.append(ours_side(ctx, grpo, vllm=True, overlap=True, label="ours (async vLLM engine)"))
     grpo_sides.append(trl_side(ctx, grpo))
-    grpo_skipped = {} if sizes.with_vllm else {"ours (vLLM engine)": "not run (--no-vllm)",
-                                               "ours (async vLLM engine)": "not run (--no-vllm)"}
+    grpo_skipped = (
+        {}
+        if sizes.with_vllm
+        else {"ours (vLLM engine)": "not run (--no-vllm)", "ours (async vLLM engine)": "not run (--no-vllm)"}
+    )
     return [
-        Comparison("sft", "SFT (packing)", "tokens/s", True, [ours_side(ctx, sft), trl_side(ctx, sft)],
-                   "≥ 1.3× TRL", 1.3, f"{sft.steps} steps of 32 samples (TRL: 16 packed rows of ≤ 64 tokens), lr 2e-4"),
-        Comparison("rm", "Reward model", "pairs/s", True, [ours_side(ctx, rm), trl_side(ctx, rm)],
-                   "≥ 1.2× TRL", 1.2, f"{rm.steps} steps of 32 pairs (micro-batch 16), lr 1e-4"),
-        Comparison("dpo", "DPO", "pairs/s", True, [ours_side(ctx, dpo), trl_side(ctx, dpo)],
-                   "≥ 1.3× TRL", 1.3, f"{dpo.steps} steps of 32 pairs (micro-batch 16), beta 0.1, lr 5e-6, "
-                   "frozen reference forward every step on both sides"),
-        Comparison("rloo", "RL iteration: RLOO", "s/iteration", False, [ours_side(ctx, rloo), trl_side(ctx, rloo)],
-                   "≤ 0.7× TRL", 0.7, f"{rloo.steps} iterations; " + rl_text),
-        Comparison("grpo", "RL iteration: GRPO", "s/iteration", False, grpo_sides,
-                   "≤ 0.7× TRL", 0.7, f"{grpo.steps} iterations; " + rl_text + "; the vLLM engine: train_ppo_ray, "
-                   "one engine on one core, actor + reference on the other; --async_train (its own goal: ≤ 0.55× TRL) "
-                   "generates the next iteration there while this one trains", skipped=grpo_skipped),
-        Comparison("orchestration", "Orchestration: SFT stage", "s (wall)", False,
-                   orchestration_sides(ctx, demo_base, sizes.orch_steps), "overhead ≤ 5 %", 1.05,
-                   f"the demo's SFT stage (tiny model, deployments/recipes/tiny/sft.yaml, {sizes.orch_steps} steps); "
-                   "bare CLI: the whole command; through the flow: the stage task, and the whole flow command",
-                   baseline="bare CLI"),
+        Comparison(
+            "sft",
+            "SFT (packing)",
+            "tokens/s",
+            True,
+            [ours_side(ctx, sft), trl_side(ctx, sft)],
+            "≥ 1.3× TRL",
+            1.3,
+            f"{sft.steps} steps of 32 samples (TRL: 16 packed rows of ≤ 64 tokens), lr 2e-4",
+        ),
+        Comparison(
+            "rm",
+            "Reward model",
+            "pairs/s",
+            True,
+            [ours_side(ctx, rm), trl_side(ctx, rm)],
+            "≥ 1.2× TRL",
+            1.2,
+            f"{rm.steps} steps of 32 pairs (micro-batch 16), lr 1e-4",
+        ),
+        Comparison(
+            "dpo",
+            "DPO",
+            "pairs/s",
+            True,
+            [ours_side(ctx, dpo), trl_side(ctx, dpo)],
+            "≥ 1.3× TRL",
+            1.3,
+            f"{dpo.steps} steps of 32 pairs (micro-batch 16), beta 0.1, lr 5e-6, "
+            "frozen reference forward every step on both sides",
+        ),
+        Comparison(
+            "rloo",
+            "RL iteration: RLOO",
+            "s/iteration",
+            False,
+            [ours_side(ctx, rloo), trl_side(ctx, rloo)],
+            "≤ 0.7× TRL",
+            0.7,
+            f"{rloo.steps} iterations; " + rl_text,
+        ),
+        Comparison(
+            "grpo",
+            "RL iteration: GRPO",
+            "s/iteration",
+            False,
+            grpo_sides,
+            "≤ 0.7× TRL",
+            0.7,
+            f"{grpo.steps} iterations; " + rl_text + "; the vLLM engine: train_ppo_ray, "
+            "one engine on one core, actor + reference on the other; --async_train (its own goal: ≤ 0.55× TRL) "
+            "generates the next iteration there while this one trains",
+            skipped=grpo_skipped,
+        ),
+        Comparison(
+            "orchestration",
+            "Orchestration: SFT stage",
+            "s (wall)",
+            False,
+            orchestration_sides(ctx, demo_base, sizes.orch_steps),
+            "overhead ≤ 5 %",
+            1.05,
+            f"the demo's SFT stage (tiny model, deployments/recipes/tiny/sft.yaml, {sizes.orch_steps} steps); "
+            "bare CLI: the whole command; through the flow: the stage task, and the whole flow command",
+            baseline="bare CLI",
+        ),
         placement_comparison(ctx, demo_base, sizes.orch_steps),
     ]
 
@@ -258,9 +368,11 @@ def run_rounds(comps: list[Comparison], pairs: int, warmup: int, log: Callable[[
                 if side.label.startswith("ours ("):
                     tag += "_" + side.label.split("(")[1].split()[0].lower()
                 sample = side.run(tag)
-                log(f"[bench] {comp.key} round {r + 1}/{warmup + pairs}{' (warm-up)' if r < warmup else ''} "
+                log(
+                    f"[bench] {comp.key} round {r + 1}/{warmup + pairs}{' (warm-up)' if r < warmup else ''} "
                     f"{side.label}: {sample.value:.4g} {comp.unit}, peak RSS {sample.peak_rss_mb:.0f} MB, "
-                    f"wall {sample.wall_s:.1f} s")
+                    f"wall {sample.wall_s:.1f} s"
+                )
                 if r >= warmup:
                     comp.results[side.label].append(sample)
                     for label, key in side.derived.items():

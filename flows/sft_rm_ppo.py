@@ -1,0 +1,73 @@
+"""The `sft-rm-ppo` flow: SFT → reward model → PPO (or REINFORCE++ / RLOO / GRPO), each stage a
+Ray job through the stage runner (skipped when already committed, retried from its checkpoint).
+
+    prefect deployment run 'sft-rm-ppo/tiny' --param ppo='{"advantage_estimator": "rloo", "n_samples_per_prompt": 4}'
+
+Parameters: the recipe (a folder of stage YAMLs: `sft.yaml`, `rm.yaml`, `ppo.yaml`, tasks/recipes.py;
+none: each stage's schema defaults), per stage overrides (any flag name of that stage), the store
+URI, the Ray address (none: a local head for this run), the run name. The RM stage trains from the
+SFT model; the PPO stage reads both from the store: the policy and reference from SFT, the reward
+model (and the critic's initialisation) from RM. Given
+PPO's reward (`ppo={"reward_pretrain": URI}`, `{"remote_rm_url": URL or reward_func.py}`), the flow
+trains no RM.
+"""
+
+from typing import Any
+
+from alignflow.flows.sft import sft_steps
+from alignflow.tasks.flow_run import run_stages
+from alignflow.tasks.params import PPOOverrides, RMOverrides, SFTOverrides, checked_flow, overrides
+from alignflow.tasks.pipeline import Output, Step
+from alignflow.tasks.recipes import Recipe
+
+
+@checked_flow(name="sft-rm-ppo")
+async def sft_rm_ppo_flow(
+    run_name: str = "sft-rm-ppo",
+    store: str = "runs/store",
+    ray_address: str | None = None,
+    recipe: str | None = None,
+    sft: SFTOverrides | None = None,
+    rm: RMOverrides | None = None,
+    ppo: PPOOverrides | None = None,
+    retries: int = 2,
+    heldout_eval: bool = False,
+) -> dict[str, Any]:
+    """Each stage's result: model URI, skipped or trained, final metrics, wall time; with
+    `heldout_eval` (the tiny recipe's before/after check: greedy accuracy on the arithmetic task's
+    held-out questions; the tiny deployments switch it on) also the SFT and RL models'
+    held-out accuracy. Ends with a report artifact."""
+    return await run_stages(
+        "sft-rm-ppo",
+        run_name,
+        store,
+        recipe,
+        lambda r: sft_rm_ppo_steps(r, overrides(sft), overrides(rm), overrides(ppo)),
+        ray_address,
+        retries,
+        ("sft", "ppo") if heldout_eval else (),
+    )
+
+
+def sft_rm_ppo_steps(recipe: Recipe, sft: dict, rm: dict, ppo: dict) -> list[Step]:
+    """The flow's stages: [tiny_base,] sft, [rm,] ppo. The RM stage only when PPO was given no reward."""
+    steps = sft_steps(recipe, sft)
+    ppo_inputs: dict = {"pretrain": Output("sft")}
+    # a reward model URI, reward server or reward function given to PPO: no RM stage to train
+    if not own_reward(recipe.file("ppo"), ppo):
+        steps.append(Step("rm", "rm", "rm", rm, {"pretrain": Output("sft")}))
+        ppo_inputs["reward_pretrain"] = Output("rm")
+    steps.append(Step("ppo", "ppo", "ppo", ppo, ppo_inputs))
+    return steps
+
+
+def own_reward(ppo_config_file: str | None, ppo: dict) -> bool:
+    """PPO was given its reward (`reward_pretrain`, `remote_rm_url` or an agent environment, `agent_func_path`,
+    in the overrides or the config file)."""
+    from alignment.config import PPOConfig, load_yaml
+
+    configured = load_yaml(PPOConfig, ppo_config_file) if ppo_config_file else {}
+    # an override, None included, replaces the file's value
+    return any(
+        ppo[k] if k in ppo else configured.get(k) for k in ("reward_pretrain", "remote_rm_url", "agent_func_path")
+    )

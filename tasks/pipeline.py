@@ -1,0 +1,122 @@
+"""A flow as data: a list of stages (`Step`s) whose inputs name upstream stages' outputs (`Output`),
+planned as a whole before a cluster starts, then run in order.
+
+Planning needs no placeholders: a stage's output folder is `<store>/<run>/<stage>-<identity>/model`
+and its identity is a hash of its config and its input URIs (tasks/stage_spec.py), so the URI of
+every upstream output is known before anything runs. Each stage's config is therefore merged and
+validated with the very URIs it will get, and the `configs` artifact shows them. The run then
+passes each stage the same inputs and checks that it committed where the plan said.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator
+
+from alignflow.tasks.recipes import Recipe
+from alignflow.tasks.stage_spec import STAGES, StageResult, build_config, config_summary, identity_hash, stage_dir
+from alignment import storage
+
+
+@dataclass(frozen=True)
+class Output:
+    """An upstream step's committed output folder (or `file` inside it) as an input."""
+
+    step: str
+    file: str | None = None
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str  # unique in the pipeline: the report's and the configs artifact's row
+    stage: str  # what runs (tasks.stage_spec.STAGES)
+    role: str  # the recipe file configuring it: <role>.yaml
+    overrides: dict[str, Any] = field(default_factory=dict)
+    inputs: dict[str, str | Output] = field(default_factory=dict)  # config field -> URI or upstream output
+
+
+@dataclass(frozen=True)
+class Planned:
+    step: Step
+    config_file: str | None
+    cfg: Any  # merged and validated
+    inputs: dict[str, str]  # every input as a URI
+    model_uri: str  # where the stage commits
+
+
+def plan(steps: list[Step], recipe: Recipe, store: str, run_name: str) -> dict[str, Planned]:
+    """Every step's merged, validated config and output URI, in order; a ConfigError names the
+    first wrong one. Inputs from upstream outputs are not checked for existence (not made yet)."""
+    planned: dict[str, Planned] = {}
+    for step in steps:
+        if step.name in planned:
+            raise ValueError(f"pipeline step {step.name!r} twice")
+        if step.stage not in STAGES:
+            raise ValueError(f"pipeline step {step.name!r}: unknown stage {step.stage!r}")
+        inputs = {k: _uri(v, planned) for k, v in step.inputs.items()}
+        pending = {k for k, v in step.inputs.items() if isinstance(v, Output)}
+        config_file = recipe.file(step.role)
+        cfg = build_config(step.stage, config_file, {**step.overrides, **inputs}, pending=pending)
+        digest = identity_hash(step.stage, cfg, inputs)
+        planned[step.name] = Planned(
+            step, config_file, cfg, inputs, f"{stage_dir(store, run_name, step.stage, digest)}/model"
+        )
+    return planned
+
+
+def _uri(value: str | Output, planned: dict[str, Planned]) -> str:
+    if not isinstance(value, Output):
+        return value
+    if value.step not in planned:
+        raise ValueError(f"input from step {value.step!r}, which is not an earlier step")
+    uri = planned[value.step].model_uri
+    return storage.file_in(uri, value.file) if value.file else uri
+
+
+def configs_markdown(flow: str, run_name: str, recipe: Recipe, planned: dict[str, Planned]) -> str:
+    import yaml
+
+    where = f"recipe `{recipe.name}` ({recipe.folder})" if recipe.name else "no recipe (schema defaults)"
+    parts = [
+        f"# {flow} · {run_name}: merged stage configs",
+        "",
+        f"From {where}, then this run's parameters, then upstream outputs; each stage commits to its `model_uri`.",
+        "",
+    ]
+    for name, p in planned.items():
+        body = yaml.safe_dump(config_summary(p.cfg), sort_keys=True, default_flow_style=False)
+        parts += [
+            f"## {name} (`{p.step.stage}`)",
+            "",
+            f"model_uri: `{p.model_uri}`",
+            "",
+            "```yaml",
+            body.rstrip(),
+            "```",
+            "",
+        ]
+    return "\n".join(parts)
+
+
+async def publish_configs(flow: str, run_name: str, recipe: Recipe, planned: dict[str, Planned]) -> None:
+    from prefect.artifacts import acreate_markdown_artifact
+
+    from alignflow.tasks.artifacts import artifact_key
+
+    await acreate_markdown_artifact(
+        key=artifact_key(run_name, "configs"),
+        markdown=configs_markdown(flow, run_name, recipe, planned),
+        description=f"{flow}: every stage's merged config",
+    )
+
+
+async def run(
+    planned: dict[str, Planned], runner: Any, store: str, run_name: str, cluster: Any
+) -> AsyncIterator[tuple[str, StageResult]]:
+    """Run the planned steps in order with `runner` (tasks.stage.stage_runner), yielding each
+    (name, result) as it commits, so a flow can act between stages (advance a policy pointer)."""
+    for name, p in planned.items():
+        result = await runner(p.step.stage, store, run_name, cluster, p.config_file, p.step.overrides, p.inputs)
+        if result.model_uri != p.model_uri:  # the plan and the run disagree on the identity: a bug, not input
+            raise RuntimeError(f"step {name}: committed {result.model_uri}, planned {p.model_uri}")
+        yield name, result

@@ -1,0 +1,307 @@
+"""The Ray cluster a flow's stages run on: a given address, or a local head started for the flow.
+
+The embedded head listens on loopback only (every port: GCS, raylet, agents, workers, dashboard and
+job API, metrics), lives in a private temp dir, and is stopped when the flow ends — also when it fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterator
+
+if TYPE_CHECKING:
+    import psutil
+
+log = logging.getLogger(__name__)
+
+
+class RayClusterError(RuntimeError):
+    """The Ray cluster can't be reached or started; the message says what to do."""
+
+
+def _free_ports(n: int) -> list[int]:
+    """n distinct free ports: every socket stays bound until all are picked (one at a time, the OS may
+    hand out the same port twice: seen once as two Ray components on 42439, `ray start` refused)."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+
+
+_EMBEDDED_TOKEN = secrets.token_hex(32)
+
+
+def _auth_env() -> dict[str, str]:
+    """Token auth for an embedded head: a multi-node one listens on the host's address (see
+    _head_env), and without auth anyone who can reach the machine could join the cluster and run
+    code; a loopback one is still open to every local user. So the embedded head runs with Ray's
+    token auth, with a random token made per process (Ray caches the token a process has read),
+    unless the user chose a mode with RAY_AUTH_MODE (then their token is used)."""
+    if os.environ.get("RAY_AUTH_MODE"):
+        return {}
+    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": _EMBEDDED_TOKEN}
+
+
+def _head_env(single_node: bool = True) -> dict[str, str]:
+    """Environment of the `ray start` processes of a local head (jobs and ranks inherit it).
+
+    Ray 2.60 turns `--node-ip-address 127.0.0.1` into the host's address (a node must be reachable
+    by others), and then its GCS, raylet, agents, workers and metrics servers (the agent's metrics
+    export, the dashboard's and autoscaler's on 44227/44217) listen on it or on every interface.
+    With multi-node clusters off (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, Ray's switch for platforms
+    where it doesn't support them) the node's address stays 127.0.0.1 and each of them binds
+    loopback. Ray then refuses `ray start --address`, so a head that nodes join keeps it on."""
+    loopback = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"} if single_node else {}
+    return {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **_auth_env(), **loopback}
+
+
+@contextlib.contextmanager
+def _client_auth() -> Iterator[None]:
+    """This process talks to the embedded head with its token (Ray's clients read it from the
+    environment); the previous environment is back afterwards."""
+    added = _auth_env()
+    before = {k: os.environ.get(k) for k in added}
+    os.environ.update(added)
+    _reload_ray_auth()
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        _reload_ray_auth()
+
+
+def _reload_ray_auth() -> None:
+    """Ray reads the auth mode and token once per process and caches them; make it read them again
+    (what Ray's own ray.init does after turning token auth on)."""
+    from ray._raylet import AuthenticationTokenLoader, Config
+
+    Config.initialize("")
+    AuthenticationTokenLoader.instance().reset_cache()
+
+
+def _auth_headers() -> dict[str, str]:
+    """The bearer token for a cluster with token auth (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or
+    ~/.ray/auth_token, Ray's own lookup order); none when RAY_AUTH_MODE is not `token`."""
+    if os.environ.get("RAY_AUTH_MODE", "").lower() != "token":
+        return {}
+    token = os.environ.get("RAY_AUTH_TOKEN")
+    path = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")
+    if not token and path.is_file():
+        token = path.read_text().strip()
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def _get_version(url: str, timeout_s: float) -> None:
+    with urllib.request.urlopen(
+        urllib.request.Request(f"{url}/api/version", headers=_auth_headers()), timeout=timeout_s
+    ) as r:
+        r.read()
+
+
+def _ray_bin() -> str:
+    local = Path(sys.executable).parent / "ray"
+    return str(local) if local.exists() else (shutil.which("ray") or "ray")
+
+
+def check_reachable(address: str, timeout_s: float = 10.0) -> str:
+    """The job API's HTTP address, after checking it answers (fails fast with a clear message)."""
+    url = address if address.startswith("http") else f"http://{address}"
+    if url.count(":") < 2:
+        url += ":8265"
+    try:
+        _get_version(url, timeout_s)
+    except urllib.error.HTTPError as e:
+        if e.code == 401:
+            raise RayClusterError(
+                f"Ray cluster at {url} wants an auth token ({e.reason}); set RAY_AUTH_MODE=token and "
+                f"RAY_AUTH_TOKEN (or ~/.ray/auth_token) to the cluster's token"
+            ) from None
+        raise RayClusterError(
+            f"Ray cluster at {url} answered HTTP {e.code} ({e.reason}) at /api/version; "
+            f"pass its dashboard address (http://HOST:8265)"
+        ) from None
+    except (urllib.error.URLError, OSError) as e:
+        reason = getattr(e, "reason", e)
+        raise RayClusterError(
+            f"Ray cluster at {url} is unreachable ({reason}); start one with `ray start --head "
+            f"--dashboard-host 0.0.0.0` and pass its dashboard address (http://HOST:8265), "
+            f"or pass no ray_address to run on a local head"
+        ) from None
+    return url
+
+
+def _wait_for_dashboard(url: str, proc_log: Path, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            _get_version(url, 2)
+            return
+        except urllib.error.HTTPError as e:  # it answers, but refuses: waiting longer won't help
+            raise RayClusterError(
+                f"local Ray head at {url} answered HTTP {e.code} ({e.reason}); log: {proc_log}"
+            ) from None
+        except (urllib.error.URLError, OSError):
+            time.sleep(0.5)
+    raise RayClusterError(f"local Ray head did not answer at {url} within {timeout_s:.0f}s; log: {proc_log}")
+
+
+NODE_PORTS = (
+    "node-manager-port",
+    "object-manager-port",
+    "runtime-env-agent-port",
+    "dashboard-agent-listen-port",
+    "dashboard-agent-grpc-port",
+    "metrics-export-port",
+)
+
+
+@contextlib.contextmanager
+def local_head(num_cpus: int | None = None, extra_nodes: int = 0) -> Iterator[str]:
+    """Start `ray start --head` on loopback; yield its job API address; `ray stop` at exit.
+    `extra_nodes` more raylets (`ray start --address`, `num_cpus` each) join it: a multi-node
+    cluster on one machine, for testing placement across nodes."""
+    temp_dir = Path(tempfile.mkdtemp(prefix="alignflow-ray-"))
+    # Every port is chosen free, none left at Ray's fixed defaults (10001, 52365, ...): a second
+    # cluster on the machine (a user's, or a test's) then can't make our job agent fail to start.
+    names = ("port", "dashboard-port", "ray-client-server-port", *NODE_PORTS)
+    ports = dict(zip(names, _free_ports(len(names))))
+    url = f"http://127.0.0.1:{ports['dashboard-port']}"
+    cmd = [
+        _ray_bin(),
+        "start",
+        "--head",
+        "--node-ip-address=127.0.0.1",
+        "--dashboard-host=127.0.0.1",
+        "--include-dashboard=true",
+        *[f"--{k}={v}" for k, v in ports.items()],
+        f"--num-cpus={num_cpus or os.cpu_count() or 1}",
+        f"--temp-dir={temp_dir}",
+        "--disable-usage-stats",
+    ]
+    out = temp_dir / "ray_start.log"
+    log.info("starting a local Ray head on 127.0.0.1 (job API %s, token auth)", url)
+    with _client_auth(), out.open("w") as f:
+        # started in its private dir: jobs run there, not in whatever directory the flow was started from
+        done = subprocess.run(
+            cmd, stdout=f, stderr=subprocess.STDOUT, env=_head_env(single_node=not extra_nodes), cwd=temp_dir
+        )
+    with _client_auth():
+        try:
+            if done.returncode != 0:
+                raise RayClusterError(f"`ray start --head` failed (exit {done.returncode}): {out.read_text()[-800:]}")
+            _wait_for_dashboard(url, out)
+            for i in range(extra_nodes):
+                _join_node(f"127.0.0.1:{ports['port']}", num_cpus or 1, temp_dir / f"ray_start_node{i + 1}.log")
+            if extra_nodes:
+                _wait_for_nodes(url, 1 + extra_nodes)
+            yield url
+        finally:
+            stopped = stop_head(temp_dir, ports["port"])
+            shutil.rmtree(temp_dir, ignore_errors=True)
+            log.info("local Ray head stopped (%d processes)", stopped)
+
+
+def _join_node(gcs_address: str, num_cpus: int, proc_log: Path) -> None:
+    cmd = [
+        _ray_bin(),
+        "start",
+        f"--address={gcs_address}",
+        "--node-ip-address=127.0.0.1",
+        f"--num-cpus={num_cpus}",
+        *[f"--{k}={p}" for k, p in zip(NODE_PORTS, _free_ports(len(NODE_PORTS)))],
+        "--disable-usage-stats",
+    ]
+    with proc_log.open("w") as f:
+        done = subprocess.run(
+            cmd, stdout=f, stderr=subprocess.STDOUT, env=_head_env(single_node=False), cwd=proc_log.parent
+        )
+    if done.returncode != 0:
+        raise RayClusterError(
+            f"`ray start --address {gcs_address}` failed (exit {done.returncode}): " f"{proc_log.read_text()[-800:]}"
+        )
+
+
+def _wait_for_nodes(url: str, n: int, timeout_s: float = 120.0) -> None:
+    from ray.util.state import list_nodes
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if len(list_nodes(address=url, filters=[("state", "=", "ALIVE")])) >= n:
+            return
+        time.sleep(0.5)
+    raise RayClusterError(f"the local Ray cluster at {url} did not reach {n} nodes within {timeout_s:.0f}s")
+
+
+def head_processes(temp_dir: Path, gcs_port: int) -> list[psutil.Process]:
+    """The Ray processes (psutil) of the head in `temp_dir` or talking to its GCS port, with their children."""
+    import psutil
+
+    marks = (str(temp_dir), f":{gcs_port}")
+    mine = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            args = p.info["cmdline"] or []
+            if p.pid != os.getpid() and any(m in arg for arg in args for m in marks) and "ray" in " ".join(args):
+                mine.append(p)
+                mine.extend(p.children(recursive=True))  # agents and workers retitle themselves "ray::…"
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return list({p.pid: p for p in mine}.values())
+
+
+def stop_head(temp_dir: Path, gcs_port: int, grace_s: float = 3.0) -> int:
+    """Stop exactly the Ray processes of the head in `temp_dir` (or talking to its GCS port), by PID.
+
+    Not `ray stop`: that stops every Ray process on the machine, other clusters included.
+    """
+    import psutil
+
+    mine = head_processes(temp_dir, gcs_port)
+    for p in mine:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.terminate()
+    _, alive = psutil.wait_procs(mine, timeout=grace_s)
+    for p in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.kill()
+    psutil.wait_procs(alive, timeout=grace_s)
+    return len(mine)
+
+
+class Cluster:
+    """A flow's Ray cluster: the given one, or an embedded head started the first time a stage needs
+    it (`address`), so a flow whose stages are all committed starts none."""
+
+    def __init__(self, stack: contextlib.ExitStack, address: str | None, num_cpus: int | None):
+        self._stack, self._address, self._num_cpus = stack, address, num_cpus
+
+    @property
+    def address(self) -> str:
+        if self._address is None:
+            self._address = self._stack.enter_context(local_head(self._num_cpus))
+        return self._address
+
+
+@contextlib.contextmanager
+def ray_cluster(address: str | None, num_cpus: int | None = None) -> Iterator[Cluster]:
+    """The given cluster (checked now) or an embedded local head, started on first use and stopped
+    at the end of the block."""
+    with contextlib.ExitStack() as stack:
+        yield Cluster(stack, check_reachable(address) if address else None, num_cpus)
