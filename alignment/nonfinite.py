@@ -103,5 +103,5 @@ def check_weights(state: dict[str, torch.Tensor], where: str) -> None:
     for name, t in state.items():
         if t.is_floating_point() and not bool(torch.isfinite(t).all()):
             raise NonFiniteError(
-                f"{where}: weight {name} holds NaN/Inf; not committed (the run that produced it " f"diverged: {_FIX})"
+                f"{where}: weight {name} holds NaN/Inf; not committed (the run that produced it diverged: {_FIX})"
             )

@@ -141,7 +141,7 @@ def main() -> None:
         "--episodes",
         type=int,
         default=1,
-        help="passes over the prompts (--num_episodes); runs with more " "than one are keyed <variant> xN",
+        help="passes over the prompts (--num_episodes); runs with more than one are keyed <variant> xN",
     )
     a = p.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)

@@ -73,7 +73,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--orch-steps",
         type=int,
         default=None,
-        help="SFT steps of the orchestration workload " "(default: the demo's 1200; --tiny: 4)",
+        help="SFT steps of the orchestration workload (default: the demo's 1200; --tiny: 4)",
     )
     p.add_argument("--threads", type=int, default=2, help="torch threads of each run, both sides (default 2)")
     p.add_argument(
@@ -103,7 +103,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--trl-python",
         default=None,
-        help="interpreter with trl installed (default: this one, or " ".venv-trl/bin/python)",
+        help="interpreter with trl installed (default: this one, or .venv-trl/bin/python)",
     )
     args = p.parse_args(argv)
     args.pairs = args.pairs or (2 if args.tiny else 5)

@@ -234,7 +234,7 @@ def _join_node(gcs_address: str, num_cpus: int, proc_log: Path) -> None:
         )
     if done.returncode != 0:
         raise RayClusterError(
-            f"`ray start --address {gcs_address}` failed (exit {done.returncode}): " f"{proc_log.read_text()[-800:]}"
+            f"`ray start --address {gcs_address}` failed (exit {done.returncode}): {proc_log.read_text()[-800:]}"
         )
 
 

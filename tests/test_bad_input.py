@@ -279,12 +279,12 @@ def world(tiny_base, tmp_path_factory, moto_endpoint):
     (bad / "malformed.jsonl").write_text(good[0] + '\n{"input": "a", "output": }\n')
     (bad / "empty.jsonl").write_text("\n")
     (bad / "int_chosen.jsonl").write_text(
-        '{"prompt": "p", "chosen": "a", "rejected": "b"}\n' '{"prompt": "p", "chosen": 5, "rejected": "b"}\n'
+        '{"prompt": "p", "chosen": "a", "rejected": "b"}\n{"prompt": "p", "chosen": 5, "rejected": "b"}\n'
     )
     (bad / "typo.yaml").write_text("lerning_rate: 1e-5\n")
     (bad / "reward_signature.py").write_text("def reward_func(queries):\n    return [0.0] * len(queries)\n")
     (bad / "reward_length.py").write_text(
-        "def reward_func(queries, prompts, labels, **kwargs):\n" "    return {'rewards': [1.0], 'extra_logs': {}}\n"
+        "def reward_func(queries, prompts, labels, **kwargs):\n    return {'rewards': [1.0], 'extra_logs': {}}\n"
     )
     (bad / "reward_raises.py").write_text(
         "def reward_func(queries, prompts, labels):\n    raise ValueError('no label')\n"

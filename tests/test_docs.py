@@ -135,6 +135,7 @@ def cli_flags(module: str) -> frozenset[str]:
         for home in (
             "alignment.config",
             "alignment.config.stages",
+            "alignment.config.tools",
             "alignment.config.inference",
             "alignment.config.ppo",
         ):

@@ -120,7 +120,7 @@ def test_demo_sigterm_then_rerun_continues(tmp_path):
     sft_dir = latest.parents[1]
     assert (
         lines[0].startswith(
-            "interrupted: committed: tiny_base; sft resumes from its checkpoint " f"{sft_dir}/checkpoints/global_step"
+            f"interrupted: committed: tiny_base; sft resumes from its checkpoint {sft_dir}/checkpoints/global_step"
         )
         and "run this command again" in lines[0]
     ), lines[0]

@@ -28,7 +28,7 @@ def test_a_later_initial_policy_is_refused_not_ignored(tmp_path):
     assert start_pointer(store, "r", None, False, "iterative-dpo").round == 1
     assert start_pointer(store, "r", "/models/sft", False, "iterative-dpo").round == 1
     with pytest.raises(
-        ConfigError, match=r"initial_policy=/models/other: run 'r' already has a policy at round 1 " r".*restart=true"
+        ConfigError, match=r"initial_policy=/models/other: run 'r' already has a policy at round 1 .*restart=true"
     ) as e:
         start_pointer(store, "r", "/models/other", False, "iterative-dpo")
     assert "\n" not in str(e.value)

@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from alignment.config import ConfigError, DPOConfig, KTOConfig, RMConfig
-from alignment.datasets.preference import PairTokenizer, UnpairedTokenizer, collate_pairs, collate_unpaired
+from alignment.datasets.preference import PairTokenizer, collate_pairs
 from alignment.datasets.sources import DataError, read_rows
+from alignment.datasets.unpaired import UnpairedTokenizer, collate_unpaired
 from alignment.tiny_world.paths import tiny_dir
 
 

@@ -17,11 +17,12 @@ import pytest
 
 from alignment.config import DPOConfig, KTOConfig, PPOConfig, RMConfig, SFTConfig
 from alignment.datasets.mixing import Rows, blend_rows, to_line
-from alignment.datasets.preference import PairTokenizer, UnpairedTokenizer
+from alignment.datasets.preference import PairTokenizer
 from alignment.datasets.prompts import PromptTokenizer
 from alignment.datasets.sft import SFTTokenizer
 from alignment.datasets.sources import DataError, read_rows
 from alignment.datasets.tokenized import CACHE_ENV, auto_num_proc, columns_of, load_train_eval, tokenize
+from alignment.datasets.unpaired import UnpairedTokenizer
 from alignment.tiny_world.paths import tiny_dir
 from tests.conftest import python_env
 

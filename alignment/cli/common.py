@@ -8,7 +8,7 @@ import sys
 from typing import Callable
 
 from alignment.cli import interrupt
-from alignment.config.groups import WANDB_SWITCHES
+from alignment.config.runs import WANDB_SWITCHES
 from alignment.errors import EXIT_INPUT, EXIT_TRANSIENT, TransientError, UserError
 from alignment.lease import release_all
 from alignment.logs import setup_logging

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from alignment.cli.common import run_main
 from alignment.config import parse_args
-from alignment.config.stages import ImportModelConfig
+from alignment.config.tools import ImportModelConfig
 
 
 def main(argv: list[str] | None = None) -> dict:

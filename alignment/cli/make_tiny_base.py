@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from alignment.cli.common import run_main
 from alignment.config import parse_args
-from alignment.config.stages import TinyBaseConfig
+from alignment.config.tools import TinyBaseConfig
 
 
 def main(argv: list[str] | None = None) -> str:

@@ -17,7 +17,7 @@ def main(argv: list[str] | None = None) -> dict:
     check_outputs(cfg)
     if ray_ranks.on_ray(cfg):  # a Ray job, or more than one rank: place the ranks on Ray
         return ray_ranks.run_ranks(main, argv, cfg, "train_kto")
-    from alignment.datasets.preference import UnpairedTokenizer
+    from alignment.datasets.unpaired import UnpairedTokenizer
     from alignment.models.builder import load_actor
     from alignment.trainers.preference import KTOTrainer
     from alignment.trainers.reference import reference_for

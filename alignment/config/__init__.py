@@ -5,26 +5,19 @@ from alignment.config.base import ConfigError, opt
 from alignment.config.cli import config_to_argv, load_yaml, parse_args
 from alignment.config.distill import KDConfig, OPDConfig
 from alignment.config.evaluate import EvaluateConfig
-from alignment.config.groups import (
-    CheckpointConfig,
-    DataConfig,
-    LoggingConfig,
-    LoraConfig,
-    ModelConfig,
-    TrainConfig,
-)
+from alignment.config.groups import DataConfig, LoraConfig, ModelConfig
 from alignment.config.inference import BatchInferenceConfig, ChatConfig
 from alignment.config.ppo import PPOConfig
+from alignment.config.runs import CheckpointConfig, LoggingConfig, TrainConfig
 from alignment.config.stages import (
     DPOConfig,
     KTOConfig,
-    LoraCombinerConfig,
     PRMConfig,
     RMConfig,
     SFTConfig,
-    TinyBaseConfig,
     TrainerConfig,
 )
+from alignment.config.tools import LoraCombinerConfig, TinyBaseConfig
 
 TrainingConfig = TrainerConfig | PPOConfig  # every stage that builds DeepSpeed training engines
 

@@ -131,7 +131,7 @@ def build_parser(cls: type, prog: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument(
         "--config",
         default=None,
-        help="YAML file with flag values, flat or nested by OpenRLHF's " "dotted groups (flags given here win)",
+        help="YAML file with flag values, flat or nested by OpenRLHF's dotted groups (flags given here win)",
     )
     hints = typing.get_type_hints(cls)
     dotted = spellings(cls)

@@ -27,7 +27,7 @@ class TeacherConfig:
     def check_teacher_model(self) -> None:
         require(
             bool(self.teacher_model),
-            "--teacher_model is required: the model to distil from (a directory, " "s3:// URI or hub name)",
+            "--teacher_model is required: the model to distil from (a directory, s3:// URI or hub name)",
         )
 
 
@@ -45,7 +45,7 @@ class KDConfig(TeacherConfig, SFTConfig):
     def check_kd(self) -> None:
         require(
             0.0 <= self.kd_coef <= 1.0,
-            f"--kd_coef {self.kd_coef}: must be in [0, 1] (0: plain SFT, 1: " f"the teacher's distributions only)",
+            f"--kd_coef {self.kd_coef}: must be in [0, 1] (0: plain SFT, 1: the teacher's distributions only)",
         )
 
 
@@ -64,13 +64,13 @@ class OnPolicyConfig:
     )
     generate_max_len: int = opt(
         1024,
-        "Most new tokens the student samples per prompt (responses are also cut so " "prompt + response <= --max_len)",
+        "Most new tokens the student samples per prompt (responses are also cut so prompt + response <= --max_len)",
         dotted="generate.max_new_tokens",
     )
     temperature: float = opt(1.0, "Sampling temperature of the student's responses", dotted="generate.temperature")
     top_p: float = opt(
         1.0,
-        "Nucleus sampling; must be 1.0 with --opd_topk 0 (the estimator needs the " "student's own distribution)",
+        "Nucleus sampling; must be 1.0 with --opd_topk 0 (the estimator needs the student's own distribution)",
         dotted="generate.top_p",
     )
     opd_topk: int = opt(
@@ -81,7 +81,7 @@ class OnPolicyConfig:
     )
     opd_kl_estimator: str = opt(
         "k3",
-        "How the sampled-token KL is logged (k1, k2, k3); the gradient is the " "reverse-KL score function either way",
+        "How the sampled-token KL is logged (k1, k2, k3); the gradient is the reverse-KL score function either way",
         choices=("k1", "k2", "k3"),
         dotted="opd.kl_estimator",
     )
@@ -120,7 +120,7 @@ class OPDConfig(OnPolicyConfig, TeacherConfig, SFTConfig):
         )
         require(
             not self.packing_samples,
-            "--packing_samples: not built for train_opd (its sequences are made " "each step); drop the flag",
+            "--packing_samples: not built for train_opd (its sequences are made each step); drop the flag",
         )
         require(
             self.prompt_max_len < self.max_len,

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from typing import Optional
 
 from alignment.config.base import opt, require
-from alignment.config.groups import DataConfig, ModelConfig, RanksConfig
+from alignment.config.groups import DataConfig, ModelConfig
 from alignment.config.rewards import RewardSourceConfig
+from alignment.config.runs import RanksConfig
 from alignment.config.stages import PairDataConfig, StageConfig
 
 # eval_task -> the metrics it commits

@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from typing import Optional
 
 from alignment.config.base import opt, require
-from alignment.config.groups import DataConfig, ModelConfig, RanksConfig
+from alignment.config.groups import DataConfig, ModelConfig
 from alignment.config.rewards import RewardSourceConfig
+from alignment.config.runs import RanksConfig
 from alignment.config.stages import StageConfig
 
 EVAL_TASKS = ("generate", "generate_vllm", "rm")
@@ -115,7 +116,7 @@ class BatchInferenceConfig(RewardSourceConfig, RanksConfig, DataConfig, ModelCon
             require(scored, "--eval_task rm needs a reward: --reward_pretrain DIR or --remote_rm_url URL|file.py")
             require(
                 bool(self.output_key),
-                "--eval_task rm scores existing responses: set --output_key (the JSON key " "of the response)",
+                "--eval_task rm scores existing responses: set --output_key (the JSON key of the response)",
             )
         if self.post_processor:
             require(

@@ -65,7 +65,7 @@ def check_output_paths(cfg: Any) -> None:
             continue
         require(
             not local_file(out),
-            f"--{out_name} {out}: is a file; pass a directory path (the output is a " f"folder, committed as a whole)",
+            f"--{out_name} {out}: is a file; pass a directory path (the output is a folder, committed as a whole)",
         )
         for name, value in models.items():
             for model in (value or "").split(","):

@@ -105,7 +105,7 @@ class PRMTokenizer:
                 return float(single_token_id(self.tok, label, f"{where} label")), False
             if label not in self.cfg.reward_tokens:
                 raise DataError(
-                    f"{where} label {label!r} is not one of --reward_tokens " f"{' '.join(self.cfg.reward_tokens)}"
+                    f"{where} label {label!r} is not one of --reward_tokens {' '.join(self.cfg.reward_tokens)}"
                 )
             return float(self.cfg.reward_tokens.index(label)), False
         if not (self.reward_ids and len(self.reward_ids) == 2 and 0.0 <= label <= 1.0):

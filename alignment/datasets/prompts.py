@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from alignment.config.distill import OPDConfig
-from alignment.config.ppo import RolloutConfig
+from alignment.config.rollout import RolloutConfig
 from alignment.datasets.formatting import get_field, get_text, prompt_text, require_chat_template
 from alignment.datasets.mixing import blend_rows
 from alignment.datasets.sources import DataError

@@ -80,7 +80,7 @@ def parse_json_lines(text: str, where: str) -> list[dict]:
             row = json.loads(line)
         except json.JSONDecodeError as e:
             raise DataError(
-                f"{where}:{lineno}: malformed JSON ({e.msg} at column {e.colno}); " f"fix or remove that line"
+                f"{where}:{lineno}: malformed JSON ({e.msg} at column {e.colno}); fix or remove that line"
             ) from None
         if not isinstance(row, dict):
             raise DataError(f"{where}:{lineno}: expected a JSON object per line, got {type(row).__name__}")
@@ -100,7 +100,7 @@ def check_store(flag: str, uri: str, error: type[Exception] | None = None) -> No
         if isinstance(e.__cause__, FileNotFoundError):  # `ls` of the bucket itself: only the bucket can be missing
             bucket = uri.split("://", 1)[1].split("/", 1)[0]
             raise (error or DataError)(
-                f"{flag} {uri}: the bucket {bucket!r} does not exist; create it or " f"fix the URI"
+                f"{flag} {uri}: the bucket {bucket!r} does not exist; create it or fix the URI"
             ) from None
         raise
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from alignment.config.groups import TrainConfig
+from alignment.config.runs import TrainConfig
 
 
 def train_ds_config(cfg: TrainConfig, world_size: int, bf16: bool, device: str) -> dict[str, Any]:

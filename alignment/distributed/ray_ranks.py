@@ -33,7 +33,7 @@ from typing import Any, Callable
 import alignment
 from alignment import lease
 from alignment.config.base import ConfigError
-from alignment.config.groups import RanksConfig
+from alignment.config.runs import RanksConfig
 from alignment.errors import TransientError, UserError
 from alignment.logs import setup_logging
 

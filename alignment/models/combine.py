@@ -11,7 +11,7 @@ import torch
 
 from alignment import storage
 from alignment.config.base import public_dict
-from alignment.config.stages import LoraCombinerConfig
+from alignment.config.tools import LoraCombinerConfig
 from alignment.models.loading import ModelLoadError, has_tokenizer, load_causal_lm, resolve_model_path
 from alignment.models.lora import merge_adapter
 from alignment.models.reward_model import HEAD, export_names, load_reward_model

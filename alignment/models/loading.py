@@ -39,7 +39,7 @@ def resolve_model_path(name: str, flag: str = "--pretrain", revision: str | None
     if storage.is_remote(name) or name.startswith("file://"):
         if not storage.is_committed(name):
             raise ModelLoadError(
-                f"{flag} {name}: no committed model there (no MANIFEST.json); " f"point it at a finished stage's output"
+                f"{flag} {name}: no committed model there (no MANIFEST.json); point it at a finished stage's output"
             )
         local = storage.download_dir(name)  # verified against its manifest as it downloads
         check_model_dir(local, flag, verified=True)
@@ -58,7 +58,7 @@ def resolve_model_path(name: str, flag: str = "--pretrain", revision: str | None
             )
         if not path.is_dir():
             raise ModelLoadError(
-                f"{flag} {name}: directory does not exist; pass a model directory " f"(with config.json) or a hub name"
+                f"{flag} {name}: directory does not exist; pass a model directory (with config.json) or a hub name"
             )
         if is_adapter_dir(path):
             return merged_adapter(path, flag)
@@ -131,7 +131,7 @@ def _hub_snapshot(name: str, revision: str, flag: str) -> str:
         return snapshot_download(name, revision=revision)
     except RevisionNotFoundError as e:
         raise ModelLoadError(
-            f"--revision {revision}: {name} has no such branch, tag or commit; " f"pass one listed on its hub page"
+            f"--revision {revision}: {name} has no such branch, tag or commit; pass one listed on its hub page"
         ) from e
     except (LocalEntryNotFoundError, HfHubHTTPError, OSError) as e:
         raise _hub_error(f"{name}@{revision}", flag, e) from e

@@ -70,7 +70,7 @@ def _load_renamed_head(model: torch.nn.Module, path: Path, prefix: str) -> None:
                 head.weight.data.copy_(st.get_tensor(f"{prefix}.weight").to(head.weight.dtype))
                 return
     raise ModelLoadError(
-        f"{path}: config.json says value_head_prefix={prefix!r} but no {prefix}.weight " f"is in its safetensors files"
+        f"{path}: config.json says value_head_prefix={prefix!r} but no {prefix}.weight is in its safetensors files"
     )
 
 

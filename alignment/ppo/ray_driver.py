@@ -126,7 +126,7 @@ class RayGroups:
         if self.cfg.vllm_enable_sleep:
             log.info(
                 "--vllm_enable_sleep: %s",
-                "the engines sleep between rollouts (weights to CPU memory, KV cache " "freed)"
+                "the engines sleep between rollouts (weights to CPU memory, KV cache freed)"
                 if self.gpu
                 else "the engines run on CPU, their memory is host memory: nothing to free",
             )
@@ -364,7 +364,7 @@ def run(cfg: PPOConfig) -> dict[str, float]:
     groups = RayGroups(cfg, len(prompts), function_reward)
     ppo = PPOController(cfg, groups, tokenizer, prompts)
     log.info(
-        "PPO on Ray (%s): %d prompts, %d iterations of %d prompts x %d samples, %d optimizer steps per " "iteration",
+        "PPO on Ray (%s): %d prompts, %d iterations of %d prompts x %d samples, %d optimizer steps per iteration",
         cfg.advantage_estimator,
         len(prompts),
         ppo.total_iterations,

@@ -88,6 +88,6 @@ class RemoteRewardClient:
             answer["rewards"]
         except (ValueError, KeyError, TypeError):
             raise RewardError(
-                f"reward server {url} sent a malformed reply (expected JSON with 'rewards'): " f"{raw[:120]!r}"
+                f"reward server {url} sent a malformed reply (expected JSON with 'rewards'): {raw[:120]!r}"
             ) from None
         return parse_output(answer, len(body["query"]), f"reward server {url}")

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from alignment.config.base import ConfigError, public_dict
-from alignment.config.groups import TrainConfig
+from alignment.config.runs import TrainConfig
 from alignment.config.stages import TrainerConfig
 from alignment.distributed.collectives import barrier, mean_across_ranks
 from alignment.distributed.runtime import Runtime

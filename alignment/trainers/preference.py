@@ -43,7 +43,7 @@ class _PairTrainer(Trainer):
                 self.stage,
                 "over their shared prompt (computed once per pair)"
                 if mask_dtype is not None
-                else "as two sequences (flash-attention's varlen path has no " "shared-prompt mask)",
+                else "as two sequences (flash-attention's varlen path has no shared-prompt mask)",
             )
 
     def collate(self, items: list[PairSample]) -> PairBatch:

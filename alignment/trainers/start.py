@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from alignment.config.groups import MoEConfig
+from alignment.config.runs import MoEConfig
 from alignment.config.stages import TrainerConfig
 from alignment.datasets.tokenized import RowTokenizer, load_train_eval
 from alignment.distributed.runtime import Runtime, init_runtime

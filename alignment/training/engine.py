@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from alignment.config.base import ConfigError
-from alignment.config.groups import TrainConfig
+from alignment.config.runs import TrainConfig
 from alignment.distributed.deepspeed_config import train_ds_config
 from alignment.distributed.runtime import Runtime
 from alignment.models.moe import mark_zero3_leaves
@@ -160,7 +160,7 @@ def build_engine(model: torch.nn.Module, cfg: TrainConfig, rt: Runtime, bf16: bo
         log.info(
             "ZeRO stage %d (--zero_stage unset: %s)",
             stage,
-            "one rank, nothing to partition; --zero_stage 2 " "gives ZeRO-2's copies"
+            "one rank, nothing to partition; --zero_stage 2 gives ZeRO-2's copies"
             if stage == 0
             else "the default on several ranks or with --adam_offload",
         )

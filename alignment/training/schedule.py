@@ -11,7 +11,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from alignment.config.groups import CheckpointConfig
+from alignment.config.runs import CheckpointConfig
 
 
 def _rank0_says(flag: bool) -> bool:

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from alignment.config.groups import WANDB_SWITCHES, LoggingConfig
+from alignment.config.runs import WANDB_SWITCHES, LoggingConfig
 
 
 def wandb_run_id(resume_key: str) -> str:

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from alignment import events
-from alignment.config.groups import LoggingConfig
+from alignment.config.runs import LoggingConfig
 from alignment.training.trackers import TensorBoard, start_wandb
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,259 @@
+"""Flag groups shared by the stages: how a run runs — its ranks on the cluster, the optimizer and its
+schedule, MoE's auxiliary loss, checkpoints and logging. Names are OpenRLHF's flat flag names (the model and
+data groups are in config/groups.py).
+
+Each group checks its own values in `check_<group>()`; a stage's `validate()` runs them all,
+before any model or dataset is loaded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from alignment.config.base import opt, require
+from alignment.config.paths import check_checkpoint_folder
+
+PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
+
+
+@dataclass
+class RanksConfig:
+    """Where the stage's ranks go on a Ray cluster (alignment.distributed.ray_ranks). Under
+    torchrun/deepspeed the launcher sets the world size and these must be left at 1 or match it."""
+
+    num_nodes: int = opt(
+        1, "Nodes of the stage's rank group on Ray (OpenRLHF's name); ranks = this x --num_gpus_per_node"
+    )
+    num_gpus_per_node: int = opt(1, "Ranks per node on Ray: one GPU each, or one CPU each (gloo) on a CPU-only cluster")
+    placement_strategy: str = opt(
+        "PACK",
+        "Ray placement-group strategy of the ranks (SPREAD: one node per rank where possible)",
+        choices=PLACEMENT_STRATEGIES,
+        identity=False,
+    )
+    accelerator_type: Optional[str] = opt(
+        None,
+        "Only place ranks on nodes with this Ray accelerator type (e.g. H100); "
+        "refused in one line when the cluster has none",
+        identity=False,
+    )
+
+    def ranks(self) -> int:
+        return self.num_nodes * self.num_gpus_per_node
+
+    def ranks_flags(self) -> str:
+        """How the rank count was asked for, for messages."""
+        return f"--num_nodes {self.num_nodes} x --num_gpus_per_node {self.num_gpus_per_node}"
+
+    def check_ranks(self) -> None:
+        require(
+            self.num_nodes >= 1 and self.num_gpus_per_node >= 1,
+            f"--num_nodes {self.num_nodes} / --num_gpus_per_node {self.num_gpus_per_node}: both must be >= 1",
+        )
+
+
+@dataclass
+class TrainConfig:
+    micro_train_batch_size: int = opt(
+        8, "Samples (or packed rows) per rank per forward/backward", dotted="train.micro_batch_size"
+    )
+    train_batch_size: int = opt(
+        128, "Global batch per optimizer step; accumulation = this / (micro * world size)", dotted="train.batch_size"
+    )
+    max_epochs: int = opt(1, "Passes over the training data", dotted="train.max_epochs")
+    max_steps: int = opt(-1, "Stop after this many optimizer steps (-1: run all epochs)")
+    learning_rate: float = opt(5e-6, "Peak learning rate", dotted={"": "adam.lr", "ppo": ()})
+    lr_warmup_ratio: float = opt(
+        0.03,
+        "Fraction of steps for linear warm-up",
+        dotted={"ppo": ("actor.lr_warmup_ratio", "critic.lr_warmup_ratio")},
+    )
+    lr_scheduler: str = opt(
+        "cosine_with_min_lr",
+        "Schedule after warm-up",
+        choices=("cosine_with_min_lr", "cosine", "linear", "constant", "constant_with_warmup"),
+        dotted={"ppo": ("actor.lr_scheduler", "critic.lr_scheduler")},
+    )
+    min_lr_ratio: float = opt(
+        0.1,
+        "cosine_with_min_lr decays to learning_rate * this",
+        dotted={"ppo": ("actor.min_lr_ratio", "critic.min_lr_ratio")},
+    )
+    optim: str = opt(
+        "adam",
+        "Optimizer: adam (AdamW) or muon (DeepSpeed's Muon on the 2-D weights inside the "
+        "transformer blocks, AdamW with --adam_betas on embeddings, heads, norms and biases; "
+        "both at --learning_rate unless --muon_lr)",
+        choices=("adam", "muon"),
+    )
+    muon_lr: Optional[float] = opt(
+        None,
+        "--optim muon: peak learning rate of the Muon half (default: --learning_rate). "
+        "Muon's orthogonalised updates move each weight ~1/sqrt(width) as much as "
+        "AdamW's at the same rate, so it usually wants a larger one",
+    )
+    adam_betas: list[float] = opt(
+        [0.9, 0.95], "Adam betas", dotted={"": "adam.betas", "ppo": ("actor.adam.betas", "critic.adam.betas")}
+    )
+    l2: float = opt(
+        0.0,
+        "Weight decay",
+        dotted={"": "adam.weight_decay", "ppo": ("actor.adam.weight_decay", "critic.adam.weight_decay")},
+    )
+    max_norm: float = opt(1.0, "Gradient clipping norm", dotted={"ppo": ("actor.max_norm", "critic.max_norm")})
+    max_nonfinite_skips: int = opt(
+        0,
+        "Micro-batches whose loss is NaN/Inf to skip before the stage stops (0: stop at "
+        "the first; the PPO family counts per iteration). A NaN/Inf gradient norm or "
+        "weight always stops it, uncommitted",
+    )
+    zero_stage: Optional[int] = opt(
+        None,
+        "DeepSpeed ZeRO stage. Unset: 2, or 0 on a single rank without --adam_offload "
+        "(ZeRO-1/2 on one rank partition nothing and only copy the weights and "
+        "gradients: SmolLM2-135M peak RSS 5.2 -> 3.5 GB, docs/benchmarks.md)",
+        choices=(0, 1, 2, 3),
+        dotted="ds.zero_stage",
+    )
+    adam_offload: bool = opt(
+        False, "Keep optimizer states on CPU (DeepSpeedCPUAdam; needs --zero_stage 1-3)", dotted="ds.adam_offload"
+    )
+    zpg: int = opt(1, "ZeRO++ hierarchical partition size", dotted="ds.zpg")
+    seed: int = opt(42, "Random seed (data order, init, dropout)", dotted="train.seed")
+    local_rank: int = opt(-1, "Set by the deepspeed launcher", identity=False)
+    num_threads: int = opt(0, "CPU threads per rank (0: cores / ranks on this node)", identity=False)
+
+    def check_train(self) -> None:
+        require(self.micro_train_batch_size > 0, f"--micro_train_batch_size {self.micro_train_batch_size}: must be > 0")
+        require(self.train_batch_size > 0, f"--train_batch_size {self.train_batch_size}: must be > 0")
+        require(self.learning_rate > 0, f"--learning_rate {self.learning_rate}: must be > 0")
+        require(0.0 <= self.lr_warmup_ratio < 1.0, f"--lr_warmup_ratio {self.lr_warmup_ratio}: must be in [0, 1)")
+        require(self.max_epochs > 0, f"--max_epochs {self.max_epochs}: must be > 0")
+        require(
+            self.max_steps == -1 or self.max_steps > 0,
+            f"--max_steps {self.max_steps}: use -1 (run all --max_epochs) or a positive number of optimizer steps",
+        )
+        require(self.l2 >= 0, f"--l2 {self.l2}: weight decay must be >= 0 (0: none)")
+        require(self.max_nonfinite_skips >= 0, f"--max_nonfinite_skips {self.max_nonfinite_skips}: must be >= 0")
+        # a skipped micro-batch backs up a zero built from the parameters; ZeRO-3's are partitioned placeholders
+        require(
+            not (self.max_nonfinite_skips and self.zero_stage == 3),
+            "--max_nonfinite_skips with --zero_stage 3 is not supported: use --zero_stage 0-2 or drop the flag",
+        )
+        require(len(self.adam_betas) == 2, f"--adam_betas needs two values, got {self.adam_betas}")
+        if self.muon_lr is not None:
+            require(
+                self.optim == "muon",
+                f"--muon_lr {self.muon_lr} sets the Muon half of --optim muon: add --optim muon or drop --muon_lr",
+            )
+            require(self.muon_lr > 0, f"--muon_lr {self.muon_lr}: must be > 0")
+        require(
+            not (self.adam_offload and self.zero_stage == 0),
+            "--adam_offload with --zero_stage 0: DeepSpeed offloads optimizer states only under ZeRO; "
+            "use --zero_stage 1, 2 or 3, or drop --adam_offload",
+        )
+
+    def zero_stage_on(self, world_size: int) -> int:
+        """The ZeRO stage an engine of `world_size` ranks runs: --zero_stage as given, else the automatic one."""
+        if self.zero_stage is not None:
+            return self.zero_stage
+        return 0 if world_size == 1 and not self.adam_offload else 2
+
+    def accumulation_steps(self, world_size: int) -> int:
+        per_step = self.micro_train_batch_size * world_size
+        require(
+            self.train_batch_size % per_step == 0,
+            f"--train_batch_size {self.train_batch_size} is not divisible by --micro_train_batch_size "
+            f"{self.micro_train_batch_size} x world size {world_size} = {per_step}: "
+            f"use a multiple of {per_step}, e.g. {max(per_step, self.train_batch_size // per_step * per_step)}",
+        )
+        return self.train_batch_size // per_step
+
+
+@dataclass
+class MoEConfig:
+    aux_loss_coef: float = opt(
+        0.0,
+        "MoE router load-balancing loss weight (sparse-MoE models such as Mixtral; 0: off)",
+        dotted="model.aux_loss_coef",
+    )
+
+    def check_moe(self) -> None:
+        require(self.aux_loss_coef >= 0, f"--aux_loss_coef {self.aux_loss_coef}: must be >= 0 (0 turns it off)")
+
+
+@dataclass
+class CheckpointConfig:
+    save_path: str = opt(
+        "./ckpt", "Where the final HF-format model goes (local path or s3://)", identity=False, dotted="ckpt.output_dir"
+    )
+    save_steps: int = opt(
+        -1,
+        "Commit a resumable checkpoint every N optimizer steps (-1: none by step count)",
+        identity=False,
+        dotted="ckpt.save_steps",
+    )
+    save_minutes: float = opt(
+        0.0,
+        "Also commit a resumable checkpoint once this many minutes have passed since the "
+        "last one (0: off). A flow stage with neither set checkpoints every 30 minutes",
+        identity=False,
+    )
+    ckpt_path: str = opt(
+        "./ckpt/checkpoints", "Where resumable checkpoints go (local path or s3://)", identity=False, dotted="ckpt.path"
+    )
+    load_checkpoint: bool = opt(
+        False,
+        "Resume from the newest committed checkpoint under --ckpt_path",
+        identity=False,
+        dotted="ckpt.load_enable",
+    )
+    max_ckpt_num: int = opt(3, "Keep this many resumable checkpoints", identity=False, dotted="ckpt.max_num")
+    disable_ds_ckpt: bool = opt(
+        False, "Don't write resumable checkpoints (final model only)", identity=False, dotted="ckpt.disable_ds"
+    )
+    save_hf_ckpt: bool = opt(
+        False,
+        "Also save an HF-format copy of the model (PPO: the actor) in every checkpoint, "
+        "as <ckpt>/global_step<N>/<role>/hf/, committed and verified with it",
+        identity=False,
+        dotted="ckpt.save_hf",
+    )
+
+    def check_checkpoint(self) -> None:
+        require(self.max_ckpt_num >= 1, f"--max_ckpt_num {self.max_ckpt_num}: must be >= 1")
+        require(
+            self.save_steps == -1 or self.save_steps > 0, f"--save_steps {self.save_steps}: use -1 or a positive number"
+        )
+        require(self.save_minutes >= 0, f"--save_minutes {self.save_minutes}: use 0 (off) or a positive number")
+        # OpenRLHF's defaults nest ./ckpt/checkpoints in ./ckpt: harmless for a run that never checkpoints
+        if (self.save_steps > 0 or self.save_minutes > 0 or self.load_checkpoint) and not self.disable_ds_ckpt:
+            check_checkpoint_folder(self.ckpt_path, self.save_path, self.load_checkpoint)
+
+
+# --use_wandb values that switch wandb on without being a key (any other value is the API key)
+WANDB_SWITCHES = ("offline", "true", "1", "env")
+
+
+@dataclass
+class LoggingConfig:
+    logging_steps: int = opt(1, "Log metrics every N optimizer steps", identity=False, dotted="logger.logging_steps")
+    eval_steps: int = opt(-1, "Evaluate every N steps (-1: at the end of each epoch)", dotted="eval.steps")
+    use_wandb: Optional[str] = opt(
+        None,
+        "Log to Weights & Biases: 'env' (the key from WANDB_API_KEY), 'offline', or the API key "
+        "(moved out of the command line at start). Never printed",
+        secret=True,
+        dotted="logger.wandb.key",
+    )
+    wandb_org: Optional[str] = opt(None, "wandb entity", identity=False, dotted="logger.wandb.org")
+    wandb_group: Optional[str] = opt(None, "wandb group", identity=False, dotted="logger.wandb.group")
+    wandb_project: str = opt("alignflow", "wandb project", identity=False, dotted="logger.wandb.project")
+    wandb_run_name: Optional[str] = opt(None, "wandb run name", identity=False, dotted="logger.wandb.run_name")
+    use_tensorboard: Optional[str] = opt(
+        None, "Write TensorBoard events under this directory", identity=False, dotted="logger.tensorboard_dir"
+    )
+
+    def check_logging(self) -> None:
+        require(self.logging_steps > 0, f"--logging_steps {self.logging_steps}: must be > 0")

@@ -1,0 +1,75 @@
+"""Configs of the model tools that train nothing: make_tiny_base, import_model and lora_combiner."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from alignment.config.base import opt, require
+from alignment.config.stages import StageConfig
+
+
+@dataclass
+class TinyBaseConfig(StageConfig):
+    """A seeded random-init tiny Llama with the tiny tokenizer (`python -m alignment.cli.make_tiny_base`)."""
+
+    save_path: str = opt("./ckpt/tiny_base", "Where the model directory goes (local path or s3://)", identity=False)
+    seed: int = opt(0, "Seed of the random initialisation")
+    arch: str = opt(
+        "llama",
+        "llama (the tiny world's model) or mixtral (a tiny sparse MoE, for --aux_loss_coef)",
+        choices=("llama", "mixtral"),
+    )
+
+
+@dataclass
+class ImportModelConfig(StageConfig):
+    """Commit a model made elsewhere as a plain Hugging Face folder in the store
+    (`python -m alignment.cli.import_model SRC --save_path URI`)."""
+
+    source: Optional[str] = opt(
+        None,
+        "The model to import: a .gguf file, a Hugging Face model folder (local or s3://, "
+        "with or without our MANIFEST.json) or a hub name. Also the first positional argument",
+    )
+    save_path: Optional[str] = opt(None, "Where the committed HF folder goes (local path or s3://)", identity=False)
+    gguf_file: Optional[str] = opt(None, "Which .gguf file of a folder or hub repo holding several to import")
+    revision: Optional[str] = opt(None, "Hub revision (branch, tag or commit sha) of a hub-name --source")
+
+    def check_import(self) -> None:
+        require(bool(self.source), "no model to import: pass SRC (a .gguf file, a model folder, s3:// URI or hub name)")
+        require(bool(self.save_path), "--save_path is required: where the imported model is committed")
+        require(
+            not self.revision or not (self.source.startswith(("/", ".", "~")) or "://" in self.source),
+            f"--revision {self.revision}: {self.source} is a file, folder or store URI, not a hub name; "
+            f"drop --revision",
+        )
+
+
+@dataclass
+class LoraCombinerConfig(StageConfig):
+    """Merge a saved LoRA adapter into its base and commit the merged model (OpenRLHF's lora_combiner,
+    `python -m alignment.cli.lora_combiner`)."""
+
+    model_path: Optional[str] = opt(
+        None, "The base model the adapter was trained on: HF directory, store URI or hub name", path="model"
+    )
+    lora_path: Optional[str] = opt(
+        None,
+        "The PEFT adapter folder (adapter_config.json + adapter_model.safetensors): "
+        "a local folder or a committed store URI",
+        path="model",
+    )
+    output_path: Optional[str] = opt(None, "Where the merged model is committed (local path or s3://)", identity=False)
+    is_rm: bool = opt(
+        False, "A reward model's adapter: the base loads with its value head (AutoModelForSequenceClassification)"
+    )
+    bf16: bool = opt(False, "Load, merge and save in bfloat16 (default: the base's own dtype)")
+
+    def check_lora_combiner(self) -> None:
+        for flag in ("model_path", "lora_path", "output_path"):
+            require(
+                bool(getattr(self, flag)),
+                f"--{flag} is required: python -m alignment.cli.lora_combiner "
+                f"--model_path BASE --lora_path ADAPTER --output_path OUT",
+            )
