@@ -37,11 +37,18 @@ class Step:
 
 @dataclass(frozen=True)
 class Planned:
+    """A step as it will run: the stage task gets this config and identity and builds neither again."""
+
     step: Step
     config_file: str | None
     cfg: Any  # merged and validated
     inputs: dict[str, str]  # every input as a URI
-    model_uri: str  # where the stage commits
+    digest: str  # the stage's identity: a hash of its config and inputs
+    out: str  # the stage's folder in the store: <store>/<run>/<stage>-<digest>
+
+    @property
+    def model_uri(self) -> str:  # where the stage commits
+        return f"{self.out}/model"
 
 
 def plan(steps: list[Step], recipe: Recipe, store: str, run_name: str) -> dict[str, Planned]:
@@ -59,7 +66,7 @@ def plan(steps: list[Step], recipe: Recipe, store: str, run_name: str) -> dict[s
         cfg = build_config(step.stage, config_file, {**step.overrides, **inputs}, pending=pending)
         digest = identity_hash(step.stage, cfg, inputs)
         planned[step.name] = Planned(
-            step, config_file, cfg, inputs, f"{stage_dir(store, run_name, step.stage, digest)}/model"
+            step, config_file, cfg, inputs, digest, stage_dir(store, run_name, step.stage, digest)
         )
     return planned
 
@@ -116,7 +123,7 @@ async def run(
     """Run the planned steps in order with `runner` (tasks.stage.stage_runner), yielding each
     (name, result) as it commits, so a flow can act between stages (advance a policy pointer)."""
     for name, p in planned.items():
-        result = await runner(p.step.stage, store, run_name, cluster, p.config_file, p.step.overrides, p.inputs)
+        result = await runner(p, run_name, cluster)
         if result.model_uri != p.model_uri:  # the plan and the run disagree on the identity: a bug, not input
             raise RuntimeError(f"step {name}: committed {result.model_uri}, planned {p.model_uri}")
         yield name, result

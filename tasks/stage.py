@@ -13,18 +13,11 @@ from prefect.tasks import exponential_backoff
 
 from alignflow.tasks.artifacts import publish_stage, read_metrics
 from alignflow.tasks.output_slot import output_slot
+from alignflow.tasks.pipeline import Planned
 from alignflow.tasks.progress import StageProgress
 from alignflow.tasks.ray_cluster import Cluster
 from alignflow.tasks.ray_job import StageJobFailed, job_env, job_python, run_job
-from alignflow.tasks.stage_spec import (
-    STAGES,
-    StageResult,
-    build_config,
-    check_store,
-    identity_hash,
-    job_config,
-    stage_dir,
-)
+from alignflow.tasks.stage_spec import STAGES, StageResult, job_config
 from alignment import events, storage
 from alignment.config.cli import config_to_yaml
 from alignment.errors import TransientError
@@ -37,43 +30,26 @@ def submission_id(run_name: str, stage: str, digest: str) -> str:
     return f"alignflow-{run_name}-{stage}-{digest[:8]}-{run}-f{flow_run.run_count or 1}-try{task_run.run_count or 1}"
 
 
-def committed(
-    stage: str,
-    store: str,
-    run_name: str,
-    config_file: str | None,
-    overrides: dict | None,
-    inputs: dict[str, str] | None,
-) -> tuple[Any, str, StageResult | None]:
-    """The stage's config and identity, and its result when its output is already committed."""
-    cfg = build_config(stage, config_file, {**(overrides or {}), **(inputs or {})})
-    digest = identity_hash(stage, cfg, inputs)
-    model_uri = f"{stage_dir(check_store(store), run_name, stage, digest)}/model"
+def committed(stage: str, model_uri: str) -> StageResult | None:
+    """The stage's result when its output is already committed (same config and inputs: same folder)."""
     manifest = storage.read_manifest(model_uri)
     if manifest is None:
-        return cfg, digest, None
+        return None
     get_run_logger().info("stage %s already committed at %s: skipping it (same config and inputs)", stage, model_uri)
-    return cfg, digest, StageResult(stage, model_uri, True, manifest.get("metadata", {}).get("final_metrics", {}))
+    return StageResult(stage, model_uri, True, manifest.get("metadata", {}).get("final_metrics", {}))
 
 
-def stage_runner(retries: int) -> Callable[..., Awaitable[StageResult]]:
-    """How a flow runs a stage on its cluster: a committed stage is skipped before anything else, so a
-    flow whose stages are all committed never starts a Ray head; the others run as `run_stage` tasks."""
+def stage_runner(retries: int) -> Callable[[Planned, str, Cluster], Awaitable[StageResult]]:
+    """How a flow runs a planned stage on its cluster: a committed stage is skipped before anything else, so
+    a flow whose stages are all committed never starts a Ray head; the others run as `run_stage` tasks with
+    the config and identity the plan made (tasks/pipeline.py)."""
     task_with_retries = run_stage.with_options(retries=retries)
 
-    async def run(
-        stage: str,
-        store: str,
-        run_name: str,
-        cluster: Cluster,
-        config_file: str | None = None,
-        overrides: dict | None = None,
-        inputs: dict[str, str] | None = None,
-    ) -> StageResult:
-        _, _, done = committed(stage, store, run_name, config_file, overrides, inputs)
+    async def run(p: Planned, run_name: str, cluster: Cluster) -> StageResult:
+        done = committed(p.step.stage, p.model_uri)
         if done is not None:
             return done
-        return await task_with_retries(stage, store, run_name, cluster.address, config_file, overrides, inputs)
+        return await task_with_retries(p.step.stage, run_name, cluster.address, p.cfg, p.digest, p.out)
 
     return run
 
@@ -101,25 +77,16 @@ _TRY_WALL_S: dict[str, list[float]] = {}
     task_run_name="{stage}",
     retry_condition_fn=retry_only_job_failures,
 )
-async def run_stage(
-    stage: str,
-    store: str,
-    run_name: str,
-    ray_address: str,
-    config_file: str | None = None,
-    overrides: dict | None = None,
-    inputs: dict[str, str] | None = None,
-) -> StageResult:
-    """Run `stage` unless its output is already committed in the store.
+async def run_stage(stage: str, run_name: str, ray_address: str, cfg: Any, digest: str, out: str) -> StageResult:
+    """Run `stage` with its planned config `cfg` (identity `digest`, folder `out`) unless its output is
+    already committed in the store.
 
-    `inputs` are URIs of upstream stage outputs (e.g. {"pretrain": ...}); they override the
-    config and take part in the stage's identity, so new inputs mean a new run.
     The result's wall time is the sum of every try's (the waits between tries aside), with their number.
     """
     tries = _TRY_WALL_S.setdefault(str(task_run.id), []) if task_run.id else []
     started = time.monotonic()
     try:
-        result = await _run_try(stage, store, run_name, ray_address, config_file, overrides, inputs)
+        result = await _run_try(stage, run_name, ray_address, cfg, digest, out)
     finally:
         tries.append(time.monotonic() - started)
     _TRY_WALL_S.pop(str(task_run.id), None)
@@ -130,25 +97,14 @@ async def run_stage(
     return replace(result, skipped=False, wall_s=sum(tries), tries=len(tries))
 
 
-async def _run_try(
-    stage: str,
-    store: str,
-    run_name: str,
-    ray_address: str,
-    config_file: str | None,
-    overrides: dict | None,
-    inputs: dict[str, str] | None,
-) -> StageResult:
+async def _run_try(stage: str, run_name: str, ray_address: str, cfg: Any, digest: str, out: str) -> StageResult:
     """One try of run_stage."""
     logger = get_run_logger()
     started = time.monotonic()
-    store = check_store(store)
-    cfg, digest, done = committed(stage, store, run_name, config_file, overrides, inputs)
-    if done is not None:
+    if (done := committed(stage, f"{out}/model")) is not None:
         return done
-    out = stage_dir(store, run_name, stage, digest)
     async with output_slot(out) as limit:  # two flow runs on one output queue here
-        if (done := committed(stage, store, run_name, config_file, overrides, inputs)[2]) is not None:
+        if (done := committed(stage, f"{out}/model")) is not None:
             return done  # the run we queued behind committed it
         logger.info("stage %s holds the concurrency limit %s (its output %s)", stage, limit, out)
         return await _run_job_try(stage, cfg, digest, out, run_name, ray_address, logger, started)

@@ -244,7 +244,9 @@ def test_a_retried_stage_counts_every_try(monkeypatch):
 
     @flow
     async def one_stage():
-        return await stage.run_stage.with_options(retries=1, retry_delay_seconds=0)("sft", "/store", "r", "http://x")
+        return await stage.run_stage.with_options(retries=1, retry_delay_seconds=0)(
+            "sft", "r", "http://x", None, "1", "/store/r/sft-1"
+        )
 
     result = asyncio.run(one_stage())
     assert tries == ["sft", "sft"] and result.tries == 2 and not result.skipped
