@@ -36,20 +36,5 @@ async def iterative_dpo_flow(
     `recipe="tiny-idpo"`); returns the policy pointer (round, model URI, history). `restart`: start
     again from `initial_policy` although the run already has a policy. `gate`: promote a round's model
     only if the recipe's evaluate stage (with `evaluate`'s overrides) finds it better than the current policy."""
-    pointer = await policy_rounds(
-        flow_name="iterative-dpo",
-        train_stage="dpo",
-        run_name=run_name,
-        store=store,
-        ray_address=ray_address,
-        initial_policy=initial_policy,
-        rounds=rounds,
-        recipe=recipe,
-        generate=generate,
-        train=dpo,
-        retries=retries,
-        restart=restart,
-        gate=gate,
-        evaluate=evaluate,
-    )
-    return asdict(pointer)
+    params = {k: v for k, v in locals().items() if k != "dpo"}  # this flow's parameters, as given
+    return asdict(await policy_rounds(flow_name="iterative-dpo", train_stage="dpo", train=dpo, **params))

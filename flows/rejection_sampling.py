@@ -34,20 +34,5 @@ async def rejection_sampling_flow(
     `recipe="tiny-rs"`); returns the policy pointer (round, model URI, history). `restart`: start
     again from `initial_policy` although the run already has a policy. `gate`: promote a round's model
     only if the recipe's evaluate stage (with `evaluate`'s overrides) finds it better than the current policy."""
-    pointer = await policy_rounds(
-        flow_name="rejection-sampling",
-        train_stage="sft",
-        run_name=run_name,
-        store=store,
-        ray_address=ray_address,
-        initial_policy=initial_policy,
-        rounds=rounds,
-        recipe=recipe,
-        generate=generate,
-        train=sft,
-        retries=retries,
-        restart=restart,
-        gate=gate,
-        evaluate=evaluate,
-    )
-    return asdict(pointer)
+    params = {k: v for k, v in locals().items() if k != "sft"}  # this flow's parameters, as given
+    return asdict(await policy_rounds(flow_name="rejection-sampling", train_stage="sft", train=sft, **params))

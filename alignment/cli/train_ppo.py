@@ -52,64 +52,25 @@ def refuse_ray_only(cfg: PPOConfig) -> None:
         )
 
 
-def build_models(cfg: PPOConfig, rt, setup, total_steps: int):
-    """(actor engine, critic engine or None, the critic's value scale, frozen reference or None)."""
-    from alignment.models.builder import load_actor, load_value_model
-    from alignment.models.loading import load_causal_lm, resolve_model_path
-    from alignment.models.reward_model import critic_value_scale
-    from alignment.ppo.experience import uses_reference
-    from alignment.training.engine import build_engine
-
-    actor = build_engine(
-        load_actor(setup, cfg),
-        dataclasses.replace(cfg, learning_rate=cfg.actor_learning_rate),
-        rt,
-        setup.precision.bf16,
-        total_steps,
-    )
-    critic, critic_scale = None, None
-    if cfg.uses_critic():
-        source = cfg.critic_pretrain or (cfg.reward_pretrain.split(",")[0] if cfg.reward_pretrain else cfg.pretrain)
-        critic_setup = dataclasses.replace(setup, path=resolve_model_path(source, "--critic_pretrain"))
-        critic = build_engine(
-            load_value_model(critic_setup, cfg),
-            dataclasses.replace(cfg, learning_rate=cfg.critic_learning_rate),
-            rt,
-            setup.precision.bf16,
-            total_steps,
-        )
-        critic_scale = critic_value_scale(critic_setup.path, cfg.normalize_reward)
-    ref = None
-    if uses_reference(cfg):  # else no KL term: the reference is never loaded (its memory and forward saved)
-        ref_device = "cpu" if cfg.ref_reward_offload else rt.device
-        ref = (
-            load_causal_lm(setup.path, setup.precision.dtype, setup.attn, trust_remote_code=setup.trust_remote_code)
-            .to(ref_device)
-            .eval()
-            .requires_grad_(False)
-        )
-    return actor, critic, critic_scale, ref
-
-
 def main(argv: list[str] | None = None) -> dict:
     cfg = parse_args(PPOConfig, argv, prog="alignment.cli.train_ppo")
     refuse_ray_only(cfg)
     refuse_unbuilt(cfg)
     check_outputs(cfg)
     check_reward_file(cfg)
+    # lazy: the launcher's ranks all run this; the imports below load torch, transformers and DeepSpeed
     from alignment.datasets.prompts import load_prompts
     from alignment.distributed.collectives import barrier
     from alignment.distributed.runtime import init_runtime
     from alignment.models.builder import prepare
     from alignment.models.saving import commit_model, lora_save, save_hf_model
     from alignment.outputs import StagedOutput
-    from alignment.ppo.controller import PPOController, check_sizes, iterations_per_episode
+    from alignment.ppo import roles, runner
+    from alignment.ppo.controller import check_sizes, iterations_per_episode
+    from alignment.ppo.experience import uses_reference
     from alignment.ppo.local import LocalGroups
-    from alignment.ppo.loop import run_iterations
     from alignment.ppo.packed import packing_for
-    from alignment.rewards.scorer import make_reward
     from alignment.training.checkpoint import check_world_size
-    from alignment.training.tracking import MetricsLogger
 
     rt = init_runtime(cfg.local_rank, cfg.num_threads)
     steps_per_iteration = check_sizes(cfg, rt.world_size)
@@ -117,38 +78,18 @@ def main(argv: list[str] | None = None) -> dict:
         check_world_size(cfg.ckpt_path, rt.world_size)
     setup = prepare(cfg, rt)
     prompts = load_prompts(cfg, setup.tokenizer, cfg.prompt_data, cfg.prompt_split)
-    reward = (
-        None
-        if cfg.agent_func_path
-        else make_reward(  # an agent's environment gives the rewards
-            cfg, setup.tokenizer, setup.precision.dtype, setup.attn, "cpu" if cfg.ref_reward_offload else rt.device
-        )
-    )
-    trainer_iters = cfg.num_episodes * iterations_per_episode(len(prompts), cfg.rollout_batch_size)
-    total = trainer_iters * steps_per_iteration
-    log.info(
-        "PPO (%s): %d prompts, %d iterations of %d prompts x %d samples, %d optimizer steps per engine, "
-        "world size %d, %s",
-        cfg.advantage_estimator,
-        len(prompts),
-        trainer_iters,
-        cfg.rollout_batch_size,
-        cfg.n_samples_per_prompt,
-        total,
-        rt.world_size,
-        setup.precision.label,
-    )
-    actor, critic, critic_scale, ref = build_models(cfg, rt, setup, total)
+    reward = None if cfg.agent_func_path else roles.reward(cfg, setup, rt.device)  # an agent's environment rewards
+    total = cfg.num_episodes * iterations_per_episode(len(prompts), cfg.rollout_batch_size) * steps_per_iteration
+    log.info("world size %d, %s, %d optimizer steps per engine", rt.world_size, setup.precision.label, total)
+    actor = roles.actor(cfg, rt, setup, total)
+    critic, critic_scale = roles.critic(cfg, rt, setup, total) if cfg.uses_critic() else (None, None)
+    # without a KL term the reference is never loaded (its memory and forward saved)
+    ref = roles.reference(cfg, setup, rt.device) if uses_reference(cfg) else None
     groups = LocalGroups(cfg, rt, actor, critic, ref, reward, setup.tokenizer, critic_scale, packing_for(cfg, setup))
-    ppo = PPOController(cfg, groups, setup.tokenizer, prompts)
 
     # built here, committed over --save_path at the end: a committed model there stays intact until then
     with StagedOutput(cfg.save_path, writes=rt.is_main) as out:
-        start = groups.resume()
-        logger = MetricsLogger(
-            cfg, out.dir, rt.is_main, ppo.total_iterations, "ppo", cfg.rollout_batch_size * cfg.n_samples_per_prompt
-        )
-        run_iterations(cfg, ppo.total_iterations, ppo, logger, groups.save, start)
+        logger = runner.run(cfg, groups, setup.tokenizer, prompts, out.dir, rt.is_main)
         if groups.ema is not None and out.dir is not None:  # --enable_ema: the average, beside the actor
             save_hf_model(
                 actor.module, groups.ema.state_dict(actor.module), setup.tokenizer, out.dir / "ema", lora=lora_save(cfg)

@@ -27,7 +27,7 @@ from alignment.config.ppo import PPOConfig
 from alignment.distributed import placement
 from alignment.models.loading import resolve_model_path
 from alignment.ppo.batch import SequenceBatch
-from alignment.ppo.controller import PPOController, check_sizes, iterations_per_episode, sampling_params
+from alignment.ppo.controller import check_sizes, iterations_per_episode, sampling_params
 from alignment.ppo.experience import Experience
 from alignment.ppo.groups import ModelGroup, split
 from alignment.ppo.loop import PPOState, resume_state
@@ -345,9 +345,8 @@ def run(cfg: PPOConfig) -> dict[str, float]:
     from alignment.datasets.prompts import load_prompts
     from alignment.models.loading import load_tokenizer
     from alignment.models.precision import check_ring_attention
-    from alignment.ppo.loop import run_iterations
+    from alignment.ppo import runner
     from alignment.rewards.scorer import FunctionReward
-    from alignment.training.tracking import MetricsLogger
 
     check_ring_attention(cfg.ring_attn_size, "cuda" if torch.cuda.is_available() else "cpu")
     tokenizer = load_tokenizer(
@@ -362,23 +361,9 @@ def run(cfg: PPOConfig) -> dict[str, float]:
     if not ray.is_initialized():
         ray.init(log_to_driver=True)  # inside a Ray job this joins the job's cluster
     groups = RayGroups(cfg, len(prompts), function_reward)
-    ppo = PPOController(cfg, groups, tokenizer, prompts)
-    log.info(
-        "PPO on Ray (%s): %d prompts, %d iterations of %d prompts x %d samples, %d optimizer steps per iteration",
-        cfg.advantage_estimator,
-        len(prompts),
-        ppo.total_iterations,
-        cfg.rollout_batch_size,
-        cfg.n_samples_per_prompt,
-        ppo.steps_per_iteration,
-    )
     # the driver's metrics go to the actor rank that commits the model (it may be on another node)
     with tempfile.TemporaryDirectory(prefix="alignflow-ppo-metrics-") as metrics_dir:
-        start = groups.resume()
-        logger = MetricsLogger(
-            cfg, Path(metrics_dir), True, ppo.total_iterations, "ppo", cfg.rollout_batch_size * cfg.n_samples_per_prompt
-        )
-        run_iterations(cfg, ppo.total_iterations, ppo, logger, groups.save, start)
+        logger = runner.run(cfg, groups, tokenizer, prompts, Path(metrics_dir), True)
         logger.close()
         groups.commit(Path(metrics_dir), logger.final(), logger.links)
     log.info("model committed: %s", cfg.save_path)

@@ -6,7 +6,6 @@ same `rank_ops` code as PPO without Ray; the driver's controller (`alignment.ppo
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 from typing import Any
@@ -52,12 +51,14 @@ class ModelWorker:
         if cores:  # keep off the cores vLLM engines bound (placement.split_cores)
             os.sched_setaffinity(0, set(cores))
             threads = min(threads, len(cores))
+        # lazy: the driver imports this module to place the actors; the role's models load in the actor
         from alignment.distributed.runtime import init_runtime
-        from alignment.models.builder import load_actor, load_value_model, prepare
-        from alignment.models.loading import load_causal_lm, resolve_model_path
+        from alignment.models.builder import prepare
+        from alignment.models.reward_model import ValueCapture
+        from alignment.ppo import roles
+        from alignment.ppo.ema import EMA
         from alignment.ppo.packed import packing_for
         from alignment.training.checkpoint import check_world_size
-        from alignment.training.engine import build_engine
 
         self.role, self.cfg = role, cfg
         self.rt = init_runtime(-1, threads)
@@ -66,49 +67,17 @@ class ModelWorker:
         self.setup = setup = prepare(cfg, self.rt)
         self.packing = packing_for(cfg, setup)
         if role == "actor":
-            self.engine = build_engine(
-                load_actor(setup, cfg),
-                dataclasses.replace(cfg, learning_rate=cfg.actor_learning_rate),
-                self.rt,
-                setup.precision.bf16,
-                total_steps,
-            )
+            self.engine = roles.actor(cfg, self.rt, setup, total_steps)
             self.model = self.engine.module
-            from alignment.ppo.ema import EMA
-
             self.ema = EMA(self.model, cfg.ema_beta) if cfg.enable_ema else None
         elif role == "critic":
-            from alignment.models.reward_model import ValueCapture, critic_value_scale
-
-            source = cfg.critic_pretrain or (cfg.reward_pretrain.split(",")[0] if cfg.reward_pretrain else cfg.pretrain)
-            critic_setup = dataclasses.replace(setup, path=resolve_model_path(source, "--critic_pretrain"))
-            self.engine = build_engine(
-                load_value_model(critic_setup, cfg),
-                dataclasses.replace(cfg, learning_rate=cfg.critic_learning_rate),
-                self.rt,
-                setup.precision.bf16,
-                total_steps,
-            )
+            self.engine, scale = roles.critic(cfg, self.rt, setup, total_steps)
             self.model = self.engine.module
-            self.capture = ValueCapture(self.model, critic_value_scale(critic_setup.path, cfg.normalize_reward))
+            self.capture = ValueCapture(self.model, scale)
         elif role == "ref":
-            device = "cpu" if cfg.ref_reward_offload else self.rt.torch_device
-            self.model = (
-                load_causal_lm(setup.path, setup.precision.dtype, setup.attn, trust_remote_code=setup.trust_remote_code)
-                .to(device)
-                .eval()
-            )
-            self.model.requires_grad_(False)
+            self.model = roles.reference(cfg, setup, self.rt.torch_device)
         elif role == "reward":
-            from alignment.rewards.scorer import make_reward
-
-            self.reward = make_reward(
-                cfg,
-                setup.tokenizer,
-                setup.precision.dtype,
-                setup.attn,
-                "cpu" if cfg.ref_reward_offload else str(self.rt.torch_device),
-            )
+            self.reward = roles.reward(cfg, setup, self.rt.torch_device)
         else:
             raise ValueError(f"unknown model role {role!r}")
         from alignment.ppo.sleep import OptimizerSleep

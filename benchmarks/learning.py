@@ -1,0 +1,236 @@
+"""Does each method lift held-out accuracy? Every method trains from the same SFT model with its shipped recipe
+(deployments/recipes/<recipe>/), on each seed; the recipe's `evaluate` stage measures every model on the same
+held-out questions. Writes a markdown page (a table and a chart) and a JSON of every figure.
+
+    .venv/bin/python benchmarks/learning.py SFT_MODEL [--methods dpo,grpo-rule,...] [--seeds 42,43,44]
+
+Everything runs as the flows run it: one Prefect flow, each stage a Ray job (a local head unless
+--ray_address), committed to --store under an identity of its config and inputs. So a benchmark killed
+half-way and run again skips every stage it committed and trains only the rest; its wall times are kept in
+the JSON from the run that trained them. `--budget '{"ppo": {"max_samples": 64}}'` overrides stage kinds'
+settings for every method (a smaller run; the page says so).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from prefect import flow  # noqa: E402
+
+from alignflow.tasks import pipeline  # noqa: E402
+from alignflow.tasks.evaluate import evaluate_step, read_evaluation  # noqa: E402
+from alignflow.tasks.pipeline import Output, Step  # noqa: E402
+from alignflow.tasks.ray_cluster import ray_cluster  # noqa: E402
+from alignflow.tasks.recipes import load_recipe  # noqa: E402
+from alignflow.tasks.stage import stage_runner  # noqa: E402
+from alignflow.tasks.stage_spec import absolute_input, check_store  # noqa: E402
+
+RULE = "data/tiny/reward_func.py"  # the tiny world's verifiable reward (the answer is right or not)
+
+
+@dataclass(frozen=True)
+class Method:
+    stage: str  # what trains (tasks.stage_spec.STAGES)
+    role: str  # the recipe file: <role>.yaml
+    settings: dict = field(default_factory=dict)
+    reward: str = ""  # "rm": the reward model the benchmark trains first; "rule": RULE; "": none (offline)
+
+
+def _rl(estimator: str, reward: str) -> Method:
+    # the rule runs from grpo.yaml (its remote_rm_url); the RM from ppo.yaml (normalize_reward, reward_pretrain)
+    return Method("ppo", "grpo" if reward == "rule" else "ppo", {"advantage_estimator": estimator}, reward)
+
+
+ESTIMATORS = {
+    "ppo": "gae",
+    "reinforce++": "reinforce",
+    "reinforce++-baseline": "reinforce_baseline",
+    "rloo": "rloo",
+    "grpo": "group_norm",
+    "dr-grpo": "dr_grpo",
+}
+METHODS: dict[str, Method] = {
+    **{f"{name}-{reward}": _rl(est, reward) for name, est in ESTIMATORS.items() for reward in ("rm", "rule")},
+    "dpo": Method("dpo", "dpo"),
+    "ipo": Method("dpo", "dpo", {"ipo": True}),
+    "cdpo": Method("dpo", "dpo", {"label_smoothing": 0.1}),
+    "kto": Method("kto", "kto"),
+}
+
+
+def steps(sft: str, methods: list[str], seeds: list[int], budget: dict[str, dict]) -> list[Step]:
+    """The SFT start's evaluation, the reward model (once, if a method reads it), then per method and seed
+    its stage and the evaluation of its model."""
+    out = [evaluate_step("sft", sft, budget.get("evaluate"))]
+    if any(METHODS[m].reward == "rm" for m in methods):
+        out.append(Step("rm", "rm", "rm", dict(budget.get("rm", {})), {"pretrain": sft}))
+    for m in methods:
+        method = METHODS[m]
+        for seed in seeds:
+            inputs: dict = {"pretrain": sft}
+            settings = {**method.settings, **budget.get(method.stage, {}), "seed": seed}
+            if method.reward == "rm":
+                inputs["reward_pretrain"] = Output("rm")
+            elif method.reward == "rule" and settings["advantage_estimator"] == "gae":
+                inputs["critic_pretrain"] = sft  # GAE's critic needs a backbone: the SFT model, with a fresh head
+            name = f"{m} seed {seed}"
+            out += [
+                Step(name, method.stage, method.role, settings, inputs),
+                evaluate_step(name, Output(name), budget.get("evaluate")),
+            ]
+    return out
+
+
+@flow(name="learning-benchmark")
+async def learning_flow(
+    sft: str, methods: list[str], seeds: list[int], budget: dict, store: str, ray_address: str | None
+) -> dict:
+    recipe = load_recipe("tiny")
+    planned = pipeline.plan(steps(sft, methods, seeds, budget), recipe, store, "learning")
+    with ray_cluster(ray_address) as cluster:  # started only if a stage is not committed yet
+        results = {name: r async for name, r in pipeline.run(planned, stage_runner(1), store, "learning", cluster)}
+    return {
+        name: {"model_uri": r.model_uri, "skipped": r.skipped, "wall_s": r.wall_s, "metrics": r.metrics}
+        for name, r in results.items()
+    } | {
+        f"{name} heldout": read_evaluation(r.model_uri)["metrics"]
+        for name, r in results.items()
+        if name.startswith("evaluate ")
+    }
+
+
+def summarise(results: dict, methods: list[str], seeds: list[int], previous: dict) -> dict:
+    """Per method: accuracy per seed, mean, spread (population std), gain over the SFT start, mean wall time
+    of its training stage (from the run that trained it: a skipped stage keeps the time recorded then)."""
+    known = {run["model_uri"]: run["wall_s"] for row in previous.get("methods", {}).values() for run in row["runs"]}
+    sft = results["evaluate sft heldout"]["accuracy"]
+    rows = {}
+    for m in methods:
+        runs = []
+        for seed in seeds:
+            r = results[f"{m} seed {seed}"]
+            wall = known.get(r["model_uri"], 0.0) if r["skipped"] else r["wall_s"]
+            runs.append(
+                {
+                    "seed": seed,
+                    "accuracy": results[f"evaluate {m} seed {seed} heldout"]["accuracy"],
+                    "wall_s": round(wall, 1),
+                    "model_uri": r["model_uri"],
+                }
+            )
+        accs = [x["accuracy"] for x in runs]
+        rows[m] = {
+            "stage": METHODS[m].stage,
+            "reward": METHODS[m].reward or "offline (preference data)",
+            "runs": runs,
+            "mean": statistics.fmean(accs),
+            "spread": statistics.pstdev(accs),
+            "gain": statistics.fmean(accs) - sft,
+            "wall_s": statistics.fmean(x["wall_s"] for x in runs),
+        }
+    return {"sft_accuracy": sft, "methods": rows}
+
+
+def markdown(summary: dict, command: str, chart: str | None, budget: dict) -> str:
+    cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    model = next((ln.split(":", 1)[1].strip() for ln in cpu.splitlines() if ln.startswith("Model name")), "unknown CPU")
+    sft = summary["sft_accuracy"]
+    lines = [
+        "# Learning: what each method adds to held-out accuracy",
+        "",
+        f"Measured {date.today().isoformat()} on {model} by `{command}`"
+        + (f", with budgets overridden: `{json.dumps(budget)}`" if budget else " (the shipped recipes)")
+        + ".",
+        "",
+        f"Every method starts from the same SFT model (held-out greedy accuracy **{100 * sft:.1f} %**) and is",
+        "measured by the recipe's `evaluate` stage on the same held-out questions. Spread: the standard deviation",
+        "over seeds. Wall time: the training stage alone, mean over seeds.",
+        "",
+        "| method | reward | held-out accuracy | gain over SFT | seeds | wall time |",
+        "|---|---|---|---|---|---|",
+    ]
+    for m, row in summary["methods"].items():
+        lines.append(
+            f"| {m} | {row['reward']} | {100 * row['mean']:.1f} ± {100 * row['spread']:.1f} % | "
+            f"{100 * row['gain']:+.1f} | {len(row['runs'])} | {row['wall_s']:.0f} s |"
+        )
+    if chart:
+        lines += ["", f"![held-out accuracy by method]({chart})"]
+    return "\n".join(lines) + "\n"
+
+
+def draw(summary: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(summary["methods"])
+    means = [100 * summary["methods"][m]["mean"] for m in names]
+    spreads = [100 * summary["methods"][m]["spread"] for m in names]
+    fig, ax = plt.subplots(figsize=(max(4, 0.6 * len(names) + 2), 3.5))
+    ax.bar(names, means, yerr=spreads, capsize=3, color="#4c78a8")
+    ax.axhline(100 * summary["sft_accuracy"], color="#e45756", linestyle="--", label="SFT start")
+    ax.set_ylabel("held-out accuracy (%)")
+    ax.legend(loc="lower right")
+    plt.setp(ax.get_xticklabels(), rotation=40, ha="right")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("sft", help="the SFT model every method starts from (a committed folder or store URI)")
+    p.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated, of: {', '.join(METHODS)}")
+    p.add_argument("--seeds", default="42,43,44")
+    p.add_argument("--budget", default="{}", help='JSON {stage kind: settings}, e.g. {"ppo": {"max_samples": 64}}')
+    p.add_argument("--store", default="runs/learning", help="where every stage commits (a rerun skips them)")
+    p.add_argument("--ray_address", default=None, help="a running cluster's job API; default: a local head")
+    p.add_argument("--out", default="docs/learning.md")
+    p.add_argument("--json", default="benchmarks/results/learning.json")
+    p.add_argument("--chart", default="docs/img/learning.png")
+    args = p.parse_args(argv)
+    methods = [m for m in args.methods.split(",") if m]
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        print(f"--methods: unknown {', '.join(unknown)}; pick from {', '.join(METHODS)}", file=sys.stderr)
+        return 2
+    seeds = [int(s) for s in args.seeds.split(",")]
+    budget = json.loads(args.budget)
+    started = time.monotonic()
+    results = asyncio.run(
+        learning_flow(absolute_input(args.sft), methods, seeds, budget, check_store(args.store), args.ray_address)
+    )
+    out_json = Path(args.json)
+    previous = json.loads(out_json.read_text()) if out_json.exists() else {}
+    summary = summarise(results, methods, seeds, previous)
+    summary["wall_s"] = round(time.monotonic() - started, 1)
+    out_json.parent.mkdir(parents=True, exist_ok=True)
+    out_json.write_text(json.dumps(summary, indent=1) + "\n")
+    draw(summary, Path(args.chart))
+    out = Path(args.out)
+    rel_chart = os.path.relpath(Path(args.chart).resolve(), out.resolve().parent)  # as the page links it
+    command = "benchmarks/learning.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(markdown(summary, command, rel_chart, budget))
+    print(f"wrote {out}, {out_json} and {args.chart} in {summary['wall_s']:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""benchmarks/learning.py at a tiny budget, two methods (an offline one and an RL one with the rule reward), one
+seed, on the session's Ray head and Prefect API: it writes the page, the JSON and the chart; run again, it
+trains nothing (every stage committed) and keeps the wall times of the run that trained them. What the methods
+reach at the shipped budgets is the benchmark's to measure (docs/learning.md), not this test's."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+
+from tests.conftest import REPO
+from tests.test_stage_runner import ray_jobs
+
+pytestmark = pytest.mark.integration
+
+BUDGET = {
+    "dpo": {"max_steps": 2, "train_batch_size": 8, "micro_train_batch_size": 8, "eval_dataset": None},
+    "ppo": {
+        "max_samples": 16,
+        "num_episodes": 1,
+        "n_samples_per_prompt": 2,
+        "rollout_batch_size": 8,
+        "micro_rollout_batch_size": 8,
+        "train_batch_size": 16,
+        "micro_train_batch_size": 8,
+    },
+    "evaluate": {"max_samples": 16},
+}
+
+
+def load_benchmark():
+    spec = importlib.util.spec_from_file_location("learning_benchmark", REPO / "benchmarks" / "learning.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_two_methods_write_the_page_and_the_json_and_a_rerun_trains_nothing(ray_head, tiny_sft, tmp_path):
+    learning = load_benchmark()
+    out, js, chart = tmp_path / "learning.md", tmp_path / "learning.json", tmp_path / "img" / "learning.png"
+    argv = [
+        str(tiny_sft),
+        "--methods",
+        "dpo,grpo-rule",
+        "--seeds",
+        "7",
+        "--budget",
+        json.dumps(BUDGET),
+        "--store",
+        str(tmp_path / "store"),
+        "--ray_address",
+        ray_head,
+        "--out",
+        str(out),
+        "--json",
+        str(js),
+        "--chart",
+        str(chart),
+    ]
+    assert learning.main(argv) == 0
+    first = json.loads(js.read_text())
+    assert set(first["methods"]) == {"dpo", "grpo-rule"} and 0 <= first["sft_accuracy"] <= 1
+    for row in first["methods"].values():
+        (run,) = row["runs"]
+        assert run["seed"] == 7 and 0 <= run["accuracy"] <= 1 and run["wall_s"] > 0
+        assert row["gain"] == pytest.approx(row["mean"] - first["sft_accuracy"]) and row["spread"] == 0
+    page = out.read_text()
+    assert "| dpo | offline (preference data) |" in page and "| grpo-rule | rule |" in page
+    assert "![held-out accuracy by method](img/learning.png)" in page and chart.stat().st_size > 1000
+    jobs = len(ray_jobs(ray_head, "learning"))
+    assert jobs == 5, jobs  # the SFT start's evaluation, then per method its stage and its evaluation
+
+    assert learning.main(argv) == 0  # resumes: everything is committed
+    again = json.loads(js.read_text())
+    assert len(ray_jobs(ray_head, "learning")) == jobs  # no job submitted
+    for m in ("dpo", "grpo-rule"):
+        assert again["methods"][m]["runs"] == first["methods"][m]["runs"]  # accuracy, wall time and model kept
+    assert learning.main([*argv[:2], "no-such-method", *argv[3:]]) == 2
