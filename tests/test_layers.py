@@ -28,8 +28,6 @@ LAYERS = [
 # torch, transformers or DeepSpeed yet (0.3 s and 30 MB instead of 2.9 s and 260 MB, measured for train_sft)
 LAZY = {
     "alignment/cli/": "a stage CLI's driver checks its flags and places ranks on Ray; only ranks import torch",
-    "alignment/ppo/ray_driver.py": "the PPO driver places model groups; the groups' code runs in their actors",
-    "alignment/ppo/groups.py": "builds the actor classes the driver places; their imports run inside the actors",
     "alignment/ppo/workers.py": "the actor classes the driver imports; each role imports its models inside its actor",
     "alignment/rollout/vllm_engine.py": "`vllm_missing_reason` is asked by CLI drivers before anything is placed",
 }

@@ -6,7 +6,8 @@ import pytest
 
 from alignment.config import ConfigError, parse_args
 from alignment.config.ppo import PPOConfig
-from alignment.distributed.placement import bundles_needed, check_resources, plan, split_cores, threads_per_rank
+from alignment.distributed.cluster import bundles_needed, check_resources, split_cores, threads_per_rank
+from alignment.distributed.placement import ask, plan
 
 BASE = ["--pretrain", "sft", "--reward_pretrain", "rm", "--prompt_data", "p.jsonl"]
 
@@ -59,9 +60,15 @@ def test_multi_rank_groups_count_bundles_per_set():
 
 def test_too_small_a_cluster_is_one_clear_error():
     groups = plan(parse_args(PPOConfig, BASE))
-    with pytest.raises(ConfigError, match=r"need 4 CPU bundles .* has 2 CPU; colocate groups"):
-        check_resources(groups, 2, "CPU")
-    check_resources(groups, 4, "CPU")
+    with pytest.raises(
+        ConfigError,
+        match=r"the model groups \(actor 1x1, critic 1x1, ref 1x1, reward 1x1\) need 4 CPU \(one CPU per bundle: "
+        r"this Ray cluster has no GPUs\), but the Ray cluster has 2; colocate groups",
+    ):
+        check_resources(groups, {"CPU": 2.0}, ask(groups))
+    assert check_resources(groups, {"CPU": 4.0}, ask(groups)) == (False, {"CPU": 1.0})
+    with pytest.raises(ConfigError, match=r"need 4 CPU \(a GPU and a CPU per bundle\), but the Ray cluster has 2"):
+        check_resources(groups, {"CPU": 2.0, "GPU": 8.0}, ask(groups))  # a bundle is a GPU and a CPU
 
 
 def test_vllm_engines_get_their_own_bundles_and_cores():

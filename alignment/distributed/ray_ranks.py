@@ -34,6 +34,8 @@ import alignment
 from alignment import lease
 from alignment.config.base import ConfigError
 from alignment.config.runs import RanksConfig
+from alignment.distributed import cluster
+from alignment.distributed.cluster import Ask, GroupPlan
 from alignment.errors import TransientError, UserError
 from alignment.logs import setup_logging
 
@@ -58,32 +60,19 @@ def on_ray(cfg: RanksConfig) -> bool:
     return world_size(cfg) > 1 or bool(os.environ.get("RAY_ADDRESS"))
 
 
+def rank_group(cfg: RanksConfig) -> GroupPlan:
+    """The stage's ranks as one group of the placement layer, and how they were asked for."""
+    return GroupPlan("ranks", cfg.num_nodes, cfg.num_gpus_per_node, "ranks")
+
+
+def ask(cfg: RanksConfig) -> Ask:
+    return Ask(f"{cfg.ranks_flags()} = {world_size(cfg)} ranks", "rank", "use fewer ranks or add nodes")
+
+
 def check_resources(cfg: RanksConfig, total: dict[str, float]) -> tuple[bool, dict[str, float]]:
-    """(use GPUs, resources of one rank), or one ConfigError naming what the cluster lacks.
-    A rank takes a GPU and a CPU on a GPU cluster, one CPU on a CPU-only cluster."""
-    gpu = total.get("GPU", 0) > 0
-    bundle = {"GPU": 1.0, "CPU": 1.0} if gpu else {"CPU": 1.0}
-    n = world_size(cfg)
-    if cfg.accelerator_type and f"accelerator_type:{cfg.accelerator_type}" not in total:
-        have = sorted(k.split(":", 1)[1] for k in total if k.startswith("accelerator_type:")) or ["none"]
-        raise ConfigError(
-            f"--accelerator_type {cfg.accelerator_type}: the Ray cluster has no such accelerator "
-            f"(it has: {', '.join(have)}); drop the flag or add nodes with {cfg.accelerator_type}"
-        )
-    for kind, per_rank in bundle.items():
-        need, have = n * per_rank, total.get(kind, 0)
-        if need > have:
-            each = "a GPU and a CPU per rank" if gpu else "one CPU per rank: this Ray cluster has no GPUs"
-            raise ConfigError(
-                f"{cfg.ranks_flags()} = {n} ranks need {need:g} {kind} ({each}), but the Ray cluster has {have:g}; "
-                f"use fewer ranks "
-                f"or add nodes"
-            )
-    return gpu, bundle
-
-
-def bundle_kind(gpu: bool) -> str:
-    return "GPU" if gpu else "CPU"
+    """(use GPUs, resources of one rank), or one ConfigError naming what the cluster lacks. A rank takes a GPU
+    and a CPU on a GPU cluster, one CPU on a CPU-only cluster (the placement layer's one check)."""
+    return cluster.check_resources([rank_group(cfg)], total, ask(cfg), cfg.accelerator_type)
 
 
 def _user_error(err: BaseException) -> BaseException | None:
@@ -100,18 +89,6 @@ def _user_error(err: BaseException) -> BaseException | None:
             return e
         seen += [x for x in (e.__cause__, cause) if x is not None]
     return None
-
-
-def unniced(env_vars: dict[str, str] | None = None) -> dict:
-    """The runtime_env of an actor that computes (a stage's rank, a PPO model worker, a vLLM engine).
-    Ray starts the workers of a job's tasks and actors at nice 15, so that its daemons stay
-    responsive. A rank at nice 15 then gives way to every daemon at nice 0 (raylet, GCS, dashboard,
-    log monitor, job supervisor, the Prefect API and flow on the head), and its threads, which
-    meet at every op, wait on the one that was preempted. A tiny-model SFT job on 2 cores ran
-    7.6-8.1 steps/s at nice 15 and 8.8-9.4 at nice 0 (bare: 11.2-11.9; bare beside an idle Ray
-    head: 9.9-10.1; docs/benchmarks.md, "Orchestration"). Ray's job supervisor is un-niced the
-    same way (RAY_worker_niceness)."""
-    return {"env_vars": {**(env_vars or {}), "RAY_worker_niceness": "0"}}
 
 
 @dataclass(frozen=True)
@@ -242,49 +219,12 @@ def run_ranks(main: Callable[[list[str] | None], Any], argv: list[str] | None, c
     import sys
 
     import ray
-    from ray.util.placement_group import placement_group, remove_placement_group
-    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not ray.is_initialized():
-        ray.init(log_to_driver=True)  # inside a Ray job this joins the job's cluster
-    total = ray.cluster_resources()
-    gpu, bundle = check_resources(cfg, total)
-    n = world_size(cfg)
-    free = ray.available_resources().get(bundle_kind(gpu), 0)
-    log.info(
-        "%s: placing %d rank(s) (%s per rank, %s) on the Ray cluster (%g %s, %g free)",
-        name,
-        n,
-        bundle,
-        cfg.placement_strategy,
-        total.get(bundle_kind(gpu), 0),
-        bundle_kind(gpu),
-        free,
-    )
+    group = rank_group(cfg)
+    placed = cluster.place([group], ask(cfg), name, cfg.placement_strategy, cfg.accelerator_type)
     log.info("%s: code from %s, working directory %s", name, Path(alignment.__file__).parent, os.getcwd())
-    if free < n * bundle[bundle_kind(gpu)]:
-        log.warning(
-            "%s: waiting for %g %s held by other work on the cluster",
-            name,
-            n * bundle[bundle_kind(gpu)] - free,
-            bundle_kind(gpu),
-        )
-    # --accelerator_type: Ray gives every node of that type this resource (Ray Train asks for it the same way)
-    extra = {f"accelerator_type:{cfg.accelerator_type}": 0.001} if cfg.accelerator_type else {}
-    pg = placement_group([{**bundle, **extra}] * n, strategy=cfg.placement_strategy, name=f"{name}-ranks")
-    ray.get(pg.ready())
-    actor = ray.remote(StageRank)
-    ranks = [
-        actor.options(
-            num_cpus=bundle["CPU"],
-            num_gpus=bundle.get("GPU", 0),
-            resources=extra or None,
-            runtime_env=unniced(),
-            scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=k),
-        ).remote()
-        for k in range(n)
-    ]
+    ranks = [placed.actor(StageRank, group, k).remote() for k in range(group.world_size)]
     try:
         envs = rank_envs(ray.get([r.landing.remote() for r in ranks]))
         port = ray.get(ranks[next(k for k, e in enumerate(envs) if e["RANK"] == "0")].free_port.remote())
@@ -302,5 +242,5 @@ def run_ranks(main: Callable[[list[str] | None], Any], argv: list[str] | None, c
     finally:
         for r in ranks:  # the others of a failed run wait at a collective forever
             ray.kill(r)
-        remove_placement_group(pg)
+        placed.remove()
     return {}

@@ -11,6 +11,7 @@ import os
 from typing import Any
 
 from alignment.config.ppo import PPOConfig
+from alignment.ppo.dispatch import EACH, EXPERIENCE, LISTS, ROWS, dispatch
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ class ModelWorker:
             OMP_WAIT_POLICY="PASSIVE",
         )  # idle ranks of other groups must not spin on the cores
         setup_logging()
-        if cores:  # keep off the cores vLLM engines bound (placement.split_cores)
+        if cores:  # keep off the cores vLLM engines bound (cluster.split_cores)
             os.sched_setaffinity(0, set(cores))
             threads = min(threads, len(cores))
         # lazy: the driver imports this module to place the actors; the role's models load in the actor
@@ -91,6 +92,7 @@ class ModelWorker:
         log.info("%s rank %d/%d ready (%d threads)", role, rank, world_size, threads)
 
     # --- inference ---------------------------------------------------------------------
+    @dispatch(EACH)
     def node_id(self) -> str:
         import ray
 
@@ -109,20 +111,24 @@ class ModelWorker:
         )
         return engine.generate(prompt_ids, params)
 
+    @dispatch(ROWS)
     def logprobs(self, batch: Any) -> Any:
         from alignment.ppo import rank_ops
 
         return rank_ops.logprobs(self.model, batch, self.cfg, self.packing)
 
+    @dispatch(ROWS)
     def values(self, batch: Any) -> Any:
         from alignment.ppo import rank_ops
 
         return rank_ops.values(self.model, self.capture, batch, self.cfg, self.packing)
 
+    @dispatch(LISTS)
     def scores(self, queries: list[str], prompts: list[str], labels: list) -> Any:
         return self.reward(queries, prompts, labels)
 
     # --- training ----------------------------------------------------------------------
+    @dispatch(EXPERIENCE)
     def train(self, exp: Any, kl_coef: float, seed: int) -> dict[str, float]:
         from alignment.distributed.collectives import mean_across_ranks
         from alignment.ppo import rank_ops
@@ -134,6 +140,7 @@ class ModelWorker:
                 stats = rank_ops.train_actor(self.engine, exp, self.cfg, kl_coef, seed, self.packing, self.ema)
         return mean_across_ranks(stats)
 
+    @dispatch(EACH)
     def weight_chunks(self, max_bytes: int) -> list:
         """The policy's weights as object-store chunks (refs) for the rollout engines; every rank
         calls (ZeRO-3 gathers collectively), rank 0 returns the refs."""
@@ -165,6 +172,7 @@ class ModelWorker:
         self._sync_device = self.rt.torch_device if group.backend == "nccl" else torch.device("cpu")
         return True
 
+    @dispatch(EACH)
     def prepare_sync(self) -> list:
         """Every rank (ZeRO-3 gathers collectively); rank 0 keeps the weights, returns their specs."""
         from alignment.models.saving import policy_weights
@@ -179,6 +187,7 @@ class ModelWorker:
         state, self._sync_state = self._sync_state, None
         return broadcast(self._sync_pg, state, self._sync_device)
 
+    @dispatch(EACH)
     def save_checkpoint(self, ckpt_uri: str, iteration: int) -> None:
         from alignment.models.saving import lora_save, save_hf_copy
         from alignment.training import checkpoint
@@ -196,11 +205,13 @@ class ModelWorker:
                 self.engine, ckpt_uri, iteration, self.role, actor_extra if self.role == "actor" else None
             )
 
+    @dispatch(EACH)
     def upload_checkpoint(self, ckpt_uri: str, iteration: int, version: str) -> dict:
         from alignment.training import checkpoint
 
         return checkpoint.upload_role(ckpt_uri, iteration, self.role, version)
 
+    @dispatch(EACH)
     def load_checkpoint(self, ckpt_uri: str, name: str) -> None:
         from alignment.training import checkpoint
 
@@ -209,6 +220,7 @@ class ModelWorker:
         if self.role == "actor" and self.ema is not None:
             self.ema.load(checkpoint.role_dir(ckpt_uri, name, "actor"), self.model)
 
+    @dispatch(EACH)
     def commit(self, save_path: str, metadata: dict[str, Any], files: dict[str, bytes]) -> None:
         """Save the model in HF format, with the driver's `files` (metrics), and commit it to the
         store: rank 0 writes, every rank calls (gathering ZeRO-3 shards is collective)."""
