@@ -282,6 +282,8 @@ OTHER_TOOLS_FLAGS = {
     "shm-size",
     "watch",
     "flag",
+    "check",  # ruff format --check
+    "fix",  # ruff check --fix
 }
 ANY_FLAG_RE = re.compile(r"(?<![\w-])--([a-z][\w.-]*[a-z0-9])(?![\w.-]*[*<])")
 

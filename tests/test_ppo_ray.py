@@ -253,7 +253,9 @@ def test_too_many_bundles_for_the_cluster_is_one_clear_error(ray_head, tiny_sft,
     status, logs = ray_job(ray_head, args, "ppo-no-room")
     assert status.endswith("FAILED")
     errors = [line for line in logs.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1 and "need 4 CPU bundles" in errors[0] and "--colocate_actor_ref" in errors[0], logs[-2000:]
+    assert (
+        len(errors) == 1 and "need 4 CPU (one CPU per bundle" in errors[0] and "--colocate_actor_ref" in errors[0]
+    ), logs[-2000:]
     assert "Traceback" not in logs
 
 
