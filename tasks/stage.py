@@ -26,7 +26,9 @@ from alignment.errors import TransientError
 def submission_id(run_name: str, stage: str, digest: str) -> str:
     """Deterministic per attempt: the flow run and its run count (`prefect flow-run retry` runs the
     same flow run again), the stage identity and the task's try number. Ray refuses a reused id."""
-    run = str(flow_run.id or "local")[:8]
+    # the id's random tail: Prefect's flow-run ids are UUIDv7, whose head is a timestamp shared by runs
+    # created within a minute (two scheduled runs of one round collided on it)
+    run = str(flow_run.id or "local")[-8:]
     return f"alignflow-{run_name}-{stage}-{digest[:8]}-{run}-f{flow_run.run_count or 1}-try{task_run.run_count or 1}"
 
 

@@ -89,7 +89,7 @@ def test_ctrl_c_of_a_stage_cli_names_its_checkpoint(tiny_base, tmp_path):
 
 
 def test_demo_sigterm_then_rerun_continues(tmp_path):
-    """`make demo` is scripts/demo.py; here with short stages (its --sft/--rm/--ppo) in a private root."""
+    """`make demo` is scripts/demo.py; here with short stages (its --sft/--ppo) in a private root."""
     root = tmp_path / "demo"
     cmd = [
         sys.executable,
@@ -99,10 +99,16 @@ def test_demo_sigterm_then_rerun_continues(tmp_path):
         "--no_heldout_eval",
         "--sft",
         json.dumps({"max_steps": 120, "save_steps": 10, "logging_steps": 1, "eval_dataset": None}),
-        "--rm",
-        json.dumps({"max_steps": 2, "eval_dataset": None}),
+        # PPO scored by the tiny world's rule: no RM stage (what is interrupted and resumed here is SFT)
         "--ppo",
-        json.dumps({"max_samples": 16, "num_episodes": 1}),
+        json.dumps(
+            {
+                "max_samples": 16,
+                "num_episodes": 1,
+                "remote_rm_url": str(tiny_dir() / "reward_func.py"),
+                "normalize_reward": False,
+            }
+        ),
     ]
     env = python_env(PREFECT_HOME=str(tmp_path / "prefect"))
     env.pop("PREFECT_API_URL", None)  # the demo's own ephemeral API, as on a user's machine

@@ -21,6 +21,7 @@ from alignment.config import ConfigError, SFTConfig
 from alignment.config.cli import config_to_argv
 from alignment.distributed import ray_ranks
 from tests.conftest import REPO, launcher, losses, run_module
+from tests.test_same_arithmetic import golden
 from tests.test_stage_runner import ray_jobs, run_flow
 
 
@@ -172,6 +173,8 @@ def test_sft_flow_with_two_ranks_equals_torchrun(ray_head, tiny_base, tmp_path):
     run_module("alignment.cli.train_sft", [*config_to_argv(config), "--save_path", str(out)], launcher("torchrun", 2))
     ray, torchrun = losses(placed), losses(out)
     assert len(ray) == 8 and max(abs(a - b) for a, b in zip(ray, torchrun)) < 1e-5, (ray, torchrun)
+    # and both are what this command logged before the restructuring of 2026-11-29 (tests/test_same_arithmetic.py)
+    assert torchrun == pytest.approx(golden("sft_2_ranks"), rel=1e-5, abs=1e-6), torchrun
     from transformers import AutoModelForCausalLM
 
     assert AutoModelForCausalLM.from_pretrained(placed).config.model_type == "llama"
