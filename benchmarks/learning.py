@@ -30,12 +30,9 @@ sys.path.insert(0, str(REPO))
 
 from prefect import flow  # noqa: E402
 
-from alignflow.tasks import pipeline  # noqa: E402
 from alignflow.tasks.evaluate import evaluate_step, read_evaluation  # noqa: E402
+from alignflow.tasks.flow_run import FlowRun, Pipeline, run_pipeline  # noqa: E402
 from alignflow.tasks.pipeline import Output, Step  # noqa: E402
-from alignflow.tasks.ray_cluster import ray_cluster  # noqa: E402
-from alignflow.tasks.recipes import load_recipe  # noqa: E402
-from alignflow.tasks.stage import stage_runner  # noqa: E402
 from alignflow.tasks.stage_spec import absolute_input, check_store  # noqa: E402
 
 RULE = "data/tiny/reward_func.py"  # the tiny world's verifiable reward (the answer is right or not)
@@ -98,10 +95,9 @@ def steps(sft: str, methods: list[str], seeds: list[int], budget: dict[str, dict
 async def learning_flow(
     sft: str, methods: list[str], seeds: list[int], budget: dict, store: str, ray_address: str | None
 ) -> dict:
-    recipe = load_recipe("tiny")
-    planned = pipeline.plan(steps(sft, methods, seeds, budget), recipe, store, "learning")
-    with ray_cluster(ray_address) as cluster:  # started only if a stage is not committed yet
-        results = {name: r async for name, r in pipeline.run(planned, stage_runner(1), store, "learning", cluster)}
+    run = FlowRun("learning-benchmark", "learning", store, "tiny", ray_address, 1)
+    # a Ray head is started only if a stage is not committed yet
+    results = (await run_pipeline(run, Pipeline(lambda _: steps(sft, methods, seeds, budget)))).results
     return {
         name: {"model_uri": r.model_uri, "skipped": r.skipped, "wall_s": r.wall_s, "metrics": r.metrics}
         for name, r in results.items()

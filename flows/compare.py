@@ -13,23 +13,17 @@ the variants whose settings changed.
 
 from __future__ import annotations
 
-import asyncio
-import time
 from typing import Any, Literal
 
 from prefect import get_run_logger
 
-from alignflow.tasks import pipeline
 from alignflow.tasks.comparison import Entry, publish_comparison, winner
 from alignflow.tasks.evaluate import evaluate_step, read_evaluation
+from alignflow.tasks.flow_run import Ending, FlowRun, Pipeline, Results, run_pipeline
 from alignflow.tasks.params import EvaluateOverrides, MetricName, checked_flow, overrides
 from alignflow.tasks.pipeline import Output, Step
 from alignflow.tasks.policy_pointer import advance, read_pointer
-from alignflow.tasks.ray_cluster import ray_cluster
-from alignflow.tasks.recipes import load_recipe
-from alignflow.tasks.report import build_report, publish_report
-from alignflow.tasks.stage import stage_runner
-from alignflow.tasks.stage_spec import check_store, check_store_reachable
+from alignflow.tasks.stage_spec import check_store
 from alignment.config import ConfigError
 
 TRAINED = Literal["sft", "rm", "dpo", "kto", "ppo", "kd", "opd"]
@@ -42,11 +36,6 @@ def variant_steps(stage: str, shared: dict, variants: dict[str, dict], evaluate:
     for name, settings in variants.items():
         steps += [Step(name, stage, stage, {**shared, **settings}), evaluate_step(name, Output(name), evaluate)]
     return steps
-
-
-async def _run_variant(planned: dict, names: list[str], retries: int, store: str, run_name: str, cluster: Any) -> dict:
-    mine = {n: planned[n] for n in names}
-    return {name: r async for name, r in pipeline.run(mine, stage_runner(retries), store, run_name, cluster)}
 
 
 @checked_flow(name="compare")
@@ -67,42 +56,43 @@ async def compare_flow(
     `shared`: settings every variant gets (e.g. `pretrain`, a model URI). Returns each variant's metrics and
     model URI, and the winner on `metric`. `promote_to`: a round-based run (iterative DPO, rejection sampling)
     in the same store whose policy the winner becomes."""
-    started = time.monotonic()
     if len(variants) < 2:
         raise ConfigError(f"compare: variants has {len(variants)}; give two or more ({{name: settings}})")
-    store = check_store_reachable(check_store(store))
-    recipe_ = load_recipe(recipe)
+    entries: list[Entry] = []
+
+    async def finish(results: Results) -> Ending:
+        """The winner on `metric`, promoted where asked, and the comparison artifact."""
+        entries.extend(
+            Entry(name, variants[name], results[name], read_evaluation(results[f"evaluate {name}"].model_uri))
+            for name in variants
+        )
+        best = winner(entries, metric)
+        notes = [f"winner on {metric}: {best.name} ({best.evaluation['metrics'][metric]:.4g})"]
+        if promote_to:
+            where = check_store(store)
+            pointer = advance(
+                where,
+                promote_to,
+                read_pointer(where, promote_to),
+                best.result.model_uri,
+                {"compare": run_name, "variant": best.name, "evaluation": best.evaluation["metrics"]},
+            )
+            notes.append(f"promoted {best.name} to run {promote_to}'s policy (round {pointer.round})")
+        get_run_logger().info("; ".join(notes))
+        await publish_comparison(run_name, stage, metric, entries)
+        return Ending(notes)
+
     steps = variant_steps(stage, dict(shared or {}), variants, overrides(evaluate))
-    planned = pipeline.plan(steps, recipe_, store, run_name)  # every variant validated before a cluster starts
-    await pipeline.publish_configs("compare", run_name, recipe_, planned)
-    with ray_cluster(ray_address) as cluster:
-        done = await asyncio.gather(
-            *(_run_variant(planned, [name, f"evaluate {name}"], retries, store, run_name, cluster) for name in variants)
-        )
-    results = {name: r for part in done for name, r in part.items()}
-    entries = [
-        Entry(name, variants[name], results[name], read_evaluation(results[f"evaluate {name}"].model_uri))
-        for name in variants
-    ]
-    best = winner(entries, metric)
-    notes = [f"winner on {metric}: {best.name} ({best.evaluation['metrics'][metric]:.4g})"]
-    if promote_to:
-        pointer = advance(
-            store,
-            promote_to,
-            read_pointer(store, promote_to),
-            best.result.model_uri,
-            {"compare": run_name, "variant": best.name, "evaluation": best.evaluation["metrics"]},
-        )
-        notes.append(f"promoted {best.name} to run {promote_to}'s policy (round {pointer.round})")
-    get_run_logger().info("; ".join(notes))
-    await publish_comparison(run_name, stage, metric, entries)
-    summaries = {name: r.summary() for name, r in results.items()}
-    await publish_report(
-        build_report("compare", run_name, summaries, time.monotonic() - started, notes, concurrent=True)
+    pipe = Pipeline(
+        lambda _: steps,
+        finish=finish,
+        # each variant's train and evaluate steps in order, the variants at the same time: each is a Ray job
+        # whose ranks hold their own resources, so they overlap as far as the cluster has room
+        lanes=lambda _: [[name, f"evaluate {name}"] for name in variants],
     )
+    await run_pipeline(FlowRun("compare", run_name, store, recipe, ray_address, retries), pipe)
     return {
-        "winner": best.name,
+        "winner": winner(entries, metric).name,
         "variants": {
             e.name: {
                 "model_uri": e.result.model_uri,

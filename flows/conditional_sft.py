@@ -9,19 +9,15 @@ the prefixed rows → generate with a chosen score in the prefix, scored again.
 result and, per asked-for score, the mean reward of what was generated.
 """
 
-import time
 from typing import Any
 
 from prefect import get_run_logger
 
-from alignflow.tasks import pipeline
+from alignflow.tasks.flow_run import FlowRun, Pipeline, run_pipeline
 from alignflow.tasks.params import GenerateOverrides, SFTOverrides, checked_flow, overrides
 from alignflow.tasks.pipeline import Output, Step
-from alignflow.tasks.ray_cluster import ray_cluster
-from alignflow.tasks.recipes import load_recipe
-from alignflow.tasks.report import build_report, publish_report
-from alignflow.tasks.stage import stage_runner
-from alignflow.tasks.stage_spec import check_store, check_store_reachable
+from alignflow.tasks.recipes import Recipe
+from alignflow.tasks.stage_spec import build_config
 from alignment import storage
 from alignment.config import ConfigError
 
@@ -41,45 +37,15 @@ async def conditional_sft_flow(
 ) -> dict[str, Any]:
     """The recipe's `score.yaml`, `sft.yaml` and `generate.yaml` configure the three stages (e.g.
     `recipe="tiny-csft"`)."""
-    logger = get_run_logger()
-    started = time.monotonic()
-    store = check_store_reachable(check_store(store))
     csft_rewards = [1.0, 0.0] if csft_rewards is None else list(csft_rewards)
     if not csft_rewards:
         raise ConfigError("csft_rewards is empty: give the score(s) to ask for at generation, e.g. [1.0]")
-    score, sft, generate = overrides(score), overrides(sft), overrides(generate)
-    recipe_ = load_recipe(recipe)
-    score_step = Step("score", "batch_inference", "score", {**score, "pretrain": policy})
-    score_cfg = pipeline.plan([score_step], recipe_, store, run_name)["score"].cfg
-    if score_cfg.post_processor != "csft":
-        raise ConfigError(f"the scoring stage must use post_processor: csft (got {score_cfg.post_processor!r})")
-    generate = {**generate, "enable_csft": True, "csft_prompt": score_cfg.csft_prompt}  # the prefix SFT learned
-    planned = pipeline.plan(
-        [
-            score_step,
-            Step("sft", "sft", "sft", {**sft, "pretrain": policy}, {"dataset": Output("score", "output.jsonl")}),
-            *(
-                Step(
-                    f"generate (score {r})",
-                    "batch_inference",
-                    "generate",
-                    {**generate, "csft_reward": r},
-                    {"pretrain": Output("sft")},
-                )
-                for r in csft_rewards
-            ),
-        ],
-        recipe_,
-        store,
-        run_name,
-    )
-    await pipeline.publish_configs("conditional-sft", run_name, recipe_, planned)
-    with ray_cluster(ray_address) as cluster:
-        results = {name: r async for name, r in pipeline.run(planned, stage_runner(retries), store, run_name, cluster)}
-    summaries = {name: r.summary() for name, r in results.items()}
+    run = FlowRun("conditional-sft", run_name, store, recipe, ray_address, retries)
+    steps = lambda r: csft_steps(r, policy, overrides(score), overrides(sft), overrides(generate), csft_rewards)  # noqa: E731
+    results = (await run_pipeline(run, Pipeline(steps))).results
     scored, trained = results["score"], results["sft"]
     out: dict[str, Any] = {
-        "scored": planned["sft"].inputs["dataset"],
+        "scored": storage.file_in(scored.model_uri, "output.jsonl"),
         "scored_rows": scored.metrics.get("rows"),
         "scored_mean_reward": scored.metrics.get("mean_reward"),
         "model_uri": trained.model_uri,
@@ -92,7 +58,32 @@ async def conditional_sft_flow(
             "output": storage.file_in(gen.model_uri, "output.jsonl"),
             "mean_reward": gen.metrics.get("mean_reward"),
         }
-        logger.info("generation with score %s in the prefix: mean reward %s", r, gen.metrics.get("mean_reward"))
-    report = build_report("conditional-sft", run_name, summaries, time.monotonic() - started)
-    await publish_report(report)
+        get_run_logger().info(
+            "generation with score %s in the prefix: mean reward %s", r, gen.metrics.get("mean_reward")
+        )
     return out
+
+
+def csft_steps(
+    recipe: Recipe, policy: str, score: dict, sft: dict, generate: dict, csft_rewards: list[float]
+) -> list[Step]:
+    """score, sft on the scored rows, then one generation per asked-for score, prefixed as SFT learned it."""
+    score_step = Step("score", "batch_inference", "score", {**score, "pretrain": policy})
+    score_cfg = build_config("batch_inference", recipe.file("score"), score_step.overrides)
+    if score_cfg.post_processor != "csft":
+        raise ConfigError(f"the scoring stage must use post_processor: csft (got {score_cfg.post_processor!r})")
+    generate = {**generate, "enable_csft": True, "csft_prompt": score_cfg.csft_prompt}  # the prefix SFT learned
+    return [
+        score_step,
+        Step("sft", "sft", "sft", {**sft, "pretrain": policy}, {"dataset": Output("score", "output.jsonl")}),
+        *(
+            Step(
+                f"generate (score {r})",
+                "batch_inference",
+                "generate",
+                {**generate, "csft_reward": r},
+                {"pretrain": Output("sft")},
+            )
+            for r in csft_rewards
+        ),
+    ]

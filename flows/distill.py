@@ -14,7 +14,7 @@ run's folder of the store, never beside a model the run did not make.
 from typing import Any, Literal
 
 from alignflow.flows.sft import sft_steps
-from alignflow.tasks.flow_run import run_stages
+from alignflow.tasks.flow_run import FlowRun, run_stages
 from alignflow.tasks.params import KDOverrides, OPDOverrides, SFTOverrides, checked_flow, overrides
 from alignflow.tasks.pipeline import Output, Step
 from alignflow.tasks.recipes import Recipe
@@ -46,13 +46,8 @@ async def distill_flow(
         )
     given = overrides(kd if method == "kd" else opd)
     return await run_stages(
-        "distill",
-        run_name,
-        store,
-        recipe,
+        FlowRun("distill", run_name, store, recipe, ray_address, retries),
         lambda r: distill_steps(r, overrides(sft), method, teacher, given),
-        ray_address,
-        retries,
         ("sft", method) if heldout_eval else (),
         {"teacher": teacher} if heldout_eval else {},
     )

@@ -10,20 +10,18 @@ committed, so a failed round is redone from the same policy next time.
 
 from __future__ import annotations
 
-import time
+from dataclasses import dataclass
 
 from prefect import get_run_logger
 
-from alignflow.tasks import curves, pipeline
+from alignflow.tasks import curves
 from alignflow.tasks.evaluate import better, evaluate_step, publish_evaluation, read_evaluation
+from alignflow.tasks.flow_run import Ending, FlowRun, Pipeline, Results, run_pipeline
 from alignflow.tasks.params import Gate, StageOverrides, overrides
 from alignflow.tasks.pipeline import Output, Step
 from alignflow.tasks.policy_pointer import PolicyPointer, advance, pointer_uri, read_pointer
-from alignflow.tasks.ray_cluster import ray_cluster
-from alignflow.tasks.recipes import load_recipe
-from alignflow.tasks.report import build_report, publish_report
-from alignflow.tasks.stage import stage_runner
 from alignflow.tasks.stage_spec import check_store, check_store_reachable
+from alignment import storage
 from alignment.config import ConfigError
 
 
@@ -132,7 +130,6 @@ async def policy_rounds(
     """The recipe's `generate.yaml` and `<train_stage>.yaml` configure the two stages of a round (and its
     `evaluate.yaml` the gate's evaluation)."""
     logger = get_run_logger()
-    started = time.monotonic()
     store = check_store_reachable(check_store(store))
     if rounds < 1:
         raise ConfigError(f"rounds={rounds}: must be >= 1")
@@ -147,60 +144,63 @@ async def policy_rounds(
             "(e.g. gate={\"metric\": \"accuracy\"}), or drop evaluate"
         )
     evaluate = overrides(evaluate) if gate is not None else None
-    recipe_ = load_recipe(recipe)
     first = (pointer.round if pointer else 0) + 1
-    policy = pointer.model_uri if pointer else initial_policy
-    # the first round is planned (every config merged and validated) before a cluster starts; a later
-    # round's policy is known only when the round before it has been decided, so it is planned then
-    planned = pipeline.plan(
-        round_steps(first, train_stage, policy, generate, train, evaluate), recipe_, store, run_name
-    )
-    await pipeline.publish_configs(flow_name, run_name, recipe_, planned)
-    summaries: dict[str, dict] = {}
+    state = Rounds(first, first + rounds - 1, pointer, pointer.model_uri if pointer else initial_policy)
     notes: list[str] = []
+    read: dict[str, dict] = {}
+
+    def steps(k: int) -> list[Step]:
+        return round_steps(k, train_stage, state.policy, generate, train, evaluate)
+
+    async def then(results: Results) -> list[Step]:
+        """Round k ran: decide it, advance the pointer; the next round's steps (its policy is known now)."""
+        k = state.k
+        state.pointer = await decide(k, train_stage, results, gate, store, run_name, state, notes, read)
+        state.policy = state.pointer.model_uri
+        if k == state.last:
+            return []
+        state.k = k + 1
+        logger.info("round %d starts from %s (%s)", k + 1, state.policy, origin(state.pointer))
+        return steps(k + 1)
+
+    async def finish(results: Results) -> Ending:
+        return Ending(notes, {"rounds": curves.rounds_panels(state.pointer.history)}, read)
+
     # a scheduled run starts from whatever the pointer holds: its log says which model that is
-    logger.info("round %d starts from %s (%s)", first, policy, origin(pointer))
-    with ray_cluster(ray_address) as cluster:
-        for k in range(first, first + rounds):
-            if k > first:
-                planned = pipeline.plan(
-                    round_steps(k, train_stage, policy, generate, train, evaluate), recipe_, store, run_name
-                )
-            results = {}
-            async for name, result in pipeline.run(planned, stage_runner(retries), store, run_name, cluster):
-                results[name] = result
-                summaries[name] = result.summary()
-            data_uri = planned[f"{train_stage} (round {k})"].inputs["dataset"]
-            pointer = await decide(
-                k, train_stage, results, data_uri, gate, store, run_name, pointer, policy, summaries, notes
-            )
-            policy = pointer.model_uri
-            if k < first + rounds - 1:
-                logger.info("round %d starts from %s (%s)", k + 1, policy, origin(pointer))
-    report = build_report(flow_name, run_name, summaries, time.monotonic() - started, notes)
-    await publish_report(report, {"rounds": curves.rounds_panels(pointer.history)})
-    return pointer
+    logger.info("round %d starts from %s (%s)", first, state.policy, origin(pointer))
+    run = FlowRun(flow_name, run_name, store, recipe, ray_address, retries)
+    await run_pipeline(run, Pipeline(lambda _: steps(first), then=then, finish=finish))
+    return state.pointer
+
+
+@dataclass
+class Rounds:
+    """Where a run of rounds is: the round running, the last one to run, the pointer and the current policy."""
+
+    k: int
+    last: int
+    pointer: PolicyPointer | None
+    policy: str
 
 
 async def decide(
     k: int,
     train_stage: str,
-    results: dict,
-    data_uri: str,
+    results: Results,
     gate: Gate | None,
     store: str,
     run_name: str,
-    pointer: PolicyPointer | None,
-    policy: str,
-    summaries: dict,
+    state: Rounds,
     notes: list[str],
+    read: dict[str, dict],
 ) -> PolicyPointer:
-    """Record round k in the pointer: promoted unless a gate says its model is not better; the report's note."""
+    """Record round k in the pointer: promoted unless a gate says its model is not better; the report's note
+    (and the gate's evaluations in `read`)."""
     logger = get_run_logger()
     data, trained = results[f"generate (round {k})"], results[f"{train_stage} (round {k})"]
     record = {
-        "policy_in": policy,
-        "data": data_uri,
+        "policy_in": state.policy,
+        "data": storage.file_in(data.model_uri, "output.jsonl"),
         "data_rows": data.metrics.get("rows"),
         "sampled_reward": data.metrics.get("mean_reward"),
         f"{train_stage}_metrics": trained.metrics,
@@ -218,9 +218,10 @@ async def decide(
             "gate": why,
             **({"heldout_accuracy": new["accuracy"]} if "accuracy" in new else {}),
         }
-        summaries[f"{train_stage} (round {k})"]["heldout"] = new
+        read[f"{train_stage} (round {k})"] = new
+    pointer = state.pointer
     if pointer is None and not promoted:  # round 1 kept out: the policy stays the initial one
-        pointer = PolicyPointer(0, policy, [])
+        pointer = PolicyPointer(0, state.policy, [])
     pointer = advance(store, run_name, pointer, trained.model_uri, record, promoted)
     notes.append(f"round {k}: {trained.model_uri} {why}")
     logger.info(

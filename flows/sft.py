@@ -9,7 +9,7 @@ Parameters: the recipe (a folder of stage YAMLs, tasks/recipes.py; none: the sch
 
 from typing import Any
 
-from alignflow.tasks.flow_run import run_stages
+from alignflow.tasks.flow_run import FlowRun, run_stages
 from alignflow.tasks.params import SFTOverrides, checked_flow
 from alignflow.tasks.params import overrides as plain
 from alignflow.tasks.pipeline import Output, Step
@@ -27,7 +27,7 @@ async def sft_flow(
 ) -> dict[str, Any]:
     """SFT as a Ray job. `recipe`: a shipped recipe's name (`tiny`, `smollm2`, ...) or your folder."""
     steps = lambda recipe_: sft_steps(recipe_, plain(sft))  # noqa: E731
-    return (await run_stages("sft", run_name, store, recipe, steps, ray_address, retries))["sft"]
+    return (await run_stages(FlowRun("sft", run_name, store, recipe, ray_address, retries), steps))["sft"]
 
 
 def sft_steps(recipe: Recipe, sft: dict[str, Any]) -> list[Step]:

@@ -13,7 +13,7 @@ preference stage (`dpo` or `kto`), the store URI, the Ray address (none: a local
 
 from typing import Any, Literal
 
-from alignflow.tasks.flow_run import run_stages
+from alignflow.tasks.flow_run import FlowRun, run_stages
 from alignflow.tasks.params import DPOOverrides, KTOOverrides, SFTOverrides, checked_flow, overrides
 from alignflow.tasks.pipeline import Output, Step
 
@@ -36,4 +36,4 @@ async def sft_dpo_flow(
         Step("sft", "sft", "sft", {**overrides(sft), "pretrain": pretrain}),
         Step(preference_stage, preference_stage, preference_stage, overrides(preference), {"pretrain": Output("sft")}),
     ]
-    return await run_stages("sft-dpo", run_name, store, recipe, lambda _: steps, ray_address, retries)
+    return await run_stages(FlowRun("sft-dpo", run_name, store, recipe, ray_address, retries), lambda _: steps)

@@ -13,7 +13,7 @@ after RL, in the report).
 from typing import Any
 
 from alignflow.flows.sft import sft_steps
-from alignflow.tasks.flow_run import run_stages
+from alignflow.tasks.flow_run import FlowRun, run_stages
 from alignflow.tasks.params import PPOOverrides, SFTOverrides, checked_flow, overrides
 from alignflow.tasks.pipeline import Output, Step
 from alignflow.tasks.recipes import Recipe
@@ -34,13 +34,8 @@ async def sft_grpo_flow(
     """Each stage's result (model URI, skipped or trained, final metrics, wall time); with `heldout_eval` also
     the SFT and RL models' held-out accuracy. Ends with a report artifact."""
     return await run_stages(
-        "sft-grpo",
-        run_name,
-        store,
-        recipe,
+        FlowRun("sft-grpo", run_name, store, recipe, ray_address, retries),
         lambda r: sft_grpo_steps(r, overrides(sft), overrides(grpo)),
-        ray_address,
-        retries,
         ("sft", "grpo") if heldout_eval else (),
     )
 

@@ -15,7 +15,7 @@ trains no RM.
 from typing import Any
 
 from alignflow.flows.sft import sft_steps
-from alignflow.tasks.flow_run import run_stages
+from alignflow.tasks.flow_run import FlowRun, run_stages
 from alignflow.tasks.params import PPOOverrides, RMOverrides, SFTOverrides, checked_flow, overrides
 from alignflow.tasks.pipeline import Output, Step
 from alignflow.tasks.recipes import Recipe
@@ -38,13 +38,8 @@ async def sft_rm_ppo_flow(
     held-out questions; the tiny deployments switch it on) also the SFT and RL models'
     held-out accuracy. Ends with a report artifact."""
     return await run_stages(
-        "sft-rm-ppo",
-        run_name,
-        store,
-        recipe,
+        FlowRun("sft-rm-ppo", run_name, store, recipe, ray_address, retries),
         lambda r: sft_rm_ppo_steps(r, overrides(sft), overrides(rm), overrides(ppo)),
-        ray_address,
-        retries,
         ("sft", "ppo") if heldout_eval else (),
     )
 

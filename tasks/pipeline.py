@@ -51,10 +51,13 @@ class Planned:
         return f"{self.out}/model"
 
 
-def plan(steps: list[Step], recipe: Recipe, store: str, run_name: str) -> dict[str, Planned]:
+def plan(
+    steps: list[Step], recipe: Recipe, store: str, run_name: str, before: dict[str, Planned] | None = None
+) -> dict[str, Planned]:
     """Every step's merged, validated config and output URI, in order; a ConfigError names the
-    first wrong one. Inputs from upstream outputs are not checked for existence (not made yet)."""
-    planned: dict[str, Planned] = {}
+    first wrong one. Inputs from upstream outputs are not checked for existence (not made yet).
+    `before`: the steps planned earlier in the run (their outputs can be inputs; their names are taken)."""
+    planned: dict[str, Planned] = dict(before or {})
     for step in steps:
         if step.name in planned:
             raise ValueError(f"pipeline step {step.name!r} twice")
@@ -68,7 +71,7 @@ def plan(steps: list[Step], recipe: Recipe, store: str, run_name: str) -> dict[s
         planned[step.name] = Planned(
             step, config_file, cfg, inputs, digest, stage_dir(store, run_name, step.stage, digest)
         )
-    return planned
+    return {name: p for name, p in planned.items() if name not in (before or {})}
 
 
 def _uri(value: str | Output, planned: dict[str, Planned]) -> str:
@@ -121,7 +124,7 @@ async def run(
     planned: dict[str, Planned], runner: Any, store: str, run_name: str, cluster: Any
 ) -> AsyncIterator[tuple[str, StageResult]]:
     """Run the planned steps in order with `runner` (tasks.stage.stage_runner), yielding each
-    (name, result) as it commits, so a flow can act between stages (advance a policy pointer)."""
+    (name, result) as it commits."""
     for name, p in planned.items():
         result = await runner(p, run_name, cluster)
         if result.model_uri != p.model_uri:  # the plan and the run disagree on the identity: a bug, not input

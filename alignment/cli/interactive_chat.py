@@ -43,7 +43,6 @@ def load_model(cfg: ChatConfig):
     from alignment.datasets.formatting import require_chat_template
     from alignment.distributed.runtime import Runtime
     from alignment.models.builder import prepare
-    from alignment.models.loading import load_causal_lm
 
     # One process and no process group: a world of one is all prepare() needs to pick precision/attention.
     rt = Runtime(0, 1, 0, 1, "cuda" if torch.cuda.is_available() else "cpu")
@@ -51,13 +50,7 @@ def load_model(cfg: ChatConfig):
     tok = setup.tokenizer
     if cfg.apply_chat_template:
         require_chat_template(tok, cfg.pretrain, "drop --apply_chat_template for plain User:/Assistant: text")
-    model = load_causal_lm(
-        setup.path,
-        setup.precision.dtype,
-        setup.attn,
-        load_in_4bit=cfg.load_in_4bit,
-        trust_remote_code=setup.trust_remote_code,
-    )
+    model = setup.causal_lm(cfg.load_in_4bit)
     model = (
         model if cfg.load_in_4bit else model.to(rt.torch_device)
     ).eval()  # bitsandbytes places 4-bit weights itself

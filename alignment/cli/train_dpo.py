@@ -25,25 +25,14 @@ def main(argv: list[str] | None = None) -> dict:
     from alignment.trainers.preference import DPOTrainer
     from alignment.trainers.reference import reference_for
     from alignment.trainers.start import start
-    from alignment.training.engine import build_engine
 
     s = start(cfg, lambda tok, source: PairTokenizer(tok, cfg, source))
     kind = "IPO" if cfg.ipo else ("cDPO" if cfg.label_smoothing > 0 else "DPO")
     log.info("%s: %s, beta %g", kind, s.counts("pairs"), cfg.beta)
     ref = reference_for(cfg, s.setup, s.rt.device)
-    engine = build_engine(load_actor(s.setup, cfg), cfg, s.rt, s.setup.precision.bf16, s.steps)
-    trainer = DPOTrainer(
-        cfg,
-        s.rt,
-        engine,
-        s.setup.tokenizer,
-        s.train_set,
-        s.eval_set,
-        ref=ref,
-        mask_dtype=s.setup.packed_mask_dtype,
-        moe_top_k=s.moe_top_k,
-    )
-    return trainer.fit()
+    return s.trainer(
+        DPOTrainer, cfg, load_actor(s.setup, cfg), ref=ref, mask_dtype=s.setup.packed_mask_dtype, moe_top_k=s.moe_top_k
+    ).fit()
 
 
 if __name__ == "__main__":

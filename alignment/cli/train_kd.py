@@ -26,25 +26,19 @@ def main(argv: list[str] | None = None) -> dict:
     from alignment.models.builder import load_actor
     from alignment.trainers.kd import KDTrainer, check_teacher, teacher_for
     from alignment.trainers.start import start
-    from alignment.training.engine import build_engine
 
     teacher_path = check_teacher(cfg)
     s = start(cfg, lambda tok, source: SFTTokenizer(tok, cfg, source))
     log.info("KD: %s, kd_coef %g", s.counts(), cfg.kd_coef)
     teacher = teacher_for(cfg, teacher_path, s.setup, s.rt.device)
-    engine = build_engine(load_actor(s.setup, cfg), cfg, s.rt, s.setup.precision.bf16, s.steps)
-    trainer = KDTrainer(
+    return s.trainer(
+        KDTrainer,
         cfg,
-        s.rt,
-        engine,
-        s.setup.tokenizer,
-        s.train_set,
-        s.eval_set,
+        load_actor(s.setup, cfg),
         teacher=teacher,
         mask_dtype=s.setup.packed_mask_dtype,
         moe_top_k=s.moe_top_k,
-    )
-    return trainer.fit()
+    ).fit()
 
 
 if __name__ == "__main__":

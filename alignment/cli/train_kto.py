@@ -22,17 +22,12 @@ def main(argv: list[str] | None = None) -> dict:
     from alignment.trainers.preference import KTOTrainer
     from alignment.trainers.reference import reference_for
     from alignment.trainers.start import start
-    from alignment.training.engine import build_engine
 
     s = start(cfg, lambda tok, source: UnpairedTokenizer(tok, cfg, source))
     good = sum(x.desirable for x in s.train_set)
     log.info("KTO: %s (%d desirable, %d undesirable), beta %g", s.counts(), good, len(s.train_set) - good, cfg.beta)
     ref = reference_for(cfg, s.setup, s.rt.device)
-    engine = build_engine(load_actor(s.setup, cfg), cfg, s.rt, s.setup.precision.bf16, s.steps)
-    trainer = KTOTrainer(
-        cfg, s.rt, engine, s.setup.tokenizer, s.train_set, s.eval_set, ref=ref, mask_dtype=s.setup.packed_mask_dtype
-    )
-    return trainer.fit()
+    return s.trainer(KTOTrainer, cfg, load_actor(s.setup, cfg), ref=ref, mask_dtype=s.setup.packed_mask_dtype).fit()
 
 
 if __name__ == "__main__":

@@ -28,18 +28,13 @@ def main(argv: list[str] | None = None) -> dict:
     from alignment.trainers.kd import check_teacher, teacher_for
     from alignment.trainers.opd import OPDTrainer
     from alignment.trainers.start import start
-    from alignment.training.engine import build_engine
 
     teacher_path = check_teacher(cfg)
     s = start(cfg, lambda tok, source: PromptTokenizer(tok, cfg, source))
     mode = f"top-{cfg.opd_topk} reverse KL" if cfg.opd_topk else f"sampled-token reverse KL ({cfg.opd_kl_estimator})"
     log.info("OPD: %s, %s", s.counts("prompts"), mode)
     teacher = teacher_for(cfg, teacher_path, s.setup, s.rt.device)
-    engine = build_engine(load_actor(s.setup, cfg), cfg, s.rt, s.setup.precision.bf16, s.steps)
-    trainer = OPDTrainer(
-        cfg, s.rt, engine, s.setup.tokenizer, s.train_set, s.eval_set, teacher=teacher, moe_top_k=s.moe_top_k
-    )
-    return trainer.fit()
+    return s.trainer(OPDTrainer, cfg, load_actor(s.setup, cfg), teacher=teacher, moe_top_k=s.moe_top_k).fit()
 
 
 if __name__ == "__main__":

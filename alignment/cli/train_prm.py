@@ -27,7 +27,6 @@ def main(argv: list[str] | None = None) -> dict:
     from alignment.models.builder import load_actor
     from alignment.trainers.prm import PRMTrainer
     from alignment.trainers.start import start
-    from alignment.training.engine import build_engine
 
     made: list[PRMTokenizer] = []  # the train (and eval) sets' tokenizers: they say hard or soft labels
 
@@ -46,20 +45,15 @@ def main(argv: list[str] | None = None) -> dict:
         cfg.placeholder_token,
         cfg.reward_tokens or "(the whole vocabulary)",
     )
-    engine = build_engine(load_actor(s.setup, cfg), cfg, s.rt, s.setup.precision.bf16, s.steps)
-    trainer = PRMTrainer(
+    return s.trainer(
+        PRMTrainer,
         cfg,
-        s.rt,
-        engine,
-        s.setup.tokenizer,
-        s.train_set,
-        s.eval_set,
+        load_actor(s.setup, cfg),
         reward_ids=made[0].reward_ids,
         soft=soft,
         mask_dtype=s.setup.packed_mask_dtype,
         moe_top_k=s.moe_top_k,
-    )
-    return trainer.fit()
+    ).fit()
 
 
 if __name__ == "__main__":

@@ -25,15 +25,12 @@ def main(argv: list[str] | None = None) -> dict:
     from alignment.models.builder import load_value_model
     from alignment.trainers.preference import RewardModelTrainer
     from alignment.trainers.start import start
-    from alignment.training.engine import build_engine
 
     s = start(cfg, lambda tok, source: PairTokenizer(tok, cfg, source, end_at_eos=True, use_margin=cfg.margin_loss))
     log.info("RM: %s, loss=%s", s.counts("pairs"), cfg.loss)
-    engine = build_engine(load_value_model(s.setup, cfg), cfg, s.rt, s.setup.precision.bf16, s.steps)
-    trainer = RewardModelTrainer(
-        cfg, s.rt, engine, s.setup.tokenizer, s.train_set, s.eval_set, mask_dtype=s.setup.packed_mask_dtype
-    )
-    return trainer.fit()
+    return s.trainer(
+        RewardModelTrainer, cfg, load_value_model(s.setup, cfg), mask_dtype=s.setup.packed_mask_dtype
+    ).fit()
 
 
 if __name__ == "__main__":

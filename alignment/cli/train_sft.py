@@ -25,22 +25,12 @@ def main(argv: list[str] | None = None) -> dict:
     from alignment.models.builder import load_actor
     from alignment.trainers.sft import SFTTrainer
     from alignment.trainers.start import start
-    from alignment.training.engine import build_engine
 
     s = start(cfg, lambda tok, source: SFTTokenizer(tok, cfg, source))
     log.info("SFT: %s", s.counts())
-    engine = build_engine(load_actor(s.setup, cfg), cfg, s.rt, s.setup.precision.bf16, s.steps)
-    trainer = SFTTrainer(
-        cfg,
-        s.rt,
-        engine,
-        s.setup.tokenizer,
-        s.train_set,
-        s.eval_set,
-        mask_dtype=s.setup.packed_mask_dtype,
-        moe_top_k=s.moe_top_k,
-    )
-    return trainer.fit()
+    return s.trainer(
+        SFTTrainer, cfg, load_actor(s.setup, cfg), mask_dtype=s.setup.packed_mask_dtype, moe_top_k=s.moe_top_k
+    ).fit()
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ from alignment.datasets.formatting import get_field, get_text, prompt_text, requ
 from alignment.datasets.mixing import blend
 from alignment.datasets.sources import DataError
 from alignment.inference.postprocess import POST_PROCESSORS, Scored
-from alignment.models.loading import load_causal_lm
 from alignment.outputs import StagedOutput
 from alignment.rollout.hf_engine import HFEngine
 from alignment.rollout.types import SamplingParams
@@ -113,9 +112,7 @@ def generated_samples(
             setup.path, cfg.prompt_max_len + cfg.max_new_tokens, cfg.seed + rt.rank, cpu=rt.device == "cpu"
         )
     else:
-        model = load_causal_lm(
-            setup.path, setup.precision.dtype, setup.attn, trust_remote_code=setup.trust_remote_code
-        ).to(rt.torch_device)
+        model = setup.causal_lm().to(rt.torch_device)
         engine = HFEngine(
             model, tok.eos_token_id, tok.pad_token_id, batch_size=cfg.micro_batch_size, device=rt.torch_device
         )

@@ -26,7 +26,6 @@ from alignment.datasets.formatting import (
 )
 from alignment.datasets.mixing import blend
 from alignment.datasets.sources import DataError
-from alignment.models.loading import load_causal_lm
 from alignment.nonfinite import NonFiniteError
 from alignment.outputs import StagedOutput
 from alignment.rewards.scorer import RewardModels
@@ -128,11 +127,7 @@ def generate_values(cfg: EvaluateConfig, setup: Any, rt: Any, rows: list[EvalRow
     """Greedy responses (the batched HF engine), scored by the reward source, or matched against the
     label when there is none (`reward` None: 1.0 for a match)."""
     tok = setup.tokenizer
-    model = (
-        load_causal_lm(setup.path, setup.precision.dtype, setup.attn, trust_remote_code=setup.trust_remote_code)
-        .to(rt.torch_device)
-        .eval()
-    )
+    model = setup.causal_lm().to(rt.torch_device).eval()
     engine = HFEngine(
         model, tok.eos_token_id, tok.pad_token_id, batch_size=cfg.micro_batch_size, device=rt.torch_device
     )
@@ -200,11 +195,7 @@ def pair_values(cfg: EvaluateConfig, setup: Any, rt: Any, rows: list[EvalRow]) -
 def perplexity_values(cfg: EvaluateConfig, setup: Any, rt: Any, rows: list[EvalRow]) -> list[RowValue]:
     """Summed negative log-likelihood of each response's tokens given its prompt, and their count."""
     tok = setup.tokenizer
-    model = (
-        load_causal_lm(setup.path, setup.precision.dtype, setup.attn, trust_remote_code=setup.trust_remote_code)
-        .to(rt.torch_device)
-        .eval()
-    )
+    model = setup.causal_lm().to(rt.torch_device).eval()
     out = []
     for r in rows:
         head = tok(r.prompt, add_special_tokens=False)["input_ids"]

@@ -12,6 +12,7 @@ of `alignment.losses.aggregation`'s modes over the whole optimizer step.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Callable
 
 import torch
@@ -26,27 +27,20 @@ Agg = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (per-token loss [B
 LOG_RATIO_CLAMP = 20.0
 
 
-def clipped_objective(
-    ratio: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    eps_low: float,
-    eps_high: float,
-    dual_clip: float | None,
-    agg: Agg,
-    weight: torch.Tensor | None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(loss, clip fraction) of −min(ρA, clip(ρ, 1−ε_low, 1+ε_high)A) for a ratio [B, T] or [B, 1], with the dual
-    clip and each token's term times `weight` [B, T] when given (the engine/trainer weight: is_weights)."""
-    surr1 = ratio * advantages
-    surr2 = ratio.clamp(1.0 - eps_low, 1.0 + eps_high) * advantages
-    objective = torch.min(surr1, surr2)
-    if dual_clip is not None:
-        objective = torch.where(advantages < 0, torch.max(objective, dual_clip * advantages), objective)
-    clipped = (surr2 < surr1).to(advantages.dtype)
-    if weight is not None:
-        objective = objective * weight
-    return agg(-objective, mask), masked_mean(clipped, mask).detach()
+def token_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """[B, T] ρ_t = π/π_old per token (PPO)."""
+    return torch.exp((logp - old_logp).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+
+
+def sequence_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """[B, 1] GSPO's s = exp(mean over the response of log ρ_t): the gradient flows through the mean of the
+    sequence's log-ratios, as in OpenRLHF's and the paper's sequence-level form."""
+    tokens = mask.sum(-1).clamp(min=1)  # [B]
+    log_s = ((logp - old_logp) * mask).sum(-1) / tokens  # [B]
+    return torch.exp(log_s.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)).unsqueeze(-1)
+
+
+Ratio = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 def policy_loss(
@@ -59,29 +53,24 @@ def policy_loss(
     dual_clip: float | None = None,
     agg: Agg = masked_mean,
     weight: torch.Tensor | None = None,
+    ratio_of: Ratio = token_ratio,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(loss, clip fraction) with ρ = π/π_old per token."""
-    ratio = torch.exp((logp - old_logp).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
-    return clipped_objective(ratio, advantages, mask, eps_low, eps_high, dual_clip, agg, weight)
+    """(loss, clip fraction) of −min(ρA, clip(ρ, 1−ε_low, 1+ε_high)A) for the ratio `ratio_of` gives ([B, T] or
+    [B, 1]), with the dual clip and each token's term times `weight` [B, T] when given (the engine/trainer
+    weight: is_weights)."""
+    ratio = ratio_of(logp, old_logp, mask)
+    surr1 = ratio * advantages
+    surr2 = ratio.clamp(1.0 - eps_low, 1.0 + eps_high) * advantages
+    objective = torch.min(surr1, surr2)
+    if dual_clip is not None:
+        objective = torch.where(advantages < 0, torch.max(objective, dual_clip * advantages), objective)
+    clipped = (surr2 < surr1).to(advantages.dtype)
+    if weight is not None:
+        objective = objective * weight
+    return agg(-objective, mask), masked_mean(clipped, mask).detach()
 
 
-def gspo_loss(
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    eps_low: float = 0.2,
-    eps_high: float = 0.2,
-    dual_clip: float | None = None,
-    agg: Agg = masked_mean,
-    weight: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(loss, clip fraction) with the sequence ratio s [B, 1] (the gradient flows through the mean of the
-    sequence's log-ratios, as in OpenRLHF's and the paper's sequence-level form)."""
-    tokens = mask.sum(-1).clamp(min=1)  # [B]
-    log_s = ((logp - old_logp) * mask).sum(-1) / tokens  # [B]
-    ratio = torch.exp(log_s.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)).unsqueeze(-1)  # [B, 1]
-    return clipped_objective(ratio, advantages, mask, eps_low, eps_high, dual_clip, agg, weight)
+gspo_loss = partial(policy_loss, ratio_of=sequence_ratio)
 
 
 def is_weights(trainer_logp: torch.Tensor, engine_logp: torch.Tensor, mask: torch.Tensor, cap: float) -> torch.Tensor:

@@ -33,6 +33,13 @@ class ModelSetup:
         """flash-attention reads packing from position ids; SDPA takes a bool block mask."""
         return None if self.attn == "flash_attention_2" else torch.bool
 
+    def causal_lm(self, load_in_4bit: bool = False) -> torch.nn.Module:
+        """This model as a causal LM, at its precision and attention."""
+        trust = self.trust_remote_code
+        return load_causal_lm(
+            self.path, self.precision.dtype, self.attn, load_in_4bit=load_in_4bit, trust_remote_code=trust
+        )
+
 
 def prepare(cfg: ModelConfig, rt: Runtime) -> ModelSetup:
     """Cheap checks and the tokenizer: everything that can fail before weights are loaded."""
@@ -61,13 +68,7 @@ def seed_init(seed: int) -> None:
 
 def load_actor(setup: ModelSetup, cfg: TrainingConfig) -> torch.nn.Module:
     seed_init(cfg.seed)
-    model = load_causal_lm(
-        setup.path,
-        setup.precision.dtype,
-        setup.attn,
-        load_in_4bit=cfg.load_in_4bit,
-        trust_remote_code=setup.trust_remote_code,
-    )
+    model = setup.causal_lm(cfg.load_in_4bit)
     return _for_training(model, cfg, "CAUSAL_LM")
 
 

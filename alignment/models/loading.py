@@ -209,13 +209,29 @@ def load_causal_lm(
 ) -> torch.nn.Module:
     from transformers import AutoModelForCausalLM
 
+    return from_pretrained(AutoModelForCausalLM, path, dtype, attn, flag, load_in_4bit, trust_remote_code)
+
+
+def from_pretrained(
+    auto_class: Any,
+    path: str,
+    dtype: torch.dtype,
+    attn: str,
+    flag: str,
+    load_in_4bit: bool,
+    trust_remote_code: bool,
+    **kwargs: Any,
+) -> torch.nn.Module:
+    """`auto_class.from_pretrained` with the loaders' options; a missing model or one needing remote code is
+    a one-line error naming `flag`."""
     try:
-        return AutoModelForCausalLM.from_pretrained(
+        return auto_class.from_pretrained(
             path,
             dtype=dtype,
             attn_implementation=attn,
             trust_remote_code=trust_remote_code,
             **quantization_kwargs(load_in_4bit, dtype),
+            **kwargs,
         )
     except OSError as e:
         raise _hub_error(path, flag, e) from e

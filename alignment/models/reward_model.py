@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from alignment.models.loading import ModelLoadError, _hub_error, _remote_code_error, quantization_kwargs
+from alignment.models.loading import ModelLoadError, from_pretrained
 from alignment.models.lora import is_lora
 
 log = logging.getLogger(__name__)
@@ -35,19 +35,9 @@ def load_reward_model(
     """From a causal LM (fresh head) or a saved reward model (its head, whatever its prefix)."""
     from transformers import AutoModelForSequenceClassification
 
-    try:
-        model = AutoModelForSequenceClassification.from_pretrained(
-            path,
-            num_labels=1,
-            dtype=dtype,
-            attn_implementation=attn,
-            trust_remote_code=trust_remote_code,
-            **quantization_kwargs(load_in_4bit, dtype),
-        )
-    except OSError as e:
-        raise _hub_error(path, flag, e) from e
-    except ValueError as e:
-        raise _remote_code_error(path, flag, e) from e
+    model = from_pretrained(
+        AutoModelForSequenceClassification, path, dtype, attn, flag, load_in_4bit, trust_remote_code, num_labels=1
+    )
     if not hasattr(model, HEAD):
         raise ModelLoadError(
             f"{flag} {path}: {type(model).__name__} has no '{HEAD}' head; alignflow's reward "

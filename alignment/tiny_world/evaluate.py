@@ -35,9 +35,7 @@ def greedy_accuracy(
     tok = AutoTokenizer.from_pretrained(model_dir)
     tok.padding_side = "left"  # generation continues at the right edge of every row
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    rows = [
-        json.loads(line) for line in Path(eval_file or tiny_dir() / "prompts" / "test.jsonl").read_text().splitlines()
-    ]
+    rows = heldout_rows(eval_file)
     rows = rows[:limit] if limit else rows
     correct, examples, per_row = 0, [], []
     for start in range(0, len(rows), batch_size):
@@ -58,6 +56,32 @@ def greedy_accuracy(
             if len(examples) < 5:
                 examples.append((r["input"], resp.strip(), r["label"]))
     return EvalResult(correct / len(rows), len(rows), examples, per_row)
+
+
+def heldout_rows(eval_file: str | Path | None = None) -> list[dict]:
+    """The held-out prompts (the tiny world's test split unless `eval_file` is given)."""
+    path = Path(eval_file or tiny_dir() / "prompts" / "test.jsonl")
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def sampled(policy, tok, rows: list[dict], samples: int, max_new_tokens: int, chunk_size: int = 32):
+    """Per chunk of rows: (rows, rendered prompts, their encoding, `samples` sampled continuations each at
+    temperature 1, prompt tokens included), as PPO samples them."""
+    for start in range(0, len(rows), chunk_size):
+        chunk = rows[start : start + chunk_size]
+        prompts = [prompt_text(tok, r["context_messages"], True, None) for r in chunk]
+        enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        out = policy.generate(
+            **enc,
+            max_new_tokens=max_new_tokens,
+            do_sample=True,
+            temperature=1.0,
+            top_k=0,
+            num_return_sequences=samples,
+            eos_token_id=tok.eos_token_id,
+            pad_token_id=tok.pad_token_id,
+        )
+        yield chunk, prompts, enc, out
 
 
 @dataclass
@@ -89,25 +113,10 @@ def rm_agreement(
     tok.padding_side = "left"
     policy = AutoModelForCausalLM.from_pretrained(policy_dir, dtype=torch.float32).eval()
     rm = AutoModelForSequenceClassification.from_pretrained(rm_dir, num_labels=1, dtype=torch.float32).eval()
-    rows = [
-        json.loads(line) for line in Path(eval_file or tiny_dir() / "prompts" / "test.jsonl").read_text().splitlines()
-    ]
+    rows = heldout_rows(eval_file)
     torch.manual_seed(seed)
     agree = pairs = used = 0
-    for start in range(0, min(limit, len(rows)), 32):
-        chunk = rows[start : min(start + 32, limit)]
-        prompts = [prompt_text(tok, r["context_messages"], True, None) for r in chunk]
-        enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-        out = policy.generate(
-            **enc,
-            max_new_tokens=max_new_tokens,
-            do_sample=True,
-            temperature=1.0,
-            top_k=0,
-            num_return_sequences=samples,
-            eos_token_id=tok.eos_token_id,
-            pad_token_id=tok.pad_token_id,
-        )
+    for chunk, prompts, enc, out in sampled(policy, tok, rows[:limit], samples, max_new_tokens):
         responses = tok.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
         generated = [
             as_generated(t, tok.eos_token)
@@ -152,29 +161,10 @@ def kl_to_reference(
     tok.padding_side = "left"
     policy = AutoModelForCausalLM.from_pretrained(policy_dir, dtype=torch.float32).eval()
     ref = AutoModelForCausalLM.from_pretrained(ref_dir, dtype=torch.float32).eval()
-    rows = [
-        json.loads(line) for line in Path(eval_file or tiny_dir() / "prompts" / "test.jsonl").read_text().splitlines()
-    ]
+    rows = heldout_rows(eval_file)
     torch.manual_seed(seed)
     total, n = 0.0, 0
-    for start in range(0, min(limit, len(rows)), 32):
-        chunk = rows[start : min(start + 32, limit)]
-        enc = tok(
-            [prompt_text(tok, r["context_messages"], True, None) for r in chunk],
-            return_tensors="pt",
-            padding=True,
-            add_special_tokens=False,
-        )
-        out = policy.generate(
-            **enc,
-            max_new_tokens=max_new_tokens,
-            do_sample=True,
-            temperature=1.0,
-            top_k=0,
-            num_return_sequences=samples,
-            eos_token_id=tok.eos_token_id,
-            pad_token_id=tok.pad_token_id,
-        )
+    for _, _, enc, out in sampled(policy, tok, rows[:limit], samples, max_new_tokens):
         prompt_len = enc["input_ids"].shape[1]
         response = out[:, prompt_len:]
         # response tokens up to and including the first EOS; pads after it are not actions

@@ -14,6 +14,7 @@ from alignment.models.builder import ModelSetup, prepare
 from alignment.models.moe import moe_top_k
 from alignment.trainers.base import total_steps
 from alignment.training.checkpoint import check_world_size
+from alignment.training.engine import build_engine
 
 
 @dataclass
@@ -31,6 +32,12 @@ class Started:
             f"{len(self.train_set)} train {unit}, {len(self.eval_set or [])} eval, {self.steps} optimizer steps, "
             f"world size {self.rt.world_size}, {self.setup.precision.label}, attention={self.setup.attn}"
         )
+
+    def trainer(self, cls: type, cfg: TrainerConfig, model: Any, **extra: Any) -> Any:
+        """The stage's trainer `cls` over a DeepSpeed engine of `model`, on the ranks, tokenizer and data start()
+        gathered; `extra`: the trainer's own arguments (a reference, a teacher, the packing mask's dtype)."""
+        engine = build_engine(model, cfg, self.rt, self.setup.precision.bf16, self.steps)
+        return cls(cfg, self.rt, engine, self.setup.tokenizer, self.train_set, self.eval_set, **extra)
 
 
 def start(cfg: TrainerConfig, tokenizer_for: Callable[[Any, str], RowTokenizer]) -> Started:
