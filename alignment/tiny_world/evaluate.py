@@ -38,17 +38,7 @@ def greedy_accuracy(
     rows = heldout_rows(eval_file)
     rows = rows[:limit] if limit else rows
     correct, examples, per_row = 0, [], []
-    for start in range(0, len(rows), batch_size):
-        chunk = rows[start : start + batch_size]
-        prompts = [prompt_text(tok, r["context_messages"], True, None) for r in chunk]
-        enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-        out = model.generate(
-            **enc,
-            max_new_tokens=max_new_tokens,
-            do_sample=False,
-            eos_token_id=tok.eos_token_id,
-            pad_token_id=tok.pad_token_id,
-        )
+    for chunk, _, enc, out in generations(model, tok, rows, batch_size, max_new_tokens, do_sample=False):
         responses = tok.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
         for r, resp in zip(chunk, responses):
             per_row.append(bool(score(resp, r["label"])))
@@ -64,24 +54,27 @@ def heldout_rows(eval_file: str | Path | None = None) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def sampled(policy, tok, rows: list[dict], samples: int, max_new_tokens: int, chunk_size: int = 32):
-    """Per chunk of rows: (rows, rendered prompts, their encoding, `samples` sampled continuations each at
-    temperature 1, prompt tokens included), as PPO samples them."""
+def generations(model, tok, rows: list[dict], chunk_size: int, max_new_tokens: int, **sampling):
+    """Per chunk of rows: (rows, rendered prompts, their encoding, the continuations `sampling` asks
+    `generate()` for, prompt tokens included)."""
     for start in range(0, len(rows), chunk_size):
         chunk = rows[start : start + chunk_size]
         prompts = [prompt_text(tok, r["context_messages"], True, None) for r in chunk]
         enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-        out = policy.generate(
+        out = model.generate(
             **enc,
             max_new_tokens=max_new_tokens,
-            do_sample=True,
-            temperature=1.0,
-            top_k=0,
-            num_return_sequences=samples,
             eos_token_id=tok.eos_token_id,
             pad_token_id=tok.pad_token_id,
+            **sampling,
         )
         yield chunk, prompts, enc, out
+
+
+def sampled(policy, tok, rows: list[dict], samples: int, max_new_tokens: int):
+    """`samples` continuations of each row at temperature 1, as PPO samples them, 32 rows at a time."""
+    how = {"do_sample": True, "temperature": 1.0, "top_k": 0, "num_return_sequences": samples}
+    return generations(policy, tok, rows, 32, max_new_tokens, **how)
 
 
 @dataclass
