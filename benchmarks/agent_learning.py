@@ -1,6 +1,7 @@
 """Multi-turn agent RL vs single-turn RL on the tiny world, same SFT start, same budget, several seeds.
 
-Single-turn: GRPO-style group_norm on the rule reward (deployments/recipes/tiny/grpo.yaml). Multi-turn: the same
+Single-turn: GRPO-style group_norm on the rule reward (the settings of deployments/recipes/tiny/grpo.yaml, without
+its dynamic sampling and second pass unless asked: --variants ...+filtering, --episodes 2). Multi-turn: the same
 stage with --agent_func_path data/tiny/agent_retry.py (a wrong answer gets a hint and another try, up to
 three). Each trained model (and the SFT start) is measured on the held-out questions, greedily: first-turn
 accuracy, and final accuracy when the same environment answers (up to three tries). Runs resume: a finished

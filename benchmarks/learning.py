@@ -8,7 +8,9 @@ Everything runs as the flows run it: one Prefect flow, each stage a Ray job (a l
 --ray_address), committed to --store under an identity of its config and inputs. So a benchmark killed
 half-way and run again skips every stage it committed and trains only the rest; its wall times are kept in
 the JSON from the run that trained them. `--budget '{"ppo": {"max_samples": 64}}'` overrides stage kinds'
-settings for every method (a smaller run; the page says so).
+settings for every method (a smaller run; the page says so). Methods can be measured a few at a time: the
+JSON keeps the rows an earlier run measured from the same SFT start, each with the command that measured it,
+and `benchmarks/learning_notes.md` (what moved the numbers) goes under the table.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from alignflow.tasks.evaluate import evaluate_step, read_evaluation  # noqa: E40
 from alignflow.tasks.flow_run import FlowRun, Pipeline, run_pipeline  # noqa: E402
 from alignflow.tasks.pipeline import Output, Step  # noqa: E402
 from alignflow.tasks.stage_spec import absolute_input, check_store  # noqa: E402
+from alignment.losses.estimators import ESTIMATORS as FACTS  # noqa: E402
 
 RULE = "data/tiny/reward_func.py"  # the tiny world's verifiable reward (the answer is right or not)
 
@@ -48,7 +51,10 @@ class Method:
 
 def _rl(estimator: str, reward: str) -> Method:
     # the rule runs from grpo.yaml (its remote_rm_url); the RM from ppo.yaml (normalize_reward, reward_pretrain)
-    return Method("ppo", "grpo" if reward == "rule" else "ppo", {"advantage_estimator": estimator}, reward)
+    settings: dict = {"advantage_estimator": estimator}
+    if reward == "rule" and not FACTS[estimator].group:  # grpo.yaml's dynamic sampling drops groups; these form none
+        settings["dynamic_filtering"] = False
+    return Method("ppo", "grpo" if reward == "rule" else "ppo", settings, reward)
 
 
 ESTIMATORS = {
@@ -136,35 +142,52 @@ def summarise(results: dict, methods: list[str], seeds: list[int], previous: dic
             "spread": statistics.pstdev(accs),
             "gain": statistics.fmean(accs) - sft,
             "wall_s": statistics.fmean(x["wall_s"] for x in runs),
+            "measured": {"date": date.today().isoformat(), "seeds": seeds},
         }
     return {"sft_accuracy": sft, "methods": rows}
 
 
-def markdown(summary: dict, command: str, chart: str | None, budget: dict) -> str:
+def kept(previous: dict, summary: dict, sft_uri: str) -> dict:
+    """The methods an earlier run measured from the same SFT start and this run did not: they stay on the page
+    (each row says its seeds), so methods can be measured one invocation at a time."""
+    if previous.get("sft") != sft_uri or previous.get("sft_accuracy") != summary["sft_accuracy"]:
+        return {}
+    return {m: row for m, row in previous.get("methods", {}).items() if m not in summary["methods"]}
+
+
+def cpu_model() -> str:
     cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    model = next((ln.split(":", 1)[1].strip() for ln in cpu.splitlines() if ln.startswith("Model name")), "unknown CPU")
+    return next((ln.split(":", 1)[1].strip() for ln in cpu.splitlines() if ln.startswith("Model name")), "unknown CPU")
+
+
+def markdown(summary: dict, chart: str | None, notes: str = "") -> str:
+    """The page: the measured table and chart, each row's run (methods may be measured one invocation at a
+    time), then `notes` (what moved the numbers: kept by hand, since a recipe's history is not in these figures)."""
     sft = summary["sft_accuracy"]
+    runs: dict[str, list[str]] = {}
+    for m, row in summary["methods"].items():
+        runs.setdefault(row["measured"]["how"], []).append(m)
     lines = [
         "# Learning: what each method adds to held-out accuracy",
         "",
-        f"Measured {date.today().isoformat()} on {model} by `{command}`"
-        + (f", with budgets overridden: `{json.dumps(budget)}`" if budget else " (the shipped recipes)")
-        + ".",
+        *(f"- {', '.join(ms)}: {how}." for how, ms in runs.items()),
         "",
         f"Every method starts from the same SFT model (held-out greedy accuracy **{100 * sft:.1f} %**) and is",
         "measured by the recipe's `evaluate` stage on the same held-out questions. Spread: the standard deviation",
         "over seeds. Wall time: the training stage alone, mean over seeds.",
         "",
-        "| method | reward | held-out accuracy | gain over SFT | seeds | wall time |",
-        "|---|---|---|---|---|---|",
+        "| method | reward | held-out accuracy | gain over SFT | seeds | wall time | measured |",
+        "|---|---|---|---|---|---|---|",
     ]
     for m, row in summary["methods"].items():
         lines.append(
             f"| {m} | {row['reward']} | {100 * row['mean']:.1f} ± {100 * row['spread']:.1f} % | "
-            f"{100 * row['gain']:+.1f} | {len(row['runs'])} | {row['wall_s']:.0f} s |"
+            f"{100 * row['gain']:+.1f} | {len(row['runs'])} | {row['wall_s']:.0f} s | {row['measured']['date']} |"
         )
     if chart:
         lines += ["", f"![held-out accuracy by method]({chart})"]
+    if notes:
+        lines += ["", notes.rstrip()]
     return "\n".join(lines) + "\n"
 
 
@@ -200,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="docs/learning.md")
     p.add_argument("--json", default="benchmarks/results/learning.json")
     p.add_argument("--chart", default="docs/img/learning.png")
+    notes = REPO / "benchmarks" / "learning_notes.md"
+    p.add_argument("--notes", default=str(notes), help="markdown put under the table (what moved the numbers)")
     args = p.parse_args(argv)
     methods = [m for m in args.methods.split(",") if m]
     unknown = [m for m in methods if m not in METHODS]
@@ -209,21 +234,27 @@ def main(argv: list[str] | None = None) -> int:
     seeds = [int(s) for s in args.seeds.split(",")]
     budget = json.loads(args.budget)
     started = time.monotonic()
-    results = asyncio.run(
-        learning_flow(absolute_input(args.sft), methods, seeds, budget, check_store(args.store), args.ray_address)
-    )
+    sft_uri = absolute_input(args.sft)
+    results = asyncio.run(learning_flow(sft_uri, methods, seeds, budget, check_store(args.store), args.ray_address))
     out_json = Path(args.json)
     previous = json.loads(out_json.read_text()) if out_json.exists() else {}
     summary = summarise(results, methods, seeds, previous)
-    summary["wall_s"] = round(time.monotonic() - started, 1)
+    summary = {"sft": sft_uri, **summary, "wall_s": round(time.monotonic() - started, 1)}
+    command = "benchmarks/learning.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    how = f"measured {date.today().isoformat()} on {cpu_model()} by `{command}`" + (
+        f", with budgets overridden: `{json.dumps(budget)}`" if budget else " (the shipped recipes)"
+    )
+    for row in summary["methods"].values():
+        row["measured"]["how"] = how
+    summary["methods"] = kept(previous, summary, sft_uri) | summary["methods"]
     out_json.parent.mkdir(parents=True, exist_ok=True)
     out_json.write_text(json.dumps(summary, indent=1) + "\n")
     draw(summary, Path(args.chart))
     out = Path(args.out)
     rel_chart = os.path.relpath(Path(args.chart).resolve(), out.resolve().parent)  # as the page links it
-    command = "benchmarks/learning.py " + " ".join(argv if argv is not None else sys.argv[1:])
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(markdown(summary, command, rel_chart, budget))
+    notes = Path(args.notes).read_text() if args.notes else ""
+    out.write_text(markdown(summary, rel_chart, notes))
     print(f"wrote {out}, {out_json} and {args.chart} in {summary['wall_s']:.0f} s")
     return 0
 

@@ -7,6 +7,7 @@ be rebuilt from a flow's return value. Torch-free.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from prefect import get_run_logger
@@ -84,6 +85,21 @@ class PipelineReport:
             f"last quarter {sum(r[-k:]) / k:.3f}"
         )
 
+    def gain(self) -> str | None:
+        """The last evaluated model's gain over the first, with its noise band: one standard error of the
+        difference of two accuracies on n questions each, sqrt(p1(1-p1)/n + p2(1-p2)/n). A gain inside it is
+        not evidence of learning."""
+        evals = self.evaluations()
+        if len(evals) < 2 or evals[0].heldout["n"] != evals[-1].heldout["n"]:
+            return None
+        first, last, n = evals[0].heldout["accuracy"], evals[-1].heldout["accuracy"], evals[-1].heldout["n"]
+        band = math.sqrt(first * (1 - first) / n + last * (1 - last) / n)
+        verdict = "outside" if abs(last - first) > band else "inside"
+        return (
+            f"gain of {evals[-1].label} over {evals[0].label}: {100 * (last - first):+.1f} points, {verdict} the noise "
+            f"band of ±{100 * band:.1f} (one standard error of the difference on {n} questions)"
+        )
+
     def text(self) -> str:
         out = [
             f"\n=== alignflow {self.flow}: run {self.run_name} ===",
@@ -106,6 +122,8 @@ class PipelineReport:
                 f"held-out greedy accuracy ({evals[0].heldout['n']} questions): "
                 + ", ".join(f"after {ln.label} {ln.heldout['accuracy']:.1%}" for ln in evals)
             )
+            if self.gain():
+                out.append(self.gain())
             for q, resp, label, right in evals[-1].heldout.get("examples", []):
                 mark = "ok " if right else "err"
                 out.append(f"  [{mark}] {q:<22} -> {resp!r} (answer {label})")
@@ -136,6 +154,7 @@ class PipelineReport:
         if evals:
             md += ["", "| held-out greedy accuracy | questions |", "|---|---|"]
             md += [f"| after {ln.label}: {ln.heldout['accuracy']:.1%} | {ln.heldout['n']} |" for ln in evals]
+            md += ["", self.gain().capitalize() + "."] if self.gain() else []
         if self.notes:
             md += ["", *(f"- {note}" for note in self.notes)]
         if self.lineage:

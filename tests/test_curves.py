@@ -203,11 +203,17 @@ def test_report_text_and_markdown(tmp_path):
     text = rep.text()
     assert "after sft 75.0%, after ppo 79.0%" in text and "RL reward (score per sample, 6 iterations)" in text
     assert "[ok ] 1+1" in text and "120 s (2 tries)   100 s" in text
+    # sqrt(.75 * .25 / 300 + .79 * .21 / 300) = 3.4 points: a 4-point gain is outside it, a 3-point one would not be
+    assert "gain of ppo over sft: +4.0 points, outside the noise band of ±3.4 (one standard error" in text
+    result["ppo"]["heldout"]["accuracy"] = 0.78
+    assert "+3.0 points, inside the noise band of ±3.5" in build_report("sft-rm-ppo", "demo", result, 150.0).text()
+    result["ppo"]["heldout"]["accuracy"] = 0.79
     md = rep.markdown({"ppo": b"\x89PNG fake"})
     assert "| sft | skipped (already committed) | - | eval loss 0.500 | `s3://b/run/sft-1/model` |" in md
     assert "| ppo | 120 s (2 tries) | 100 s |" in md
     assert "](s3://" not in md  # no link a browser can't open
     assert "| after ppo: 79.0% | 300 |" in md and "data:image/png;base64," in md
+    assert "Gain of ppo over sft: +4.0 points, outside the noise band of ±3.4" in md
     assert isinstance(rep.lines[0], StageLine)
 
 

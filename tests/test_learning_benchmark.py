@@ -21,6 +21,7 @@ BUDGET = {
     "ppo": {
         "max_samples": 16,
         "num_episodes": 1,
+        "dynamic_filtering": False,  # the recipe's dynamic sampling is its learning budget, not this test's
         "n_samples_per_prompt": 2,
         "rollout_batch_size": 8,
         "micro_rollout_batch_size": 8,
@@ -71,6 +72,7 @@ def test_two_methods_write_the_page_and_the_json_and_a_rerun_trains_nothing(ray_
     page = out.read_text()
     assert "| dpo | offline (preference data) |" in page and "| grpo-rule | rule |" in page
     assert "![held-out accuracy by method](img/learning.png)" in page and chart.stat().st_size > 1000
+    assert page.index("## What moved the numbers") > page.index("| grpo-rule |")  # benchmarks/learning_notes.md
     jobs = len(ray_jobs(ray_head, "learning"))
     assert jobs == 5, jobs  # the SFT start's evaluation, then per method its stage and its evaluation
 
@@ -79,4 +81,8 @@ def test_two_methods_write_the_page_and_the_json_and_a_rerun_trains_nothing(ray_
     assert len(ray_jobs(ray_head, "learning")) == jobs  # no job submitted
     for m in ("dpo", "grpo-rule"):
         assert again["methods"][m]["runs"] == first["methods"][m]["runs"]  # accuracy, wall time and model kept
+    # one method measured again on its own: the other stays on the page, with the run that measured it
+    assert learning.main([*argv[:2], "dpo", *argv[3:]]) == 0
+    alone = json.loads(js.read_text())
+    assert alone["methods"]["grpo-rule"] == again["methods"]["grpo-rule"] and "dpo,grpo-rule" in out.read_text()
     assert learning.main([*argv[:2], "no-such-method", *argv[3:]]) == 2

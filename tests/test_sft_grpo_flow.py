@@ -23,6 +23,8 @@ SMALL_RL = {
     "train_batch_size": 32,
     "micro_rollout_batch_size": 32,
     "save_steps": -1,
+    "num_episodes": 1,  # the recipe's two passes and dynamic sampling are its learning budget, not this test's
+    "dynamic_filtering": False,
 }
 
 
