@@ -8,9 +8,12 @@ Everything runs as the flows run it: one Prefect flow, each stage a Ray job (a l
 --ray_address), committed to --store under an identity of its config and inputs. So a benchmark killed
 half-way and run again skips every stage it committed and trains only the rest; its wall times are kept in
 the JSON from the run that trained them. `--budget '{"ppo": {"max_samples": 64}}'` overrides stage kinds'
-settings for every method (a smaller run; the page says so). Methods can be measured a few at a time: the
-JSON keeps the rows an earlier run measured from the same SFT start, each with the command that measured it,
-and `benchmarks/learning_notes.md` (what moved the numbers) goes under the table.
+settings for every method (a smaller run; the page says so). Iterative DPO and rejection sampling run 3 rounds
+each, configured by the tiny-idpo and tiny-rs recipes, as their flows run them without a gate.
+
+Methods can be measured a few at a time: the JSON keeps the rows an earlier run measured from the same SFT
+start, each with the command that measured it, and `benchmarks/learning_notes.md` (what moved the numbers) goes
+under the table.
 """
 
 from __future__ import annotations
@@ -57,6 +60,22 @@ def _rl(estimator: str, reward: str) -> Method:
     return Method("ppo", "grpo" if reward == "rule" else "ppo", settings, reward)
 
 
+@dataclass(frozen=True)
+class Rounds:
+    """A round-based method: each round generates with the current policy (`recipe`'s generate.yaml, scored by
+    the rule) and trains the next policy on that data (its `<train>.yaml`), as the iterative-dpo and
+    rejection-sampling flows do, without a gate; the last round's model is the method's."""
+
+    train: str  # the training stage of a round: dpo (iterative DPO) or sft (rejection sampling)
+    recipe: str  # the shipped recipe that configures a round
+    rounds: int = 3
+    reward: str = "rule"
+
+    @property
+    def stage(self) -> str:
+        return self.train
+
+
 ESTIMATORS = {
     "ppo": "gae",
     "reinforce++": "reinforce",
@@ -71,7 +90,34 @@ METHODS: dict[str, Method] = {
     "ipo": Method("dpo", "dpo", {"ipo": True}),
     "cdpo": Method("dpo", "dpo", {"label_smoothing": 0.1}),
     "kto": Method("kto", "kto"),
+    "iterative-dpo": Rounds("dpo", "tiny-idpo"),
+    "rejection-sampling": Rounds("sft", "tiny-rs"),
 }
+
+
+def round_steps(name: str, method: Rounds, sft: str, seed: int, budget: dict[str, dict]) -> list[Step]:
+    """Round k generates with round k-1's model (the SFT start first) and trains the next from it; the last
+    round's train step is `name`, the others `<name> round k`."""
+    # a role may name another shipped recipe's file: relative to the benchmark's recipe folder (tiny)
+    role = f"../{method.recipe}/"
+    out: list[Step] = []
+    policy: str | Output = sft
+    for k in range(1, method.rounds + 1):
+        gen, train = f"{name} generate {k}", (name if k == method.rounds else f"{name} round {k}")
+        # the round seeds the sampling and (with the recipe's rollout_batch_size) picks its slice of the prompts
+        generate = {**budget.get("batch_inference", {}), "seed": 100 * seed + k, "iter": k - 1}
+        out += [
+            Step(gen, "batch_inference", role + "generate", generate, {"pretrain": policy}),
+            Step(
+                train,
+                method.train,
+                role + method.train,
+                {**budget.get(method.train, {}), "seed": seed},
+                {"pretrain": policy, "dataset": Output(gen, "output.jsonl")},
+            ),
+        ]
+        policy = Output(train)
+    return out
 
 
 def steps(sft: str, methods: list[str], seeds: list[int], budget: dict[str, dict]) -> list[Step]:
@@ -83,13 +129,19 @@ def steps(sft: str, methods: list[str], seeds: list[int], budget: dict[str, dict
     for m in methods:
         method = METHODS[m]
         for seed in seeds:
+            name = f"{m} seed {seed}"
+            if isinstance(method, Rounds):
+                out += [
+                    *round_steps(name, method, sft, seed, budget),
+                    evaluate_step(name, Output(name), budget.get("evaluate")),
+                ]
+                continue
             inputs: dict = {"pretrain": sft}
             settings = {**method.settings, **budget.get(method.stage, {}), "seed": seed}
             if method.reward == "rm":
                 inputs["reward_pretrain"] = Output("rm")
             elif method.reward == "rule" and settings["advantage_estimator"] == "gae":
                 inputs["critic_pretrain"] = sft  # GAE's critic needs a backbone: the SFT model, with a fresh head
-            name = f"{m} seed {seed}"
             out += [
                 Step(name, method.stage, method.role, settings, inputs),
                 evaluate_step(name, Output(name), budget.get("evaluate")),
@@ -116,21 +168,29 @@ async def learning_flow(
 
 def summarise(results: dict, methods: list[str], seeds: list[int], previous: dict) -> dict:
     """Per method: accuracy per seed, mean, spread (population std), gain over the SFT start, mean wall time
-    of its training stage (from the run that trained it: a skipped stage keeps the time recorded then)."""
-    known = {run["model_uri"]: run["wall_s"] for row in previous.get("methods", {}).values() for run in row["runs"]}
+    of its training stages, a round-based method's generations included (from the run that trained each: a
+    skipped stage keeps the time recorded then)."""
+    known = {
+        uri: wall
+        for row in previous.get("methods", {}).values()
+        for run in row["runs"]
+        for uri, wall in run.get("stage_walls", {run["model_uri"]: run["wall_s"]}).items()
+    }
     sft = results["evaluate sft heldout"]["accuracy"]
     rows = {}
     for m in methods:
         runs = []
         for seed in seeds:
-            r = results[f"{m} seed {seed}"]
-            wall = known.get(r["model_uri"], 0.0) if r["skipped"] else r["wall_s"]
+            name = f"{m} seed {seed}"
+            mine = [r for n, r in results.items() if n == name or n.startswith((f"{name} generate ", f"{name} round "))]
+            walls = {r["model_uri"]: known.get(r["model_uri"], 0.0) if r["skipped"] else r["wall_s"] for r in mine}
             runs.append(
                 {
                     "seed": seed,
-                    "accuracy": results[f"evaluate {m} seed {seed} heldout"]["accuracy"],
-                    "wall_s": round(wall, 1),
-                    "model_uri": r["model_uri"],
+                    "accuracy": results[f"evaluate {name} heldout"]["accuracy"],
+                    "wall_s": round(sum(walls.values()), 1),
+                    "model_uri": results[name]["model_uri"],
+                    "stage_walls": {uri: round(w, 1) for uri, w in walls.items()},
                 }
             )
         accs = [x["accuracy"] for x in runs]

@@ -19,6 +19,7 @@ from alignflow.tasks.flow_run import FlowRun, run_stages
 from alignflow.tasks.params import PPOOverrides, RMOverrides, SFTOverrides, checked_flow, overrides
 from alignflow.tasks.pipeline import Output, Step
 from alignflow.tasks.recipes import Recipe
+from alignment.config import ConfigError
 
 
 @checked_flow(name="sft-rm-ppo")
@@ -52,6 +53,12 @@ def sft_rm_ppo_steps(recipe: Recipe, sft: dict, rm: dict, ppo: dict) -> list[Ste
     if not own_reward(recipe.file("ppo"), ppo):
         steps.append(Step("rm", "rm", "rm", rm, {"pretrain": Output("sft")}))
         ppo_inputs["reward_pretrain"] = Output("rm")
+    elif rm:  # they would be accepted and never used
+        raise ConfigError(
+            f"rm overrides ({', '.join(sorted(rm))}) configure the reward model this flow trains, but ppo was given "
+            f"its own reward (reward_pretrain, remote_rm_url or agent_func_path), so no RM stage runs: drop the rm "
+            f"overrides, or drop ppo's reward to train one"
+        )
     steps.append(Step("ppo", "ppo", "ppo", ppo, ppo_inputs))
     return steps
 

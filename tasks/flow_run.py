@@ -83,9 +83,12 @@ async def run_pipeline(run: FlowRun, pipe: Pipeline) -> Ran:
     with ray_cluster(run.ray_address) as cluster:  # a stage already committed asks nothing of the cluster
         todo = planned
         while todo:
-            lanes = pipe.lanes(list(todo)) if pipe.lanes else [list(todo)]
-            done = await asyncio.gather(*(_in_order({n: todo[n] for n in lane}, run, store, cluster) for lane in lanes))
-            results |= {name: r for part in done for name, r in part.items()}
+            if pipe.lanes:  # each lane in order, the lanes at the same time
+                lanes = pipe.lanes(list(todo))
+                done = await asyncio.gather(*(_in_order({n: todo[n] for n in ln}, run, store, cluster) for ln in lanes))
+                results |= {name: r for part in done for name, r in part.items()}
+            else:  # in the flow's own coroutine, no task around it: a SIGTERM lands where the stage is
+                results |= await _in_order(todo, run, store, cluster)
             more = await pipe.then(results) if pipe.then else []
             todo = pipeline.plan(more, recipe, store, run.run_name, planned) if more else {}
             if todo:

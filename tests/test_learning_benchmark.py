@@ -86,3 +86,27 @@ def test_two_methods_write_the_page_and_the_json_and_a_rerun_trains_nothing(ray_
     alone = json.loads(js.read_text())
     assert alone["methods"]["grpo-rule"] == again["methods"]["grpo-rule"] and "dpo,grpo-rule" in out.read_text()
     assert learning.main([*argv[:2], "no-such-method", *argv[3:]]) == 2
+
+
+def test_round_based_methods_chain_their_rounds(tmp_path):
+    """Iterative DPO as the benchmark plans it (no cluster): each round generates with the previous round's model
+    and trains the next from it, configured by the tiny-idpo recipe; the last round's model is evaluated."""
+    from alignflow.tasks import pipeline
+    from alignflow.tasks.recipes import load_recipe
+
+    learning = load_benchmark()
+    steps = learning.steps(str(REPO / "data"), ["iterative-dpo"], [42], {})
+    name = "iterative-dpo seed 42"
+    assert [s.name for s in steps] == [
+        "evaluate sft",
+        *(f"{name} {part}" for part in ("generate 1", "round 1", "generate 2", "round 2", "generate 3")),
+        name,
+        f"evaluate {name}",
+    ]
+    planned = pipeline.plan(steps, load_recipe("tiny"), str(tmp_path / "store"), "learning")
+    round1, round2 = planned[f"{name} round 1"], planned[f"{name} round 2"]
+    assert planned[f"{name} generate 2"].cfg.pretrain == round1.model_uri == round2.cfg.pretrain
+    assert round2.cfg.dataset == f"{planned[f'{name} generate 2'].model_uri}/output.jsonl"
+    assert [planned[f"{name} generate {k}"].cfg.iter for k in (1, 2, 3)] == [0, 1, 2]
+    assert planned[f"{name} generate 1"].cfg.post_processor == "iter_dpo" and round1.cfg.learning_rate == 5e-5
+    assert planned[f"evaluate {name}"].cfg.pretrain == planned[name].model_uri

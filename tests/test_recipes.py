@@ -80,6 +80,8 @@ def test_sft_rm_ppo_given_a_reward_plans_no_reward_model_stage(tmp_path):
     rm = str(REPO / "data")  # a path that exists: the plan checks given inputs
     given_rm = pipeline.plan(sft_rm_ppo_steps(recipe, sft, {}, {"reward_pretrain": rm}), recipe, store, "own-rm")
     assert list(given_rm) == ["sft", "ppo"] and given_rm["ppo"].cfg.reward_pretrain == rm
+    with pytest.raises(ConfigError, match=r"rm overrides \(learning_rate\) configure the reward model"):
+        sft_rm_ppo_steps(recipe, sft, {"learning_rate": 1e-5}, own)  # no RM stage: they would be ignored
     trained = pipeline.plan(sft_rm_ppo_steps(recipe, sft, {}, {}), recipe, store, "rm")
     assert list(trained) == ["sft", "rm", "ppo"]
     assert trained["rm"].cfg.pretrain == trained["sft"].model_uri == trained["ppo"].cfg.pretrain
