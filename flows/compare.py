@@ -88,7 +88,7 @@ async def compare_flow(
         finish=finish,
         # each variant's train and evaluate steps in order, the variants at the same time: each is a Ray job
         # whose ranks hold their own resources, so they overlap as far as the cluster has room
-        lanes=lambda _: [[name, f"evaluate {name}"] for name in variants],
+        lanes=[[name, f"evaluate {name}"] for name in variants],
     )
     await run_pipeline(FlowRun("compare", run_name, store, recipe, ray_address, retries), pipe)
     return {

@@ -61,7 +61,7 @@ class Pipeline:
     heldout_others: dict[str, str] = field(default_factory=dict)
     then: Callable[[Results], Awaitable[list[Step]]] | None = None
     finish: Callable[[Results], Awaitable[Ending]] | None = None
-    lanes: Callable[[list[str]], list[list[str]]] | None = None  # the planned names -> groups run at once
+    lanes: list[list[str]] | None = None  # step names run at the same time, lane by lane (the first plan only)
 
 
 @dataclass
@@ -83,9 +83,10 @@ async def run_pipeline(run: FlowRun, pipe: Pipeline) -> Ran:
     with ray_cluster(run.ray_address) as cluster:  # a stage already committed asks nothing of the cluster
         todo = planned
         while todo:
-            if pipe.lanes:  # each lane in order, the lanes at the same time
-                lanes = pipe.lanes(list(todo))
-                done = await asyncio.gather(*(_in_order({n: todo[n] for n in ln}, run, store, cluster) for ln in lanes))
+            if pipe.lanes and not results:  # the first plan: each lane in order, the lanes at the same time
+                done = await asyncio.gather(
+                    *(_in_order({n: todo[n] for n in ln}, run, store, cluster) for ln in pipe.lanes)
+                )
                 results |= {name: r for part in done for name, r in part.items()}
             else:  # in the flow's own coroutine, no task around it: a SIGTERM lands where the stage is
                 results |= await _in_order(todo, run, store, cluster)

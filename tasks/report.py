@@ -122,8 +122,8 @@ class PipelineReport:
                 f"held-out greedy accuracy ({evals[0].heldout['n']} questions): "
                 + ", ".join(f"after {ln.label} {ln.heldout['accuracy']:.1%}" for ln in evals)
             )
-            if self.gain():
-                out.append(self.gain())
+            gain = self.gain()
+            out += [gain] if gain else []
             for q, resp, label, right in evals[-1].heldout.get("examples", []):
                 mark = "ok " if right else "err"
                 out.append(f"  [{mark}] {q:<22} -> {resp!r} (answer {label})")
@@ -154,7 +154,8 @@ class PipelineReport:
         if evals:
             md += ["", "| held-out greedy accuracy | questions |", "|---|---|"]
             md += [f"| after {ln.label}: {ln.heldout['accuracy']:.1%} | {ln.heldout['n']} |" for ln in evals]
-            md += ["", self.gain().capitalize() + "."] if self.gain() else []
+            gain = self.gain()
+            md += ["", gain.capitalize() + "."] if gain else []
         if self.notes:
             md += ["", *(f"- {note}" for note in self.notes)]
         if self.lineage:
