@@ -23,7 +23,6 @@ import asyncio
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -40,6 +39,7 @@ from alignflow.tasks.flow_run import FlowRun, Pipeline, run_pipeline  # noqa: E4
 from alignflow.tasks.pipeline import Output, Step  # noqa: E402
 from alignflow.tasks.stage_spec import absolute_input, check_store  # noqa: E402
 from alignment.losses.estimators import ESTIMATORS as FACTS  # noqa: E402
+from benchmarks.learning_page import cpu_model, draw, markdown  # noqa: E402
 
 RULE = "data/tiny/reward_func.py"  # the tiny world's verifiable reward (the answer is right or not)
 
@@ -213,63 +213,6 @@ def kept(previous: dict, summary: dict, sft_uri: str) -> dict:
     if previous.get("sft") != sft_uri or previous.get("sft_accuracy") != summary["sft_accuracy"]:
         return {}
     return {m: row for m, row in previous.get("methods", {}).items() if m not in summary["methods"]}
-
-
-def cpu_model() -> str:
-    cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    return next((ln.split(":", 1)[1].strip() for ln in cpu.splitlines() if ln.startswith("Model name")), "unknown CPU")
-
-
-def markdown(summary: dict, chart: str | None, notes: str = "") -> str:
-    """The page: the measured table and chart, each row's run (methods may be measured one invocation at a
-    time), then `notes` (what moved the numbers: kept by hand, since a recipe's history is not in these figures)."""
-    sft = summary["sft_accuracy"]
-    runs: dict[str, list[str]] = {}
-    for m, row in summary["methods"].items():
-        runs.setdefault(row["measured"]["how"], []).append(m)
-    lines = [
-        "# Learning: what each method adds to held-out accuracy",
-        "",
-        *(f"- {', '.join(ms)}: {how}." for how, ms in runs.items()),
-        "",
-        f"Every method starts from the same SFT model (held-out greedy accuracy **{100 * sft:.1f} %**) and is",
-        "measured by the recipe's `evaluate` stage on the same held-out questions. Spread: the standard deviation",
-        "over seeds. Wall time: the training stage alone, mean over seeds.",
-        "",
-        "| method | reward | held-out accuracy | gain over SFT | seeds | wall time | measured |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for m, row in summary["methods"].items():
-        lines.append(
-            f"| {m} | {row['reward']} | {100 * row['mean']:.1f} ± {100 * row['spread']:.1f} % | "
-            f"{100 * row['gain']:+.1f} | {len(row['runs'])} | {row['wall_s']:.0f} s | {row['measured']['date']} |"
-        )
-    if chart:
-        lines += ["", f"![held-out accuracy by method]({chart})"]
-    if notes:
-        lines += ["", notes.rstrip()]
-    return "\n".join(lines) + "\n"
-
-
-def draw(summary: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names = list(summary["methods"])
-    means = [100 * summary["methods"][m]["mean"] for m in names]
-    spreads = [100 * summary["methods"][m]["spread"] for m in names]
-    fig, ax = plt.subplots(figsize=(max(4, 0.6 * len(names) + 2), 3.5))
-    ax.bar(names, means, yerr=spreads, capsize=3, color="#4c78a8")
-    ax.axhline(100 * summary["sft_accuracy"], color="#e45756", linestyle="--", label="SFT start")
-    ax.set_ylabel("held-out accuracy (%)")
-    ax.legend(loc="lower right")
-    plt.setp(ax.get_xticklabels(), rotation=40, ha="right")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def main(argv: list[str] | None = None) -> int:
