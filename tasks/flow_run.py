@@ -22,6 +22,7 @@ from alignflow.tasks.pipeline import Output, Planned, Step
 from alignflow.tasks.ray_cluster import ray_cluster
 from alignflow.tasks.recipes import Recipe, load_recipe
 from alignflow.tasks.report import build_report, publish_report
+from alignflow.tasks.sigterm import sigterm_cancels_this_task
 from alignflow.tasks.stage import stage_runner
 from alignflow.tasks.stage_spec import StageResult, absolute_input, check_store, check_store_reachable
 
@@ -71,6 +72,11 @@ class Ran:
 
 
 async def run_pipeline(run: FlowRun, pipe: Pipeline) -> Ran:
+    async with sigterm_cancels_this_task():  # a `kill` stops the flow at an await, the running stage's job with it
+        return await _run(run, pipe)
+
+
+async def _run(run: FlowRun, pipe: Pipeline) -> Ran:
     started = time.monotonic()
     store = check_store_reachable(check_store(run.store))
     recipe = load_recipe(run.recipe)
@@ -88,7 +94,7 @@ async def run_pipeline(run: FlowRun, pipe: Pipeline) -> Ran:
                     *(_in_order({n: todo[n] for n in ln}, run, store, cluster) for ln in pipe.lanes)
                 )
                 results |= {name: r for part in done for name, r in part.items()}
-            else:  # in the flow's own coroutine, no task around it: a SIGTERM lands where the stage is
+            else:
                 results |= await _in_order(todo, run, store, cluster)
             more = await pipe.then(results) if pipe.then else []
             todo = pipeline.plan(more, recipe, store, run.run_name, planned) if more else {}

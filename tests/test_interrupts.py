@@ -123,6 +123,7 @@ def test_demo_sigterm_then_rerun_continues(tmp_path):
     out, err = proc.communicate(timeout=180)
     lines = interrupted_lines(err)
     assert proc.returncode == 143 and len(lines) == 1, (out + err)[-4000:]
+    assert "Exception in callback" not in err and "Fatal Python error" not in err, err[-4000:]
     sft_dir = latest.parents[1]
     assert (
         lines[0].startswith(
