@@ -3,7 +3,7 @@
 Every stage writes its output through one context, `StagedOutput`:
 
     # out.dir: where files go (None: this rank writes none)
-    with StagedOutput(cfg.save_path, writes=rt.is_main) as out:
+    with StagedOutput(cfg.ckpt.output_dir, writes=rt.is_main) as out:
         ...                                                         # train, log metrics into out.dir
         out.commit(metadata)                                        # (models: saving.commit_model)
     # leaving the block without a commit (an exception) removes out.dir; the committed output stays

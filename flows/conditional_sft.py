@@ -70,9 +70,12 @@ def csft_steps(
     """score, sft on the scored rows, then one generation per asked-for score, prefixed as SFT learned it."""
     score_step = Step("score", "batch_inference", "score", {**score, "pretrain": policy})
     score_cfg = build_config("batch_inference", recipe.file("score"), score_step.overrides)
-    if score_cfg.post_processor != "csft":
-        raise ConfigError(f"the scoring stage must use post_processor: csft (got {score_cfg.post_processor!r})")
-    generate = {**generate, "enable_csft": True, "csft_prompt": score_cfg.csft_prompt}  # the prefix SFT learned
+    if score_cfg.generate.post_processor != "csft":
+        raise ConfigError(
+            f"the scoring stage must use post_processor: csft (got {score_cfg.generate.post_processor!r})"
+        )
+    learned = score_cfg.generate.csft_prompt  # the prefix SFT learned
+    generate = {**generate, "enable_csft": True, "csft_prompt": learned}
     return [
         score_step,
         Step("sft", "sft", "sft", {**sft, "pretrain": policy}, {"dataset": Output("score", "output.jsonl")}),

@@ -230,14 +230,14 @@ def job_config(stage: str, cfg: Any, out_dir: str, run_name: str = "") -> Any:
     pipeline run and named `<run>-<stage>` unless the config names them."""
     changes: dict[str, Any] = {STAGES[stage].output_field: f"{out_dir}/model"}
     if STAGES[stage].resumable:
-        if cfg.save_steps == -1 and not cfg.save_minutes and not cfg.disable_ds_ckpt:
+        if cfg.ckpt.save_steps == -1 and not cfg.ckpt.save_minutes and not cfg.ckpt.disable_ds:
             changes["save_minutes"] = DEFAULT_SAVE_MINUTES  # so that a retried stage always resumes
         changes.update(
             ckpt_path=f"{out_dir}/checkpoints",
             load_checkpoint=True,
             use_tensorboard=f"{out_dir}/model/tensorboard",
-            wandb_group=cfg.wandb_group or run_name or None,
-            wandb_run_name=cfg.wandb_run_name or (f"{run_name}-{stage}" if run_name else None),
+            wandb_group=cfg.logger.wandb.group or run_name or None,
+            wandb_run_name=cfg.logger.wandb.run_name or (f"{run_name}-{stage}" if run_name else None),
         )
     return replace(cfg, **changes)
 

@@ -67,6 +67,7 @@ def _rank(rank: int, port: int, out) -> None:
 
     import torch.distributed as dist
 
+    from alignment.config.ppo import PPOConfig
     from alignment.ppo.batch import SequenceBatch
     from alignment.ppo.experience import Experience
     from alignment.ppo.rank_ops import _steps
@@ -88,8 +89,8 @@ def _rank(rank: int, port: int, out) -> None:
         torch.zeros(4, T),
     )
     engine = SimpleNamespace(gradient_accumulation_steps=lambda: 2, module=torch.nn.Linear(1, 1))
-    cfg = SimpleNamespace(max_epochs=1, micro_train_batch_size=2, use_dynamic_batch=False)
-    out.put((rank, [(len(m.exp), m.totals) for m in _steps(engine, exp, cfg, seed=0)]))
+    cfg = PPOConfig(pretrain="x", prompt_data="y", max_epochs=1, micro_train_batch_size=2)
+    out.put((rank, [(len(m.exp), m.totals) for m in _steps(engine, exp, cfg.train, seed=0)]))
     dist.destroy_process_group()
 
 

@@ -163,9 +163,7 @@ def test_a_fresh_ppo_run_starts_its_metrics_file_empty(tmp_path):
     from alignment.ppo.loop import PPOState, run_iterations
     from alignment.training.tracking import MetricsLogger
 
-    cfg = SimpleNamespace(
-        logging_steps=1, save_steps=-1, save_minutes=0.0, disable_ds_ckpt=False, use_wandb=None, use_tensorboard=None
-    )
+    cfg = PPOConfig(pretrain="x", prompt_data="y", logging_steps=1, save_steps=-1)
     for run in range(2):
         logger = MetricsLogger(cfg, tmp_path, True, 3, "ppo")
         ppo = SimpleNamespace(

@@ -1,10 +1,12 @@
 """PPO-family math on numbers computed by hand (written out here)."""
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
 
+from alignment.config.ppo import PPOConfig
 from alignment.losses.advantages import GROUP_BASELINES, gae, reinforce_returns, whiten
 from alignment.losses.kl import KLController, kl_estimate
 from alignment.losses.ppo import policy_loss, value_loss
@@ -100,11 +102,11 @@ def test_advantages_dispatch_group_estimator_by_hand():
 def test_forward_passes_skipped_only_when_they_change_nothing():
     """No KL term: no reference forward (KL 0); one optimizer step per rollout too: no old-log-prob
     forward, and the ratio against the detached new log-probs is 1 (gradient = advantage-weighted)."""
-    from types import SimpleNamespace
-
     from alignment.ppo.experience import needs_old_logprobs, uses_reference
 
-    cfg = SimpleNamespace(
+    cfg = PPOConfig(
+        pretrain="x",
+        prompt_data="y",
         init_kl_coef=0.0,
         use_kl_loss=False,
         kl_target=None,
@@ -113,11 +115,11 @@ def test_forward_passes_skipped_only_when_they_change_nothing():
         n_samples_per_prompt=8,
         train_batch_size=128,
     )
-    assert not uses_reference(cfg) and not needs_old_logprobs(cfg)
+    assert not uses_reference(cfg.algo) and not needs_old_logprobs(cfg)
     for change in ({"init_kl_coef": 0.01}, {"use_kl_loss": True}, {"kl_target": 0.1}):
-        assert uses_reference(SimpleNamespace(**{**vars(cfg), **change}))
+        assert uses_reference(replace(cfg, **change).algo)
     for change in ({"max_epochs": 2}, {"train_batch_size": 64}, {"init_kl_coef": 0.01}):
-        assert needs_old_logprobs(SimpleNamespace(**{**vars(cfg), **change}))
+        assert needs_old_logprobs(replace(cfg, **change))
     logp = torch.tensor([[-1.0, -2.0]], requires_grad=True)
     loss, clipfrac = policy_loss(logp, logp.detach(), T([[1.0, 1.0]]), torch.ones(1, 2), 0.2, 0.2, None)
     loss.backward()
@@ -128,12 +130,12 @@ def test_forward_passes_skipped_only_when_they_change_nothing():
 def test_kl_is_reported_only_when_measured():
     """Without a reference forward the KL row is absent (not a 0 that reads as 'no drift');
     with one it is the summed k1 estimate."""
-    from types import SimpleNamespace
-
     from alignment.ppo.batch import SequenceBatch
     from alignment.ppo.experience import assemble, experience_metrics
 
-    cfg = SimpleNamespace(
+    cfg = PPOConfig(
+        pretrain="x",
+        prompt_data="y",
         kl_estimator="k1",
         use_kl_loss=False,
         advantage_estimator="group_norm",

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 import math
-from types import SimpleNamespace
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
 from alignment.config.base import ConfigError
+from alignment.config.ppo import PPOConfig
 from alignment.tiny_world.process_reward import PLACEHOLDER, prm_rows
 from tests.conftest import metric_rows, run_module
 
@@ -169,7 +169,7 @@ def test_prm_scores_responses_as_a_reward_source(prm):
     from alignment.rewards.scorer import make_reward
 
     tok = AutoTokenizer.from_pretrained(prm)
-    cfg = SimpleNamespace(remote_rm_url=None, reward_pretrain=str(prm), reward_weights=None, normalize_reward=True)
+    cfg = PPOConfig(pretrain=str(prm), prompt_data="p.jsonl", reward_pretrain=str(prm), normalize_reward=True)
     with pytest.raises(ConfigError, match="a process reward model saves none"):  # the flag would do nothing
         make_reward(cfg, tok, torch.float32, "sdpa", "cpu")
     cfg.normalize_reward = False

@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> dict:
     check_outputs(cfg)
     if ray_ranks.on_ray(cfg):  # a Ray job, or more than one rank: place the ranks on Ray
         return ray_ranks.run_ranks(main, argv, cfg, "batch_inference")
-    if cfg.eval_task == "generate_vllm":
+    if cfg.eval.eval_task == "generate_vllm":
         from alignment.rollout.vllm_engine import vllm_missing_reason
 
         reason = vllm_missing_reason("--eval_task generate_vllm", "--eval_task generate (the HF engine)")
@@ -38,23 +38,23 @@ def main(argv: list[str] | None = None) -> dict:
     from alignment.models.builder import prepare
     from alignment.rewards.scorer import make_reward
 
-    rt = init_runtime(-1, cfg.num_threads)
+    rt = init_runtime(-1, cfg.train.num_threads)
     setup = prepare(cfg, rt)
     rows = load_rows(cfg, setup.tokenizer)
     # data parallel: rank r takes prompts r, r+W, ...; every sample keeps its prompt's index for the gather
     mine = list(range(rt.rank, len(rows), rt.world_size))
     reward = (
         make_reward(cfg, setup.tokenizer, setup.precision.dtype, setup.attn, rt.device)
-        if cfg.reward_pretrain or cfg.remote_rm_url
+        if cfg.reward.model_name_or_path or cfg.reward.remote_url
         else None
     )
     samples = (
         given_samples(rows, mine, setup.tokenizer.eos_token or "")
-        if cfg.eval_task == "rm"
+        if cfg.eval.eval_task == "rm"
         else generated_samples(cfg, rt, setup, rows, mine)
     )
     if reward is not None:
-        score(samples, reward, cfg.micro_batch_size)
+        score(samples, reward, cfg.generate.micro_batch_size)
     ranked = gather_to_main(samples, key=lambda x: x.index)  # a prompt's best-of-n keep their order
     return write_output(cfg, ranked, scored=reward is not None) if rt.is_main else {}
 

@@ -37,23 +37,23 @@ def main(argv: list[str] | None = None) -> dict:
     from alignment.models.builder import prepare
     from alignment.rewards.scorer import make_reward
 
-    rt = init_runtime(-1, cfg.num_threads)
+    rt = init_runtime(-1, cfg.train.num_threads)
     setup = prepare(cfg, rt)
     rows = load_eval_rows(cfg, setup.tokenizer)
     mine = rows[rt.rank :: rt.world_size]
-    if cfg.eval_task == "generate":
+    if cfg.eval.eval_task == "generate":
         reward = (
             make_reward(cfg, setup.tokenizer, setup.precision.dtype, setup.attn, rt.device)
             if cfg.has_reward()
             else None
         )
         values = generate_values(cfg, setup, rt, mine, reward)
-    elif cfg.eval_task == "pairs":
-        values = pair_values(cfg, setup, rt, mine)
+    elif cfg.eval.eval_task == "pairs":
+        values = pair_values(cfg.generate, setup, rt, mine)
     else:
-        values = perplexity_values(cfg, setup, rt, mine)
+        values = perplexity_values(cfg.data, setup, rt, mine)
     everything = gather_to_main(values, key=lambda v: v.index)
-    return write_evaluation(cfg, everything, scored_by_rm=bool(cfg.reward_pretrain)) if rt.is_main else {}
+    return write_evaluation(cfg, everything, scored_by_rm=bool(cfg.reward.model_name_or_path)) if rt.is_main else {}
 
 
 if __name__ == "__main__":

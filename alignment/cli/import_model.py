@@ -19,7 +19,7 @@ def main(argv: list[str] | None = None) -> dict:
     from alignment.models.importing import import_model
 
     manifest = import_model(cfg)
-    print(cfg.save_path)
+    print(cfg.ckpt.output_dir)
     return manifest
 
 

@@ -28,11 +28,13 @@ def fit(tokenizer, messages: list[dict], cfg: ChatConfig) -> tuple[list[int], in
     conversation + --max_new_tokens fit in --max_len, so a long chat keeps going."""
     while True:
         # No special tokens added: like every other prompt in alignflow (the template writes its own).
-        ids = tokenizer(render(tokenizer, messages, cfg.apply_chat_template), add_special_tokens=False)["input_ids"]
-        if len(ids) + cfg.max_new_tokens <= cfg.max_len or len(messages) <= 1:
-            return ids, min(cfg.max_new_tokens, cfg.max_len - len(ids))
+        ids = tokenizer(render(tokenizer, messages, cfg.data.apply_chat_template), add_special_tokens=False)[
+            "input_ids"
+        ]
+        if len(ids) + cfg.generate.max_new_tokens <= cfg.data.max_len or len(messages) <= 1:
+            return ids, min(cfg.generate.max_new_tokens, cfg.data.max_len - len(ids))
         del messages[:2]  # a user message and its reply, so the history still starts with the user
-        print(f"[oldest turn dropped to stay within --max_len {cfg.max_len}]")
+        print(f"[oldest turn dropped to stay within --max_len {cfg.data.max_len}]")
 
 
 def load_model(cfg: ChatConfig):
@@ -48,11 +50,13 @@ def load_model(cfg: ChatConfig):
     rt = Runtime(0, 1, 0, 1, "cuda" if torch.cuda.is_available() else "cpu")
     setup = prepare(cfg, rt)  # fetches --pretrain and loads the tokenizer
     tok = setup.tokenizer
-    if cfg.apply_chat_template:
-        require_chat_template(tok, cfg.pretrain, "drop --apply_chat_template for plain User:/Assistant: text")
-    model = setup.causal_lm(cfg.load_in_4bit)
+    if cfg.data.apply_chat_template:
+        require_chat_template(
+            tok, cfg.model.model_name_or_path, "drop --apply_chat_template for plain User:/Assistant: text"
+        )
+    model = setup.causal_lm(cfg.ds.load_in_4bit)
     model = (
-        model if cfg.load_in_4bit else model.to(rt.torch_device)
+        model if cfg.ds.load_in_4bit else model.to(rt.torch_device)
     ).eval()  # bitsandbytes places 4-bit weights itself
     return model, tok, rt, setup.precision.label
 
@@ -68,11 +72,13 @@ def main(argv: list[str] | None = None) -> None:
 
     model, tok, rt, label = load_model(cfg)
     sampling = (
-        {"do_sample": False} if cfg.greedy else {"do_sample": True, "temperature": cfg.temperature, "top_p": cfg.top_p}
+        {"do_sample": False}
+        if cfg.generate.greedy
+        else {"do_sample": True, "temperature": cfg.generate.temperature, "top_p": cfg.generate.top_p}
     )
-    set_seed(cfg.seed)
+    set_seed(cfg.train.seed)
     print(
-        f"[chatting with {cfg.pretrain} on {rt.device}, {label}; "
+        f"[chatting with {cfg.model.model_name_or_path} on {rt.device}, {label}; "
         f"{RESET} clears the history, {EXIT} or Ctrl-D quits]"
     )
 
@@ -95,7 +101,9 @@ def main(argv: list[str] | None = None) -> None:
         ids, budget = fit(tok, messages, cfg)
         if budget < 1:
             messages.pop()
-            print(f"[message not sent: {len(ids)} tokens leave no room for a reply within --max_len {cfg.max_len}]")
+            print(
+                f"[message not sent: {len(ids)} tokens leave no room for a reply within --max_len {cfg.data.max_len}]"
+            )
             continue
         print("Assistant: ", end="", flush=True)
         prompt = torch.tensor([ids], device=rt.torch_device)

@@ -15,7 +15,7 @@ def main(argv: list[str] | None = None) -> dict:
     from alignment.models.combine import combine
 
     manifest = combine(cfg)
-    print(cfg.output_path)
+    print(cfg.ckpt.output_path)
     return manifest
 
 

@@ -16,7 +16,7 @@ def main(argv: list[str] | None = None) -> str:
     cfg = parse_args(TinyBaseConfig, argv, prog="alignment.cli.make_tiny_base")
     from alignment.tiny_world.base_model import make_base_committed
 
-    uri = make_base_committed(cfg.save_path, cfg.seed, cfg.arch)
+    uri = make_base_committed(cfg.ckpt.output_dir, cfg.train.seed, cfg.model.arch)
     print(uri)
     return uri
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from alignment import lease
 from alignment.cli import interrupt
+from alignment.config.ppo import PPOConfig
 from alignment.config.stages import StageConfig
 
 
@@ -19,29 +20,23 @@ def check_outputs(cfg: StageConfig) -> None:
     from alignment.datasets.sources import check_store
     from alignment.storage import StorageError
 
-    for name in ("save_path", "ckpt_path", "output_path"):
-        uri = getattr(cfg, name, None)
-        if uri:
-            check_store(f"--{name}", uri, StorageError)
-    take_lease(cfg)
-    writes = not getattr(cfg, "disable_ds_ckpt", True) and (
-        getattr(cfg, "save_steps", -1) > 0 or getattr(cfg, "save_minutes", 0) > 0
-    )
-    flag = "save_path" if getattr(cfg, "save_path", None) else "output_path"
-    interrupt.record(f"--{flag}", getattr(cfg, flag, None), getattr(cfg, "ckpt_path", None), writes)
+    outputs = cfg.outputs()
+    for flag, uri in outputs.stores():
+        check_store(flag, uri, StorageError)
+    take_lease(outputs.uri)
+    interrupt.record(outputs.flag, outputs.uri, outputs.ckpt, outputs.checkpoints)
 
 
-def take_lease(cfg: StageConfig) -> None:
+def take_lease(output: str | None) -> None:
     """The output's lease (alignment/lease.py), taken by the process that owns the run: the driver or
     in-process trainer, or rank 0 under torchrun/deepspeed; ranks started by a driver share its lease.
     Held until the CLI's main returns (run_main releases it) or the process ends."""
-    output = getattr(cfg, "save_path", None) or getattr(cfg, "output_path", None)
     if not output or os.environ.get("RANK", "0") != "0":
         return
     lease.Lease(output, f"alignment.cli.{Path(sys.argv[0]).stem}").acquire()
 
 
-def check_reward_file(cfg: StageConfig) -> None:
+def check_reward_file(cfg: PPOConfig) -> None:
     """A --remote_rm_url .py file, before any group is placed or model loaded: its reward_func takes
     (queries, prompts, labels) and answers two samples — the first two prompts of --prompt_data, with empty
     responses — with two rewards (or the dict of rewards/scores/extra_logs). A wrong signature, a wrong
@@ -49,15 +44,15 @@ def check_reward_file(cfg: StageConfig) -> None:
     from alignment.datasets.sources import read_rows
     from alignment.rewards.reward_func import RewardError, load_reward_func, parse_output
 
-    if getattr(cfg, "agent_func_path", None):
+    if cfg.train.agent_func_path:
         return check_agent_file(cfg)
-    path = getattr(cfg, "remote_rm_url", None)
-    if not path or not path.endswith(".py") or not getattr(cfg, "prompt_data", None):
+    path = cfg.reward.remote_url
+    if not path or not path.endswith(".py") or not cfg.data.prompt_dataset:
         return
     fn = load_reward_func(path)
-    rows = read_rows(cfg.prompt_data.split(",")[0], cfg.prompt_split, "--prompt_data")[:2]
-    prompts = [_text(r.get(cfg.input_key)) for r in rows]
-    labels = [r.get(cfg.label_key) if cfg.label_key else None for r in rows]
+    rows = read_rows(cfg.data.prompt_dataset.split(",")[0], cfg.data.prompt_split, "--prompt_data")[:2]
+    prompts = [_text(r.get(cfg.data.input_key)) for r in rows]
+    labels = [r.get(cfg.data.label_key) if cfg.data.label_key else None for r in rows]
     try:
         out = fn(list(prompts), list(prompts), labels)
     except Exception as e:  # the user's code: whatever it raises is the one line
@@ -68,7 +63,7 @@ def check_reward_file(cfg: StageConfig) -> None:
     parse_output(out, len(rows), path)
 
 
-def check_agent_file(cfg: StageConfig) -> None:
+def check_agent_file(cfg: PPOConfig) -> None:
     """An --agent_func_path file, before any group is placed: it defines AgentInstance (and AgentExecutor, if
     any, of the right base), and one episode of it — reset on the first prompt of --prompt_data, then a step
     with an empty model turn — answers in the contract's shape within --agent_step_timeout."""
@@ -80,12 +75,19 @@ def check_agent_file(cfg: StageConfig) -> None:
     from alignment.agents.runner import load_agent_file
     from alignment.datasets.sources import read_rows
 
-    path = cfg.agent_func_path
+    path = cfg.train.agent_func_path
     instance_cls, _ = load_agent_file(path)
-    rows = read_rows(cfg.prompt_data.split(",")[0], cfg.prompt_split, "--prompt_data")[:1] if cfg.prompt_data else []
+    rows = (
+        read_rows(cfg.data.prompt_dataset.split(",")[0], cfg.data.prompt_split, "--prompt_data")[:1]
+        if cfg.data.prompt_dataset
+        else []
+    )
     if not rows:
         return
-    prompt, label = _text(rows[0].get(cfg.input_key)), rows[0].get(cfg.label_key) if cfg.label_key else None
+    prompt, label = (
+        _text(rows[0].get(cfg.data.input_key)),
+        rows[0].get(cfg.data.label_key) if cfg.data.label_key else None,
+    )
 
     async def one_step() -> None:
         env = await make_instance(instance_cls)
@@ -94,9 +96,11 @@ def check_agent_file(cfg: StageConfig) -> None:
             "observation_text": text,
             "action_text": "",
             "label": label,
-            "sampling_params": SamplingParams(cfg.generate_max_len, cfg.temperature, cfg.top_p),
+            "sampling_params": SamplingParams(cfg.rollout.max_new_tokens, cfg.rollout.temperature, cfg.rollout.top_p),
         }
-        StepResult.of(await asyncio.wait_for(env.step(states), cfg.agent_step_timeout), f"{path} (start-up check)")
+        StepResult.of(
+            await asyncio.wait_for(env.step(states), cfg.train.agent_step_timeout), f"{path} (start-up check)"
+        )
 
     try:
         asyncio.run(one_step())
@@ -104,7 +108,7 @@ def check_agent_file(cfg: StageConfig) -> None:
         raise
     except asyncio.TimeoutError:
         raise AgentError(
-            f"{path}: step did not return within --agent_step_timeout {cfg.agent_step_timeout:g} s at "
+            f"{path}: step did not return within --agent_step_timeout {cfg.train.agent_step_timeout:g} s at "
             f"the start-up check (first prompt, empty turn)"
         ) from None
     except Exception as e:  # the user's code: whatever it raises is the one line

@@ -102,19 +102,19 @@ def make_handler(
             if size < 0:
                 self._reply(411, {"error": "a Content-Length header is required"})
                 return
-            if size > cfg.max_request_bytes:
+            if size > cfg.serve.max_request_bytes:
                 self.close_connection = True  # the unread body is dropped with the connection
                 self._reply(
                     413,
                     {
                         "error": f"request body of {size} bytes is over --max_request_bytes "
-                        f"{cfg.max_request_bytes}: send smaller batches"
+                        f"{cfg.serve.max_request_bytes}: send smaller batches"
                     },
                 )
                 return
             try:
                 queries, prompts, labels = parse_request(
-                    self.rfile.read(size), cfg.max_batch, count_tokens, cfg.max_len
+                    self.rfile.read(size), cfg.serve.max_batch, count_tokens, cfg.data.max_len
                 )
                 with lock:
                     rewards = score(queries, prompts, labels)
@@ -139,35 +139,39 @@ def main(argv: list[str] | None = None) -> None:
 
     from alignment.rewards.scorer import make_reward
 
-    if cfg.num_threads:
-        torch.set_num_threads(cfg.num_threads)
+    if cfg.train.num_threads:
+        torch.set_num_threads(cfg.train.num_threads)
     tokenizer, count_tokens = None, None
-    if cfg.reward_pretrain:
+    if cfg.reward.model_name_or_path:
         from alignment.models.loading import load_tokenizer, resolve_model_path
         from alignment.models.precision import attn_implementation, precision_for
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
         tokenizer = load_tokenizer(
-            resolve_model_path(cfg.pretrain or cfg.reward_pretrain.split(",")[0]),
-            cfg.tokenizer_chat_template,
-            use_fast=not cfg.disable_fast_tokenizer,
+            resolve_model_path(cfg.model.model_name_or_path or cfg.reward.model_name_or_path.split(",")[0]),
+            cfg.data.tokenizer_chat_template,
+            use_fast=not cfg.data.disable_fast_tokenizer,
         )
         reward = make_reward(
-            cfg, tokenizer, precision_for(cfg.bf16, device).dtype, attn_implementation(cfg.flash_attn, device), device
+            cfg,
+            tokenizer,
+            precision_for(cfg.ds.bf16, device).dtype,
+            attn_implementation(cfg.ds.flash_attn, device),
+            device,
         )
         count_tokens = lambda q: len(tokenizer(q, add_special_tokens=False)["input_ids"])  # noqa: E731
     else:
         reward = make_reward(cfg, None, torch.float32, "sdpa", "cpu")
-    source = cfg.reward_pretrain or cfg.remote_rm_url
+    source = cfg.reward.model_name_or_path or cfg.reward.remote_url
 
     def score(queries: list[str], prompts: list[str], labels: list) -> list[float]:
         out: list[float] = []
-        for s in range(0, len(queries), cfg.batch_size):
-            e = s + cfg.batch_size
+        for s in range(0, len(queries), cfg.serve.batch_size):
+            e = s + cfg.serve.batch_size
             out += [float(x) for x in reward(queries[s:e], prompts[s:e], labels[s:e]).rewards.tolist()]
         return out
 
-    server = ThreadingHTTPServer((cfg.host, cfg.port), make_handler(score, source, cfg, count_tokens))
+    server = ThreadingHTTPServer((cfg.serve.host, cfg.serve.port), make_handler(score, source, cfg, count_tokens))
     host, port = server.server_address[:2]
     print(f"serving rewards from {source} on http://{host}:{port}/get_reward", flush=True)
     try:

@@ -27,9 +27,9 @@ def main(argv: list[str] | None = None) -> dict:
     from alignment.trainers.start import start
 
     s = start(cfg, lambda tok, source: PairTokenizer(tok, cfg, source))
-    kind = "IPO" if cfg.ipo else ("cDPO" if cfg.label_smoothing > 0 else "DPO")
-    log.info("%s: %s, beta %g", kind, s.counts("pairs"), cfg.beta)
-    ref = reference_for(cfg, s.setup, s.rt.device)
+    kind = "IPO" if cfg.model.ipo_enable else ("cDPO" if cfg.model.label_smoothing > 0 else "DPO")
+    log.info("%s: %s, beta %g", kind, s.counts("pairs"), cfg.model.beta)
+    ref = reference_for(cfg.ref, s.setup, s.rt.device)
     return s.trainer(
         DPOTrainer, cfg, load_actor(s.setup, cfg), ref=ref, mask_dtype=s.setup.packed_mask_dtype, moe_top_k=s.moe_top_k
     ).fit()

@@ -29,8 +29,8 @@ def main(argv: list[str] | None = None) -> dict:
 
     teacher_path = check_teacher(cfg)
     s = start(cfg, lambda tok, source: SFTTokenizer(tok, cfg, source))
-    log.info("KD: %s, kd_coef %g", s.counts(), cfg.kd_coef)
-    teacher = teacher_for(cfg, teacher_path, s.setup, s.rt.device)
+    log.info("KD: %s, kd_coef %g", s.counts(), cfg.kd.kd_coef)
+    teacher = teacher_for(cfg.teacher, teacher_path, s.setup, s.rt.device)
     return s.trainer(
         KDTrainer,
         cfg,

@@ -25,8 +25,10 @@ def main(argv: list[str] | None = None) -> dict:
 
     s = start(cfg, lambda tok, source: UnpairedTokenizer(tok, cfg, source))
     good = sum(x.desirable for x in s.train_set)
-    log.info("KTO: %s (%d desirable, %d undesirable), beta %g", s.counts(), good, len(s.train_set) - good, cfg.beta)
-    ref = reference_for(cfg, s.setup, s.rt.device)
+    log.info(
+        "KTO: %s (%d desirable, %d undesirable), beta %g", s.counts(), good, len(s.train_set) - good, cfg.model.beta
+    )
+    ref = reference_for(cfg.ref, s.setup, s.rt.device)
     return s.trainer(KTOTrainer, cfg, load_actor(s.setup, cfg), ref=ref, mask_dtype=s.setup.packed_mask_dtype).fit()
 
 

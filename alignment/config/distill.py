@@ -36,6 +36,8 @@ class KDConfig(TeacherConfig, SFTConfig):
     """Knowledge distillation: SFT on the data plus the teacher's next-token distributions on the response
     tokens (`python -m alignment.cli.train_kd`)."""
 
+    own_group: ClassVar[str] = "kd"
+
     kd_coef: float = opt(
         0.4,
         "loss = (1 - kd_coef) x NLL + kd_coef x KD, KD the cross-entropy of the student's "

@@ -5,7 +5,7 @@ store like every other stage, and read by the flows' promotion gates and compari
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import ClassVar, Optional
 
 from alignment.config.base import opt, require
 from alignment.config.groups import DataConfig, ModelConfig
@@ -32,6 +32,8 @@ HIGHER_IS_BETTER = {
 
 @dataclass
 class EvaluateConfig(RewardSourceConfig, PairDataConfig, RanksConfig, DataConfig, ModelConfig, StageConfig):
+    own_group: ClassVar[str] = "eval"
+
     eval_task: str = opt(
         "generate",
         "generate: greedy responses to --dataset prompts scored by the reward source "
@@ -42,20 +44,23 @@ class EvaluateConfig(RewardSourceConfig, PairDataConfig, RanksConfig, DataConfig
         choices=tuple(EVAL_METRICS),
     )
     output_path: str = opt(
-        "./evaluation", "Output directory (local or s3://): evaluation.json + MANIFEST.json", identity=False
+        "./evaluation",
+        "Output directory (local or s3://): evaluation.json + MANIFEST.json",
+        identity=False,
+        group="ckpt",
     )
     max_new_tokens: int = opt(256, "generate: most new tokens per response", dotted="generate.max_new_tokens")
     prompt_max_len: int = opt(
         1024, "Prompts longer than this (tokens) are dropped, counted and reported", dotted="data.prompt_max_len"
     )
-    micro_batch_size: int = opt(32, "Rows per forward or generate call")
-    label_key: Optional[str] = opt(None, "JSON key passed as `labels` to a reward_func / reward server")
+    micro_batch_size: int = opt(32, "Rows per forward or generate call", group="generate")
+    label_key: Optional[str] = opt(None, "JSON key passed as `labels` to a reward_func / reward server", group="data")
     correct_reward: float = opt(
         1.0,
         "generate: a response counts as right (accuracy) when its reward is at least "
         "this (1.0 for a 0/1 verifiable reward)",
     )
-    num_threads: int = opt(0, "CPU threads per rank (0: cores / ranks on this node)", identity=False)
+    num_threads: int = opt(0, "CPU threads per rank (0: cores / ranks on this node)", identity=False, group="train")
 
     def metrics(self) -> tuple[str, ...]:
         return EVAL_METRICS[self.eval_task]

@@ -8,13 +8,15 @@ before any model or dataset is loaded.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import ClassVar, Optional
 
 from alignment.config.base import ConfigError, opt, require
 
 
 @dataclass
 class ModelConfig:
+    own_group: ClassVar[str] = "model"
+
     pretrain: Optional[str] = opt(
         None,
         "HF model directory, store URI (s3://...) or hub name to start from",
@@ -104,6 +106,8 @@ class LoraSaveConfig:
     """How a LoRA-trained policy is saved (SFT, DPO, KTO, PPO). A reward model is always saved merged:
     its config.json carries the reward's normalisation, which an adapter folder has no place for."""
 
+    own_group: ClassVar[str] = "ds.lora"
+
     merge_lora: bool = opt(
         False,
         "With --lora_rank: also save the model with the adapters merged in (save_path holds "
@@ -158,6 +162,8 @@ class PromptFormatConfig:
 
 @dataclass
 class DataConfig(PromptFormatConfig, PackingConfig):
+    own_group: ClassVar[str] = "data"
+
     dataset: Optional[str] = opt(
         None,
         "Comma-separated datasets: .jsonl/.json files, json@DIR, directories, store URIs or hub names",

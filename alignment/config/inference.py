@@ -4,7 +4,7 @@ and `python -m alignment.cli.interactive_chat`."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import ClassVar, Optional
 
 from alignment.config.base import opt, require
 from alignment.config.groups import DataConfig, ModelConfig
@@ -18,14 +18,20 @@ POST_PROCESSOR_NAMES = ("rs", "iter_dpo", "csft")  # alignment.inference.postpro
 
 @dataclass
 class BatchInferenceConfig(RewardSourceConfig, RanksConfig, DataConfig, ModelConfig, StageConfig):
+    own_group: ClassVar[str] = "generate"
+
     eval_task: str = opt(
         "generate",
         "generate (HF engine) / generate_vllm (vLLM engine): sample responses to "
         "--dataset prompts; rm: score (prompt, response) rows",
         choices=EVAL_TASKS,
+        group="eval",
     )
     output_path: str = opt(
-        "./batch_inference", "Output directory (local or s3://): output.jsonl + MANIFEST.json", identity=False
+        "./batch_inference",
+        "Output directory (local or s3://): output.jsonl + MANIFEST.json",
+        identity=False,
+        group="ckpt",
     )
     best_of_n: int = opt(1, "Responses sampled per prompt")
     max_new_tokens: int = opt(1024, "Most new tokens per response", dotted="generate.max_new_tokens")
@@ -34,8 +40,8 @@ class BatchInferenceConfig(RewardSourceConfig, RanksConfig, DataConfig, ModelCon
     )
     temperature: float = opt(1.0, "Sampling temperature", dotted="generate.temperature")
     top_p: float = opt(1.0, "Nucleus sampling", dotted="generate.top_p")
-    micro_batch_size: int = opt(16, "Prompts per generate/score call")
-    label_key: Optional[str] = opt(None, "JSON key passed as `labels` to a reward_func / reward server")
+    micro_batch_size: int = opt(16, "Prompts per generate/score call", group="generate")
+    label_key: Optional[str] = opt(None, "JSON key passed as `labels` to a reward_func / reward server", group="data")
     post_processor: Optional[str] = opt(
         None,
         "rs: best response per prompt (SFT data); iter_dpo: best/worst "
@@ -62,21 +68,23 @@ class BatchInferenceConfig(RewardSourceConfig, RanksConfig, DataConfig, ModelCon
         0,
         "Prompts per round of an iterative pipeline: this round takes rows "
         "[iter*N, (iter+1)*N) of the dataset, wrapping around (0: every row, up to --max_samples)",
+        dotted="rollout.batch_size",
     )
     iter: int = opt(0, "Round index for --rollout_batch_size (OpenRLHF's iterative DPO passes the round number)")
     vllm_num_engines: int = opt(
         0,
         "--eval_task generate_vllm: vLLM engines, one rank (GPU) each, each generating "
         "its share of the prompts (0: --num_nodes x --num_gpus_per_node ranks)",
+        dotted="vllm.num_engines",
     )
-    seed: int = opt(42, "Sampling seed")
-    num_threads: int = opt(0, "CPU threads per rank (0: cores / ranks on this node)", identity=False)
+    seed: int = opt(42, "Sampling seed", group="train")
+    num_threads: int = opt(0, "CPU threads per rank (0: cores / ranks on this node)", identity=False, group="train")
 
-    def ranks(self) -> int:
+    def world_size(self) -> int:
         """Data-parallel ranks: one per vLLM engine with generate_vllm, else the placement's size."""
         if self.eval_task == "generate_vllm" and self.vllm_num_engines:
             return self.vllm_num_engines
-        return super().ranks()
+        return super().world_size()
 
     def ranks_flags(self) -> str:
         if self.eval_task == "generate_vllm" and self.vllm_num_engines:
@@ -147,6 +155,8 @@ class BatchInferenceConfig(RewardSourceConfig, RanksConfig, DataConfig, ModelCon
 class ChatConfig(ModelConfig, StageConfig):
     """Chat with a model in the terminal (`python -m alignment.cli.interactive_chat`)."""
 
+    own_group: ClassVar[str] = "generate"
+
     apply_chat_template: bool = opt(
         False,
         "Render the conversation with the tokenizer's chat template; without it "
@@ -160,7 +170,7 @@ class ChatConfig(ModelConfig, StageConfig):
     temperature: float = opt(0.6, "Sampling temperature", dotted="generate.temperature")
     top_p: float = opt(0.9, "Nucleus sampling", dotted="generate.top_p")
     greedy: bool = opt(False, "Greedy decoding (ignores --temperature and --top_p)", aliases=("--greedy_sampling",))
-    seed: int = opt(42, "Sampling seed (set once, at start)")
+    seed: int = opt(42, "Sampling seed (set once, at start)", group="train")
 
     def check_chat(self) -> None:
         require(self.max_new_tokens >= 1, f"--max_new_tokens {self.max_new_tokens}: must be >= 1")
@@ -179,13 +189,15 @@ class ChatConfig(ModelConfig, StageConfig):
 class ServeRMConfig(RewardSourceConfig, ModelConfig, StageConfig):
     """`python -m alignment.cli.serve_rm`: an HTTP reward endpoint over reward models or a reward_func file."""
 
+    own_group: ClassVar[str] = "serve"
+
     host: str = opt("127.0.0.1", "Address to listen on (loopback by default; 0.0.0.0 to serve a cluster)")
     port: int = opt(5000, "Port to listen on (0: any free port, printed at start)")
     batch_size: int = opt(64, "Queries per forward pass")
-    max_len: int = opt(2048, "Queries longer than this many tokens are refused (400)")
+    max_len: int = opt(2048, "Queries longer than this many tokens are refused (400)", group="data")
     max_batch: int = opt(1024, "Most queries in one request (more: 413)")
     max_request_bytes: int = opt(16 << 20, "Largest request body (more: 413)")
-    num_threads: int = opt(0, "CPU threads for scoring (0: all cores)")
+    num_threads: int = opt(0, "CPU threads for scoring (0: all cores)", group="train")
 
     def check_model(self) -> None:
         """--pretrain only names the tokenizer here; by default the (first) reward model's."""

@@ -4,6 +4,7 @@ cluster a "gpu" is one CPU bundle."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from alignment.config.base import opt, require
 
@@ -11,6 +12,8 @@ from alignment.config.base import opt, require
 @dataclass
 class PlacementConfig:
     """Where the four model groups live. On a CPU-only cluster a "gpu" is one CPU bundle."""
+
+    own_group: ClassVar[str] = "ref"
 
     actor_num_nodes: int = opt(1, "Nodes for the policy (actor) group", dotted="actor.num_nodes")
     actor_num_gpus_per_node: int = opt(

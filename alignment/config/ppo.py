@@ -31,6 +31,8 @@ KL_ESTIMATORS = ("k1", "k2", "k3")
 
 @dataclass
 class AlgorithmConfig:
+    own_group: ClassVar[str] = "algo"
+
     advantage_estimator: str = opt(
         "gae", "How advantages are computed", choices=ADVANTAGE_ESTIMATORS, dotted="algo.advantage.estimator"
     )

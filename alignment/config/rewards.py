@@ -14,6 +14,8 @@ class RewardSourceConfig:
     """Where rewards come from (train_ppo_ray, batch_inference, serve_rm): trained reward models
     and/or reward servers or a reward_func file."""
 
+    own_group: ClassVar[str] = "reward"
+
     reward_pretrain: Optional[str] = opt(
         None,
         "Reward model(s), comma-separated (directories, store URIs, hub names)",

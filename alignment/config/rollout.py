@@ -4,7 +4,7 @@ micro-batches and asynchronous training. OpenRLHF's flag names; torch-free like 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 from alignment.config.base import opt, require
 from alignment.config.groups import DATASET_NUM_PROC_HELP, PromptFormatConfig, check_mixing
@@ -12,6 +12,8 @@ from alignment.config.groups import DATASET_NUM_PROC_HELP, PromptFormatConfig, c
 
 @dataclass
 class RolloutConfig(PromptFormatConfig):
+    own_group: ClassVar[str] = "vllm"
+
     prompt_data: Optional[str] = opt(
         None, "Comma-separated prompt datasets (same forms as --dataset)", path="data", dotted="data.prompt_dataset"
     )
@@ -24,7 +26,7 @@ class RolloutConfig(PromptFormatConfig):
         None, "JSON key passed as `labels` to a reward_func / remote RM", dotted="data.label_key"
     )
     max_samples: int = opt(100_000_000, "Use at most this many prompts", dotted="data.max_samples")
-    dataset_num_proc: int = opt(0, DATASET_NUM_PROC_HELP, identity=False)
+    dataset_num_proc: int = opt(0, DATASET_NUM_PROC_HELP, identity=False, group="data")
     prompt_max_len: int = opt(
         1024, "Prompts longer than this (in tokens) are dropped, counted and reported", dotted="data.prompt_max_len"
     )

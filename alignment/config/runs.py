@@ -9,7 +9,7 @@ before any model or dataset is loaded.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import ClassVar, Optional
 
 from alignment.config.base import opt, require
 from alignment.config.paths import check_checkpoint_folder
@@ -21,6 +21,8 @@ PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 class RanksConfig:
     """Where the stage's ranks go on a Ray cluster (alignment.distributed.ray_ranks). Under
     torchrun/deepspeed the launcher sets the world size and these must be left at 1 or match it."""
+
+    own_group: ClassVar[str] = "ranks"
 
     num_nodes: int = opt(
         1, "Nodes of the stage's rank group on Ray (OpenRLHF's name); ranks = this x --num_gpus_per_node"
@@ -39,7 +41,7 @@ class RanksConfig:
         identity=False,
     )
 
-    def ranks(self) -> int:
+    def world_size(self) -> int:
         return self.num_nodes * self.num_gpus_per_node
 
     def ranks_flags(self) -> str:
@@ -55,6 +57,8 @@ class RanksConfig:
 
 @dataclass
 class TrainConfig:
+    own_group: ClassVar[str] = "train"
+
     micro_train_batch_size: int = opt(
         8, "Samples (or packed rows) per rank per forward/backward", dotted="train.micro_batch_size"
     )
@@ -185,6 +189,8 @@ class MoEConfig:
 
 @dataclass
 class CheckpointConfig:
+    own_group: ClassVar[str] = "ckpt"
+
     save_path: str = opt(
         "./ckpt", "Where the final HF-format model goes (local path or s3://)", identity=False, dotted="ckpt.output_dir"
     )

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Optional
+from typing import Any, ClassVar, Optional
 
+from alignment.config import nested
 from alignment.config.base import check_store_uri, opt, require
 from alignment.config.groups import DataConfig, LoraConfig, LoraSaveConfig, ModelConfig
 from alignment.config.paths import check_output_paths
@@ -14,8 +15,36 @@ from alignment.config.runs import CheckpointConfig, LoggingConfig, MoEConfig, Ra
 OUTPUT_FIELDS = ("save_path", "ckpt_path", "output_path")
 
 
+@dataclass(frozen=True)
+class Outputs:
+    """Where a stage writes, whatever its kind: what the CLIs' preflight, the lease, an interrupt's line and
+    the model card ask of a config."""
+
+    flag: str  # the flag naming what the stage commits: "--save_path" or "--output_path"
+    uri: str | None
+    ckpt: str | None  # --ckpt_path of a training stage
+    checkpoints: bool  # the run commits checkpoints (--save_steps or --save_minutes, DeepSpeed's not disabled)
+
+    def stores(self) -> list[tuple[str, str]]:
+        return [(flag, uri) for flag, uri in ((self.flag, self.uri), ("--ckpt_path", self.ckpt)) if uri]
+
+
 @dataclass
 class StageConfig:
+    def __getattr__(self, name: str) -> Any:
+        # reached only for a name that is no field, method or class attribute: a group (`cfg.train`,
+        # alignment.config.nested); dunder probes (copy, pickle) must fail as on any object
+        if not name.startswith("__") and name in nested.groups(type(self)):
+            return nested.group(self, (name,))
+        raise AttributeError(f"{type(self).__name__} has no field or group {name!r}")
+
+    def outputs(self) -> Outputs:
+        given = {name: getattr(self, name, None) for name in (*OUTPUT_FIELDS, "save_steps", "save_minutes")}
+        flag = "save_path" if given["save_path"] else "output_path"
+        cadence = (given["save_steps"] or -1) > 0 or (given["save_minutes"] or 0) > 0
+        writes = cadence and not getattr(self, "disable_ds_ckpt", True)
+        return Outputs(f"--{flag}", given[flag], given["ckpt_path"], writes)
+
     def validate(self) -> "StageConfig":
         """Every field with choices holds one of them (a YAML file or a flow parameter skips argparse),
         output URIs have a known scheme and no output's commit would replace a file or an input model,
@@ -63,6 +92,8 @@ class SFTConfig(
 class PRMConfig(SFTConfig):
     """Process reward model: a causal LM taught to answer each step's placeholder token with a reward
     token (`python -m alignment.cli.train_prm`)."""
+
+    own_group: ClassVar[str] = "data"
 
     placeholder_token: Optional[str] = opt(
         None,

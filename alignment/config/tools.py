@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import ClassVar, Optional
 
 from alignment.config.base import opt, require
 from alignment.config.stages import StageConfig
@@ -13,8 +13,15 @@ from alignment.config.stages import StageConfig
 class TinyBaseConfig(StageConfig):
     """A seeded random-init tiny Llama with the tiny tokenizer (`python -m alignment.cli.make_tiny_base`)."""
 
-    save_path: str = opt("./ckpt/tiny_base", "Where the model directory goes (local path or s3://)", identity=False)
-    seed: int = opt(0, "Seed of the random initialisation")
+    own_group: ClassVar[str] = "model"
+
+    save_path: str = opt(
+        "./ckpt/tiny_base",
+        "Where the model directory goes (local path or s3://)",
+        identity=False,
+        dotted="ckpt.output_dir",
+    )
+    seed: int = opt(0, "Seed of the random initialisation", group="train")
     arch: str = opt(
         "llama",
         "llama (the tiny world's model) or mixtral (a tiny sparse MoE, for --aux_loss_coef)",
@@ -27,12 +34,16 @@ class ImportModelConfig(StageConfig):
     """Commit a model made elsewhere as a plain Hugging Face folder in the store
     (`python -m alignment.cli.import_model SRC --save_path URI`)."""
 
+    own_group: ClassVar[str] = "model"
+
     source: Optional[str] = opt(
         None,
         "The model to import: a .gguf file, a Hugging Face model folder (local or s3://, "
         "with or without our MANIFEST.json) or a hub name. Also the first positional argument",
     )
-    save_path: Optional[str] = opt(None, "Where the committed HF folder goes (local path or s3://)", identity=False)
+    save_path: Optional[str] = opt(
+        None, "Where the committed HF folder goes (local path or s3://)", identity=False, dotted="ckpt.output_dir"
+    )
     gguf_file: Optional[str] = opt(None, "Which .gguf file of a folder or hub repo holding several to import")
     revision: Optional[str] = opt(None, "Hub revision (branch, tag or commit sha) of a hub-name --source")
 
@@ -51,6 +62,8 @@ class LoraCombinerConfig(StageConfig):
     """Merge a saved LoRA adapter into its base and commit the merged model (OpenRLHF's lora_combiner,
     `python -m alignment.cli.lora_combiner`)."""
 
+    own_group: ClassVar[str] = "model"
+
     model_path: Optional[str] = opt(
         None, "The base model the adapter was trained on: HF directory, store URI or hub name", path="model"
     )
@@ -60,11 +73,13 @@ class LoraCombinerConfig(StageConfig):
         "a local folder or a committed store URI",
         path="model",
     )
-    output_path: Optional[str] = opt(None, "Where the merged model is committed (local path or s3://)", identity=False)
+    output_path: Optional[str] = opt(
+        None, "Where the merged model is committed (local path or s3://)", identity=False, group="ckpt"
+    )
     is_rm: bool = opt(
         False, "A reward model's adapter: the base loads with its value head (AutoModelForSequenceClassification)"
     )
-    bf16: bool = opt(False, "Load, merge and save in bfloat16 (default: the base's own dtype)")
+    bf16: bool = opt(False, "Load, merge and save in bfloat16 (default: the base's own dtype)", group="ds")
 
     def check_lora_combiner(self) -> None:
         for flag in ("model_path", "lora_path", "output_path"):

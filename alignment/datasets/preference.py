@@ -45,8 +45,8 @@ class PreferenceRowTokenizer:
     def __init__(self, tokenizer: Any, cfg: DataConfig, source: str, end_at_eos: bool = False):
         """end_at_eos: responses stop at their EOS (the reward model's data, see `end_at_eos`)."""
         self.tok, self.cfg, self.source, self.end_at_eos = tokenizer, cfg, source, end_at_eos
-        if cfg.apply_chat_template:
-            require_chat_template(tokenizer, cfg.pretrain)
+        if cfg.data.apply_chat_template:
+            require_chat_template(tokenizer, cfg.model.model_name_or_path)
 
     def settings(self) -> dict[str, Any]:
         return {"end_at_eos": self.end_at_eos, **{name: getattr(self.cfg, name) for name in self.SETTINGS}}
@@ -56,7 +56,7 @@ class PreferenceRowTokenizer:
 
     def split(self, prompt: Any, response: Any) -> tuple[list[int], list[int]]:
         head, text = prompt_and_response(
-            self.tok, prompt, response, self.cfg.apply_chat_template, self.cfg.input_template
+            self.tok, prompt, response, self.cfg.data.apply_chat_template, self.cfg.data.input_template
         )
         if self.end_at_eos:
             text = end_at_eos(text, self.tok.eos_token)
@@ -64,8 +64,8 @@ class PreferenceRowTokenizer:
 
     def sample(self, prompt_ids: list[int], response_ids: list[int]) -> TokenizedSample | None:
         """None when --max_len leaves no response token."""
-        ids = (prompt_ids + response_ids)[: self.cfg.max_len]
-        mask = ([0] * len(prompt_ids) + [1] * len(response_ids))[: self.cfg.max_len]
+        ids = (prompt_ids + response_ids)[: self.cfg.data.max_len]
+        mask = ([0] * len(prompt_ids) + [1] * len(response_ids))[: self.cfg.data.max_len]
         mask[0] = 0  # the first token has nothing before it to be predicted from
         return TokenizedSample(ids, mask) if sum(mask) else None
 
@@ -77,7 +77,7 @@ class PreferenceRowTokenizer:
                 self.source,
                 dropped,
                 n_rows,
-                self.cfg.max_len,
+                self.cfg.data.max_len,
                 what,
             )
 
@@ -119,8 +119,8 @@ class PairTokenizer(PreferenceRowTokenizer):
         )
 
     def _prompt_and_answer(self, value: Any, row: dict, index: int) -> tuple[Any, Any]:
-        if self.cfg.prompt_key:
-            return get_text(row, self.cfg.prompt_key, "--prompt_key", index, self.source, optional=True), value
+        if self.cfg.data.prompt_key:
+            return get_text(row, self.cfg.data.prompt_key, "--prompt_key", index, self.source, optional=True), value
         if isinstance(value, list) and len(value) > 1:  # a whole conversation: the last turn is the answer
             return value[:-1], value[-1]
         return None, value  # plain text: no prompt part
@@ -128,8 +128,8 @@ class PairTokenizer(PreferenceRowTokenizer):
     def columns(self, row: dict, index: int) -> dict[str, Any]:
         cfg = self.cfg
         skipped = {"chosen_ids": [], "chosen_mask": [], "rejected_ids": [], "rejected_mask": [], "margin": 0.0}
-        chosen = get_text(row, cfg.chosen_key, "--chosen_key", index, self.source)
-        rejected = get_text(row, cfg.rejected_key, "--rejected_key", index, self.source)
+        chosen = get_text(row, cfg.data.chosen_key, "--chosen_key", index, self.source)
+        rejected = get_text(row, cfg.data.rejected_key, "--rejected_key", index, self.source)
         if chosen == rejected:
             return {**skipped, "status": IDENTICAL}  # no preference to learn from; counted, not fatal
         prompt, c_answer = self._prompt_and_answer(chosen, row, index)
@@ -179,7 +179,7 @@ class PairTokenizer(PreferenceRowTokenizer):
         if not out:
             raise DataError(
                 f"{self.source}: no usable preference pairs in {n_rows} rows "
-                f"({same} had chosen == rejected, {dropped} too long for --max_len {self.cfg.max_len})"
+                f"({same} had chosen == rejected, {dropped} too long for --max_len {self.cfg.data.max_len})"
             )
         return out
 

@@ -71,9 +71,11 @@ class PRMTokenizer:
 
     def __init__(self, tokenizer: Any, cfg: PRMConfig, source: str = "dataset"):
         self.tok, self.cfg, self.source = tokenizer, cfg, source
-        self.placeholder_id = single_token_id(tokenizer, cfg.placeholder_token, "--placeholder_token")
+        self.placeholder_id = single_token_id(tokenizer, cfg.data.placeholder_token, "--placeholder_token")
         self.reward_ids = (
-            [single_token_id(tokenizer, t, "--reward_tokens") for t in cfg.reward_tokens] if cfg.reward_tokens else None
+            [single_token_id(tokenizer, t, "--reward_tokens") for t in cfg.data.reward_tokens]
+            if cfg.data.reward_tokens
+            else None
         )
         self.soft = False  # of the last `finish`
 
@@ -97,17 +99,17 @@ class PRMTokenizer:
 
     def _target(self, label: Any, index: int) -> tuple[float, bool]:
         """(target, soft) of one step's label."""
-        where = f"{self.source} row {index}: --label_key {self.cfg.label_key!r}"
+        where = f"{self.source} row {index}: --label_key {self.cfg.data.label_key!r}"
         if isinstance(label, bool) or not isinstance(label, (str, int, float)):
             raise DataError(f"{where} holds {describe(label)}; expected reward tokens or numbers in [0, 1]")
         if isinstance(label, str):
             if self.reward_ids is None:
                 return float(single_token_id(self.tok, label, f"{where} label")), False
-            if label not in self.cfg.reward_tokens:
+            if label not in self.cfg.data.reward_tokens:
                 raise DataError(
-                    f"{where} label {label!r} is not one of --reward_tokens {' '.join(self.cfg.reward_tokens)}"
+                    f"{where} label {label!r} is not one of --reward_tokens {' '.join(self.cfg.data.reward_tokens)}"
                 )
-            return float(self.cfg.reward_tokens.index(label)), False
+            return float(self.cfg.data.reward_tokens.index(label)), False
         if not (self.reward_ids and len(self.reward_ids) == 2 and 0.0 <= label <= 1.0):
             raise DataError(
                 f"{where} label {label!r}: a soft label is a number in [0, 1] and needs two "
@@ -116,23 +118,23 @@ class PRMTokenizer:
         return float(label), True
 
     def columns(self, row: dict, index: int) -> dict[str, Any]:
-        text = get_field(row, self.cfg.input_key, "--input_key", index, self.source)
-        labels = get_field(row, self.cfg.label_key, "--label_key", index, self.source)
+        text = get_field(row, self.cfg.data.input_key, "--input_key", index, self.source)
+        labels = get_field(row, self.cfg.data.label_key, "--label_key", index, self.source)
         if not isinstance(text, str):
             raise DataError(
-                f"{self.source} row {index}: --input_key {self.cfg.input_key!r} is {describe(text)}; "
-                f"expected the text with a {self.cfg.placeholder_token!r} after each step"
+                f"{self.source} row {index}: --input_key {self.cfg.data.input_key!r} is {describe(text)}; "
+                f"expected the text with a {self.cfg.data.placeholder_token!r} after each step"
             )
         if not isinstance(labels, list) or not labels:
             raise DataError(
-                f"{self.source} row {index}: --label_key {self.cfg.label_key!r} is {describe(labels)}; "
-                f"expected a list with one label per {self.cfg.placeholder_token!r}"
+                f"{self.source} row {index}: --label_key {self.cfg.data.label_key!r} is {describe(labels)}; "
+                f"expected a list with one label per {self.cfg.data.placeholder_token!r}"
             )
         ids = self.tok(text, add_special_tokens=False)["input_ids"]
         places = [i for i, t in enumerate(ids) if t == self.placeholder_id]
         if len(places) != len(labels):
             raise DataError(
-                f"{self.source} row {index}: {len(places)} {self.cfg.placeholder_token!r} tokens and "
+                f"{self.source} row {index}: {len(places)} {self.cfg.data.placeholder_token!r} tokens and "
                 f"{len(labels)} labels; each step ends in the placeholder (as its own token) and has "
                 f"one label"
             )
@@ -142,8 +144,8 @@ class PRMTokenizer:
         targets = [IGNORE] * len(ids)
         for i, (target, _) in zip(places, parsed):
             targets[i] = target
-        truncated = len(ids) > self.cfg.max_len
-        ids, targets = ids[: self.cfg.max_len], targets[: self.cfg.max_len]
+        truncated = len(ids) > self.cfg.data.max_len
+        ids, targets = ids[: self.cfg.data.max_len], targets[: self.cfg.data.max_len]
         keep = any(t != IGNORE for t in targets)
         return {
             "input_ids": ids if keep else [],
@@ -157,7 +159,7 @@ class PRMTokenizer:
         kept = [i for i, keep in enumerate(columns["keep"]) if keep]
         if not kept:
             raise DataError(
-                f"{self.source}: no usable samples in {n_rows} rows: --max_len {self.cfg.max_len} cuts "
+                f"{self.source}: no usable samples in {n_rows} rows: --max_len {self.cfg.data.max_len} cuts "
                 f"off every step's placeholder; raise --max_len"
             )
         kinds = {columns["soft"][i] for i in kept}
@@ -174,7 +176,7 @@ class PRMTokenizer:
                 self.source,
                 sum(columns["truncated"]),
                 n_rows,
-                self.cfg.max_len,
+                self.cfg.data.max_len,
                 n_rows - len(kept),
             )
         return [PRMSample(columns["input_ids"][i], columns["targets"][i]) for i in kept]

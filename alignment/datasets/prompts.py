@@ -34,7 +34,7 @@ class PromptTokenizer:
 
     def __init__(self, tokenizer: Any, cfg: "RolloutConfig | OPDConfig", source: str):
         self.tok, self.cfg, self.source = tokenizer, cfg, source
-        if cfg.apply_chat_template:
+        if cfg.data.apply_chat_template:
             require_chat_template(tokenizer, "--pretrain")
 
     def settings(self) -> dict[str, Any]:
@@ -52,13 +52,13 @@ class PromptTokenizer:
         cfg = self.cfg
         text = prompt_text(
             self.tok,
-            get_text(row, cfg.input_key, "--input_key", index, self.source),
-            cfg.apply_chat_template,
-            cfg.input_template,
+            get_text(row, cfg.data.input_key, "--input_key", index, self.source),
+            cfg.data.apply_chat_template,
+            cfg.data.input_template,
         )
-        label = get_field(row, cfg.label_key, "--label_key", index, self.source) if cfg.label_key else None
+        label = get_field(row, cfg.data.label_key, "--label_key", index, self.source) if cfg.data.label_key else None
         ids = self.tok(text, add_special_tokens=False)["input_ids"]
-        keep = len(ids) <= cfg.prompt_max_len
+        keep = len(ids) <= cfg.data.prompt_max_len
         return {"text": text if keep else "", "ids": ids if keep else [], "label": json.dumps(label), "keep": keep}
 
     def finish(self, columns: dict[str, list], n_rows: int) -> list[PromptSample]:
@@ -74,25 +74,25 @@ class PromptTokenizer:
                 dropped,
                 n_rows,
                 self.source,
-                self.cfg.prompt_max_len,
+                self.cfg.data.prompt_max_len,
             )
         if not out:
             raise DataError(
                 f"{self.source}: all {n_rows} prompts are longer than --prompt_max_len "
-                f"{self.cfg.prompt_max_len}; raise --prompt_max_len"
+                f"{self.cfg.data.prompt_max_len}; raise --prompt_max_len"
             )
         return out
 
 
 def load_prompts(cfg: RolloutConfig, tokenizer: Any, spec: str, split: str) -> list[PromptSample]:
     t = PromptTokenizer(tokenizer, cfg, spec)
-    main = spec == cfg.prompt_data
+    main = spec == cfg.data.prompt_dataset
     rows = blend_rows(
         spec,
-        cfg.prompt_data_probs if main else None,
+        cfg.data.prompt_probs if main else None,
         split,
-        cfg.max_samples,
-        cfg.seed,
+        cfg.data.max_samples,
+        cfg.train.seed,
         "--prompt_data" if main else "--eval_dataset",
     )
-    return tokenize(rows, t, cfg.dataset_num_proc)
+    return tokenize(rows, t, cfg.data.dataset_num_proc)

@@ -98,9 +98,9 @@ class SFTTokenizer:
     def __init__(self, tokenizer: Any, cfg: DataConfig, source: str = "dataset"):
         self.tok, self.cfg, self.source = tokenizer, cfg, source
         self.stats = TokenizeStats()  # of the last `finish`
-        if cfg.apply_chat_template:
-            require_chat_template(tokenizer, cfg.pretrain)
-        if not cfg.pretrain_mode and not cfg.multiturn and not cfg.output_key:
+        if cfg.data.apply_chat_template:
+            require_chat_template(tokenizer, cfg.model.model_name_or_path)
+        if not cfg.model.pretrain_mode_enable and not cfg.data.multiturn and not cfg.data.output_key:
             raise DataError("--output_key is required for SFT (or use --pretrain_mode / --multiturn)")
 
     def _ids(self, text: str) -> list[int]:
@@ -109,11 +109,11 @@ class SFTTokenizer:
     def pieces(self, row: dict, index: int) -> list[tuple[str, bool]]:
         """(text, is_target) pieces of one row, in order."""
         cfg = self.cfg
-        if cfg.multiturn:
-            value = get_field(row, cfg.input_key, "--input_key", index, self.source)
+        if cfg.data.multiturn:
+            value = get_field(row, cfg.data.input_key, "--input_key", index, self.source)
             if not (isinstance(value, list) and value and all(is_message(m) for m in value)):
                 raise DataError(
-                    f"{self.source} row {index}: --input_key {cfg.input_key!r} is {describe(value)}, but "
+                    f"{self.source} row {index}: --input_key {cfg.data.input_key!r} is {describe(value)}, but "
                     f"--multiturn needs a conversation: a list of {{role, content}} messages with "
                     f"assistant turns; point --input_key at one, or drop --multiturn and set --output_key"
                 )
@@ -129,12 +129,16 @@ class SFTTokenizer:
                     pieces.append((through[len(done) :], False))
                 done = through
             return [p for p in pieces if p[0]]
-        value = get_text(row, cfg.input_key, "--input_key", index, self.source)
-        response = get_text(row, cfg.output_key, "--output_key", index, self.source) if cfg.output_key else None
+        value = get_text(row, cfg.data.input_key, "--input_key", index, self.source)
+        response = (
+            get_text(row, cfg.data.output_key, "--output_key", index, self.source) if cfg.data.output_key else None
+        )
         if response is None:
-            return [(prompt_text(self.tok, value, cfg.apply_chat_template, cfg.input_template), True)]
-        prompt, text = prompt_and_response(self.tok, value, response, cfg.apply_chat_template, cfg.input_template)
-        return [(prompt, cfg.pretrain_mode), (text, True)]
+            return [(prompt_text(self.tok, value, cfg.data.apply_chat_template, cfg.data.input_template), True)]
+        prompt, text = prompt_and_response(
+            self.tok, value, response, cfg.data.apply_chat_template, cfg.data.input_template
+        )
+        return [(prompt, cfg.model.pretrain_mode_enable), (text, True)]
 
     # every config field `columns` reads: part of the tokenization cache key
     SETTINGS = (
@@ -173,9 +177,9 @@ class SFTTokenizer:
         if mask:
             mask[0] = 0  # the first token of a sample has no prediction inside that sample
         untaught = sum(mask) == 0  # nothing to learn even before truncation (e.g. no assistant turn)
-        truncated = len(ids) > self.cfg.max_len
+        truncated = len(ids) > self.cfg.data.max_len
         if truncated:
-            ids, mask = ids[: self.cfg.max_len], mask[: self.cfg.max_len]
+            ids, mask = ids[: self.cfg.data.max_len], mask[: self.cfg.data.max_len]
         keep = sum(mask) > 0
         return {
             "input_ids": ids if keep else [],
@@ -203,15 +207,15 @@ class SFTTokenizer:
                 self.source,
                 stats.truncated,
                 n_rows,
-                self.cfg.max_len,
+                self.cfg.data.max_len,
                 stats.dropped,
             )
         if not out:
-            where = "no assistant turn in --input_key" if self.cfg.multiturn else "empty response"
+            where = "no assistant turn in --input_key" if self.cfg.data.multiturn else "empty response"
             raise DataError(
                 f"{self.source}: no usable samples in {n_rows} rows: {untaught} have nothing to learn "
                 f"({where}) and {n_rows - untaught} lose their response to --max_len "
-                f"{self.cfg.max_len}; raise --max_len or check the keys"
+                f"{self.cfg.data.max_len}; raise --max_len or check the keys"
             )
         return out
 

@@ -205,13 +205,15 @@ def load_train_eval(cfg: DataConfig, make: Callable[[str], RowTokenizer]) -> tup
     """Blend --dataset (and --eval_dataset when given) and tokenize each with `make(source)`: the
     samples every stage trains on. Both are read before either is tokenized, so a missing eval
     file fails first."""
-    train_rows = blend_rows(cfg.dataset, cfg.dataset_probs, cfg.dataset_split, cfg.max_samples, cfg.seed)
+    train_rows = blend_rows(
+        cfg.data.dataset, cfg.data.dataset_probs, cfg.data.dataset_split, cfg.data.max_samples, cfg.train.seed
+    )
     eval_rows = (
-        blend_rows(cfg.eval_dataset, None, cfg.eval_split, cfg.max_samples, cfg.seed, "--eval_dataset")
-        if cfg.eval_dataset
+        blend_rows(cfg.eval.dataset, None, cfg.eval.split, cfg.data.max_samples, cfg.train.seed, "--eval_dataset")
+        if cfg.eval.dataset
         else None
     )
-    train = tokenize(train_rows, make(cfg.dataset), cfg.dataset_num_proc)
+    train = tokenize(train_rows, make(cfg.data.dataset), cfg.data.dataset_num_proc)
     if eval_rows is None:
         return train, None
-    return train, tokenize(eval_rows, make(cfg.eval_dataset), cfg.dataset_num_proc)
+    return train, tokenize(eval_rows, make(cfg.eval.dataset), cfg.data.dataset_num_proc)

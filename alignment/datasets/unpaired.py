@@ -51,7 +51,7 @@ class UnpairedTokenizer(PreferenceRowTokenizer):
 
     def __init__(self, tokenizer: Any, cfg: DataConfig, source: str, end_at_eos: bool = False):
         super().__init__(tokenizer, cfg, source, end_at_eos)
-        if not cfg.output_key:
+        if not cfg.data.output_key:
             raise DataError("--output_key is required for KTO: the JSON key of the response")
 
     def features(self) -> Any:
@@ -67,10 +67,13 @@ class UnpairedTokenizer(PreferenceRowTokenizer):
 
     def columns(self, row: dict, index: int) -> dict[str, Any]:
         cfg = self.cfg
-        prompt = get_text(row, cfg.input_key, "--input_key", index, self.source, optional=True)
-        response = get_text(row, cfg.output_key, "--output_key", index, self.source)
+        prompt = get_text(row, cfg.data.input_key, "--input_key", index, self.source, optional=True)
+        response = get_text(row, cfg.data.output_key, "--output_key", index, self.source)
         label = parse_label(
-            get_field(row, cfg.label_key, "--label_key", index, self.source), index, cfg.label_key, self.source
+            get_field(row, cfg.data.label_key, "--label_key", index, self.source),
+            index,
+            cfg.data.label_key,
+            self.source,
         )
         p_ids, r_ids = self.split(prompt, response)
         s = self.sample(p_ids, r_ids)
@@ -109,7 +112,7 @@ class UnpairedTokenizer(PreferenceRowTokenizer):
         if not out:
             raise DataError(
                 f"{self.source}: no usable samples in {n_rows} rows (empty, or longer than "
-                f"--max_len {self.cfg.max_len})"
+                f"--max_len {self.cfg.data.max_len})"
             )
         kinds = {s.desirable for s in out}
         if len(kinds) == 1:

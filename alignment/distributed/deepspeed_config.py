@@ -17,7 +17,7 @@ def train_ds_config(cfg: TrainConfig, world_size: int, bf16: bool, device: str) 
     zero: dict[str, Any] = {
         "stage": stage,
         "offload_param": {"device": "none"},
-        "offload_optimizer": {"device": "cpu" if cfg.adam_offload else "none", "pin_memory": device == "cuda"},
+        "offload_optimizer": {"device": "cpu" if cfg.ds.adam_offload else "none", "pin_memory": device == "cuda"},
     }
     if stage == 3:
         zero["stage3_gather_16bit_weights_on_model_save"] = True
@@ -25,15 +25,15 @@ def train_ds_config(cfg: TrainConfig, world_size: int, bf16: bool, device: str) 
             # 0: really partition every parameter, even a tiny model's (by default DeepSpeed
             # keeps small ones whole, which would make ZeRO-3 on a test model a no-op).
             zero["stage3_param_persistence_threshold"] = 0
-        if cfg.zpg > 1:
-            zero["zero_hpz_partition_size"] = cfg.zpg
-        if cfg.optim == "muon":
+        if cfg.ds.zpg > 1:
+            zero["zero_hpz_partition_size"] = cfg.ds.zpg
+        if cfg.train.optim == "muon":
             zero["reduce_scatter"] = False  # DeepSpeed's ZeRO-3 refuses Muon with it (Muon needs whole gradients)
     return {
-        "train_batch_size": cfg.train_batch_size,
-        "train_micro_batch_size_per_gpu": cfg.micro_train_batch_size,
+        "train_batch_size": cfg.train.batch_size,
+        "train_micro_batch_size_per_gpu": cfg.train.micro_batch_size,
         "gradient_accumulation_steps": cfg.accumulation_steps(world_size),
-        "gradient_clipping": cfg.max_norm,
+        "gradient_clipping": cfg.train.max_norm,
         "zero_optimization": zero,
         "bf16": {"enabled": bf16},
         "fp16": {"enabled": False},
@@ -42,5 +42,5 @@ def train_ds_config(cfg: TrainConfig, world_size: int, bf16: bool, device: str) 
         "zero_allow_untested_optimizer": True,
         # --optim muon hands DeepSpeed its Muon with a DeepSpeedCPUAdam for the AdamW half under
         # --adam_offload; DeepSpeed would refuse any offloaded optimizer that is not a CPU Adam itself
-        "zero_force_ds_cpu_optimizer": cfg.optim != "muon",
+        "zero_force_ds_cpu_optimizer": cfg.train.optim != "muon",
     }

@@ -15,19 +15,19 @@ def plan(cfg: PPOConfig) -> list[GroupPlan]:
     """Model groups, then the vLLM engines (--vllm_num_engines, one bundle each, on their own
     bundles unless --colocate_all_models)."""
     cfg.check_placement()
-    present = cfg.placed_roles() + (["vllm"] if cfg.vllm_num_engines > 0 else [])
+    present = cfg.placed_roles() + (["vllm"] if cfg.vllm.num_engines > 0 else [])
     shape = {
         r: (getattr(cfg, f"{r}_num_nodes"), getattr(cfg, f"{r}_num_gpus_per_node")) for r in present if r != "vllm"
     }
     if "vllm" in present:
-        shape["vllm"] = (1, cfg.vllm_num_engines)
-    if cfg.colocate_all_models:
+        shape["vllm"] = (1, cfg.vllm.num_engines)
+    if cfg.train.colocate_all:
         sets = {r: "all" for r in present}
     else:
         sets = {r: r for r in present}
-        if cfg.colocate_actor_ref:
+        if cfg.train.colocate_actor_ref:
             sets["ref"] = "actor"
-        if cfg.colocate_critic_reward and "critic" in present and "reward" in present:
+        if cfg.train.colocate_critic_reward and "critic" in present and "reward" in present:
             sets["reward"] = "critic"
     members = {s: [r for r in present if sets[r] == s] for s in set(sets.values())}
     return [GroupPlan(r, *shape[r], sets[r], 1.0 / len(members[sets[r]])) for r in present]

@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 
 
 def world_size(cfg: RanksConfig) -> int:
-    return cfg.ranks()
+    return cfg.world_size()
 
 
 def on_ray(cfg: RanksConfig) -> bool:
@@ -60,9 +60,9 @@ def on_ray(cfg: RanksConfig) -> bool:
     return world_size(cfg) > 1 or bool(os.environ.get("RAY_ADDRESS"))
 
 
-def rank_group(cfg: RanksConfig) -> GroupPlan:
+def rank_group(ranks: Any) -> GroupPlan:
     """The stage's ranks as one group of the placement layer, and how they were asked for."""
-    return GroupPlan("ranks", cfg.num_nodes, cfg.num_gpus_per_node, "ranks")
+    return GroupPlan("ranks", ranks.num_nodes, ranks.num_gpus_per_node, "ranks")
 
 
 def ask(cfg: RanksConfig) -> Ask:
@@ -72,7 +72,7 @@ def ask(cfg: RanksConfig) -> Ask:
 def check_resources(cfg: RanksConfig, total: dict[str, float]) -> tuple[bool, dict[str, float]]:
     """(use GPUs, resources of one rank), or one ConfigError naming what the cluster lacks. A rank takes a GPU
     and a CPU on a GPU cluster, one CPU on a CPU-only cluster (the placement layer's one check)."""
-    return cluster.check_resources([rank_group(cfg)], total, ask(cfg), cfg.accelerator_type)
+    return cluster.check_resources([rank_group(cfg.ranks)], total, ask(cfg), cfg.ranks.accelerator_type)
 
 
 def _user_error(err: BaseException) -> BaseException | None:
@@ -221,8 +221,8 @@ def run_ranks(main: Callable[[list[str] | None], Any], argv: list[str] | None, c
     import ray
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    group = rank_group(cfg)
-    placed = cluster.place([group], ask(cfg), name, cfg.placement_strategy, cfg.accelerator_type)
+    group = rank_group(cfg.ranks)
+    placed = cluster.place([group], ask(cfg), name, cfg.ranks.placement_strategy, cfg.ranks.accelerator_type)
     log.info("%s: code from %s, working directory %s", name, Path(alignment.__file__).parent, os.getcwd())
     ranks = [placed.actor(StageRank, group, k).remote() for k in range(group.world_size)]
     try:

@@ -28,10 +28,10 @@ def this_round(rows: list[dict], cfg: BatchInferenceConfig) -> list[dict]:
     """--rollout_batch_size N --iter k: rows [k*N, (k+1)*N), so each round of an iterative
     pipeline samples prompts the earlier rounds did not; past the end it wraps around, so a
     schedule that runs every night keeps going (a second pass sees the prompts again)."""
-    if not cfg.rollout_batch_size or not rows:
+    if not cfg.rollout.batch_size or not rows:
         return rows
-    start = cfg.iter * cfg.rollout_batch_size
-    return [rows[(start + j) % len(rows)] for j in range(min(cfg.rollout_batch_size, len(rows)))]
+    start = cfg.generate.iter * cfg.rollout.batch_size
+    return [rows[(start + j) % len(rows)] for j in range(min(cfg.rollout.batch_size, len(rows)))]
 
 
 @dataclass
@@ -54,35 +54,47 @@ class Sample:
 
 def load_rows(cfg: BatchInferenceConfig, tokenizer) -> list[PromptRow]:
     """One PromptRow per dataset row; over-long prompts dropped and counted."""
-    if cfg.apply_chat_template:
+    if cfg.data.apply_chat_template:
         require_chat_template(tokenizer, "--pretrain")
-    rows = this_round(blend(cfg.dataset, cfg.dataset_probs, cfg.dataset_split, cfg.max_samples, cfg.seed), cfg)
+    rows = this_round(
+        blend(cfg.data.dataset, cfg.data.dataset_probs, cfg.data.dataset_split, cfg.data.max_samples, cfg.train.seed),
+        cfg,
+    )
     out, dropped = [], 0
     for i, row in enumerate(rows):
         # get_text: a null or numeric prompt is named with its file, row and key, not a type error later
         text = prompt_text(
             tokenizer,
-            get_text(row, cfg.input_key, "--input_key", i, cfg.dataset),
-            cfg.apply_chat_template,
-            cfg.input_template,
+            get_text(row, cfg.data.input_key, "--input_key", i, cfg.data.dataset),
+            cfg.data.apply_chat_template,
+            cfg.data.input_template,
         )
-        if cfg.enable_csft:  # the same place the csft post-processor put the prefix: before the rendered prompt
-            text = cfg.csft_prompt.format(reward=cfg.csft_reward) + text
+        if (
+            cfg.generate.enable_csft
+        ):  # the same place the csft post-processor put the prefix: before the rendered prompt
+            text = cfg.generate.csft_prompt.format(reward=cfg.generate.csft_reward) + text
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-        if len(ids) > cfg.prompt_max_len:
+        if len(ids) > cfg.data.prompt_max_len:
             dropped += 1
             continue
-        label = get_field(row, cfg.label_key, "--label_key", i, cfg.dataset) if cfg.label_key else None
-        response = get_text(row, cfg.output_key, "--output_key", i, cfg.dataset) if cfg.eval_task == "rm" else None
+        label = get_field(row, cfg.data.label_key, "--label_key", i, cfg.data.dataset) if cfg.data.label_key else None
+        response = (
+            get_text(row, cfg.data.output_key, "--output_key", i, cfg.data.dataset)
+            if cfg.eval.eval_task == "rm"
+            else None
+        )
         out.append(PromptRow(text, ids, label, response))
     if dropped:
         log.warning(
-            "dropped %d of %d prompts longer than --prompt_max_len %d tokens", dropped, len(rows), cfg.prompt_max_len
+            "dropped %d of %d prompts longer than --prompt_max_len %d tokens",
+            dropped,
+            len(rows),
+            cfg.data.prompt_max_len,
         )
     if not out:
         raise DataError(
-            f"{cfg.dataset}: no usable rows ({len(rows)} read, {dropped} over --prompt_max_len "
-            f"{cfg.prompt_max_len}); check --dataset/--dataset_split or raise --prompt_max_len"
+            f"{cfg.data.dataset}: no usable rows ({len(rows)} read, {dropped} over --prompt_max_len "
+            f"{cfg.data.prompt_max_len}); check --dataset/--dataset_split or raise --prompt_max_len"
         )
     return out
 
@@ -107,18 +119,27 @@ def generated_samples(
 ) -> list[Sample]:
     """--best_of_n samples for each of this rank's prompts, from vLLM or the batched HF engine."""
     tok = setup.tokenizer
-    if cfg.eval_task == "generate_vllm":
+    if cfg.eval.eval_task == "generate_vllm":
         engine = VLLMEngine(
-            setup.path, cfg.prompt_max_len + cfg.max_new_tokens, cfg.seed + rt.rank, cpu=rt.device == "cpu"
+            setup.path,
+            cfg.data.prompt_max_len + cfg.generate.max_new_tokens,
+            cfg.train.seed + rt.rank,
+            cpu=rt.device == "cpu",
         )
     else:
         model = setup.causal_lm().to(rt.torch_device)
         engine = HFEngine(
-            model, tok.eos_token_id, tok.pad_token_id, batch_size=cfg.micro_batch_size, device=rt.torch_device
+            model, tok.eos_token_id, tok.pad_token_id, batch_size=cfg.generate.micro_batch_size, device=rt.torch_device
         )
     rollout = engine.generate(
         [rows[k].ids for k in mine],
-        SamplingParams(cfg.max_new_tokens, cfg.temperature, cfg.top_p, cfg.best_of_n, seed=cfg.seed + rt.rank),
+        SamplingParams(
+            cfg.generate.max_new_tokens,
+            cfg.generate.temperature,
+            cfg.generate.top_p,
+            cfg.generate.best_of_n,
+            seed=cfg.train.seed + rt.rank,
+        ),
     )
     responses = tok.batch_decode(rollout.response_ids, skip_special_tokens=True)
     as_generated = tok.batch_decode(rollout.response_ids, skip_special_tokens=False)  # EOS kept, like PPO's queries
@@ -130,7 +151,7 @@ def generated_samples(
         "generated %d responses (%d prompts x %d) on %d rank(s), %d tokens on rank 0",
         len(samples) * rt.world_size,
         len(rows),
-        cfg.best_of_n,
+        cfg.generate.best_of_n,
         rt.world_size,
         rollout.response_tokens(),
     )
@@ -157,19 +178,21 @@ def write_output(cfg: BatchInferenceConfig, ranked: list[Sample], scored: bool) 
         for row, r in zip(out_rows, scores):
             row["reward"] = r
         log.info("scored %d samples: mean reward %.4f", len(scores), sum(scores) / len(scores))
-        if cfg.post_processor:
+        if cfg.generate.post_processor:
             rated = [Scored(r["input"], r["output"], r["reward"]) for r in out_rows]
-            out_rows = POST_PROCESSORS[cfg.post_processor](
-                rated, csft_prompt=cfg.csft_prompt, rs_min_reward=cfg.rs_min_reward
+            out_rows = POST_PROCESSORS[cfg.generate.post_processor](
+                rated, csft_prompt=cfg.generate.csft_prompt, rs_min_reward=cfg.generate.rs_min_reward
             )
-            log.info("--post_processor %s: %d rows out of %d samples", cfg.post_processor, len(out_rows), len(rated))
+            log.info(
+                "--post_processor %s: %d rows out of %d samples", cfg.generate.post_processor, len(out_rows), len(rated)
+            )
 
-    with StagedOutput(cfg.output_path) as out:  # a committed output there stays intact until the commit
+    with StagedOutput(cfg.ckpt.output_path) as out:  # a committed output there stays intact until the commit
         (out.dir / "output.jsonl").write_text("".join(json.dumps(r) + "\n" for r in out_rows))
         final = {"rows": float(len(out_rows))}
         if scored:  # every sample's score, before post-processing
             (out.dir / "rewards.json").write_text(json.dumps(scores))
             final["mean_reward"] = sum(scores) / len(scores)
         out.commit({"stage": "batch_inference", "config": public_dict(cfg), "final_metrics": final})
-    log.info("%d rows committed to %s/output.jsonl", len(out_rows), cfg.output_path.rstrip("/"))
+    log.info("%d rows committed to %s/output.jsonl", len(out_rows), cfg.ckpt.output_path.rstrip("/"))
     return {"rows": len(out_rows)}

@@ -54,50 +54,57 @@ class RowValue:
 
 
 def load_eval_rows(cfg: EvaluateConfig, tokenizer: Any) -> list[EvalRow]:
-    if cfg.apply_chat_template:
+    if cfg.data.apply_chat_template:
         require_chat_template(tokenizer, "--pretrain")
-    rows = blend(cfg.dataset, cfg.dataset_probs, cfg.dataset_split, cfg.max_samples, 0)
+    rows = blend(cfg.data.dataset, cfg.data.dataset_probs, cfg.data.dataset_split, cfg.data.max_samples, 0)
     out, dropped = [], 0
     for i, row in enumerate(rows):
-        if cfg.eval_task == "generate":
+        if cfg.eval.eval_task == "generate":
             prompt = prompt_text(
                 tokenizer,
-                get_text(row, cfg.input_key, "--input_key", i, cfg.dataset),
-                cfg.apply_chat_template,
-                cfg.input_template,
+                get_text(row, cfg.data.input_key, "--input_key", i, cfg.data.dataset),
+                cfg.data.apply_chat_template,
+                cfg.data.input_template,
             )
-            label = get_field(row, cfg.label_key, "--label_key", i, cfg.dataset) if cfg.label_key else None
+            label = (
+                get_field(row, cfg.data.label_key, "--label_key", i, cfg.data.dataset) if cfg.data.label_key else None
+            )
             item = EvalRow(
-                i, prompt, label, question=as_text(get_text(row, cfg.input_key, "--input_key", i, cfg.dataset))
+                i,
+                prompt,
+                label,
+                question=as_text(get_text(row, cfg.data.input_key, "--input_key", i, cfg.data.dataset)),
             )
         else:
-            key = cfg.prompt_key if cfg.eval_task == "pairs" else cfg.input_key
+            key = cfg.data.prompt_key if cfg.eval.eval_task == "pairs" else cfg.data.input_key
             given = (
-                get_text(row, key, f"--{'prompt' if cfg.eval_task == 'pairs' else 'input'}_key", i, cfg.dataset)
+                get_text(
+                    row, key, f"--{'prompt' if cfg.eval.eval_task == 'pairs' else 'input'}_key", i, cfg.data.dataset
+                )
                 if key
                 else None
             )
-            first_key = cfg.chosen_key if cfg.eval_task == "pairs" else cfg.output_key
+            first_key = cfg.data.chosen_key if cfg.eval.eval_task == "pairs" else cfg.data.output_key
             prompt, first = prompt_and_response(
                 tokenizer,
                 given,
-                get_text(row, first_key, f"--{first_key}", i, cfg.dataset),
-                cfg.apply_chat_template,
-                cfg.input_template,
+                get_text(row, first_key, f"--{first_key}", i, cfg.data.dataset),
+                cfg.data.apply_chat_template,
+                cfg.data.input_template,
             )
             second = (
                 prompt_and_response(
                     tokenizer,
                     given,
-                    get_text(row, cfg.rejected_key, "--rejected_key", i, cfg.dataset),
-                    cfg.apply_chat_template,
-                    cfg.input_template,
+                    get_text(row, cfg.data.rejected_key, "--rejected_key", i, cfg.data.dataset),
+                    cfg.data.apply_chat_template,
+                    cfg.data.input_template,
                 )[1]
-                if cfg.eval_task == "pairs"
+                if cfg.eval.eval_task == "pairs"
                 else None
             )
             item = EvalRow(i, prompt, chosen=first, rejected=second)
-        if len(tokenizer(item.prompt, add_special_tokens=False)["input_ids"]) > cfg.prompt_max_len:
+        if len(tokenizer(item.prompt, add_special_tokens=False)["input_ids"]) > cfg.data.prompt_max_len:
             dropped += 1
             continue
         out.append(item)
@@ -106,12 +113,12 @@ def load_eval_rows(cfg: EvaluateConfig, tokenizer: Any) -> list[EvalRow]:
             "dropped %d of %d rows whose prompt is longer than --prompt_max_len %d tokens",
             dropped,
             len(rows),
-            cfg.prompt_max_len,
+            cfg.data.prompt_max_len,
         )
     if not out:
         raise DataError(
-            f"{cfg.dataset}: no usable rows ({len(rows)} read, {dropped} over --prompt_max_len "
-            f"{cfg.prompt_max_len}); check --dataset/--dataset_split or raise --prompt_max_len"
+            f"{cfg.data.dataset}: no usable rows ({len(rows)} read, {dropped} over --prompt_max_len "
+            f"{cfg.data.prompt_max_len}); check --dataset/--dataset_split or raise --prompt_max_len"
         )
     return out
 
@@ -129,16 +136,16 @@ def generate_values(cfg: EvaluateConfig, setup: Any, rt: Any, rows: list[EvalRow
     tok = setup.tokenizer
     model = setup.causal_lm().to(rt.torch_device).eval()
     engine = HFEngine(
-        model, tok.eos_token_id, tok.pad_token_id, batch_size=cfg.micro_batch_size, device=rt.torch_device
+        model, tok.eos_token_id, tok.pad_token_id, batch_size=cfg.generate.micro_batch_size, device=rt.torch_device
     )
     ids = [tok(r.prompt, add_special_tokens=False)["input_ids"] for r in rows]
-    rollout = engine.generate(ids, SamplingParams(cfg.max_new_tokens, greedy=True))
+    rollout = engine.generate(ids, SamplingParams(cfg.generate.max_new_tokens, greedy=True))
     responses = tok.batch_decode(rollout.response_ids, skip_special_tokens=True)
     raw = tok.batch_decode(rollout.response_ids, skip_special_tokens=False)  # EOS kept, as a reward reads it
     picked = [rows[j] for j in rollout.prompt_index]
     out = []
-    for s in range(0, len(picked), cfg.micro_batch_size):
-        chunk = slice(s, s + cfg.micro_batch_size)
+    for s in range(0, len(picked), cfg.generate.micro_batch_size):
+        chunk = slice(s, s + cfg.generate.micro_batch_size)
         rewards = (
             reward(
                 [r.prompt + q for r, q in zip(picked[chunk], raw[chunk])],
@@ -152,13 +159,13 @@ def generate_values(cfg: EvaluateConfig, setup: Any, rt: Any, rows: list[EvalRow
             out.append(
                 RowValue(
                     row.index,
-                    {"reward": value, "right": float(value >= cfg.correct_reward)},
+                    {"reward": value, "right": float(value >= cfg.eval.correct_reward)},
                     {
                         "question": row.question,
                         "response": response,
                         "label": row.label,
                         "reward": value,
-                        "right": value >= cfg.correct_reward,
+                        "right": value >= cfg.eval.correct_reward,
                     },
                 )
             )
@@ -166,7 +173,7 @@ def generate_values(cfg: EvaluateConfig, setup: Any, rt: Any, rows: list[EvalRow
 
 
 @torch.no_grad()
-def pair_values(cfg: EvaluateConfig, setup: Any, rt: Any, rows: list[EvalRow]) -> list[RowValue]:
+def pair_values(generate: Any, setup: Any, rt: Any, rows: list[EvalRow]) -> list[RowValue]:
     """--pretrain (a reward model) scores both responses of each pair, as PPO's reward reads them."""
     rm = RewardModels(
         [setup.path],
@@ -176,7 +183,7 @@ def pair_values(cfg: EvaluateConfig, setup: Any, rt: Any, rows: list[EvalRow]) -
         setup.attn,
         rt.torch_device,
         normalize=False,
-        batch_size=cfg.micro_batch_size,
+        batch_size=generate.micro_batch_size,
         trust_remote_code=setup.trust_remote_code,
     )
     chosen = rm([r.prompt + r.chosen for r in rows], [], []).rewards.tolist()
@@ -192,14 +199,14 @@ def pair_values(cfg: EvaluateConfig, setup: Any, rt: Any, rows: list[EvalRow]) -
 
 
 @torch.no_grad()
-def perplexity_values(cfg: EvaluateConfig, setup: Any, rt: Any, rows: list[EvalRow]) -> list[RowValue]:
+def perplexity_values(data: Any, setup: Any, rt: Any, rows: list[EvalRow]) -> list[RowValue]:
     """Summed negative log-likelihood of each response's tokens given its prompt, and their count."""
     tok = setup.tokenizer
     model = setup.causal_lm().to(rt.torch_device).eval()
     out = []
     for r in rows:
         head = tok(r.prompt, add_special_tokens=False)["input_ids"]
-        ids = tok(r.prompt + r.chosen, add_special_tokens=False)["input_ids"][: cfg.max_len]
+        ids = tok(r.prompt + r.chosen, add_special_tokens=False)["input_ids"][: data.max_len]
         if len(ids) <= len(head):  # truncated away: nothing of the response to score
             continue
         logits = model(torch.tensor([ids], device=rt.torch_device)).logits[0, :-1].float()
@@ -237,21 +244,23 @@ def write_evaluation(cfg: EvaluateConfig, values: list[RowValue], scored_by_rm: 
     NaN/Inf (an RM gone non-finite) is refused, never committed."""
     if not values:
         raise ValueError(
-            f"--eval_task {cfg.eval_task}: no row left to score (every response truncated by --max_len "
-            f"{cfg.max_len}); raise --max_len"
+            f"--eval_task {cfg.eval.eval_task}: no row left to score (every response truncated by --max_len "
+            f"{cfg.data.max_len}); raise --max_len"
         )
-    metrics = reduce(cfg.eval_task, values)
+    metrics = reduce(cfg.eval.eval_task, values)
     if scored_by_rm:  # accuracy under a reward model's threshold would mean nothing: mean_reward is its measure
         metrics.pop("accuracy", None)
     bad = [k for k, v in metrics.items() if not math.isfinite(v)]
     if bad:
-        raise NonFiniteError(f"evaluation of {cfg.pretrain}: {', '.join(bad)} not finite; nothing committed")
-    with StagedOutput(cfg.output_path) as out:
+        raise NonFiniteError(
+            f"evaluation of {cfg.model.model_name_or_path}: {', '.join(bad)} not finite; nothing committed"
+        )
+    with StagedOutput(cfg.ckpt.output_path) as out:
         (out.dir / "evaluation.json").write_text(
             json.dumps(
                 {
-                    "task": cfg.eval_task,
-                    "model": cfg.pretrain,
+                    "task": cfg.eval.eval_task,
+                    "model": cfg.model.model_name_or_path,
                     "metrics": metrics,
                     "n": len(values),
                     "examples": [v.example for v in values[:EXAMPLES]],
@@ -263,9 +272,9 @@ def write_evaluation(cfg: EvaluateConfig, values: list[RowValue], scored_by_rm: 
         out.commit({"stage": "evaluate", "config": public_dict(cfg), "final_metrics": metrics})
     log.info(
         "evaluation of %s: %s (%d rows), committed to %s",
-        cfg.pretrain,
+        cfg.model.model_name_or_path,
         ", ".join(f"{k} {v:.4g}" for k, v in metrics.items() if k != "rows"),
         len(values),
-        cfg.output_path,
+        cfg.ckpt.output_path,
     )
     return metrics

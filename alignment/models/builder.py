@@ -10,7 +10,9 @@ from typing import Any
 import torch
 
 from alignment.config import TrainingConfig
-from alignment.config.groups import ModelConfig
+from alignment.config.groups import LoraConfig, ModelConfig
+from alignment.config.rewards import RewardSourceConfig
+from alignment.config.stages import RMConfig
 from alignment.distributed.runtime import Runtime
 from alignment.models.loading import check_4bit, load_causal_lm, load_tokenizer, resolve_model_path
 from alignment.models.lora import apply_lora, check_targets
@@ -43,19 +45,18 @@ class ModelSetup:
 
 def prepare(cfg: ModelConfig, rt: Runtime) -> ModelSetup:
     """Cheap checks and the tokenizer: everything that can fail before weights are loaded."""
-    precision = precision_for(cfg.bf16, rt.device)
-    attn = attn_implementation(cfg.flash_attn, rt.device)
-    check_4bit(cfg.load_in_4bit, rt.device)
-    check_ring_attention(cfg.ring_attn_size, rt.device)
-    path = resolve_model_path(cfg.pretrain, revision=cfg.revision)
-    trust = cfg.trust_remote_code
+    precision = precision_for(cfg.ds.bf16, rt.device)
+    attn = attn_implementation(cfg.ds.flash_attn, rt.device)
+    check_4bit(cfg.ds.load_in_4bit, rt.device)
+    check_ring_attention(cfg.ds.ring_attn_size, rt.device)
+    path = resolve_model_path(cfg.model.model_name_or_path, revision=cfg.model.revision)
+    trust = cfg.model.trust_remote_code
     tok = load_tokenizer(
-        path, cfg.tokenizer_chat_template, use_fast=not cfg.disable_fast_tokenizer, trust_remote_code=trust
+        path, cfg.data.tokenizer_chat_template, use_fast=not cfg.data.disable_fast_tokenizer, trust_remote_code=trust
     )
-    if getattr(cfg, "lora_rank", 0) > 0:
-        check_targets(
-            path, cfg.target_modules, extra=(getattr(cfg, "value_head_prefix", "score"),), trust_remote_code=trust
-        )
+    if isinstance(cfg, LoraConfig) and cfg.ds.lora.rank > 0:
+        head = (cfg.ds.value_head_prefix,) if isinstance(cfg, (RMConfig, RewardSourceConfig)) else ()
+        check_targets(path, cfg.ds.lora.target_modules, extra=head, trust_remote_code=trust)
     return ModelSetup(path, precision, attn, tok, trust)
 
 
@@ -67,21 +68,21 @@ def seed_init(seed: int) -> None:
 
 
 def load_actor(setup: ModelSetup, cfg: TrainingConfig) -> torch.nn.Module:
-    seed_init(cfg.seed)
-    model = setup.causal_lm(cfg.load_in_4bit)
+    seed_init(cfg.train.seed)
+    model = setup.causal_lm(cfg.ds.load_in_4bit)
     return _for_training(model, cfg, "CAUSAL_LM")
 
 
 def load_value_model(setup: ModelSetup, cfg: TrainingConfig) -> torch.nn.Module:
     """Reward / critic model: backbone from --pretrain plus a scalar head (fresh when --pretrain is an LM)."""
 
-    seed_init(cfg.seed)
+    seed_init(cfg.train.seed)
     model = load_reward_model(
         setup.path,
         setup.precision.dtype,
         setup.attn,
         setup.tokenizer.pad_token_id,
-        load_in_4bit=cfg.load_in_4bit,
+        load_in_4bit=cfg.ds.load_in_4bit,
         trust_remote_code=setup.trust_remote_code,
     )
     return _for_training(model, cfg, "SEQ_CLS")
@@ -89,10 +90,10 @@ def load_value_model(setup: ModelSetup, cfg: TrainingConfig) -> torch.nn.Module:
 
 def _for_training(model: torch.nn.Module, cfg: TrainingConfig, task: str) -> torch.nn.Module:
     model.config.use_cache = False
-    if cfg.gradient_checkpointing:
+    if cfg.model.gradient_checkpointing_enable:
         model.gradient_checkpointing_enable(
-            gradient_checkpointing_kwargs={"use_reentrant": cfg.gradient_checkpointing_use_reentrant}
+            gradient_checkpointing_kwargs={"use_reentrant": cfg.model.gradient_checkpointing_reentrant}
         )
-        if cfg.lora_rank > 0:
+        if cfg.ds.lora.rank > 0:
             model.enable_input_require_grads()  # LoRA + checkpointing needs grads at the inputs
-    return apply_lora(model, cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout, cfg.target_modules, task)
+    return apply_lora(model, cfg.ds.lora.rank, cfg.ds.lora.alpha, cfg.ds.lora.dropout, cfg.ds.lora.target_modules, task)

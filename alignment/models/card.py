@@ -247,7 +247,7 @@ def build_card(cfg: Any, metadata: dict[str, Any]) -> ModelCard:
     """The card of the model a stage with config `cfg` is committing with `metadata`."""
     lineage = Lineage(**_scrubbed(asdict(lineage_of(cfg, metadata))))
     config = _scrubbed(json.loads(json.dumps(public_dict(cfg), default=str)))  # plain YAML types; secrets masked
-    save_path = scrub(str(getattr(cfg, "save_path", "")))
+    save_path = scrub(str(cfg.outputs().uri or ""))
     results = _eval_results(lineage)
     data = ModelCardData(
         base_model=lineage.base_model,

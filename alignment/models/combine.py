@@ -53,20 +53,20 @@ def combine(cfg: LoraCombinerConfig) -> dict:
     else the base's) at --output_path. Returns the manifest."""
     from transformers import AutoTokenizer
 
-    adapter = adapter_dir(cfg.lora_path, cfg.is_rm)
-    base = resolve_model_path(cfg.model_path, "--model_path")
-    dtype = torch.bfloat16 if cfg.bf16 else "auto"
+    adapter = adapter_dir(cfg.model.lora_path, cfg.model.is_rm)
+    base = resolve_model_path(cfg.model.model_path, "--model_path")
+    dtype = torch.bfloat16 if cfg.ds.bf16 else "auto"
     tokenizer = AutoTokenizer.from_pretrained(str(adapter) if has_tokenizer(adapter) else base)
-    if cfg.is_rm:
+    if cfg.model.is_rm:
         model = load_reward_model(base, dtype, "sdpa", tokenizer.pad_token_id, flag="--model_path")
     else:
         model = load_causal_lm(base, dtype, "sdpa", flag="--model_path")
     merged = merge_adapter(model, str(adapter))
-    log.info("merged %s into %s", cfg.lora_path, cfg.model_path)
+    log.info("merged %s into %s", cfg.model.lora_path, cfg.model.model_path)
     state = merged.state_dict()
-    if cfg.is_rm:  # the head under the name the base's files give it (--value_head_prefix)
+    if cfg.model.is_rm:  # the head under the name the base's files give it (--value_head_prefix)
         state = export_names(state, getattr(merged.config, "value_head_prefix", HEAD))
-    with StagedOutput(cfg.output_path) as out:
-        check_weights(state, f"--output_path {cfg.output_path}")
+    with StagedOutput(cfg.ckpt.output_path) as out:
+        check_weights(state, f"--output_path {cfg.ckpt.output_path}")
         save_hf_model(merged, state, tokenizer, out.dir)
         return out.commit({"stage": "lora_combiner", "config": public_dict(cfg)})

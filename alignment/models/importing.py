@@ -15,6 +15,7 @@ import logging
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -29,27 +30,33 @@ SKIPPED = (".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5", ".msgpack", ".onnx", 
 
 
 def import_model(cfg: ImportModelConfig) -> dict:
-    """Import cfg.source and commit it at cfg.save_path; returns the manifest."""
-    with outputs.StagedOutput(cfg.save_path) as out:
+    """Import cfg.model.source and commit it at cfg.ckpt.output_dir; returns the manifest."""
+    with outputs.StagedOutput(cfg.ckpt.output_dir) as out:
         with tempfile.TemporaryDirectory(prefix="alignflow-import-") as tmp:  # a download: gone before the commit
-            folder, gguf = _local_source(cfg, Path(tmp))
+            folder, gguf = _local_source(cfg.model, Path(tmp))
             if gguf:
                 kind = _from_gguf(folder, gguf, out.dir)
             elif list(folder.glob("*.safetensors")):
                 kind = _copy_folder(folder, out.dir)
             else:
                 kind = _resave(folder, out.dir)
-            _check_loads(out.dir, cfg.source)
+            _check_loads(out.dir, cfg.model.source)
         manifest = out.commit(
-            {"stage": "import_model", "source": cfg.source, "revision": cfg.revision, "gguf_file": gguf, "kind": kind}
+            {
+                "stage": "import_model",
+                "source": cfg.model.source,
+                "revision": cfg.model.revision,
+                "gguf_file": gguf,
+                "kind": kind,
+            }
         )
-    log.info("imported %s (%s) as %s", cfg.source, kind, cfg.save_path)
+    log.info("imported %s (%s) as %s", cfg.model.source, kind, cfg.ckpt.output_dir)
     return manifest
 
 
-def _local_source(cfg: ImportModelConfig, tmp: Path) -> tuple[Path, str | None]:
+def _local_source(model: Any, tmp: Path) -> tuple[Path, str | None]:
     """A local folder holding the source, and the GGUF file name in it (None for an HF folder)."""
-    src = cfg.source
+    src = model.source
     if src.endswith(".gguf"):
         if storage.is_remote(src):
             name = src.rstrip("/").rsplit("/", 1)[-1]
@@ -68,11 +75,11 @@ def _local_source(cfg: ImportModelConfig, tmp: Path) -> tuple[Path, str | None]:
                 f"{src}: no such folder; pass a model folder, a .gguf file, an s3:// URI or a hub name"
             )
     else:
-        folder = Path(resolve_model_path(src, "SRC", cfg.revision)) if cfg.revision else _hub_folder(src)
+        folder = Path(resolve_model_path(src, "SRC", model.revision)) if model.revision else _hub_folder(src)
     ggufs = sorted(p.name for p in folder.glob("*.gguf"))
     if not (folder / "config.json").exists():
-        if cfg.gguf_file or len(ggufs) == 1:
-            name = cfg.gguf_file or ggufs[0]
+        if model.gguf_file or len(ggufs) == 1:
+            name = model.gguf_file or ggufs[0]
             if not (folder / name).is_file():
                 raise ModelLoadError(f"--gguf_file {name}: not in {src} (it has {', '.join(ggufs) or 'no .gguf file'})")
             return folder, name

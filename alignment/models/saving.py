@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 
 from alignment.config.groups import LoraSaveConfig
+from alignment.config.stages import StageConfig
 from alignment.models.card import write_card
 from alignment.models.lora import is_lora, merged_state
 from alignment.nonfinite import check_weights
@@ -47,9 +48,9 @@ class LoraSave:
     merge: bool = False
 
 
-def lora_save(cfg: LoraSaveConfig) -> LoraSave | None:
+def lora_save(cfg: StageConfig) -> LoraSave | None:
     """The stage's LoRA save policy; None for a stage without --merge_lora (the reward model: merged)."""
-    return LoraSave(cfg.pretrain, cfg.merge_lora) if hasattr(cfg, "merge_lora") else None
+    return LoraSave(cfg.model.model_name_or_path, cfg.ds.lora.merge_lora) if isinstance(cfg, LoraSaveConfig) else None
 
 
 def save_hf_model(

@@ -64,17 +64,17 @@ class ModelGroups(Protocol):
 def check_sizes(cfg: PPOConfig, world_size: int) -> int:
     """Optimizer steps per iteration per engine; one clear error when the batch sizes don't fit."""
     require(
-        cfg.rollout_batch_size % world_size == 0,
-        f"--rollout_batch_size {cfg.rollout_batch_size} is not divisible by world size {world_size}",
+        cfg.rollout.batch_size % world_size == 0,
+        f"--rollout_batch_size {cfg.rollout.batch_size} is not divisible by world size {world_size}",
     )
-    samples = cfg.rollout_batch_size * cfg.n_samples_per_prompt
+    samples = cfg.rollout.batch_size * cfg.rollout.n_samples_per_prompt
     require(
-        samples % cfg.train_batch_size == 0,
-        f"--rollout_batch_size {cfg.rollout_batch_size} x --n_samples_per_prompt {cfg.n_samples_per_prompt} = "
-        f"{samples} samples per iteration is not a multiple of --train_batch_size {cfg.train_batch_size}",
+        samples % cfg.train.batch_size == 0,
+        f"--rollout_batch_size {cfg.rollout.batch_size} x --n_samples_per_prompt {cfg.rollout.n_samples_per_prompt} = "
+        f"{samples} samples per iteration is not a multiple of --train_batch_size {cfg.train.batch_size}",
     )
     cfg.accumulation_steps(world_size)
-    return samples // cfg.train_batch_size * cfg.max_epochs
+    return samples // cfg.train.batch_size * cfg.train.max_epochs
 
 
 def iterations_per_episode(n_prompts: int, rollout_batch_size: int) -> int:
@@ -92,12 +92,12 @@ def sampling_params(cfg: PPOConfig, iteration: int, shard: int = 0, shards: int 
     """Shard k of `shards` generators samples with its own seed, a function of (--seed, iteration),
     so a resumed iteration draws the same samples."""
     return SamplingParams(
-        cfg.generate_max_len,
-        cfg.temperature,
-        cfg.top_p,
-        cfg.n_samples_per_prompt,
-        seed=cfg.seed * 100_003 + iteration * shards + shard,
-        logprobs=cfg.async_train or cfg.enable_vllm_is_correction,
+        cfg.rollout.max_new_tokens,
+        cfg.rollout.temperature,
+        cfg.rollout.top_p,
+        cfg.rollout.n_samples_per_prompt,
+        seed=cfg.train.seed * 100_003 + iteration * shards + shard,
+        logprobs=cfg.train.async_enable or cfg.algo.advantage.is_correction_enable,
     )
 
 
@@ -134,42 +134,44 @@ class PPOController:
     def __init__(self, cfg: PPOConfig, groups: ModelGroups, tokenizer: Any, prompts: list[PromptSample]):
         self.cfg, self.groups, self.tokenizer, self.prompts = cfg, groups, tokenizer, prompts
         self.steps_per_iteration = check_sizes(cfg, groups.world)
-        self.per_episode = iterations_per_episode(len(prompts), cfg.rollout_batch_size)
-        self.total_iterations = cfg.num_episodes * self.per_episode
-        self.kl_ctl = KLController(cfg.init_kl_coef, cfg.kl_target, cfg.kl_horizon)
+        self.per_episode = iterations_per_episode(len(prompts), cfg.rollout.batch_size)
+        self.total_iterations = cfg.train.num_episodes * self.per_episode
+        self.kl_ctl = KLController(cfg.algo.kl.init_coef, cfg.algo.kl.target, cfg.algo.kl.horizon)
         # --normalize_reward without a trained RM (whose saved mean/std normalise its own scores): running moments
-        self.reward_moments = RunningMoments() if cfg.normalize_reward and not cfg.reward_pretrain else None
+        self.reward_moments = (
+            RunningMoments() if cfg.reward.normalize_enable and not cfg.reward.model_name_or_path else None
+        )
         self.synced = 0  # weight syncs so far: the version of the policy the engines sample from
         self.ahead: dict[int, Generation] = {}  # --async_train: iterations whose samples are being generated
         self.agent = (
             AgentRunner(
                 AgentSettings(
-                    cfg.agent_func_path,
-                    cfg.agent_max_turns,
-                    cfg.agent_step_timeout,
-                    cfg.prompt_max_len + cfg.generate_max_len,
-                    cfg.generate_max_len,
+                    cfg.train.agent_func_path,
+                    cfg.train.agent_max_turns,
+                    cfg.train.agent_step_timeout,
+                    cfg.data.prompt_max_len + cfg.rollout.max_new_tokens,
+                    cfg.rollout.max_new_tokens,
                 ),
                 tokenizer,
             )
-            if cfg.agent_func_path
+            if cfg.train.agent_func_path
             else None
         )
-        if cfg.use_dynamic_batch:
+        if cfg.train.dynamic_batch_enable:
             log.info(
                 "--use_dynamic_batch: training micro-batches of <= %d tokens, log-prob and value passes of <= %d "
                 "(--micro_train_batch_size / --micro_rollout_batch_size no longer cut those passes)",
-                cfg.train_max_tokens_per_gpu,
-                cfg.rollout_max_tokens_per_gpu or cfg.train_max_tokens_per_gpu,
+                cfg.train.max_tokens_per_gpu,
+                cfg.rollout.max_tokens_per_gpu or cfg.train.max_tokens_per_gpu,
             )
 
     def prompt_batch(self, iteration: int) -> list[PromptSample]:
         """This controller's share of iteration's prompts (all of them when world is 1)."""
         cfg, g = self.cfg, self.groups
         episode, k = divmod(iteration, self.per_episode)
-        order = prompt_order(len(self.prompts), cfg.seed, episode)
-        per = cfg.rollout_batch_size // g.world
-        start = k * cfg.rollout_batch_size + g.rank * per
+        order = prompt_order(len(self.prompts), cfg.train.seed, episode)
+        per = cfg.rollout.batch_size // g.world
+        start = k * cfg.rollout.batch_size + g.rank * per
         return [self.prompts[i] for i in order[start : start + per]]
 
     def generation(self, iteration: int) -> Generation:
@@ -184,7 +186,7 @@ class PPOController:
             return Mapped(g.generate([p.ids for p in prompts], key), Sampled)
         params = sampling_params(self.cfg, key, g.rank, g.world)
         run = lambda: self.episodes(prompts, params)  # noqa: E731
-        return Later(run) if self.cfg.async_train else Done(run())
+        return Later(run) if self.cfg.train.async_enable else Done(run())
 
     def episodes(self, prompts: list[PromptSample], params: SamplingParams) -> Sampled:
         got = self.agent.run(
@@ -199,7 +201,7 @@ class PPOController:
         """--async_train: start generating the next --async_queue_size iterations on the engines now, with
         the weights they have; the weight sync after this iteration's update queues behind them (a Ray
         actor runs its calls in order), so their samples are at most that many updates old."""
-        last = min(iteration + self.cfg.async_queue_size, self.total_iterations - 1)
+        last = min(iteration + self.cfg.train.async_queue_size, self.total_iterations - 1)
         for k in range(iteration + 1, last + 1):
             if k not in self.ahead:
                 self.ahead[k] = self.generation(k)
@@ -209,11 +211,13 @@ class PPOController:
         t0 = time.time()
         gen = self.ahead.pop(iteration, None) or self.generation(iteration)
         prompts, sampled = gen.prompts, gen.sampled.get()
-        if cfg.async_train:
+        if cfg.train.async_enable:
             self.generate_ahead(iteration)
         t_gen = time.time()
         rollout, scored, dyn = sampled.rollout, sampled.scored, dict(sampled.metrics)
-        if cfg.dynamic_filtering:  # scored first: the groups that teach nothing are replaced before any forward pass
+        if (
+            cfg.algo.dynamic_filtering_enable
+        ):  # scored first: the groups that teach nothing are replaced before any forward pass
             prompts, rollout, scored = self.filtered(iteration, prompts, sampled, dyn)
         batch = rollout_to_batch(rollout, self.tokenizer.pad_token_id)
         # started together: on Ray the actor, reference and critic groups compute at the same time.
@@ -221,35 +225,41 @@ class PPOController:
         # --enable_vllm_is_correction: the trainer's own log-probs too, to weigh the engine's samples by
         old = (
             Done(behaviour_logprobs(rollout, batch))
-            if cfg.async_train
+            if cfg.train.async_enable
             else g.actor_logprobs(batch)
-            if needs_old_logprobs(cfg) or cfg.enable_vllm_is_correction
+            if needs_old_logprobs(cfg) or cfg.algo.advantage.is_correction_enable
             else None
         )
-        ref = g.ref_logprobs(batch) if uses_reference(cfg) else None
+        ref = g.ref_logprobs(batch) if uses_reference(cfg.algo) else None
         vals = g.values(batch) if g.has_critic else None
         scored = scored or self.score(prompts, Sampled(rollout))
         scores = scored.rewards.float()
         if self.reward_moments is not None:
             scores = self.reward_moments.normalize(scores)
-        scores = scores.clamp(*cfg.reward_clip_range)
-        if cfg.overlong_buffer_len:  # DAPO's soft length penalty, on the reward (not on the scores)
+        scores = scores.clamp(*cfg.reward.clip_range)
+        if cfg.reward.overlong_buffer_len:  # DAPO's soft length penalty, on the reward (not on the scores)
             penalty = overlong_penalty(
-                batch.action_mask.sum(-1), cfg.generate_max_len, cfg.overlong_buffer_len, cfg.overlong_penalty_factor
+                batch.action_mask.sum(-1),
+                cfg.rollout.max_new_tokens,
+                cfg.reward.overlong_buffer_len,
+                cfg.reward.overlong_penalty_factor,
             )
             scores = scores + penalty
         exp = assemble(cfg, batch, scores, _get(old), _get(ref), _get(vals), self.kl_ctl.value, across=sum_across_ranks)
-        if cfg.enable_vllm_is_correction:
+        if cfg.algo.advantage.is_correction_enable:
             exp.is_weight = is_weights(
-                exp.old_logp, behaviour_logprobs(rollout, batch), batch.action_mask, cfg.vllm_is_truncated_threshold
+                exp.old_logp,
+                behaviour_logprobs(rollout, batch),
+                batch.action_mask,
+                cfg.algo.vllm_is_truncated_threshold,
             )
         metrics = experience_metrics(exp, rollout.finished)
         metrics.update({f"reward/{k}": v for k, v in scored.logs.items()})  # a reward_func's extra_logs
-        if cfg.overlong_buffer_len:
+        if cfg.reward.overlong_buffer_len:
             metrics["overlong_penalty"] = penalty.mean().item()
         metrics.update(dyn)
         metrics.update(time_generate=t_gen - t0, time_experience=time.time() - t_gen)
-        if cfg.async_train:  # updates between the sampling policy and the one about to train
+        if cfg.train.async_enable:  # updates between the sampling policy and the one about to train
             metrics["policy_lag"] = float(self.synced - gen.version)
         return exp, metrics
 
@@ -259,8 +269,8 @@ class PPOController:
         """--dynamic_filtering (alignment/ppo/dynamic_sampling.py): this iteration's prompts and samples with the
         groups whose mean score is outside --dynamic_filtering_reward_range replaced by refills; `metrics` gets
         the dropped fraction, the refill rounds and the prompts generated."""
-        cfg, g, n = self.cfg, self.groups, self.cfg.n_samples_per_prompt
-        low, high = cfg.dynamic_filtering_reward_range
+        cfg, g, n = self.cfg, self.groups, self.cfg.rollout.n_samples_per_prompt
+        low, high = cfg.algo.dynamic_filtering_range
         need, kept, dropped = len(prompts), Groups.empty(), Groups.empty()
         generated, round_ = 0, 0
         while True:
@@ -274,7 +284,7 @@ class PPOController:
             if len(kept.prompts) >= need or round_ == MAX_ROUNDS:
                 break
             round_ += 1
-            prompts = refill_prompts(self.prompts, need - len(kept.prompts), cfg.seed, iteration, round_, g.rank)
+            prompts = refill_prompts(self.prompts, need - len(kept.prompts), cfg.train.seed, iteration, round_, g.rank)
             sampled = self.sample(prompts, refill_key(iteration, round_, self.total_iterations)).get()
         short = need - len(kept.prompts)
         if short:  # zero-advantage groups keep the batch shape and change no gradient
@@ -311,9 +321,9 @@ class PPOController:
         cfg, g = self.cfg, self.groups
         exp, metrics = self.make_experience(iteration)
         t0 = time.time()
-        seed = cfg.seed + iteration
+        seed = cfg.train.seed + iteration
         critic = g.train_critic(exp, seed) if g.has_critic else None
-        actor = g.train_actor(exp, self.kl_ctl.value, seed) if iteration >= cfg.freezing_actor_steps else None
+        actor = g.train_actor(exp, self.kl_ctl.value, seed) if iteration >= cfg.critic.freezing_steps else None
         for trained in (critic, actor):
             if trained is not None:
                 metrics.update(trained.get())

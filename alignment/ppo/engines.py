@@ -27,14 +27,14 @@ class VLLMEngines:
         """Engine k on bundle k of the engines' set, bound to core cores[k] on a CPU node; started, not awaited."""
         self.cfg, self.gpu = cfg, placed.gpu
         self.actors = [self._start(placed, plan, k, cores[k]) for k in range(plan.world_size)]
-        self.collective = cfg.vllm_sync_backend == "gloo" or (self.gpu and not cfg.colocate_all_models)
+        self.collective = cfg.vllm.sync_backend == "gloo" or (self.gpu and not cfg.train.colocate_all)
         if not self.collective:
             log.warning(
                 "--vllm_sync_backend nccl needs the engines on GPUs of their own (%s): weights go to the vLLM "
                 "engines in chunks through Ray's object store (--vllm_sync_backend gloo broadcasts over gloo)",
                 "--colocate_all_models shares them" if self.gpu else "this cluster has no GPUs",
             )
-        if cfg.vllm_enable_sleep:
+        if cfg.vllm.enable_sleep:
             log.info(
                 "--vllm_enable_sleep: %s",
                 "the engines sleep between rollouts (weights to CPU memory, KV cache freed)"
@@ -51,14 +51,14 @@ class VLLMEngines:
                 VLLM_CPU_KVCACHE_SPACE=os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
             )
         return placed.actor(vllm_engine_actor(), plan, k, env).remote(
-            resolve_model_path(cfg.pretrain, revision=cfg.revision),
-            cfg.prompt_max_len + cfg.generate_max_len,
-            cfg.seed + k,
+            resolve_model_path(cfg.model.model_name_or_path, revision=cfg.model.revision),
+            cfg.data.prompt_max_len + cfg.rollout.max_new_tokens,
+            cfg.train.seed + k,
             not self.gpu,
-            cfg.vllm_gpu_memory_utilization,
-            cfg.enable_prefix_caching,
-            "bfloat16" if cfg.bf16 else "auto",
-            cfg.vllm_enable_sleep,
+            cfg.vllm.gpu_memory_utilization,
+            cfg.vllm.enable_prefix_caching,
+            "bfloat16" if cfg.ds.bf16 else "auto",
+            cfg.vllm.enable_sleep,
         )
 
     def ready(self) -> list:
@@ -70,7 +70,7 @@ class VLLMEngines:
             return
         root, world_size = actor.workers[0], 1 + len(self.actors)
         host, port = ray.get(root.sync_group_address.remote(world_size))
-        group = SyncGroup(host, port, world_size, self.cfg.vllm_sync_backend)
+        group = SyncGroup(host, port, world_size, self.cfg.vllm.sync_backend)
         ray.get(
             [root.join_sync_group.remote(group)]
             + [e.join_sync_group.remote(group, k + 1) for k, e in enumerate(self.actors)]
@@ -91,7 +91,7 @@ class VLLMEngines:
             root = actor.workers[0]
             ray.get([root.broadcast_weights.remote()] + [e.receive_weights.remote(tensor_specs) for e in self.actors])
             return time.time() - t0
-        chunks = actor.call(ModelWorker.weight_chunks, self.cfg.vllm_sync_chunk_mb << 20).get()
+        chunks = actor.call(ModelWorker.weight_chunks, self.cfg.vllm.vllm_sync_chunk_mb << 20).get()
         refs = [r for part in chunks for r in part]
         ray.get([e.load_weight_refs.remote(refs) for e in self.actors])
         return time.time() - t0

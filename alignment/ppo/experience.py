@@ -5,6 +5,7 @@ from the models' outputs (rewards per token, then advantages). Pure tensors; no 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -68,10 +69,10 @@ class Experience:
         return [self.rows(list(range(k * size, (k + 1) * size))) for k in range(n)]
 
 
-def uses_reference(cfg: PPOConfig) -> bool:
+def uses_reference(algo: Any) -> bool:
     """The reference policy only enters through the KL: with a fixed coefficient of 0 and no KL loss
     it changes nothing (OpenRLHF, too, drops the reference at --init_kl_coef 0)."""
-    return cfg.init_kl_coef > 0 or cfg.use_kl_loss or cfg.kl_target is not None
+    return algo.kl.init_coef > 0 or algo.kl.use_loss or algo.kl.target is not None
 
 
 def needs_old_logprobs(cfg: PPOConfig) -> bool:
@@ -79,9 +80,9 @@ def needs_old_logprobs(cfg: PPOConfig) -> bool:
     optimizer step per rollout and no KL they equal the detached log-probs of the training forward
     (ratio 1), so their forward pass is skipped — as TRL's GRPO does."""
     return (
-        uses_reference(cfg)
-        or cfg.max_epochs > 1
-        or cfg.rollout_batch_size * cfg.n_samples_per_prompt > cfg.train_batch_size
+        uses_reference(cfg.algo)
+        or cfg.train.max_epochs > 1
+        or cfg.rollout.batch_size * cfg.rollout.n_samples_per_prompt > cfg.train.batch_size
     )
 
 
@@ -103,10 +104,17 @@ def assemble(
     if ref_logp is None:
         kl = torch.zeros(mask.shape, dtype=torch.float32)
     else:
-        kl = kl_estimate(old_logp, ref_logp, cfg.kl_estimator) * mask
-    rewards = token_rewards(scores, kl, mask, 0.0 if cfg.use_kl_loss else kl_coef)
+        kl = kl_estimate(old_logp, ref_logp, cfg.algo.kl.estimator) * mask
+    rewards = token_rewards(scores, kl, mask, 0.0 if cfg.algo.kl.use_loss else kl_coef)
     adv, ret = advantages_and_returns(
-        cfg.advantage_estimator, rewards, mask, cfg.n_samples_per_prompt, cfg.gamma, cfg.lambd, values, across
+        cfg.algo.advantage.estimator,
+        rewards,
+        mask,
+        cfg.rollout.n_samples_per_prompt,
+        cfg.algo.advantage.gamma,
+        cfg.algo.advantage.lambd,
+        values,
+        across,
     )
     return Experience(batch, old_logp, ref_logp, values, adv, ret, scores, kl)
 

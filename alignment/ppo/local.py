@@ -55,7 +55,7 @@ class LocalGroups:
         self.tokenizer = tokenizer
         self.rank, self.world, self.has_critic = rt.rank, rt.world_size, critic is not None
         self.packing = packing  # --packing_samples: the training and scoring forward passes on packed rows
-        self.micro = cfg.micro_rollout_batch_size
+        self.micro = cfg.rollout.micro_batch_size
         self.gen = HFEngine(
             actor.module,
             tokenizer.eos_token_id,
@@ -65,7 +65,7 @@ class LocalGroups:
         )
         self.capture = ValueCapture(critic.module, critic_scale) if critic is not None else None
         self.engines = {"actor": actor, **({"critic": critic} if critic is not None else {})}
-        self.ema = EMA(actor.module, cfg.ema_beta) if cfg.enable_ema else None
+        self.ema = EMA(actor.module, cfg.train.ema_beta) if cfg.train.enable_ema else None
 
     def generate(self, prompt_ids: list[list[int]], iteration: int) -> Done[Rollout]:
         return Done(self.gen.generate(prompt_ids, sampling_params(self.cfg, iteration, self.rank, self.world)))
@@ -100,24 +100,24 @@ class LocalGroups:
         cfg = self.cfg
         checkpoint.save(
             self.engines,
-            cfg.ckpt_path,
+            cfg.ckpt.path,
             state.iteration,
             {"ppo": dataclasses.asdict(state)},
-            cfg.max_ckpt_num,
+            cfg.ckpt.max_num,
             {"stage": "ppo", "config": public_dict(cfg)},
             extra={"actor": self.actor_extra},
         )
 
     def actor_extra(self, role_dir: Path | None) -> None:
         """The actor's own files in a checkpoint: --save_hf_ckpt's HF copy, --enable_ema's average. Collective."""
-        if self.cfg.save_hf_ckpt:
+        if self.cfg.ckpt.save_hf:
             save_hf_copy(self.actor, self.tokenizer, role_dir / "hf" if role_dir else None, lora=lora_save(self.cfg))
         if self.ema is not None:
             self.ema.save(role_dir)
 
     def resume(self) -> PPOState | None:
         """--load_checkpoint: the newest committed PPO state (engines loaded), or None to start fresh."""
-        got = resume_state(self.cfg, lambda: checkpoint.load_latest(self.engines, self.cfg.ckpt_path))
+        got = resume_state(self.cfg.ckpt, lambda: checkpoint.load_latest(self.engines, self.cfg.ckpt.path))
         if got and self.ema is not None:
-            self.ema.load(checkpoint.role_dir(self.cfg.ckpt_path, got[1].name, "actor"), self.actor.module)
+            self.ema.load(checkpoint.role_dir(self.cfg.ckpt.path, got[1].name, "actor"), self.actor.module)
         return got[0] if got else None

@@ -37,16 +37,14 @@ class Iterating(Protocol):
     def snapshot(self, iteration: int, history: list[dict]) -> PPOState: ...
 
 
-def resume_state(cfg: PPOConfig, find: Callable[[], Any]) -> tuple[PPOState, Any] | None:
+def resume_state(ckpt: Any, find: Callable[[], Any]) -> tuple[PPOState, Any] | None:
     """--load_checkpoint: (the PPO state, the checkpoint `find()` located: training.checkpoint.Latest),
     or None to start from iteration 0. Both backends resume through here; `find` locates (and, in
     process, loads) the newest committed checkpoint."""
-    found = find() if cfg.load_checkpoint else None
+    found = find() if ckpt.load_enable else None
     if found is None:
-        if cfg.load_checkpoint:
-            log.info(
-                "--load_checkpoint: no committed PPO checkpoint under %s; starting from iteration 0", cfg.ckpt_path
-            )
+        if ckpt.load_enable:
+            log.info("--load_checkpoint: no committed PPO checkpoint under %s; starting from iteration 0", ckpt.path)
         return None
     state = PPOState(**found.state["ppo"])
     log.info("resuming PPO from %s (iteration %d done, KL coefficient %.4g)", found.uri, state.iteration, state.kl_coef)
@@ -68,13 +66,13 @@ def run_iterations(
     # a resumed run keeps the rows up to its checkpoint (later ones are being redone); a fresh
     # run starts the file empty, even where an earlier run into the same --save_path left one
     logger.restore(start.history if start is not None else [], first)
-    schedule = SaveSchedule(cfg)
+    schedule = SaveSchedule(cfg.ckpt)
     if first:
         schedule.saved(first)  # the checkpoint it resumed from is the last save
     for it in range(first, total):
         metrics = ppo.step(it)
         logger.advance()
-        if (it + 1) % cfg.logging_steps == 0 or it + 1 == total:
+        if (it + 1) % cfg.logger.logging_steps == 0 or it + 1 == total:
             logger.log(it + 1, {f"train/{k}": v for k, v in metrics.items()})
         if schedule.due(it + 1) or (it + 1 == total and schedule.due_at_end(it + 1)):
             save(ppo.snapshot(it + 1, list(logger.history)))

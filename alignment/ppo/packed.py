@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -33,9 +34,9 @@ class Packing:
     mask_dtype: torch.dtype | None  # torch.bool: SDPA's block mask; None: flash-attention (position ids)
 
 
-def packing_for(cfg, setup) -> Packing | None:
-    """The packing of cfg.packing_samples for the model's attention (setup: models.builder.ModelSetup)."""
-    if not getattr(cfg, "packing_samples", False):
+def packing_for(ds: Any, setup) -> Packing | None:
+    """The packing of ds.packing_samples for the model's attention (setup: models.builder.ModelSetup)."""
+    if not ds.packing_samples:
         return None
     log.info(
         "--packing_samples: training and scoring forward passes on packed rows (%s)",

@@ -38,8 +38,10 @@ def micro_groups(batch: SequenceBatch, rows: int, max_tokens: int | None, packin
 
 def _rollout_cut(cfg: PPOConfig) -> tuple[int, int | None]:
     """(rows, token budget) of the log-prob and value passes."""
-    budget = (cfg.rollout_max_tokens_per_gpu or cfg.train_max_tokens_per_gpu) if cfg.use_dynamic_batch else None
-    return cfg.micro_rollout_batch_size, budget
+    budget = (
+        (cfg.rollout.max_tokens_per_gpu or cfg.train.max_tokens_per_gpu) if cfg.train.dynamic_batch_enable else None
+    )
+    return cfg.rollout.micro_batch_size, budget
 
 
 def model_device(model: torch.nn.Module) -> torch.device:
@@ -92,7 +94,7 @@ class Micro:
     boundary: bool | None  # --use_dynamic_batch: whether it ends the step (told to DeepSpeed); None: DeepSpeed counts
 
 
-def _steps(engine: Any, exp: Experience, cfg: PPOConfig, seed: int, packing: Packing | None = None) -> Iterator[Micro]:
+def _steps(engine: Any, exp: Experience, train: Any, seed: int, packing: Packing | None = None) -> Iterator[Micro]:
     """The micro-batches of --max_epochs shuffled passes over the experience, each with the totals of
     the optimizer step it belongs to: the step's rows on each of the D ranks (one all-reduce of two
     numbers per step). A step is G x --micro_train_batch_size rows per rank (G: DeepSpeed's
@@ -103,14 +105,14 @@ def _steps(engine: Any, exp: Experience, cfg: PPOConfig, seed: int, packing: Pac
     import torch.distributed as dist
 
     accum, ranks = engine.gradient_accumulation_steps(), world_size()
-    step_rows = accum * cfg.micro_train_batch_size
-    budget = cfg.train_max_tokens_per_gpu if cfg.use_dynamic_batch else None
+    step_rows = accum * train.micro_batch_size
+    budget = train.max_tokens_per_gpu if train.dynamic_batch_enable else None
     rng = random.Random(seed)
-    for _ in range(cfg.max_epochs):
+    for _ in range(train.max_epochs):
         order = _shuffled(exp.batch.prompt_index, rng, packing is not None and packing.mask_dtype is not None)
         for s in range(0, len(exp), step_rows):
             step = exp.rows(order[s : s + step_rows])
-            groups = micro_groups(step.batch, cfg.micro_train_batch_size, budget, packing)
+            groups = micro_groups(step.batch, train.micro_batch_size, budget, packing)
             counts = torch.tensor(
                 [float(step.batch.action_mask.sum()), float(len(step))],
                 dtype=torch.float64,
@@ -153,7 +155,7 @@ def _backward_step(engine: Any, loss: torch.Tensor, micro: Micro, guard: NonFini
 
 
 def _agg(cfg: PPOConfig, totals: StepTotals):
-    return partial(aggregate, mode=cfg.loss_agg(), totals=totals, norm_len=cfg.generate_max_len)
+    return partial(aggregate, mode=cfg.loss_agg(), totals=totals, norm_len=cfg.rollout.max_new_tokens)
 
 
 def _mean(rows: list[dict[str, float]]) -> dict[str, float]:
@@ -167,13 +169,13 @@ def train_critic(
     DeepSpeed steps at accumulation boundaries."""
     critic.train()
     dev, rows = model_device(critic.module), []
-    guard = NonFiniteGuard(cfg.max_nonfinite_skips, "PPO critic")  # --max_nonfinite_skips per iteration
-    for micro in _steps(critic, exp, cfg, seed, packing):
+    guard = NonFiniteGuard(cfg.train.max_nonfinite_skips, "PPO critic")  # --max_nonfinite_skips per iteration
+    for micro in _steps(critic, exp, cfg.train, seed, packing):
         mb = micro.exp
         b = mb.batch.to(dev)
         v = value_forward(critic, capture, b, packing)
         loss = value_loss(
-            v, mb.values.to(dev), mb.returns.to(dev), b.action_mask, cfg.value_clip, _agg(cfg, micro.totals)
+            v, mb.values.to(dev), mb.returns.to(dev), b.action_mask, cfg.critic.value_clip, _agg(cfg, micro.totals)
         )
         if _backward_step(critic, loss, micro, guard):
             rows.append({"value_loss": loss.item()})
@@ -192,19 +194,19 @@ def train_actor(
     """Clipped (optionally dual-clipped) policy loss, plus β·KL when --use_kl_loss, each aggregated
     over the optimizer step (--loss_agg_mode)."""
     actor.train()
-    eps_low, eps_high = cfg.eps_clip_low_high or (cfg.eps_clip, cfg.eps_clip)
+    eps_low, eps_high = cfg.actor.eps_clip_low_high or (cfg.actor.eps_clip, cfg.actor.eps_clip)
     dev, rows = model_device(actor.module), []
-    guard = NonFiniteGuard(cfg.max_nonfinite_skips, "PPO actor")  # --max_nonfinite_skips per iteration
-    for micro in _steps(actor, exp, cfg, seed, packing):
+    guard = NonFiniteGuard(cfg.train.max_nonfinite_skips, "PPO actor")  # --max_nonfinite_skips per iteration
+    for micro in _steps(actor, exp, cfg.train, seed, packing):
         mb = micro.exp
         b, agg = mb.batch.to(dev), _agg(cfg, micro.totals)
         mask = b.action_mask
         logp = action_logprobs(actor, b, packing)
         old = logp.detach() if mb.old_logp is None else mb.old_logp.to(dev)  # None: on-policy (needs_old_logprobs)
-        objective = POLICY_LOSSES[cfg.policy_loss_type]
+        objective = POLICY_LOSSES[cfg.actor.policy_loss_type]
         weight = None if mb.is_weight is None else mb.is_weight.to(dev)  # --enable_vllm_is_correction
         ploss, clipfrac = objective(
-            logp, old, mb.advantages.to(dev), mask, eps_low, eps_high, cfg.dual_clip, agg, weight
+            logp, old, mb.advantages.to(dev), mask, eps_low, eps_high, cfg.actor.dual_clip, agg, weight
         )
         loss, row = (
             ploss,
@@ -215,8 +217,8 @@ def train_actor(
                 "approx_kl": masked_mean(kl_estimate(logp.detach(), old, "k3"), mask).item(),
             },
         )
-        if cfg.use_kl_loss:
-            kl = agg(kl_estimate(logp, mb.ref_logp.to(dev), cfg.kl_estimator), mask)
+        if cfg.algo.kl.use_loss:
+            kl = agg(kl_estimate(logp, mb.ref_logp.to(dev), cfg.algo.kl.estimator), mask)
             loss = loss + kl_coef * kl
             row["kl_loss"] = kl.item()
         steps = actor.global_steps

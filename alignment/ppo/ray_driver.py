@@ -59,11 +59,11 @@ class RayGroups:
         self.cfg, self.function_reward = cfg, function_reward
         plans = placement.plan(cfg)
         self.actor_world = next(p for p in plans if p.role == "actor").world_size
-        total_steps = cfg.num_episodes * iterations_per_episode(n_prompts, cfg.rollout_batch_size)
+        total_steps = cfg.train.num_episodes * iterations_per_episode(n_prompts, cfg.rollout.batch_size)
         total_steps *= check_sizes(cfg, self.actor_world)
         placed = cluster.place(plans, placement.ask(plans), "ppo")
-        threads = cluster.threads_per_rank(plans, placed.cores_per_node, cfg.num_threads)
-        engine_cores, trainer_cores = cluster.split_cores(placed.cores_per_node, cfg.vllm_num_engines)
+        threads = cluster.threads_per_rank(plans, placed.cores_per_node, cfg.train.num_threads)
+        engine_cores, trainer_cores = cluster.split_cores(placed.cores_per_node, cfg.vllm.num_engines)
         vllm = next((p for p in plans if p.role == "vllm"), None)
         self.engines = VLLMEngines(cfg, placed, vllm, engine_cores) if vllm else None
         self.groups = {p.role: ModelGroup(p, placed) for p in plans if p.role != "vllm"}
@@ -144,15 +144,15 @@ class RayGroups:
 def run(cfg: PPOConfig) -> dict[str, float]:
     """Everything that can fail cheaply (prompts, reward function, sizes, resources) fails before
     any model loads."""
-    check_ring_attention(cfg.ring_attn_size, "cuda" if torch.cuda.is_available() else "cpu")
+    check_ring_attention(cfg.ds.ring_attn_size, "cuda" if torch.cuda.is_available() else "cpu")
     tokenizer = load_tokenizer(
-        resolve_model_path(cfg.pretrain, revision=cfg.revision),
-        cfg.tokenizer_chat_template,
-        trust_remote_code=cfg.trust_remote_code,
-        use_fast=not cfg.disable_fast_tokenizer,
+        resolve_model_path(cfg.model.model_name_or_path, revision=cfg.model.revision),
+        cfg.data.tokenizer_chat_template,
+        trust_remote_code=cfg.model.trust_remote_code,
+        use_fast=not cfg.data.disable_fast_tokenizer,
     )
-    prompts = load_prompts(cfg, tokenizer, cfg.prompt_data, cfg.prompt_split)
-    function_reward = FunctionReward(cfg.remote_rm_url) if cfg.remote_rm_url else None
+    prompts = load_prompts(cfg, tokenizer, cfg.data.prompt_dataset, cfg.data.prompt_split)
+    function_reward = FunctionReward(cfg.reward.remote_url) if cfg.reward.remote_url else None
     check_sizes(cfg, placement.plan(cfg)[0].world_size)
     groups = RayGroups(cfg, len(prompts), function_reward)
     # the driver's metrics go to the actor rank that commits the model (it may be on another node)
@@ -160,5 +160,5 @@ def run(cfg: PPOConfig) -> dict[str, float]:
         logger = runner.run(cfg, groups, tokenizer, prompts, Path(metrics_dir), True)
         logger.close()
         ray_state.commit(groups.groups["actor"], cfg, Path(metrics_dir), logger.final(), logger.links)
-    log.info("model committed: %s", cfg.save_path)
+    log.info("model committed: %s", cfg.ckpt.output_dir)
     return logger.final()

@@ -20,15 +20,15 @@ from alignment.training import checkpoint
 
 def save(trained: list[ModelGroup], cfg: PPOConfig, state: PPOState, actor_world: int) -> None:
     version = storage.new_version()
-    ray.get([f for g in trained for f in g.call(ModelWorker.save_checkpoint, cfg.ckpt_path, state.iteration).futures])
+    ray.get([f for g in trained for f in g.call(ModelWorker.save_checkpoint, cfg.ckpt.path, state.iteration).futures])
     # then each node's first rank of each group uploads its node's files (s3://): the driver's node may hold none
-    uploads = [g.call(ModelWorker.upload_checkpoint, cfg.ckpt_path, state.iteration, version) for g in trained]
+    uploads = [g.call(ModelWorker.upload_checkpoint, cfg.ckpt.path, state.iteration, version) for g in trained]
     parts = [p for u in uploads for p in u.get()]
     checkpoint.commit(
-        cfg.ckpt_path,
+        cfg.ckpt.path,
         state.iteration,
         {"ppo": asdict(state)},
-        cfg.max_ckpt_num,
+        cfg.ckpt.max_num,
         {"stage": "ppo", "config": public_dict(cfg)},
         actor_world,
         {k: v for p in parts for k, v in p.items()},
@@ -39,11 +39,11 @@ def save(trained: list[ModelGroup], cfg: PPOConfig, state: PPOState, actor_world
 def resume(trained: list[ModelGroup], cfg: PPOConfig) -> PPOState | None:
     """--load_checkpoint: the newest committed state, loaded into the groups (the weights load on the workers'
     nodes); None to start fresh."""
-    got = resume_state(cfg, lambda: checkpoint.find_latest(cfg.ckpt_path))
+    got = resume_state(cfg.ckpt, lambda: checkpoint.find_latest(cfg.ckpt.path))
     if got is None:
         return None
     state, found = got
-    ray.get([f for g in trained for f in g.call(ModelWorker.load_checkpoint, cfg.ckpt_path, found.name).futures])
+    ray.get([f for g in trained for f in g.call(ModelWorker.load_checkpoint, cfg.ckpt.path, found.name).futures])
     return state
 
 
@@ -52,4 +52,4 @@ def commit(actor: ModelGroup, cfg: PPOConfig, metrics_dir: Path, final: dict[str
     --save_path), committed by the actor group."""
     files = {str(p.relative_to(metrics_dir)): p.read_bytes() for p in sorted(metrics_dir.rglob("*")) if p.is_file()}
     metadata = {"stage": "ppo", "config": public_dict(cfg), "final_metrics": final, "tracking": tracking}
-    actor.call(ModelWorker.commit, cfg.save_path, metadata, files).get()
+    actor.call(ModelWorker.commit, cfg.ckpt.output_dir, metadata, files).get()

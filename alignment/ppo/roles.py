@@ -20,27 +20,29 @@ from alignment.training.engine import build_engine
 
 def actor(cfg: PPOConfig, rt: Runtime, setup: ModelSetup, total_steps: int) -> Any:
     """The policy's DeepSpeed engine (--actor_learning_rate)."""
-    lr = dataclasses.replace(cfg, learning_rate=cfg.actor_learning_rate)
+    lr = dataclasses.replace(cfg, learning_rate=cfg.actor.adam.lr)
     return build_engine(load_actor(setup, cfg), lr, rt, setup.precision.bf16, total_steps)
 
 
 def critic(cfg: PPOConfig, rt: Runtime, setup: ModelSetup, total_steps: int) -> tuple[Any, tuple[float, float] | None]:
     """The critic's engine (--critic_learning_rate) and its value scale. It starts from --critic_pretrain,
     else the (first) reward model, else the policy, as OpenRLHF's does."""
-    source = cfg.critic_pretrain or (cfg.reward_pretrain.split(",")[0] if cfg.reward_pretrain else cfg.pretrain)
+    source = cfg.critic.model_name_or_path or (
+        cfg.reward.model_name_or_path.split(",")[0] if cfg.reward.model_name_or_path else cfg.model.model_name_or_path
+    )
     critic_setup = dataclasses.replace(setup, path=resolve_model_path(source, "--critic_pretrain"))
-    lr = dataclasses.replace(cfg, learning_rate=cfg.critic_learning_rate)
+    lr = dataclasses.replace(cfg, learning_rate=cfg.critic.adam.lr)
     engine = build_engine(load_value_model(critic_setup, cfg), lr, rt, setup.precision.bf16, total_steps)
-    return engine, critic_value_scale(critic_setup.path, cfg.normalize_reward)
+    return engine, critic_value_scale(critic_setup.path, cfg.reward.normalize_enable)
 
 
-def reference(cfg: PPOConfig, setup: ModelSetup, device: torch.device | str) -> torch.nn.Module:
+def reference(ref: Any, setup: ModelSetup, device: torch.device | str) -> torch.nn.Module:
     """The frozen reference policy (--ref_reward_offload puts it on the CPU)."""
     model = load_causal_lm(setup.path, setup.precision.dtype, setup.attn, trust_remote_code=setup.trust_remote_code)
-    return model.to("cpu" if cfg.ref_reward_offload else device).eval().requires_grad_(False)
+    return model.to("cpu" if ref.ref_reward_offload else device).eval().requires_grad_(False)
 
 
 def reward(cfg: PPOConfig, setup: ModelSetup, device: torch.device | str) -> Any:
     """The reward source: reward model(s), a reward server or a reward_func file (alignment/rewards/scorer.py)."""
-    where = "cpu" if cfg.ref_reward_offload else str(device)
+    where = "cpu" if cfg.ref.ref_reward_offload else str(device)
     return make_reward(cfg, setup.tokenizer, setup.precision.dtype, setup.attn, where)

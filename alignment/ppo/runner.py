@@ -30,15 +30,15 @@ def run(
     ppo = PPOController(cfg, groups, tokenizer, prompts)
     log.info(
         "PPO (%s): %d prompts, %d iterations of %d prompts x %d samples, %d optimizer steps per iteration",
-        cfg.advantage_estimator,
+        cfg.algo.advantage.estimator,
         len(prompts),
         ppo.total_iterations,
-        cfg.rollout_batch_size,
-        cfg.n_samples_per_prompt,
+        cfg.rollout.batch_size,
+        cfg.rollout.n_samples_per_prompt,
         ppo.steps_per_iteration,
     )
     start = groups.resume()
-    samples = cfg.rollout_batch_size * cfg.n_samples_per_prompt
+    samples = cfg.rollout.batch_size * cfg.rollout.n_samples_per_prompt
     logger = MetricsLogger(cfg, metrics_dir, writes_metrics, ppo.total_iterations, "ppo", samples)
     run_iterations(cfg, ppo.total_iterations, ppo, logger, groups.save, start)
     return logger

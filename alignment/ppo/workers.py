@@ -63,20 +63,20 @@ class ModelWorker:
 
         self.role, self.cfg = role, cfg
         self.rt = init_runtime(-1, threads)
-        if cfg.load_checkpoint:  # before any weights load
-            check_world_size(cfg.ckpt_path, self.rt.world_size)
+        if cfg.ckpt.load_enable:  # before any weights load
+            check_world_size(cfg.ckpt.path, self.rt.world_size)
         self.setup = setup = prepare(cfg, self.rt)
-        self.packing = packing_for(cfg, setup)
+        self.packing = packing_for(cfg.ds, setup)
         if role == "actor":
             self.engine = roles.actor(cfg, self.rt, setup, total_steps)
             self.model = self.engine.module
-            self.ema = EMA(self.model, cfg.ema_beta) if cfg.enable_ema else None
+            self.ema = EMA(self.model, cfg.train.ema_beta) if cfg.train.enable_ema else None
         elif role == "critic":
             self.engine, scale = roles.critic(cfg, self.rt, setup, total_steps)
             self.model = self.engine.module
             self.capture = ValueCapture(self.model, scale)
         elif role == "ref":
-            self.model = roles.reference(cfg, setup, self.rt.torch_device)
+            self.model = roles.reference(cfg.ref, setup, self.rt.torch_device)
         elif role == "reward":
             self.reward = roles.reward(cfg, setup, self.rt.torch_device)
         else:
@@ -85,7 +85,7 @@ class ModelWorker:
 
         self.sleep = OptimizerSleep(
             self.engine if role in ("actor", "critic") else None,
-            cfg.deepspeed_enable_sleep and role in ("actor", "critic"),
+            cfg.ds.enable_sleep and role in ("actor", "critic"),
             self.rt.torch_device.type,
             role,
         )
@@ -106,7 +106,7 @@ class ModelWorker:
             self.model,
             tok.eos_token_id,
             tok.pad_token_id,
-            batch_size=max(self.cfg.micro_rollout_batch_size, 1),
+            batch_size=max(self.cfg.rollout.micro_batch_size, 1),
             device=self.rt.torch_device,
         )
         return engine.generate(prompt_ids, params)
@@ -193,7 +193,7 @@ class ModelWorker:
         from alignment.training import checkpoint
 
         def actor_extra(role_dir):  # --save_hf_ckpt's HF copy, --enable_ema's average (collective)
-            if self.cfg.save_hf_ckpt:
+            if self.cfg.ckpt.save_hf:
                 save_hf_copy(
                     self.engine, self.setup.tokenizer, role_dir / "hf" if role_dir else None, lora=lora_save(self.cfg)
                 )

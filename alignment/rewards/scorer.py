@@ -133,12 +133,17 @@ class FunctionReward:
 
 
 def make_reward(cfg: RewardSourceConfig, tokenizer: Any, dtype: torch.dtype, attn: str, device: str) -> Any:
-    if cfg.remote_rm_url:
-        if cfg.reward_pretrain:
-            log.info("--remote_rm_url given: it is the reward; --reward_pretrain %s is not loaded", cfg.reward_pretrain)
-        return FunctionReward(cfg.remote_rm_url)
-    paths = [p for p in cfg.reward_pretrain.split(",") if p]
-    weights = [float(w) for w in cfg.reward_weights.split(",")] if cfg.reward_weights else [1.0] * len(paths)
+    if cfg.reward.remote_url:
+        if cfg.reward.model_name_or_path:
+            log.info(
+                "--remote_rm_url given: it is the reward; --reward_pretrain %s is not loaded",
+                cfg.reward.model_name_or_path,
+            )
+        return FunctionReward(cfg.reward.remote_url)
+    paths = [p for p in cfg.reward.model_name_or_path.split(",") if p]
+    weights = (
+        [float(w) for w in cfg.reward.reward_weights.split(",")] if cfg.reward.reward_weights else [1.0] * len(paths)
+    )
     return RewardModels(
         paths,
         weights,
@@ -146,6 +151,6 @@ def make_reward(cfg: RewardSourceConfig, tokenizer: Any, dtype: torch.dtype, att
         dtype,
         attn,
         device,
-        cfg.normalize_reward,
-        trust_remote_code=getattr(cfg, "trust_remote_code", False),
+        cfg.reward.normalize_enable,
+        trust_remote_code=cfg.model.trust_remote_code,
     )

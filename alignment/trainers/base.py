@@ -43,14 +43,14 @@ class LoopState:
 
 
 def steps_per_epoch(num_samples: int, cfg: TrainConfig, world_size: int) -> int:
-    return micro_batches_per_epoch(num_samples, cfg.micro_train_batch_size, world_size) // cfg.accumulation_steps(
+    return micro_batches_per_epoch(num_samples, cfg.train.micro_batch_size, world_size) // cfg.accumulation_steps(
         world_size
     )
 
 
 def total_steps(num_samples: int, cfg: TrainConfig, world_size: int) -> int:
-    steps = steps_per_epoch(num_samples, cfg, world_size) * cfg.max_epochs
-    return min(steps, cfg.max_steps) if cfg.max_steps > 0 else steps
+    steps = steps_per_epoch(num_samples, cfg, world_size) * cfg.train.max_epochs
+    return min(steps, cfg.train.max_steps) if cfg.train.max_steps > 0 else steps
 
 
 def eval_shard(n: int, rank: int, world: int) -> list[tuple[int, float]]:
@@ -90,15 +90,15 @@ class Trainer:
         self.cfg, self.rt, self.engine, self.tokenizer = cfg, rt, engine, tokenizer
         self.train_set, self.eval_set = train_set, eval_set
         self.position = (0, 0)  # (epoch, micro-batch in it) of the micro-batch being trained
-        self.schedule = SaveSchedule(cfg)
-        self.guard = NonFiniteGuard(cfg.max_nonfinite_skips, self.stage)
+        self.schedule = SaveSchedule(cfg.ckpt)
+        self.guard = NonFiniteGuard(cfg.train.max_nonfinite_skips, self.stage)
         self.accum = cfg.accumulation_steps(rt.world_size)
         self.steps_per_epoch = steps_per_epoch(len(train_set), cfg, rt.world_size)
         self.total_steps = total_steps(len(train_set), cfg, rt.world_size)
         if self.steps_per_epoch == 0:
             raise ConfigError(
                 f"{len(train_set)} training samples are fewer than one --train_batch_size "
-                f"({cfg.train_batch_size}): lower --train_batch_size or add data"
+                f"({cfg.train.batch_size}): lower --train_batch_size or add data"
             )
 
     # --- to implement per stage -------------------------------------------------------
@@ -123,7 +123,7 @@ class Trainer:
     def fit(self) -> dict[str, float]:
         cfg, rt = self.cfg, self.rt
         state = LoopState()
-        if cfg.load_checkpoint and (found := checkpoint.load_latest({"model": self.engine}, cfg.ckpt_path)):
+        if cfg.ckpt.load_enable and (found := checkpoint.load_latest({"model": self.engine}, cfg.ckpt.path)):
             state = LoopState(**found.state["loop"])
             log.info(
                 "resumed from %s (step %d, epoch %d, micro-batch %d)",
@@ -135,8 +135,8 @@ class Trainer:
             if state.global_step:
                 self.schedule.saved(state.global_step)  # that checkpoint is the last save
         # the model is built here; a committed model at --save_path stays untouched until the commit
-        with StagedOutput(cfg.save_path, writes=rt.is_main) as out:  # other ranks write nothing
-            logger = MetricsLogger(cfg, out.dir, rt.is_main, self.total_steps, self.stage, cfg.train_batch_size)
+        with StagedOutput(cfg.ckpt.output_dir, writes=rt.is_main) as out:  # other ranks write nothing
+            logger = MetricsLogger(cfg, out.dir, rt.is_main, self.total_steps, self.stage, cfg.train.batch_size)
             logger.restore(state.history, state.global_step)  # rows logged after the resumed checkpoint are dropped
             first_step = state.global_step + 1
             self._train(state, logger)
@@ -160,9 +160,9 @@ class Trainer:
         self.engine.train()
         done = state.global_step >= self.total_steps
         step_metrics: list[dict[str, float]] = []
-        while not done and state.epoch < cfg.max_epochs:
+        while not done and state.epoch < cfg.train.max_epochs:
             batches = micro_batches(
-                len(self.train_set), cfg.micro_train_batch_size, rt.rank, rt.world_size, cfg.seed, state.epoch
+                len(self.train_set), cfg.train.micro_batch_size, rt.rank, rt.world_size, cfg.train.seed, state.epoch
             )[: self.steps_per_epoch * self.accum]
             for idx in batches[state.micro_batches_done :]:
                 self.position = (state.epoch, state.micro_batches_done)  # a stage that samples seeds from it
@@ -189,9 +189,9 @@ class Trainer:
             if not done:
                 state.epoch += 1
                 state.micro_batches_done = 0
-                if cfg.eval_steps == -1 and self.eval_set:
+                if cfg.eval.steps == -1 and self.eval_set:
                     self._log(state, logger, {f"eval/{k}": v for k, v in self.eval_metrics().items()})
-        if cfg.eval_steps == -1 and self.eval_set and done:
+        if cfg.eval.steps == -1 and self.eval_set and done:
             self._log(state, logger, {f"eval/{k}": v for k, v in self.eval_metrics().items()})
 
     def _log(self, state: LoopState, logger: MetricsLogger, metrics: dict[str, float]) -> None:
@@ -201,12 +201,12 @@ class Trainer:
 
     def _after_step(self, state: LoopState, logger: MetricsLogger, step_metrics: list[dict[str, float]]) -> None:
         cfg = self.cfg
-        if state.global_step % cfg.logging_steps == 0 and step_metrics:  # empty: every micro-batch skipped
+        if state.global_step % cfg.logger.logging_steps == 0 and step_metrics:  # empty: every micro-batch skipped
             keys = step_metrics[0].keys()
             avg = {f"train/{k}": sum(m[k] for m in step_metrics) / len(step_metrics) for k in keys}
             avg["train/lr"] = self.engine.get_lr()[0]
             self._log(state, logger, avg)
-        if cfg.eval_steps > 0 and state.global_step % cfg.eval_steps == 0 and self.eval_set:
+        if cfg.eval.steps > 0 and state.global_step % cfg.eval.steps == 0 and self.eval_set:
             self._log(state, logger, {f"eval/{k}": v for k, v in self.eval_metrics().items()})
             self.engine.train()
         if self.schedule.due(state.global_step):
@@ -214,13 +214,13 @@ class Trainer:
 
     def _checkpoint(self, state: LoopState, logger: MetricsLogger) -> None:
         state.history = logger.history
-        extra = {"model": self.hf_copy} if self.cfg.save_hf_ckpt else None
+        extra = {"model": self.hf_copy} if self.cfg.ckpt.save_hf else None
         checkpoint.save(
             {"model": self.engine},
-            self.cfg.ckpt_path,
+            self.cfg.ckpt.path,
             state.global_step,
             {"loop": asdict(state)},
-            self.cfg.max_ckpt_num,
+            self.cfg.ckpt.max_num,
             metadata={"stage": self.stage},
             extra=extra,
         )

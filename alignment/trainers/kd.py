@@ -27,7 +27,7 @@ class KDTrainer(SFTTrainer):
         self.teacher = teacher
 
     def objective(self, logits: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
-        terms = kd_loss(logits, self.teacher.logits(batch), batch.input_ids, batch.loss_mask, self.cfg.kd_coef)
+        terms = kd_loss(logits, self.teacher.logits(batch), batch.input_ids, batch.loss_mask, self.cfg.kd.kd_coef)
         # OpenRLHF's names for the two parts; kd_kl is the part the student can still close
         return terms.loss, {"gpt_loss": terms.nll.item(), "distil_loss": terms.distil.item(), "kd_kl": terms.kl.item()}
 
@@ -35,35 +35,35 @@ class KDTrainer(SFTTrainer):
 def check_teacher(cfg: KDConfig | OPDConfig) -> str:
     """The teacher's local path, once its vocabulary is the student's: the same size in config.json and,
     where both folders hold a tokenizer, the same token ids. Reads configs and tokenizers, no weights."""
-    student = resolve_model_path(cfg.pretrain, revision=cfg.revision)
-    teacher = resolve_model_path(cfg.teacher_model, "--teacher_model")
+    student = resolve_model_path(cfg.model.model_name_or_path, revision=cfg.model.revision)
+    teacher = resolve_model_path(cfg.teacher.model_name_or_path, "--teacher_model")
     sizes = [
-        _vocab_size(path, flag, cfg.trust_remote_code)
+        _vocab_size(path, flag, cfg.model.trust_remote_code)
         for path, flag in ((student, "--pretrain"), (teacher, "--teacher_model"))
     ]
     if sizes[0] != sizes[1]:
         raise ConfigError(
-            f"--teacher_model {cfg.teacher_model}: a vocabulary of {sizes[1]} tokens, --pretrain "
-            f"{cfg.pretrain} has {sizes[0]}; distillation compares the two models' next-token "
+            f"--teacher_model {cfg.teacher.model_name_or_path}: a vocabulary of {sizes[1]} tokens, --pretrain "
+            f"{cfg.model.model_name_or_path} has {sizes[0]}; distillation compares the two models' next-token "
             f"distributions token by token: pick a teacher with the student's tokenizer"
         )
     if all(has_tokenizer(p) for p in (student, teacher)):
-        ids = [_token_ids(p, cfg.trust_remote_code) for p in (student, teacher)]
+        ids = [_token_ids(p, cfg.model.trust_remote_code) for p in (student, teacher)]
         differ = sorted(t for t in ids[0].keys() | ids[1].keys() if ids[0].get(t) != ids[1].get(t))
         if differ:
             t = differ[0]
             raise ConfigError(
-                f"--teacher_model {cfg.teacher_model}: its tokenizer differs from --pretrain "
-                f"{cfg.pretrain}'s ({len(differ)} tokens, e.g. {t!r}: id {ids[1].get(t)} there, "
+                f"--teacher_model {cfg.teacher.model_name_or_path}: its tokenizer differs from --pretrain "
+                f"{cfg.model.model_name_or_path}'s ({len(differ)} tokens, e.g. {t!r}: id {ids[1].get(t)} there, "
                 f"{ids[0].get(t)} here); distillation needs the same token ids: pick a teacher with "
                 f"the student's tokenizer"
             )
     return teacher
 
 
-def teacher_for(cfg: KDConfig | OPDConfig, path: str, setup: Any, device: str) -> ReferenceModel:
+def teacher_for(teacher: Any, path: str, setup: Any, device: str) -> ReferenceModel:
     return ReferenceModel(
-        path, setup.precision.dtype, setup.attn, device, cfg.teacher_offload, "--teacher_model", setup.trust_remote_code
+        path, setup.precision.dtype, setup.attn, device, teacher.offload, "--teacher_model", setup.trust_remote_code
     )
 
 

@@ -44,21 +44,22 @@ class OPDTrainer(Trainer):
         `salt` tells apart the draws of one step (0: training, 1 + offset: the eval chunk starting there)."""
         cfg, tok = self.cfg, self.tokenizer
         epoch, micro = self.position
-        seed = hash((cfg.seed, self.rt.rank, epoch, micro, salt)) % 2**31
+        seed = hash((cfg.train.seed, self.rt.rank, epoch, micro, salt)) % 2**31
         engine = HFEngine(
             self.engine.module,
             tok.eos_token_id,
             tok.pad_token_id,
             len(prompts),
             self.rt.torch_device,
-            synced_gpus=cfg.zero_stage == 3 and self.rt.world_size > 1,
+            synced_gpus=cfg.ds.zero_stage == 3 and self.rt.world_size > 1,
         )
         rollout = engine.generate(
-            [p.ids for p in prompts], SamplingParams(cfg.generate_max_len, cfg.temperature, cfg.top_p, seed=seed)
+            [p.ids for p in prompts],
+            SamplingParams(cfg.generate.max_new_tokens, cfg.generate.temperature, cfg.generate.top_p, seed=seed),
         )
         samples, responses = [], []
         for prompt, response in zip(rollout.prompt_ids, rollout.response_ids):
-            response = response[: cfg.max_len - len(prompt)]  # prompt + response <= --max_len
+            response = response[: cfg.data.max_len - len(prompt)]  # prompt + response <= --max_len
             samples.append(TokenizedSample(prompt + response, [0] * len(prompt) + [1] * len(response)))
             responses.append(response)
         return collate_padded(samples, tok.pad_token_id).to(self.rt.torch_device), responses
@@ -67,14 +68,14 @@ class OPDTrainer(Trainer):
         batch, _ = self.respond(prompts, 0)
         logits, aux = forward_with_aux(self.engine, batch, self.moe_top_k)
         teacher = self.teacher.logits(batch)
-        if self.cfg.opd_topk > 0:
-            loss, kl = topk_loss(logits, teacher, batch.loss_mask, self.cfg.opd_topk, self.cfg.opd_kd_temperature)
+        if self.cfg.opd.topk > 0:
+            loss, kl = topk_loss(logits, teacher, batch.loss_mask, self.cfg.opd.topk, self.cfg.opd.kd_temperature)
         else:
-            loss, kl = sampled_token_loss(logits, teacher, batch.input_ids, batch.loss_mask, self.cfg.opd_kl_estimator)
+            loss, kl = sampled_token_loss(logits, teacher, batch.input_ids, batch.loss_mask, self.cfg.opd.kl_estimator)
         metrics = {"opd_loss": kl.item(), "response_length": batch.loss_mask.sum(1).float().mean().item()}
         if aux is None:
             return loss, metrics
-        return loss + self.cfg.aux_loss_coef * aux, {**metrics, "aux_loss": aux.item()}
+        return loss + self.cfg.model.aux_loss_coef * aux, {**metrics, "aux_loss": aux.item()}
 
     @torch.no_grad()
     def eval_metrics(self) -> dict[str, float]:
@@ -83,7 +84,7 @@ class OPDTrainer(Trainer):
         self.engine.eval()
         kl_sum, tokens, rows, matched = 0.0, 0.0, 0.0, 0.0
         shard = eval_shard(len(self.eval_set), self.rt.rank, self.rt.world_size)
-        step = self.cfg.micro_train_batch_size
+        step = self.cfg.train.micro_batch_size
         for start in range(0, len(shard), step):
             part = shard[start : start + step]
             prompts = [self.eval_set[i] for i, _ in part]
@@ -101,18 +102,18 @@ class OPDTrainer(Trainer):
         total = sum_across_ranks(torch.tensor([kl_sum, tokens, rows, matched], dtype=torch.float64))
         self.engine.train()
         out = {"kl": (total[0] / total[1].clamp(min=1)).item(), "mean_response_length": (total[1] / total[2]).item()}
-        if self.cfg.label_key:
+        if self.cfg.data.label_key:
             out["label_match"] = (total[3] / total[2]).item()
         return out
 
     def _token_kl(self, batch: Batch) -> torch.Tensor:
         student, teacher = forward_logits(self.engine, batch), self.teacher.logits(batch)
-        if self.cfg.opd_topk > 0:
-            return topk_reverse_kl(student[:, :-1], teacher[:, :-1], self.cfg.opd_topk, self.cfg.opd_kd_temperature)
+        if self.cfg.opd.topk > 0:
+            return topk_reverse_kl(student[:, :-1], teacher[:, :-1], self.cfg.opd.topk, self.cfg.opd.kd_temperature)
         return kl_estimate(
             token_logprobs(student, batch.input_ids),
             token_logprobs(teacher, batch.input_ids),
-            self.cfg.opd_kl_estimator,
+            self.cfg.opd.kl_estimator,
         )
 
 

@@ -31,7 +31,7 @@ class _PairTrainer(Trainer):
     def __init__(self, *args, mask_dtype: torch.dtype | None = torch.bool, **kwargs):
         super().__init__(*args, **kwargs)
         self.mask_dtype = mask_dtype
-        if self.cfg.packing_samples:
+        if self.cfg.ds.packing_samples:
             log.info(
                 "%s: pairs packed %s",
                 self.stage,
@@ -42,14 +42,14 @@ class _PairTrainer(Trainer):
 
     def collate(self, items: list[PairSample]) -> PairBatch:
         pb = collate_pairs(
-            items, self.cfg.packing_samples, self.tokenizer.pad_token_id, self.mask_dtype, self.cfg.max_len
+            items, self.cfg.ds.packing_samples, self.tokenizer.pad_token_id, self.mask_dtype, self.cfg.data.max_len
         )
         return PairBatch(pb.batch.to(self.rt.torch_device), pb.margins.to(self.rt.torch_device), pb.num_pairs)
 
     def eval_batches(self):
         """(PairBatch, weight) over this rank's share of the eval set, micro-batch sized."""
         shard = eval_shard(len(self.eval_set), self.rt.rank, self.rt.world_size)
-        size = self.cfg.micro_train_batch_size
+        size = self.cfg.train.micro_batch_size
         for start in range(0, len(shard), size):
             chunk = shard[start : start + size]
             yield self.collate([self.eval_set[i] for i, _ in chunk]), torch.tensor([w for _, w in chunk])
@@ -73,13 +73,13 @@ class RewardModelTrainer(_PairTrainer):
         )
         rows, cols = batch.last_token()
         values = self.capture.take()[rows, cols]
-        return values.float() if self.cfg.compute_fp32_loss else values
+        return values.float() if self.cfg.model.compute_fp32_loss_enable else values
 
     def loss_on(self, pb: PairBatch) -> tuple[torch.Tensor, dict[str, float]]:
         r = self.rewards(pb.batch)
         chosen, rejected = r[: pb.num_pairs], r[pb.num_pairs :]
-        margin = pb.margins.to(r.dtype) if self.cfg.margin_loss else None
-        loss = pairwise_rm_loss(chosen, rejected, margin, self.cfg.loss)
+        margin = pb.margins.to(r.dtype) if self.cfg.model.margin_loss_enable else None
+        loss = pairwise_rm_loss(chosen, rejected, margin, self.cfg.model.loss_type)
         return loss, {
             "acc": (chosen > rejected).float().mean().item(),
             "chosen_reward": chosen.mean().item(),
@@ -96,8 +96,8 @@ class RewardModelTrainer(_PairTrainer):
             r = self.rewards(pb.batch).double()
             c, rj = r[: pb.num_pairs], r[pb.num_pairs :]
             w = w.double().to(r.device)
-            margin = pb.margins.to(r.device, r.dtype) if self.cfg.margin_loss else None
-            losses = pairwise_rm_losses(c, rj, margin, self.cfg.loss)  # the training loss, per pair
+            margin = pb.margins.to(r.device, r.dtype) if self.cfg.model.margin_loss_enable else None
+            losses = pairwise_rm_losses(c, rj, margin, self.cfg.model.loss_type)  # the training loss, per pair
             both = torch.cat([c, rj])
             acc += torch.stack(
                 [
@@ -121,10 +121,10 @@ class RewardModelTrainer(_PairTrainer):
             self.eval_set, saved = self.train_set[:512], self.eval_set
             self.eval_metrics()
             self.eval_set = saved
-        return {**self.stats, "value_head_prefix": self.cfg.value_head_prefix}
+        return {**self.stats, "value_head_prefix": self.cfg.ds.value_head_prefix}
 
     def export_state(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        return export_names(state, self.cfg.value_head_prefix)
+        return export_names(state, self.cfg.ds.value_head_prefix)
 
 
 class DPOTrainer(_PairTrainer):
@@ -142,16 +142,24 @@ class DPOTrainer(_PairTrainer):
         logits, aux = forward_with_aux(self.engine, b, top_k)
         policy = sequence_logps(logits, b.input_ids, b.loss_mask, b.segments(), b.num_samples, b.branches)
         ref = self.ref.sequence_logps(b)
-        out = dpo_loss(policy[:n], policy[n:], ref[:n], ref[n:], self.cfg.beta, self.cfg.label_smoothing, self.cfg.ipo)
+        out = dpo_loss(
+            policy[:n],
+            policy[n:],
+            ref[:n],
+            ref[n:],
+            self.cfg.model.beta,
+            self.cfg.model.label_smoothing,
+            self.cfg.model.ipo_enable,
+        )
         return logits, out, aux
 
     def loss_on(self, pb: PairBatch) -> tuple[torch.Tensor, dict[str, float]]:
         logits, out, aux = self._terms(pb, self.moe_top_k)
         loss, metrics = out.loss, _pair_metrics(out)
-        if self.cfg.nll_loss_coef > 0:
-            loss = loss + self.cfg.nll_loss_coef * chosen_nll(logits, pb)
+        if self.cfg.model.nll_loss_coef > 0:
+            loss = loss + self.cfg.model.nll_loss_coef * chosen_nll(logits, pb)
         if aux is not None:
-            loss, metrics["aux_loss"] = loss + self.cfg.aux_loss_coef * aux, aux.item()
+            loss, metrics["aux_loss"] = loss + self.cfg.model.aux_loss_coef * aux, aux.item()
         return loss, metrics
 
     @torch.no_grad()
@@ -198,7 +206,7 @@ class KTOTrainer(Trainer):
 
     def collate(self, items: list[UnpairedSample]) -> UnpairedBatch:
         ub = collate_unpaired(
-            items, self.cfg.packing_samples, self.tokenizer.pad_token_id, self.mask_dtype, self.cfg.max_len
+            items, self.cfg.ds.packing_samples, self.tokenizer.pad_token_id, self.mask_dtype, self.cfg.data.max_len
         )
         dev = self.rt.torch_device
         return UnpairedBatch(ub.batch.to(dev), ub.mismatched.to(dev), ub.desirable.to(dev))
@@ -226,9 +234,9 @@ class KTOTrainer(Trainer):
             self.ref.sequence_logps(ub.batch),
             ub.desirable,
             kl,
-            self.cfg.beta,
-            self.cfg.desirable_loss_weight,
-            self.cfg.undesirable_loss_weight,
+            self.cfg.model.beta,
+            self.cfg.model.desirable_loss_weight,
+            self.cfg.model.undesirable_loss_weight,
         )
         return out.loss, {"kl": kl.item(), **_kto_reward_metrics(out.rewards, ub.desirable)}
 
@@ -238,12 +246,12 @@ class KTOTrainer(Trainer):
         self.engine.eval()
         sums = torch.zeros(4, dtype=torch.float64)  # n good, reward good, n bad, reward bad
         shard = eval_shard(len(self.eval_set), self.rt.rank, self.rt.world_size)
-        size = max(2, self.cfg.micro_train_batch_size)
+        size = max(2, self.cfg.train.micro_batch_size)
         for start in range(0, len(shard), size):
             chunk = shard[start : start + size]
             ub = self.collate([self.eval_set[i] for i, _ in chunk])
             w = torch.tensor([wt for _, wt in chunk], dtype=torch.float64)
-            rewards = (self.cfg.beta * (self._logps(ub.batch) - self.ref.sequence_logps(ub.batch))).double().cpu()
+            rewards = (self.cfg.model.beta * (self._logps(ub.batch) - self.ref.sequence_logps(ub.batch))).double().cpu()
             good = ub.desirable.cpu()
             sums += torch.stack(
                 [(w * good).sum(), (w * good * rewards).sum(), (w * ~good).sum(), (w * ~good * rewards).sum()]

@@ -7,7 +7,6 @@ from typing import Any
 
 import torch
 
-from alignment.config.stages import PRMConfig
 from alignment.datasets.process_reward import PRMBatch, PRMSample, layout_targets
 from alignment.distributed.collectives import sum_across_ranks
 from alignment.losses.prm import prm_loss
@@ -16,10 +15,10 @@ from alignment.trainers.base import eval_shard
 from alignment.trainers.sft import SFTTrainer
 
 
-def prm_config_entry(cfg: PRMConfig) -> dict[str, Any]:
+def prm_config_entry(data: Any) -> dict[str, Any]:
     """What the committed config.json records under "prm": how a PPO reward reads the model
     (alignment.rewards.process_reward)."""
-    return {"placeholder_token": cfg.placeholder_token, "reward_tokens": cfg.reward_tokens}
+    return {"placeholder_token": data.placeholder_token, "reward_tokens": data.reward_tokens}
 
 
 class PRMTrainer(SFTTrainer):
@@ -39,7 +38,7 @@ class PRMTrainer(SFTTrainer):
         metrics = {"acc": terms.accuracy.item()}  # OpenRLHF's name: the label token is the argmax at a step
         if aux is None:
             return terms.loss, metrics
-        return terms.loss + self.cfg.aux_loss_coef * aux, {**metrics, "aux_loss": aux.item()}
+        return terms.loss + self.cfg.model.aux_loss_coef * aux, {**metrics, "aux_loss": aux.item()}
 
     @torch.no_grad()
     def eval_metrics(self) -> dict[str, float]:
@@ -58,4 +57,4 @@ class PRMTrainer(SFTTrainer):
         return {"loss": (total[0] / steps).item(), "acc": (total[1] / steps).item()}
 
     def final_config(self) -> dict[str, Any]:
-        return {"prm": prm_config_entry(self.cfg)}
+        return {"prm": prm_config_entry(self.cfg.data)}

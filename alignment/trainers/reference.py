@@ -12,7 +12,6 @@ from typing import Any
 
 import torch
 
-from alignment.config.stages import ReferenceConfig
 from alignment.datasets.sft import Batch
 from alignment.losses.logprobs import sequence_logps
 from alignment.models.loading import load_causal_lm, resolve_model_path
@@ -56,9 +55,7 @@ class ReferenceModel:
         return forward_logits(self.model, batch.to(self.device)).to(batch.input_ids.device)
 
 
-def reference_for(cfg: ReferenceConfig, setup: Any, device: str) -> ReferenceModel:
-    name = cfg.ref_pretrain or setup.path  # --pretrain as resolved (at its --revision)
-    flag = "--ref_pretrain" if cfg.ref_pretrain else "--pretrain"
-    return ReferenceModel(
-        name, setup.precision.dtype, setup.attn, device, cfg.ref_offload, flag, setup.trust_remote_code
-    )
+def reference_for(ref: Any, setup: Any, device: str) -> ReferenceModel:
+    name = ref.model_name_or_path or setup.path  # --pretrain as resolved (at its --revision)
+    flag = "--ref_pretrain" if ref.model_name_or_path else "--pretrain"
+    return ReferenceModel(name, setup.precision.dtype, setup.attn, device, ref.offload, flag, setup.trust_remote_code)

@@ -25,8 +25,8 @@ class SFTTrainer(Trainer):
         self.moe_top_k = moe_top_k  # > 0: add --aux_loss_coef x the router balance loss
 
     def collate(self, items: list[TokenizedSample]) -> Batch:
-        if self.cfg.packing_samples:
-            batch = collate_packed(items, self.mask_dtype, self.cfg.max_len)
+        if self.cfg.ds.packing_samples:
+            batch = collate_packed(items, self.mask_dtype, self.cfg.data.max_len)
         else:
             batch = collate_padded(items, self.tokenizer.pad_token_id)
         return batch.to(self.rt.torch_device)
@@ -36,7 +36,7 @@ class SFTTrainer(Trainer):
         loss, metrics = self.objective(logits, batch)
         if aux is None:
             return loss, metrics
-        return loss + self.cfg.aux_loss_coef * aux, {**metrics, "aux_loss": aux.item()}
+        return loss + self.cfg.model.aux_loss_coef * aux, {**metrics, "aux_loss": aux.item()}
 
     def objective(self, logits: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
         """The loss on the model's logits [B, T, V] (before the MoE balance term) and its extra metrics."""

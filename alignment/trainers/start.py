@@ -42,12 +42,12 @@ class Started:
 
 def start(cfg: TrainerConfig, tokenizer_for: Callable[[Any, str], RowTokenizer]) -> Started:
     """`tokenizer_for(tokenizer, source)` turns one dataset source's rows into the stage's samples."""
-    rt = init_runtime(cfg.local_rank, cfg.num_threads)
+    rt = init_runtime(cfg.train.local_rank, cfg.train.num_threads)
     cfg.accumulation_steps(rt.world_size)  # fails now, not after loading, if sizes don't divide
-    if cfg.load_checkpoint:  # before any weights load
-        check_world_size(cfg.ckpt_path, rt.world_size)
+    if cfg.ckpt.load_enable:  # before any weights load
+        check_world_size(cfg.ckpt.path, rt.world_size)
     setup = prepare(cfg, rt)
     # a dense model given --aux_loss_coef is refused from its config.json, before the data is read
-    top_k = moe_top_k(setup.path, cfg.aux_loss_coef, setup.trust_remote_code) if isinstance(cfg, MoEConfig) else 0
+    top_k = moe_top_k(setup.path, cfg.model.aux_loss_coef, setup.trust_remote_code) if isinstance(cfg, MoEConfig) else 0
     train_set, eval_set = load_train_eval(cfg, lambda source: tokenizer_for(setup.tokenizer, source))
     return Started(rt, setup, train_set, eval_set, total_steps(len(train_set), cfg, rt.world_size), top_k)

@@ -43,9 +43,9 @@ def step(engine: Any) -> bool:
     return update
 
 
-def adam_class(cfg: TrainConfig, device: str) -> tuple[type, dict[str, Any]]:
+def adam_class(ds: Any, device: str) -> tuple[type, dict[str, Any]]:
     """The AdamW implementation for this device (and its extra arguments)."""
-    if cfg.adam_offload:
+    if ds.adam_offload:
         from deepspeed.ops.adam import DeepSpeedCPUAdam  # prebuilt at install time
 
         return DeepSpeedCPUAdam, {}
@@ -75,11 +75,11 @@ def muon_param(name: str, param: torch.nn.Parameter) -> bool:
 def make_optimizer(named: list[tuple[str, torch.nn.Parameter]], cfg: TrainConfig, device: str) -> torch.optim.Optimizer:
     """AdamW (--optim adam) or DeepSpeed's Muon with an auxiliary AdamW (--optim muon), on the trainable
     parameters `named` [(name, parameter)]."""
-    adam, extra = adam_class(cfg, device)
-    betas = tuple(cfg.adam_betas)
+    adam, extra = adam_class(cfg.ds, device)
+    betas = tuple(cfg.adam.betas)
     params = [p for _, p in named]
-    if cfg.optim == "adam":
-        return adam(params, lr=cfg.learning_rate, betas=betas, weight_decay=cfg.l2, **extra)
+    if cfg.train.optim == "adam":
+        return adam(params, lr=cfg.adam.lr, betas=betas, weight_decay=cfg.adam.weight_decay, **extra)
     # imported here, as DeepSpeed's engine does: the module sets up torch.compile'd kernels
     from deepspeed.runtime.zero.muon.muon_optimizer import MuonWithAuxAdam
 
@@ -98,9 +98,9 @@ def make_optimizer(named: list[tuple[str, torch.nn.Parameter]], cfg: TrainConfig
         {
             "params": muon,
             "use_muon": True,
-            "lr": cfg.muon_lr or cfg.learning_rate,
+            "lr": cfg.train.muon_lr or cfg.adam.lr,
             "momentum": MUON_MOMENTUM,
-            "weight_decay": cfg.l2,
+            "weight_decay": cfg.adam.weight_decay,
         }
     ]
     if rest:
@@ -108,10 +108,10 @@ def make_optimizer(named: list[tuple[str, torch.nn.Parameter]], cfg: TrainConfig
             {
                 "params": rest,
                 "use_muon": False,
-                "lr": cfg.learning_rate,
+                "lr": cfg.adam.lr,
                 "betas": betas,
                 "eps": 1e-8,
-                "weight_decay": cfg.l2,
+                "weight_decay": cfg.adam.weight_decay,
             }
         )
     return MuonWithAuxAdam(groups, adam_optimizer=adam, adam_optimizer_kwargs=extra)
@@ -137,14 +137,14 @@ def deepspeed_arch_list(value: str) -> str:
     return re.sub(r"(\d+\.\d+)[a-z]+", r"\1", value)
 
 
-def make_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainConfig, total_steps: int) -> Any:
+def make_scheduler(optimizer: torch.optim.Optimizer, train: Any, total_steps: int) -> Any:
     from transformers import get_scheduler
 
-    warmup = math.ceil(total_steps * cfg.lr_warmup_ratio)
+    warmup = math.ceil(total_steps * train.lr_warmup_ratio)
     # the ratio itself, not --learning_rate x it: Muon keeps no optimizer-wide default lr to divide by
-    extra = {"min_lr_rate": cfg.min_lr_ratio} if cfg.lr_scheduler == "cosine_with_min_lr" else None
+    extra = {"min_lr_rate": train.min_lr_ratio} if train.lr_scheduler == "cosine_with_min_lr" else None
     return get_scheduler(
-        cfg.lr_scheduler,
+        train.lr_scheduler,
         optimizer,
         num_warmup_steps=warmup,
         num_training_steps=max(1, total_steps),
@@ -156,7 +156,7 @@ def build_engine(model: torch.nn.Module, cfg: TrainConfig, rt: Runtime, bf16: bo
     import deepspeed
 
     stage = cfg.zero_stage_on(rt.world_size)
-    if cfg.zero_stage is None:
+    if cfg.ds.zero_stage is None:
         log.info(
             "ZeRO stage %d (--zero_stage unset: %s)",
             stage,
@@ -168,7 +168,7 @@ def build_engine(model: torch.nn.Module, cfg: TrainConfig, rt: Runtime, bf16: bo
         mark_zero3_leaves(model)
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     optimizer = make_optimizer(named, cfg, rt.device)
-    scheduler = make_scheduler(optimizer, cfg, total_steps)
+    scheduler = make_scheduler(optimizer, cfg.train, total_steps)
     ds_config = train_ds_config(cfg, rt.world_size, bf16, rt.device)
     engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler, config=ds_config)
     if stage == 0 and rt.world_size == 1:

@@ -7,11 +7,10 @@ DeepSpeed checkpoint is collective); ranks whose clocks differ never disagree.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import torch
 import torch.distributed as dist
-
-from alignment.config.runs import CheckpointConfig
 
 
 def _rank0_says(flag: bool) -> bool:
@@ -24,9 +23,10 @@ def _rank0_says(flag: bool) -> bool:
 
 
 class SaveSchedule:
-    def __init__(self, cfg: CheckpointConfig):
-        self.every_steps = cfg.save_steps if not cfg.disable_ds_ckpt else -1
-        self.every_s = cfg.save_minutes * 60 if not cfg.disable_ds_ckpt else 0.0
+    def __init__(self, ckpt: Any):
+        """`ckpt`: a stage config's checkpoint group (cfg.ckpt: save_steps, save_minutes, disable_ds)."""
+        self.every_steps = ckpt.save_steps if not ckpt.disable_ds else -1
+        self.every_s = ckpt.save_minutes * 60 if not ckpt.disable_ds else 0.0
         self.last_time, self.last_step = time.monotonic(), None
 
     @property

@@ -32,7 +32,7 @@ def start_wandb(cfg: LoggingConfig, stage: str) -> tuple[Any, str]:
     """The wandb run and where to find it (its URL, or its offline directory to `wandb sync`)."""
     import wandb
 
-    key = cfg.use_wandb
+    key = cfg.logger.wandb.key
     switch = key.lower() in WANDB_SWITCHES
     if not switch:
         # A key in the config (a YAML --config, or main(argv) called in-process; on the command line
@@ -45,12 +45,12 @@ def start_wandb(cfg: LoggingConfig, stage: str) -> tuple[Any, str]:
         os.environ["WANDB_MODE"] = "offline"  # no network or no key: log locally, sync later
     else:
         wandb.login()  # the key comes from WANDB_API_KEY (how pipelines pass it: never as a parameter)
-    resume = {"id": wandb_run_id(cfg.ckpt_path), "resume": "allow"} if getattr(cfg, "load_checkpoint", False) else {}
+    resume = {"id": wandb_run_id(cfg.ckpt.path), "resume": "allow"} if cfg.ckpt.load_enable else {}
     run = wandb.init(
-        entity=cfg.wandb_org,
-        project=cfg.wandb_project,
-        group=cfg.wandb_group,
-        name=cfg.wandb_run_name or stage,
+        entity=cfg.logger.wandb.org,
+        project=cfg.logger.wandb.project,
+        group=cfg.logger.wandb.group,
+        name=cfg.logger.wandb.run_name or stage,
         config={k: v for k, v in vars(cfg).items() if k != "use_wandb"},
         reinit="finish_previous",
         **resume,
@@ -61,7 +61,7 @@ def start_wandb(cfg: LoggingConfig, stage: str) -> tuple[Any, str]:
 
 def tensorboard_inside_model(cfg: LoggingConfig) -> str | None:
     """The path of --use_tensorboard relative to --save_path, when it lies inside it."""
-    target, inside = cfg.use_tensorboard.rstrip("/"), cfg.save_path.rstrip("/") + "/"
+    target, inside = cfg.logger.tensorboard_dir.rstrip("/"), cfg.ckpt.output_dir.rstrip("/") + "/"
     return target[len(inside) :] if target.startswith(inside) else None
 
 
@@ -72,10 +72,10 @@ class TensorBoard:
         rel = tensorboard_inside_model(cfg)
         if rel:
             directory = run_dir / rel
-            self.where, self.ours = cfg.use_tensorboard.rstrip("/"), True
+            self.where, self.ours = cfg.logger.tensorboard_dir.rstrip("/"), True
             shutil.rmtree(directory, ignore_errors=True)  # ours: rebuilt from the resumed history by replay()
         else:  # the user's own directory (OpenRLHF's layout: one folder per run name): appended to
-            directory = Path(cfg.use_tensorboard) / (cfg.wandb_run_name or stage)
+            directory = Path(cfg.logger.tensorboard_dir) / (cfg.logger.wandb.run_name or stage)
             self.where, self.ours = str(directory), False
         directory.mkdir(parents=True, exist_ok=True)
         self.writer = SummaryWriter(str(directory))

@@ -40,9 +40,9 @@ class MetricsLogger:
         if not enabled:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        if cfg.use_wandb:
+        if cfg.logger.wandb.key:
             self._wandb, self.links["wandb"] = start_wandb(cfg, stage)
-        if cfg.use_tensorboard:
+        if cfg.logger.tensorboard_dir:
             self._tb = TensorBoard(cfg, Path(run_dir), stage)
             self.links["tensorboard"] = self._tb.where
         self._events = events.enabled()

@@ -188,7 +188,7 @@ def sft_tokens_per_step(spec: RunSpec) -> list[int]:
     per_epoch = len(train) // spec.batch * spec.accum
     tokens, epoch = [], 0
     while len(tokens) < spec.steps:
-        batches = micro_batches(len(train), spec.micro, 0, 1, cfg.seed, epoch)[:per_epoch]
+        batches = micro_batches(len(train), spec.micro, 0, 1, cfg.train.seed, epoch)[:per_epoch]
         for s in range(0, len(batches), spec.accum):
             tokens.append(sum(len(train[i].input_ids) for mb in batches[s : s + spec.accum] for i in mb))
         epoch += 1

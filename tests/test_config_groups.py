@@ -1,0 +1,155 @@
+"""A stage config read by groups (alignment.config.nested): `cfg.train.micro_batch_size`, `cfg.actor.num_nodes`;
+the groups are typed and frozen, every field has one place, the place follows OpenRLHF's dotted name, and no
+code outside the schema reads a config's flat fields."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import pickle
+import typing
+
+import pytest
+
+from alignment.config import (
+    BatchInferenceConfig,
+    DPOConfig,
+    EvaluateConfig,
+    KDConfig,
+    KTOConfig,
+    LoraCombinerConfig,
+    OPDConfig,
+    PPOConfig,
+    PRMConfig,
+    RMConfig,
+    SFTConfig,
+    TinyBaseConfig,
+    nested,
+    parse_args,
+)
+from alignment.config.dotted import spellings
+from alignment.config.inference import ChatConfig, ServeRMConfig
+from alignment.config.tools import ImportModelConfig
+from tests.conftest import REPO
+
+STAGES = (
+    SFTConfig,
+    PRMConfig,
+    RMConfig,
+    DPOConfig,
+    KTOConfig,
+    PPOConfig,
+    KDConfig,
+    OPDConfig,
+    BatchInferenceConfig,
+    ChatConfig,
+    ServeRMConfig,
+    EvaluateConfig,
+    TinyBaseConfig,
+    ImportModelConfig,
+    LoraCombinerConfig,
+)
+FLAT_FIELDS = {f.name for cls in STAGES for f in dataclasses.fields(cls)}
+GROUPS = {g for cls in STAGES for g in nested.groups(cls)}
+
+
+def test_both_dialects_read_back_through_the_groups():
+    flat = ["--pretrain", "m", "--prompt_data", "p.jsonl", "--actor_num_nodes", "2", "--zero_stage", "3"]
+    dotted = ["--actor.model_name_or_path", "m", "--data.prompt_dataset", "p.jsonl", "--actor.num_nodes", "2"]
+    for argv in (flat, [*dotted, "--ds.zero_stage", "3"]):
+        more = ["--micro_train_batch_size", "2", "--n_samples_per_prompt", "4", "--remote_rm_url", "http://127.0.0.1:1"]
+        cfg = parse_args(PPOConfig, [*argv, *more])
+        assert (cfg.actor.num_nodes, cfg.ds.zero_stage, cfg.train.micro_batch_size) == (2, 3, 2)
+        assert cfg.rollout.n_samples_per_prompt == 4 and cfg.model.model_name_or_path == "m"
+        assert cfg.data.prompt_dataset == "p.jsonl" and cfg.actor.adam.lr == cfg.actor_learning_rate
+
+
+def test_groups_are_typed_frozen_and_follow_the_fields():
+    cfg = SFTConfig(pretrain="m", dataset="d.jsonl", lora_rank=8)
+    lora = cfg.ds.lora
+    assert {f.name: f.type for f in dataclasses.fields(lora)}["rank"] is int
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        lora.rank = 4
+    assert dataclasses.replace(cfg, lora_rank=4).ds.lora.rank == 4  # a group is read from the fields, not kept
+    assert pickle.loads(pickle.dumps(cfg.ds)) == cfg.ds  # a group can travel (its type is built at run time)
+    with pytest.raises(AttributeError, match="no field or group 'actor'"):
+        cfg.actor  # noqa: B018 (SFT has no actor)
+
+
+@pytest.mark.parametrize("cls", STAGES, ids=lambda c: c.__name__)
+def test_every_field_has_one_place_named_by_its_dotted_flag(cls):
+    places = nested.places(cls)
+    assert set(places) == {f.name for f in dataclasses.fields(cls)} and len(set(places.values())) == len(places)
+    hints = typing.get_type_hints(cls)
+    cfg = cls.__new__(cls)  # every group readable from a config: values as the defaults give them
+    for f in dataclasses.fields(cls):
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        object.__setattr__(cfg, f.name, None if default is dataclasses.MISSING else default)
+    for name, path in places.items():
+        node = cfg
+        for part in path:
+            node = getattr(node, part)
+        assert node == getattr(cfg, name), (name, path)
+        leaf = {f.name: f.type for f in dataclasses.fields(nested.group_type(cls, path[:-1]))}[path[-1]]
+        assert leaf == hints[name]
+    if getattr(cls, "dotted_family", "") == "":  # a field sits where its (first) dotted flag names it
+        first: dict = {}
+        for spelling in spellings(cls).values():
+            first.setdefault(spelling.field, spelling)
+        for name, spelling in first.items():
+            *group, leaf = spelling.name.split(".")
+            assert places[name] == (*group, leaf if spelling.values is None else name), spelling
+
+
+def _flat_reads(path) -> list[str]:
+    """`cfg.<flat field>`, `self.cfg.<flat field>`, `x_cfg.<flat field>` and getattr(cfg, "<flat field>")."""
+
+    def is_config(node: ast.AST) -> bool:
+        if isinstance(node, ast.Name):
+            return node.id == "cfg" or node.id.endswith("_cfg")
+        return isinstance(node, ast.Attribute) and node.attr == "cfg"
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Attribute) and is_config(node.value) and node.attr in FLAT_FIELDS - GROUPS:
+            found.append(f"{path.relative_to(REPO)}:{node.lineno}: .{node.attr}")
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "hasattr")
+            and node.args
+            and is_config(node.args[0])
+            and isinstance(node.args[1], ast.Constant)
+            and node.args[1].value in FLAT_FIELDS
+        ):
+            found.append(f"{path.relative_to(REPO)}:{node.lineno}: {node.func.id}(.., {node.args[1].value!r})")
+    return found
+
+
+def test_no_code_outside_the_schema_reads_flat_fields():
+    """The flat fields are the schema's (flags, YAML, identity); everything else reads the groups."""
+    files = [
+        p
+        for top in ("alignment", "tasks", "flows", "benchmarks", "scripts")
+        for p in sorted((REPO / top).rglob("*.py"))
+        if "config" not in p.relative_to(REPO).parts[:2]
+    ]
+    assert len(files) > 100
+    reads = [hit for p in files for hit in _flat_reads(p)]
+    assert not reads, "\n".join(reads)
+
+
+def test_the_guides_example_reads_what_it_says(monkeypatch):
+    """docs/configuration.md's "Reading a config in Python" block runs, and its comments hold."""
+    text = (REPO / "docs" / "configuration.md").read_text()
+    block = text.split("## Reading a config in Python", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(REPO)
+    scope: dict = {}
+    exec(compile(block, "docs/configuration.md", "exec"), scope)
+    cfg = scope["cfg"]
+    assert (cfg.actor.num_nodes, cfg.rollout.n_samples_per_prompt, cfg.ds.zero_stage, cfg.ds.lora.rank) == (
+        cfg.actor_num_nodes,
+        cfg.n_samples_per_prompt,
+        cfg.zero_stage,
+        cfg.lora_rank,
+    )
