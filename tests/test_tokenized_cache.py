@@ -5,6 +5,7 @@ torch.distributed up, one rank per node tokenizes while the others wait."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -179,19 +180,23 @@ def test_settings_name_every_config_field_a_tokenizer_reads(tok):
     """The cache key holds `settings()`: a field read by `columns` but missing there would let a
     changed flag reuse stale tokens."""
 
-    class Recording:
-        def __init__(self, cfg):
-            self.cfg, self.read = cfg, set()
+    class Recording:  # records the path of each setting read: "data.max_len"
+        def __init__(self, obj, read, prefix=""):
+            self.obj, self.read, self.prefix = obj, read, prefix
 
         def __getattr__(self, name):
-            self.read.add(name)
-            return getattr(self.cfg, name)
+            value = getattr(self.obj, name)
+            if dataclasses.is_dataclass(value):  # a group (alignment.config.nested)
+                return Recording(value, self.read, f"{self.prefix}{name}.")
+            self.read.add(self.prefix + name)
+            return value
 
     for t, rows in tokenizers(tok):
-        t.cfg = Recording(t.cfg)
+        read: set[str] = set()
+        t.cfg = Recording(t.cfg, read)
         for i, row in enumerate(rows[:5]):
             t.columns(row, i)
-        assert t.cfg.read <= set(t.settings()), (t.source, t.cfg.read - set(t.settings()))
+        assert read and read <= set(t.settings()), (t.source, read - set(t.settings()))
 
 
 @pytest.mark.parametrize(

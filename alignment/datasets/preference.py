@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 import torch
@@ -40,7 +41,7 @@ class PairBatch:
 
 class PreferenceRowTokenizer:
     # config fields every row tokenizer here reads (subclasses add theirs): part of the cache key
-    SETTINGS: tuple[str, ...] = ("max_len", "input_template", "apply_chat_template")
+    SETTINGS: tuple[str, ...] = ("data.max_len", "data.input_template", "data.apply_chat_template")
 
     def __init__(self, tokenizer: Any, cfg: DataConfig, source: str, end_at_eos: bool = False):
         """end_at_eos: responses stop at their EOS (the reward model's data, see `end_at_eos`)."""
@@ -49,7 +50,7 @@ class PreferenceRowTokenizer:
             require_chat_template(tokenizer, cfg.model.model_name_or_path)
 
     def settings(self) -> dict[str, Any]:
-        return {"end_at_eos": self.end_at_eos, **{name: getattr(self.cfg, name) for name in self.SETTINGS}}
+        return {"end_at_eos": self.end_at_eos, **{name: attrgetter(name)(self.cfg) for name in self.SETTINGS}}
 
     def ids(self, text: str) -> list[int]:
         return self.tok(text, add_special_tokens=False)["input_ids"] if text else []
@@ -94,7 +95,7 @@ KEPT, IDENTICAL, TOO_LONG = 0, 1, 2  # PairTokenizer's per-row status column
 class PairTokenizer(PreferenceRowTokenizer):
     """Rows with --chosen_key/--rejected_key (and --prompt_key, or chat lists whose last turn is the answer)."""
 
-    SETTINGS = PreferenceRowTokenizer.SETTINGS + ("prompt_key", "chosen_key", "rejected_key")
+    SETTINGS = PreferenceRowTokenizer.SETTINGS + ("data.prompt_key", "data.chosen_key", "data.rejected_key")
 
     def __init__(
         self, tokenizer: Any, cfg: DataConfig, source: str, end_at_eos: bool = False, use_margin: bool = False

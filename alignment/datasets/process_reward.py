@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 import torch
@@ -79,10 +80,10 @@ class PRMTokenizer:
         )
         self.soft = False  # of the last `finish`
 
-    SETTINGS = ("max_len", "input_key", "label_key", "placeholder_token", "reward_tokens")
+    SETTINGS = ("data.max_len", "data.input_key", "data.label_key", "data.placeholder_token", "data.reward_tokens")
 
     def settings(self) -> dict[str, Any]:
-        return {name: getattr(self.cfg, name) for name in self.SETTINGS}
+        return {name: attrgetter(name)(self.cfg) for name in self.SETTINGS}
 
     def features(self) -> Any:
         from datasets import Features, List, Value

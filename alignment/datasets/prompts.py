@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 from alignment.config.distill import OPDConfig
@@ -30,7 +31,13 @@ class PromptTokenizer:
     on-policy distillation's --dataset."""
 
     # every config field `columns` reads: part of the tokenization cache key
-    SETTINGS = ("input_key", "label_key", "input_template", "apply_chat_template", "prompt_max_len")
+    SETTINGS = (
+        "data.input_key",
+        "data.label_key",
+        "data.input_template",
+        "data.apply_chat_template",
+        "data.prompt_max_len",
+    )
 
     def __init__(self, tokenizer: Any, cfg: "RolloutConfig | OPDConfig", source: str):
         self.tok, self.cfg, self.source = tokenizer, cfg, source
@@ -38,7 +45,7 @@ class PromptTokenizer:
             require_chat_template(tokenizer, "--pretrain")
 
     def settings(self) -> dict[str, Any]:
-        return {name: getattr(self.cfg, name) for name in self.SETTINGS}
+        return {name: attrgetter(name)(self.cfg) for name in self.SETTINGS}
 
     def features(self) -> Any:
         from datasets import Features, List, Value

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 import torch
@@ -142,17 +143,17 @@ class SFTTokenizer:
 
     # every config field `columns` reads: part of the tokenization cache key
     SETTINGS = (
-        "max_len",
-        "input_key",
-        "output_key",
-        "input_template",
-        "apply_chat_template",
-        "multiturn",
-        "pretrain_mode",
+        "data.max_len",
+        "data.input_key",
+        "data.output_key",
+        "data.input_template",
+        "data.apply_chat_template",
+        "data.multiturn",
+        "model.pretrain_mode_enable",
     )
 
     def settings(self) -> dict[str, Any]:
-        return {name: getattr(self.cfg, name) for name in self.SETTINGS}
+        return {name: attrgetter(name)(self.cfg) for name in self.SETTINGS}
 
     def features(self) -> Any:
         from datasets import Features, List, Value

@@ -47,7 +47,7 @@ def parse_label(value: Any, index: int, key: str, source: str) -> bool:
 class UnpairedTokenizer(PreferenceRowTokenizer):
     """KTO rows: --input_key (prompt), --output_key (response), --label_key (true/false)."""
 
-    SETTINGS = PreferenceRowTokenizer.SETTINGS + ("input_key", "output_key", "label_key")
+    SETTINGS = PreferenceRowTokenizer.SETTINGS + ("data.input_key", "data.output_key", "data.label_key")
 
     def __init__(self, tokenizer: Any, cfg: DataConfig, source: str, end_at_eos: bool = False):
         super().__init__(tokenizer, cfg, source, end_at_eos)
