@@ -123,6 +123,21 @@ def test_train_kd_commits_and_resumes(tiny_base, teacher, tmp_path):
 
 
 @pytest.mark.integration
+def test_a_teacher_replica_answers_what_a_ranks_own_teacher_does(teacher):
+    """--teacher_num_nodes: a replica of the teacher's Ray group loads the teacher as a rank does (precision,
+    attention) and answers a micro-batch with the same logits; tests/test_distill_flow.py places one on Ray."""
+    from alignment.cli.teacher import TeacherReplica
+    from alignment.datasets.sft import Batch
+    from alignment.trainers.reference import ReferenceModel
+
+    ids = torch.randint(0, 200, (2, 9), generator=torch.Generator().manual_seed(0))
+    batch = Batch(ids, torch.ones_like(ids), torch.ones_like(ids), None, 2, [9, 9])
+    own = ReferenceModel(str(teacher), torch.float32, "sdpa", "cpu", False, "--teacher_model")
+    replica = TeacherReplica(str(teacher), bf16=False, flash_attn=False, trust_remote_code=False)
+    assert torch.equal(replica.logits(batch), own.logits(batch))
+
+
+@pytest.mark.integration
 def test_teacher_with_another_vocabulary_is_one_line_before_weights_load(tiny_base, tmp_path):
     from alignment.tiny_world.base_model import make_base
 
@@ -208,3 +223,26 @@ def test_sft_with_muon_trains(tiny_base, tmp_path):
     trained, base = load_file(out / "model.safetensors"), load_file(tiny_base / "model.safetensors")
     for name in ("model.layers.0.mlp.up_proj.weight", "model.embed_tokens.weight", "model.norm.weight"):
         assert not torch.equal(trained[name], base[name]), name
+
+
+def test_a_teacher_group_is_placed_by_alignflow_and_excludes_offload(monkeypatch):
+    from alignment.cli.teacher import teacher_side
+    from alignment.config import ConfigError, KDConfig, parse_args
+    from alignment.distributed.ray_ranks import on_ray
+    from alignment.distributed.side_groups import env_name
+
+    line = ["--pretrain", "student", "--teacher_model", "teacher", "--dataset", "d.jsonl", "--save_path", "out"]
+    assert teacher_side(parse_args(KDConfig, line)) is None  # a copy of the teacher on every rank
+    cfg = parse_args(KDConfig, [*line, "--teacher.num_nodes", "1", "--teacher.num_gpus_per_node", "2"])
+    side = teacher_side(cfg)
+    assert (side.role, side.replicas, side.kwargs["path"]) == ("teacher", 2, "teacher")
+    for var in ("RANK", "WORLD_SIZE", "RAY_ADDRESS", env_name("teacher")):
+        monkeypatch.delenv(var, raising=False)
+    assert on_ray(cfg, side)  # one rank, no Ray job: still placed on Ray, with its teacher group
+    monkeypatch.setenv("RANK", "0")  # under deepspeed / torchrun: no one places the group
+    with pytest.raises(ConfigError, match="placed by alignflow, not by torchrun or deepspeed"):
+        on_ray(cfg, side)
+    monkeypatch.setenv(env_name("teacher"), "train_kd-teacher-0,train_kd-teacher-1")  # a rank run_ranks started
+    assert not on_ray(cfg, side)
+    with pytest.raises(ConfigError, match="--teacher_offload keeps each rank's copy"):
+        parse_args(KDConfig, [*line, "--teacher_num_nodes", "1", "--teacher_offload"])

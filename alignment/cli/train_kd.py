@@ -11,6 +11,7 @@ import logging
 
 from alignment.cli.common import run_main
 from alignment.cli.preflight import check_outputs
+from alignment.cli.teacher import teacher_side
 from alignment.config import KDConfig, parse_args
 from alignment.distributed import ray_ranks
 
@@ -20,8 +21,9 @@ log = logging.getLogger("alignment.train_kd")
 def main(argv: list[str] | None = None) -> dict:
     cfg = parse_args(KDConfig, argv, prog="alignment.cli.train_kd")
     check_outputs(cfg)
-    if ray_ranks.on_ray(cfg):  # a Ray job, or more than one rank: place the ranks on Ray
-        return ray_ranks.run_ranks(main, argv, cfg, "train_kd")
+    side = teacher_side(cfg)  # --teacher_num_nodes: the teacher on its own Ray group
+    if ray_ranks.on_ray(cfg, side):  # a Ray job, more than one rank or a teacher group: place them on Ray
+        return ray_ranks.run_ranks(main, argv, cfg, "train_kd", side)
     from alignment.datasets.sft import SFTTokenizer
     from alignment.models.builder import load_actor
     from alignment.trainers.kd import KDTrainer, check_teacher, teacher_for

@@ -23,11 +23,34 @@ class TeacherConfig:
     teacher_offload: bool = opt(
         False, "Keep the frozen teacher in CPU memory (its forward runs there)", dotted="teacher.offload"
     )
+    teacher_num_nodes: int = opt(
+        0,
+        "Put the teacher on its own Ray group of this many nodes x --teacher_num_gpus_per_node replicas, "
+        "each rank asking one of them for its logits (0: every rank holds a copy of the teacher)",
+        dotted="teacher.num_nodes",
+        identity=False,
+    )
+    teacher_num_gpus_per_node: int = opt(
+        1,
+        "Teacher replicas per node of its own group (one GPU, or one CPU, each)",
+        dotted="teacher.num_gpus_per_node",
+        identity=False,
+    )
 
     def check_teacher_model(self) -> None:
         require(
             bool(self.teacher_model),
             "--teacher_model is required: the model to distil from (a directory, s3:// URI or hub name)",
+        )
+        require(
+            self.teacher_num_nodes >= 0 and self.teacher_num_gpus_per_node >= 1,
+            f"--teacher_num_nodes {self.teacher_num_nodes} / --teacher_num_gpus_per_node "
+            f"{self.teacher_num_gpus_per_node}: nodes >= 0 (0: a teacher on every rank), replicas per node >= 1",
+        )
+        require(
+            not (self.teacher_num_nodes and self.teacher_offload),
+            "--teacher_offload keeps each rank's copy of the teacher in CPU memory; with --teacher_num_nodes the "
+            "teacher has its own Ray group instead: drop one of them",
         )
 
 

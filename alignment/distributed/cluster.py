@@ -111,9 +111,10 @@ class Placed:
     pgs: dict[str, Any]  # bundle set -> placement group
     cores_per_node: int
 
-    def actor(self, cls: Any, group: GroupPlan, index: int, env: dict[str, str] | None = None) -> Any:
+    def actor(self, cls: Any, group: GroupPlan, index: int, env: dict[str, str] | None = None, **named: str) -> Any:
         """An actor class (wrapped with ray.remote here), on bundle `index` of the group's set, asking for its
-        share of the bundle; call `.remote(...)` on the result to start it."""
+        share of the bundle; call `.remote(...)` on the result to start it. `named`: Ray's `name` and
+        `namespace`, for an actor other processes look up."""
         import ray
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -125,6 +126,7 @@ class Placed:
             scheduling_strategy=PlacementGroupSchedulingStrategy(
                 self.pgs[group.bundle_set], placement_group_bundle_index=index
             ),
+            **named,
         )
 
     def remove(self) -> None:

@@ -36,6 +36,7 @@ from alignment.config.base import ConfigError
 from alignment.config.runs import RanksConfig
 from alignment.distributed import cluster
 from alignment.distributed.cluster import Ask, GroupPlan
+from alignment.distributed.side_groups import NAMESPACE, SideGroup, env_name, replica_names
 from alignment.errors import TransientError, UserError
 from alignment.logs import setup_logging
 
@@ -46,8 +47,14 @@ def world_size(cfg: RanksConfig) -> int:
     return cfg.world_size()
 
 
-def on_ray(cfg: RanksConfig) -> bool:
-    """True when this process should place the ranks on Ray rather than train itself."""
+def on_ray(cfg: RanksConfig, side: SideGroup | None = None) -> bool:
+    """True when this process should place the ranks on Ray rather than train itself (a side group is
+    placed on Ray, so it asks for Ray too)."""
+    if side is not None and "RANK" in os.environ and not os.environ.get(env_name(side.role)):
+        raise ConfigError(
+            f"{side.flags()}: a {side.role} on its own Ray group is placed by alignflow, not by torchrun or "
+            f"deepspeed: run the command without the launcher, or drop --{side.role}_num_nodes"
+        )
     if "RANK" in os.environ:  # a rank already: started by torchrun, deepspeed or run_ranks
         launched = int(os.environ.get("WORLD_SIZE", "1"))
         if world_size(cfg) not in (1, launched):
@@ -57,7 +64,7 @@ def on_ray(cfg: RanksConfig) -> bool:
                 f"them match"
             )
         return False
-    return world_size(cfg) > 1 or bool(os.environ.get("RAY_ADDRESS"))
+    return world_size(cfg) > 1 or side is not None or bool(os.environ.get("RAY_ADDRESS"))
 
 
 def rank_group(ranks: Any) -> GroupPlan:
@@ -65,8 +72,11 @@ def rank_group(ranks: Any) -> GroupPlan:
     return GroupPlan("ranks", ranks.num_nodes, ranks.num_gpus_per_node, "ranks")
 
 
-def ask(cfg: RanksConfig) -> Ask:
-    return Ask(f"{cfg.ranks_flags()} = {world_size(cfg)} ranks", "rank", "use fewer ranks or add nodes")
+def ask(cfg: RanksConfig, side: SideGroup | None = None) -> Ask:
+    if side is None:
+        return Ask(f"{cfg.ranks_flags()} = {world_size(cfg)} ranks", "rank", "use fewer ranks or add nodes")
+    what = f"{cfg.ranks_flags()} = {world_size(cfg)} ranks and {side.flags()} = {side.replicas} {side.role} replicas"
+    return Ask(what, "rank or replica", "use fewer ranks or replicas, or add nodes")
 
 
 def check_resources(cfg: RanksConfig, total: dict[str, float]) -> tuple[bool, dict[str, float]]:
@@ -213,24 +223,42 @@ def _rank_main(config: dict) -> None:
     config["main"](config["argv"])
 
 
-def run_ranks(main: Callable[[list[str] | None], Any], argv: list[str] | None, cfg: RanksConfig, name: str) -> dict:
+def run_ranks(
+    main: Callable[[list[str] | None], Any],
+    argv: list[str] | None,
+    cfg: RanksConfig,
+    name: str,
+    side: SideGroup | None = None,
+) -> dict:
     """Run `main(argv)` on `world_size(cfg)` Ray ranks; returns after the last rank finished.
-    A rank's input error is re-raised here (exit 2); any other rank failure fails the run at once."""
+    A rank's input error is re-raised here (exit 2); any other rank failure fails the run at once.
+    `side`: a group of replicas placed with the ranks, which the ranks ask (alignment/distributed/side_groups.py)."""
     import sys
 
     import ray
 
     argv = list(sys.argv[1:] if argv is None else argv)
     group = rank_group(cfg.ranks)
-    placed = cluster.place([group], ask(cfg), name, cfg.ranks.placement_strategy, cfg.ranks.accelerator_type)
+    groups = [group] + ([GroupPlan(side.role, side.nodes, side.per_node, side.role)] if side else [])
+    placed = cluster.place(groups, ask(cfg, side), name, cfg.ranks.placement_strategy, cfg.ranks.accelerator_type)
     log.info("%s: code from %s, working directory %s", name, Path(alignment.__file__).parent, os.getcwd())
     ranks = [placed.actor(StageRank, group, k).remote() for k in range(group.world_size)]
+    shared = {lease.ENV: os.environ.get(lease.ENV, "")}  # the ranks share our lease
+    if side is not None:  # started now; each loads while the ranks start, and a rank's first ask waits for it
+        names = replica_names(side, name)
+        ranks += [
+            placed.actor(side.server, groups[1], k, name=n, namespace=NAMESPACE).remote(**side.kwargs)
+            for k, n in enumerate(names)
+        ]
+        shared[env_name(side.role)] = ",".join(names)
+        log.info("%s: %s on its own Ray group: %s", name, side.role, side.flags())
     try:
-        envs = rank_envs(ray.get([r.landing.remote() for r in ranks]))
-        port = ray.get(ranks[next(k for k, e in enumerate(envs) if e["RANK"] == "0")].free_port.remote())
+        stage = ranks[: group.world_size]
+        envs = rank_envs(ray.get([r.landing.remote() for r in stage]))
+        port = ray.get(stage[next(k for k, e in enumerate(envs) if e["RANK"] == "0")].free_port.remote())
         config = {"main": main, "argv": argv, "cwd": os.getcwd()}
-        shared = {"MASTER_PORT": str(port), lease.ENV: os.environ.get(lease.ENV, "")}  # the ranks share our lease
-        pending = [r.run.remote({**e, **shared}, config) for r, e in zip(ranks, envs)]
+        shared["MASTER_PORT"] = str(port)
+        pending = [r.run.remote({**e, **shared}, config) for r, e in zip(stage, envs)]
         while pending:
             done, pending = ray.wait(pending, num_returns=1)
             ray.get(done)  # a failed rank raises now, not when the others (waiting at a collective) would return
@@ -240,7 +268,7 @@ def run_ranks(main: Callable[[list[str] | None], Any], argv: list[str] | None, c
             raise user from None
         raise
     finally:
-        for r in ranks:  # the others of a failed run wait at a collective forever
+        for r in ranks:  # the others of a failed run wait at a collective forever (and the replicas serve)
             ray.kill(r)
         placed.remove()
     return {}

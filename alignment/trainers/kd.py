@@ -11,6 +11,7 @@ import torch
 from alignment.config.base import ConfigError
 from alignment.config.distill import KDConfig, OPDConfig
 from alignment.datasets.sft import Batch
+from alignment.distributed.side_groups import my_replica
 from alignment.losses.kd import kd_loss
 from alignment.models.loading import _hub_error, has_tokenizer, resolve_model_path
 from alignment.trainers.reference import ReferenceModel
@@ -22,7 +23,7 @@ log = logging.getLogger(__name__)
 class KDTrainer(SFTTrainer):
     stage = "kd"
 
-    def __init__(self, *args, teacher: ReferenceModel, **kwargs):
+    def __init__(self, *args, teacher: ReferenceModel | RemoteTeacher, **kwargs):
         super().__init__(*args, **kwargs)
         self.teacher = teacher
 
@@ -61,7 +62,26 @@ def check_teacher(cfg: KDConfig | OPDConfig) -> str:
     return teacher
 
 
-def teacher_for(teacher: Any, path: str, setup: Any, device: str) -> ReferenceModel:
+class RemoteTeacher:
+    """This rank's replica of a teacher on its own Ray group (--teacher_num_nodes), asked for its logits."""
+
+    def __init__(self, replica: Any):
+        self.replica = replica
+
+    @torch.no_grad()
+    def logits(self, batch: Batch) -> torch.Tensor:
+        """[B, T, V] logits, on the batch's device (the micro-batch travels on the CPU)."""
+        import ray
+
+        return ray.get(self.replica.logits.remote(batch.to("cpu"))).to(batch.input_ids.device)
+
+
+def teacher_for(teacher: Any, path: str, setup: Any, device: str) -> ReferenceModel | RemoteTeacher:
+    """The teacher's replica where the stage placed a teacher group, else this rank's own copy."""
+    replica = my_replica("teacher")
+    if replica is not None:
+        log.info("teacher: a replica of its own Ray group (--teacher_num_nodes %d)", teacher.num_nodes)
+        return RemoteTeacher(replica)
     return ReferenceModel(
         path, setup.precision.dtype, setup.attn, device, teacher.offload, "--teacher_model", setup.trust_remote_code
     )

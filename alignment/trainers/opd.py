@@ -24,6 +24,7 @@ from alignment.models.moe import forward_with_aux
 from alignment.rollout.hf_engine import HFEngine
 from alignment.rollout.types import SamplingParams
 from alignment.trainers.base import Trainer, eval_shard
+from alignment.trainers.kd import RemoteTeacher
 from alignment.trainers.reference import ReferenceModel
 from alignment.trainers.sft import forward_logits
 
@@ -32,7 +33,7 @@ class OPDTrainer(Trainer):
     stage = "opd"
     cfg: OPDConfig
 
-    def __init__(self, *args, teacher: ReferenceModel, moe_top_k: int = 0, **kwargs):
+    def __init__(self, *args, teacher: ReferenceModel | RemoteTeacher, moe_top_k: int = 0, **kwargs):
         super().__init__(*args, **kwargs)
         self.teacher, self.moe_top_k = teacher, moe_top_k
 
