@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import ray
 
@@ -36,14 +37,14 @@ def save(trained: list[ModelGroup], cfg: PPOConfig, state: PPOState, actor_world
     )
 
 
-def resume(trained: list[ModelGroup], cfg: PPOConfig) -> PPOState | None:
-    """--load_checkpoint: the newest committed state, loaded into the groups (the weights load on the workers'
-    nodes); None to start fresh."""
-    got = resume_state(cfg.ckpt, lambda: checkpoint.find_latest(cfg.ckpt.path))
+def resume(trained: list[ModelGroup], ckpt: Any) -> PPOState | None:
+    """--load_checkpoint (`ckpt`: the config's checkpoint group): the newest committed state, loaded into the
+    groups (the weights load on the workers' nodes); None to start fresh."""
+    got = resume_state(ckpt, lambda: checkpoint.find_latest(ckpt.path))
     if got is None:
         return None
     state, found = got
-    ray.get([f for g in trained for f in g.call(ModelWorker.load_checkpoint, cfg.ckpt.path, found.name).futures])
+    ray.get([f for g in trained for f in g.call(ModelWorker.load_checkpoint, ckpt.path, found.name).futures])
     return state
 
 
