@@ -105,10 +105,11 @@ def test_sft_on_s3_skip_rerun_and_no_secret_leaks(ray_head, s3_root, tmp_path):
     for job in ray_jobs(ray_head, "s3run"):
         assert PLANTED_SECRET not in json.dumps([job.entrypoint, job.metadata, job.runtime_env], default=str)
     from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
-    async def artifacts():
+    async def artifacts():  # this run's (the session's API holds other tests' too, more than one page)
         async with get_client() as client:
-            return await client.read_artifacts()
+            return await client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(like_="s3run-")))
 
     found = asyncio.run(artifacts())
     keys = {a.key for a in found}
