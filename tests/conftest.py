@@ -135,6 +135,36 @@ def run_module(
     return proc
 
 
+def kill9_after_step(module: str, args: list[str], step: int, timeout_s: float = 600) -> str:
+    """Run `python -m <module> args` until it has trained `step` steps (it hangs there, silent:
+    ALIGNFLOW_HANG_AT_STEP), then kill -9 it, as a lost node or the OOM killer would; its stderr."""
+    import signal
+    import threading
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", module, *args],
+        cwd=REPO,
+        env=python_env(OMP_NUM_THREADS=2, ALIGNFLOW_HANG_AT_STEP=step),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    timer = threading.Timer(timeout_s, proc.kill)  # a run that never gets there fails the test, not the suite
+    timer.start()
+    lines = []
+    try:
+        for line in proc.stderr:
+            lines.append(line)
+            if f"hanging after step {step}" in line:
+                os.kill(proc.pid, signal.SIGKILL)
+                break
+        proc.wait(timeout=60)
+    finally:
+        timer.cancel()
+    stderr = "".join(lines)
+    assert proc.returncode == -signal.SIGKILL, stderr[-3000:]
+    return stderr
+
+
 def metric_rows(save_path: Path) -> list[dict]:
     return [json.loads(line) for line in (Path(save_path) / "metrics.jsonl").read_text().splitlines()]
 
