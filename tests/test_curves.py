@@ -258,3 +258,31 @@ def test_a_retried_stage_counts_every_try(monkeypatch):
     assert tries == ["sft", "sft"] and result.tries == 2 and not result.skipped
     assert 1.0 <= result.wall_s < 5, result.wall_s
     assert result.summary()["stage_tries"] == 2 and not stage._TRY_WALL_S  # dropped once the stage succeeded
+
+
+def test_sigterm_through_the_loop_cancels_every_flow_and_is_put_back_after_concurrent_flows():
+    """tasks/sigterm.py: two flows at once in one loop (as test_stage_runner's pair runs) leave SIGTERM as
+    they found it, whichever ends first; a SIGTERM meanwhile ends both with Prefect's TerminationSignal."""
+    import os
+    import signal
+
+    from prefect.exceptions import TerminationSignal
+
+    from alignflow.tasks.sigterm import sigterm_cancels_this_task
+
+    async def flow(seconds: float) -> None:
+        async with sigterm_cancels_this_task():
+            await asyncio.sleep(seconds)
+
+    async def both(first: float, second: float, kill: bool = False) -> list:
+        if kill:
+            asyncio.get_running_loop().call_later(0.2, os.kill, os.getpid(), signal.SIGTERM)
+        return await asyncio.gather(flow(first), flow(second), return_exceptions=True)
+
+    before = signal.getsignal(signal.SIGTERM)
+    for first, second in ((0.05, 0.1), (0.1, 0.05)):
+        assert asyncio.run(both(first, second)) == [None, None]
+        assert signal.getsignal(signal.SIGTERM) is before
+    ended = asyncio.run(both(30, 30, kill=True))
+    assert [type(e) for e in ended] == [TerminationSignal, TerminationSignal], ended
+    assert signal.getsignal(signal.SIGTERM) is before
