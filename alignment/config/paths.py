@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,20 @@ from alignment.config.base import path_fields, require
 
 # the outputs that are one committed folder each (a checkpoint folder has rules of its own: check_checkpoint)
 COMMITTED_OUTPUTS = ("save_path", "output_path")
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """Where a stage writes, whatever its kind: what the CLIs' preflight, the lease, an interrupt's line and
+    the model card ask of a config."""
+
+    flag: str  # the flag naming what the stage commits: "--save_path" or "--output_path"
+    uri: str | None
+    ckpt: str | None  # --ckpt_path of a training stage
+    checkpoints: bool  # the run commits checkpoints (--save_steps or --save_minutes, DeepSpeed's not disabled)
+
+    def stores(self) -> list[tuple[str, str]]:
+        return [(flag, uri) for flag, uri in ((self.flag, self.uri), ("--ckpt_path", self.ckpt)) if uri]
 
 
 def _remote(uri: str) -> bool:

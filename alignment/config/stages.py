@@ -8,25 +8,11 @@ from typing import Any, ClassVar, Optional
 from alignment.config import nested
 from alignment.config.base import check_store_uri, opt, require
 from alignment.config.groups import DataConfig, LoraConfig, LoraSaveConfig, ModelConfig
-from alignment.config.paths import check_output_paths
+from alignment.config.paths import Outputs, check_output_paths
 from alignment.config.runs import CheckpointConfig, LoggingConfig, MoEConfig, RanksConfig, TrainConfig
 
 # Where stages write; their URI schemes are checked with the flags, before anything runs.
 OUTPUT_FIELDS = ("save_path", "ckpt_path", "output_path")
-
-
-@dataclass(frozen=True)
-class Outputs:
-    """Where a stage writes, whatever its kind: what the CLIs' preflight, the lease, an interrupt's line and
-    the model card ask of a config."""
-
-    flag: str  # the flag naming what the stage commits: "--save_path" or "--output_path"
-    uri: str | None
-    ckpt: str | None  # --ckpt_path of a training stage
-    checkpoints: bool  # the run commits checkpoints (--save_steps or --save_minutes, DeepSpeed's not disabled)
-
-    def stores(self) -> list[tuple[str, str]]:
-        return [(flag, uri) for flag, uri in ((self.flag, self.uri), ("--ckpt_path", self.ckpt)) if uri]
 
 
 @dataclass
