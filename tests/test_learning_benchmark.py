@@ -110,3 +110,20 @@ def test_round_based_methods_chain_their_rounds(tmp_path):
     assert [planned[f"{name} generate {k}"].cfg.iter for k in (1, 2, 3)] == [0, 1, 2]
     assert planned[f"{name} generate 1"].cfg.post_processor == "iter_dpo" and round1.cfg.learning_rate == 5e-5
     assert planned[f"evaluate {name}"].cfg.pretrain == planned[name].model_uri
+
+
+def test_rows_are_kept_only_from_the_same_sft_weights(tmp_path):
+    """An SFT start retrained at the same path (on another machine, say) is another start: the earlier rows go,
+    whatever its accuracy; the same weights keep them. Only the weights count, not the manifest's other files."""
+    learning = load_benchmark()
+
+    def model(name: str, weights_sha: str, readme: str) -> str:
+        files = {"model.safetensors": {"size": 1, "sha256": weights_sha}, "README.md": {"size": 1, "sha256": readme}}
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "MANIFEST.json").write_text(json.dumps({"files": files}))
+        return str(tmp_path / name)
+
+    first, same, retrained = model("a", "w1", "r1"), model("b", "w1", "r2"), model("c", "w2", "r1")
+    previous = {"sft_weights": learning.weights_digest(first), "methods": {"dpo": {"runs": []}}}
+    assert learning.kept(previous, {"sft_weights": learning.weights_digest(same), "methods": {}}) == previous["methods"]
+    assert learning.kept(previous, {"sft_weights": learning.weights_digest(retrained), "methods": {}}) == {}

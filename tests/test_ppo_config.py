@@ -223,3 +223,14 @@ def test_colocation_checks_only_the_groups_a_run_places():
     assert cfg.placed_roles() == ["actor", "ref"]
     with pytest.raises(ConfigError, match="--colocate_all_models: actor has 1x8 ranks but critic has 1x1"):
         parse_args(PPOConfig, [*line, "--advantage_estimator", "gae"])
+
+
+@pytest.mark.parametrize("estimator", ["reinforce", "gae", "group_norm"])
+def test_dynamic_filtering_takes_any_estimator_with_several_samples_a_prompt(estimator):
+    """As OpenRLHF: the filter reads one prompt's samples' scores, so REINFORCE++ and GAE may use it too; one
+    sample a prompt leaves nothing to filter on."""
+    flags = ["--advantage_estimator", estimator, "--dynamic_filtering", "--remote_rm_url", "reward.py"]
+    assert parse(*flags, "--n_samples_per_prompt", "8").dynamic_filtering
+    if estimator != "group_norm":  # a group estimator refuses one sample first, with its own line
+        with pytest.raises(ConfigError, match="--dynamic_filtering keeps the prompts .* use >= 2"):
+            parse(*flags, "--n_samples_per_prompt", "1")

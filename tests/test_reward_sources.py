@@ -66,6 +66,18 @@ def test_reward_func_file_is_the_tiny_rule():
     assert fn(QUERIES, PROMPTS, LABELS) == [1.0, 0.0]
 
 
+def test_smol_reward_func_counts_the_replys_first_number():
+    """data/smol/reward_func.py scores as `make demo-smol` counts a held-out answer: the reply's first number."""
+    from tests.conftest import REPO
+
+    fn = load_reward_func(str(REPO / "data" / "smol" / "reward_func.py"))
+    prompt = "<|im_start|>user\nWhat is 25 + 73? Answer with the number only.<|im_end|>\n<|im_start|>assistant\n"
+    replies = ["98<|im_end|>", "It is 98, not 97", "97 or 98", "<|im_end|>98", "ninety-eight"]
+    assert fn([prompt + r for r in replies], [prompt] * 5, ["98"] * 5).tolist() == [1.0, 1.0, 0.0, 0.0, 0.0]
+    with pytest.raises(ValueError, match="does not start with its prompt"):
+        fn(["98"], [prompt], ["98"])
+
+
 def test_reward_func_file_errors(tmp_path):
     with pytest.raises(RewardError, match="no such file"):
         load_reward_func(str(tmp_path / "missing.py"))

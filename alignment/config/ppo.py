@@ -72,8 +72,8 @@ class AlgorithmConfig:
     dynamic_filtering: bool = opt(
         False,
         "DAPO's dynamic sampling: drop the groups whose mean score is outside "
-        "--dynamic_filtering_reward_range (all right or all wrong: zero advantage) "
-        "and sample more prompts until the batch is full",
+        "--dynamic_filtering_reward_range (all right or all wrong: nothing to learn) "
+        "and sample more prompts until the batch is full; any estimator, with --n_samples_per_prompt >= 2",
         dotted="algo.dynamic_filtering_enable",
     )
     dynamic_filtering_reward_range: list[float] = opt(
@@ -211,10 +211,12 @@ class PPOConfig(
                 "use --zero_stage 0-2 or drop --enable_ema",
             )
         if self.dynamic_filtering:
+            # as OpenRLHF: any estimator, since the filter reads the scores of one prompt's samples, not the
+            # advantages (REINFORCE++ and GAE gain from it too: docs/learning.md)
             require(
-                ESTIMATORS[self.advantage_estimator].group,
-                f"--dynamic_filtering drops the groups a group estimator gives zero advantage; --advantage_estimator "
-                f"{self.advantage_estimator} compares no groups: use group_norm, rloo, reinforce_baseline or dr_grpo",
+                self.n_samples_per_prompt >= 2,
+                f"--dynamic_filtering keeps the prompts whose samples' scores differ: --n_samples_per_prompt "
+                f"{self.n_samples_per_prompt} gives one score a prompt; use >= 2 (e.g. 8)",
             )
             lo_hi = self.dynamic_filtering_reward_range
             require(

@@ -1,15 +1,17 @@
 """DAPO's dynamic sampling (Yu et al. 2025, arXiv:2503.14476, §3.2; OpenRLHF's --dynamic_filtering).
 
 A group of n samples of one prompt whose scores are all right or all wrong has zero advantage under a group
-estimator (group_norm, rloo, reinforce_baseline, dr_grpo): it costs a training pass and teaches nothing. So
-the groups whose mean score is outside (low, high) are dropped and more prompts are sampled until the
+estimator (group_norm, rloo, reinforce_baseline, dr_grpo): it costs a training pass and teaches nothing. Under
+REINFORCE++'s batch whitening or GAE such a prompt does get an advantage, but one about a question the policy
+already always (or never) answers right: little to learn. So, for every estimator as in OpenRLHF, the groups
+whose mean score is outside (low, high) are dropped and more prompts are sampled until the
 iteration has --rollout_batch_size prompts' worth of groups again.
 
 Refill prompts are drawn by a seeded choice of (--seed, iteration, round, rank), and their samples use
 seeds of their own, so a resumed iteration draws the same ones. After MAX_ROUNDS refills an iteration that
 is still short is topped up with dropped groups, so every iteration keeps the batch shape the step sizes were
 checked for: their advantage is zero under group_norm, rloo and dr_grpo (no policy gradient; a KL loss still
-applies), while reinforce_baseline's whitening shifts it by the batch mean.
+applies), while the whitening of reinforce_baseline and reinforce shifts it by the batch mean.
 """
 
 from __future__ import annotations
