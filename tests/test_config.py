@@ -171,6 +171,7 @@ RECIPE_SCHEMAS = {
     "rm": "RMConfig",
     "ppo": "PPOConfig",
     "grpo": "PPOConfig",
+    "agent": "PPOConfig",
     "dpo": "DPOConfig",
     "kto": "KTOConfig",
     "generate": "BatchInferenceConfig",
