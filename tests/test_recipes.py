@@ -58,6 +58,29 @@ def test_the_plan_knows_every_output_uri_before_anything_runs_and_shows_no_secre
         pipeline.plan(steps[::-1], recipe, store, "mine")
 
 
+def test_demo_smol_runs_sft_grpo_on_the_sft_stage_sft_dpo_committed(tmp_path):
+    """`make demo-smol`'s second flow (scripts/demo_smol.py) plans the same SFT stage as its first, so it is skipped,
+    and its RL stage is the smollm2 recipe's GRPO on the verifiable reward and the RL prompts."""
+    from alignflow.flows.sft_grpo import sft_grpo_steps
+    from alignflow.tasks import pipeline
+    from alignflow.tasks.pipeline import Output, Step
+    from alignflow.tasks.recipes import load_recipe
+
+    sft = {"max_steps": 24, "max_epochs": 2, "learning_rate": 5e-5}
+    base, recipe, store = str(tmp_path), load_recipe("smollm2"), str(tmp_path / "store")
+    dpo_run = [
+        Step("sft", "sft", "sft", {**sft, "pretrain": base}),
+        Step("dpo", "dpo", "dpo", {}, {"pretrain": Output("sft")}),
+    ]
+    grpo_run = pipeline.plan(sft_grpo_steps(recipe, {**sft, "pretrain": base}, {}), recipe, store, "smol")
+    assert grpo_run["sft"].model_uri == pipeline.plan(dpo_run, recipe, store, "smol")["sft"].model_uri
+    rl = grpo_run["grpo"].cfg
+    assert rl.remote_rm_url == str(REPO / "data/smol/reward_func.py") and rl.prompt_data.endswith(
+        "data/smol/rl_prompts"
+    )
+    assert rl.pretrain == grpo_run["sft"].model_uri and rl.dynamic_filtering and rl.reward_pretrain is None
+
+
 def test_sft_rm_ppo_given_a_reward_plans_no_reward_model_stage(tmp_path):
     """`sft-rm-ppo` with PPO's reward given (a reward function, or an RM URI) plans sft -> ppo, and PPO's
     validated config keeps that reward; without one it trains an RM from the SFT model and PPO reads it.
