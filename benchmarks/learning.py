@@ -225,7 +225,7 @@ def kept(previous: dict, summary: dict) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("sft", help="the SFT model every method starts from (a committed folder or store URI)")
+    p.add_argument("sft", nargs="?", help="the SFT model every method starts from (a committed folder or store URI)")
     p.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated, of: {', '.join(METHODS)}")
     p.add_argument("--seeds", default="42,43,44")
     p.add_argument("--budget", default="{}", help='JSON {stage kind: settings}, e.g. {"ppo": {"max_samples": 64}}')
@@ -236,7 +236,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--chart", default="docs/img/learning.png")
     notes = REPO / "benchmarks" / "learning_notes.md"
     p.add_argument("--notes", default=str(notes), help="markdown put under the table (what moved the numbers)")
+    p.add_argument("--page_only", action="store_true", help="rewrite the page and chart from --json and --notes")
     args = p.parse_args(argv)
+    out_json = Path(args.json)
+    if args.page_only:
+        if not out_json.exists():
+            print(f"--page_only: {out_json} does not exist; run the benchmark first", file=sys.stderr)
+            return 2
+        write_page(json.loads(out_json.read_text()), args)
+        return 0
+    if not args.sft:
+        print("give the SFT model every method starts from (or --page_only)", file=sys.stderr)
+        return 2
     methods = [m for m in args.methods.split(",") if m]
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
@@ -247,7 +258,6 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     sft_uri = absolute_input(args.sft)
     results = asyncio.run(learning_flow(sft_uri, methods, seeds, budget, check_store(args.store), args.ray_address))
-    out_json = Path(args.json)
     previous = json.loads(out_json.read_text()) if out_json.exists() else {}
     summary = summarise(results, methods, seeds, previous)
     summary = {"sft": sft_uri, "sft_weights": weights_digest(sft_uri), **summary}
@@ -261,14 +271,19 @@ def main(argv: list[str] | None = None) -> int:
     summary["methods"] = kept(previous, summary) | summary["methods"]
     out_json.parent.mkdir(parents=True, exist_ok=True)
     out_json.write_text(json.dumps(summary, indent=1) + "\n")
+    write_page(summary, args)
+    print(f"wrote {args.out}, {out_json} and {args.chart} in {summary['wall_s']:.0f} s")
+    return 0
+
+
+def write_page(summary: dict, args: argparse.Namespace) -> None:
+    """The chart and the page (the table, then the notes) of the figures in `summary`."""
     draw(summary, Path(args.chart))
     out = Path(args.out)
     rel_chart = os.path.relpath(Path(args.chart).resolve(), out.resolve().parent)  # as the page links it
     out.parent.mkdir(parents=True, exist_ok=True)
     notes = Path(args.notes).read_text() if args.notes else ""
     out.write_text(markdown(summary, rel_chart, notes))
-    print(f"wrote {out}, {out_json} and {args.chart} in {summary['wall_s']:.0f} s")
-    return 0
 
 
 if __name__ == "__main__":

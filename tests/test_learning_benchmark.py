@@ -86,6 +86,12 @@ def test_two_methods_write_the_page_and_the_json_and_a_rerun_trains_nothing(ray_
     alone = json.loads(js.read_text())
     assert alone["methods"]["grpo-rule"] == again["methods"]["grpo-rule"] and "dpo,grpo-rule" in out.read_text()
     assert learning.main([*argv[:2], "no-such-method", *argv[3:]]) == 2
+    # new notes under the same figures: the page is rewritten from the JSON, nothing runs
+    (tmp_path / "notes.md").write_text("## What moved the numbers\n\nnothing yet\n")
+    page_only = ["--page_only", "--out", str(out), "--json", str(js), "--chart", str(chart)]
+    assert learning.main([*page_only, "--notes", str(tmp_path / "notes.md")]) == 0
+    assert out.read_text().endswith("nothing yet\n") and "| grpo-rule | rule |" in out.read_text()
+    assert len(ray_jobs(ray_head, "learning")) == jobs
 
 
 def test_round_based_methods_chain_their_rounds(tmp_path):
@@ -110,6 +116,14 @@ def test_round_based_methods_chain_their_rounds(tmp_path):
     assert [planned[f"{name} generate {k}"].cfg.iter for k in (1, 2, 3)] == [0, 1, 2]
     assert planned[f"{name} generate 1"].cfg.post_processor == "iter_dpo" and round1.cfg.learning_rate == 5e-5
     assert planned[f"evaluate {name}"].cfg.pretrain == planned[name].model_uri
+
+
+def test_page_only_needs_the_json_and_a_run_needs_the_sft_start(tmp_path, capsys):
+    learning = load_benchmark()
+    assert learning.main(["--page_only", "--json", str(tmp_path / "none.json")]) == 2
+    assert "does not exist; run the benchmark first" in capsys.readouterr().err
+    assert learning.main(["--methods", "dpo"]) == 2
+    assert "give the SFT model" in capsys.readouterr().err
 
 
 def test_rows_are_kept_only_from_the_same_sft_weights(tmp_path):
