@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import sys
 import time
 from pathlib import Path
@@ -34,6 +33,8 @@ def accuracy(model_dir: str, split: str = "test") -> float:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from alignflow.data.smol.reward_func import score  # the RL stage's reward is this accuracy's rule
+
     rows = [
         json.loads(line)
         for line in (REPO / "alignflow" / "data" / "smol" / "sft" / f"{split}.jsonl").read_text().splitlines()
@@ -48,8 +49,7 @@ def accuracy(model_dir: str, split: str = "test") -> float:
         with torch.no_grad():
             out = model.generate(**enc, max_new_tokens=12, do_sample=False, pad_token_id=tok.pad_token_id)
         for r, ids in zip(batch, out[:, enc["input_ids"].shape[1] :]):
-            found = re.search(r"-?\d+", tok.decode(ids, skip_special_tokens=True))
-            right += bool(found) and found.group() == r["label"]
+            right += score(tok.decode(ids, skip_special_tokens=True), r["label"])
     return right / len(rows)
 
 

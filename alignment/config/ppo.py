@@ -212,7 +212,7 @@ class PPOConfig(
             )
         if self.dynamic_filtering:
             # as OpenRLHF: any estimator, since the filter reads the scores of one prompt's samples, not the
-            # advantages (REINFORCE++ and GAE gain from it too: docs/learning.md)
+            # advantages (REINFORCE++ gains 12 points with it, 5 without: docs/learning.md)
             require(
                 self.n_samples_per_prompt >= 2,
                 f"--dynamic_filtering keeps the prompts whose samples' scores differ: --n_samples_per_prompt "
