@@ -9,7 +9,9 @@ Everything runs as the flows run it: one Prefect flow, each stage a Ray job (a l
 half-way and run again skips every stage it committed and trains only the rest; its wall times are kept in
 the JSON from the run that trained them. `--budget '{"ppo": {"max_samples": 64}}'` overrides stage kinds'
 settings for every method (a smaller run; the page says so). Iterative DPO and rejection sampling run 3 rounds
-each, configured by the tiny-idpo and tiny-rs recipes, as their flows run them without a gate.
+each, configured by the tiny-idpo and tiny-rs recipes, as their flows run them without a gate; conditional SFT
+runs the tiny-csft recipe's score and sft stages, and is evaluated asking for a score of 1.0 (its row), of 0.0
+and with no prefix (how much it steers).
 
 Methods can be measured a few at a time: the JSON keeps the rows an earlier run measured from the same SFT
 start, each with the command that measured it, and `benchmarks/learning_notes.md` (what moved the numbers) goes
@@ -26,7 +28,6 @@ import os
 import statistics
 import sys
 import time
-from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
 
@@ -35,118 +36,12 @@ sys.path.insert(0, str(REPO))
 
 from prefect import flow  # noqa: E402
 
-from alignflow.tasks.evaluate import evaluate_step, read_evaluation  # noqa: E402
+from alignflow.tasks.evaluate import read_evaluation  # noqa: E402
 from alignflow.tasks.flow_run import FlowRun, Pipeline, run_pipeline  # noqa: E402
-from alignflow.tasks.pipeline import Output, Step  # noqa: E402
 from alignflow.tasks.stage_spec import absolute_input, check_store  # noqa: E402
 from alignment.storage.manifest import read_manifest  # noqa: E402
+from benchmarks.learning_methods import METHODS, Method, Rounds, Steered, steps  # noqa: E402
 from benchmarks.learning_page import cpu_model, draw, markdown  # noqa: E402
-
-RULE = "data/tiny/reward_func.py"  # the tiny world's verifiable reward (the answer is right or not)
-
-
-@dataclass(frozen=True)
-class Method:
-    stage: str  # what trains (tasks.stage_spec.STAGES)
-    role: str  # the recipe file: <role>.yaml
-    settings: dict = field(default_factory=dict)
-    reward: str = ""  # "rm": the reward model the benchmark trains first; "rule": RULE; "": none (offline)
-
-
-def _rl(estimator: str, reward: str) -> Method:
-    # the rule runs from grpo.yaml (its remote_rm_url); the RM from ppo.yaml (normalize_reward, reward_pretrain)
-    # every estimator keeps grpo.yaml's dynamic sampling: it filters prompts by their samples' scores, whatever
-    # the estimator then makes of them
-    return Method("ppo", "grpo" if reward == "rule" else "ppo", {"advantage_estimator": estimator}, reward)
-
-
-@dataclass(frozen=True)
-class Rounds:
-    """A round-based method: each round generates with the current policy (`recipe`'s generate.yaml, scored by
-    the rule) and trains the next policy on that data (its `<train>.yaml`), as the iterative-dpo and
-    rejection-sampling flows do, without a gate; the last round's model is the method's."""
-
-    train: str  # the training stage of a round: dpo (iterative DPO) or sft (rejection sampling)
-    recipe: str  # the shipped recipe that configures a round
-    rounds: int = 3
-    reward: str = "rule"
-
-    @property
-    def stage(self) -> str:
-        return self.train
-
-
-ESTIMATORS = {
-    "ppo": "gae",
-    "reinforce++": "reinforce",
-    "reinforce++-baseline": "reinforce_baseline",
-    "rloo": "rloo",
-    "grpo": "group_norm",
-    "dr-grpo": "dr_grpo",
-}
-METHODS: dict[str, Method] = {
-    **{f"{name}-{reward}": _rl(est, reward) for name, est in ESTIMATORS.items() for reward in ("rm", "rule")},
-    "dpo": Method("dpo", "dpo"),
-    "ipo": Method("dpo", "dpo", {"ipo": True}),
-    "cdpo": Method("dpo", "dpo", {"label_smoothing": 0.1}),
-    "kto": Method("kto", "kto"),
-    "iterative-dpo": Rounds("dpo", "tiny-idpo"),
-    "rejection-sampling": Rounds("sft", "tiny-rs"),
-}
-
-
-def round_steps(name: str, method: Rounds, sft: str, seed: int, budget: dict[str, dict]) -> list[Step]:
-    """Round k generates with round k-1's model (the SFT start first) and trains the next from it; the last
-    round's train step is `name`, the others `<name> round k`."""
-    # a role may name another shipped recipe's file: relative to the benchmark's recipe folder (tiny)
-    role = f"../{method.recipe}/"
-    out: list[Step] = []
-    policy: str | Output = sft
-    for k in range(1, method.rounds + 1):
-        gen, train = f"{name} generate {k}", (name if k == method.rounds else f"{name} round {k}")
-        # the round seeds the sampling and (with the recipe's rollout_batch_size) picks its slice of the prompts
-        generate = {**budget.get("batch_inference", {}), "seed": 100 * seed + k, "iter": k - 1}
-        out += [
-            Step(gen, "batch_inference", role + "generate", generate, {"pretrain": policy}),
-            Step(
-                train,
-                method.train,
-                role + method.train,
-                {**budget.get(method.train, {}), "seed": seed},
-                {"pretrain": policy, "dataset": Output(gen, "output.jsonl")},
-            ),
-        ]
-        policy = Output(train)
-    return out
-
-
-def steps(sft: str, methods: list[str], seeds: list[int], budget: dict[str, dict]) -> list[Step]:
-    """The SFT start's evaluation, the reward model (once, if a method reads it), then per method and seed
-    its stage and the evaluation of its model."""
-    out = [evaluate_step("sft", sft, budget.get("evaluate"))]
-    if any(METHODS[m].reward == "rm" for m in methods):
-        out.append(Step("rm", "rm", "rm", dict(budget.get("rm", {})), {"pretrain": sft}))
-    for m in methods:
-        method = METHODS[m]
-        for seed in seeds:
-            name = f"{m} seed {seed}"
-            if isinstance(method, Rounds):
-                out += [
-                    *round_steps(name, method, sft, seed, budget),
-                    evaluate_step(name, Output(name), budget.get("evaluate")),
-                ]
-                continue
-            inputs: dict = {"pretrain": sft}
-            settings = {**method.settings, **budget.get(method.stage, {}), "seed": seed}
-            if method.reward == "rm":
-                inputs["reward_pretrain"] = Output("rm")
-            elif method.reward == "rule" and settings["advantage_estimator"] == "gae":
-                inputs["critic_pretrain"] = sft  # GAE's critic needs a backbone: the SFT model, with a fresh head
-            out += [
-                Step(name, method.stage, method.role, settings, inputs),
-                evaluate_step(name, Output(name), budget.get("evaluate")),
-            ]
-    return out
 
 
 @flow(name="learning-benchmark")
@@ -182,7 +77,8 @@ def summarise(results: dict, methods: list[str], seeds: list[int], previous: dic
         runs = []
         for seed in seeds:
             name = f"{m} seed {seed}"
-            mine = [r for n, r in results.items() if n == name or n.startswith((f"{name} generate ", f"{name} round "))]
+            parts = (f"{name} generate ", f"{name} round ", f"{name} score")
+            mine = [r for n, r in results.items() if n == name or n.startswith(parts)]
             walls = {r["model_uri"]: known.get(r["model_uri"], 0.0) if r["skipped"] else r["wall_s"] for r in mine}
             runs.append(
                 {
@@ -191,6 +87,7 @@ def summarise(results: dict, methods: list[str], seeds: list[int], previous: dic
                     "wall_s": round(sum(walls.values()), 1),
                     "model_uri": results[name]["model_uri"],
                     "stage_walls": {uri: round(w, 1) for uri, w in walls.items()},
+                    **steering(results, name, METHODS[m]),
                 }
             )
         accs = [x["accuracy"] for x in runs]
@@ -205,6 +102,21 @@ def summarise(results: dict, methods: list[str], seeds: list[int], previous: dic
             "measured": {"date": date.today().isoformat(), "seeds": seeds},
         }
     return {"sft_accuracy": sft, "methods": rows}
+
+
+def steering(results: dict, name: str, method: Method | Rounds | Steered) -> dict:
+    """A conditional-SFT run's other evaluations: {"steered": {asked score: accuracy, "none": without the
+    prefix}} (the run's accuracy is the first asked-for score's); nothing for the other methods."""
+    if not isinstance(method, Steered):
+        return {}
+    first, *others = method.asked
+    return {
+        "steered": {
+            str(first): results[f"evaluate {name} heldout"]["accuracy"],
+            **{str(r): results[f"evaluate {name} asked {r} heldout"]["accuracy"] for r in others},
+            "none": results[f"evaluate {name} unsteered heldout"]["accuracy"],
+        }
+    }
 
 
 def weights_digest(model_uri: str) -> str:
@@ -257,6 +169,9 @@ def main(argv: list[str] | None = None) -> int:
     budget = json.loads(args.budget)
     started = time.monotonic()
     sft_uri = absolute_input(args.sft)
+    if read_manifest(sft_uri) is None:  # rows are kept by the start's committed weights (weights_digest)
+        print(f"{args.sft}: not a committed model (no MANIFEST.json); give an SFT stage's output", file=sys.stderr)
+        return 2
     results = asyncio.run(learning_flow(sft_uri, methods, seeds, budget, check_store(args.store), args.ray_address))
     previous = json.loads(out_json.read_text()) if out_json.exists() else {}
     summary = summarise(results, methods, seeds, previous)

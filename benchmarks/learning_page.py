@@ -36,6 +36,14 @@ def markdown(summary: dict, chart: str | None, notes: str = "") -> str:
             f"| {m} | {row['reward']} | {100 * row['mean']:.1f} ± {100 * row['spread']:.1f} % | "
             f"{100 * row['gain']:+.1f} | {len(row['runs'])} | {row['wall_s']:.0f} s | {row['measured']['date']} |"
         )
+    for m, row in summary["methods"].items():  # conditional SFT: how much the asked-for score steers
+        for run in row["runs"]:
+            if "steered" in run:
+                asked = ", ".join(
+                    f"{100 * acc:.1f} % " + ("with no prefix" if r == "none" else f"asking for {r}")
+                    for r, acc in run["steered"].items()
+                )
+                lines += ["", f"{m}, seed {run['seed']}: {asked}."]
     if chart:
         lines += ["", f"![held-out accuracy by method]({chart})"]
     if notes:

@@ -61,6 +61,8 @@ CASES = [
      "--remote_rm_url reward_func.py|URL (with --label_key), --reward_pretrain RM_DIR, or only --label_key", False),
     ("evaluate_perplexity_without_responses", "evaluate", [*EVAL, "--eval_task", "perplexity"],
      "--eval_task perplexity needs the responses: set --output_key", False),
+    ("evaluate_csft_on_pairs", "evaluate", [*EVAL, "--eval_task", "pairs", "--enable_csft"],
+     "--eval_task pairs generates nothing: drop one of them", False),
     ("rm_lr_string", "train_rm", [*PAIRS, "--learning_rate", "fast"], "--learning_rate: invalid float value", True),
     ("dpo_bool_string", "train_dpo", [*PAIRS, "--ipo", "maybe"], "--ipo: expected true/false, got 'maybe'", True),
     ("kto_unknown_scheduler", "train_kto", [*KTO, "--lr_scheduler", "exp"], "--lr_scheduler: invalid choice", False),

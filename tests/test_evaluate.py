@@ -122,3 +122,32 @@ def test_the_flows_metric_parameter_names_exactly_what_evaluate_commits():
 
     committed = {m for metrics in EVAL_METRICS.values() for m in metrics}
     assert set(typing.get_args(MetricName)) == committed == set(HIGHER_IS_BETTER)
+
+
+def test_a_conditional_sft_model_is_evaluated_asking_for_a_score(tiny_base):
+    """--enable_csft puts the asked-for score where the csft post-processor put each row's own: before the
+    rendered prompt, so a conditional-SFT model is measured as it was trained; without it, no prefix."""
+    from transformers import AutoTokenizer
+
+    from alignment.config import parse_args
+    from alignment.config.evaluate import EvaluateConfig
+    from alignment.inference.evaluate import load_eval_rows
+    from alignment.inference.postprocess import Scored, conditional_sft
+
+    tok = AutoTokenizer.from_pretrained(tiny_base)
+    data = ["--dataset", f"json@{T}/prompts", "--dataset_split", "test", "--input_key", "context_messages"]
+    common = [
+        "--pretrain",
+        str(tiny_base),
+        *data,
+        "--apply_chat_template",
+        "--label_key",
+        "label",
+        "--max_samples",
+        "3",
+    ]
+    plain = load_eval_rows(parse_args(EvaluateConfig, common), tok)
+    asked = load_eval_rows(parse_args(EvaluateConfig, [*common, "--enable_csft", "--csft_reward", "0.0"]), tok)
+    (trained,) = conditional_sft([Scored(plain[0].prompt, " 7", 0.0)])
+    assert [r.prompt for r in asked] == ["<rm_score>: 0.0 " + r.prompt for r in plain]
+    assert asked[0].prompt == trained["input"] and asked[0].question == plain[0].question

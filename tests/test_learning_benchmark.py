@@ -118,12 +118,44 @@ def test_round_based_methods_chain_their_rounds(tmp_path):
     assert planned[f"evaluate {name}"].cfg.pretrain == planned[name].model_uri
 
 
+def test_conditional_sft_is_evaluated_asking_for_each_score_and_without_a_prefix(tmp_path):
+    """Conditional SFT as the benchmark plans it (no cluster): the SFT start's samples scored (tiny-csft's
+    score.yaml), SFT on them, then one evaluation per asked-for score with the prefix SFT learned, and one
+    without; the page reads the three figures from the run."""
+    from alignflow.tasks import pipeline
+    from alignflow.tasks.recipes import load_recipe
+
+    learning = load_benchmark()
+    sft = str(REPO / "data")
+    name = "conditional-sft seed 42"
+    planned = pipeline.plan(
+        learning.steps(sft, ["conditional-sft"], [42], {}), load_recipe("tiny"), str(tmp_path / "s"), "learning"
+    )
+    assert planned[f"{name} score"].cfg.post_processor == "csft" and planned[f"{name} score"].cfg.seed == 42
+    assert planned[name].cfg.dataset == f"{planned[f'{name} score'].model_uri}/output.jsonl"
+    asked = {k: planned[f"evaluate {k}"].cfg for k in (name, f"{name} asked 0.0", f"{name} unsteered")}
+    assert {k: (c.pretrain, c.enable_csft, c.csft_reward) for k, c in asked.items()} == {
+        name: (planned[name].model_uri, True, 1.0),
+        f"{name} asked 0.0": (planned[name].model_uri, True, 0.0),
+        f"{name} unsteered": (planned[name].model_uri, False, 1.0),
+    }
+    assert asked[name].csft_prompt == planned[f"{name} score"].cfg.csft_prompt
+    run = {"seed": 42, "steered": {"1.0": 0.8, "0.0": 0.1, "none": 0.7}}
+    row = {"reward": "rule", "runs": [run], "mean": 0.8, "spread": 0.0, "gain": 0.1, "wall_s": 1.0}
+    page = learning.markdown(
+        {"sft_accuracy": 0.7, "methods": {"conditional-sft": {**row, "measured": {"how": "x", "date": "d"}}}}, None
+    )
+    assert "conditional-sft, seed 42: 80.0 % asking for 1.0, 10.0 % asking for 0.0, 70.0 % with no prefix." in page
+
+
 def test_page_only_needs_the_json_and_a_run_needs_the_sft_start(tmp_path, capsys):
     learning = load_benchmark()
     assert learning.main(["--page_only", "--json", str(tmp_path / "none.json")]) == 2
     assert "does not exist; run the benchmark first" in capsys.readouterr().err
     assert learning.main(["--methods", "dpo"]) == 2
     assert "give the SFT model" in capsys.readouterr().err
+    assert learning.main([str(tmp_path), "--methods", "dpo"]) == 2  # a folder no stage committed
+    assert "not a committed model (no MANIFEST.json)" in capsys.readouterr().err
 
 
 def test_rows_are_kept_only_from_the_same_sft_weights(tmp_path):

@@ -9,6 +9,7 @@ from typing import ClassVar, Optional
 
 from alignment.config.base import opt, require
 from alignment.config.groups import DataConfig, ModelConfig
+from alignment.config.inference import CsftPromptConfig
 from alignment.config.rewards import RewardSourceConfig
 from alignment.config.runs import RanksConfig
 from alignment.config.stages import PairDataConfig, StageConfig
@@ -31,7 +32,9 @@ HIGHER_IS_BETTER = {
 
 
 @dataclass
-class EvaluateConfig(RewardSourceConfig, PairDataConfig, RanksConfig, DataConfig, ModelConfig, StageConfig):
+class EvaluateConfig(
+    CsftPromptConfig, RewardSourceConfig, PairDataConfig, RanksConfig, DataConfig, ModelConfig, StageConfig
+):
     own_group: ClassVar[str] = "eval"
 
     eval_task: str = opt(
@@ -94,5 +97,10 @@ class EvaluateConfig(RewardSourceConfig, PairDataConfig, RanksConfig, DataConfig
                 f"--eval_task {self.eval_task} reads no reward source: drop "
                 f"--reward_pretrain/--remote_rm_url (pairs scores with --pretrain itself)",
             )
+        require(
+            not self.enable_csft or self.eval_task == "generate",
+            f"--enable_csft prefixes the prompts a model answers; --eval_task {self.eval_task} generates nothing: "
+            f"drop one of them",
+        )
         if self.eval_task == "perplexity":
             require(bool(self.output_key), "--eval_task perplexity needs the responses: set --output_key")

@@ -17,7 +17,33 @@ POST_PROCESSOR_NAMES = ("rs", "iter_dpo", "csft")  # alignment.inference.postpro
 
 
 @dataclass
-class BatchInferenceConfig(RewardSourceConfig, RanksConfig, DataConfig, ModelConfig, StageConfig):
+class CsftPromptConfig:
+    """The conditional-SFT prefix (OpenRLHF's csft): how the csft post-processor writes a row's score before
+    its prompt, and how generation or a held-out evaluation asks a conditional-SFT model for a score."""
+
+    own_group: ClassVar[str] = "generate"
+
+    csft_prompt: str = opt("<rm_score>: {reward:.1f} ", "csft: prefix template, formatted with the reward")
+    enable_csft: bool = opt(
+        False,
+        "Generate from a conditional-SFT model: prefix every prompt with --csft_prompt "
+        "formatted with --csft_reward (ask for a high score)",
+    )
+    csft_reward: float = opt(
+        1.0,
+        "--enable_csft: the reward written into the prefix (the best score of the "
+        "training data, e.g. 1.0 for the tiny world's rule reward)",
+    )
+
+    def check_csft_prompt(self) -> None:
+        try:
+            self.csft_prompt.format(reward=1.0)
+        except (KeyError, IndexError, ValueError) as e:
+            require(False, f"--csft_prompt {self.csft_prompt!r}: must format with only {{reward}} ({e})")
+
+
+@dataclass
+class BatchInferenceConfig(CsftPromptConfig, RewardSourceConfig, RanksConfig, DataConfig, ModelConfig, StageConfig):
     own_group: ClassVar[str] = "generate"
 
     eval_task: str = opt(
@@ -52,17 +78,6 @@ class BatchInferenceConfig(RewardSourceConfig, RanksConfig, DataConfig, ModelCon
         None,
         "rs: keep a prompt's best response only if its reward is at least "
         "this (default: always keep it, as OpenRLHF)",
-    )
-    csft_prompt: str = opt("<rm_score>: {reward:.1f} ", "csft: prefix template, formatted with the reward")
-    enable_csft: bool = opt(
-        False,
-        "Generate from a conditional-SFT model: prefix every prompt with --csft_prompt "
-        "formatted with --csft_reward (ask for a high score)",
-    )
-    csft_reward: float = opt(
-        1.0,
-        "--enable_csft: the reward written into the prefix (the best score of the "
-        "training data, e.g. 1.0 for the tiny world's rule reward)",
     )
     rollout_batch_size: int = opt(
         0,
@@ -145,10 +160,6 @@ class BatchInferenceConfig(RewardSourceConfig, RanksConfig, DataConfig, ModelCon
                 self.eval_task == "rm" or self.best_of_n >= 2,
                 "--post_processor iter_dpo pairs the best and worst response of a prompt: use --best_of_n >= 2",
             )
-        try:
-            self.csft_prompt.format(reward=1.0)
-        except (KeyError, IndexError, ValueError) as e:
-            require(False, f"--csft_prompt {self.csft_prompt!r}: must format with only {{reward}} ({e})")
 
 
 @dataclass

@@ -15,7 +15,7 @@ from alignment.config.base import public_dict
 from alignment.datasets.formatting import get_field, get_text, prompt_text, require_chat_template
 from alignment.datasets.mixing import blend
 from alignment.datasets.sources import DataError
-from alignment.inference.postprocess import POST_PROCESSORS, Scored
+from alignment.inference.postprocess import POST_PROCESSORS, Scored, csft_prefix
 from alignment.outputs import StagedOutput
 from alignment.rollout.hf_engine import HFEngine
 from alignment.rollout.types import SamplingParams
@@ -69,10 +69,8 @@ def load_rows(cfg: BatchInferenceConfig, tokenizer) -> list[PromptRow]:
             cfg.data.apply_chat_template,
             cfg.data.input_template,
         )
-        if (
-            cfg.generate.enable_csft
-        ):  # the same place the csft post-processor put the prefix: before the rendered prompt
-            text = cfg.generate.csft_prompt.format(reward=cfg.generate.csft_reward) + text
+        # the same place the csft post-processor put the prefix: before the rendered prompt
+        text = csft_prefix(cfg.generate) + text
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
         if len(ids) > cfg.data.prompt_max_len:
             dropped += 1

@@ -26,6 +26,7 @@ from alignment.datasets.formatting import (
 )
 from alignment.datasets.mixing import blend
 from alignment.datasets.sources import DataError
+from alignment.inference.postprocess import csft_prefix
 from alignment.nonfinite import NonFiniteError
 from alignment.outputs import StagedOutput
 from alignment.rewards.scorer import RewardModels
@@ -60,7 +61,8 @@ def load_eval_rows(cfg: EvaluateConfig, tokenizer: Any) -> list[EvalRow]:
     out, dropped = [], 0
     for i, row in enumerate(rows):
         if cfg.eval.eval_task == "generate":
-            prompt = prompt_text(
+            # a conditional-SFT model asked for a score (--enable_csft): the prefix before the rendered prompt
+            prompt = csft_prefix(cfg.generate) + prompt_text(
                 tokenizer,
                 get_text(row, cfg.data.input_key, "--input_key", i, cfg.data.dataset),
                 cfg.data.apply_chat_template,

@@ -8,7 +8,7 @@ earlier sample, so the output is deterministic for a given input.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,13 @@ def conditional_sft(rows: list[Scored], csft_prompt: str = "<rm_score>: {reward:
     return [
         {"input": csft_prompt.format(reward=r.reward) + r.input, "output": r.output, "reward": r.reward} for r in rows
     ]
+
+
+def csft_prefix(generate: Any) -> str:
+    """What goes before a rendered prompt when generating from (or evaluating) a conditional-SFT model: the
+    asked-for score where the csft post-processor wrote the row's own, or nothing without --enable_csft.
+    `generate`: a config's generate group (alignment.config.inference.CsftPromptConfig's fields)."""
+    return generate.csft_prompt.format(reward=generate.csft_reward) if generate.enable_csft else ""
 
 
 POST_PROCESSORS: dict[str, Callable[..., list[dict]]] = {

@@ -1,0 +1,157 @@
+"""What each method of benchmarks/learning.py trains, and the stages it plans for one seed: RL with an
+estimator and a reward source, preference training, round-based methods (iterative DPO, rejection sampling) and
+conditional SFT, each from its shipped recipe."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from alignflow.tasks.evaluate import evaluate_step
+from alignflow.tasks.pipeline import Output, Step
+from alignflow.tasks.recipes import load_recipe
+from alignflow.tasks.stage_spec import build_config
+
+
+@dataclass(frozen=True)
+class Method:
+    stage: str  # what trains (tasks.stage_spec.STAGES)
+    role: str  # the recipe file: <role>.yaml
+    settings: dict = field(default_factory=dict)
+    reward: str = ""  # "rm": the reward model the benchmark trains first; "rule": the tiny world's verifiable
+    # reward (data/tiny/reward_func.py: the answer is right or not), as the recipe names it; "": none (offline)
+
+
+def _rl(estimator: str, reward: str) -> Method:
+    # the rule runs from grpo.yaml (its remote_rm_url); the RM from ppo.yaml (normalize_reward, reward_pretrain)
+    # every estimator keeps grpo.yaml's dynamic sampling: it filters prompts by their samples' scores, whatever
+    # the estimator then makes of them
+    return Method("ppo", "grpo" if reward == "rule" else "ppo", {"advantage_estimator": estimator}, reward)
+
+
+@dataclass(frozen=True)
+class Rounds:
+    """A round-based method: each round generates with the current policy (`recipe`'s generate.yaml, scored by
+    the rule) and trains the next policy on that data (its `<train>.yaml`), as the iterative-dpo and
+    rejection-sampling flows do, without a gate; the last round's model is the method's."""
+
+    train: str  # the training stage of a round: dpo (iterative DPO) or sft (rejection sampling)
+    recipe: str  # the shipped recipe that configures a round
+    rounds: int = 3
+    reward: str = "rule"
+
+    @property
+    def stage(self) -> str:
+        return self.train
+
+
+@dataclass(frozen=True)
+class Steered:
+    """Conditional SFT (the conditional-sft flow's stages): the SFT start's own samples scored by the rule and
+    prefixed with their score (`recipe`'s score.yaml), SFT on them (its sft.yaml), then the held-out evaluation
+    asking for each score in `asked` (the first is the method's accuracy) and with no prefix at all."""
+
+    recipe: str = "tiny-csft"
+    asked: tuple[float, ...] = (1.0, 0.0)
+    reward: str = "rule"
+    stage: str = "sft"
+
+
+ESTIMATORS = {
+    "ppo": "gae",
+    "reinforce++": "reinforce",
+    "reinforce++-baseline": "reinforce_baseline",
+    "rloo": "rloo",
+    "grpo": "group_norm",
+    "dr-grpo": "dr_grpo",
+}
+METHODS: dict[str, Method] = {
+    **{f"{name}-{reward}": _rl(est, reward) for name, est in ESTIMATORS.items() for reward in ("rm", "rule")},
+    "dpo": Method("dpo", "dpo"),
+    "ipo": Method("dpo", "dpo", {"ipo": True}),
+    "cdpo": Method("dpo", "dpo", {"label_smoothing": 0.1}),
+    "kto": Method("kto", "kto"),
+    "iterative-dpo": Rounds("dpo", "tiny-idpo"),
+    "rejection-sampling": Rounds("sft", "tiny-rs"),
+    "conditional-sft": Steered(),
+}
+
+
+def round_steps(name: str, method: Rounds, sft: str, seed: int, budget: dict[str, dict]) -> list[Step]:
+    """Round k generates with round k-1's model (the SFT start first) and trains the next from it; the last
+    round's train step is `name`, the others `<name> round k`."""
+    # a role may name another shipped recipe's file: relative to the benchmark's recipe folder (tiny)
+    role = f"../{method.recipe}/"
+    out: list[Step] = []
+    policy: str | Output = sft
+    for k in range(1, method.rounds + 1):
+        gen, train = f"{name} generate {k}", (name if k == method.rounds else f"{name} round {k}")
+        # the round seeds the sampling and (with the recipe's rollout_batch_size) picks its slice of the prompts
+        generate = {**budget.get("batch_inference", {}), "seed": 100 * seed + k, "iter": k - 1}
+        out += [
+            Step(gen, "batch_inference", role + "generate", generate, {"pretrain": policy}),
+            Step(
+                train,
+                method.train,
+                role + method.train,
+                {**budget.get(method.train, {}), "seed": seed},
+                {"pretrain": policy, "dataset": Output(gen, "output.jsonl")},
+            ),
+        ]
+        policy = Output(train)
+    return out
+
+
+def steered_steps(name: str, method: Steered, sft: str, seed: int, budget: dict[str, dict]) -> list[Step]:
+    """Score, SFT (the step `name`), then `evaluate <name>` asking for the first score, `evaluate <name> asked
+    <r>` for the others and `evaluate <name> unsteered` without the prefix; the prefix is the one SFT learned."""
+    role = f"../{method.recipe}/"
+    score = f"{name} score"
+    scoring = {**budget.get("batch_inference", {}), "seed": seed}
+    learned = build_config("batch_inference", load_recipe(method.recipe).file("score"), {**scoring, "pretrain": sft})
+    ask = {**budget.get("evaluate", {}), "enable_csft": True, "csft_prompt": learned.generate.csft_prompt}
+    first, *others = method.asked
+    return [
+        Step(score, "batch_inference", role + "score", scoring, {"pretrain": sft}),
+        Step(
+            name,
+            "sft",
+            role + "sft",
+            {**budget.get("sft", {}), "seed": seed},
+            {"pretrain": sft, "dataset": Output(score, "output.jsonl")},
+        ),
+        evaluate_step(name, Output(name), {**ask, "csft_reward": first}),
+        *(evaluate_step(f"{name} asked {r}", Output(name), {**ask, "csft_reward": r}) for r in others),
+        evaluate_step(f"{name} unsteered", Output(name), budget.get("evaluate")),
+    ]
+
+
+def steps(sft: str, methods: list[str], seeds: list[int], budget: dict[str, dict]) -> list[Step]:
+    """The SFT start's evaluation, the reward model (once, if a method reads it), then per method and seed
+    its stage and the evaluation of its model."""
+    out = [evaluate_step("sft", sft, budget.get("evaluate"))]
+    if any(METHODS[m].reward == "rm" for m in methods):
+        out.append(Step("rm", "rm", "rm", dict(budget.get("rm", {})), {"pretrain": sft}))
+    for m in methods:
+        method = METHODS[m]
+        for seed in seeds:
+            name = f"{m} seed {seed}"
+            if isinstance(method, Steered):
+                out += steered_steps(name, method, sft, seed, budget)
+                continue
+            if isinstance(method, Rounds):
+                out += [
+                    *round_steps(name, method, sft, seed, budget),
+                    evaluate_step(name, Output(name), budget.get("evaluate")),
+                ]
+                continue
+            inputs: dict = {"pretrain": sft}
+            settings = {**method.settings, **budget.get(method.stage, {}), "seed": seed}
+            if method.reward == "rm":
+                inputs["reward_pretrain"] = Output("rm")
+            elif method.reward == "rule" and settings["advantage_estimator"] == "gae":
+                inputs["critic_pretrain"] = sft  # GAE's critic needs a backbone: the SFT model, with a fresh head
+            out += [
+                Step(name, method.stage, method.role, settings, inputs),
+                evaluate_step(name, Output(name), budget.get("evaluate")),
+            ]
+    return out
