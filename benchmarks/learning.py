@@ -11,7 +11,8 @@ the JSON from the run that trained them. `--budget '{"ppo": {"max_samples": 64}}
 settings for every method (a smaller run; the page says so). Iterative DPO and rejection sampling run 3 rounds
 each, configured by the tiny-idpo and tiny-rs recipes, as their flows run them without a gate; conditional SFT
 runs the tiny-csft recipe's score and sft stages, and is evaluated asking for a score of 1.0 (its row), of 0.0
-and with no prefix (how much it steers).
+and with no prefix (how much it steers). Distillation (kd, opd) trains the SFT start towards the grpo-rule model of
+the same seed, as the distill flow does with the tiny recipe's kd.yaml and opd.yaml.
 
 Methods can be measured a few at a time: the JSON keeps the rows an earlier run measured from the same SFT
 start, each with the command that measured it, and `benchmarks/learning_notes.md` (what moved the numbers) goes
@@ -40,7 +41,7 @@ from alignflow.tasks.evaluate import read_evaluation  # noqa: E402
 from alignflow.tasks.flow_run import FlowRun, Pipeline, run_pipeline  # noqa: E402
 from alignflow.tasks.stage_spec import absolute_input, check_store  # noqa: E402
 from alignment.storage.manifest import read_manifest  # noqa: E402
-from benchmarks.learning_methods import METHODS, Method, Rounds, Steered, steps  # noqa: E402
+from benchmarks.learning_methods import METHODS, Steered, steps  # noqa: E402
 from benchmarks.learning_page import cpu_model, draw, markdown  # noqa: E402
 
 
@@ -104,7 +105,7 @@ def summarise(results: dict, methods: list[str], seeds: list[int], previous: dic
     return {"sft_accuracy": sft, "methods": rows}
 
 
-def steering(results: dict, name: str, method: Method | Rounds | Steered) -> dict:
+def steering(results: dict, name: str, method: object) -> dict:
     """A conditional-SFT run's other evaluations: {"steered": {asked score: accuracy, "none": without the
     prefix}} (the run's accuracy is the first asked-for score's); nothing for the other methods."""
     if not isinstance(method, Steered):

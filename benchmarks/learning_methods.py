@@ -56,6 +56,19 @@ class Steered:
     stage: str = "sft"
 
 
+@dataclass(frozen=True)
+class Distilled:
+    """Distillation (the distill flow's kd or opd stage, its tiny recipe file): the SFT start as the student,
+    the `teacher` method's model of the same seed as the teacher (trained first if it is not committed)."""
+
+    stage: str  # kd (on the SFT demonstrations) or opd (on the student's own samples)
+    teacher: str = "grpo-rule"
+
+    @property
+    def reward(self) -> str:  # no reward: the teacher's next-token distributions are the signal
+        return f"teacher ({self.teacher})"
+
+
 ESTIMATORS = {
     "ppo": "gae",
     "reinforce++": "reinforce",
@@ -64,7 +77,7 @@ ESTIMATORS = {
     "grpo": "group_norm",
     "dr-grpo": "dr_grpo",
 }
-METHODS: dict[str, Method] = {
+METHODS: dict[str, Method | Rounds | Steered | Distilled] = {
     **{f"{name}-{reward}": _rl(est, reward) for name, est in ESTIMATORS.items() for reward in ("rm", "rule")},
     "dpo": Method("dpo", "dpo"),
     "ipo": Method("dpo", "dpo", {"ipo": True}),
@@ -73,6 +86,8 @@ METHODS: dict[str, Method] = {
     "iterative-dpo": Rounds("dpo", "tiny-idpo"),
     "rejection-sampling": Rounds("sft", "tiny-rs"),
     "conditional-sft": Steered(),
+    "kd": Distilled("kd"),
+    "opd": Distilled("opd"),
 }
 
 
@@ -125,33 +140,42 @@ def steered_steps(name: str, method: Steered, sft: str, seed: int, budget: dict[
     ]
 
 
+def method_steps(m: str, sft: str, seed: int, budget: dict[str, dict]) -> list[Step]:
+    """Method `m`'s stages for one seed (the step `<m> seed <seed>` is its model) and their evaluation; a
+    distilled method's teacher run comes first."""
+    method, name = METHODS[m], f"{m} seed {seed}"
+    if isinstance(method, Steered):
+        return steered_steps(name, method, sft, seed, budget)
+    if isinstance(method, Rounds):
+        return [
+            *round_steps(name, method, sft, seed, budget),
+            evaluate_step(name, Output(name), budget.get("evaluate")),
+        ]
+    if isinstance(method, Distilled):
+        settings, teacher = {**budget.get(method.stage, {}), "seed": seed}, f"{method.teacher} seed {seed}"
+        return [
+            *method_steps(method.teacher, sft, seed, budget),
+            Step(name, method.stage, method.stage, settings, {"pretrain": sft, "teacher_model": Output(teacher)}),
+            evaluate_step(name, Output(name), budget.get("evaluate")),
+        ]
+    inputs: dict = {"pretrain": sft}
+    settings = {**method.settings, **budget.get(method.stage, {}), "seed": seed}
+    if method.reward == "rm":
+        inputs["reward_pretrain"] = Output("rm")
+    elif method.reward == "rule" and settings["advantage_estimator"] == "gae":
+        inputs["critic_pretrain"] = sft  # GAE's critic needs a backbone: the SFT model, with a fresh head
+    return [
+        Step(name, method.stage, method.role, settings, inputs),
+        evaluate_step(name, Output(name), budget.get("evaluate")),
+    ]
+
+
 def steps(sft: str, methods: list[str], seeds: list[int], budget: dict[str, dict]) -> list[Step]:
-    """The SFT start's evaluation, the reward model (once, if a method reads it), then per method and seed
-    its stage and the evaluation of its model."""
+    """The SFT start's evaluation, the reward model (once, if a method reads it, a teacher's included), then
+    per method and seed its stages and the evaluation of its model; a step two methods share (a teacher that is
+    also measured) is planned once."""
+    planned = [step for m in methods for seed in seeds for step in method_steps(m, sft, seed, budget)]
     out = [evaluate_step("sft", sft, budget.get("evaluate"))]
-    if any(METHODS[m].reward == "rm" for m in methods):
+    if any(step.inputs.get("reward_pretrain") == Output("rm") for step in planned):
         out.append(Step("rm", "rm", "rm", dict(budget.get("rm", {})), {"pretrain": sft}))
-    for m in methods:
-        method = METHODS[m]
-        for seed in seeds:
-            name = f"{m} seed {seed}"
-            if isinstance(method, Steered):
-                out += steered_steps(name, method, sft, seed, budget)
-                continue
-            if isinstance(method, Rounds):
-                out += [
-                    *round_steps(name, method, sft, seed, budget),
-                    evaluate_step(name, Output(name), budget.get("evaluate")),
-                ]
-                continue
-            inputs: dict = {"pretrain": sft}
-            settings = {**method.settings, **budget.get(method.stage, {}), "seed": seed}
-            if method.reward == "rm":
-                inputs["reward_pretrain"] = Output("rm")
-            elif method.reward == "rule" and settings["advantage_estimator"] == "gae":
-                inputs["critic_pretrain"] = sft  # GAE's critic needs a backbone: the SFT model, with a fresh head
-            out += [
-                Step(name, method.stage, method.role, settings, inputs),
-                evaluate_step(name, Output(name), budget.get("evaluate")),
-            ]
-    return out
+    return out + list({step.name: step for step in planned}.values())

@@ -148,6 +148,25 @@ def test_conditional_sft_is_evaluated_asking_for_each_score_and_without_a_prefix
     assert "conditional-sft, seed 42: 80.0 % asking for 1.0, 10.0 % asking for 0.0, 70.0 % with no prefix." in page
 
 
+def test_a_distilled_student_learns_from_its_seeds_teacher_planned_once(tmp_path):
+    """kd and opd (no cluster): the SFT start is the student, the teacher method's model of the same seed the
+    teacher; the teacher's stage is planned once, whether it is measured too or not."""
+    from alignflow.tasks import pipeline
+    from alignflow.tasks.recipes import load_recipe
+
+    learning = load_benchmark()
+    sft = str(REPO / "data")
+    steps = learning.steps(sft, ["kd", "grpo-rule", "opd"], [42], {})
+    names = [s.name for s in steps]
+    assert len(names) == len(set(names)) and names.count("grpo-rule seed 42") == 1
+    planned = pipeline.plan(steps, load_recipe("tiny"), str(tmp_path / "s"), "learning")
+    teacher = planned["grpo-rule seed 42"].model_uri
+    for m in ("kd", "opd"):
+        assert planned[f"{m} seed 42"].cfg.teacher_model == teacher and planned[f"{m} seed 42"].cfg.pretrain == sft
+        assert planned[f"evaluate {m} seed 42"].cfg.pretrain == planned[f"{m} seed 42"].model_uri
+    assert learning.METHODS["kd"].reward == "teacher (grpo-rule)"
+
+
 def test_page_only_needs_the_json_and_a_run_needs_the_sft_start(tmp_path, capsys):
     learning = load_benchmark()
     assert learning.main(["--page_only", "--json", str(tmp_path / "none.json")]) == 2
