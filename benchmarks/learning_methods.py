@@ -62,6 +62,7 @@ class Distilled:
     the `teacher` method's model of the same seed as the teacher (trained first if it is not committed)."""
 
     stage: str  # kd (on the SFT demonstrations) or opd (on the student's own samples)
+    settings: dict = field(default_factory=dict)
     teacher: str = "grpo-rule"
 
     @property
@@ -87,6 +88,8 @@ METHODS: dict[str, Method | Rounds | Steered | Distilled] = {
     "rejection-sampling": Rounds("sft", "tiny-rs"),
     "conditional-sft": Steered(),
     "kd": Distilled("kd"),
+    # KD's baseline: the same stage, data and batches with kd_coef 0 (plain SFT on the demonstrations)
+    "kd-coef-0": Distilled("kd", {"kd_coef": 0.0}),
     "opd": Distilled("opd"),
 }
 
@@ -152,7 +155,8 @@ def method_steps(m: str, sft: str, seed: int, budget: dict[str, dict]) -> list[S
             evaluate_step(name, Output(name), budget.get("evaluate")),
         ]
     if isinstance(method, Distilled):
-        settings, teacher = {**budget.get(method.stage, {}), "seed": seed}, f"{method.teacher} seed {seed}"
+        settings = {**method.settings, **budget.get(method.stage, {}), "seed": seed}
+        teacher = f"{method.teacher} seed {seed}"
         return [
             *method_steps(method.teacher, sft, seed, budget),
             Step(name, method.stage, method.stage, settings, {"pretrain": sft, "teacher_model": Output(teacher)}),
