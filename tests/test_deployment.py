@@ -237,19 +237,21 @@ def test_deployment_run_publishes_progress_curves_and_report_seen_in_a_browser(p
     assert "data:image/png" not in report.text  # the picture shows, not its URL
 
 
-def _flow_run_state(prefect: Prefect, run_id: str) -> str:
-    shown = prefect.cli("flow-run", "inspect", run_id, "--output", "json")
-    assert shown.returncode == 0, shown.stderr[-2000:]
-    return json.loads(shown.stdout)["state"]["type"]
-
-
 def _wait_terminal(prefect: Prefect, run_id: str, timeout_s: float = 600) -> str:
+    """The flow run's final state type, read from the server's API each second (a `prefect flow-run inspect`
+    process a poll cost 2-3 s of the 2 cores the run under test needs)."""
+    from prefect.client.orchestration import PrefectClient
+
+    async def state() -> str:
+        async with PrefectClient(prefect.api) as client:
+            return (await client.read_flow_run(run_id)).state.type.value
+
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        state = _flow_run_state(prefect, run_id)
-        if state in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
-            return state
-        time.sleep(2)
+        now = asyncio.run(state())
+        if now in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
+            return now
+        time.sleep(1)
     raise AssertionError(f"flow run {run_id} still not finished after {timeout_s}s:\n{prefect.worker_log()[-3000:]}")
 
 
@@ -277,6 +279,8 @@ def test_pipeline_override_and_flow_run_retry_resume_ppo(prefect, ray_head, tmp_
         "ppo": {
             "max_samples": 16,
             "num_episodes": 4,
+            "n_samples_per_prompt": 2,  # 4 iterations of 16 prompts x 2 samples, one optimizer step each
+            "train_batch_size": 32,
             "save_steps": 1,
             "actor_learning_rate": 3e-5,
             "init_kl_coef": 0.01,

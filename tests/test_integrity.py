@@ -155,8 +155,11 @@ def test_second_writer_is_refused_naming_the_first(trained):
     assert (out / storage.MANIFEST).exists() and not (work / ".model.lease").exists()  # released at the end
 
 
-@pytest.mark.parametrize("kind", ["optimizer", "model_states", "state_json", "manifest"])
+@pytest.mark.parametrize("kind", ["optimizer", "model_states", "state_json", "manifest", "half_written"])
 def test_damaged_checkpoint_is_skipped(trained, tmp_path, kind, caplog):
+    """A damaged newer checkpoint is skipped with a warning; a half-written one (a save killed before its
+    MANIFEST, even with `latest` pointing at it) is not a checkpoint at all: the resume takes the one before.
+    A kill mid-save, end to end through the flows: tests/test_chaos_kills.py."""
     from alignment.training import checkpoint
 
     _, _, ckpt, _ = trained
@@ -168,14 +171,18 @@ def test_damaged_checkpoint_is_skipped(trained, tmp_path, kind, caplog):
         "model_states": next(step4.rglob("*model_states.pt")),
         "state_json": step4 / "state.json",
         "manifest": step4 / storage.MANIFEST,
+        "half_written": step4 / storage.MANIFEST,
     }[kind]
-    if kind == "manifest":
+    if kind == "half_written":
+        (step4 / storage.MANIFEST).unlink()
+        (copy / "latest").write_text("global_step4")
+    elif kind == "manifest":
         target.write_bytes(b'{"files": {"\xff\xfe": 1}}')  # not UTF-8
     else:
         flip(target, at=len(target.read_bytes()) // 2)
     found = checkpoint.find_latest(str(copy))
     assert found is not None and found.name == "global_step2"
-    assert f"checkpoint {step4} is damaged" in caplog.text
+    assert (f"checkpoint {step4} is damaged" in caplog.text) == (kind != "half_written")
     flip(next((copy / "global_step2").rglob("*optim_states.pt")), at=200)
     checkpoint._verified.clear()  # a process verifies a checkpoint once; this one changed since
     with pytest.raises(storage.StorageError, match="every committed checkpoint under .* is damaged"):

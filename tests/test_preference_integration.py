@@ -151,8 +151,11 @@ def test_kto_raises_held_out_accuracy(tiny_sft, tmp_path):
     assert after >= before + 0.02  # measured +7 points (68.5 -> 75.5 %)
 
 
-@pytest.mark.parametrize("module, data", [("alignment.cli.train_rm", PAIRS), ("alignment.cli.train_dpo", PAIRS)])
+@pytest.mark.parametrize("module, data", [("alignment.cli.train_rm", PAIRS)])
 def test_resume_equals_uninterrupted(tiny_sft, tmp_path, module, data):
+    """The RM's crash and resume equals an uninterrupted run, weights and losses. DPO's (with its reference
+    model) is proven in its flow by tests/test_chaos_kills.py: a kill mid-save and one at a retry's start-up,
+    the final model equal to an uninterrupted run's; the loss bookkeeping across a resume is the shared Trainer's."""
     common = [
         "--pretrain",
         str(tiny_sft),

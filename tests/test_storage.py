@@ -140,6 +140,10 @@ def test_get_latest_is_the_newest_commit_whatever_the_pointer_says(tmp_path: Pat
     assert storage.get_latest(parent) == f"{parent}/global_step2"
     storage.remove(f"{parent}/global_step2")
     assert storage.get_latest(parent) == f"{parent}/global_step1"
+    # a half-written newer checkpoint (files, no MANIFEST), even pointed at, is not the newest commit
+    make_dir(tmp_path / "ckpts" / "global_step3")
+    (tmp_path / "ckpts" / "latest").write_text("global_step3")
+    assert storage.get_latest(parent) == f"{parent}/global_step1"
 
 
 def test_list_committed_natural_order_and_prefix(tmp_path: Path) -> None:
