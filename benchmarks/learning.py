@@ -11,8 +11,8 @@ the JSON from the run that trained them. `--budget '{"ppo": {"max_samples": 64}}
 settings for every method (a smaller run; the page says so). Iterative DPO and rejection sampling run 3 rounds
 each, configured by the tiny-idpo and tiny-rs recipes, as their flows run them without a gate; conditional SFT
 runs the tiny-csft recipe's score and sft stages, and is evaluated asking for a score of 1.0 (its row), of 0.0
-and with no prefix (how much it steers). Distillation (kd, opd) trains the SFT start towards the grpo-rule model of
-the same seed, as the distill flow does with the tiny recipe's kd.yaml and opd.yaml.
+and with no prefix (how much it steers). Distillation (kd, kd-coef-0, opd) trains the SFT start towards the
+grpo-rule model of the same seed, as the distill flow does with the tiny recipe's kd.yaml and opd.yaml.
 
 Methods can be measured a few at a time: the JSON keeps the rows an earlier run measured from the same SFT
 start, each with the command that measured it, and `benchmarks/learning_notes.md` (what moved the numbers) goes

@@ -1,15 +1,15 @@
 """What each method of benchmarks/learning.py trains, and the stages it plans for one seed: RL with an
-estimator and a reward source, preference training, round-based methods (iterative DPO, rejection sampling) and
-conditional SFT, each from its shipped recipe."""
+estimator and a reward source, preference training, round-based methods (iterative DPO, rejection sampling),
+conditional SFT and distillation, each from its shipped recipe."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from alignflow.flows.conditional_sft import learned_prefix
 from alignflow.tasks.evaluate import evaluate_step
 from alignflow.tasks.pipeline import Output, Step
 from alignflow.tasks.recipes import load_recipe
-from alignflow.tasks.stage_spec import build_config
 
 
 @dataclass(frozen=True)
@@ -125,8 +125,8 @@ def steered_steps(name: str, method: Steered, sft: str, seed: int, budget: dict[
     role = f"../{method.recipe}/"
     score = f"{name} score"
     scoring = {**budget.get("batch_inference", {}), "seed": seed}
-    learned = build_config("batch_inference", load_recipe(method.recipe).file("score"), {**scoring, "pretrain": sft})
-    ask = {**budget.get("evaluate", {}), "enable_csft": True, "csft_prompt": learned.generate.csft_prompt}
+    learned = learned_prefix(load_recipe(method.recipe), {**scoring, "pretrain": sft})
+    ask = {**budget.get("evaluate", {}), "enable_csft": True, "csft_prompt": learned}
     first, *others = method.asked
     return [
         Step(score, "batch_inference", role + "score", scoring, {"pretrain": sft}),

@@ -69,13 +69,7 @@ def csft_steps(
 ) -> list[Step]:
     """score, sft on the scored rows, then one generation per asked-for score, prefixed as SFT learned it."""
     score_step = Step("score", "batch_inference", "score", {**score, "pretrain": policy})
-    score_cfg = build_config("batch_inference", recipe.file("score"), score_step.overrides)
-    if score_cfg.generate.post_processor != "csft":
-        raise ConfigError(
-            f"the scoring stage must use post_processor: csft (got {score_cfg.generate.post_processor!r})"
-        )
-    learned = score_cfg.generate.csft_prompt  # the prefix SFT learned
-    generate = {**generate, "enable_csft": True, "csft_prompt": learned}
+    generate = {**generate, "enable_csft": True, "csft_prompt": learned_prefix(recipe, score_step.overrides)}
     return [
         score_step,
         Step("sft", "sft", "sft", {**sft, "pretrain": policy}, {"dataset": Output("score", "output.jsonl")}),
@@ -90,3 +84,14 @@ def csft_steps(
             for r in csft_rewards
         ),
     ]
+
+
+def learned_prefix(recipe: Recipe, score: dict) -> str:
+    """The prefix template the SFT stage learns: the recipe's score.yaml (with `score`'s overrides, the policy
+    among them) must write it with the csft post-processor; generation and evaluation ask with the same one."""
+    score_cfg = build_config("batch_inference", recipe.file("score"), score)
+    if score_cfg.generate.post_processor != "csft":
+        raise ConfigError(
+            f"the scoring stage must use post_processor: csft (got {score_cfg.generate.post_processor!r})"
+        )
+    return score_cfg.generate.csft_prompt
