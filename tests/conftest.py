@@ -16,6 +16,15 @@ import pytest
 from tests.fixtures_s3 import moto_endpoint, point_env_at, s3_root  # noqa: F401  (session S3 server, per-test prefix)
 
 REPO = Path(__file__).resolve().parents[1]
+# Under pytest-xdist (CI runs `-n 2`) each worker gets cores of its own, and every process it starts
+# (ranks, Ray, vLLM) inherits them: two workers whose OpenMP threads spin on the same cores slow each
+# other far more than 2x. The trainers size their thread pools from this affinity.
+if os.environ.get("PYTEST_XDIST_WORKER", "").startswith("gw") and hasattr(os, "sched_setaffinity"):
+    _cores = sorted(os.sched_getaffinity(0))
+    _workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if 1 < _workers <= len(_cores):
+        _per, _k = len(_cores) // _workers, int(os.environ["PYTEST_XDIST_WORKER"][2:])
+        os.sched_setaffinity(0, _cores[_k * _per : (_k + 1) * _per])
 # Keep every tool's state inside the test session, never in $HOME, and never reach a hub.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -76,8 +85,26 @@ def smol_gguf() -> Path:
 def smol(session_tmp) -> Path:
     """SmolLM2-135M-Instruct imported once per session through the real CLI: a committed plain HF
     folder (fp32 safetensors, real tokenizer, ChatML chat template), the suite's real pretrained model."""
-    out = session_tmp / "smol"
-    run_module("alignment.cli.import_model", [str(smol_gguf()), "--save_path", str(out)])
+    return built_once(
+        session_tmp,
+        "smol",
+        lambda out: run_module("alignment.cli.import_model", [str(smol_gguf()), "--save_path", str(out)]),
+    )
+
+
+def built_once(session_tmp: Path, name: str, build) -> Path:
+    """A committed model the whole run shares: built by the first worker that asks for it (under
+    pytest-xdist the workers share the base temp dir's parent and take a file lock), reused by the rest."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        build(session_tmp / name)
+        return session_tmp / name
+    from filelock import FileLock
+
+    root = session_tmp.parent.parent  # <basetemp root>/popen-gwN/session0 -> <basetemp root>
+    out = root / name
+    with FileLock(str(root / f"{name}.lock")):
+        if not (out / "MANIFEST.json").exists():
+            build(out)
     return out
 
 
@@ -185,9 +212,13 @@ def tiny_sft(tiny_base, session_tmp) -> Path:
         if not (Path(reuse) / "MANIFEST.json").exists():
             raise pytest.UsageError(f"ALIGNFLOW_TEST_TINY_SFT={reuse}: no committed model there (no MANIFEST.json)")
         return Path(reuse).resolve()
-    out = session_tmp / "tiny_sft"
-    run_module("alignment.cli.train_sft", ["--pretrain", str(tiny_base), "--save_path", str(out), *tiny_recipe("sft")])
-    return out
+    return built_once(
+        session_tmp,
+        "tiny_sft",
+        lambda out: run_module(
+            "alignment.cli.train_sft", ["--pretrain", str(tiny_base), "--save_path", str(out), *tiny_recipe("sft")]
+        ),
+    )
 
 
 @pytest.fixture(scope="session")
@@ -195,32 +226,34 @@ def tiny_rm(tiny_sft, session_tmp) -> Path:
     """A briefly trained RM (10 steps; mechanics only — the benchmark uses the full recipe)."""
     from alignment.tiny_world.paths import tiny_dir
 
-    rm = session_tmp / "tiny_rm"
-    run_module(
-        "alignment.cli.train_rm",
-        [
-            "--pretrain",
-            str(tiny_sft),
-            "--save_path",
-            str(rm),
-            "--dataset",
-            f"json@{tiny_dir() / 'preference'}",
-            "--prompt_key",
-            "prompt",
-            "--apply_chat_template",
-            "--max_len",
-            "64",
-            "--train_batch_size",
-            "16",
-            "--micro_train_batch_size",
-            "16",
-            "--max_steps",
-            "10",
-            "--learning_rate",
-            "3e-4",
-        ],
+    return built_once(
+        session_tmp,
+        "tiny_rm",
+        lambda rm: run_module(
+            "alignment.cli.train_rm",
+            [
+                "--pretrain",
+                str(tiny_sft),
+                "--save_path",
+                str(rm),
+                "--dataset",
+                f"json@{tiny_dir() / 'preference'}",
+                "--prompt_key",
+                "prompt",
+                "--apply_chat_template",
+                "--max_len",
+                "64",
+                "--train_batch_size",
+                "16",
+                "--micro_train_batch_size",
+                "16",
+                "--max_steps",
+                "10",
+                "--learning_rate",
+                "3e-4",
+            ],
+        ),
     )
-    return rm
 
 
 @pytest.fixture(scope="session")

@@ -157,6 +157,7 @@ def rank_processes() -> list:
 
 
 @pytest.mark.chaos  # a kill -9 test: runs with the chaos suite (`make test-chaos`), which CI runs too
+@pytest.mark.alone  # kills the StageRank it finds among the machine's processes
 def test_killed_rank_fails_the_job_and_the_retry_resumes_and_matches(ray_head, tmp_path):
     """kill -9 of one of the stage's two ranks mid-stage: the job fails, the task retries, the retry
     resumes from the newest committed checkpoint, and the model equals an uninterrupted run's."""
@@ -317,6 +318,7 @@ def test_bad_credentials(tmp_path, monkeypatch):
         stop_process(proc)
 
 
+@pytest.mark.alone  # every Ray process on the machine must be gone afterwards
 def test_embedded_ray_head_is_started_and_stopped(tmp_path, monkeypatch):
     """No ray_address: the flow starts its own head on loopback and stops every process of it."""
     import psutil

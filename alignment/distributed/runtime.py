@@ -54,7 +54,10 @@ def init_runtime(local_rank_flag: int = -1, num_threads: int = 0) -> Runtime:
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("LOCAL_SIZE", world)))
     if device == "cpu":
-        threads = num_threads or max(1, (os.cpu_count() or 1) // max(1, local_world))
+        # the cores this process may run on (taskset, a pinned Ray worker), not the machine's: more
+        # OpenMP threads than cores spin against each other
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        threads = num_threads or max(1, cores // max(1, local_world))
         torch.set_num_threads(threads)
         os.environ["OMP_NUM_THREADS"] = str(threads)
     else:
