@@ -17,7 +17,7 @@ MARKERS=${ALIGNFLOW_TEST_MARKERS:-not demo and not chaos}
 # at every process on the machine, one at a time.
 cores=$(nproc)
 WORKERS=${ALIGNFLOW_TEST_WORKERS:-$(( cores >= 2 ? 2 : 1 ))}
-if [ "$WORKERS" -gt 1 ]; then PARALLEL=(-n "$WORKERS" --dist loadfile); else PARALLEL=(-p no:xdist); fi
+if [ "$WORKERS" -gt 1 ]; then PARALLEL=(-n "$WORKERS" --dist loadfile --no-loadscope-reorder); else PARALLEL=(-p no:xdist); fi
 status=0
 .venv/bin/python -m pytest -q -ra --durations=50 "${PARALLEL[@]}" -m "($MARKERS) and not alone" "$@" tests || status=$?
 # exit 5 is "no test selected": a marker selection without `alone` tests

@@ -47,6 +47,29 @@ os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
 os.environ.setdefault("PREFECT_LOGGING_TO_API_BATCH_INTERVAL", "0.3")
 
 
+# The test files that take minutes, heaviest first (their time on one of CI's two pinned workers, 2026-11-29:
+# the kill -9s ~630 s, the deployment ~700 s, PPO on Ray ~440 s, ...). xdist hands out whole files in
+# collection order (scripts/run_tests.sh: --dist loadfile --no-loadscope-reorder), so the long ones start first
+# and the two workers finish together, instead of one running the kill -9 test alone at the end.
+SLOW_FILES = (
+    "test_chaos_kills.py",
+    "test_deployment.py",
+    "test_ppo_ray.py",
+    "test_sft_dpo_flow.py",
+    "test_multinode.py",
+    "test_sft_integration.py",
+    "test_agents.py",
+    "test_gates_and_compare.py",
+    "test_interrupts.py",
+    "test_chaos.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(SLOW_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(SLOW_FILES)))  # stable: the rest keep their order
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _stop_prefect_server():
     """Stop the session's ephemeral Prefect API while pytest's streams are open, as Prefect's own test
@@ -203,10 +226,10 @@ def losses(save_path: Path) -> list[float]:
 @pytest.fixture(scope="session")
 def tiny_sft(tiny_base, session_tmp) -> Path:
     """The tiny base after the demo's SFT recipe (1,200 steps, ~70 % held-out accuracy): the
-    starting point of the preference stages' tests. Trained once per session through the real CLI.
-    For quicker local iterations ALIGNFLOW_TEST_TINY_SFT may name a model trained by the same
-    recipe (e.g. the demo's runs/demo/store/demo/sft-*/model); CI never sets it (.ci/run runs the suite and the
-    chaos tests in one session, so the model is trained once)."""
+    starting point of the preference stages' tests. Trained once per run through the real CLI (by the first
+    xdist worker that needs it). For quicker local iterations ALIGNFLOW_TEST_TINY_SFT may name a model trained
+    by the same recipe (e.g. the demo's runs/demo/store/demo/sft-*/model); CI never sets it (.ci/run runs the
+    suite and the chaos tests in one run, so the model is trained once)."""
     reuse = os.environ.get("ALIGNFLOW_TEST_TINY_SFT")
     if reuse:
         if not (Path(reuse) / "MANIFEST.json").exists():
