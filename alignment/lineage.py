@@ -14,8 +14,17 @@ from alignment import storage
 from alignment.config.base import ConfigError
 from alignment.models.card import is_local_ref, read_lineage
 
-NAN = float("nan")
 MAX_HOPS = 100  # a chain longer than this is a loop the seen-set missed (two spellings of one path)
+
+
+def _figure(m: dict[str, float], *shown: tuple[str, str, str]) -> str:
+    """`label value` for the first (label, metric key, format) the stage logged, each key under its own
+    label. A stage shorter than its --logging_steps logged none: it says so, never "nan", which would read
+    as a run that diverged."""
+    for label, key, spec in shown:
+        if key in m:
+            return f"{label} {m[key]:{spec}}"
+    return f"{shown[-1][0]}: none logged"
 
 
 def key_metric(stage: str, m: dict[str, float]) -> str:
@@ -23,18 +32,22 @@ def key_metric(stage: str, m: dict[str, float]) -> str:
     if stage == "tiny_base":
         return "random init"
     if stage == "sft":
-        return f"eval loss {m.get('eval/loss', m.get('train/loss', NAN)):.3f}"
+        return _figure(m, ("eval loss", "eval/loss", ".3f"), ("loss", "train/loss", ".3f"))
     if stage == "rm":
-        return f"held-out pair accuracy {m.get('eval/acc', m.get('train/acc', NAN)):.1%}"
+        return _figure(m, ("held-out pair accuracy", "eval/acc", ".1%"), ("pair accuracy", "train/acc", ".1%"))
     if stage in ("dpo", "kto"):
-        acc = m.get("eval/reward_acc", m.get("train/reward_acc"))
-        return f"reward accuracy {acc:.1%}" if acc is not None else f"loss {m.get('train/loss', NAN):.3f}"
+        return _figure(
+            m,
+            ("reward accuracy", "eval/reward_acc", ".1%"),
+            ("reward accuracy", "train/reward_acc", ".1%"),
+            ("loss", "train/loss", ".3f"),
+        )
     if stage == "ppo":
-        return f"sampled reward {m.get('train/reward', NAN):.3f} (last iteration)"
+        return _figure(m, ("sampled reward", "train/reward", ".3f")) + " (last iteration)"
     if stage == "kd":
-        return f"KL to the teacher {m.get('train/kd_kl', NAN):.3f} (last step)"
+        return _figure(m, ("KL to the teacher", "train/kd_kl", ".3f")) + " (last step)"
     if stage == "opd":
-        return f"reverse KL to the teacher {m.get('eval/kl', m.get('train/opd_loss', NAN)):.3f}"
+        return _figure(m, ("reverse KL to the teacher", "eval/kl", ".3f"), ("OPD loss", "train/opd_loss", ".3f"))
     if stage == "given":  # a model a flow measured but did not make (a distillation's teacher)
         return "given, not trained here"
     if stage == "evaluate":

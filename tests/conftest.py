@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -115,7 +116,7 @@ def smol(session_tmp) -> Path:
     )
 
 
-def built_once(session_tmp: Path, name: str, build) -> Path:
+def built_once(session_tmp: Path, name: str, build: Callable[[Path], object]) -> Path:
     """A committed model the whole run shares: built by the first worker that asks for it (under
     pytest-xdist the workers share the base temp dir's parent and take a file lock), reused by the rest."""
     if "PYTEST_XDIST_WORKER" not in os.environ:

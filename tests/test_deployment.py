@@ -368,7 +368,7 @@ from alignflow.flows.iterative_dpo import iterative_dpo_flow
 store, ray_address, policy = sys.argv[1:4]
 # its own deployment name: the shipped iterative-dpo/nightly (registered by the fixture) has a
 # concurrency limit the served runner would have to honour; this test is about the schedule
-# 128 prompts and 2 DPO steps of 2 pairs a round (the shipped round is 1,024 prompts, 2 epochs): a few pairs
+# 128 prompts and 2 DPO steps of 2 pairs a round (the shipped round is 2,048 prompts, 2 epochs): a few pairs
 # to train on, and the schedule is what this test is about
 iterative_dpo_flow.serve(name="nightly-served", interval=20, limit=1, parameters={
     "run_name": "served", "store": store, "ray_address": ray_address, "initial_policy": policy, "recipe": "tiny-idpo",

@@ -151,3 +151,16 @@ def test_flow_report_shows_the_final_models_lineage(chain):
 def test_lineage_of_nothing_is_one_line_error(tmp_path):
     proc = run_module("alignment.cli.lineage", [str(tmp_path / "missing")], check=False)
     assert proc.returncode == 2 and "no model there" in proc.stderr
+
+
+def test_a_stage_that_logged_no_figure_says_so_and_never_nan():
+    """A DPO round shorter than its --logging_steps logs no loss: the report said "loss nan", which reads
+    as a run that diverged."""
+    from alignment.lineage import key_metric
+
+    assert key_metric("dpo", {}) == "loss: none logged"
+    assert key_metric("dpo", {"train/loss": 0.5}) == "loss 0.500"
+    assert key_metric("dpo", {"train/reward_acc": 0.75, "train/loss": 0.5}) == "reward accuracy 75.0%"
+    assert key_metric("sft", {"train/loss": 0.25}) == "loss 0.250"  # a training loss is not called "eval loss"
+    assert key_metric("sft", {"eval/loss": 0.3, "train/loss": 0.25}) == "eval loss 0.300"
+    assert key_metric("ppo", {}) == "sampled reward: none logged (last iteration)"
