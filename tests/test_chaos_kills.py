@@ -197,7 +197,11 @@ class Killer(threading.Thread):
             return None
         saving = None
         if kind == "start":  # a random moment of start-up / checkpoint loading, before any step
-            time.sleep(self.rng.uniform(0.5, 4.0))
+            # at the latest when this attempt logs its first step: a retry resuming near the end may
+            # finish in less than the drawn delay (seen on a loaded core: "ended before the kill")
+            until = time.monotonic() + self.rng.uniform(0.5, 4.0)
+            while time.monotonic() < until and proc.is_running() and (last_step(log) or 0) <= start:
+                time.sleep(0.02)
         elif kind == "step":
             while (total := self._total(log, proc)) is None:
                 time.sleep(0.02)
