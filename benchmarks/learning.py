@@ -4,6 +4,10 @@ held-out questions. Writes a markdown page (a table and a chart) and a JSON of e
 
     .venv/bin/python benchmarks/learning.py SFT_MODEL [--methods dpo,grpo-rule,...] [--seeds 42,43,44]
 
+`--recipe` picks the shipped recipe whose files configure the stages (default `tiny`, the tiny world); `smollm2`
+measures SmolLM2-135M-Instruct on the shipped sums (its grpo.yaml, rm.yaml, ppo.yaml and evaluate.yaml), from
+that recipe's SFT model.
+
 Everything runs as the flows run it: one Prefect flow, each stage a Ray job (a local head unless
 --ray_address), committed to --store under an identity of its config and inputs. So a benchmark killed
 half-way and run again skips every stage it committed and trains only the rest; its wall times are kept in
@@ -39,17 +43,20 @@ from prefect import flow  # noqa: E402
 
 from alignflow.tasks.evaluate import read_evaluation  # noqa: E402
 from alignflow.tasks.flow_run import FlowRun, Pipeline, run_pipeline  # noqa: E402
+from alignflow.tasks.pipeline import Step  # noqa: E402
+from alignflow.tasks.recipes import Recipe, load_recipe  # noqa: E402
 from alignflow.tasks.stage_spec import absolute_input, check_store  # noqa: E402
+from alignment.config import ConfigError  # noqa: E402
 from alignment.storage.manifest import read_manifest  # noqa: E402
-from benchmarks.learning_methods import METHODS, Steered, steps  # noqa: E402
+from benchmarks.learning_methods import METHODS, Rounds, Steered, steps  # noqa: E402
 from benchmarks.learning_page import cpu_model, draw, markdown  # noqa: E402
 
 
 @flow(name="learning-benchmark")
 async def learning_flow(
-    sft: str, methods: list[str], seeds: list[int], budget: dict, store: str, ray_address: str | None
+    sft: str, methods: list[str], seeds: list[int], budget: dict, store: str, ray_address: str | None, recipe: str
 ) -> dict:
-    run = FlowRun("learning-benchmark", "learning", store, "tiny", ray_address, 1)
+    run = FlowRun("learning-benchmark", "learning", store, recipe, ray_address, 1)
     # a Ray head is started only if a stage is not committed yet
     results = (await run_pipeline(run, Pipeline(lambda _: steps(sft, methods, seeds, budget)))).results
     return {
@@ -128,6 +135,12 @@ def weights_digest(model_uri: str) -> str:
     return hashlib.sha256(json.dumps(shas).encode()).hexdigest()[:16]
 
 
+def missing_files(recipe: Recipe, planned: list[Step]) -> list[str]:
+    """The recipe files the planned stages need and the recipe lacks (`tiny` has them all; `smollm2` has the
+    RL, reward-model and evaluation files)."""
+    return sorted({f"{step.role}.yaml" for step in planned if not recipe.has(step.role)})
+
+
 def kept(previous: dict, summary: dict) -> dict:
     """The methods an earlier run measured from the same SFT start (the same weights) and this run did not:
     they stay on the page (each row says its seeds), so methods can be measured one invocation at a time."""
@@ -142,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated, of: {', '.join(METHODS)}")
     p.add_argument("--seeds", default="42,43,44")
     p.add_argument("--budget", default="{}", help='JSON {stage kind: settings}, e.g. {"ppo": {"max_samples": 64}}')
+    p.add_argument("--recipe", default="tiny", help="the shipped recipe (or folder) whose files configure the stages")
     p.add_argument("--store", default="runs/learning", help="where every stage commits (a rerun skips them)")
     p.add_argument("--ray_address", default=None, help="a running cluster's job API; default: a local head")
     p.add_argument("--out", default="docs/learning.md")
@@ -173,7 +187,24 @@ def main(argv: list[str] | None = None) -> int:
     if read_manifest(sft_uri) is None:  # rows are kept by the start's committed weights (weights_digest)
         print(f"{args.sft}: not a committed model (no MANIFEST.json); give an SFT stage's output", file=sys.stderr)
         return 2
-    results = asyncio.run(learning_flow(sft_uri, methods, seeds, budget, check_store(args.store), args.ray_address))
+    try:
+        recipe = load_recipe(args.recipe)
+    except ConfigError as e:
+        print(f"--recipe: {e}", file=sys.stderr)
+        return 2
+    rounds = [m for m in methods if isinstance(METHODS[m], (Rounds, Steered))]
+    if rounds and args.recipe != "tiny":  # their round recipes (tiny-idpo, tiny-rs, tiny-csft) read the tiny world
+        print(
+            f"--methods {','.join(rounds)}: round recipes of the tiny world; measure them with --recipe tiny",
+            file=sys.stderr,
+        )
+        return 2
+    missing = missing_files(recipe, steps(sft_uri, methods, seeds, budget))
+    if missing:  # a stage with no recipe file would start from the schema's defaults: another method
+        print(f"--recipe {args.recipe}: has no {', '.join(missing)} for --methods {args.methods}", file=sys.stderr)
+        return 2
+    store = check_store(args.store)
+    results = asyncio.run(learning_flow(sft_uri, methods, seeds, budget, store, args.ray_address, args.recipe))
     previous = json.loads(out_json.read_text()) if out_json.exists() else {}
     summary = summarise(results, methods, seeds, previous)
     summary = {"sft": sft_uri, "sft_weights": weights_digest(sft_uri), **summary}

@@ -114,7 +114,7 @@ def test_round_based_methods_chain_their_rounds(tmp_path):
     assert planned[f"{name} generate 2"].cfg.pretrain == round1.model_uri == round2.cfg.pretrain
     assert round2.cfg.dataset == f"{planned[f'{name} generate 2'].model_uri}/output.jsonl"
     assert [planned[f"{name} generate {k}"].cfg.iter for k in (1, 2, 3)] == [0, 1, 2]
-    assert planned[f"{name} generate 1"].cfg.post_processor == "iter_dpo" and round1.cfg.learning_rate == 5e-5
+    assert planned[f"{name} generate 1"].cfg.post_processor == "iter_dpo" and round1.cfg.learning_rate == 2e-4
     assert planned[f"evaluate {name}"].cfg.pretrain == planned[name].model_uri
 
 
@@ -192,3 +192,30 @@ def test_rows_are_kept_only_from_the_same_sft_weights(tmp_path):
     previous = {"sft_weights": learning.weights_digest(first), "methods": {"dpo": {"runs": []}}}
     assert learning.kept(previous, {"sft_weights": learning.weights_digest(same), "methods": {}}) == previous["methods"]
     assert learning.kept(previous, {"sft_weights": learning.weights_digest(retrained), "methods": {}}) == {}
+
+
+def test_the_smollm2_recipe_measures_its_rl_stages_on_the_sums_and_refuses_what_it_lacks(tmp_path, capsys):
+    """--recipe smollm2 (no cluster): grpo-rule reads that recipe's grpo.yaml and its evaluation the 64 held-out
+    sums; a method whose file the recipe lacks, or a round method of the tiny world, is refused before a stage
+    runs (a stage with no file would start from the schema's defaults)."""
+    from alignflow.tasks import pipeline
+    from alignflow.tasks.recipes import load_recipe
+
+    learning = load_benchmark()
+    planned = pipeline.plan(
+        learning.steps(str(REPO / "data"), ["grpo-rule"], [43], {}), load_recipe("smollm2"), str(tmp_path), "x"
+    )
+    rl, heldout = planned["grpo-rule seed 43"].cfg, planned["evaluate grpo-rule seed 43"].cfg
+    smol = str(REPO / "data" / "smol")
+    assert (rl.remote_rm_url, rl.prompt_data, rl.seed) == (f"{smol}/reward_func.py", f"json@{smol}/rl_prompts", 43)
+    assert (heldout.dataset, heldout.remote_rm_url) == (f"json@{smol}/prompts", f"{smol}/reward_func.py")
+    (tmp_path / "sft").mkdir()
+    (tmp_path / "sft" / "MANIFEST.json").write_text(json.dumps({"files": {}}))
+    start = [str(tmp_path / "sft"), "--recipe", "smollm2", "--store", str(tmp_path / "store")]
+    assert learning.main([*start, "--methods", "grpo-rule,kto"]) == 2
+    assert "--recipe smollm2: has no kto.yaml" in capsys.readouterr().err
+    assert learning.main([*start, "--methods", "iterative-dpo"]) == 2
+    assert "round recipes of the tiny world; measure them with --recipe tiny" in capsys.readouterr().err
+    assert learning.main([*start[:1], "--recipe", "no-such", "--methods", "dpo"]) == 2
+    assert "--recipe: recipe 'no-such'" in capsys.readouterr().err
+    assert not (tmp_path / "store").exists()
