@@ -143,8 +143,9 @@ def missing_files(recipe: Recipe, planned: list[Step]) -> list[str]:
 
 def kept(previous: dict, summary: dict) -> dict:
     """The methods an earlier run measured from the same SFT start (the same weights) and this run did not:
-    they stay on the page (each row says its seeds), so methods can be measured one invocation at a time."""
-    if previous.get("sft_weights") != summary["sft_weights"]:
+    they stay on the page (each row says its seeds), so methods can be measured one invocation at a time. Rows
+    of another recipe (its stages read other files) or of another start go."""
+    if (previous.get("recipe", "tiny"), previous.get("sft_weights")) != (summary["recipe"], summary["sft_weights"]):
         return {}
     return {m: row for m, row in previous.get("methods", {}).items() if m not in summary["methods"]}
 
@@ -207,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     results = asyncio.run(learning_flow(sft_uri, methods, seeds, budget, store, args.ray_address, args.recipe))
     previous = json.loads(out_json.read_text()) if out_json.exists() else {}
     summary = summarise(results, methods, seeds, previous)
-    summary = {"sft": sft_uri, "sft_weights": weights_digest(sft_uri), **summary}
+    summary = {"recipe": args.recipe, "sft": sft_uri, "sft_weights": weights_digest(sft_uri), **summary}
     summary["wall_s"] = round(time.monotonic() - started, 1)
     command = "benchmarks/learning.py " + " ".join(argv if argv is not None else sys.argv[1:])
     how = f"measured {date.today().isoformat()} on {cpu_model()} by `{command}`" + (

@@ -19,8 +19,10 @@ def markdown(summary: dict, chart: str | None, notes: str = "") -> str:
     runs: dict[str, list[str]] = {}
     for m, row in summary["methods"].items():
         runs.setdefault(row["measured"]["how"], []).append(m)
+    recipe = summary.get("recipe", "tiny")
     lines = [
-        "# Learning: what each method adds to held-out accuracy",
+        "# Learning: what each method adds to held-out accuracy"
+        + ("" if recipe == "tiny" else f" (the {recipe} recipe)"),
         "",
         *(f"- {', '.join(ms)}: {how}." for how, ms in runs.items()),
         "",

@@ -179,7 +179,8 @@ def test_page_only_needs_the_json_and_a_run_needs_the_sft_start(tmp_path, capsys
 
 def test_rows_are_kept_only_from_the_same_sft_weights(tmp_path):
     """An SFT start retrained at the same path (on another machine, say) is another start: the earlier rows go,
-    whatever its accuracy; the same weights keep them. Only the weights count, not the manifest's other files."""
+    whatever its accuracy; the same weights keep them (with the same recipe). Only the weights count, not the
+    manifest's other files."""
     learning = load_benchmark()
 
     def model(name: str, weights_sha: str, readme: str) -> str:
@@ -190,8 +191,11 @@ def test_rows_are_kept_only_from_the_same_sft_weights(tmp_path):
 
     first, same, retrained = model("a", "w1", "r1"), model("b", "w1", "r2"), model("c", "w2", "r1")
     previous = {"sft_weights": learning.weights_digest(first), "methods": {"dpo": {"runs": []}}}
-    assert learning.kept(previous, {"sft_weights": learning.weights_digest(same), "methods": {}}) == previous["methods"]
-    assert learning.kept(previous, {"sft_weights": learning.weights_digest(retrained), "methods": {}}) == {}
+    now = {"recipe": "tiny", "methods": {}}
+    assert learning.kept(previous, {**now, "sft_weights": learning.weights_digest(same)}) == previous["methods"]
+    assert learning.kept(previous, {**now, "sft_weights": learning.weights_digest(retrained)}) == {}
+    # the same start measured with another recipe's files: another benchmark (its own --json)
+    assert learning.kept(previous, {**now, "recipe": "smollm2", "sft_weights": previous["sft_weights"]}) == {}
 
 
 def test_the_smollm2_recipe_measures_its_rl_stages_on_the_sums_and_refuses_what_it_lacks(tmp_path, capsys):
