@@ -1,7 +1,8 @@
 """Writes data/smol/: the SmolLM2 recipe's small SFT, preference and RL prompt sets in OpenRLHF's
 message-list shape (deterministic; rerun to regenerate). Task: answer with only the number, for sums of two
 two-digit numbers; the rejected answer is off by one (plus a short explanation a 135M instruct
-model tends to add), so preference learning has something to push on."""
+model tends to add), so preference learning has something to push on. The reward model's pairs (rm/) differ
+only in the sum."""
 
 from __future__ import annotations
 
@@ -48,6 +49,32 @@ def main() -> None:
         "train",
         [{"context_messages": [{"role": "user", "content": question(a, b)}], "label": str(a + b)} for a, b in rl],
     )
+    # the reward model's pairs (sft-rm-ppo): the right bare sum against a wrong bare one of the kinds the SFT model
+    # gets wrong (a dropped carry: 89 + 31 -> 110; off by one or by ten), so the RM has to check the sum, not the
+    # format (data/smol/preference's rejected answers differ in format too); sums neither held out nor RL prompts
+    rm_rng, taken, rm = random.Random(2028), held_out | set(rl), []
+    while len(rm) < 2048 + 128:
+        pair = rows(rm_rng, 1)[0]
+        if pair not in taken:
+            taken.add(pair)
+            rm.append(pair)
+    for split, pairs in (("train", rm[:2048]), ("test", rm[2048:])):
+        write("rm", split, [bare_pair(a, b, wrong_sum(a, b, rm_rng)) for a, b in pairs])
+
+
+def wrong_sum(a: int, b: int, rng: random.Random) -> int:
+    carried = a % 10 + b % 10 >= 10
+    if carried and rng.random() < 0.5:
+        return a + b - 10  # the carry dropped
+    return a + b + rng.choice((-10, -1, 1, 10))
+
+
+def bare_pair(a: int, b: int, wrong: int) -> dict:
+    user = {"role": "user", "content": question(a, b)}
+    return {
+        "chosen": [user, {"role": "assistant", "content": str(a + b)}],
+        "rejected": [user, {"role": "assistant", "content": str(wrong)}],
+    }
 
 
 def write(name: str, split: str, data: list[dict]) -> None:

@@ -78,6 +78,36 @@ def test_smol_reward_func_counts_the_replys_first_number():
         fn(["98"], [prompt], ["98"])
 
 
+def test_smol_rm_pairs_differ_only_in_the_sum_on_sums_rl_and_the_test_never_see():
+    """data/smol/rm (scripts/make_smol_data.py): the reward model of sft-rm-ppo learns from bare answers, the right
+    sum against a wrong one (a dropped carry among them), so it must check the sum; none of its questions is a
+    held-out one or an RL prompt, so neither the accuracy nor the policy's prompts were seen by the RM."""
+    import json
+    import re
+
+    from tests.conftest import REPO
+
+    smol = REPO / "data" / "smol"
+
+    def rows(path):
+        return [json.loads(line) for line in (smol / path).read_text().splitlines()]
+
+    def question(messages):
+        return messages[0]["content"]
+
+    pairs = rows("rm/train.jsonl") + rows("rm/test.jsonl")
+    assert len(pairs) == 2048 + 128
+    dropped_carry = 0
+    for p in pairs:
+        a, b = map(int, re.findall(r"\d+", question(p["chosen"])))
+        right, wrong = int(p["chosen"][1]["content"]), int(p["rejected"][1]["content"])
+        assert p["chosen"][0] == p["rejected"][0] and right == a + b and wrong != right
+        dropped_carry += a % 10 + b % 10 >= 10 and wrong == right - 10
+    assert dropped_carry > 100
+    others = rows("prompts/test.jsonl") + rows("rl_prompts/train.jsonl")
+    assert not {question(p["chosen"]) for p in pairs} & {question(r["context_messages"]) for r in others}
+
+
 def test_reward_func_file_errors(tmp_path):
     with pytest.raises(RewardError, match="no such file"):
         load_reward_func(str(tmp_path / "missing.py"))

