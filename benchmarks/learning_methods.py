@@ -25,7 +25,10 @@ def _rl(estimator: str, reward: str) -> Method:
     # the rule runs from grpo.yaml (its remote_rm_url); the RM from ppo.yaml (normalize_reward, reward_pretrain)
     # every estimator keeps grpo.yaml's dynamic sampling: it filters prompts by their samples' scores, whatever
     # the estimator then makes of them
-    return Method("ppo", "grpo" if reward == "rule" else "ppo", {"advantage_estimator": estimator}, reward)
+    settings: dict = {"advantage_estimator": estimator}
+    if estimator == "gae" and reward == "rm":  # a critic beside the RM: they share a bundle (OpenRLHF's flag), so
+        settings["colocate_critic_reward"] = True  # actor+ref, critic+RM fit a 2-CPU head as the others' groups do
+    return Method("ppo", "grpo" if reward == "rule" else "ppo", settings, reward)
 
 
 @dataclass(frozen=True)
