@@ -223,3 +223,20 @@ def test_the_smollm2_recipe_measures_its_rl_stages_on_the_sums_and_refuses_what_
     assert learning.main([*start[:1], "--recipe", "no-such", "--methods", "dpo"]) == 2
     assert "--recipe: recipe 'no-such'" in capsys.readouterr().err
     assert not (tmp_path / "store").exists()
+
+
+def test_ppo_with_the_rm_colocates_its_critic_with_the_rm(tmp_path):
+    """ppo-rm (no cluster): actor, reference, critic and RM are four models; GAE's critic shares the RM's bundle
+    (--colocate_critic_reward) so that the stage fits the 2-CPU head the other RM rows run on (without it the
+    stage refuses: 3 bundles on 2 CPUs)."""
+    from alignflow.tasks import pipeline
+    from alignflow.tasks.recipes import load_recipe
+
+    learning = load_benchmark()
+    planned = pipeline.plan(
+        learning.steps(str(REPO / "data"), ["ppo-rm", "grpo-rm"], [42], {}), load_recipe("tiny"), str(tmp_path), "x"
+    )
+    gae, grpo = planned["ppo-rm seed 42"].cfg, planned["grpo-rm seed 42"].cfg
+    assert (gae.advantage_estimator, gae.colocate_critic_reward, gae.colocate_actor_ref) == ("gae", True, True)
+    assert gae.reward_pretrain == planned["rm"].model_uri and gae.critic_pretrain is None  # the critic: the RM
+    assert grpo.advantage_estimator == "group_norm" and not grpo.colocate_critic_reward
