@@ -44,8 +44,8 @@ def open_flow_run_artifact(ui: str, flow_run_id: str, key: str, screenshots: Pat
             page.goto(f"{ui}/runs/flow-run/{flow_run_id}")
             page.get_by_text("Artifacts", exact=True).first.click(timeout=60_000)
             page.get_by_text(key, exact=True).last.click(timeout=60_000)
-            page.wait_for_selector("img", timeout=60_000)
-            page.wait_for_function("[...document.images].every(i => i.complete)", timeout=60_000)
+            page.wait_for_url("**/artifacts/artifact/**", timeout=60_000)
+            wait_for_images(page, key)
             if screenshots is not None:
                 screenshots.mkdir(parents=True, exist_ok=True)
                 page.screenshot(path=str(screenshots / f"{key}.png"), full_page=True)
@@ -57,3 +57,22 @@ def open_flow_run_artifact(ui: str, flow_run_id: str, key: str, screenshots: Pat
             )
         finally:
             browser.close()
+
+
+def wait_for_images(page, key: str) -> None:
+    """The artifact's pictures, loaded. On a loaded machine the single-page app once stayed on its
+    skeleton for a minute (a CI run): one reload of the artifact's own page, then a failure that shows
+    what the page held instead."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    for attempt in range(2):
+        try:
+            page.wait_for_selector("img", state="attached", timeout=45_000)
+            page.wait_for_function("[...document.images].every(i => i.complete)", timeout=45_000)
+            return
+        except PlaywrightTimeout:
+            if attempt == 0:
+                page.reload()
+    raise AssertionError(
+        f"{key}: no picture on {page.url} after a reload; the page said:\n{page.inner_text('body')[-1500:]}"
+    )
