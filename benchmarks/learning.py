@@ -10,8 +10,8 @@ that recipe's SFT model.
 
 Everything runs as the flows run it: one Prefect flow, each stage a Ray job (a local head unless
 --ray_address), committed to --store under an identity of its config and inputs. So a benchmark killed
-half-way and run again skips every stage it committed and trains only the rest; its wall times are kept in
-the JSON from the run that trained them. `--budget '{"ppo": {"max_samples": 64}}'` overrides stage kinds'
+half-way and run again skips every stage it committed and trains only the rest; a skipped stage's wall time
+is the one its task recorded beside its model (`wall.json`) when it was trained. `--budget '{"ppo": {"max_samples": 64}}'` overrides stage kinds'
 settings for every method (a smaller run; the page says so). Iterative DPO and rejection sampling run 3 rounds
 each, configured by the tiny-idpo and tiny-rs recipes, as their flows run them without a gate; conditional SFT
 runs the tiny-csft recipe's score and sft stages, and is evaluated asking for a score of 1.0 (its row), of 0.0
@@ -40,11 +40,14 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from prefect import flow  # noqa: E402
+from prefect.exceptions import TerminationSignal  # noqa: E402
 
 from alignflow.tasks.evaluate import read_evaluation  # noqa: E402
 from alignflow.tasks.flow_run import FlowRun, Pipeline, run_pipeline  # noqa: E402
+from alignflow.tasks.interrupted import sigterm_as_ctrl_c, summary_line  # noqa: E402
 from alignflow.tasks.pipeline import Step  # noqa: E402
 from alignflow.tasks.recipes import Recipe, load_recipe  # noqa: E402
+from alignflow.tasks.stage import recorded_wall_s  # noqa: E402
 from alignflow.tasks.stage_spec import absolute_input, check_store  # noqa: E402
 from alignment.config import ConfigError  # noqa: E402
 from alignment.storage.manifest import read_manifest  # noqa: E402
@@ -87,7 +90,7 @@ def summarise(results: dict, methods: list[str], seeds: list[int], previous: dic
             name = f"{m} seed {seed}"
             parts = (f"{name} generate ", f"{name} round ", f"{name} score")
             mine = [r for n, r in results.items() if n == name or n.startswith(parts)]
-            walls = {r["model_uri"]: known.get(r["model_uri"], 0.0) if r["skipped"] else r["wall_s"] for r in mine}
+            walls = {r["model_uri"]: stage_wall(r, known) for r in mine}
             runs.append(
                 {
                     "seed": seed,
@@ -110,6 +113,15 @@ def summarise(results: dict, methods: list[str], seeds: list[int], previous: dic
             "measured": {"date": date.today().isoformat(), "seeds": seeds},
         }
     return {"sft_accuracy": sft, "methods": rows}
+
+
+def stage_wall(result: dict, known: dict[str, float]) -> float:
+    """A stage's wall time: this run's, or for a skipped stage the one recorded beside its model when it was
+    made (by this benchmark into another JSON, or by any flow), else this JSON's earlier figure, else 0."""
+    if not result["skipped"]:
+        return result["wall_s"]
+    recorded = recorded_wall_s(result["model_uri"])
+    return recorded if recorded is not None else known.get(result["model_uri"], 0.0)
 
 
 def steering(results: dict, name: str, method: object) -> dict:
@@ -205,7 +217,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"--recipe {args.recipe}: has no {', '.join(missing)} for --methods {args.methods}", file=sys.stderr)
         return 2
     store = check_store(args.store)
-    results = asyncio.run(learning_flow(sft_uri, methods, seeds, budget, store, args.ray_address, args.recipe))
+    got = sigterm_as_ctrl_c()
+    try:
+        results = asyncio.run(learning_flow(sft_uri, methods, seeds, budget, store, args.ray_address, args.recipe))
+    except (KeyboardInterrupt, TerminationSignal) as e:  # Prefect turns SIGTERM into TerminationSignal mid-flow
+        print(summary_line(store, "learning", "the same command"), file=sys.stderr)
+        return 128 + int(getattr(e, "signal", got["signal"]))
     previous = json.loads(out_json.read_text()) if out_json.exists() else {}
     summary = summarise(results, methods, seeds, previous)
     summary = {"recipe": args.recipe, "sft": sft_uri, "sft_weights": weights_digest(sft_uri), **summary}

@@ -15,7 +15,6 @@ import argparse
 import asyncio
 import json
 import os
-import signal
 import sys
 import time
 from pathlib import Path
@@ -64,18 +63,12 @@ def main(argv: list[str] | None = None) -> None:
     from prefect.exceptions import TerminationSignal
 
     from alignflow.flows.sft_rm_ppo import sft_rm_ppo_flow
-    from alignflow.tasks.interrupted import summary_line
+    from alignflow.tasks.interrupted import sigterm_as_ctrl_c, summary_line
 
     args = parse(argv)
     root = Path(args.root)
     store = str(root / "store")
-    got = {"signal": signal.SIGINT}
-
-    def on_sigterm(signum, frame):  # `kill` ends it like Ctrl-C: one line, the Ray head and Prefect API stopped
-        got["signal"] = signum
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, on_sigterm)
+    got = sigterm_as_ctrl_c()  # `kill` ends it like Ctrl-C: one line, the Ray head and Prefect API stopped
     t0 = time.time()
     try:
         result = asyncio.run(

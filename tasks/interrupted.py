@@ -8,7 +8,24 @@ newest. When a stage's config changed between runs, the newest directory of that
 
 from __future__ import annotations
 
+import signal
+
 from alignment import storage
+
+
+def sigterm_as_ctrl_c() -> dict:
+    """From now on `kill` (SIGTERM) ends this process as Ctrl-C does: a KeyboardInterrupt, so the flow's
+    Ray head and Prefect's temporary API server are stopped on the way out (left to SIGTERM's default, the
+    API server, a child process, outlives its parent). Returns {"signal": the one that arrived}, SIGINT
+    until a SIGTERM does; the exit status is 128 + it."""
+    got = {"signal": signal.SIGINT}
+
+    def on_sigterm(signum, frame):
+        got["signal"] = signum
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    return got
 
 
 def _stage_dirs(store: str, run_name: str) -> dict[str, str]:

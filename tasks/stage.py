@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 import time
 from dataclasses import replace
@@ -96,7 +97,19 @@ async def run_stage(stage: str, run_name: str, ray_address: str, cfg: Any, diges
         return result
     # a try may have committed the output and failed after (e.g. publishing): the next finds it
     # committed, but this flow run did make it
+    storage.write_text_atomic(f"{out}/{WALL_FILE}", json.dumps({"wall_s": round(sum(tries), 2), "tries": len(tries)}))
     return replace(result, skipped=False, wall_s=sum(tries), tries=len(tries))
+
+
+# Beside the stage's model (not in it: the committed model is never touched again), what making it took, so
+# that a later run that skips the stage can still say so (the learning benchmark's wall times)
+WALL_FILE = "wall.json"
+
+
+def recorded_wall_s(model_uri: str) -> float | None:
+    """The wall time, every try's summed, of the flow run that made this stage's model; None if unknown."""
+    text = storage.read_text(f"{model_uri.rstrip('/').rsplit('/', 1)[0]}/{WALL_FILE}")
+    return json.loads(text)["wall_s"] if text else None
 
 
 async def _run_try(stage: str, run_name: str, ray_address: str, cfg: Any, digest: str, out: str) -> StageResult:

@@ -81,6 +81,16 @@ def test_two_methods_write_the_page_and_the_json_and_a_rerun_trains_nothing(ray_
     assert len(ray_jobs(ray_head, "learning")) == jobs  # no job submitted
     for m in ("dpo", "grpo-rule"):
         assert again["methods"][m]["runs"] == first["methods"][m]["runs"]  # accuracy, wall time and model kept
+    # into a JSON that never saw these runs: the skipped stages' wall times are those recorded beside their models
+    fresh_json = tmp_path / "fresh.json"
+    fresh_argv = [*argv[:-6], "--out", str(tmp_path / "fresh.md"), "--json", str(fresh_json), "--chart", str(chart)]
+    assert learning.main(fresh_argv) == 0
+    fresh = json.loads(fresh_json.read_text())
+    for m in ("dpo", "grpo-rule"):
+        assert fresh["methods"][m]["runs"][0]["wall_s"] == pytest.approx(
+            first["methods"][m]["runs"][0]["wall_s"], abs=0.2
+        )
+    assert len(ray_jobs(ray_head, "learning")) == jobs
     # one method measured again on its own: the other stays on the page, with the run that measured it
     assert learning.main([*argv[:2], "dpo", *argv[3:]]) == 0
     alone = json.loads(js.read_text())
