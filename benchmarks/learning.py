@@ -11,8 +11,9 @@ that recipe's SFT model.
 Everything runs as the flows run it: one Prefect flow, each stage a Ray job (a local head unless
 --ray_address), committed to --store under an identity of its config and inputs. So a benchmark killed
 half-way and run again skips every stage it committed and trains only the rest; a skipped stage's wall time
-is the one its task recorded beside its model (`wall.json`) when it was trained. `--budget '{"ppo": {"max_samples": 64}}'` overrides stage kinds'
-settings for every method (a smaller run; the page says so). Iterative DPO and rejection sampling run 3 rounds
+is the one its task recorded beside its model (`wall.json`) when it was trained.
+`--budget '{"ppo": {"max_samples": 64}}'` overrides stage kinds' settings for every method (a smaller run; the
+page says so). Iterative DPO and rejection sampling run 3 rounds
 each, configured by the tiny-idpo and tiny-rs recipes, as their flows run them without a gate; conditional SFT
 runs the tiny-csft recipe's score and sft stages, and is evaluated asking for a score of 1.0 (its row), of 0.0
 and with no prefix (how much it steers). Distillation (kd, kd-coef-0, opd) trains the SFT start towards the

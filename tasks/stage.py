@@ -97,7 +97,7 @@ async def run_stage(stage: str, run_name: str, ray_address: str, cfg: Any, diges
         return result
     # a try may have committed the output and failed after (e.g. publishing): the next finds it
     # committed, but this flow run did make it
-    storage.write_text_atomic(f"{out}/{WALL_FILE}", json.dumps({"wall_s": round(sum(tries), 2), "tries": len(tries)}))
+    storage.write_text_atomic(f"{out}/{WALL_FILE}", json.dumps({"wall_s": sum(tries), "tries": len(tries)}))
     return replace(result, skipped=False, wall_s=sum(tries), tries=len(tries))
 
 
