@@ -65,6 +65,11 @@ def retry_only_job_failures(task, task_run, state) -> bool:
     return isinstance(state.data, (StageJobFailed, TransientError))
 
 
+# Beside the stage's model (not in it: the committed model is never touched again), what making it took, so
+# that a later run that skips the stage can still say so (the learning benchmark's wall times)
+WALL_FILE = "wall.json"
+
+
 # Each try's wall time so far, by task run. Prefect runs a task's retries in this process by calling
 # the task function again, so a try cannot carry what the earlier ones took; kept here, dropped when
 # a try succeeds (a task that fails for good leaves a few floats until the flow process exits).
@@ -99,11 +104,6 @@ async def run_stage(stage: str, run_name: str, ray_address: str, cfg: Any, diges
     # committed, but this flow run did make it
     storage.write_text_atomic(f"{out}/{WALL_FILE}", json.dumps({"wall_s": sum(tries), "tries": len(tries)}))
     return replace(result, skipped=False, wall_s=sum(tries), tries=len(tries))
-
-
-# Beside the stage's model (not in it: the committed model is never touched again), what making it took, so
-# that a later run that skips the stage can still say so (the learning benchmark's wall times)
-WALL_FILE = "wall.json"
 
 
 def recorded_wall_s(model_uri: str) -> float | None:
