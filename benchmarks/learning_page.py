@@ -28,14 +28,16 @@ def markdown(summary: dict, chart: str | None, notes: str = "") -> str:
         "",
         f"Every method starts from the same SFT model (held-out greedy accuracy **{100 * sft:.1f} %**) and is",
         "measured by the recipe's `evaluate` stage on the same held-out questions. Spread: the standard deviation",
-        "over seeds. Wall time: the training stage alone, mean over seeds.",
+        "over seeds (none shown for a row of one seed). Wall time: the training stage alone, mean over seeds.",
         "",
         "| method | reward | held-out accuracy | gain over SFT | seeds | wall time | measured |",
         "|---|---|---|---|---|---|---|",
     ]
     for m, row in summary["methods"].items():
+        # one seed has no spread to show: "± 0.0" would claim a measured one
+        spread = f" ± {100 * row['spread']:.1f}" if len(row["runs"]) > 1 else ""
         lines.append(
-            f"| {m} | {row['reward']} | {100 * row['mean']:.1f} ± {100 * row['spread']:.1f} % | "
+            f"| {m} | {row['reward']} | {100 * row['mean']:.1f}{spread} % | "
             f"{100 * row['gain']:+.1f} | {len(row['runs'])} | {row['wall_s']:.0f} s | {row['measured']['date']} |"
         )
     for m, row in summary["methods"].items():  # conditional SFT: how much the asked-for score steers
