@@ -15,6 +15,7 @@ from prefect.artifacts import acreate_markdown_artifact
 
 from alignflow.tasks import curves
 from alignflow.tasks.artifacts import artifact_key, browser_url, image_markdown, publish_curves
+from alignflow.tasks.stage_spec import dir_of_model
 from alignment import storage
 from alignment.lineage import key_metric, walk
 from alignment.lineage import lines as lineage_lines
@@ -219,7 +220,7 @@ def stage_curves(report: PipelineReport) -> dict[str, bytes]:
     """Each stage's final curves, as its task saved them next to its output."""
     out = {}
     for ln in report.lines:
-        uri = ln.model_uri.rstrip("/").rsplit("/", 1)[0] + "/curves.png"
+        uri = f"{dir_of_model(ln.model_uri)}/curves.png"
         fs, path = storage.filesystem(uri)
         if fs.exists(path):
             with fs.open(path, "rb") as f:

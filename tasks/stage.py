@@ -18,7 +18,7 @@ from alignflow.tasks.pipeline import Planned
 from alignflow.tasks.progress import StageProgress
 from alignflow.tasks.ray_cluster import Cluster
 from alignflow.tasks.ray_job import StageJobFailed, job_env, job_python, run_job
-from alignflow.tasks.stage_spec import STAGES, StageResult, job_config
+from alignflow.tasks.stage_spec import STAGES, StageResult, dir_of_model, job_config
 from alignment import events, storage
 from alignment.config.cli import config_to_yaml
 from alignment.errors import TransientError
@@ -108,7 +108,7 @@ async def run_stage(stage: str, run_name: str, ray_address: str, cfg: Any, diges
 
 def recorded_wall_s(model_uri: str) -> float | None:
     """The wall time, every try's summed, of the flow run that made this stage's model; None if unknown."""
-    text = storage.read_text(f"{model_uri.rstrip('/').rsplit('/', 1)[0]}/{WALL_FILE}")
+    text = storage.read_text(f"{dir_of_model(model_uri)}/{WALL_FILE}")
     return json.loads(text)["wall_s"] if text else None
 
 

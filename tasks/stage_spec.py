@@ -224,6 +224,11 @@ def stage_dir(store: str, run_name: str, stage: str, digest: str) -> str:
     return f"{store.rstrip('/')}/{run_name}/{stage}-{digest}"
 
 
+def dir_of_model(model_uri: str) -> str:
+    """The stage dir that holds a committed model (job_config puts the model at <stage dir>/model)."""
+    return model_uri.rstrip("/").rsplit("/", 1)[0]
+
+
 def job_config(stage: str, cfg: Any, out_dir: str, run_name: str = "") -> Any:
     """The config the Ray job runs with: outputs under the stage dir, resume switched on; trackers
     that follow the pipeline: TensorBoard events inside the committed output, wandb runs grouped by

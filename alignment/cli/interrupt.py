@@ -18,24 +18,29 @@ from alignment import storage
 _STARTED = time.time()
 _run: dict[str, Any] = {}  # the running stage's outputs, recorded by preflight.check_outputs
 _signal = {"number": signal.SIGINT}
-_installed_by: dict[str, int] = {}
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:
-    if os.getpid() != _installed_by.get("pid"):
-        # a forked child (🤗 datasets' --dataset_num_proc pool) inherits this handler; its pool stops it with
-        # SIGTERM, and a KeyboardInterrupt there prints a stray traceback: the child dies as by default instead
-        signal.signal(signum, signal.SIG_DFL)
-        os.kill(os.getpid(), signum)
-        return
     _signal["number"] = signum
     raise KeyboardInterrupt
 
 
+def _default_sigterm_in_child() -> None:
+    if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def install() -> None:
-    """SIGTERM raises KeyboardInterrupt like Ctrl-C does (main thread only: Python delivers signals there)."""
-    _installed_by["pid"] = os.getpid()
+    """SIGTERM raises KeyboardInterrupt like Ctrl-C does (main thread only: Python delivers signals there).
+
+    A forked child (🤗 datasets' --dataset_num_proc pool) gets the default SIGTERM back at the fork. Its pool
+    stops it with SIGTERM, and a Python-level handler runs only between bytecodes: a worker that got the
+    signal just before blocking on the pool's queue lock slept there for good, and the CLI with it (its
+    pool joins the worker). A KeyboardInterrupt there would also print a stray traceback."""
     signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+os.register_at_fork(after_in_child=_default_sigterm_in_child)  # a no-op in a child of a process without install()
 
 
 def record(flag: str, output: str | None, ckpt_path: str | None, checkpoints: bool) -> None:
