@@ -154,13 +154,27 @@ def missing_files(recipe: Recipe, planned: list[Step]) -> list[str]:
     return sorted({f"{step.role}.yaml" for step in planned if not recipe.has(step.role)})
 
 
-def kept(previous: dict, summary: dict) -> dict:
+def recipe_digest(recipe: Recipe, method: str) -> str:
+    """The recipe files method `method`'s stages read (the reward model's and the evaluation's included), by
+    their content: a row measured before one of them changed measured another recipe."""
+    digest = hashlib.sha256()
+    for role in sorted({step.role for step in steps("sft", [method], [0], {})}):
+        digest.update(role.encode() + b"\0" + Path(recipe.file(role)).read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def kept(previous: dict, summary: dict, digests: dict[str, str]) -> dict:
     """The methods an earlier run measured from the same SFT start (the same weights) and this run did not:
     they stay on the page (each row says its seeds), so methods can be measured one invocation at a time. Rows
-    of another recipe (its stages read other files) or of another start go."""
+    of another recipe, of another start, or measured before a file of theirs changed (`digests`: each method's
+    `recipe_digest` now) go."""
     if (previous.get("recipe", "tiny"), previous.get("sft_weights")) != (summary["recipe"], summary["sft_weights"]):
         return {}
-    return {m: row for m, row in previous.get("methods", {}).items() if m not in summary["methods"]}
+    return {
+        m: row
+        for m, row in previous.get("methods", {}).items()
+        if m not in summary["methods"] and row.get("recipe_digest") == digests.get(m)
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -232,9 +246,11 @@ def main(argv: list[str] | None = None) -> int:
     how = f"measured {date.today().isoformat()} on {cpu_model()} by `{command}`" + (
         f", with budgets overridden: `{json.dumps(budget)}`" if budget else " (the shipped recipes)"
     )
-    for row in summary["methods"].values():
+    digests = {m: recipe_digest(recipe, m) for m in METHODS if not missing_files(recipe, steps("sft", [m], [0], {}))}
+    for m, row in summary["methods"].items():
         row["measured"]["how"] = how
-    summary["methods"] = kept(previous, summary) | summary["methods"]
+        row["recipe_digest"] = digests[m]
+    summary["methods"] = kept(previous, summary, digests) | summary["methods"]
     out_json.parent.mkdir(parents=True, exist_ok=True)
     out_json.write_text(json.dumps(summary, indent=1) + "\n")
     write_page(summary, args)

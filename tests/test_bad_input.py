@@ -92,6 +92,8 @@ CASES = [
     ("rm_margin_logexp", "train_rm", [*PAIRS, "--margin_loss", "--loss", "logexp"], "--margin_loss needs --loss sigmoid",
      False),
     ("rm_bad_head_prefix", "train_rm", [*PAIRS, "--value_head_prefix", "my-head"], "--value_head_prefix 'my-head'", False),
+    ("rm_negative_center", "train_rm", [*PAIRS, "--center_rewards_coefficient", "-0.01"],
+     "--center_rewards_coefficient -0.01: must be >= 0", False),
     ("kto_micro_batch_1", "train_kto", [*KTO, "--micro_train_batch_size", "1"], "--micro_train_batch_size 1", False),
     ("ppo_ray_no_prompt_data", "train_ppo_ray", [a for a in PPO if a != f"{T}/prompts/train.jsonl" and
                                                  a != "--prompt_data"], "--prompt_data is required", False),

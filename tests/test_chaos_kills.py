@@ -55,6 +55,7 @@ PPO = {
     "micro_train_batch_size": 16,
     "num_episodes": 1,
     "save_steps": SAVE["ppo"],
+    "dynamic_filtering": False,  # the recipe's refills are its learning budget; the kills are this test's point
 }
 # one round: 32 prompts x 2 samples scored by the flow's RM (scores differ, so nearly every prompt
 # gives a pair), then DPO on them, 2 pairs a step

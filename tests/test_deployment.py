@@ -284,6 +284,7 @@ def test_pipeline_override_and_flow_run_retry_resume_ppo(prefect, ray_head, tmp_
             "save_steps": 1,
             "actor_learning_rate": 3e-5,
             "init_kl_coef": 0.01,
+            "dynamic_filtering": False,  # the recipe's refills: its learning budget, not this test's
         },
     }
     args = [f"--param={k}={json.dumps(v)}" for k, v in params.items()]

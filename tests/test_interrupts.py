@@ -107,6 +107,7 @@ def test_demo_sigterm_then_rerun_continues(tmp_path):
                 "num_episodes": 1,
                 "remote_rm_url": str(tiny_dir() / "reward_func.py"),
                 "normalize_reward": False,
+                "dynamic_filtering": False,  # the recipe's refills: its learning budget, not this test's
             }
         ),
     ]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import sys
 
 import pytest
@@ -189,8 +190,10 @@ def test_page_only_needs_the_json_and_a_run_needs_the_sft_start(tmp_path, capsys
 
 def test_rows_are_kept_only_from_the_same_sft_weights(tmp_path):
     """An SFT start retrained at the same path (on another machine, say) is another start: the earlier rows go,
-    whatever its accuracy; the same weights keep them (with the same recipe). Only the weights count, not the
-    manifest's other files."""
+    whatever its accuracy; the same weights keep them (with the same recipe files). Only the weights count, not
+    the manifest's other files."""
+    from alignflow.tasks.recipes import load_recipe
+
     learning = load_benchmark()
 
     def model(name: str, weights_sha: str, readme: str) -> str:
@@ -200,12 +203,24 @@ def test_rows_are_kept_only_from_the_same_sft_weights(tmp_path):
         return str(tmp_path / name)
 
     first, same, retrained = model("a", "w1", "r1"), model("b", "w1", "r2"), model("c", "w2", "r1")
-    previous = {"sft_weights": learning.weights_digest(first), "methods": {"dpo": {"runs": []}}}
+    tiny = load_recipe("tiny")
+    digests = {m: learning.recipe_digest(tiny, m) for m in ("dpo", "grpo-rm")}
+    rows = {m: {"runs": [], "recipe_digest": digests[m]} for m in digests}
+    previous = {"sft_weights": learning.weights_digest(first), "methods": rows}
     now = {"recipe": "tiny", "methods": {}}
-    assert learning.kept(previous, {**now, "sft_weights": learning.weights_digest(same)}) == previous["methods"]
-    assert learning.kept(previous, {**now, "sft_weights": learning.weights_digest(retrained)}) == {}
+    assert learning.kept(previous, {**now, "sft_weights": learning.weights_digest(same)}, digests) == rows
+    assert learning.kept(previous, {**now, "sft_weights": learning.weights_digest(retrained)}, digests) == {}
     # the same start measured with another recipe's files: another benchmark (its own --json)
-    assert learning.kept(previous, {**now, "recipe": "smollm2", "sft_weights": previous["sft_weights"]}) == {}
+    smollm2 = {**now, "recipe": "smollm2", "sft_weights": previous["sft_weights"]}
+    assert learning.kept(previous, smollm2, digests) == {}
+    # a file a row's stages read changed since it was measured (the RM rows read rm.yaml and ppo.yaml): it goes
+    edited = tmp_path / "edited"
+    shutil.copytree(tiny.folder, edited)
+    (edited / "rm.yaml").write_text((edited / "rm.yaml").read_text() + "max_epochs: 5\n")
+    now_digests = {m: learning.recipe_digest(load_recipe(str(edited)), m) for m in digests}
+    assert now_digests["dpo"] == digests["dpo"] and now_digests["grpo-rm"] != digests["grpo-rm"]
+    same_start = {**now, "sft_weights": previous["sft_weights"]}
+    assert learning.kept(previous, same_start, now_digests) == {"dpo": rows["dpo"]}
 
 
 def test_the_smollm2_recipe_measures_its_rl_stages_on_the_sums_and_refuses_what_it_lacks(tmp_path, capsys):

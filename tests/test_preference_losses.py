@@ -32,6 +32,16 @@ def test_rm_sigmoid_and_logexp():
         pairwise_rm_loss(chosen, rejected, kind="hinge")
 
 
+def test_rm_center_term_pins_each_prompts_offset():
+    chosen, rejected = T([2.0, 0.0]), T([1.0, 1.0])  # sums 3 and 1: + 0.01 · (9 + 1) / 2 = 0.05
+    close(pairwise_rm_loss(chosen, rejected, center=0.01), (NLS_1 + NLS_M1) / 2 + 0.05)
+    close(pairwise_rm_loss(chosen, rejected, kind="logexp", center=0.01), 0.81326169 + 0.05)
+    # the same gap shifted by a prompt's offset: the plain loss cannot tell them apart, the centred one can
+    shifted = pairwise_rm_loss(chosen + 5.0, rejected + 5.0, center=0.01)
+    close(pairwise_rm_loss(chosen + 5.0, rejected + 5.0), (NLS_1 + NLS_M1) / 2)
+    assert shifted.item() > pairwise_rm_loss(chosen, rejected, center=0.01).item()
+
+
 def test_dpo_cdpo_ipo():
     # π_c - ref_c = 1, π_r - ref_r = -1 -> logits 2; β = 0.5 -> β·logits = 1
     args = (T([-1.0]), T([-3.0]), T([-2.0]), T([-2.0]))

@@ -192,6 +192,12 @@ class RMConfig(
     margin_loss: bool = opt(
         False, "Subtract each row's 'margin' inside the sigmoid loss", dotted="model.margin_loss_enable"
     )
+    center_rewards_coefficient: float = opt(
+        0.0,
+        "Add this times (r_c + r_r)² to each pair's loss (TRL's name; 0: off): pins each prompt's reward offset "
+        "so a score means the same on every prompt, e.g. 0.01",
+        group="model",
+    )
     compute_fp32_loss: bool = opt(
         False,
         "Compute rewards and the loss in fp32 even when training in bf16",
@@ -204,6 +210,10 @@ class RMConfig(
     )
 
     def check_rm(self) -> None:
+        require(
+            self.center_rewards_coefficient >= 0,
+            f"--center_rewards_coefficient {self.center_rewards_coefficient}: must be >= 0 (e.g. 0.01)",
+        )
         require(
             not (self.margin_loss and self.loss == "logexp"),
             "--margin_loss needs --loss sigmoid (logexp has no margin term)",

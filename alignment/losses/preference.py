@@ -4,6 +4,11 @@ Reward model (Bradley-Terry; Ouyang et al. 2022, "Training language models to fo
 instructions with human feedback", eq. 1):
     sigmoid:  -log σ(r_c - r_r - margin)
     logexp:    log(1 + exp(r_r - r_c))   (the same function written as softplus; no margin)
+    + center · (r_c + r_r)²   (TRL's center_rewards_coefficient; Eisenstein et al. 2023, "Helping or Herding?
+              Reward Model Ensembles Mitigate but do not Eliminate Reward Hacking"): the pairwise loss leaves
+              each prompt's reward offset free; this term pins it, so a right answer scores about +d and a
+              wrong one about −d whatever the prompt, and a threshold (dynamic sampling's range) means the same
+              on every prompt.
 DPO (Rafailov et al. 2023, "Direct Preference Optimization"), with h = β·[(π_c - ref_c) - (π_r - ref_r)]:
     dpo:      -log σ(h)
     cDPO:     -(1-ε) log σ(h) - ε log σ(-h)   (conservative DPO, label smoothing ε; Mitchell 2023)
@@ -24,21 +29,31 @@ import torch.nn.functional as F
 
 
 def pairwise_rm_losses(
-    chosen: torch.Tensor, rejected: torch.Tensor, margin: torch.Tensor | None = None, kind: str = "sigmoid"
+    chosen: torch.Tensor,
+    rejected: torch.Tensor,
+    margin: torch.Tensor | None = None,
+    kind: str = "sigmoid",
+    center: float = 0.0,
 ) -> torch.Tensor:
-    """Per-pair loss [N]. chosen, rejected, margin: [N]."""
+    """Per-pair loss [N]. chosen, rejected, margin: [N]; center: the (r_c + r_r)² term's coefficient."""
     if kind == "sigmoid":
-        return -F.logsigmoid(chosen - rejected - (margin if margin is not None else 0.0))
-    if kind == "logexp":  # softplus: log1p(exp(x)) overflows to inf in fp32 once x passes ~88
-        return F.softplus(rejected - chosen)
-    raise ValueError(f"unknown reward-model loss {kind!r}: use sigmoid or logexp")
+        losses = -F.logsigmoid(chosen - rejected - (margin if margin is not None else 0.0))
+    elif kind == "logexp":  # softplus: log1p(exp(x)) overflows to inf in fp32 once x passes ~88
+        losses = F.softplus(rejected - chosen)
+    else:
+        raise ValueError(f"unknown reward-model loss {kind!r}: use sigmoid or logexp")
+    return losses + center * (chosen + rejected) ** 2 if center else losses
 
 
 def pairwise_rm_loss(
-    chosen: torch.Tensor, rejected: torch.Tensor, margin: torch.Tensor | None = None, kind: str = "sigmoid"
+    chosen: torch.Tensor,
+    rejected: torch.Tensor,
+    margin: torch.Tensor | None = None,
+    kind: str = "sigmoid",
+    center: float = 0.0,
 ) -> torch.Tensor:
     """Mean pairwise loss over pairs -> scalar."""
-    return pairwise_rm_losses(chosen, rejected, margin, kind).mean()
+    return pairwise_rm_losses(chosen, rejected, margin, kind, center).mean()
 
 
 @dataclass

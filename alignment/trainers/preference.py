@@ -79,7 +79,9 @@ class RewardModelTrainer(_PairTrainer):
         r = self.rewards(pb.batch)
         chosen, rejected = r[: pb.num_pairs], r[pb.num_pairs :]
         margin = pb.margins.to(r.dtype) if self.cfg.model.margin_loss_enable else None
-        loss = pairwise_rm_loss(chosen, rejected, margin, self.cfg.model.loss_type)
+        loss = pairwise_rm_loss(
+            chosen, rejected, margin, self.cfg.model.loss_type, self.cfg.model.center_rewards_coefficient
+        )
         return loss, {
             "acc": (chosen > rejected).float().mean().item(),
             "chosen_reward": chosen.mean().item(),
@@ -97,7 +99,9 @@ class RewardModelTrainer(_PairTrainer):
             c, rj = r[: pb.num_pairs], r[pb.num_pairs :]
             w = w.double().to(r.device)
             margin = pb.margins.to(r.device, r.dtype) if self.cfg.model.margin_loss_enable else None
-            losses = pairwise_rm_losses(c, rj, margin, self.cfg.model.loss_type)  # the training loss, per pair
+            losses = pairwise_rm_losses(  # the training loss, per pair
+                c, rj, margin, self.cfg.model.loss_type, self.cfg.model.center_rewards_coefficient
+            )
             both = torch.cat([c, rj])
             acc += torch.stack(
                 [
