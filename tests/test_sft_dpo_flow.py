@@ -80,7 +80,6 @@ def test_smollm2_sft_rm_ppo_with_openrlhf_flags_packing_and_a_vllm_engine(ray_he
                 "micro_rollout_batch_size": 8,
                 "train_batch_size": 8,
                 "micro_train_batch_size": 4,
-                "dynamic_filtering": False,  # the recipe's refills: its learning budget, not this test's
             },
         )
     )  # one iteration: rollout, update, weight sync
