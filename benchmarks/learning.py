@@ -20,8 +20,9 @@ and with no prefix (how much it steers). Distillation (kd, kd-coef-0, opd) train
 grpo-rule model of the same seed, as the distill flow does with the tiny recipe's kd.yaml and opd.yaml.
 
 Methods can be measured a few at a time: the JSON keeps the rows an earlier run measured from the same SFT
-start, each with the command that measured it, and `benchmarks/learning_notes.md` (what moved the numbers) goes
-under the table.
+start, each with the command that measured it, as long as the recipe files its stages read are unchanged (a
+row whose file changed goes: it measured another recipe); `benchmarks/learning_notes.md` (what moved the
+numbers) goes under the table.
 """
 
 from __future__ import annotations
