@@ -155,16 +155,20 @@ def missing_files(recipe: Recipe, planned: list[Step]) -> list[str]:
     return sorted({f"{step.role}.yaml" for step in planned if not recipe.has(step.role)})
 
 
-def recipe_digest(recipe: Recipe, method: str) -> str:
+def recipe_digest(recipe: Recipe, method: str) -> str | None:
     """The recipe files method `method`'s stages read (the reward model's and the evaluation's included), by
-    their content: a row measured before one of them changed measured another recipe."""
+    their content: a row measured before one of them changed measured another recipe. None when the recipe
+    lacks one of them (the method cannot run with it)."""
+    planned = steps("sft", [method], [0], {})
+    if missing_files(recipe, planned):
+        return None
     digest = hashlib.sha256()
-    for role in sorted({step.role for step in steps("sft", [method], [0], {})}):
+    for role in sorted({step.role for step in planned}):
         digest.update(role.encode() + b"\0" + Path(recipe.file(role)).read_bytes() + b"\0")
     return digest.hexdigest()[:16]
 
 
-def kept(previous: dict, summary: dict, digests: dict[str, str]) -> dict:
+def kept(previous: dict, summary: dict, digests: dict[str, str | None]) -> dict:
     """The methods an earlier run measured from the same SFT start (the same weights) and this run did not:
     they stay on the page (each row says its seeds), so methods can be measured one invocation at a time. Rows
     of another recipe, of another start, or measured before a file of theirs changed (`digests`: each method's
@@ -174,7 +178,9 @@ def kept(previous: dict, summary: dict, digests: dict[str, str]) -> dict:
     return {
         m: row
         for m, row in previous.get("methods", {}).items()
-        if m not in summary["methods"] and row.get("recipe_digest") == digests.get(m)
+        if m not in summary["methods"]
+        and row.get("recipe_digest") is not None
+        and row["recipe_digest"] == digests.get(m)
     }
 
 
@@ -247,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     how = f"measured {date.today().isoformat()} on {cpu_model()} by `{command}`" + (
         f", with budgets overridden: `{json.dumps(budget)}`" if budget else " (the shipped recipes)"
     )
-    digests = {m: recipe_digest(recipe, m) for m in METHODS if not missing_files(recipe, steps("sft", [m], [0], {}))}
+    digests = {m: recipe_digest(recipe, m) for m in METHODS}
     for m, row in summary["methods"].items():
         row["measured"]["how"] = how
         row["recipe_digest"] = digests[m]

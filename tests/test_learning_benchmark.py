@@ -221,6 +221,8 @@ def test_rows_are_kept_only_from_the_same_sft_weights(tmp_path):
     assert now_digests["dpo"] == digests["dpo"] and now_digests["grpo-rm"] != digests["grpo-rm"]
     same_start = {**now, "sft_weights": previous["sft_weights"]}
     assert learning.kept(previous, same_start, now_digests) == {"dpo": rows["dpo"]}
+    # a row that records no digest (measured before rows had one) goes too, even for a method the recipe lacks
+    assert learning.kept({**previous, "methods": {"kd": {"runs": []}}}, same_start, {"kd": None}) == {}
 
 
 def test_the_smollm2_recipe_measures_its_rl_stages_on_the_sums_and_refuses_what_it_lacks(tmp_path, capsys):
