@@ -266,13 +266,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def write_page(summary: dict, args: argparse.Namespace) -> None:
-    """The chart and the page (the table, then the notes) of the figures in `summary`."""
+    """The chart and the page (the table, then the notes) of the figures in `summary`; a row whose recipe files
+    changed since it was measured (`--page_only` after a recipe edit) is marked as such."""
+    recipe = load_recipe(args.recipe)
+    stale = frozenset(
+        m for m, row in summary["methods"].items() if row.get("recipe_digest") != recipe_digest(recipe, m)
+    )
     draw(summary, Path(args.chart))
     out = Path(args.out)
     rel_chart = os.path.relpath(Path(args.chart).resolve(), out.resolve().parent)  # as the page links it
     out.parent.mkdir(parents=True, exist_ok=True)
     notes = Path(args.notes).read_text() if args.notes else ""
-    out.write_text(markdown(summary, rel_chart, notes))
+    out.write_text(markdown(summary, rel_chart, notes, stale))
 
 
 if __name__ == "__main__":

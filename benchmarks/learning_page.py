@@ -12,9 +12,10 @@ def cpu_model() -> str:
     return next((ln.split(":", 1)[1].strip() for ln in cpu.splitlines() if ln.startswith("Model name")), "unknown CPU")
 
 
-def markdown(summary: dict, chart: str | None, notes: str = "") -> str:
+def markdown(summary: dict, chart: str | None, notes: str = "", stale: frozenset[str] = frozenset()) -> str:
     """The page: the measured table and chart, each row's run (methods may be measured one invocation at a
-    time), then `notes` (what moved the numbers: kept by hand, since a recipe's history is not in these figures)."""
+    time), then `notes` (what moved the numbers: kept by hand, since a recipe's history is not in these figures).
+    `stale`: rows measured before a recipe file of theirs changed; marked, until a run of theirs replaces them."""
     sft = summary["sft_accuracy"]
     runs: dict[str, list[str]] = {}
     for m, row in summary["methods"].items():
@@ -37,9 +38,15 @@ def markdown(summary: dict, chart: str | None, notes: str = "") -> str:
         # one seed has no spread to show: "± 0.0" would claim a measured one
         spread = f" ± {100 * row['spread']:.1f}" if len(row["runs"]) > 1 else ""
         lines.append(
-            f"| {m} | {row['reward']} | {100 * row['mean']:.1f}{spread} % | "
+            f"| {m}{' †' if m in stale else ''} | {row['reward']} | {100 * row['mean']:.1f}{spread} % | "
             f"{100 * row['gain']:+.1f} | {len(row['runs'])} | {row['wall_s']:.0f} s | {row['measured']['date']} |"
         )
+    if stale:
+        lines += [
+            "",
+            "† measured before a recipe file its stages read changed (the notes say what changed): the figure is "
+            "the earlier recipe's, and the next run of the method replaces the row.",
+        ]
     for m, row in summary["methods"].items():  # conditional SFT: how much the asked-for score steers
         for run in row["runs"]:
             if "steered" in run:

@@ -9,6 +9,7 @@ newest. When a stage's config changed between runs, the newest directory of that
 from __future__ import annotations
 
 import signal
+import sys
 
 from alignment import storage
 
@@ -17,10 +18,18 @@ def sigterm_as_ctrl_c() -> dict:
     """From now on `kill` (SIGTERM) ends this process as Ctrl-C does: a KeyboardInterrupt, so the flow's
     Ray head and Prefect's temporary API server are stopped on the way out (left to SIGTERM's default, the
     API server, a child process, outlives its parent). Returns {"signal": the one that arrived}, SIGINT
-    until a SIGTERM does; the exit status is 128 + it."""
+    until a SIGTERM does; the exit status is 128 + it.
+
+    A second SIGTERM while that stop runs (`timeout` and a `pkill` together) is answered with one line, not
+    raised: raised inside the cleanup (stopping the Ray job, the head, the API server) it would cut the
+    cleanup short; a benchmark signalled twice within a second once sat idle afterwards with nothing printed.
+    SIGKILL still stops it at once."""
     got = {"signal": signal.SIGINT}
 
     def on_sigterm(signum, frame):
+        if got["signal"] == signum:
+            print("already stopping: the Ray job, head and Prefect API are being stopped", file=sys.stderr, flush=True)
+            return
         got["signal"] = signum
         raise KeyboardInterrupt
 

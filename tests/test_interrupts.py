@@ -172,3 +172,37 @@ def test_a_forked_child_stopped_by_sigterm_dies_quietly():
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == str(-signal.SIGTERM), proc.stdout
     assert "Traceback" not in proc.stderr, proc.stderr
+
+
+TWICE = """
+import time
+from alignflow.tasks.interrupted import sigterm_as_ctrl_c
+got = sigterm_as_ctrl_c()
+try:
+    print("ready", flush=True)
+    time.sleep(30)
+except KeyboardInterrupt:
+    print("stopping", flush=True)
+    time.sleep(1.0)  # the cleanup: stopping the Ray job, the head, the API server
+    print("stopped", got["signal"], flush=True)
+"""
+
+
+def test_a_second_sigterm_does_not_cut_the_cleanup_short():
+    """`timeout` and a `pkill` together send two SIGTERMs: the second one, arriving while the first one's
+    cleanup runs, must not raise inside it (it did: the cleanup was cut short)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", TWICE],
+        env=python_env(),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.stdout.readline().strip() == "stopping"
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert out.strip() == f"stopped {int(signal.SIGTERM)}", out + err
+    assert "already stopping" in err and "Traceback" not in err, err

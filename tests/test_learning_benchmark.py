@@ -225,6 +225,28 @@ def test_rows_are_kept_only_from_the_same_sft_weights(tmp_path):
     assert learning.kept({**previous, "methods": {"kd": {"runs": []}}}, same_start, {"kd": None}) == {}
 
 
+def test_page_only_after_a_recipe_edit_marks_the_rows_it_made_stale(tmp_path):
+    """`--page_only` after rm.yaml changed: the RM row stays on the page (its run has not been replaced yet)
+    but is marked as the earlier recipe's; the DPO row, whose files did not change, is not."""
+    from alignflow.tasks.recipes import load_recipe
+
+    learning = load_benchmark()
+    tiny = load_recipe("tiny")
+    row = {"reward": "r", "runs": [{"seed": 42}], "mean": 0.8, "spread": 0.0, "gain": 0.1, "wall_s": 1.0}
+    row["measured"] = {"how": "x", "date": "d"}
+    methods = {m: {**row, "recipe_digest": learning.recipe_digest(tiny, m)} for m in ("dpo", "grpo-rm")}
+    (tmp_path / "l.json").write_text(json.dumps({"sft_accuracy": 0.7, "methods": methods}))
+    edited = tmp_path / "edited"
+    shutil.copytree(tiny.folder, edited)
+    (edited / "rm.yaml").write_text((edited / "rm.yaml").read_text() + "max_epochs: 5\n")
+    files = ["--json", str(tmp_path / "l.json"), "--out", str(tmp_path / "p.md"), "--chart", str(tmp_path / "c.png")]
+    for recipe, marked in (("tiny", False), (str(edited), True)):
+        assert learning.main(["--page_only", "--recipe", recipe, "--notes", "", *files]) == 0
+        page = (tmp_path / "p.md").read_text()
+        assert page.count("| grpo-rm † |") == int(marked) and "| dpo |" in page, page
+        assert ("the next run of the method replaces the row" in page) == marked
+
+
 def test_the_smollm2_recipe_measures_its_rl_stages_on_the_sums_and_refuses_what_it_lacks(tmp_path, capsys):
     """--recipe smollm2 (no cluster): grpo-rule reads that recipe's grpo.yaml and its evaluation the 64 held-out
     sums; a method whose file the recipe lacks, or a round method of the tiny world, is refused before a stage
