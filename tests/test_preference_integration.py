@@ -75,7 +75,7 @@ def test_reward_model_saves_its_statistics_and_loads_with_from_pretrained(tiny_s
 @pytest.mark.demo  # a learning target, by hand (make test-demo; benchmarks/preference_stages.py has the full
 def test_reward_model_learns(tiny_sft, tmp_path):  # recipe); CI runs the RM mechanics in the test above
     out = tmp_path / "rm"
-    # the RM recipe cut to 600 of its 5,064 steps (the schedule follows): ~80 % after 500 steps
+    # the RM recipe cut to 600 of its 7,590 steps (the schedule follows): ~80 % after 500 steps
     # measured here, 98 % for the full recipe (docs/preference.md); chance is 50 % on 400 pairs
     run_module(
         "alignment.cli.train_rm",

@@ -1,5 +1,5 @@
 """The sft-rm-ppo flow for real (Prefect ephemeral API -> Ray jobs on the session's local head ->
-DeepSpeed) with the shipped configs, i.e. the demo's budget and seed (~19 minutes on 2 cores):
+DeepSpeed) with the shipped configs, i.e. the demo's budget and seed (~25 minutes on 2 cores):
 every stage commits, the PPO stage reads the SFT and RM models from the store, held-out accuracy
 after RL is above SFT's and the RL reward rises, and a second run skips all. A PPO job killed
 mid-stage and resumed, SFT and RM skipped, is tested by tests/test_deployment.py (`prefect
@@ -43,7 +43,7 @@ def chained(ray_head, tmp_path_factory):
 
 
 @pytest.mark.demo  # `make test-demo` (by hand, not CI: it does not fit CI's 90 min): the demo's ~20 minutes
-@pytest.mark.timeout(3000)  # the shipped budgets: ~19 min here, more on a slower machine
+@pytest.mark.timeout(3000)  # the shipped budgets: ~25 min here, more on a slower machine
 def test_pipeline_commits_every_stage_and_chains_them(chained, ray_head, tmp_path, capsys):
     store, result, wall_s = chained
     assert list(result) == ["tiny_base", "sft", "rm", "ppo", "evaluate sft", "evaluate ppo"]
