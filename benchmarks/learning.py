@@ -205,7 +205,11 @@ def main(argv: list[str] | None = None) -> int:
         if not out_json.exists():
             print(f"--page_only: {out_json} does not exist; run the benchmark first", file=sys.stderr)
             return 2
-        write_page(json.loads(out_json.read_text()), args)
+        try:
+            write_page(json.loads(out_json.read_text()), args)
+        except ConfigError as e:  # the page marks rows by the recipe's files: it has to load
+            print(f"--recipe: {e}", file=sys.stderr)
+            return 2
         return 0
     if not args.sft:
         print("give the SFT model every method starts from (or --page_only)", file=sys.stderr)

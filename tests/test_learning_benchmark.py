@@ -182,6 +182,9 @@ def test_page_only_needs_the_json_and_a_run_needs_the_sft_start(tmp_path, capsys
     learning = load_benchmark()
     assert learning.main(["--page_only", "--json", str(tmp_path / "none.json")]) == 2
     assert "does not exist; run the benchmark first" in capsys.readouterr().err
+    (tmp_path / "l.json").write_text("{}")
+    assert learning.main(["--page_only", "--json", str(tmp_path / "l.json"), "--recipe", "no-such-recipe"]) == 2
+    assert capsys.readouterr().err.startswith("--recipe: ")
     assert learning.main(["--methods", "dpo"]) == 2
     assert "give the SFT model" in capsys.readouterr().err
     assert learning.main([str(tmp_path), "--methods", "dpo"]) == 2  # a folder no stage committed
