@@ -205,11 +205,13 @@ def main(argv: list[str] | None = None) -> int:
         if not out_json.exists():
             print(f"--page_only: {out_json} does not exist; run the benchmark first", file=sys.stderr)
             return 2
-        try:
-            write_page(json.loads(out_json.read_text()), args)
-        except ConfigError as e:  # the page marks rows by the recipe's files: it has to load
-            print(f"--recipe: {e}", file=sys.stderr)
+        summary = json.loads(out_json.read_text())
+        try:  # the recipe the figures were measured with (not --recipe): its files tell which rows are stale
+            recipe = load_recipe(summary.get("recipe", "tiny"))
+        except ConfigError as e:
+            print(f"{out_json}: its recipe: {e}", file=sys.stderr)
             return 2
+        write_page(summary, args, {m: recipe_digest(recipe, m) for m in summary.get("methods", {})})
         return 0
     if not args.sft:
         print("give the SFT model every method starts from (or --page_only)", file=sys.stderr)
@@ -264,18 +266,16 @@ def main(argv: list[str] | None = None) -> int:
     summary["methods"] = kept(previous, summary, digests) | summary["methods"]
     out_json.parent.mkdir(parents=True, exist_ok=True)
     out_json.write_text(json.dumps(summary, indent=1) + "\n")
-    write_page(summary, args)
+    write_page(summary, args, digests)
     print(f"wrote {args.out}, {out_json} and {args.chart} in {summary['wall_s']:.0f} s")
     return 0
 
 
-def write_page(summary: dict, args: argparse.Namespace) -> None:
+def write_page(summary: dict, args: argparse.Namespace, digests: dict[str, str | None]) -> None:
     """The chart and the page (the table, then the notes) of the figures in `summary`; a row whose recipe files
-    changed since it was measured (`--page_only` after a recipe edit) is marked as such."""
-    recipe = load_recipe(args.recipe)
-    stale = frozenset(
-        m for m, row in summary["methods"].items() if row.get("recipe_digest") != recipe_digest(recipe, m)
-    )
+    changed since it was measured (`digests`: each method's `recipe_digest` now; `--page_only` after a recipe
+    edit) is marked as such."""
+    stale = frozenset(m for m, row in summary["methods"].items() if row.get("recipe_digest") != digests.get(m))
     draw(summary, Path(args.chart))
     out = Path(args.out)
     rel_chart = os.path.relpath(Path(args.chart).resolve(), out.resolve().parent)  # as the page links it

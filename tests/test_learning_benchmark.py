@@ -182,9 +182,9 @@ def test_page_only_needs_the_json_and_a_run_needs_the_sft_start(tmp_path, capsys
     learning = load_benchmark()
     assert learning.main(["--page_only", "--json", str(tmp_path / "none.json")]) == 2
     assert "does not exist; run the benchmark first" in capsys.readouterr().err
-    (tmp_path / "l.json").write_text("{}")
-    assert learning.main(["--page_only", "--json", str(tmp_path / "l.json"), "--recipe", "no-such-recipe"]) == 2
-    assert capsys.readouterr().err.startswith("--recipe: ")
+    (tmp_path / "l.json").write_text('{"recipe": "no-such-recipe"}')
+    assert learning.main(["--page_only", "--json", str(tmp_path / "l.json")]) == 2
+    assert "l.json: its recipe: " in capsys.readouterr().err
     assert learning.main(["--methods", "dpo"]) == 2
     assert "give the SFT model" in capsys.readouterr().err
     assert learning.main([str(tmp_path), "--methods", "dpo"]) == 2  # a folder no stage committed
@@ -238,13 +238,13 @@ def test_page_only_after_a_recipe_edit_marks_the_rows_it_made_stale(tmp_path):
     row = {"reward": "r", "runs": [{"seed": 42}], "mean": 0.8, "spread": 0.0, "gain": 0.1, "wall_s": 1.0}
     row["measured"] = {"how": "x", "date": "d"}
     methods = {m: {**row, "recipe_digest": learning.recipe_digest(tiny, m)} for m in ("dpo", "grpo-rm")}
-    (tmp_path / "l.json").write_text(json.dumps({"sft_accuracy": 0.7, "methods": methods}))
     edited = tmp_path / "edited"
     shutil.copytree(tiny.folder, edited)
     (edited / "rm.yaml").write_text((edited / "rm.yaml").read_text() + "max_epochs: 5\n")
     files = ["--json", str(tmp_path / "l.json"), "--out", str(tmp_path / "p.md"), "--chart", str(tmp_path / "c.png")]
-    for recipe, marked in (("tiny", False), (str(edited), True)):
-        assert learning.main(["--page_only", "--recipe", recipe, "--notes", "", *files]) == 0
+    for recipe, marked in (("tiny", False), (str(edited), True)):  # the JSON names the recipe it measured
+        (tmp_path / "l.json").write_text(json.dumps({"recipe": recipe, "sft_accuracy": 0.7, "methods": methods}))
+        assert learning.main(["--page_only", "--notes", "", *files]) == 0
         page = (tmp_path / "p.md").read_text()
         assert page.count("| grpo-rm † |") == int(marked) and "| dpo |" in page, page
         assert ("the next run of the method replaces the row" in page) == marked
