@@ -185,10 +185,21 @@ def test_page_only_needs_the_json_and_a_run_needs_the_sft_start(tmp_path, capsys
     (tmp_path / "l.json").write_text('{"recipe": "no-such-recipe"}')
     assert learning.main(["--page_only", "--json", str(tmp_path / "l.json")]) == 2
     assert "l.json: its recipe: " in capsys.readouterr().err
-    assert learning.main(["--methods", "dpo"]) == 2
-    assert "give the SFT model" in capsys.readouterr().err
+    assert learning.main(["--recipe", "smollm2", "--methods", "grpo-rule"]) == 2  # only tiny's start is shipped
+    assert "--recipe smollm2: give the SFT model" in capsys.readouterr().err
     assert learning.main([str(tmp_path), "--methods", "dpo"]) == 2  # a folder no stage committed
     assert "not a committed model (no MANIFEST.json)" in capsys.readouterr().err
+
+
+def test_the_page_is_measured_from_the_shipped_start():
+    """The tiny page's rows come from benchmarks/tiny_sft (the default start), whose files match their manifest:
+    a run from anywhere else (a start retrained on this machine) would have dropped them."""
+    from alignment.models.integrity import check_model_dir
+
+    learning = load_benchmark()
+    check_model_dir(learning.SHIPPED_START, "benchmarks/tiny_sft")  # raises on a file that is not the committed one
+    page = json.loads((REPO / "benchmarks" / "results" / "learning.json").read_text())
+    assert page["sft_weights"] == learning.weights_digest(learning.SHIPPED_START)
 
 
 def test_rows_are_kept_only_from_the_same_sft_weights(tmp_path):
