@@ -1,5 +1,5 @@
 """The rejection-sampling flow for real (Prefect ephemeral API -> Ray jobs on the session's head):
-two rounds of best-of-4 generation, rule-scored, best sample per prompt kept, SFT of the current
+two rounds of best-of-n generation (the recipe's n), rule-scored, best sample per prompt kept, SFT of the current
 policy on them; the second round starts from the first round's committed model. In CI on 64 prompts
 a round; at the recipe's budgets (demo tier) held-out greedy accuracy after round 2 is above the SFT
 starting point's."""
@@ -10,9 +10,11 @@ import asyncio
 import json
 
 import pytest
+import yaml
 
 from alignflow.flows.rejection_sampling import rejection_sampling_flow
 from alignment import storage
+from tests.conftest import REPO
 
 pytestmark = pytest.mark.integration
 
@@ -37,7 +39,8 @@ def two_rounds(ray_head, tiny_sft, tmp_path, **overrides) -> dict:
     assert sft_config["pretrain"] == first["model_uri"] and sft_config["dataset"] == second["data"]
     # rs keeps at most one sample per prompt, and only right answers (rs_min_reward: 1.0)
     kept = [json.loads(line) for line in open(first["data"])]
-    prompts = overrides.get("generate", {}).get("max_samples", 1024)
+    recipe = yaml.safe_load((REPO / "deployments" / "recipes" / "tiny-rs" / "generate.yaml").read_text())
+    prompts = overrides.get("generate", {}).get("max_samples", recipe["max_samples"])
     assert 0 < len(kept) == first["data_rows"] <= prompts and all(r["reward"] == 1.0 for r in kept)
     assert len({r["input"] for r in kept}) == len(kept)
     return result
