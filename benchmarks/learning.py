@@ -235,7 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     sft_uri = absolute_input(args.sft or str(SHIPPED_START))
     if read_manifest(sft_uri) is None:  # rows are kept by the start's committed weights (weights_digest)
-        print(f"{args.sft}: not a committed model (no MANIFEST.json); give an SFT stage's output", file=sys.stderr)
+        where = args.sft or SHIPPED_START
+        print(f"{where}: not a committed model (no MANIFEST.json); give an SFT stage's output", file=sys.stderr)
         return 2
     try:
         recipe = load_recipe(args.recipe)
