@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import pytest
 import yaml
 
 from alignflow.flows.rejection_sampling import rejection_sampling_flow
+from alignflow.tasks.recipes import load_recipe
 from alignment import storage
-from tests.conftest import REPO
 
 pytestmark = pytest.mark.integration
 
@@ -39,7 +40,7 @@ def two_rounds(ray_head, tiny_sft, tmp_path, **overrides) -> dict:
     assert sft_config["pretrain"] == first["model_uri"] and sft_config["dataset"] == second["data"]
     # rs keeps at most one sample per prompt, and only right answers (rs_min_reward: 1.0)
     kept = [json.loads(line) for line in open(first["data"])]
-    recipe = yaml.safe_load((REPO / "deployments" / "recipes" / "tiny-rs" / "generate.yaml").read_text())
+    recipe = yaml.safe_load(Path(load_recipe("tiny-rs").file("generate")).read_text())
     prompts = overrides.get("generate", {}).get("max_samples", recipe["max_samples"])
     assert 0 < len(kept) == first["data_rows"] <= prompts and all(r["reward"] == 1.0 for r in kept)
     assert len({r["input"] for r in kept}) == len(kept)
