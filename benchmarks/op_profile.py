@@ -81,7 +81,8 @@ def main() -> None:
         print(f"error: --steps {args.steps}: give at least 3", file=sys.stderr)
         raise SystemExit(2)
     from alignment.tiny_world.base_model import make_base
-    from benchmarks.compare.workloads import FULL, base_env, run_specs
+    from benchmarks.compare.suite import FULL, run_specs
+    from benchmarks.compare.workloads import base_env
     from benchmarks.trl_compare import MODELS
 
     work = args.work.resolve()

@@ -21,7 +21,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from alignflow.tasks import ray_cluster  # noqa: E402
+from alignflow.tasks import ray_auth, ray_cluster  # noqa: E402
 from alignflow.tasks.ray_job import runtime_env  # noqa: E402
 
 ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "DS_ACCELERATOR": "cpu", "RAY_DEDUP_LOGS": "0"}
@@ -86,7 +86,7 @@ def main() -> None:
             f"bare CLI   round {r}: {time.time() - t0:6.1f} s, {steps_per_s(done.stderr + done.stdout):5.2f} steps/s",
             flush=True,
         )
-    with ray_cluster.local_head() as url, ray_cluster._client_auth():
+    with ray_cluster.local_head() as url, ray_auth.client_auth():
         client = JobSubmissionClient(url)
         for r in range(args.rounds):
             cmd = " ".join(

@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from benchmarks.compare import report, workloads  # noqa: E402
+from benchmarks.compare import report, suite, workloads  # noqa: E402
 from benchmarks.compare.measure import become_subreaper  # noqa: E402
 
 # 25,444,352 parameters: matmul-bound on 2 cores (76-80 % of op time in aten::mm, benchmarks/op_profile.py),
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
 
     demo_base = str(make_base(args.work / "demo_base", seed=0))  # the shipped tiny config
     model = demo_base if args.tiny else str(make_base(args.work / "model", seed=0, config_overrides=MODELS[args.model]))
-    sizes = workloads.TINY if args.tiny else workloads.FULL
+    sizes = suite.TINY if args.tiny else suite.FULL
     sizes = replace(sizes, with_vllm=not args.no_vllm, orch_steps=args.orch_steps or sizes.orch_steps)
     ctx = workloads.Context(
         args.work,
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         bf16=args.bf16,
     )
     wanted = args.only.split(",")
-    comps = [c for c in workloads.comparisons(ctx, model, demo_base, sizes) if c.key in wanted]
+    comps = [c for c in suite.comparisons(ctx, model, demo_base, sizes) if c.key in wanted]
     cfg, params = report.model_info(model)
     done: list = []
     try:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import secrets
 import shutil
 import socket
 import subprocess
@@ -23,6 +22,8 @@ from typing import TYPE_CHECKING, Iterator
 
 if TYPE_CHECKING:
     import psutil
+
+from alignflow.tasks.ray_auth import auth_env, auth_headers, client_auth
 
 log = logging.getLogger(__name__)
 
@@ -41,20 +42,6 @@ def _free_ports(n: int) -> list[int]:
         return [s.getsockname()[1] for s in socks]
 
 
-_EMBEDDED_TOKEN = secrets.token_hex(32)
-
-
-def _auth_env() -> dict[str, str]:
-    """Token auth for an embedded head: a multi-node one listens on the host's address (see
-    _head_env), and without auth anyone who can reach the machine could join the cluster and run
-    code; a loopback one is still open to every local user. So the embedded head runs with Ray's
-    token auth, with a random token made per process (Ray caches the token a process has read),
-    unless the user chose a mode with RAY_AUTH_MODE (then their token is used)."""
-    if os.environ.get("RAY_AUTH_MODE"):
-        return {}
-    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": _EMBEDDED_TOKEN}
-
-
 def _head_env(single_node: bool = True) -> dict[str, str]:
     """Environment of the `ray start` processes of a local head (jobs and ranks inherit it).
 
@@ -65,52 +52,12 @@ def _head_env(single_node: bool = True) -> dict[str, str]:
     where it doesn't support them) the node's address stays 127.0.0.1 and each of them binds
     loopback. Ray then refuses `ray start --address`, so a head that nodes join keeps it on."""
     loopback = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"} if single_node else {}
-    return {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **_auth_env(), **loopback}
-
-
-@contextlib.contextmanager
-def _client_auth() -> Iterator[None]:
-    """This process talks to the embedded head with its token (Ray's clients read it from the
-    environment); the previous environment is back afterwards."""
-    added = _auth_env()
-    before = {k: os.environ.get(k) for k in added}
-    os.environ.update(added)
-    _reload_ray_auth()
-    try:
-        yield
-    finally:
-        for k, v in before.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        _reload_ray_auth()
-
-
-def _reload_ray_auth() -> None:
-    """Ray reads the auth mode and token once per process and caches them; make it read them again
-    (what Ray's own ray.init does after turning token auth on)."""
-    from ray._raylet import AuthenticationTokenLoader, Config
-
-    Config.initialize("")
-    AuthenticationTokenLoader.instance().reset_cache()
-
-
-def _auth_headers() -> dict[str, str]:
-    """The bearer token for a cluster with token auth (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or
-    ~/.ray/auth_token, Ray's own lookup order); none when RAY_AUTH_MODE is not `token`."""
-    if os.environ.get("RAY_AUTH_MODE", "").lower() != "token":
-        return {}
-    token = os.environ.get("RAY_AUTH_TOKEN")
-    path = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")
-    if not token and path.is_file():
-        token = path.read_text().strip()
-    return {"Authorization": f"Bearer {token}"} if token else {}
+    return {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **auth_env(), **loopback}
 
 
 def _get_version(url: str, timeout_s: float) -> None:
     with urllib.request.urlopen(
-        urllib.request.Request(f"{url}/api/version", headers=_auth_headers()), timeout=timeout_s
+        urllib.request.Request(f"{url}/api/version", headers=auth_headers()), timeout=timeout_s
     ) as r:
         r.read()
 
@@ -197,12 +144,12 @@ def local_head(num_cpus: int | None = None, extra_nodes: int = 0) -> Iterator[st
     ]
     out = temp_dir / "ray_start.log"
     log.info("starting a local Ray head on 127.0.0.1 (job API %s, token auth)", url)
-    with _client_auth(), out.open("w") as f:
+    with client_auth(), out.open("w") as f:
         # started in its private dir: jobs run there, not in whatever directory the flow was started from
         done = subprocess.run(
             cmd, stdout=f, stderr=subprocess.STDOUT, env=_head_env(single_node=not extra_nodes), cwd=temp_dir
         )
-    with _client_auth():
+    with client_auth():
         try:
             if done.returncode != 0:
                 raise RayClusterError(f"`ray start --head` failed (exit {done.returncode}): {out.read_text()[-800:]}")

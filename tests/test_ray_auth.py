@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from alignflow.tasks import ray_cluster
+from alignflow.tasks import ray_auth, ray_cluster
 from alignflow.tasks.ray_cluster import RayClusterError, check_reachable, head_processes
 
 
@@ -149,11 +149,11 @@ def test_probes_carry_the_token_only_in_token_mode(monkeypatch, tmp_path):
     monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "tok"))
     monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
     monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
-    assert ray_cluster._auth_headers() == {}
+    assert ray_auth.auth_headers() == {}
     monkeypatch.setenv("RAY_AUTH_MODE", "token")
-    assert ray_cluster._auth_headers() == {"Authorization": "Bearer abc123"}
+    assert ray_auth.auth_headers() == {"Authorization": "Bearer abc123"}
     monkeypatch.setenv("RAY_AUTH_TOKEN", "fromenv")
-    assert ray_cluster._auth_headers() == {"Authorization": "Bearer fromenv"}
+    assert ray_auth.auth_headers() == {"Authorization": "Bearer fromenv"}
 
 
 class _Needs:

@@ -66,10 +66,10 @@ def main(argv: list[str] | None = None) -> dict:
     from alignment.models.saving import commit_model, lora_save, save_hf_model
     from alignment.outputs import StagedOutput
     from alignment.ppo import roles, runner
-    from alignment.ppo.controller import check_sizes, iterations_per_episode
     from alignment.ppo.experience import uses_reference
     from alignment.ppo.local import LocalGroups
     from alignment.ppo.packed import packing_for
+    from alignment.ppo.schedule import check_sizes, iterations_per_episode
     from alignment.training.checkpoint import check_world_size
 
     rt = init_runtime(cfg.train.local_rank, cfg.train.num_threads)

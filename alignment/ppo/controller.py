@@ -16,7 +16,6 @@ updated from the same, global KL on every controller.
 from __future__ import annotations
 
 import logging
-import random
 import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -24,7 +23,6 @@ from typing import Any, Protocol
 import torch
 
 from alignment.agents.runner import AgentRunner, AgentSettings
-from alignment.config.base import require
 from alignment.config.ppo import PPOConfig
 from alignment.datasets.prompts import PromptSample
 from alignment.distributed.collectives import mean_across_ranks, sum_across_ranks
@@ -37,6 +35,7 @@ from alignment.ppo.dynamic_sampling import MAX_ROUNDS, Groups, kept_groups, refi
 from alignment.ppo.experience import Experience, assemble, experience_metrics, needs_old_logprobs, uses_reference
 from alignment.ppo.loop import PPOState
 from alignment.ppo.pending import Done, Later, Mapped, Pending
+from alignment.ppo.schedule import check_sizes, iterations_per_episode, prompt_order, sampling_params
 from alignment.rewards.scorer import Scored
 from alignment.rollout.types import Rollout, SamplingParams
 
@@ -59,46 +58,6 @@ class ModelGroups(Protocol):
     def sync_weights(self) -> float: ...
     def save(self, state: PPOState) -> None: ...
     def resume(self) -> PPOState | None: ...
-
-
-def check_sizes(cfg: PPOConfig, world_size: int) -> int:
-    """Optimizer steps per iteration per engine; one clear error when the batch sizes don't fit."""
-    require(
-        cfg.rollout.batch_size % world_size == 0,
-        f"--rollout_batch_size {cfg.rollout.batch_size} is not divisible by world size {world_size}",
-    )
-    samples = cfg.rollout.batch_size * cfg.rollout.n_samples_per_prompt
-    require(
-        samples % cfg.train.batch_size == 0,
-        f"--rollout_batch_size {cfg.rollout.batch_size} x --n_samples_per_prompt {cfg.rollout.n_samples_per_prompt} = "
-        f"{samples} samples per iteration is not a multiple of --train_batch_size {cfg.train.batch_size}",
-    )
-    cfg.accumulation_steps(world_size)
-    return samples // cfg.train.batch_size * cfg.train.max_epochs
-
-
-def iterations_per_episode(n_prompts: int, rollout_batch_size: int) -> int:
-    return max(1, n_prompts // rollout_batch_size)
-
-
-def prompt_order(n_prompts: int, seed: int, episode: int) -> list[int]:
-    """A seeded shuffle per episode: each prompt is used once per episode, in a reproducible order."""
-    order = list(range(n_prompts))
-    random.Random(seed + episode).shuffle(order)
-    return order
-
-
-def sampling_params(cfg: PPOConfig, iteration: int, shard: int = 0, shards: int = 1) -> SamplingParams:
-    """Shard k of `shards` generators samples with its own seed, a function of (--seed, iteration),
-    so a resumed iteration draws the same samples."""
-    return SamplingParams(
-        cfg.rollout.max_new_tokens,
-        cfg.rollout.temperature,
-        cfg.rollout.top_p,
-        cfg.rollout.n_samples_per_prompt,
-        seed=cfg.train.seed * 100_003 + iteration * shards + shard,
-        logprobs=cfg.train.async_enable or cfg.algo.advantage.is_correction_enable,
-    )
 
 
 def reward_inputs(tokenizer: Any, rollout: Rollout, prompts: list[PromptSample]) -> tuple[list, list, list]:

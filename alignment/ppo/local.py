@@ -24,12 +24,12 @@ from alignment.models.reward_model import ValueCapture
 from alignment.models.saving import lora_save, save_hf_copy
 from alignment.ppo import rank_ops
 from alignment.ppo.batch import SequenceBatch
-from alignment.ppo.controller import sampling_params
 from alignment.ppo.ema import EMA
 from alignment.ppo.experience import Experience
 from alignment.ppo.loop import PPOState, resume_state
 from alignment.ppo.packed import Packing
 from alignment.ppo.pending import Done
+from alignment.ppo.schedule import sampling_params
 from alignment.rewards.scorer import Scored
 from alignment.rollout.hf_engine import HFEngine
 from alignment.rollout.types import Rollout, SamplingParams

@@ -27,12 +27,12 @@ from alignment.models.loading import load_tokenizer, resolve_model_path
 from alignment.models.precision import check_ring_attention
 from alignment.ppo import ray_state, runner
 from alignment.ppo.batch import SequenceBatch
-from alignment.ppo.controller import check_sizes, iterations_per_episode, sampling_params
 from alignment.ppo.dispatch import Joined, split
 from alignment.ppo.engines import VLLMEngines
 from alignment.ppo.experience import Experience
 from alignment.ppo.groups import ModelGroup
 from alignment.ppo.loop import PPOState
+from alignment.ppo.schedule import check_sizes, iterations_per_episode, sampling_params
 from alignment.ppo.workers import ModelWorker
 from alignment.rewards.scorer import FunctionReward, Scored
 from alignment.rollout.types import Rollout, SamplingParams

@@ -14,9 +14,8 @@ whose files the node's first rank uploads into the checkpoint's version folder (
 the commit lists every node's files in one manifest. Loading reads the committed files: the path itself,
 or for s3:// the node's verified copy (one rank per node downloads it, the others wait and reuse it).
 
-DeepSpeed's own loader uses `torch.load(weights_only=False)`; we swap in a checkpoint engine
-that loads with `weights_only=True` and an explicit allowlist of the few DeepSpeed types
-its files contain, so a checkpoint can't execute code when it's read.
+DeepSpeed's files are read by `weights_only.WeightsOnlyCheckpointEngine`, so a checkpoint can't
+execute code when it's read.
 """
 
 from __future__ import annotations
@@ -25,79 +24,23 @@ import hashlib
 import json
 import logging
 import os
-import random
 import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
-import torch
 import torch.distributed as dist
-from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchCheckpointEngine
 
 from alignment import storage
 from alignment.config.base import ConfigError
 from alignment.distributed.collectives import barrier
+from alignment.training.rng_state import restore_rng, rng_state
+from alignment.training.weights_only import WeightsOnlyCheckpointEngine
 
 log = logging.getLogger(__name__)
 PREFIX = "global_step"
 STATE_FILE = "state.json"
-
-
-def _safe_globals() -> list:
-    """Non-tensor types that appear in DeepSpeed checkpoint files (and nothing else)."""
-    allowed: list = []
-    try:
-        from deepspeed.runtime.fp16.loss_scaler import DynamicLossScaler, LossScaler
-
-        allowed += [LossScaler, DynamicLossScaler]
-    except ImportError:
-        pass
-    try:
-        from deepspeed.runtime.zero.config import ZeroStageEnum
-
-        allowed.append(ZeroStageEnum)
-    except ImportError:
-        pass
-    try:
-        from deepspeed.utils.tensor_fragment import fragment_address
-
-        allowed.append(fragment_address)
-    except ImportError:
-        pass
-    return allowed
-
-
-class WeightsOnlyCheckpointEngine(TorchCheckpointEngine):
-    def load(self, path: str, map_location=None):
-        with torch.serialization.safe_globals(_safe_globals()):
-            return torch.load(path, map_location=map_location, weights_only=True)
-
-
-def _rng_state() -> dict:
-    """This process's RNG states as JSON-able values."""
-    version, internal, gauss = random.getstate()
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
-    return {
-        "python": [version, list(internal), gauss],
-        "numpy": [kind, keys.tolist(), pos, has_gauss, cached],
-        "torch": torch.get_rng_state().tolist(),
-        "cuda": [s.tolist() for s in torch.cuda.get_rng_state_all()] if torch.cuda.is_available() else [],
-    }
-
-
-def restore_rng(state: dict) -> None:
-    """The RNG states a checkpoint's state.json holds, in this process."""
-    rng = state["rng"]
-    version, internal, gauss = rng["python"]
-    random.setstate((version, tuple(internal), gauss))
-    kind, keys, *rest = rng["numpy"]
-    np.random.set_state((kind, np.array(keys, dtype=np.uint32), *rest))
-    torch.set_rng_state(torch.tensor(rng["torch"], dtype=torch.uint8))
-    if rng["cuda"]:
-        torch.cuda.set_rng_state_all([torch.tensor(s, dtype=torch.uint8) for s in rng["cuda"]])
 
 
 def _env_int(name: str) -> int:
@@ -165,7 +108,7 @@ def commit(
     `version`, see upload_role): state.json (with this process's RNG), the commit, `latest`, retention."""
     uri = f"{ckpt_uri.rstrip('/')}/{tag(step)}"
     meta = {"global_step": step, "world_size": world_size, **metadata}
-    text = json.dumps({**state, "rng": _rng_state()})
+    text = json.dumps({**state, "rng": rng_state()})
     if storage.is_remote(ckpt_uri):
         with tempfile.TemporaryDirectory() as tmp:
             (Path(tmp) / STATE_FILE).write_text(text)

@@ -1,0 +1,52 @@
+"""An RL run's schedule, shared by the controller and both backends: optimizer steps per iteration
+(and the one error when the batch sizes don't fit), iterations per episode, each episode's prompt
+order and each generator's sampling seed — all functions of the config and (seed, episode,
+iteration), so a resumed run repeats exactly what the interrupted one would have done."""
+
+from __future__ import annotations
+
+import random
+
+from alignment.config.base import require
+from alignment.config.ppo import PPOConfig
+from alignment.rollout.types import SamplingParams
+
+
+def check_sizes(cfg: PPOConfig, world_size: int) -> int:
+    """Optimizer steps per iteration per engine; one clear error when the batch sizes don't fit."""
+    require(
+        cfg.rollout.batch_size % world_size == 0,
+        f"--rollout_batch_size {cfg.rollout.batch_size} is not divisible by world size {world_size}",
+    )
+    samples = cfg.rollout.batch_size * cfg.rollout.n_samples_per_prompt
+    require(
+        samples % cfg.train.batch_size == 0,
+        f"--rollout_batch_size {cfg.rollout.batch_size} x --n_samples_per_prompt {cfg.rollout.n_samples_per_prompt} = "
+        f"{samples} samples per iteration is not a multiple of --train_batch_size {cfg.train.batch_size}",
+    )
+    cfg.accumulation_steps(world_size)
+    return samples // cfg.train.batch_size * cfg.train.max_epochs
+
+
+def iterations_per_episode(n_prompts: int, rollout_batch_size: int) -> int:
+    return max(1, n_prompts // rollout_batch_size)
+
+
+def prompt_order(n_prompts: int, seed: int, episode: int) -> list[int]:
+    """A seeded shuffle per episode: each prompt is used once per episode, in a reproducible order."""
+    order = list(range(n_prompts))
+    random.Random(seed + episode).shuffle(order)
+    return order
+
+
+def sampling_params(cfg: PPOConfig, iteration: int, shard: int = 0, shards: int = 1) -> SamplingParams:
+    """Shard k of `shards` generators samples with its own seed, a function of (--seed, iteration),
+    so a resumed iteration draws the same samples."""
+    return SamplingParams(
+        cfg.rollout.max_new_tokens,
+        cfg.rollout.temperature,
+        cfg.rollout.top_p,
+        cfg.rollout.n_samples_per_prompt,
+        seed=cfg.train.seed * 100_003 + iteration * shards + shard,
+        logprobs=cfg.train.async_enable or cfg.algo.advantage.is_correction_enable,
+    )
