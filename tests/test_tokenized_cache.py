@@ -252,11 +252,12 @@ def test_bad_row_inside_map_with_num_proc_2(tok, cache, tmp_path):
     cfg = sft_cfg(dataset=str(path), apply_chat_template=False, dataset_num_proc=2)
     with pytest.raises(DataError) as e:
         load_train_eval(cfg, lambda src: SFTTokenizer(tok, cfg, src))
-    # the first bad row, as one process reports it
+    # the first bad row (150 and 190 are both in the second shard), raised in this process
     assert str(e.value) == (
         f"{path} row 150: --input_key 'input' is a number (5); expected a string or a list "
         f"of {{role, content}} messages"
     )
+    assert not list(cache.glob("*.arrow"))  # a dataset with a bad row leaves nothing in the cache
 
 
 def test_cli_prints_a_bad_row_of_num_proc_2_as_one_line(tiny_base, tmp_path):

@@ -30,6 +30,7 @@ from typing import Any, Callable, Iterator, Protocol
 from alignment.config.groups import DataConfig
 from alignment.datasets import formatting
 from alignment.datasets.mixing import Rows, blend_rows
+from alignment.datasets.sources import DataError
 
 log = logging.getLogger(__name__)
 
@@ -161,9 +162,31 @@ def _no_progress_bars() -> Iterator[None]:
             datasets.enable_progress_bars()
 
 
+ERROR_COLUMN = "_error"
+
+
 def _map_row(example: dict, index: int, tokenizer: RowTokenizer) -> dict[str, Any]:
-    """Module level (not a lambda) so datasets can send it to its worker processes."""
-    return tokenizer.columns(json.loads(example["row"]), index)
+    """Module level (not a lambda) so datasets can send it to its worker processes. A bad row's
+    DataError becomes its `_error` text (other columns empty) instead of an exception: an
+    exception leaving a worker goes through `Pool.terminate()`, which once hung CI for 15 minutes
+    (datasets 5.2, multiprocess 0.70); a row of text ends the pool the normal way (close, join)."""
+    try:
+        return {**tokenizer.columns(json.loads(example["row"]), index), ERROR_COLUMN: None}
+    except DataError as e:
+        return {**{name: None for name in tokenizer.features()}, ERROR_COLUMN: str(e)}
+
+
+def _first_error(mapped: Any) -> str | None:
+    """The lowest-index row's error: the shards come back concatenated in row order."""
+    import pyarrow.compute as pc
+
+    errors = pc.drop_null(mapped.data.column(ERROR_COLUMN))
+    return errors[0].as_py() if len(errors) else None
+
+
+def _remove(path: Path) -> None:
+    for p in [path, *path.parent.glob(f"{path.stem}_*_of_*{path.suffix}")]:
+        p.unlink(missing_ok=True)
 
 
 def _cached(path: Path) -> bool:
@@ -172,8 +195,9 @@ def _cached(path: Path) -> bool:
 
 def tokenize(rows: Rows, t: RowTokenizer, num_proc: int = 0) -> Any:
     """`t.finish` of the tokenized rows: from this node's cache when it holds them, else tokenized
-    by `Dataset.map` (num_proc per `auto_num_proc`) into it. A bad row's DataError propagates as
-    raised (from a worker process too), so the CLI prints its one line."""
+    by `Dataset.map` (num_proc per `auto_num_proc`) into it. The first bad row (lowest index, from
+    whichever process tokenized it) is raised here as its DataError, so the CLI prints its one line;
+    the rows of a dataset with a bad row are not kept in the cache."""
     import datasets
 
     fp = fingerprint(rows, t)
@@ -188,17 +212,22 @@ def tokenize(rows: Rows, t: RowTokenizer, num_proc: int = 0) -> Any:
                 with_indices=True,
                 fn_kwargs={"tokenizer": t},
                 remove_columns=["row"],
-                features=t.features(),
+                features=datasets.Features({**t.features(), ERROR_COLUMN: datasets.Value("string")}),
                 num_proc=procs if procs > 1 else None,  # 1 would still start a pool
                 cache_file_name=str(path),
                 load_from_cache_file=True,
                 new_fingerprint=fp,
             )
+            error = _first_error(mapped)
+            if error is not None:
+                del mapped  # its memory-mapped files, before they are removed
+                _remove(path)
+                raise DataError(error)
     how = "tokenized before, read from" if hit else f"tokenized (num_proc={procs}) into"
     log.info(
         "%s: %d rows %s %s (%.1fs)", t.source, len(rows), how, path.with_name(f"{fp}*.arrow"), time.monotonic() - start
     )
-    return t.finish(mapped.to_dict(), len(rows))
+    return t.finish(mapped.remove_columns(ERROR_COLUMN).to_dict(), len(rows))
 
 
 def load_train_eval(cfg: DataConfig, make: Callable[[str], RowTokenizer]) -> tuple[Any, Any | None]:
