@@ -28,7 +28,7 @@ from agent_learning import REPO, heldout  # noqa: E402
 SMOL = REPO / "data" / "smol"
 ENV, TEST = SMOL / "agent_calculator.py", SMOL / "prompts" / "test.jsonl"
 RECIPES = REPO / "deployments" / "recipes" / "smollm2"
-SFT_BUDGET = ["--max_steps", "24", "--max_epochs", "2", "--learning_rate", "5e-5"]  # scripts/demo_smol.py's
+SFT_BUDGET = ["--max_steps", "64", "--max_epochs", "1", "--learning_rate", "5e-5"]  # scripts/demo_smol.py's
 
 
 def run(module: str, *flags: str) -> float:

@@ -5,7 +5,7 @@ Both flows share the SFT stage: the second finds it committed and skips it.
 
 Task (data/smol, scripts/make_smol_data.py): "What is 47 + 38? Answer with the number only." The
 answer counts when the first number in the greedy reply is the sum (64 held-out questions). SFT
-teaches the bare-number answer on 96 examples; DPO prefers it over an off-by-one answer with an
+teaches the bare-number answer on 512 examples; DPO prefers it over an off-by-one answer with an
 explanation. `make demo-smol`; run it again and the committed stages are skipped.
 """
 
@@ -23,8 +23,9 @@ from embedded_env import setup  # noqa: E402
 REPO = setup("demo_smol")  # before prefect is imported
 
 STORE = REPO / "runs" / "demo_smol" / "store"
-# the demo's budget: 2 epochs of SFT, 1 of DPO (the recipe's files keep the suite's few steps)
-SFT = {"max_steps": 24, "max_epochs": 2, "learning_rate": 5e-5}
+# the demo's budget: 1 epoch of SFT (64 steps of 8 on 512 sums), 1 of DPO
+# (the recipe's files keep the suite's few steps)
+SFT = {"max_steps": 64, "max_epochs": 1, "learning_rate": 5e-5}
 DPO = {"max_steps": 12, "learning_rate": 5e-6}
 
 

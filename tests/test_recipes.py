@@ -66,7 +66,7 @@ def test_demo_smol_runs_sft_grpo_on_the_sft_stage_sft_dpo_committed(tmp_path):
     from alignflow.tasks.pipeline import Output, Step
     from alignflow.tasks.recipes import load_recipe
 
-    sft = {"max_steps": 24, "max_epochs": 2, "learning_rate": 5e-5}
+    sft = {"max_steps": 64, "max_epochs": 1, "learning_rate": 5e-5}
     base, recipe, store = str(tmp_path), load_recipe("smollm2"), str(tmp_path / "store")
     dpo_run = [
         Step("sft", "sft", "sft", {**sft, "pretrain": base}),
