@@ -260,6 +260,16 @@ def test_bad_row_inside_map_with_num_proc_2(tok, cache, tmp_path):
     assert not list(cache.glob("*.arrow"))  # a dataset with a bad row leaves nothing in the cache
 
 
+def test_the_lowest_bad_row_is_reported_whichever_shard_read_it(tok, cache, tmp_path):
+    path = bad_rows_file(tmp_path)
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    rows[30] = {"output": "a"}  # in the first shard, before row 150 of the second
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = sft_cfg(dataset=str(path), apply_chat_template=False, dataset_num_proc=2)
+    with pytest.raises(DataError, match=r"row 30: "):
+        load_train_eval(cfg, lambda src: SFTTokenizer(tok, cfg, src))
+
+
 def test_cli_prints_a_bad_row_of_num_proc_2_as_one_line(tiny_base, tmp_path):
     path = bad_rows_file(tmp_path)
     proc = subprocess.run(
