@@ -238,10 +238,12 @@ def test_bad_json_line_still_names_file_and_line(tok, cache, tmp_path):
     assert "\n" not in str(e.value)
 
 
-def bad_rows_file(tmp_path: Path) -> Path:
+def bad_rows_file(tmp_path: Path, first_shard_bad: bool = False) -> Path:
     rows = [{"input": f"q{i}", "output": "a"} for i in range(200)]
     rows[150] = {"input": 5, "output": "a"}  # in the second of two shards
     rows[190] = {"question": "q", "output": "a"}
+    if first_shard_bad:
+        rows[30] = {"output": "a"}
     path = tmp_path / "rows.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
@@ -261,10 +263,7 @@ def test_bad_row_inside_map_with_num_proc_2(tok, cache, tmp_path):
 
 
 def test_the_lowest_bad_row_is_reported_whichever_shard_read_it(tok, cache, tmp_path):
-    path = bad_rows_file(tmp_path)
-    rows = [json.loads(line) for line in path.read_text().splitlines()]
-    rows[30] = {"output": "a"}  # in the first shard, before row 150 of the second
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    path = bad_rows_file(tmp_path, first_shard_bad=True)  # row 30, before row 150 of the second shard
     cfg = sft_cfg(dataset=str(path), apply_chat_template=False, dataset_num_proc=2)
     with pytest.raises(DataError, match=r"row 30: "):
         load_train_eval(cfg, lambda src: SFTTokenizer(tok, cfg, src))
