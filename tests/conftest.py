@@ -95,6 +95,16 @@ def session_tmp(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("session")
 
 
+@pytest.fixture(scope="module")
+def module_tmp(tmp_path_factory, request):
+    """A folder for one test file's module fixtures, removed when the file's tests end. tmp_path_factory's
+    folders live to the session's end, and a SmolLM2 file's stores are GBs: kept, they filled a CI disk
+    (pyproject.toml's tmp_path_retention_policy does the same for each passing test's tmp_path)."""
+    path = tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1])
+    yield path
+    shutil.rmtree(path, ignore_errors=True)  # best effort, as pytest removes a tmp_path
+
+
 @pytest.fixture(scope="session")
 def tiny_base(session_tmp) -> Path:
     """A seeded random-init tiny Llama (the SFT starting point)."""

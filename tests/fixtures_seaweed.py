@@ -187,9 +187,11 @@ class SeaweedS3:
 @pytest.fixture
 def seaweed(tmp_path_factory: pytest.TempPathFactory):
     """A SeaweedFS S3 server (bucket BUCKET made) for one test; stopped at its end, even mid-outage."""
-    server = SeaweedS3(tmp_path_factory.mktemp("seaweed"))
+    data = tmp_path_factory.mktemp("seaweed")
+    server = SeaweedS3(data)
     server.start()
     try:
         yield server
     finally:
         server.stop()
+        shutil.rmtree(data, ignore_errors=True)

@@ -268,12 +268,12 @@ def _tree_hash(root: Path) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def world(tiny_base, tmp_path_factory, moto_endpoint):
+def world(tiny_base, module_tmp, moto_endpoint):
     """Bad files, a committed model at --save_path, and the env every run gets (S3 pointed at moto)."""
     from alignment import storage
     from alignment.tiny_world.base_model import make_base
 
-    work = tmp_path_factory.mktemp("bad_input")
+    work = module_tmp
     bad = work / "bad"
     bad.mkdir()
     good = (tiny_dir() / "sft/train.jsonl").read_text().splitlines()

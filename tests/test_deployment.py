@@ -74,10 +74,11 @@ class Prefect:
 
 
 @pytest.fixture(scope="module")
-def prefect(tmp_path_factory, ray_head):
+def prefect(module_tmp, ray_head):
     # after ray_head: the worker's (and a served flow's) environment then holds the session cluster's
     # token (RAY_AUTH_MODE/RAY_AUTH_TOKEN), as a real worker's would; before it, they could not reach it
-    logs = tmp_path_factory.mktemp("prefect")
+    logs = module_tmp / "prefect"
+    logs.mkdir()
     port = free_port()
     api = f"http://127.0.0.1:{port}/api"
     env = {

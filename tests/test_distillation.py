@@ -79,11 +79,11 @@ def test_kd_loss_is_the_forward_kl_mix_by_hand():
 
 
 @pytest.fixture(scope="module")
-def teacher(tiny_base, tmp_path_factory):
+def teacher(tiny_base, module_tmp):
     """Another tiny model on the student's tokenizer: two layers, other seed."""
     from alignment.tiny_world.base_model import make_base
 
-    return make_base(tmp_path_factory.mktemp("kd") / "teacher", seed=1, config_overrides={"num_hidden_layers": 2})
+    return make_base(module_tmp / "teacher", seed=1, config_overrides={"num_hidden_layers": 2})
 
 
 @pytest.mark.integration

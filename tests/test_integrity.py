@@ -73,10 +73,10 @@ def all_finite(model_dir: Path) -> bool:
 
 
 @pytest.fixture(scope="module")
-def trained(tiny_base, tmp_path_factory):
+def trained(tiny_base, module_tmp):
     """A 4-step run with checkpoints at steps 2 and 4 and its committed model. While it trains, a second
     run on the same --save_path is refused naming it (the lease)."""
-    work = tmp_path_factory.mktemp("integrity")
+    work = module_tmp
     out, ckpt = work / "model", work / "ckpt"
     first = sft(
         [

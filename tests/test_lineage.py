@@ -41,10 +41,10 @@ SHORT = [
 
 
 @pytest.fixture(scope="module")
-def chain(tmp_path_factory) -> dict[str, Path]:
+def chain(module_tmp) -> dict[str, Path]:
     from alignment.tiny_world.base_model import make_base_committed
 
-    root = tmp_path_factory.mktemp("lineage")
+    root = module_tmp
     base, sft, dpo = root / "base", root / "sft", root / "dpo"
     make_base_committed(str(base))
     sft_data = f"json@{tiny_dir() / 'sft'}"

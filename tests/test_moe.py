@@ -40,10 +40,10 @@ def test_balance_loss_has_a_gradient_toward_balance():
 
 
 @pytest.fixture(scope="module")
-def tiny_mixtral(tmp_path_factory) -> Path:
+def tiny_mixtral(module_tmp) -> Path:
     from alignment.tiny_world.base_model import make_base
 
-    return make_base(tmp_path_factory.mktemp("moe") / "mixtral", seed=0, arch="mixtral")
+    return make_base(module_tmp / "mixtral", seed=0, arch="mixtral")
 
 
 @pytest.mark.integration

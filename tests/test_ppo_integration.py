@@ -49,7 +49,7 @@ RULE = ["--remote_rm_url", "alignment/tiny_world/reward.py"]
 
 
 @pytest.fixture(scope="module")
-def missed_prompts(tiny_sft, tmp_path_factory) -> str:
+def missed_prompts(tiny_sft, module_tmp) -> str:
     """32 training prompts the SFT model answers wrong greedily: room for the reward to rise
     (on prompts it mostly gets right, sampled reward starts near 0.9 and a rise is noise)."""
     from alignment.tiny_world.evaluate import greedy_accuracy
@@ -59,7 +59,7 @@ def missed_prompts(tiny_sft, tmp_path_factory) -> str:
     result = greedy_accuracy(tiny_sft, eval_file=train, limit=600)
     missed = [row for row, ok in zip(rows, result.correct) if not ok][:32]
     assert len(missed) == 32, f"the SFT model misses only {len(missed)} of 600 training prompts"
-    out = tmp_path_factory.mktemp("missed") / "missed.jsonl"
+    out = module_tmp / "missed.jsonl"
     out.write_text("\n".join(missed) + "\n")
     return str(out)
 

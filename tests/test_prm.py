@@ -94,9 +94,9 @@ def test_packed_targets_follow_their_tokens():
 
 
 @pytest.fixture(scope="module")
-def prm(tiny_base, tmp_path_factory):
+def prm(tiny_base, module_tmp):
     """A PRM trained 4 steps on the tiny world's two-step sums, checkpointed every 2."""
-    work = tmp_path_factory.mktemp("prm")
+    work = module_tmp
     for name, n, seed in (("train", 64, 0), ("eval", 12, 1)):
         (work / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in prm_rows(n, seed)))
     out, ckpt = work / "prm", work / "prm_ckpt"

@@ -21,9 +21,9 @@ SMALL_SFT = {"max_steps": 2, "train_batch_size": 4, "micro_train_batch_size": 4}
 
 
 @pytest.fixture(scope="module")
-def smol_store(tmp_path_factory) -> str:
+def smol_store(module_tmp) -> str:
     """One store for the SmolLM2 flows of this module: they share the committed SFT stage."""
-    return str(tmp_path_factory.mktemp("smol") / "store")
+    return str(module_tmp / "store")
 
 
 def test_smollm2_sft_then_dpo_raises_reward_accuracy_and_keeps_the_chat_template(ray_head, smol, smol_store):

@@ -31,10 +31,10 @@ def demo_module():
 
 
 @pytest.fixture(scope="module")
-def chained(ray_head, tmp_path_factory):
+def chained(ray_head, module_tmp):
     """One run of the flow with the shipped configs, and its wall time; its store (SFT and RM committed)
     is reused below."""
-    store = str(tmp_path_factory.mktemp("sft_rm_ppo") / "store")
+    store = str(module_tmp / "store")
     t0 = time.monotonic()
     result = asyncio.run(
         sft_rm_ppo_flow(run_name="chain", store=store, ray_address=ray_head, recipe="tiny", heldout_eval=True)
