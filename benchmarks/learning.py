@@ -19,7 +19,9 @@ page says so). Iterative DPO and rejection sampling run 3 rounds
 each, configured by the tiny-idpo and tiny-rs recipes, as their flows run them without a gate; conditional SFT
 runs the tiny-csft recipe's score and sft stages, and is evaluated asking for a score of 1.0 (its row), of 0.0
 and with no prefix (how much it steers). Distillation (kd, kd-coef-0, opd) trains the SFT start towards the
-grpo-rule model of the same seed, as the distill flow does with the tiny recipe's kd.yaml and opd.yaml.
+grpo-rule model of the same seed, as the distill flow does with the tiny recipe's kd.yaml and opd.yaml. Agent RL
+(agent-grpo) is grpo.yaml's stage through the multi-turn environment data/tiny/agent_retry.py (the sft-grpo/tiny-agent
+deployment's); its row is the held-out greedy first answer, as every row's.
 
 Methods can be measured a few at a time: the JSON keeps the rows an earlier run measured from the same SFT
 start, each with the command that measured it, as long as the recipe files its stages read are unchanged (a
@@ -57,7 +59,7 @@ from alignflow.tasks.stage import recorded_wall_s  # noqa: E402
 from alignflow.tasks.stage_spec import absolute_input, check_store  # noqa: E402
 from alignment.config import ConfigError  # noqa: E402
 from alignment.storage.manifest import read_manifest  # noqa: E402
-from benchmarks.learning_methods import METHODS, Rounds, Steered, steps  # noqa: E402
+from benchmarks.learning_methods import METHODS, Steered, steps, tiny_only  # noqa: E402
 from benchmarks.learning_page import cpu_model, draw, markdown  # noqa: E402
 
 
@@ -169,6 +171,9 @@ def recipe_digest(recipe: Recipe, method: str) -> str | None:
     digest = hashlib.sha256()
     for role in sorted({step.role for step in planned}):
         digest.update(role.encode() + b"\0" + Path(recipe.file(role)).read_bytes() + b"\0")
+    env = getattr(METHODS[method], "settings", {}).get("agent_func_path")
+    if env:  # the environment is the method's reward: a row measured before it changed measured another one
+        digest.update(env.encode() + b"\0" + (REPO / env).read_bytes())
     return digest.hexdigest()[:16]
 
 
@@ -243,10 +248,10 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"--recipe: {e}", file=sys.stderr)
         return 2
-    rounds = [m for m in methods if isinstance(METHODS[m], (Rounds, Steered))]
-    if rounds and args.recipe != "tiny":  # their round recipes (tiny-idpo, tiny-rs, tiny-csft) read the tiny world
+    tiny = [m for m in methods if tiny_only(METHODS[m])]
+    if tiny and args.recipe != "tiny":  # round recipes (tiny-idpo, tiny-rs, tiny-csft), the agent's environment
         print(
-            f"--methods {','.join(rounds)}: round recipes of the tiny world; measure them with --recipe tiny",
+            f"--methods {','.join(tiny)}: the tiny world's rounds or environment; measure them with --recipe tiny",
             file=sys.stderr,
         )
         return 2

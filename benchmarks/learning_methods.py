@@ -31,6 +31,18 @@ def _rl(estimator: str, reward: str) -> Method:
     return Method("ppo", "grpo" if reward == "rule" else "ppo", settings, reward)
 
 
+# agent RL: grpo.yaml's stage (group_norm, dynamic sampling on the episode's score, two passes) with the tiny
+# world's multi-turn environment in place of the rule, as the sft-grpo/tiny-agent deployment runs it; the held-out
+# evaluation is the same single-turn greedy answer as every row's (its first try)
+AGENT_ENV = "data/tiny/agent_retry.py"
+AGENT = Method(
+    "ppo",
+    "grpo",
+    {"advantage_estimator": "group_norm", "agent_func_path": AGENT_ENV, "remote_rm_url": None},
+    f"environment ({AGENT_ENV})",
+)
+
+
 @dataclass(frozen=True)
 class Rounds:
     """A round-based method: each round generates with the current policy (`recipe`'s generate.yaml, scored by
@@ -94,7 +106,14 @@ METHODS: dict[str, Method | Rounds | Steered | Distilled] = {
     # KD's baseline: the same stage, data and batches with kd_coef 0 (plain SFT on the demonstrations)
     "kd-coef-0": Distilled("kd", {"kd_coef": 0.0}),
     "opd": Distilled("opd"),
+    "agent-grpo": AGENT,
 }
+
+
+def tiny_only(method: Method | Rounds | Steered | Distilled) -> bool:
+    """Methods whose data or environment is the tiny world's: the round recipes (tiny-idpo, tiny-rs, tiny-csft)
+    and the agent's environment (its hints are in the tiny chat format)."""
+    return isinstance(method, (Rounds, Steered)) or "agent_func_path" in getattr(method, "settings", {})
 
 
 def round_steps(name: str, method: Rounds, sft: str, seed: int, budget: dict[str, dict]) -> list[Step]:

@@ -178,6 +178,29 @@ def test_a_distilled_student_learns_from_its_seeds_teacher_planned_once(tmp_path
     assert learning.METHODS["kd"].reward == "teacher (grpo-rule)"
 
 
+def test_agent_rl_trains_grpos_stage_through_the_environment_and_its_file_is_the_rows_recipe(tmp_path):
+    """agent-grpo (no cluster): grpo.yaml's stage, its reward the multi-turn environment's (no rule file beside
+    it), evaluated as every row is; an edit of the environment makes its earlier row another recipe's."""
+    from alignflow.tasks import pipeline
+    from alignflow.tasks.recipes import load_recipe
+
+    learning = load_benchmark()
+    tiny = load_recipe("tiny")
+    planned = pipeline.plan(learning.steps(str(REPO / "data"), ["agent-grpo"], [42], {}), tiny, str(tmp_path), "x")
+    rl = planned["agent-grpo seed 42"].cfg
+    assert rl.agent_func_path == str(REPO / "data" / "tiny" / "agent_retry.py") and rl.remote_rm_url is None
+    assert (rl.advantage_estimator, rl.dynamic_filtering, rl.num_episodes) == ("group_norm", True, 2)
+    assert planned["evaluate agent-grpo seed 42"].cfg.pretrain == planned["agent-grpo seed 42"].model_uri
+    before = learning.recipe_digest(tiny, "agent-grpo")
+    assert before != learning.recipe_digest(tiny, "grpo-rule")  # the same grpo.yaml; the environment differs
+    edited = tmp_path / "repo"  # a copy of the repository's environment file, edited
+    env = edited / "data" / "tiny" / "agent_retry.py"
+    env.parent.mkdir(parents=True)
+    env.write_bytes((REPO / "data" / "tiny" / "agent_retry.py").read_bytes() + b"#")
+    learning.REPO = edited  # where recipe_digest reads the environment from
+    assert learning.recipe_digest(tiny, "agent-grpo") != before
+
+
 def test_page_only_needs_the_json_and_a_run_needs_the_sft_start(tmp_path, capsys):
     learning = load_benchmark()
     assert learning.main(["--page_only", "--json", str(tmp_path / "none.json")]) == 2
@@ -281,8 +304,9 @@ def test_the_smollm2_recipe_measures_its_rl_stages_on_the_sums_and_refuses_what_
     start = [str(tmp_path / "sft"), "--recipe", "smollm2", "--store", str(tmp_path / "store")]
     assert learning.main([*start, "--methods", "grpo-rule,kto"]) == 2
     assert "--recipe smollm2: has no kto.yaml" in capsys.readouterr().err
-    assert learning.main([*start, "--methods", "iterative-dpo"]) == 2
-    assert "round recipes of the tiny world; measure them with --recipe tiny" in capsys.readouterr().err
+    for tiny_only in ("iterative-dpo", "agent-grpo"):
+        assert learning.main([*start, "--methods", tiny_only]) == 2
+        assert "rounds or environment; measure them with --recipe tiny" in capsys.readouterr().err
     assert learning.main([*start[:1], "--recipe", "no-such", "--methods", "dpo"]) == 2
     assert "--recipe: recipe 'no-such'" in capsys.readouterr().err
     assert not (tmp_path / "store").exists()
