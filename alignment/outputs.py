@@ -29,8 +29,9 @@ import tempfile
 import uuid
 from pathlib import Path
 
-from alignment import storage
+from alignment import lease, storage
 from alignment.config.base import ConfigError
+from alignment.config.paths import foreign_folder
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +104,13 @@ def _exchange(a: Path, b: Path) -> bool:
 def _swap_into_place(staged: Path, dest: Path) -> None:
     """Put the committed `staged` directory at `dest`; the old `dest` (if any) is deleted after."""
     _refuse_file(dest)  # again: the file may have appeared while the output was built
+    held = foreign_folder(str(dest))  # checked with the flags; again: it may have been filled since
+    if held is not None:
+        raise ConfigError(
+            f"output path {dest}: a folder that is not a committed output (no MANIFEST.json) appeared there while "
+            f"the run trained, holding {held}; left as it was and this run's output discarded: run again with "
+            f"another output folder (with --load_checkpoint it resumes from the last checkpoint)"
+        )
     if not dest.exists():
         os.rename(staged, dest)
         return
@@ -148,10 +156,14 @@ def commit_output(staged: Path, save_path: str, metadata: dict) -> dict:
     """Commit the files built in `staged` (see staging_dir) as `save_path`; returns the manifest.
     `staged` is consumed."""
     try:
+        # only while this run holds the output's lease (alignment/lease.py): a run taken over while paused
+        # commits nothing
         if storage.is_remote(save_path):
-            return storage.commit_dir(staged, save_path.rstrip("/"), metadata=metadata)
+            fence = lambda: lease.fenced(save_path)  # noqa: E731
+            return storage.commit_dir(staged, save_path.rstrip("/"), metadata=metadata, fence=fence)
         manifest = storage.commit_dir(staged, staged, metadata=metadata)  # hashed in place, MANIFEST last
-        _swap_into_place(staged, local_path(save_path.rstrip("/")))
+        with lease.fenced(save_path):
+            _swap_into_place(staged, local_path(save_path.rstrip("/")))
         return manifest
     finally:
         shutil.rmtree(staged, ignore_errors=True)

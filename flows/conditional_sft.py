@@ -15,7 +15,7 @@ from prefect import get_run_logger
 
 from alignflow.tasks.flow_run import FlowRun, Pipeline, run_pipeline
 from alignflow.tasks.params import GenerateOverrides, SFTOverrides, checked_flow, overrides
-from alignflow.tasks.pipeline import Output, Step
+from alignflow.tasks.pipeline import Output, Step, flow_sets
 from alignflow.tasks.recipes import Recipe
 from alignflow.tasks.stage_spec import build_config
 from alignment import storage
@@ -68,17 +68,17 @@ def csft_steps(
     recipe: Recipe, policy: str, score: dict, sft: dict, generate: dict, csft_rewards: list[float]
 ) -> list[Step]:
     """score, sft on the scored rows, then one generation per asked-for score, prefixed as SFT learned it."""
-    score_step = Step("score", "batch_inference", "score", {**score, "pretrain": policy})
-    generate = {**generate, "enable_csft": True, "csft_prompt": learned_prefix(recipe, score_step.overrides)}
+    score_step = Step("score", "batch_inference", "score", flow_sets("score", score, pretrain=policy))
+    generate = flow_sets("generate", generate, enable_csft=True, csft_prompt=learned_prefix(recipe, score_step.overrides))
     return [
         score_step,
-        Step("sft", "sft", "sft", {**sft, "pretrain": policy}, {"dataset": Output("score", "output.jsonl")}),
+        Step("sft", "sft", "sft", flow_sets("sft", sft, pretrain=policy), {"dataset": Output("score", "output.jsonl")}),
         *(
             Step(
                 f"generate (score {r})",
                 "batch_inference",
                 "generate",
-                {**generate, "csft_reward": r},
+                flow_sets("generate", generate, csft_reward=r),
                 {"pretrain": Output("sft")},
             )
             for r in csft_rewards

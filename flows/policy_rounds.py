@@ -18,7 +18,7 @@ from alignflow.tasks import curves
 from alignflow.tasks.evaluate import better, evaluate_step, publish_evaluation, read_evaluation
 from alignflow.tasks.flow_run import Ending, FlowRun, Pipeline, Results, run_pipeline
 from alignflow.tasks.params import Gate, StageOverrides, overrides
-from alignflow.tasks.pipeline import Output, Step
+from alignflow.tasks.pipeline import Output, Step, flow_sets
 from alignflow.tasks.policy_pointer import PolicyPointer, advance, pointer_uri, read_pointer
 from alignflow.tasks.stage_spec import check_store, check_store_reachable
 from alignment import storage
@@ -65,13 +65,13 @@ def round_steps(
             f"generate (round {k})",
             "batch_inference",
             "generate",
-            {**generate, "pretrain": policy, "seed": generate.get("seed", 0) + k, "iter": k - 1},
+            {**flow_sets("generate", generate, pretrain=policy, iter=k - 1), "seed": generate.get("seed", 0) + k},
         ),
         Step(
             f"{train_stage} (round {k})",
             train_stage,
             train_stage,
-            {**train, "pretrain": policy},
+            flow_sets(train_stage, train, pretrain=policy),
             {"dataset": Output(f"generate (round {k})", "output.jsonl")},
         ),
     ]

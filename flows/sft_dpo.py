@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from alignflow.tasks.flow_run import FlowRun, run_stages
 from alignflow.tasks.params import DPOOverrides, KTOOverrides, SFTOverrides, checked_flow, overrides
-from alignflow.tasks.pipeline import Output, Step
+from alignflow.tasks.pipeline import Output, Step, flow_sets
 
 
 @checked_flow(name="sft-dpo")
@@ -33,7 +33,7 @@ async def sft_dpo_flow(
     """Each stage's result: model URI, skipped or trained, final metrics, wall time. Ends with a
     report artifact."""
     steps = [
-        Step("sft", "sft", "sft", {**overrides(sft), "pretrain": pretrain}),
+        Step("sft", "sft", "sft", flow_sets("sft", overrides(sft), pretrain=pretrain)),
         Step(preference_stage, preference_stage, preference_stage, overrides(preference), {"pretrain": Output("sft")}),
     ]
     return await run_stages(FlowRun("sft-dpo", run_name, store, recipe, ray_address, retries), lambda _: steps)

@@ -16,6 +16,7 @@ from typing import Any, AsyncIterator
 from alignflow.tasks.recipes import Recipe
 from alignflow.tasks.stage_spec import STAGES, StageResult, build_config, config_summary, identity_hash, stage_dir
 from alignment import storage
+from alignment.config import ConfigError
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,7 @@ def plan(
             raise ValueError(f"pipeline step {step.name!r} twice")
         if step.stage not in STAGES:
             raise ValueError(f"pipeline step {step.name!r}: unknown stage {step.stage!r}")
+        _refuse_owned(step)
         inputs = {k: _uri(v, planned) for k, v in step.inputs.items()}
         pending = {k for k, v in step.inputs.items() if isinstance(v, Output)}
         config_file = recipe.file(step.role)
@@ -72,6 +74,35 @@ def plan(
             step, config_file, cfg, inputs, digest, stage_dir(store, run_name, step.stage, digest)
         )
     return {name: p for name, p in planned.items() if name not in (before or {})}
+
+
+def _refuse_owned(step: Step) -> None:
+    """A setting the flow makes for a stage, given in its parameters too, would be silently replaced:
+    where the stage writes (its folder in the store, its checkpoints, resuming) and the inputs the flow
+    feeds it (an upstream stage's model)."""
+    kind = STAGES[step.stage]
+    owned = {kind.output_field: "where it commits: <store>/<run_name>/<stage>-<identity>/model"}
+    if kind.resumable:
+        owned |= dict.fromkeys(("ckpt_path", "load_checkpoint"), "its checkpoints, beside its model, resumed on a retry")
+    for key, value in step.inputs.items():
+        owned[key] = f"the {value.step!r} stage's output" if isinstance(value, Output) else f"{value}"
+    for key in sorted(owned.keys() & step.overrides.keys()):
+        raise ConfigError(
+            f"{step.name}: {key}={step.overrides[key]!r} is set by the flow ({owned[key]}); drop it from the "
+            f"stage's parameters (a recipe file may name it for the CLI; the flow replaces it there)"
+        )
+
+
+def flow_sets(step: str, given: dict[str, Any], **values: Any) -> dict[str, Any]:
+    """A stage's parameters with the settings the flow makes for it (`values`); one the user gave too is
+    refused (ConfigError), not silently replaced, unless it is the same."""
+    for key in sorted(values.keys() & given.keys()):
+        if given[key] != values[key]:
+            raise ConfigError(
+                f"{step}: {key}={given[key]!r} is set by the flow ({key}={values[key]!r}); drop it from the "
+                f"stage's parameters"
+            )
+    return {**given, **values}
 
 
 def _uri(value: str | Output, planned: dict[str, Planned]) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -132,7 +133,7 @@ def trained(tiny_base, module_tmp):
         ]
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "taking over the lease" in done.stderr
+    assert "took over the lease" in done.stderr
     return work, out, ckpt, second
 
 
@@ -144,6 +145,38 @@ def test_save_hf_ckpt_puts_a_loadable_model_in_each_checkpoint(trained):
     step2 = ckpt / "global_step2"
     assert "model/hf/model.safetensors" in json.loads((step2 / storage.MANIFEST).read_text())["files"]
     assert AutoModelForCausalLM.from_pretrained(step2 / "model" / "hf").config.model_type == "llama"
+
+
+def test_a_stopped_run_taken_over_writes_nothing_and_a_shared_ckpt_path_is_refused(tiny_base, tmp_path):
+    """A run stopped (SIGSTOP: Ctrl-Z, a Slurm suspend) and taken over from another host while stopped
+    resumes, trains and reaches its first checkpoint, which the fence refuses before a file of it is
+    written: exit 75, one line, no checkpoint and no model committed. A second run on the taker's
+    --ckpt_path (another --save_path) is refused naming it before any weights load."""
+    out, ckpt = tmp_path / "model", tmp_path / "ckpt"
+    args = ["--pretrain", str(tiny_base), "--save_path", str(out), "--ckpt_path", str(ckpt), "--max_steps", "4"]
+    run = sft([*args, "--save_steps", "2"], wait=False)
+    leases = [tmp_path / ".model.lease", tmp_path / ".ckpt.lease"]
+    deadline = time.monotonic() + 120
+    while not all(p.exists() for p in leases):  # taken right after the flags, before the model loads
+        assert run.poll() is None and time.monotonic() < deadline, run.communicate()[1][-3000:]
+        time.sleep(0.02)
+    run.send_signal(signal.SIGSTOP)
+    taker = {**json.loads(leases[0].read_text()), "owner": "taker", "host": "another-host", "heartbeat": time.time()}
+    for p in leases:  # what a run on another host writes when it takes over a lease whose heartbeat went stale
+        p.write_text(json.dumps(taker))
+    run.send_signal(signal.SIGCONT)
+    _, stderr = run.communicate(timeout=600)
+    lines = [ln for ln in stderr.splitlines() if ln.startswith("error: ")]
+    assert run.returncode == 75 and len(lines) == 1, stderr[-3000:]
+    assert f"{ckpt}: this run's lease was taken over by " in lines[0] and "nothing was written" in lines[0]
+    assert not (out / storage.MANIFEST).exists() and not list(ckpt.glob("global_step*"))  # not a file written
+    assert all(json.loads(p.read_text())["owner"] == "taker" for p in leases)  # left to its holder
+    other = sft(["--pretrain", str(tiny_base), "--save_path", str(tmp_path / "other"), "--ckpt_path", str(ckpt),
+                 "--max_steps", "2", "--save_steps", "1"])  # fmt: skip
+    lines = error_lines(other)
+    assert other.returncode == 75 and len(lines) == 1, other.stderr[-3000:]
+    assert f"{ckpt} is being written by " in lines[0] and "on another-host" in lines[0], lines[0]
+    assert "Loading weights" not in other.stderr and not (tmp_path / "other").exists()
 
 
 def test_second_writer_is_refused_naming_the_first(trained):

@@ -107,3 +107,32 @@ def test_a_file_at_the_output_path_is_refused_never_swapped_out(tmp_path: Path) 
     with pytest.raises(ConfigError, match="is a file"):
         outputs.commit_output(staged, str(dest), {"v": 1})
     assert dest.read_text() == "mine" and sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def test_a_folder_of_the_users_is_never_replaced(tmp_path: Path, monkeypatch) -> None:
+    """A commit replaces the whole output folder, so a folder that is not a committed output of ours (a
+    checkout, the working directory, someone's data) is refused with the flags (config.paths) and, if it
+    appears while the run trains, at the commit itself: left as it was, every file of it."""
+    from alignment.config.paths import check_output_folder
+
+    dest = tmp_path / "repo"
+    (dest / ".git").mkdir(parents=True)
+    (dest / "train.py").write_text("mine")
+    with pytest.raises(ConfigError, match=r"holds 2 entries \(\.git, train\.py\); the commit would replace it"):
+        check_output_folder("save_path", str(dest))
+    monkeypatch.chdir(dest / ".git")
+    for path in ("", "  "):
+        with pytest.raises(ConfigError, match="empty; pass the folder the output is committed as"):
+            check_output_folder("save_path", path)
+    with pytest.raises(ConfigError, match="is the working directory or holds it"):
+        check_output_folder("save_path", str(dest))
+    monkeypatch.chdir(tmp_path)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    check_output_folder("save_path", str(empty))  # an empty folder or a committed output is fine
+    staged = outputs.staging_dir(str(empty))
+    _build(staged, "new")
+    (empty / "data.csv").write_text("appeared while the run trained")
+    with pytest.raises(ConfigError, match="holding 1 entries \\(data.csv\\); left as it was"):
+        outputs.commit_output(staged, str(empty), {"v": 1})
+    assert [p.name for p in empty.iterdir()] == ["data.csv"] and (dest / "train.py").read_text() == "mine"

@@ -224,3 +224,26 @@ def test_the_library_never_imports_its_entry_points():
         and _re.search(r"^\s*(from alignment\.cli|import alignment\.cli)", p.read_text(), _re.M)
     ]
     assert not offenders, offenders
+
+
+def test_settings_the_flow_makes_are_refused_as_parameters():
+    """Where a stage writes and the upstream models the flow feeds it would be silently replaced: one line each."""
+    from alignflow.flows.sft_dpo import sft_dpo_flow  # noqa: F401  (flow_sets' callers import cleanly)
+    from alignflow.tasks import pipeline
+    from alignflow.tasks.pipeline import Output, Step, flow_sets
+    from alignflow.tasks.recipes import load_recipe
+
+    recipe = load_recipe("tiny")
+    for over, needle in [
+        ({"save_path": "/tmp/mine"}, "sft: save_path='/tmp/mine' is set by the flow (where it commits: "),
+        ({"ckpt_path": "/tmp/ck"}, "sft: ckpt_path='/tmp/ck' is set by the flow (its checkpoints"),
+    ]:
+        with pytest.raises(ConfigError, match=re.escape(needle)):
+            pipeline.plan([Step("sft", "sft", "sft", {"pretrain": "org/base", **over})], recipe, "/tmp/store", "r")
+    sft = Step("sft", "sft", "sft", {"pretrain": "org/base"})
+    steps = [sft, Step("dpo", "dpo", "dpo", {"pretrain": "org/other"}, {"pretrain": Output("sft")})]
+    with pytest.raises(ConfigError, match=re.escape("dpo: pretrain='org/other' is set by the flow (the 'sft' stage's")):
+        pipeline.plan(steps, recipe, "/tmp/store", "r")
+    with pytest.raises(ConfigError, match=re.escape("generate: pretrain='x' is set by the flow (pretrain='policy')")):
+        flow_sets("generate", {"pretrain": "x"}, pretrain="policy")
+    assert flow_sets("generate", {"pretrain": "policy", "seed": 1}, pretrain="policy") == {"pretrain": "policy", "seed": 1}

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from alignment import lease
 from alignment.cli import interrupt
+from alignment.config.paths import within
 from alignment.config.ppo import PPOConfig
 from alignment.config.stages import StageConfig
 
@@ -16,7 +17,8 @@ def check_outputs(cfg: StageConfig) -> None:
     """The stores the run will write to (--save_path, --ckpt_path, --output_path) answer and their
     buckets exist: one request each, so a wrong bucket fails now, not after the model loaded and
     trained. Their schemes were checked with the flags (alignment.config.groups.check_store_uri).
-    Then the output's lease (one writer per output), and what an interrupt reports on (cli/interrupt.py)."""
+    Then the leases of the output and of its checkpoint folder (one writer each), and what an interrupt
+    reports on (cli/interrupt.py)."""
     from alignment.datasets.sources import check_store
     from alignment.storage import StorageError
 
@@ -24,11 +26,13 @@ def check_outputs(cfg: StageConfig) -> None:
     for flag, uri in outputs.stores():
         check_store(flag, uri, StorageError)
     take_lease(outputs.uri)
+    if outputs.ckpt and outputs.checkpoints and not (outputs.uri and within(outputs.ckpt, outputs.uri)):
+        take_lease(outputs.ckpt)  # two runs on one --ckpt_path would resume from and overwrite each other's
     interrupt.record(outputs.flag, outputs.uri, outputs.ckpt, outputs.checkpoints)
 
 
 def take_lease(output: str | None) -> None:
-    """The output's lease (alignment/lease.py), taken by the process that owns the run: the driver or
+    """An output's lease (alignment/lease.py), taken by the process that owns the run: the driver or
     in-process trainer, or rank 0 under torchrun/deepspeed; ranks started by a driver share its lease.
     Held until the CLI's main returns (run_main releases it) or the process ends."""
     if not output or os.environ.get("RANK", "0") != "0":

@@ -70,14 +70,45 @@ def not_a_checkpoint_folder(uri: str) -> bool:
     return bool(names) and not any(n == "latest" or n.startswith("global_step") for n in names)
 
 
+def foreign_folder(uri: str) -> str | None:
+    """What a local folder at `uri` holds when it is not one of our committed outputs (no MANIFEST.json) and
+    not empty: the commit replaces the whole folder, so it would delete them. None otherwise."""
+    if _remote(uri):
+        return None
+    path = Path(normalized(uri))
+    if not path.is_dir() or (path / "MANIFEST.json").exists():
+        return None
+    names = sorted(p.name for p in path.iterdir())
+    return f"{len(names)} entries ({', '.join(names[:4])}{', ...' if len(names) > 4 else ''})" if names else None
+
+
+def check_output_folder(flag: str, out: str) -> None:
+    """A committed output replaces the whole folder: it is never blank (the working directory), never the
+    working directory or a folder above it, and never a folder of the user's that is not an output of ours."""
+    require(out.strip() != "", f"--{flag} {out!r}: empty; pass the folder the output is committed as")
+    require(
+        _remote(out) or not within(os.getcwd(), out),
+        f"--{flag} {out}: is the working directory or holds it; the commit replaces that whole folder: pass a "
+        f"new folder, e.g. --{flag} ./{Path(normalized(out)).name or 'output'}_model",
+    )
+    held = foreign_folder(out)
+    require(
+        held is None,
+        f"--{flag} {out}: an existing folder that is not a committed output (no MANIFEST.json) holds {held}; "
+        f"the commit would replace it and delete them: pass a new or empty folder",
+    )
+
+
 def check_output_paths(cfg: Any) -> None:
-    """Every committed output (--save_path, --output_path) is a folder, and the commit, which replaces
-    that whole folder, would delete no model the run reads (--pretrain, --ref_pretrain, ...)."""
+    """Every committed output (--save_path, --output_path) is a folder that is safe to replace
+    (check_output_folder), and the commit, which replaces that whole folder, would delete no model the
+    run reads (--pretrain, --ref_pretrain, ...)."""
     models = {name: getattr(cfg, name) for name, what in path_fields(cfg).items() if what == "model"}
     for out_name in COMMITTED_OUTPUTS:
         out = getattr(cfg, out_name, None)
-        if not out:
+        if out is None:
             continue
+        check_output_folder(out_name, out)
         require(
             not local_file(out),
             f"--{out_name} {out}: is a file; pass a directory path (the output is a folder, committed as a whole)",
@@ -94,6 +125,7 @@ def check_output_paths(cfg: Any) -> None:
 def check_checkpoint_folder(ckpt: str, save: str, resumes: bool) -> None:
     """--ckpt_path of a run that writes or reads checkpoints: apart from --save_path, a folder, and
     with --load_checkpoint (`resumes`) one that holds checkpoints or nothing yet."""
+    require(ckpt.strip() != "", f"--ckpt_path {ckpt!r}: empty; pass the folder checkpoints are committed in")
     require(
         not (within(ckpt, save) or within(save, ckpt)),
         f"--ckpt_path {ckpt} and --save_path {save} overlap: the final commit replaces the whole --save_path "

@@ -14,6 +14,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from alignment import lease
 from alignment.config.base import ConfigError
 
 log = logging.getLogger(__name__)
@@ -97,8 +98,9 @@ def unniced(env_vars: dict[str, str] | None = None) -> dict:
     meet at every op, wait on the one that was preempted. A tiny-model SFT job on 2 cores ran
     7.6-8.1 steps/s at nice 15 and 8.8-9.4 at nice 0 (bare: 11.2-11.9; bare beside an idle Ray
     head: 9.9-10.1; docs/benchmarks.md, "Orchestration"). Ray's job supervisor is un-niced the
-    same way (RAY_worker_niceness)."""
-    return {"env_vars": {**(env_vars or {}), "RAY_worker_niceness": "0"}}
+    same way (RAY_worker_niceness). The driver's leases go with it: a worker that commits a checkpoint
+    does so under the run's lease (alignment/lease.py, `fenced`)."""
+    return {"env_vars": {**lease.shared_env(), **(env_vars or {}), "RAY_worker_niceness": "0"}}
 
 
 @dataclass

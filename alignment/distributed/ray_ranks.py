@@ -243,7 +243,7 @@ def run_ranks(
     placed = cluster.place(groups, ask(cfg, side), name, cfg.ranks.placement_strategy, cfg.ranks.accelerator_type)
     log.info("%s: code from %s, working directory %s", name, Path(alignment.__file__).parent, os.getcwd())
     ranks = [placed.actor(StageRank, group, k).remote() for k in range(group.world_size)]
-    shared = {lease.ENV: os.environ.get(lease.ENV, "")}  # the ranks share our lease
+    shared = lease.shared_env()  # the ranks share our leases
     if side is not None:  # started now; each loads while the ranks start, and a rank's first ask waits for it
         names = replica_names(side, name)
         ranks += [

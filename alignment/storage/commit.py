@@ -8,9 +8,10 @@ from __future__ import annotations
 import json
 import os
 import uuid
+from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from alignment.storage.files import children, remove, write_text_atomic
 from alignment.storage.manifest import read_manifest, sha256
@@ -18,12 +19,19 @@ from alignment.storage.paths import MANIFEST, filesystem, is_remote, join
 from alignment.storage.retry import StorageError, StoreUnavailable, retry, run_all
 
 
-def commit_dir(local_dir: str | Path, uri: str | Path, metadata: dict | None = None) -> dict:
+def commit_dir(
+    local_dir: str | Path,
+    uri: str | Path,
+    metadata: dict | None = None,
+    fence: Callable[[], AbstractContextManager] = nullcontext,
+) -> dict:
     """Upload every file under local_dir to uri, then write uri/MANIFEST.json last; returns the manifest.
 
     When uri is local_dir itself (a local save path) nothing is copied: the files are hashed in place.
     Over a committed object-store directory the upload goes to a new version folder and the old
-    version stays committed until the new manifest replaces the old one (module docstring)."""
+    version stays committed until the new manifest replaces the old one (module docstring).
+    `fence()` surrounds each change a reader can see (an output lease's check, alignment/lease.py): the
+    old manifest's removal on a local path, the new manifest's write; not the long hashing and upload."""
     src = Path(local_dir)
     if not src.is_dir():
         raise StorageError(f"commit {uri}: source {src} is not a directory; save the files there first")
@@ -32,8 +40,11 @@ def commit_dir(local_dir: str | Path, uri: str | Path, metadata: dict | None = N
     old = _old_manifest(uri) if is_remote(uri) else None
     root = new_version() if old else ""
     if not is_remote(uri):  # local commits go to fresh directories (outputs.py swaps them into place)
-        retry(lambda: fs.rm_file(f"{path}/{MANIFEST}") if fs.exists(f"{path}/{MANIFEST}") else None, "uncommit", uri)
-    return _write_manifest(uri, upload_files(src, uri, root, in_place=in_place), metadata, root, old)
+        with fence():
+            retry(lambda: fs.rm_file(f"{path}/{MANIFEST}") if fs.exists(f"{path}/{MANIFEST}") else None, "uncommit", uri)
+    entries = upload_files(src, uri, root, in_place=in_place)
+    with fence():
+        return _write_manifest(uri, entries, metadata, root, old)
 
 
 def new_version() -> str:
@@ -70,12 +81,19 @@ def upload_files(
     return dict(zip(rels, run_all(hashes + uploads)[: len(files)]))
 
 
-def commit_parts(uri: str | Path, root: str, entries: dict[str, dict[str, Any]], metadata: dict | None) -> dict:
+def commit_parts(
+    uri: str | Path,
+    root: str,
+    entries: dict[str, dict[str, Any]],
+    metadata: dict | None,
+    fence: Callable[[], AbstractContextManager] = nullcontext,
+) -> dict:
     """Commit an object-store directory whose files several processes uploaded into its version folder
-    `root` (upload_files); `entries` are all of theirs. Returns the manifest."""
+    `root` (upload_files); `entries` are all of theirs. Returns the manifest. `fence`: as commit_dir's."""
     if not root:
         raise StorageError(f"commit {uri}: parts uploaded by several processes need a version folder (new_version())")
-    return _write_manifest(uri, entries, metadata, root, _old_manifest(uri))
+    with fence():
+        return _write_manifest(uri, entries, metadata, root, _old_manifest(uri))
 
 
 def _write_manifest(uri: str | Path, entries: dict, metadata: dict | None, root: str, old: dict | None) -> dict:

@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 import torch.distributed as dist
 
-from alignment import storage
+from alignment import lease, storage
 from alignment.config.base import ConfigError
 from alignment.distributed.collectives import barrier
 from alignment.training.rng_state import restore_rng, rng_state
@@ -109,17 +109,19 @@ def commit(
     uri = f"{ckpt_uri.rstrip('/')}/{tag(step)}"
     meta = {"global_step": step, "world_size": world_size, **metadata}
     text = json.dumps({**state, "rng": rng_state()})
+    # only while this run holds the lease on its --ckpt_path: alignment/lease.py
     if storage.is_remote(ckpt_uri):
         with tempfile.TemporaryDirectory() as tmp:
             (Path(tmp) / STATE_FILE).write_text(text)
             entries = {**(parts or {}), **storage.upload_files(tmp, uri, version)}
-        storage.commit_parts(uri, version, entries, meta)
+        storage.commit_parts(uri, version, entries, meta, fence=lambda: lease.fenced(ckpt_uri))
     else:
         local = staging_dir(ckpt_uri) / tag(step)
         (local / STATE_FILE).write_text(text)
-        storage.commit_dir(local, uri, metadata=meta)
-    storage.set_latest(ckpt_uri, tag(step))
-    storage.apply_retention(ckpt_uri, keep=max_keep, prefix=PREFIX)
+        storage.commit_dir(local, uri, metadata=meta, fence=lambda: lease.fenced(ckpt_uri))
+    with lease.fenced(ckpt_uri):
+        storage.set_latest(ckpt_uri, tag(step))
+        storage.apply_retention(ckpt_uri, keep=max_keep, prefix=PREFIX)
     log.info("checkpoint committed: %s", uri)
     return uri
 
@@ -202,6 +204,17 @@ def load_engine(engine: Any, ckpt_uri: str, name: str, role: str = "model") -> N
         raise RuntimeError(f"DeepSpeed could not load the {role} of the committed checkpoint {uri}")
 
 
+def _check_lease(ckpt_uri: str) -> None:
+    """Every rank, before any writes: LeaseLost on all of them when rank 0 finds that this run's lease on
+    the checkpoint folder was taken over (a stopped run resumed), so that no file of a folder another run
+    now writes is touched (the commit is fenced again)."""
+    why = [lease.lost(ckpt_uri) if not dist.is_initialized() or dist.get_rank() == 0 else ""]
+    if dist.is_initialized():
+        dist.broadcast_object_list(why, src=0)
+    if why[0]:
+        raise lease.LeaseLost(why[0])
+
+
 def save(
     engines: dict[str, Any],
     ckpt_uri: str,
@@ -212,7 +225,9 @@ def save(
     extra: dict[str, RoleWriter] | None = None,
 ) -> str:
     """Every rank of a process group that holds all `engines` (role -> engine): save (with the `extra` files of
-    a role), each node's first rank uploads (remote), rank 0 commits."""
+    a role), each node's first rank uploads (remote), rank 0 commits. A run whose lease was taken over
+    (alignment/lease.py) stops on every rank before a file is written."""
+    _check_lease(ckpt_uri)
     for role, engine in engines.items():
         save_engine(engine, ckpt_uri, step, role, (extra or {}).get(role))
     barrier()
