@@ -113,13 +113,13 @@ def test_a_folder_of_the_users_is_never_replaced(tmp_path: Path, monkeypatch) ->
     """A commit replaces the whole output folder, so a folder that is not a committed output of ours (a
     checkout, the working directory, someone's data) is refused with the flags (config.paths) and, if it
     appears while the run trains, at the commit itself: left as it was, every file of it."""
-    from alignment.config.paths import check_output_folder
+    from alignment.config.paths import check_not_foreign, check_output_folder
 
     dest = tmp_path / "repo"
     (dest / ".git").mkdir(parents=True)
     (dest / "train.py").write_text("mine")
     with pytest.raises(ConfigError, match=r"holds 2 entries \(\.git, train\.py\); the commit would replace it"):
-        check_output_folder("save_path", str(dest))
+        check_not_foreign("save_path", str(dest))
     monkeypatch.chdir(dest / ".git")
     for path in ("", "  "):
         with pytest.raises(ConfigError, match="empty; pass the folder the output is committed as"):
@@ -129,7 +129,8 @@ def test_a_folder_of_the_users_is_never_replaced(tmp_path: Path, monkeypatch) ->
     monkeypatch.chdir(tmp_path)
     empty = tmp_path / "empty"
     empty.mkdir()
-    check_output_folder("save_path", str(empty))  # an empty folder or a committed output is fine
+    check_output_folder("save_path", str(empty))
+    check_not_foreign("save_path", str(empty))  # an empty folder or a committed output is fine
     staged = outputs.staging_dir(str(empty))
     _build(staged, "new")
     (empty / "data.csv").write_text("appeared while the run trained")

@@ -83,14 +83,18 @@ def foreign_folder(uri: str) -> str | None:
 
 
 def check_output_folder(flag: str, out: str) -> None:
-    """A committed output replaces the whole folder: it is never blank (the working directory), never the
-    working directory or a folder above it, and never a folder of the user's that is not an output of ours."""
+    """A committed output replaces the whole folder: it is never blank (the working directory), nor the
+    working directory or a folder above it (and, check_not_foreign, never a folder of the user's that is not
+    an output of ours)."""
     require(out.strip() != "", f"--{flag} {out!r}: empty; pass the folder the output is committed as")
     require(
         _remote(out) or not within(os.getcwd(), out),
         f"--{flag} {out}: is the working directory or holds it; the commit replaces that whole folder: pass a "
         f"new folder, e.g. --{flag} ./{Path(normalized(out)).name or 'output'}_model",
     )
+
+
+def check_not_foreign(flag: str, out: str) -> None:
     held = foreign_folder(out)
     require(
         held is None,
@@ -120,6 +124,7 @@ def check_output_paths(cfg: Any) -> None:
                     f"--{out_name} {out}: holds --{name} {model}; the commit replaces the whole --{out_name} "
                     f"folder, which would delete that model: pass another --{out_name}",
                 )
+        check_not_foreign(out_name, out)
 
 
 def check_checkpoint_folder(ckpt: str, save: str, resumes: bool) -> None:
