@@ -252,7 +252,7 @@ def fenced(uri: str) -> Iterator[None]:
 
 
 def lost(uri: str) -> str:
-    """"" while this run holds the lease covering `uri` (or none covers it); else the reason it must not write
+    """ "" while this run holds the lease covering `uri` (or none covers it); else the reason it must not write
     there (LeaseLost's line). Asked before a checkpoint's files are written, not only at its commit."""
     try:
         with fenced(uri):

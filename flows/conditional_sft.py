@@ -69,7 +69,9 @@ def csft_steps(
 ) -> list[Step]:
     """score, sft on the scored rows, then one generation per asked-for score, prefixed as SFT learned it."""
     score_step = Step("score", "batch_inference", "score", flow_sets("score", score, pretrain=policy))
-    generate = flow_sets("generate", generate, enable_csft=True, csft_prompt=learned_prefix(recipe, score_step.overrides))
+    generate = flow_sets(
+        "generate", generate, enable_csft=True, csft_prompt=learned_prefix(recipe, score_step.overrides)
+    )
     return [
         score_step,
         Step("sft", "sft", "sft", flow_sets("sft", sft, pretrain=policy), {"dataset": Output("score", "output.jsonl")}),

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 from alignment.config import ConfigError
 from alignment.config.base import did_you_mean
 from alignment.config.dotted import Spelling, dotted_tree, nested_to_fields
+from alignment.config.values import coerce
 
 WandbSwitch = Literal["offline", "true", "1", "env", "false", "0"]
 SWITCHES = ("offline", "true", "1", "env", "false", "0")
@@ -118,14 +119,15 @@ def overrides(value: Optional[Union[BaseModel, dict]]) -> dict[str, Any]:
 
 
 def _as_fields(models: list[type[BaseModel]], value: dict, where: str) -> dict[str, Any]:
-    """A parameter's dict read as field names by the first of its stage schemas that takes it (one line
-    for a dotted key of no group, or a field given under two spellings)."""
+    """A parameter's dict read as field names, their values typed (values.coerce: pydantic would take 8.5 as
+    an int's 8 and true as a float's 1.0), by the first of its stage schemas that takes it (one line for a
+    dotted key of no group, a field given under two spellings, or a value of the wrong type)."""
     error: Optional[ConfigError] = None
     for model in models:
         if getattr(model, "config_cls", None) is None:
             return dict(value)
         try:
-            return nested_to_fields(model.config_cls, value, where)
+            return coerce(model.config_cls, nested_to_fields(model.config_cls, value, where), where)
         except ConfigError as e:
             error = error or e
     raise error  # type: ignore[misc]
@@ -137,10 +139,29 @@ def _override_models(tp: Any) -> list[type[BaseModel]]:
     return [a for a in args if isinstance(a, type) and issubclass(a, StageOverrides)]
 
 
+# parameters naming a run: each is one folder of the store (<store>/<run_name>/<stage>-<hash>, its policy.json)
+RUN_NAMES = ("run_name", "promote_to")
+
+
+def check_run_name(flow: str, name: str, value: str) -> None:
+    """A run's name is one folder name under the store: a separator or `..` would put the run's stages outside
+    it (`../../escaped`), and an empty name would write into the store's root."""
+    bad = not value.strip() or value.startswith(".") or ".." in value or any(c in value for c in "/\\")
+    if bad or not value.isprintable():
+        raise ConfigError(
+            f"{flow}: {name}={value!r}: a run's name is one folder name under the store: not empty, no '/' or "
+            f"'\\', no '..', not starting with '.' (e.g. {name}=sft-2026-12)"
+        )
+
+
 def check_parameters(flow: str, hints: dict[str, Any], parameters: dict[str, Any]) -> None:
     """What the parameter schema can't say in one line (pydantic's message for an unknown key is a
-    block, and `retries: int` takes -1): an override key that is no flag of the stage, with the
-    closest ones; a wandb key given as a switch; retries below 0. Raises ConfigError."""
+    block, `retries: int` takes -1, and a stage value of the wrong type is converted): an override key
+    that is no flag of the stage, with the closest ones; a value not of its field's type; a wandb key given
+    as a switch; retries below 0; a run name that is no folder name. Raises ConfigError."""
+    for name in RUN_NAMES:
+        if isinstance(parameters.get(name), str):  # another type: the schema says so
+            check_run_name(flow, name, parameters[name])
     for name, value in parameters.items():
         models = _override_models(hints.get(name))
         if models and isinstance(value, dict):
@@ -151,7 +172,7 @@ def check_parameters(flow: str, hints: dict[str, Any], parameters: dict[str, Any
                         f"{flow}: {name}.{key}: unknown option{did_you_mean(key, known, name + '.')}; "
                         f"the keys are the stage's flag names (--help of its CLI)"
                     )
-            value = _as_fields(models, value, f"{flow}: {name}")
+            value = _as_fields(models, value, f"{flow}: flow parameter {name}")
         switch = overrides(value).get("use_wandb") if isinstance(value, (dict, BaseModel)) else None
         if switch is not None and str(switch).lower() not in SWITCHES:
             raise ConfigError(

@@ -83,7 +83,8 @@ def _refuse_owned(step: Step) -> None:
     kind = STAGES[step.stage]
     owned = {kind.output_field: "where it commits: <store>/<run_name>/<stage>-<identity>/model"}
     if kind.resumable:
-        owned |= dict.fromkeys(("ckpt_path", "load_checkpoint"), "its checkpoints, beside its model, resumed on a retry")
+        checkpoints = "its checkpoints, beside its model, resumed on a retry"
+        owned |= dict.fromkeys(("ckpt_path", "load_checkpoint"), checkpoints)
     for key, value in step.inputs.items():
         owned[key] = f"the {value.step!r} stage's output" if isinstance(value, Output) else f"{value}"
     for key in sorted(owned.keys() & step.overrides.keys()):

@@ -28,10 +28,11 @@ from alignment.config import (
     TinyBaseConfig,
 )
 from alignment.config.base import not_identity_fields, path_fields, secret_fields
-from alignment.config.cli import _coerce, load_yaml
+from alignment.config.cli import load_yaml
 from alignment.config.dotted import nested_to_fields
 from alignment.config.evaluate import EvaluateConfig
 from alignment.config.runs import WANDB_SWITCHES
+from alignment.config.values import coerce
 from alignment.fingerprint import fingerprint
 
 
@@ -142,7 +143,7 @@ def build_config(
     cls = STAGES[stage].config
     values = load_yaml(cls, config_file) if config_file else {}
     source = f"{stage} parameters"  # flat, dotted or nested by OpenRLHF's groups ({"train": {"batch_size": 8}})
-    values.update(_coerce(cls, nested_to_fields(cls, dict(overrides or {}), source), source))
+    values.update(coerce(cls, nested_to_fields(cls, dict(overrides or {}), source), source))
     for name in path_fields(cls):
         if isinstance(values.get(name), str):
             values[name] = absolute_input(values[name])

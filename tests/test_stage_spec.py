@@ -246,4 +246,7 @@ def test_settings_the_flow_makes_are_refused_as_parameters():
         pipeline.plan(steps, recipe, "/tmp/store", "r")
     with pytest.raises(ConfigError, match=re.escape("generate: pretrain='x' is set by the flow (pretrain='policy')")):
         flow_sets("generate", {"pretrain": "x"}, pretrain="policy")
-    assert flow_sets("generate", {"pretrain": "policy", "seed": 1}, pretrain="policy") == {"pretrain": "policy", "seed": 1}
+    assert flow_sets("generate", {"pretrain": "policy", "seed": 1}, pretrain="policy") == {
+        "pretrain": "policy",
+        "seed": 1,
+    }

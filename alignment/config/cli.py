@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-import types
 import typing
 from dataclasses import MISSING, fields
 from pathlib import Path
@@ -21,19 +20,9 @@ from alignment import storage
 from alignment.config.base import ConfigError, did_you_mean
 from alignment.config.dotted import nested_to_fields, spellings, to_fields
 from alignment.config.stages import StageConfig
+from alignment.config.values import coerce, unwrap
 
 T = TypeVar("T")
-
-
-def _unwrap(tp: Any) -> tuple[Any, bool]:
-    """(inner type, is_list) for Optional[X] / list[X] / X."""
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        return _unwrap(args[0])
-    if origin is list:
-        return typing.get_args(tp)[0], True
-    return tp, False
 
 
 def _bool(text: str) -> bool:
@@ -136,7 +125,7 @@ def build_parser(cls: type, prog: str | None = None) -> argparse.ArgumentParser:
     hints = typing.get_type_hints(cls)
     dotted = spellings(cls)
     for f in fields(cls):
-        inner, is_list = _unwrap(hints[f.name])
+        inner, is_list = unwrap(hints[f.name])
         mine = [s for s in dotted.values() if s.field == f.name]
         # --help lists the dotted name first (OpenRLHF's current one), the flat name and aliases after it
         names = [*(f"--{s.name}" for s in mine if s.values is None), f"--{f.name}", *f.metadata.get("aliases", ())]
@@ -171,43 +160,6 @@ def build_parser(cls: type, prog: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
-
-
-def _coerce(cls: type, values: dict[str, Any], source: str) -> dict[str, Any]:
-    hints = typing.get_type_hints(cls)
-    known = {f.name: f for f in fields(cls)}
-    out = {}
-    for key, value in values.items():
-        if key not in known:
-            hint = did_you_mean(key, known, "--")
-            raise ConfigError(f"{source}: unknown option {key!r}{hint}")
-        inner, is_list = _unwrap(hints[key])
-        if inner is bool and value is not None and not isinstance(value, bool):
-            # YAML and flow parameters: "false" must not become a truthy string
-            word = str(value).strip().lower()
-            if word not in _TRUE + _FALSE:
-                raise ConfigError(f"{source}: --{key} {value!r}: expected true or false")
-            value = word in _TRUE
-        elif is_list and value is not None:
-            items = value if isinstance(value, (list, tuple)) else [value]
-            flat = [p for item in items for p in str(item).split(",") if p != ""]
-            try:
-                value = [inner(p) for p in flat]
-            except ValueError:
-                raise ConfigError(f"{source}: --{key} {value!r} is not a list of {inner.__name__}") from None
-        elif value is not None and inner in (int, float) and not isinstance(value, bool):
-            try:
-                value = inner(value)
-            except (TypeError, ValueError):
-                raise ConfigError(f"{source}: --{key} {value!r} is not a valid {inner.__name__}") from None
-            choices = known[key].metadata.get("choices")
-            if choices and value not in choices:
-                raise ConfigError(f"{source}: --{key} {value!r} is not one of {list(choices)}")
-        out[key] = value
-    return out
-
-
 def load_yaml(cls: type[T], path: str | Path) -> dict[str, Any]:
     """The YAML file's values, checked against the schema (unknown keys are errors)."""
     text = storage.read_text(path) if "://" in str(path) else (Path(path).read_text() if Path(path).is_file() else None)
@@ -219,7 +171,7 @@ def load_yaml(cls: type[T], path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"--config {path}: not valid YAML ({str(e).splitlines()[0]})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"--config {path}: expected a mapping of flag: value")
-    return _coerce(cls, nested_to_fields(cls, data, f"--config {path}"), f"--config {path}")
+    return coerce(cls, nested_to_fields(cls, data, f"--config {path}"), f"--config {path}")
 
 
 def parse_args(cls: type[T], argv: list[str] | None = None, prog: str | None = None) -> T:
@@ -228,7 +180,7 @@ def parse_args(cls: type[T], argv: list[str] | None = None, prog: str | None = N
     ns = build_parser(cls, prog).parse_args(argv)
     config_file = getattr(ns, "config", None)
     values = load_yaml(cls, config_file) if config_file else {}
-    values.update(_coerce(cls, to_fields(cls, getattr(ns, _GIVEN, []), "command line"), "command line"))
+    values.update(coerce(cls, to_fields(cls, getattr(ns, _GIVEN, []), "command line"), "command line"))
     cfg = cls(**values)
     validate = getattr(cfg, "validate", None)
     return validate() if validate else cfg

@@ -41,7 +41,9 @@ def commit_dir(
     root = new_version() if old else ""
     if not is_remote(uri):  # local commits go to fresh directories (outputs.py swaps them into place)
         with fence():
-            retry(lambda: fs.rm_file(f"{path}/{MANIFEST}") if fs.exists(f"{path}/{MANIFEST}") else None, "uncommit", uri)
+            retry(
+                lambda: fs.rm_file(f"{path}/{MANIFEST}") if fs.exists(f"{path}/{MANIFEST}") else None, "uncommit", uri
+            )
     entries = upload_files(src, uri, root, in_place=in_place)
     with fence():
         return _write_manifest(uri, entries, metadata, root, old)

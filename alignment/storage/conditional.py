@@ -23,7 +23,11 @@ from alignment.storage.files import read_text, write_text_atomic
 from alignment.storage.paths import filesystem, is_remote
 from alignment.storage.retry import StorageError, missing_bucket, retry
 
-_PRECONDITION = ("PreconditionFailed", "pre-conditions you specified did not hold", "At least one of the pre-conditions")
+_PRECONDITION = (
+    "PreconditionFailed",
+    "pre-conditions you specified did not hold",
+    "At least one of the pre-conditions",
+)
 
 
 @contextmanager
