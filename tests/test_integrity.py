@@ -321,3 +321,40 @@ def test_damaged_model_folder_is_one_line(tiny_base, tmp_path):
         assert run.returncode == 2 and len(lines) == 1, run.stderr[-3000:]
         assert f"--pretrain {folder}: " in lines[0] and needle in lines[0], lines[0]
         assert "Loading weights" not in run.stderr
+
+
+def test_an_overflowed_update_is_never_checkpointed(tiny_base, tmp_path):
+    """--learning_rate 1e39 (after step 1's warmup at 0): step 2's loss and gradient norm are finite, its update
+    overflows the weights to NaN/Inf. Step 2's checkpoint is refused before a file of it is written: one line,
+    exit 2, step 1's checkpoint the newest, no model committed."""
+    out, ckpt = tmp_path / "model", tmp_path / "ckpt"
+    run = sft(["--pretrain", str(tiny_base), "--save_path", str(out), "--ckpt_path", str(ckpt), "--max_steps", "2",
+               "--save_steps", "1", "--learning_rate", "1e39"])  # fmt: skip
+    lines = error_lines(run)
+    assert run.returncode == 2 and len(lines) == 1, run.stderr[-3000:]
+    assert f"checkpoint {ckpt}/global_step2: the model's weight " in lines[0], lines[0]
+    assert "holds NaN/Inf after optimizer step 2 (the update overflowed the weights); not committed" in lines[0]
+    assert [p.name for p in ckpt.glob("global_step*")] == ["global_step1"] and not (out / storage.MANIFEST).exists()
+
+
+def test_a_non_finite_checkpoint_of_an_older_version_is_skipped(trained, tmp_path, caplog):
+    """A checkpoint committed without the `finite` mark (before the weights were checked) has its saved weights
+    read back at resume: one holding an Inf is skipped like a damaged one, and the one before it is used."""
+    from alignment.training import checkpoint, finite
+    from alignment.training.weights_only import WeightsOnlyCheckpointEngine
+
+    _, _, ckpt, _ = trained
+    copy = tmp_path / "ckpt"
+    shutil.copytree(ckpt, copy)
+    step4 = copy / "global_step4"
+    states = next(step4.rglob("*model_states.pt"))
+    data = WeightsOnlyCheckpointEngine().load(str(states), map_location="cpu")
+    name = next(iter(data["module"]))
+    data["module"][name] = torch.full_like(data["module"][name], math.inf)
+    torch.save(data, states)
+    meta = json.loads((step4 / storage.MANIFEST).read_text())["metadata"]
+    storage.commit_dir(step4, step4, metadata={k: v for k, v in meta.items() if k != finite.FINITE})
+    checkpoint._verified.clear()
+    found = checkpoint.find_latest(str(copy))
+    assert found is not None and found.name == "global_step2"
+    assert f"checkpoint {step4} holds non-finite weights" in caplog.text and name in caplog.text

@@ -10,7 +10,7 @@ from typing import Any
 
 import ray
 
-from alignment import storage
+from alignment import lease, storage
 from alignment.config.base import public_dict
 from alignment.config.ppo import PPOConfig
 from alignment.ppo.groups import ModelGroup
@@ -20,6 +20,9 @@ from alignment.training import checkpoint
 
 
 def save(trained: list[ModelGroup], cfg: PPOConfig, state: PPOState, actor_world: int) -> None:
+    why = lease.lost(cfg.ckpt.path)  # taken over while stopped: no file of this checkpoint is written
+    if why:
+        raise lease.LeaseLost(why)
     version = storage.new_version()
     ray.get([f for g in trained for f in g.call(ModelWorker.save_checkpoint, cfg.ckpt.path, state.iteration).futures])
     # then each node's first rank of each group uploads its node's files (s3://): the driver's node may hold none

@@ -190,7 +190,7 @@ class ModelWorker:
     @dispatch(EACH)
     def save_checkpoint(self, ckpt_uri: str, iteration: int) -> None:
         from alignment.models.saving import lora_save, save_hf_copy
-        from alignment.training import checkpoint
+        from alignment.training import checkpoint, finite
 
         def actor_extra(role_dir):  # --save_hf_ckpt's HF copy, --enable_ema's average (collective)
             if self.cfg.ckpt.save_hf:
@@ -201,6 +201,10 @@ class ModelWorker:
                 self.ema.save(role_dir)
 
         with self.sleep.awake():
+            # every rank of the group, before any saves: a NaN/Inf weight stops the run, nothing written
+            finite.check_engines(
+                {self.role: self.engine}, f"checkpoint {ckpt_uri}/{checkpoint.tag(iteration)}", iteration
+            )
             checkpoint.save_engine(
                 self.engine, ckpt_uri, iteration, self.role, actor_extra if self.role == "actor" else None
             )

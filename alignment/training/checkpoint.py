@@ -35,6 +35,7 @@ import torch.distributed as dist
 from alignment import lease, storage
 from alignment.config.base import ConfigError
 from alignment.distributed.collectives import barrier
+from alignment.training import finite
 from alignment.training.rng_state import restore_rng, rng_state
 from alignment.training.weights_only import WeightsOnlyCheckpointEngine
 
@@ -107,7 +108,8 @@ def commit(
     """One process, after every engine has saved (remote: after every node uploaded its `parts` into
     `version`, see upload_role): state.json (with this process's RNG), the commit, `latest`, retention."""
     uri = f"{ckpt_uri.rstrip('/')}/{tag(step)}"
-    meta = {"global_step": step, "world_size": world_size, **metadata}
+    # every caller went through save(), which checked the weights before any engine saved them
+    meta = {"global_step": step, "world_size": world_size, finite.FINITE: True, **metadata}
     text = json.dumps({**state, "rng": rng_state()})
     # only while this run holds the lease on its --ckpt_path: alignment/lease.py
     if storage.is_remote(ckpt_uri):
@@ -159,6 +161,8 @@ def _verify(uri: str) -> Latest:
         raise storage.StorageError(f"{uri} is committed without {STATE_FILE}") from None
     except ValueError as e:  # bad JSON or bad UTF-8 (UnicodeDecodeError is a ValueError)
         raise storage.StorageError(f"{uri}/{STATE_FILE} is not a valid state file ({str(e)[:120]})") from None
+    if not (manifest.get("metadata") or {}).get(finite.FINITE):  # committed by a version that did not check
+        finite.check_saved(folder, uri)
     found = Latest(uri, uri.rstrip("/").rsplit("/", 1)[-1], state, folder)
     _verified[uri] = (manifest, found)
     return found
@@ -166,9 +170,9 @@ def _verify(uri: str) -> Latest:
 
 def find_latest(ckpt_uri: str) -> Latest | None:
     """The newest committed checkpoint that verifies (see _verify), None when none is committed. A damaged
-    one is skipped with a warning naming it, and the one before it is used; when every committed
-    checkpoint is damaged: one StorageError line (a CLI exits 2). A store that doesn't answer is not
-    damage: StoreUnavailable propagates (exit 75, retried)."""
+    one, or one whose weights hold a NaN/Inf (finite.check_saved), is skipped with a warning naming it,
+    and the one before it is used; when every committed checkpoint is damaged: one StorageError line (a
+    CLI exits 2). A store that doesn't answer is not damage: StoreUnavailable propagates (exit 75, retried)."""
     committed = storage.list_committed(ckpt_uri, PREFIX)
     damaged: list[str] = []
     for name in reversed(committed):
@@ -178,7 +182,8 @@ def find_latest(ckpt_uri: str) -> Latest | None:
         except storage.StoreUnavailable:
             raise
         except storage.StorageError as e:
-            log.warning("checkpoint %s is damaged, not resuming from it: %s", uri, e)
+            what = "holds non-finite weights" if isinstance(e, finite.NonFiniteCheckpoint) else "is damaged"
+            log.warning("checkpoint %s %s, not resuming from it: %s", uri, what, e)
             damaged.append(str(e))
             continue
         if damaged:
@@ -186,7 +191,7 @@ def find_latest(ckpt_uri: str) -> Latest | None:
         return found
     if damaged:
         raise storage.StorageError(
-            f"every committed checkpoint under {ckpt_uri} is damaged (newest: {damaged[0]}); "
+            f"every committed checkpoint under {ckpt_uri} is damaged or non-finite (newest: {damaged[0]}); "
             f"delete them or start over with a new --ckpt_path"
         )
     return None
@@ -225,8 +230,10 @@ def save(
     extra: dict[str, RoleWriter] | None = None,
 ) -> str:
     """Every rank of a process group that holds all `engines` (role -> engine): save (with the `extra` files of
-    a role), each node's first rank uploads (remote), rank 0 commits. A run whose lease was taken over
+    a role), each node's first rank uploads (remote), rank 0 commits. Weights holding a NaN/Inf:
+    NonFiniteError on every rank before anything is written (finite.py). A run whose lease was taken over
     (alignment/lease.py) stops on every rank before a file is written."""
+    finite.check_engines(engines, f"checkpoint {ckpt_uri.rstrip('/')}/{tag(step)}", step)
     _check_lease(ckpt_uri)
     for role, engine in engines.items():
         save_engine(engine, ckpt_uri, step, role, (extra or {}).get(role))
