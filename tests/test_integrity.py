@@ -358,3 +358,18 @@ def test_a_non_finite_checkpoint_of_an_older_version_is_skipped(trained, tmp_pat
     found = checkpoint.find_latest(str(copy))
     assert found is not None and found.name == "global_step2"
     assert f"checkpoint {step4} holds non-finite weights" in caplog.text and name in caplog.text
+
+
+def test_a_resume_from_another_runs_checkpoints_is_refused(trained, tmp_path):
+    """Two runs one after the other on one --ckpt_path: the second (another seed) is refused before any
+    weights load, naming the difference; the checkpoints stay as they were."""
+    _, out, ckpt, _ = trained
+    before = tree(ckpt)
+    run = sft(["--pretrain", str(out), "--save_path", str(tmp_path / "m"), "--ckpt_path", str(ckpt), "--max_steps",
+               "4", "--save_steps", "2", "--load_checkpoint", "--seed", "4"])  # fmt: skip
+    lines = error_lines(run)
+    assert run.returncode == 2 and len(lines) == 1, run.stderr[-3000:]
+    assert (
+        f"checkpoint {ckpt}/global_step4 belongs to another run (config differs: --seed 3 there vs 4 here)" in lines[0]
+    )
+    assert "Loading weights" not in run.stderr and tree(ckpt) == before

@@ -71,11 +71,12 @@ def main(argv: list[str] | None = None) -> dict:
     from alignment.ppo.packed import packing_for
     from alignment.ppo.schedule import check_sizes, iterations_per_episode
     from alignment.training.checkpoint import check_world_size
+    from alignment.training.run_identity import RunIdentity
 
     rt = init_runtime(cfg.train.local_rank, cfg.train.num_threads)
     steps_per_iteration = check_sizes(cfg, rt.world_size)
     if cfg.ckpt.load_enable:  # before any weights load
-        check_world_size(cfg.ckpt.path, rt.world_size)
+        check_world_size(cfg.ckpt.path, rt.world_size, RunIdentity.of(cfg))
     setup = prepare(cfg, rt)
     prompts = load_prompts(cfg, setup.tokenizer, cfg.data.prompt_dataset, cfg.data.prompt_split)
     reward = (

@@ -34,6 +34,7 @@ from alignment.rewards.scorer import Scored
 from alignment.rollout.hf_engine import HFEngine
 from alignment.rollout.types import Rollout, SamplingParams
 from alignment.training import checkpoint
+from alignment.training.run_identity import RunIdentity
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +107,7 @@ class LocalGroups:
             cfg.ckpt.max_num,
             {"stage": "ppo", "config": public_dict(cfg)},
             extra={"actor": self.actor_extra},
+            identity=RunIdentity.of(cfg),
         )
 
     def actor_extra(self, role_dir: Path | None) -> None:
@@ -117,7 +119,9 @@ class LocalGroups:
 
     def resume(self) -> PPOState | None:
         """--load_checkpoint: the newest committed PPO state (engines loaded), or None to start fresh."""
-        got = resume_state(self.cfg.ckpt, lambda: checkpoint.load_latest(self.engines, self.cfg.ckpt.path))
+        got = resume_state(
+            self.cfg.ckpt, lambda: checkpoint.load_latest(self.engines, self.cfg.ckpt.path, RunIdentity.of(self.cfg))
+        )
         if got and self.ema is not None:
             self.ema.load(checkpoint.role_dir(self.cfg.ckpt.path, got[1].name, "actor"), self.actor.module)
         return got[0] if got else None

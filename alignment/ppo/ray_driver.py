@@ -135,7 +135,7 @@ class RayGroups:
         ray_state.save(self._trained(), self.cfg, state, self.actor_world)
 
     def resume(self) -> PPOState | None:
-        state = ray_state.resume(self._trained(), self.cfg.ckpt)
+        state = ray_state.resume(self._trained(), self.cfg)
         if state is not None:
             self.sync_weights()  # the engines started from --pretrain
         return state

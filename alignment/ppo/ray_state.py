@@ -16,7 +16,8 @@ from alignment.config.ppo import PPOConfig
 from alignment.ppo.groups import ModelGroup
 from alignment.ppo.loop import PPOState, resume_state
 from alignment.ppo.workers import ModelWorker
-from alignment.training import checkpoint
+from alignment.training import checkpoint, run_identity
+from alignment.training.run_identity import RunIdentity
 
 
 def save(trained: list[ModelGroup], cfg: PPOConfig, state: PPOState, actor_world: int) -> None:
@@ -33,17 +34,25 @@ def save(trained: list[ModelGroup], cfg: PPOConfig, state: PPOState, actor_world
         state.iteration,
         {"ppo": asdict(state)},
         cfg.ckpt.max_num,
-        {"stage": "ppo", "config": public_dict(cfg)},
+        {"stage": "ppo", "config": public_dict(cfg), run_identity.KEY: RunIdentity.of(cfg).record()},
         actor_world,
         {k: v for p in parts for k, v in p.items()},
         version,
     )
 
 
-def resume(trained: list[ModelGroup], ckpt: Any) -> PPOState | None:
-    """--load_checkpoint (`ckpt`: the config's checkpoint group): the newest committed state, loaded into the
-    groups (the weights load on the workers' nodes); None to start fresh."""
-    got = resume_state(ckpt, lambda: checkpoint.find_latest(ckpt.path))
+def resume(trained: list[ModelGroup], cfg: PPOConfig) -> PPOState | None:
+    """--load_checkpoint: the newest committed state, loaded into the groups (the weights load on the
+    workers' nodes); None to start fresh. Another run's checkpoint: ConfigError before its weights load."""
+    ckpt = cfg.ckpt
+
+    def find() -> Any:
+        found = checkpoint.find_latest(ckpt.path)
+        if found is not None:
+            RunIdentity.of(cfg).check(checkpoint.recorded_identity(found.uri), found.uri)
+        return found
+
+    got = resume_state(ckpt, find)
     if got is None:
         return None
     state, found = got

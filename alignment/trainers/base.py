@@ -25,6 +25,7 @@ from alignment.nonfinite import NonFiniteGuard, zero_loss
 from alignment.outputs import StagedOutput
 from alignment.training import checkpoint
 from alignment.training.engine import step as engine_step
+from alignment.training.run_identity import RunIdentity
 from alignment.training.sampler import micro_batches, micro_batches_per_epoch
 from alignment.training.schedule import SaveSchedule
 from alignment.training.tracking import MetricsLogger
@@ -123,7 +124,9 @@ class Trainer:
     def fit(self) -> dict[str, float]:
         cfg, rt = self.cfg, self.rt
         state = LoopState()
-        if cfg.ckpt.load_enable and (found := checkpoint.load_latest({"model": self.engine}, cfg.ckpt.path)):
+        if cfg.ckpt.load_enable and (
+            found := checkpoint.load_latest({"model": self.engine}, cfg.ckpt.path, RunIdentity.of(cfg))
+        ):
             state = LoopState(**found.state["loop"])
             log.info(
                 "resumed from %s (step %d, epoch %d, micro-batch %d)",
@@ -223,6 +226,7 @@ class Trainer:
             self.cfg.ckpt.max_num,
             metadata={"stage": self.stage},
             extra=extra,
+            identity=RunIdentity.of(self.cfg),
         )
         self.schedule.saved(state.global_step)
 

@@ -15,6 +15,7 @@ from alignment.models.moe import moe_top_k
 from alignment.trainers.base import total_steps
 from alignment.training.checkpoint import check_world_size
 from alignment.training.engine import build_engine
+from alignment.training.run_identity import RunIdentity
 
 
 @dataclass
@@ -45,7 +46,7 @@ def start(cfg: TrainerConfig, tokenizer_for: Callable[[Any, str], RowTokenizer])
     rt = init_runtime(cfg.train.local_rank, cfg.train.num_threads)
     cfg.accumulation_steps(rt.world_size)  # fails now, not after loading, if sizes don't divide
     if cfg.ckpt.load_enable:  # before any weights load
-        check_world_size(cfg.ckpt.path, rt.world_size)
+        check_world_size(cfg.ckpt.path, rt.world_size, RunIdentity.of(cfg))
     setup = prepare(cfg, rt)
     # a dense model given --aux_loss_coef is refused from its config.json, before the data is read
     top_k = moe_top_k(setup.path, cfg.model.aux_loss_coef, setup.trust_remote_code) if isinstance(cfg, MoEConfig) else 0

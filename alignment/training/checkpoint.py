@@ -35,8 +35,9 @@ import torch.distributed as dist
 from alignment import lease, storage
 from alignment.config.base import ConfigError
 from alignment.distributed.collectives import barrier
-from alignment.training import finite
+from alignment.training import finite, run_identity
 from alignment.training.rng_state import restore_rng, rng_state
+from alignment.training.run_identity import RunIdentity
 from alignment.training.weights_only import WeightsOnlyCheckpointEngine
 
 log = logging.getLogger(__name__)
@@ -228,6 +229,7 @@ def save(
     max_keep: int,
     metadata: dict,
     extra: dict[str, RoleWriter] | None = None,
+    identity: RunIdentity | None = None,
 ) -> str:
     """Every rank of a process group that holds all `engines` (role -> engine): save (with the `extra` files of
     a role), each node's first rank uploads (remote), rank 0 commits. Weights holding a NaN/Inf:
@@ -235,6 +237,8 @@ def save(
     (alignment/lease.py) stops on every rank before a file is written."""
     finite.check_engines(engines, f"checkpoint {ckpt_uri.rstrip('/')}/{tag(step)}", step)
     _check_lease(ckpt_uri)
+    if identity is not None:
+        metadata = {**metadata, run_identity.KEY: identity.record(engines)}
     for role, engine in engines.items():
         save_engine(engine, ckpt_uri, step, role, (extra or {}).get(role))
     barrier()
@@ -265,23 +269,34 @@ def save(
     return uri
 
 
-def load_latest(engines: dict[str, Any], ckpt_uri: str) -> Latest | None:
+def load_latest(engines: dict[str, Any], ckpt_uri: str, identity: RunIdentity | None = None) -> Latest | None:
     """Every rank of a process group that holds all `engines`: the newest committed checkpoint, its
-    engines loaded and its RNG restored; None when there is none."""
+    engines loaded and its RNG restored; None when there is none. Another run's (`identity`, the model's
+    shape included): ConfigError before any of its weights load."""
     found = find_latest(ckpt_uri)
     if found is None:
         return None
+    if identity is not None:
+        identity.check_shapes(recorded_identity(found.uri), engines, found.uri)
     for role, engine in engines.items():
         load_engine(engine, ckpt_uri, found.name, role)
     restore_rng(found.state)
     return found
 
 
-def check_world_size(ckpt_uri: str, world_size: int) -> None:
+def recorded_identity(uri: str) -> dict | None:
+    """The run identity a committed checkpoint recorded (None: an older version recorded none)."""
+    return ((storage.read_manifest(uri) or {}).get("metadata") or {}).get(run_identity.KEY)
+
+
+def check_world_size(ckpt_uri: str, world_size: int, identity: RunIdentity | None = None) -> None:
     """Before any weights load: the checkpoint a resume would use (find_latest: verified, a damaged one
-    skipped) must come from as many ranks as this run has. Its ZeRO optimizer state is sharded per rank,
-    and the data order depends on the rank count too."""
+    skipped) must be this run's (`identity`: stage and config, run_identity.py) and come from as many
+    ranks as this run has. Its ZeRO optimizer state is sharded per rank, and the data order depends on
+    the rank count too."""
     found = find_latest(ckpt_uri)
+    if found is not None and identity is not None:
+        identity.check(recorded_identity(found.uri), found.uri)
     written = (storage.read_manifest(found.uri) or {}).get("metadata", {}).get("world_size") if found else None
     if written is not None and written != world_size:
         raise ConfigError(
