@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from alignment.distributed import rendezvous
 from alignment.distributed.ray_ranks import free_port
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,8 @@ def init_runtime(local_rank_flag: int = -1, num_threads: int = 0) -> Runtime:
         torch.cuda.set_device(local_rank)
     import deepspeed
 
+    backend = "nccl" if device == "cuda" else "gloo"
     if not torch.distributed.is_initialized():
-        deepspeed.init_distributed(dist_backend="nccl" if device == "cuda" else "gloo", auto_mpi_discovery=False)
+        rendezvous.init_process_group(backend)  # our store, bound to MASTER_ADDR alone
+        deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False)  # adopts the group
     return Runtime(rank, world, local_rank, local_world, device)

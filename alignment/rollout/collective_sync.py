@@ -17,6 +17,8 @@ from typing import Iterator
 
 import torch
 
+from alignment.distributed.rendezvous import listening_socket
+
 BACKENDS = ("nccl", "gloo")
 
 
@@ -37,11 +39,19 @@ class TensorSpec:
 
 def listen(host: str, world_size: int, timeout_s: float = 300.0) -> torch.distributed.TCPStore:
     """The root's store at `host`, on a port the OS picks while binding it (`store.port`). Picking a
-    free port first and binding it later lost the race to another process now and then (EADDRINUSE)."""
+    free port first and binding it later lost the race to another process now and then (EADDRINUSE). The
+    socket is bound to `host` alone, not every interface (alignment/distributed/rendezvous.py)."""
     import torch.distributed as dist
 
+    fd, port = listening_socket(host, 0)
     return dist.TCPStore(
-        host, 0, world_size, is_master=True, wait_for_workers=False, timeout=datetime.timedelta(seconds=timeout_s)
+        host,
+        port,
+        world_size,
+        is_master=True,
+        wait_for_workers=False,
+        timeout=datetime.timedelta(seconds=timeout_s),
+        master_listen_fd=fd,
     )
 
 
