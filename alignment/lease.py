@@ -95,6 +95,11 @@ class Holder:
     heartbeat: float  # time.time() of the last heartbeat
     started: str = ""  # the holder process's start time (_started)
 
+    @classmethod
+    def this_process(cls, owner: str, what: str) -> "Holder":
+        pid = os.getpid()
+        return cls(owner, socket.gethostname(), _boot_id(), pid, what, time.time(), _started(pid))
+
     def describe(self) -> str:
         return f"{self.what} (pid {self.pid} on {self.host}, last heartbeat {time.time() - self.heartbeat:.0f} s ago)"
 
@@ -162,8 +167,7 @@ class Lease:
     def acquire(self) -> "Lease":
         owner = os.environ.get(ENV) or uuid.uuid4().hex
         for _ in range(5):
-            pid = os.getpid()
-            mine = Holder(owner, socket.gethostname(), _boot_id(), pid, self.what, time.time(), _started(pid))
+            mine = Holder.this_process(owner, self.what)
             with conditional.locked(self.uri):
                 if conditional.create(self.uri, mine.text()):
                     return self._hold(mine)

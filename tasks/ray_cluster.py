@@ -18,11 +18,9 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator
 
-if TYPE_CHECKING:
-    import psutil
-
+from alignflow.tasks import head_watchdog
 from alignflow.tasks.ray_auth import auth_env, auth_headers, client_auth
 
 log = logging.getLogger(__name__)
@@ -143,12 +141,14 @@ def local_head(num_cpus: int | None = None, extra_nodes: int = 0) -> Iterator[st
         "--disable-usage-stats",
     ]
     out = temp_dir / "ray_start.log"
-    log.info("starting a local Ray head on 127.0.0.1 (job API %s, token auth)", url)
+    log.info("starting a local Ray head on 127.0.0.1 (job API %s, token auth, temp dir %s)", url, temp_dir)
     with client_auth(), out.open("w") as f:
         # started in its private dir: jobs run there, not in whatever directory the flow was started from
         done = subprocess.run(
             cmd, stdout=f, stderr=subprocess.STDOUT, env=_head_env(single_node=not extra_nodes), cwd=temp_dir
         )
+    # stops the head if this process dies without running the `finally` below (kill -9, OOM)
+    watchdog = head_watchdog.start(temp_dir, ports["port"])
     with client_auth():
         try:
             if done.returncode != 0:
@@ -160,7 +160,9 @@ def local_head(num_cpus: int | None = None, extra_nodes: int = 0) -> Iterator[st
                 _wait_for_nodes(url, 1 + extra_nodes)
             yield url
         finally:
-            stopped = stop_head(temp_dir, ports["port"])
+            watchdog.terminate()
+            watchdog.wait()
+            stopped = head_watchdog.stop_head(temp_dir, ports["port"])
             shutil.rmtree(temp_dir, ignore_errors=True)
             log.info("local Ray head stopped (%d processes)", stopped)
 
@@ -194,42 +196,6 @@ def _wait_for_nodes(url: str, n: int, timeout_s: float = 120.0) -> None:
             return
         time.sleep(0.5)
     raise RayClusterError(f"the local Ray cluster at {url} did not reach {n} nodes within {timeout_s:.0f}s")
-
-
-def head_processes(temp_dir: Path, gcs_port: int) -> list[psutil.Process]:
-    """The Ray processes (psutil) of the head in `temp_dir` or talking to its GCS port, with their children."""
-    import psutil
-
-    marks = (str(temp_dir), f":{gcs_port}")
-    mine = []
-    for p in psutil.process_iter(["pid", "cmdline"]):
-        try:
-            args = p.info["cmdline"] or []
-            if p.pid != os.getpid() and any(m in arg for arg in args for m in marks) and "ray" in " ".join(args):
-                mine.append(p)
-                mine.extend(p.children(recursive=True))  # agents and workers retitle themselves "ray::…"
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return list({p.pid: p for p in mine}.values())
-
-
-def stop_head(temp_dir: Path, gcs_port: int, grace_s: float = 3.0) -> int:
-    """Stop exactly the Ray processes of the head in `temp_dir` (or talking to its GCS port), by PID.
-
-    Not `ray stop`: that stops every Ray process on the machine, other clusters included.
-    """
-    import psutil
-
-    mine = head_processes(temp_dir, gcs_port)
-    for p in mine:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            p.terminate()
-    _, alive = psutil.wait_procs(mine, timeout=grace_s)
-    for p in alive:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            p.kill()
-    psutil.wait_procs(alive, timeout=grace_s)
-    return len(mine)
 
 
 class Cluster:

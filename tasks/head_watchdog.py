@@ -1,0 +1,111 @@
+"""A killed flow leaves nothing running: the processes of its embedded Ray head, found by PID, stopped when
+the flow ends, however it ends.
+
+The flow stops its head in a `finally` (tasks/ray_cluster.py, local_head), which a kill -9, an OOM kill or a
+lost container never runs: the head, its job and the job's ranks then train on and finish the stage with
+nobody watching (27 of 29 processes did, in an outside probe). So next to the head the flow starts this
+watchdog in a session of its own (a kill of the flow's process group leaves it): every second it
+notes the flow process's descendants (the ephemeral Prefect API server, `ray job` clients) and checks that
+the flow is alive; when it is gone, it stops the head's processes and those descendants, removes the
+head's temp dir and exits. The flow's own `finally` stops the watchdog first.
+
+    python -m alignflow.tasks.head_watchdog PARENT_PID TEMP_DIR GCS_PORT
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+POLL_S = 1.0
+
+
+def head_processes(temp_dir: Path, gcs_port: int) -> list[psutil.Process]:
+    """The Ray processes (psutil) of the head in `temp_dir` or talking to its GCS port, with their children."""
+    marks = (str(temp_dir), f":{gcs_port}")
+    mine = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            args = p.info["cmdline"] or []
+            if p.pid != os.getpid() and any(m in arg for arg in args for m in marks) and "ray" in " ".join(args):
+                mine.append(p)
+                mine.extend(p.children(recursive=True))  # agents and workers retitle themselves "ray::…"
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return list({p.pid: p for p in mine}.values())
+
+
+def stop(procs: list[psutil.Process], grace_s: float = 3.0) -> int:
+    """SIGTERM, then SIGKILL what is left after `grace_s`; returns how many there were."""
+    procs = [p for p in procs if p.pid != os.getpid()]
+    for p in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.terminate()
+    _, alive = psutil.wait_procs(procs, timeout=grace_s)
+    for p in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.kill()
+    psutil.wait_procs(alive, timeout=grace_s)
+    return len(procs)
+
+
+def stop_head(temp_dir: Path, gcs_port: int, grace_s: float = 3.0) -> int:
+    """Stop exactly the Ray processes of the head in `temp_dir` (or talking to its GCS port), by PID.
+
+    Not `ray stop`: that stops every Ray process on the machine, other clusters included."""
+    return stop(head_processes(temp_dir, gcs_port), grace_s)
+
+
+def start(temp_dir: Path, gcs_port: int) -> subprocess.Popen:
+    """The watchdog of this process's head (module docstring); its log goes beside the head's."""
+    root = Path(__file__).resolve().parents[1]  # the checkout holding the alignflow package
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+    with (temp_dir / "watchdog.log").open("w") as f:
+        return subprocess.Popen(
+            [sys.executable, "-m", "alignflow.tasks.head_watchdog", str(os.getpid()), str(temp_dir), str(gcs_port)],
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
+
+
+def watch(parent: psutil.Process, temp_dir: Path, gcs_port: int) -> int:
+    """Until `parent` is gone; then stop its head and what it had started. Returns the processes stopped."""
+    seen: dict[int, psutil.Process] = {}
+    while True:
+        try:
+            if not parent.is_running() or parent.status() == psutil.STATUS_ZOMBIE:
+                break
+            seen.update({p.pid: p for p in parent.children(recursive=True)})
+        except psutil.NoSuchProcess:
+            break
+        time.sleep(POLL_S)
+    # psutil.Process remembers each one's start time: a pid reused since is not is_running(), never signalled
+    left = [p for p in seen.values() if p.is_running()]
+    stopped = stop_head(temp_dir, gcs_port) + stop(left)
+    shutil.rmtree(temp_dir, ignore_errors=True)
+    return stopped
+
+
+def main(argv: list[str]) -> int:
+    pid, temp_dir, gcs_port = int(argv[0]), Path(argv[1]), int(argv[2])
+    try:
+        parent = psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        parent = None
+    stopped = watch(parent, temp_dir, gcs_port) if parent else stop_head(temp_dir, gcs_port)
+    print(f"flow process {pid} is gone: stopped {stopped} processes of its Ray head and its children", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,74 @@
+"""A killed flow leaves nothing running, and the same flow run again finishes (tasks/head_watchdog.py,
+tasks/output_slot.py): kill -9 of the demo's flow process mid-SFT; within 10 s no process of its embedded
+Ray head, of its job or that the flow had started (the ephemeral Prefect API) is alive; the rerun takes the
+dead run's output slot over at once and resumes SFT from its checkpoint."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from alignflow.tasks.head_watchdog import head_processes
+from alignment.tiny_world.paths import tiny_dir
+from tests.conftest import REPO, python_env
+from tests.test_interrupts import wait_for
+
+pytestmark = pytest.mark.chaos
+
+
+def watchdog_of(pid: int) -> psutil.Process:
+    """The head watchdog the flow process `pid` started (its first argument is that pid)."""
+    for p in psutil.process_iter(["cmdline"]):
+        args = p.info["cmdline"] or []
+        if "alignflow.tasks.head_watchdog" in args and args[args.index("alignflow.tasks.head_watchdog") + 1] == str(
+            pid
+        ):
+            return p
+    raise AssertionError(f"no head watchdog of {pid}")
+
+
+def test_kill9_of_the_flow_process_stops_its_ray_head_and_the_rerun_finishes(tmp_path):
+    root = tmp_path / "demo"
+    cmd = [
+        sys.executable,
+        str(REPO / "scripts" / "demo.py"),
+        "--root",
+        str(root),
+        "--no_heldout_eval",
+        "--sft",
+        json.dumps({"max_steps": 120, "save_steps": 10, "logging_steps": 1, "eval_dataset": None}),
+        "--ppo",
+        json.dumps({"max_samples": 16, "num_episodes": 1, "remote_rm_url": str(tiny_dir() / "reward_func.py"),
+                    "normalize_reward": False, "dynamic_filtering": False}),
+    ]  # fmt: skip
+    env = python_env(PREFECT_HOME=str(tmp_path / "prefect"))
+    env.pop("PREFECT_API_URL", None)  # the demo's own ephemeral API, as on a user's machine
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: next((root / "store" / "demo").glob("sft-*/checkpoints/latest"), None), proc, timeout_s=600)
+        dog = watchdog_of(proc.pid)
+        temp_dir, gcs_port = dog.cmdline()[-2], int(dog.cmdline()[-1])
+        running = {
+            p.pid: p for p in [*psutil.Process(proc.pid).children(recursive=True), *head_processes(temp_dir, gcs_port)]
+        }
+        assert len(running) >= 5, running  # the head's daemons, the job's driver and rank, the API server
+    finally:
+        proc.kill()
+        proc.wait()
+    deadline = time.monotonic() + 10
+    while (alive := [p for p in running.values() if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]) and (
+        time.monotonic() < deadline
+    ):
+        time.sleep(0.5)
+    assert not alive, [(p.pid, p.cmdline()[:3]) for p in alive]
+    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    shown = again.stdout + again.stderr
+    assert again.returncode == 0, shown[-4000:]
+    assert "which is gone: freeing it" in shown and "resuming stage sft from committed checkpoint" in shown, shown[
+        -4000:
+    ]
