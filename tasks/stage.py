@@ -21,6 +21,7 @@ from alignflow.tasks.ray_job import StageJobFailed, job_env, job_python, run_job
 from alignflow.tasks.stage_spec import STAGES, StageResult, dir_of_model, job_config
 from alignment import events, storage
 from alignment.config.cli import config_to_yaml
+from alignment.config.runs import TRACKING_ENV
 from alignment.errors import TransientError
 
 
@@ -137,6 +138,7 @@ async def _run_job_try(
     entrypoint = shlex.join([job_python(), "-m", STAGES[stage].module, "--config", config_uri])
     env = job_env()
     env[events.ENV_SWITCH] = "1"  # rank 0 reports progress as events in its log (alignment.events)
+    env[TRACKING_ENV] = out  # an offline wandb run is kept beside the model, not in the job's temp dir
     latest = storage.get_latest(f"{out}/checkpoints", "global_step") if STAGES[stage].resumable else None
     if latest:
         logger.info("resuming stage %s from committed checkpoint %s", stage, latest)

@@ -66,7 +66,8 @@ def chain(module_tmp) -> dict[str, Path]:
             "--use_wandb",
             FAKE_WANDB_KEY,
         ],
-        env={"WANDB_MODE": "offline", "WANDB_DIR": str(root)},
+        # what a flow sets for its stage job: the offline wandb run is kept in the stage's folder, beside the model
+        env={"WANDB_MODE": "offline", "WANDB_DIR": str(root), "ALIGNFLOW_TRACKING_URI": str(root / "sft-stage")},
     )
     pairs = f"json@{tiny_dir() / 'preference'}"
     run_module(
@@ -119,6 +120,18 @@ def test_no_committed_file_holds_the_wandb_key(chain):
     assert not [p for p in files if FAKE_WANDB_KEY.encode() in p.read_bytes()]
     text = ModelCard.load(chain["sft"] / "README.md").text
     assert "use_wandb: '***'" in text and "- wandb: `" in text  # wandb did log (offline); the field is masked
+
+
+def test_an_offline_wandb_run_is_kept_where_the_card_says(chain):
+    """A flow stage's offline wandb run lives in its job's temp dir, deleted with an embedded Ray head: it is
+    committed into the stage's folder (ALIGNFLOW_TRACKING_URI), and the model's card names that copy."""
+    from alignment import storage
+
+    kept = storage.read_manifest(chain["sft"])["metadata"]["tracking"]["wandb"]
+    stage = chain["sft"].parent / "sft-stage" / "wandb"
+    assert kept.startswith(f"{stage}/offline-run-") and storage.is_committed(kept), kept
+    assert any(Path(kept).rglob("*.wandb")) and f"`{kept}`" in ModelCard.load(chain["sft"] / "README.md").text
+    assert not [p for p in Path(kept).rglob("*") if p.is_file() and FAKE_WANDB_KEY.encode() in p.read_bytes()]
 
 
 def test_lineage_cli_walks_dpo_sft_base(chain):

@@ -93,6 +93,7 @@ def main(argv: list[str] | None = None) -> dict:
     # built here, committed over --save_path at the end: a committed model there stays intact until then
     with StagedOutput(cfg.ckpt.output_dir, writes=rt.is_main) as out:
         logger = runner.run(cfg, groups, setup.tokenizer, prompts, out.dir, rt.is_main)
+        logger.close()  # the trackers' files are complete before the model (and the card naming them) commits
         if groups.ema is not None and out.dir is not None:  # --enable_ema: the average, beside the actor
             save_hf_model(
                 actor.module, groups.ema.state_dict(actor.module), setup.tokenizer, out.dir / "ema", lora=lora_save(cfg)
@@ -106,7 +107,6 @@ def main(argv: list[str] | None = None) -> dict:
             cfg=cfg,
         )
     barrier()
-    logger.close()
     return logger.final()
 
 

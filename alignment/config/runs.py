@@ -240,6 +240,8 @@ class CheckpointConfig:
 
 # --use_wandb values that switch wandb on without being a key (any other value is the API key)
 WANDB_SWITCHES = ("offline", "true", "1", "env")
+# where a stage's offline tracking runs are kept (a flow sets it to the stage's folder in the store)
+TRACKING_ENV = "ALIGNFLOW_TRACKING_URI"
 
 
 @dataclass

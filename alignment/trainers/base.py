@@ -152,8 +152,9 @@ class Trainer:
                 state.global_step,
                 self.total_steps,
             )
+            # the trackers' files are complete before the model (and the card naming them) is committed
+            logger.close()
             self.save_final(out, logger)
-        logger.close()
         return logger.final()
 
     def _train(self, state: LoopState, logger: MetricsLogger) -> None:

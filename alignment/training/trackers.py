@@ -20,7 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from alignment.config.runs import WANDB_SWITCHES, LoggingConfig
+from alignment import storage
+from alignment.config.runs import TRACKING_ENV, WANDB_SWITCHES, LoggingConfig
 
 
 def wandb_run_id(resume_key: str) -> str:
@@ -56,7 +57,19 @@ def start_wandb(cfg: LoggingConfig, stage: str) -> tuple[Any, str]:
         **resume,
     )
     where = run.url or str(Path(run.dir).parent)  # offline: .../wandb/offline-run-<time>-<id>
+    if not run.url and os.environ.get(TRACKING_ENV):  # where close() will keep it (keep_offline_run)
+        where = f"{os.environ[TRACKING_ENV].rstrip('/')}/wandb/{Path(run.dir).parent.name}"
     return run, where
+
+
+def keep_offline_run(run: Any) -> None:
+    """After wandb.finish(): an offline run's folder copied to TRACKING_ENV's location (a flow stage's folder
+    in the store, beside its model), committed there like any output. Its own folder lives in the job's
+    working directory, which an embedded Ray head deletes with the flow; the model card names the copy."""
+    if run.url or not os.environ.get(TRACKING_ENV):
+        return
+    local = Path(run.dir).parent
+    storage.commit_dir(local, f"{os.environ[TRACKING_ENV].rstrip('/')}/wandb/{local.name}", {"wandb": "offline run"})
 
 
 def tensorboard_inside_model(cfg: LoggingConfig) -> str | None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from alignment import events
 from alignment.config.runs import LoggingConfig
-from alignment.training.trackers import TensorBoard, start_wandb
+from alignment.training.trackers import TensorBoard, keep_offline_run, start_wandb
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +113,7 @@ class MetricsLogger:
             self._tb.close()
         if self._wandb is not None:
             self._wandb.finish()
+            keep_offline_run(self._wandb)
 
 
 def cuda_peak_memory() -> dict[str, float]:
