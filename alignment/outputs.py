@@ -31,7 +31,7 @@ from pathlib import Path
 
 from alignment import lease, storage
 from alignment.config.base import ConfigError
-from alignment.config.paths import foreign_folder
+from alignment.config.paths import foreign_folder, is_checkpoint_folder
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,11 @@ def _remove_dead_leftovers(dest: Path) -> None:
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
+            for folder in _checkpoint_folders(old):  # moved in by a commit that died before its swap: back
+                if not (dest / folder.name).exists():
+                    dest.mkdir(parents=True, exist_ok=True)
+                    os.rename(folder, dest / folder.name)
+                    log.warning("moved the checkpoints %s back to %s", folder, dest / folder.name)
             log.info("removing %s: left by process %d, which died before its commit", old, pid)
             shutil.rmtree(old, ignore_errors=True)
         except PermissionError:  # alive, someone else's
@@ -101,6 +106,10 @@ def _exchange(a: Path, b: Path) -> bool:
     raise OSError(err, f"renameat2({a}, {b}, RENAME_EXCHANGE): {os.strerror(err)}")
 
 
+def _checkpoint_folders(folder: Path) -> list[Path]:
+    return [p for p in folder.iterdir() if is_checkpoint_folder(p)] if folder.is_dir() else []
+
+
 def _swap_into_place(staged: Path, dest: Path) -> None:
     """Put the committed `staged` directory at `dest`; the old `dest` (if any) is deleted after."""
     _refuse_file(dest)  # again: the file may have appeared while the output was built
@@ -111,6 +120,10 @@ def _swap_into_place(staged: Path, dest: Path) -> None:
             f"the run trained, holding {held}; left as it was and this run's output discarded: run again with "
             f"another output folder (with --load_checkpoint it resumes from the last checkpoint)"
         )
+    # checkpoint folders inside the output (--ckpt_path <save>/ckpt) go into the new one, named by no manifest:
+    # moved before the swap, so the old output deleted after it holds none of them
+    for folder in _checkpoint_folders(dest):
+        os.rename(folder, staged / folder.name)
     if not dest.exists():
         os.rename(staged, dest)
         return

@@ -25,6 +25,7 @@ import pytest
 from alignment.tiny_world.paths import tiny_dir
 from tests.conftest import python_env
 from tests.fixtures_s3 import PLANTED_SECRET
+from tests.mounts import read_only_dir
 
 pytestmark = pytest.mark.integration
 
@@ -148,12 +149,12 @@ CASES = [
      "--save_path @MODEL@: holds --pretrain @MODEL@; the commit replaces the whole --save_path folder", False),
     ("dpo_save_path_is_the_ref_model", "train_dpo", [*PAIRS, "--ref_pretrain", "@OUT@"],
      "--save_path @OUT@: holds --ref_pretrain @OUT@", False),
-    ("sft_ckpt_path_inside_save_path", "train_sft", [*SFT, "--save_steps", "5", "--ckpt_path", "@OUT@/checkpoints"],
-     "--ckpt_path @OUT@/checkpoints and --save_path @OUT@ overlap: the final commit replaces the whole --save_path", False),
+    ("sft_ckpt_path_deep_inside_save_path", "train_sft", [*SFT, "--save_steps", "5", "--ckpt_path", "@OUT@/a/ckpt"],
+     "--ckpt_path @OUT@/a/ckpt lies deeper inside --save_path @OUT@: put it directly inside", False),
     ("rm_ckpt_path_is_save_path", "train_rm", [*PAIRS, "--save_minutes", "10", "--ckpt_path", "@OUT@"],
-     "--ckpt_path @OUT@ and --save_path @OUT@ overlap", False),
+     "--save_path @OUT@ lies in --ckpt_path @OUT@: a checkpoint folder must not hold the model", False),
     ("kto_save_path_inside_ckpt_path", "train_kto", [*KTO, "--load_checkpoint", "--ckpt_path", "@WORK@"],
-     "--ckpt_path @WORK@ and --save_path @OUT@ overlap", False),
+     "--save_path @OUT@ lies in --ckpt_path @WORK@: a checkpoint folder must not hold the model", False),
     ("sft_resume_from_a_file", "train_sft", [*SFT, "--load_checkpoint", "--ckpt_path", "@BAD@/notes.txt"],
      "--ckpt_path @BAD@/notes.txt: is a file", False),
     ("dpo_resume_from_a_model_folder", "train_dpo", [*PAIRS, "--load_checkpoint", "--ckpt_path", "@BAD@/no_tokenizer"],
@@ -207,6 +208,71 @@ CASES = [
     ("sft_unknown_optim", "train_sft", [*SFT, "--optim", "sgd"], "--optim: invalid choice: 'sgd'", False),
     ("sft_muon_lr_without_muon", "train_sft", [*SFT, "--muon_lr", "0.02"],
      "--muon_lr 0.02 sets the Muon half of --optim muon", False),
+    # issue 62, item 7: what reached a traceback, a misleading line or a run that trained on nothing
+    ("sft_chat_template_syntax_error", "train_sft",
+     [*SFT, "--apply_chat_template", "--tokenizer_chat_template", "{% for m in messages %}\n{{ m.content }\n{% endfor %}"],
+     "--tokenizer_chat_template: the chat template does not parse: line 2: unexpected '}' in `{{ m.content }`", True),
+    ("dpo_model_folder_broken_chat_template", "train_dpo", [*PAIRS, "--pretrain", "@BAD@/broken_template",
+                                                            "--apply_chat_template"],
+     "@BAD@/broken_template/chat_template.jinja: the chat template does not parse: line 2", False),
+    ("sft_save_path_read_only", "train_sft", [*SFT, "--save_path", "@RO@/sft"],
+     "--save_path @RO@/sft: cannot create files in @RO@", False),
+    ("rm_ckpt_path_read_only", "train_rm", [*PAIRS, "--save_steps", "5", "--ckpt_path", "@RO@/ckpt"],
+     "--ckpt_path @RO@/ckpt: cannot create files in @RO@", False),
+    ("batch_output_path_read_only", "batch_inference", [*GEN, "--output_path", "@RO@/gen"],
+     "--output_path @RO@/gen: cannot create files in @RO@", False),
+    ("sft_all_responses_empty", "train_sft", [*SFT, "--dataset", "@BAD@/empty_responses.jsonl"],
+     "empty_responses.jsonl: in all 3 rows --output_key 'output' is empty: nothing to learn but the end token", False),
+    ("sft_multiturn_all_assistant_turns_empty", "train_sft",
+     [*SFT, "--dataset", "@BAD@/empty_turns.jsonl", "--input_key", "messages", "--multiturn", "--apply_chat_template"],
+     "in all 2 rows every assistant turn in --input_key 'messages' is empty", False),
+    ("sft_pretrain_without_weights", "train_sft", [*SFT, "--pretrain", "@BAD@/no_weights"],
+     "--pretrain @BAD@/no_weights: no weights in that directory (none of model.safetensors, "
+     "model.safetensors.index.json, pytorch_model.bin", False),
+    ("sft_pretrain_missing_shard", "train_sft", [*SFT, "--pretrain", "@BAD@/missing_shard"],
+     "--pretrain @BAD@/missing_shard: model.safetensors.index.json names 2 weight files but "
+     "model-00002-of-00002.safetensors is missing", False),
+    ("sft_pretrain_empty_folder", "train_sft", [*SFT, "--pretrain", "@BAD@/empty_model"],
+     "--pretrain @BAD@/empty_model: no config.json in that directory", False),
+    ("kd_teacher_missing", "train_kd", [*SFT, "--teacher_model", "@WORK@/no_teacher"],
+     "--teacher_model @WORK@/no_teacher: directory does not exist", False),
+    ("sft_save_path_inside_pretrain", "train_sft", [*SFT, "--save_path", "@MODEL@/sft"],
+     "--save_path @MODEL@/sft: inside --pretrain @MODEL@; a run must not write into a model it reads", False),
+    ("sft_ckpt_path_is_pretrain", "train_sft", [*SFT, "--save_steps", "5", "--ckpt_path", "@MODEL@"],
+     "--ckpt_path @MODEL@: inside --pretrain @MODEL@", False),
+    ("dpo_ckpt_path_inside_pretrain", "train_dpo", [*PAIRS, "--save_minutes", "10", "--ckpt_path", "@MODEL@/ckpt"],
+     "--ckpt_path @MODEL@/ckpt: inside --pretrain @MODEL@", False),
+    ("sft_learning_rate_inf", "train_sft", [*SFT, "--learning_rate", "inf"],
+     "--learning_rate inf: expected a finite number", False),
+    ("sft_dataset_probs_inf", "train_sft", [*SFT, "--dataset_probs", "inf"],
+     "--dataset_probs inf: inf is not a finite number", False),
+    ("sft_dataset_probs_nan", "train_sft", [*SFT, "--dataset", f"{T}/sft/train.jsonl,{T}/sft/test.jsonl",
+                                            "--dataset_probs", "0.5,nan"],
+     "--dataset_probs 0.5,nan: nan is not a finite number", False),
+    ("ppo_ray_reward_weights_nan", "train_ppo_ray", [*PPO, "--reward_pretrain", "@MODEL@,@MODEL@", "--reward_weights",
+                                                     "1,nan"],
+     "--reward_weights '1,nan': every weight must be a finite number", False),
+    ("sft_input_template_two_slots", "train_sft", [*SFT, "--input_template", "{} and {}"],
+     "--input_template '{} and {}': str.format fails with one prompt (IndexError", False),
+    ("sft_lora_alpha_0", "train_sft", [*SFT, "--lora_rank", "8", "--lora_alpha", "0"],
+     "--lora_alpha 0: must be > 0 with --lora_rank 8", False),
+    # already one line, kept so they stay so: what users really type
+    ("sft_json_array_row", "train_sft", [*SFT, "--dataset", "@BAD@/array_row.jsonl"],
+     "array_row.jsonl:2: expected a JSON object per line, got list", False),
+    ("sft_config_malformed_yaml", "train_sft", [*SFT, "--config", "@BAD@/malformed.yaml"],
+     "malformed.yaml: not valid YAML", False),
+    ("sft_config_yaml_list", "train_sft", [*SFT, "--config", "@BAD@/list.yaml"],
+     "list.yaml: expected a mapping of flag: value", False),
+    ("sft_dataset_folder_without_data", "train_sft", [*SFT, "--dataset", "@BAD@/no_data"],
+     "has no 'train' split: expected train.jsonl", False),
+    ("sft_max_epochs_0", "train_sft", [*SFT, "--max_epochs", "0"], "--max_epochs 0: must be > 0", False),
+    ("sft_max_samples_negative", "train_sft", [*SFT, "--max_samples", "-5"], "--max_samples -5: must be > 0", False),
+    ("ppo_ray_n_samples_per_prompt_0", "train_ppo_ray", [*PPO, "--n_samples_per_prompt", "0"],
+     "--n_samples_per_prompt 0: must be >= 1", False),
+    ("ppo_ray_temperature_negative", "train_ppo_ray", [*PPO, "--temperature", "-1"], "--temperature -1.0: must be > 0",
+     False),
+    ("ppo_ray_micro_rollout_batch_0", "train_ppo_ray", [*PPO, "--micro_rollout_batch_size", "0"],
+     "--micro_rollout_batch_size must be > 0", False),
 ]
 # fmt: on
 # Environments of their own (None: the variable removed), for real subprocesses only: the driver's store
@@ -307,6 +373,34 @@ def world(tiny_base, module_tmp, moto_endpoint):
     for f in ("config.json", "model.safetensors"):  # a model folder someone forgot to save the tokenizer into
         shutil.copy(tiny_base / f, bad / "no_tokenizer" / f)
     make_base(bad / "other_vocab", seed=1, config_overrides={"vocab_size": 300})  # a teacher of another tokenizer
+    (bad / "broken_template").mkdir()  # a model folder whose chat_template.jinja was edited by hand (no MANIFEST)
+    for f in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(tiny_base / f, bad / "broken_template" / f)
+    (bad / "broken_template" / "chat_template.jinja").write_text(
+        "{% for m in messages %}\n{{ m.content }\n{% endfor %}"
+    )
+    (bad / "no_weights").mkdir()  # config and tokenizer saved, the weights not
+    for f in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(tiny_base / f, bad / "no_weights" / f)
+    (bad / "missing_shard").mkdir()  # a sharded model whose download stopped after the first shard
+    for f in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(tiny_base / f, bad / "missing_shard" / f)
+    shutil.copy(tiny_base / "model.safetensors", bad / "missing_shard" / "model-00001-of-00002.safetensors")
+    shards = {"lm_head.weight": "model-00002-of-00002.safetensors", "x": "model-00001-of-00002.safetensors"}
+    (bad / "missing_shard" / "model.safetensors.index.json").write_text(json.dumps({"weight_map": shards}))
+    (bad / "empty_model").mkdir()
+    (bad / "no_data").mkdir()
+    (bad / "no_data" / "README.md").write_text("the data files were never copied\n")
+    (bad / "empty_responses.jsonl").write_text(
+        "".join(json.dumps({"input": f"What is {i} + 1?", "output": out}) + "\n" for i, out in enumerate(["", " ", ""]))
+    )
+    turns = [{"role": "user", "content": "What is 1 + 1?"}, {"role": "assistant", "content": ""}]
+    (bad / "empty_turns.jsonl").write_text(
+        json.dumps({"messages": turns}) + "\n" + json.dumps({"messages": turns}) + "\n"
+    )
+    (bad / "array_row.jsonl").write_text(good[0] + '\n["What is 1 + 1?", "2"]\n')
+    (bad / "malformed.yaml").write_text("learning_rate: [1e-5\n")
+    (bad / "list.yaml").write_text("- learning_rate: 1e-5\n")
     out = work / "committed"
     shutil.copytree(tiny_base, out)
     storage.commit_dir(out, out, metadata={"stage": "test_bad_input"})
@@ -320,7 +414,13 @@ def world(tiny_base, module_tmp, moto_endpoint):
     for var in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "RAY_ADDRESS"):
         env.pop(var, None)
     subst = {"@MODEL@": str(tiny_base), "@OUT@": str(out), "@BAD@": str(bad), "@WORK@": str(work)}
-    return work, out, env, lambda argv: [_subst(a, subst) for a in argv]
+    with read_only_dir(work / "read_only") as ro_why_not:  # @RO@: an empty read-only mount (tests/mounts.py)
+        subst["@RO@"] = str(work / "read_only")
+        yield work, out, env, lambda argv: [_subst(a, subst) for a in argv], ro_why_not
+
+
+def _needs_read_only(argv: list[str]) -> bool:
+    return any("@RO@" in a for a in argv)
 
 
 def _subst(arg: str, subst: dict[str, str]) -> str:
@@ -332,12 +432,13 @@ def _subst(arg: str, subst: dict[str, str]) -> str:
 @pytest.fixture(scope="module")
 def results(world):
     """{case name: (exit status, stderr, seconds)} for every case; the committed model hashed around them."""
-    work, out, env, fill = world
+    work, out, env, fill, ro_why_not = world
+    runnable = [c for c in CASES if ro_why_not is None or not _needs_read_only(c[2])]
     before = _tree_hash(out)
     cwd = work / "cwd"  # the CLIs' relative defaults (./ckpt) land here: nothing may appear
     cwd.mkdir()
     res = {}
-    for name, module, argv, _, real in CASES:
+    for name, module, argv, _, real in runnable:
         if real:
             start = time.monotonic()
             case_env = {**env, **CASE_ENV.get(name, {})}
@@ -353,7 +454,10 @@ def results(world):
     spec = work / "driver.json"
     spec.write_text(
         json.dumps(
-            {"out": str(work / "driver_out.json"), "cases": [(n, m, fill(a)) for n, m, a, _, real in CASES if not real]}
+            {
+                "out": str(work / "driver_out.json"),
+                "cases": [(n, m, fill(a)) for n, m, a, _, real in runnable if not real],
+            }
         )
     )
     proc = subprocess.run(
@@ -366,20 +470,22 @@ def results(world):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     res.update({k: tuple(v) for k, v in json.loads((work / "driver_out.json").read_text()).items()})
-    print("\n".join(f"{n}: {res[n][2]:.1f}s  {res[n][1].strip()}" for n, *_ in CASES))
+    print("\n".join(f"{n}: {res[n][2]:.1f}s  {res[n][1].strip()}" for n, *_ in runnable))
     assert _tree_hash(out) == before, "a bad-input run changed the committed model at --save_path"
     assert not any(cwd.iterdir()), sorted(cwd.iterdir())
     return res
 
 
 def test_corpus_is_big_enough():
-    assert len(CASES) >= 60 and len({c[0] for c in CASES}) == len(CASES)
+    assert len(CASES) >= 120 and len({c[0] for c in CASES}) == len(CASES)
     assert all(c[4] for c in CASES if c[0] in CASE_ENV) and set(CASE_ENV) <= {c[0] for c in CASES}
     assert sum(c[4] for c in CASES) >= 6  # the usage-block cases and two deeper ones run as real processes
 
 
 @pytest.mark.parametrize("name, module, argv, needle, real", CASES, ids=[c[0] for c in CASES])
 def test_one_clear_line(results, world, name, module, argv, needle, real):
+    if world[4] is not None and _needs_read_only(argv):
+        pytest.skip(f"no read-only folder can be made here ({world[4]}): root writes through chmod 0555")
     code, stderr, _ = results[name]
     lines = [ln for ln in stderr.splitlines() if ln.strip()]
     assert code == 2, stderr[-3000:]

@@ -158,3 +158,49 @@ def test_bad_flags_one_clear_line(args, needle, tmp_path):
     proc = run_module("alignment.cli.batch_inference", ["--pretrain", "m", "--dataset", "d.jsonl", *args], check=False)
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
     assert proc.returncode == 2 and len(errors) == 1 and needle in errors[0], proc.stderr[-1500:]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("cli", ["batch_inference", "train_sft"])
+def test_nan_weights_in_the_input_model_are_one_line(tiny_base, tmp_path, cli):
+    """A model folder with a NaN weight (no MANIFEST.json: saved by another tool) is named as damaged when it
+    loads (alignment/models/integrity.py::check_finite), before generation or training: batch_inference failed
+    in torch.multinomial ("probability tensor contains either inf, nan") and train_sft said "lower
+    --learning_rate", which no learning rate fixes."""
+    import shutil
+    import subprocess
+    import sys
+
+    from safetensors.torch import load_file, save_file
+
+    from tests.conftest import python_env
+
+    damaged = tmp_path / "damaged"
+    shutil.copytree(tiny_base, damaged)
+    (damaged / "MANIFEST.json").unlink(missing_ok=True)
+    weights = load_file(damaged / "model.safetensors")
+    name = sorted(weights)[len(weights) // 2]
+    weights[name].view(-1)[0] = float("nan")
+    save_file(weights, damaged / "model.safetensors", metadata={"format": "pt"})
+    data = str(tiny_dir() / ("prompts" if cli == "batch_inference" else "sft") / "train.jsonl")
+    args = ["--pretrain", str(damaged), "--dataset", data, "--input_key", "input", "--max_samples", "8"]
+    if cli == "batch_inference":
+        args += ["--output_path", str(tmp_path / "gen")]
+    else:
+        args += ["--output_key", "output", "--save_path", str(tmp_path / "sft"), "--max_len", "64"]
+        args += ["--train_batch_size", "8", "--micro_train_batch_size", "8"]
+    run = subprocess.run(
+        [sys.executable, "-m", f"alignment.cli.{cli}", *args],
+        cwd=tmp_path,
+        env=python_env(OMP_NUM_THREADS="2"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    last = [ln for ln in run.stderr.splitlines() if ln.strip()][-1]
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr[-3000:]
+    assert last == (
+        f"error: --pretrain {damaged}: weight {name} holds NaN/Inf; the model is damaged: re-save or re-download "
+        f"it, or pass another model (one trained into NaN: its last finite checkpoint)"
+    )
+    assert not (tmp_path / "gen").exists() and not (tmp_path / "sft").exists()

@@ -252,19 +252,20 @@ def test_negative_numbers_in_any_notation_reach_the_check(value):
         parse_args(SFTConfig, ["--pretrain", "m", "--dataset", "d", "--learning_rate", value])
 
 
-def test_outputs_may_nest_only_while_nothing_is_checkpointed(tmp_path):
-    """OpenRLHF's defaults put ./ckpt/checkpoints inside ./ckpt: fine until a checkpoint is written or
-    read, since the final commit replaces the whole --save_path folder."""
+def test_checkpoints_may_live_directly_inside_the_output(tmp_path):
+    """OpenRLHF's `--ckpt.path <save>/ckpt` and our default ./ckpt/checkpoints in ./ckpt: a checkpoint folder
+    directly inside the output is carried over by the commit (alignment/outputs.py); deeper, or an output
+    inside its checkpoint folder, is refused."""
     base = ["--pretrain", "m", "--dataset", "d"]
     assert parse_args(SFTConfig, base).ckpt_path == "./ckpt/checkpoints"
-    parse_args(SFTConfig, [*base, "--save_steps", "5", "--disable_ds_ckpt"])
     for extra in (["--save_steps", "5"], ["--save_minutes", "10"], ["--load_checkpoint"]):
-        with pytest.raises(ConfigError, match="^--ckpt_path ./ckpt/checkpoints and --save_path ./ckpt overlap"):
-            parse_args(SFTConfig, [*base, *extra])
+        parse_args(SFTConfig, [*base, *extra])
+    with pytest.raises(ConfigError, match="^--ckpt_path ./ckpt/a/b lies deeper inside --save_path ./ckpt"):
+        parse_args(SFTConfig, [*base, "--save_steps", "5", "--ckpt_path", "./ckpt/a/b"])
     # by path components: out_ckpt is beside out, not in it
     parse_args(
         SFTConfig,
         [*base, "--save_steps", "5", "--save_path", str(tmp_path / "out"), "--ckpt_path", str(tmp_path / "out_ckpt")],
     )
-    with pytest.raises(ConfigError, match="overlap"):  # store URIs compare as normalized URIs
+    with pytest.raises(ConfigError, match="lies in --ckpt_path"):  # store URIs compare as normalized URIs
         parse_args(SFTConfig, [*base, "--save_steps", "5", "--save_path", "s3://b/run/", "--ckpt_path", "s3://b//run"])

@@ -115,3 +115,22 @@ def test_rollout_batch_logprobs_equal_unpadded_forward(model_and_tok):
             logits = model(torch.tensor([p + r])).logits[0, len(p) - 1 : -1].log_softmax(-1)
             want = logits.gather(1, torch.tensor(r)[:, None]).squeeze(1)
             assert torch.allclose(got[i][batch.action_mask[i] > 0], want, atol=1e-5)
+
+
+def test_sampling_from_non_finite_weights_names_the_weight(model_and_tok):
+    """A policy whose weights overflowed mid-run (PPO's next rollout) made torch.multinomial raise "probability
+    tensor contains either inf, nan or element < 0", a traceback a flow retries as a crash: now one
+    NonFiniteError line (exit 2) naming the first non-finite weight."""
+    import copy
+
+    from alignment.nonfinite import NonFiniteError
+
+    model, tok = model_and_tok
+    model = copy.deepcopy(model)
+    name, weight = next((n, p) for n, p in model.named_parameters() if n.endswith("mlp.down_proj.weight"))
+    with torch.no_grad():
+        weight.fill_(float("inf"))
+    engine = HFEngine(model, tok.eos_token_id, tok.pad_token_id)
+    prompt = [tok("What is 2 + 2?", add_special_tokens=False)["input_ids"]]
+    with pytest.raises(NonFiniteError, match=f"generation: the next-token probabilities are NaN/Inf: weight {name} "):
+        engine.generate(prompt, SamplingParams(max_new_tokens=4, seed=0))

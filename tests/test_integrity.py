@@ -373,3 +373,29 @@ def test_a_resume_from_another_runs_checkpoints_is_refused(trained, tmp_path):
         f"checkpoint {ckpt}/global_step4 belongs to another run (config differs: --seed 3 there vs 4 here)" in lines[0]
     )
     assert "Loading weights" not in run.stderr and tree(ckpt) == before
+
+
+def test_openrlhfs_layout_checkpoints_inside_the_output_resume_and_survive_the_commits(tiny_base, tmp_path):
+    """`--ckpt_path <save>/ckpt` (OpenRLHF's scripts; our default ./ckpt/checkpoints in ./ckpt): the first run
+    commits its model beside its checkpoints, a longer run resumes from them and commits again; the checkpoints
+    stay, named by no model manifest, and the model loads with plain from_pretrained."""
+    from transformers import AutoModelForCausalLM
+
+    out = tmp_path / "model"
+    args = [
+        "--pretrain",
+        str(tiny_base),
+        "--save_path",
+        str(out),
+        "--ckpt_path",
+        str(out / "ckpt"),
+        "--save_steps",
+        "1",
+    ]
+    first = sft([*args, "--max_steps", "2"])
+    assert first.returncode == 0, first.stderr[-3000:]
+    again = sft([*args, "--max_steps", "3", "--load_checkpoint"])
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "(step 2," in again.stderr and (out / "ckpt" / "global_step3" / storage.MANIFEST).exists()
+    assert not any(k.startswith("ckpt/") for k in storage.read_manifest(out)["files"])
+    assert AutoModelForCausalLM.from_pretrained(out).config.model_type == "llama"

@@ -16,7 +16,8 @@ from alignment.rollout.collective_sync import listen
 init_runtime()
 t = torch.ones(1); torch.distributed.all_reduce(t)
 store = listen("127.0.0.1", 2)
-print(json.dumps([[c.laddr.ip, c.laddr.port] for c in psutil.Process().net_connections("inet") if c.status == "LISTEN"]))
+listening = [c.laddr for c in psutil.Process().net_connections("inet") if c.status == "LISTEN"]
+print(json.dumps([[a.ip, a.port] for a in listening]))
 """
 
 

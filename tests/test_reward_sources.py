@@ -206,3 +206,59 @@ def test_reward_func_signature_is_checked_at_load(tmp_path):
         load_reward_func(str(tmp_path / "one.py"))
     (tmp_path / "kw.py").write_text("def reward_func(queries, prompts, labels, **kwargs):\n    return []\n")
     assert load_reward_func(str(tmp_path / "kw.py"))([], [], []) == []
+
+
+MID_RUN_BUG = '''
+def reward_func(queries, prompts, labels):
+    if all(q == p for q, p in zip(queries, prompts)):  # the start-up check: empty responses
+        return [0.0] * len(queries)
+    return [{"5": 1.0}[label] for label in labels]  # a lookup that misses the run's labels
+'''
+
+
+def test_a_reward_file_that_raises_mid_run_is_one_line(tmp_path):
+    """A reward file that passes the start-up check (alignment/cli/preflight.py) and raises on a later batch:
+    one RewardError line naming the file, the call, the batch and the exception (exit 2 through run_main),
+    not a KeyError traceback from FunctionReward.__call__ (exit 1, retried by a flow as a crash)."""
+    from alignment.rewards.scorer import FunctionReward
+
+    (tmp_path / "bug.py").write_text(MID_RUN_BUG)
+    reward = FunctionReward(str(tmp_path / "bug.py"))
+    assert reward(PROMPTS, PROMPTS, LABELS).rewards.tolist() == [0.0, 0.0]
+    assert reward(QUERIES[:1], PROMPTS[:1], LABELS[:1]).rewards.tolist() == [1.0]
+    with pytest.raises(RewardError) as err:
+        reward(QUERIES, PROMPTS, LABELS)
+    assert str(err.value) == (
+        f"--remote_rm_url {tmp_path / 'bug.py'}: reward_func raised KeyError: '20' on call 3 (2 samples; labels "
+        f"['5', '20']); it must score every response it is given (the start-up check passed): fix the file, then "
+        f"rerun with --load_checkpoint to resume"
+    )
+
+
+@pytest.mark.integration
+def test_a_reward_file_that_raises_mid_run_ends_train_ppo_in_one_line(tiny_base, tmp_path):
+    """The same through `python -m alignment.cli.train_ppo`: exit 2, the one line last, no traceback."""
+    import subprocess
+    import sys
+
+    from alignment.tiny_world.paths import tiny_dir
+    from tests.conftest import python_env
+
+    (tmp_path / "bug.py").write_text(MID_RUN_BUG)
+    args = ["--pretrain", str(tiny_base), "--prompt_data", str(tiny_dir() / "prompts" / "train.jsonl")]
+    args += ["--input_key", "input", "--label_key", "label", "--remote_rm_url", str(tmp_path / "bug.py")]
+    args += ["--save_path", str(tmp_path / "out"), "--rollout_batch_size", "8", "--micro_rollout_batch_size", "8"]
+    args += ["--train_batch_size", "8", "--micro_train_batch_size", "8", "--max_samples", "16"]
+    args += ["--generate_max_len", "8", "--prompt_max_len", "32"]
+    run = subprocess.run(
+        [sys.executable, "-m", "alignment.cli.train_ppo", *args],
+        cwd=tmp_path,
+        env=python_env(OMP_NUM_THREADS="2"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    last = [ln for ln in run.stderr.splitlines() if ln.strip()][-1]
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr[-3000:]
+    assert last.startswith(f"error: --remote_rm_url {tmp_path / 'bug.py'}: reward_func raised KeyError: "), last
+    assert " on call 1 (8 samples; labels [" in last and not (tmp_path / "out").exists()

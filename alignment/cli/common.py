@@ -8,6 +8,7 @@ import sys
 from typing import Callable
 
 from alignment.cli import interrupt
+from alignment.cli.disk import disk_full
 from alignment.config.runs import WANDB_SWITCHES
 from alignment.errors import EXIT_INPUT, EXIT_TRANSIENT, TransientError, UserError
 from alignment.lease import release_all
@@ -108,5 +109,12 @@ def run_main(main: Callable[[list[str] | None], object], argv: list[str] | None 
         _close_progress_bars()
         print(interrupt.line(), file=sys.stderr)
         sys.exit(interrupt.exit_status())
+    except Exception as e:  # a full disk is the user's to fix, not a crash to retry (cli/disk.py); the rest re-raise
+        full = disk_full(e, interrupt.outputs())
+        if full is None:
+            raise
+        _close_progress_bars()
+        print(f"error: {full}", file=sys.stderr)
+        sys.exit(EXIT_INPUT)
     finally:
         release_all()  # the output's lease (alignment/lease.py), taken by preflight.check_outputs

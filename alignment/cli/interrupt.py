@@ -49,6 +49,11 @@ def record(flag: str, output: str | None, ckpt_path: str | None, checkpoints: bo
     _run.update(flag=flag, save_path=output, ckpt_path=ckpt_path if checkpoints else None)
 
 
+def outputs() -> list[tuple[str, str | None]]:
+    """(flag, path) of what the running stage writes, as recorded (a full disk names one: cli/disk.py)."""
+    return [(_run.get("flag", "--save_path"), _run.get("save_path")), ("--ckpt_path", _run.get("ckpt_path"))]
+
+
 def exit_status() -> int:
     return 128 + int(_signal["number"])
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from alignment import lease
 from alignment.cli import interrupt
-from alignment.config.paths import within
+from alignment.config.paths import Outputs, within
 from alignment.config.ppo import PPOConfig
 from alignment.config.stages import StageConfig
 
@@ -25,10 +25,21 @@ def check_outputs(cfg: StageConfig) -> None:
     outputs = cfg.outputs()
     for flag, uri in outputs.stores():
         check_store(flag, uri, StorageError)
+    check_writable(outputs)
     take_lease(outputs.uri)
     if outputs.ckpt and outputs.checkpoints and not (outputs.uri and within(outputs.ckpt, outputs.uri)):
         take_lease(outputs.ckpt)  # two runs on one --ckpt_path would resume from and overwrite each other's
     interrupt.record(outputs.flag, outputs.uri, outputs.ckpt, outputs.checkpoints)
+
+
+def check_writable(outputs: Outputs) -> None:
+    """The local folders the run will write (the output's, and --ckpt_path's when it checkpoints) accept files:
+    a read-only mount is one line now, not a traceback from the lease or from the first checkpoint."""
+    from alignment.cli.disk import check_writable as probe
+
+    probe(outputs.flag, outputs.uri)
+    if outputs.checkpoints:
+        probe("--ckpt_path", outputs.ckpt)
 
 
 def take_lease(output: str | None) -> None:

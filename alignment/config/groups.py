@@ -7,6 +7,7 @@ before any model or dataset is loaded.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar, Optional
 
@@ -98,6 +99,12 @@ class LoraConfig:
 
     def check_lora(self) -> None:
         require(self.lora_rank >= 0, f"--lora_rank {self.lora_rank}: must be >= 0 (0 disables LoRA)")
+        # the adapters' output is scaled by alpha/rank: alpha 0 trains adapters that change nothing
+        require(
+            self.lora_rank == 0 or self.lora_alpha > 0,
+            f"--lora_alpha {self.lora_alpha}: must be > 0 with --lora_rank {self.lora_rank} (the adapters are "
+            f"scaled by alpha/rank; 0 leaves the model unchanged): pass e.g. --lora_alpha {2 * self.lora_rank}",
+        )
         require(0.0 <= self.lora_dropout < 1.0, f"--lora_dropout {self.lora_dropout}: must be in [0, 1)")
 
 
@@ -158,6 +165,14 @@ class PromptFormatConfig:
                 "{}" in self.input_template,
                 f"--input_template {self.input_template!r} has no '{{}}' where the prompt goes",
             )
+            try:  # how it is used: input_template.format(prompt), one positional slot
+                self.input_template.format("")
+            except (IndexError, KeyError, ValueError) as e:
+                raise ConfigError(
+                    f"--input_template {self.input_template!r}: str.format fails with one prompt "
+                    f"({type(e).__name__}: {e}); use exactly one '{{}}' where the prompt goes and write a "
+                    f"literal brace as '{{{{' or '}}}}'"
+                ) from None
 
 
 @dataclass
@@ -220,6 +235,8 @@ def check_mixing(data_flag: str, specs: str, probs_flag: str, probs: str | None)
         len(values) == n_sets,
         f"{probs_flag} has {len(values)} values for {n_sets} datasets: give one per {data_flag} entry",
     )
+    bad = [p.strip() for p, v in zip(probs.split(","), values) if not math.isfinite(v)]  # float() takes inf and nan
+    require(not bad, f"{probs_flag} {probs}: {bad[0] if bad else ''} is not a finite number; give weights like 0.3,0.7")
     require(
         all(v >= 0 for v in values) and sum(values) > 0,
         f"{probs_flag} {probs}: probabilities must be >= 0 and not all 0",

@@ -70,15 +70,23 @@ def not_a_checkpoint_folder(uri: str) -> bool:
     return bool(names) and not any(n == "latest" or n.startswith("global_step") for n in names)
 
 
+def is_checkpoint_folder(path: Path) -> bool:
+    """A local folder in alignment/training/checkpoint.py's layout: it holds `global_step*` or `latest`."""
+    return path.is_dir() and any(c.name == "latest" or c.name.startswith("global_step") for c in path.iterdir())
+
+
 def foreign_folder(uri: str) -> str | None:
     """What a local folder at `uri` holds when it is not one of our committed outputs (no MANIFEST.json) and
-    not empty: the commit replaces the whole folder, so it would delete them. None otherwise."""
+    not empty: the commit replaces the whole folder, so it would delete them. None otherwise. A checkpoint
+    folder inside it (OpenRLHF's `--ckpt.path <save>/ckpt`) or an empty folder does not count: the commit
+    carries checkpoint folders over into the new output (alignment/outputs.py)."""
     if _remote(uri):
         return None
     path = Path(normalized(uri))
     if not path.is_dir() or (path / "MANIFEST.json").exists():
         return None
-    names = sorted(p.name for p in path.iterdir())
+    carried = [p for p in path.iterdir() if p.is_dir() and (is_checkpoint_folder(p) or not any(p.iterdir()))]
+    names = sorted(p.name for p in path.iterdir() if p not in carried)
     return f"{len(names)} entries ({', '.join(names[:4])}{', ...' if len(names) > 4 else ''})" if names else None
 
 
@@ -128,14 +136,20 @@ def check_output_paths(cfg: Any) -> None:
 
 
 def check_checkpoint_folder(ckpt: str, save: str, resumes: bool) -> None:
-    """--ckpt_path of a run that writes or reads checkpoints: apart from --save_path, a folder, and
-    with --load_checkpoint (`resumes`) one that holds checkpoints or nothing yet."""
+    """--ckpt_path of a run that writes or reads checkpoints: not holding --save_path (directly inside it is
+    fine), a folder, and with --load_checkpoint (`resumes`) one that holds checkpoints or nothing yet."""
     require(ckpt.strip() != "", f"--ckpt_path {ckpt!r}: empty; pass the folder checkpoints are committed in")
     require(
-        not (within(ckpt, save) or within(save, ckpt)),
-        f"--ckpt_path {ckpt} and --save_path {save} overlap: the final commit replaces the whole --save_path "
-        f"folder (deleting checkpoints inside it) and a checkpoint folder must not hold the model: pass "
-        f"separate folders, e.g. --ckpt_path {save.rstrip('/')}_checkpoints",
+        not within(save, ckpt),
+        f"--save_path {save} lies in --ckpt_path {ckpt}: a checkpoint folder must not hold the model: pass "
+        f"separate folders, e.g. --ckpt_path {save.rstrip('/')}/ckpt (as OpenRLHF does) or {save.rstrip('/')}_ckpt",
+    )
+    # inside the output (OpenRLHF's `--ckpt.path <save>/ckpt`, our default ./ckpt/checkpoints): the commit
+    # carries a checkpoint folder that is a direct child of the output over into the new output
+    require(
+        not within(ckpt, save) or normalized(ckpt).rstrip("/").rsplit("/", 1)[0] == normalized(save).rstrip("/"),
+        f"--ckpt_path {ckpt} lies deeper inside --save_path {save}: put it directly inside (e.g. "
+        f"{save.rstrip('/')}/ckpt) or outside it; the commit carries only a folder directly inside over",
     )
     require(not local_file(ckpt), f"--ckpt_path {ckpt}: is a file; pass a directory path for the checkpoints")
     require(

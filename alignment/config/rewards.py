@@ -3,6 +3,7 @@ serve_rm). Names are OpenRLHF's flat flag names."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar, Optional
 
@@ -56,6 +57,11 @@ class RewardSourceConfig:
             require(
                 len(weights) == n,
                 f"--reward_weights {self.reward_weights!r}: give one number per --reward_pretrain model ({n})",
+            )
+            # float() takes nan and inf: a NaN weight makes every reward NaN at the first scored batch
+            require(
+                all(math.isfinite(w) for w in weights),
+                f"--reward_weights {self.reward_weights!r}: every weight must be a finite number, e.g. 1.0,0.5",
             )
         # a reward server or function has no saved mean/std: outside PPO (running moments) the flag would do nothing
         require(

@@ -8,6 +8,7 @@ from typing import Any, ClassVar, Optional
 from alignment.config import nested
 from alignment.config.base import check_store_uri, opt, require
 from alignment.config.groups import DataConfig, LoraConfig, LoraSaveConfig, ModelConfig
+from alignment.config.inside_models import check_outputs_outside_models
 from alignment.config.paths import Outputs, check_output_paths
 from alignment.config.runs import CheckpointConfig, LoggingConfig, MoEConfig, RanksConfig, TrainConfig
 
@@ -30,6 +31,9 @@ class StageConfig:
         cadence = (given["save_steps"] or -1) > 0 or (given["save_minutes"] or 0) > 0
         writes = cadence and not getattr(self, "disable_ds_ckpt", True)
         return Outputs(f"--{flag}", given[flag], given["ckpt_path"], writes)
+
+    def check_outputs_outside_models(self) -> None:
+        check_outputs_outside_models(self)  # alignment/config/inside_models.py
 
     def validate(self) -> "StageConfig":
         """Every field with choices holds one of them (a YAML file or a flow parameter skips argparse),

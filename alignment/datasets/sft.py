@@ -164,9 +164,22 @@ class SFTTokenizer:
                 "loss_mask": List(Value("int8")),
                 "truncated": Value("bool"),
                 "untaught": Value("bool"),
+                "blank": Value("bool"),
                 "keep": Value("bool"),
             }
         )
+
+    def _blank(self, row: dict, index: int) -> bool:
+        """The row's response (every assistant turn, with --multiturn) is empty or whitespace. Such a sample still
+        teaches the end token, so it is kept; a dataset of nothing else is a wrong --output_key (finish)."""
+        cfg = self.cfg
+        if cfg.data.multiturn:
+            msgs = [m for m in as_messages(row.get(cfg.data.input_key), "user") if m["role"] == "assistant"]
+        elif cfg.data.output_key:
+            msgs = as_messages(get_text(row, cfg.data.output_key, "--output_key", index, self.source), "assistant")
+        else:
+            return False
+        return bool(msgs) and all(m["content"] is None or str(m["content"]).strip() == "" for m in msgs)
 
     def columns(self, row: dict, index: int) -> dict[str, Any]:
         """One row: its ids and loss mask (empty when dropped) and what happened to it."""
@@ -187,6 +200,7 @@ class SFTTokenizer:
             "loss_mask": mask if keep else [],
             "truncated": truncated,
             "untaught": untaught,
+            "blank": self._blank(row, index),
             "keep": keep,
         }
 
@@ -210,6 +224,14 @@ class SFTTokenizer:
                 n_rows,
                 self.cfg.data.max_len,
                 stats.dropped,
+            )
+        if n_rows and sum(columns["blank"]) == n_rows:  # it trained on the end token alone and committed
+            key = "--input_key" if self.cfg.data.multiturn else "--output_key"
+            name = self.cfg.data.input_key if self.cfg.data.multiturn else self.cfg.data.output_key
+            what = f"every assistant turn in {key} {name!r} is" if self.cfg.data.multiturn else f"{key} {name!r} is"
+            raise DataError(
+                f"{self.source}: in all {n_rows} rows {what} empty: nothing to learn but the end token; point "
+                f"{key} at the responses or fill them in"
             )
         if not out:
             where = "no assistant turn in --input_key" if self.cfg.data.multiturn else "empty response"

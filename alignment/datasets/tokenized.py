@@ -223,11 +223,13 @@ def tokenize(rows: Rows, t: RowTokenizer, num_proc: int = 0) -> Any:
                 del mapped  # its memory-mapped files, before they are removed
                 _remove(path)
                 raise DataError(error)
+    # finish first: a dataset it refuses (nothing to learn) is its one error line, without this log line before it
+    samples = t.finish(mapped.remove_columns(ERROR_COLUMN).to_dict(), len(rows))
     how = "tokenized before, read from" if hit else f"tokenized (num_proc={procs}) into"
     log.info(
         "%s: %d rows %s %s (%.1fs)", t.source, len(rows), how, path.with_name(f"{fp}*.arrow"), time.monotonic() - start
     )
-    return t.finish(mapped.remove_columns(ERROR_COLUMN).to_dict(), len(rows))
+    return samples
 
 
 def load_train_eval(cfg: DataConfig, make: Callable[[str], RowTokenizer]) -> tuple[Any, Any | None]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import struct
 from pathlib import Path
+from typing import Any
 
 from alignment import storage
 
@@ -91,3 +92,53 @@ def _vocab_size(path: Path) -> int | None:
         return None  # loading.py names a missing or broken config.json
     vocab = config.get("vocab_size") if isinstance(config, dict) else None
     return vocab if isinstance(vocab, int) else None
+
+
+# The files from_pretrained reads weights from (transformers' SAFE_WEIGHTS_NAME, WEIGHTS_NAME and their indexes)
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
+
+
+def require_weights(path: Path, flag: str) -> None:
+    """A model folder saved without its weights (config and tokenizer only, or a download cut short) is
+    named here, before the data is read; from_pretrained would only get to it after tokenizing, and then
+    reported it as a hub model it could not fetch."""
+    found = [f for f in WEIGHT_FILES if (path / f).is_file()]
+    if not found:
+        raise ModelIntegrityError(
+            f"{flag} {path}: no weights in that directory (none of {', '.join(WEIGHT_FILES)}); save the model "
+            f"there with model.save_pretrained(DIR), or point {flag} at the folder that holds them"
+        )
+    for index in (f for f in found if f.endswith(".index.json")):
+        try:
+            shards = sorted(set(json.loads((path / index).read_text())["weight_map"].values()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ModelIntegrityError(
+                f"{flag} {path}: {index} is not a weights index ({type(e).__name__}: {e})"
+            ) from None
+        missing = [s for s in shards if not (path / s).is_file()]
+        if missing:
+            raise ModelIntegrityError(
+                f"{flag} {path}: {index} names {len(shards)} weight files but {', '.join(missing[:3])}"
+                f"{' ...' if len(missing) > 3 else ''} {'is' if len(missing) == 1 else 'are'} missing; "
+                f"copy or download the whole model folder"
+            )
+
+
+def check_finite(model: Any, flag: str, path: str) -> None:
+    """Every floating-point weight of a just-loaded model is finite. A damaged model (a diverged run's weights
+    saved by another tool, a bad conversion) otherwise fails far from its cause: generation stops in
+    torch.multinomial ("probability tensor contains either inf, nan"), training blames --learning_rate.
+    One pass over weights already in memory; the first non-finite tensor is named."""
+    import torch  # here: the header checks above are read without torch
+
+    for name, p in model.named_parameters():
+        if p.is_floating_point() and not bool(torch.isfinite(p).all()):
+            raise ModelIntegrityError(
+                f"{flag} {path}: weight {name} holds NaN/Inf; the model is damaged: re-save or re-download it, "
+                f"or pass another model (one trained into NaN: its last finite checkpoint)"
+            )

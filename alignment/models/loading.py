@@ -11,7 +11,8 @@ import torch
 
 from alignment import storage
 from alignment.errors import UserError
-from alignment.models.integrity import check_model_dir
+from alignment.models.chat_template import check_chat_template
+from alignment.models.integrity import check_finite, check_model_dir, require_weights
 from alignment.models.lora import merge_adapter
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,7 @@ def resolve_model_path(name: str, flag: str = "--pretrain", revision: str | None
             return merged_adapter(path, flag)
         if not (path / "config.json").exists():
             raise ModelLoadError(f"{flag} {name}: no config.json in that directory; is it a Hugging Face model?")
+        require_weights(path, flag)
         check_model_dir(path, flag)
         return str(path)
     return name  # a hub name: from_pretrained is the real path for users who have the hub
@@ -194,6 +196,7 @@ def load_tokenizer(
         raise _hub_error(path, flag, e) from e
     if chat_template:
         tok.chat_template = chat_template
+    check_chat_template(tok, path, flag, given=bool(chat_template))  # a syntax error: one line, before the data
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token  # batching needs one; eos is the common choice
     return tok
@@ -225,7 +228,7 @@ def from_pretrained(
     """`auto_class.from_pretrained` with the loaders' options; a missing model or one needing remote code is
     a one-line error naming `flag`."""
     try:
-        return auto_class.from_pretrained(
+        model = auto_class.from_pretrained(
             path,
             dtype=dtype,
             attn_implementation=attn,
@@ -237,6 +240,8 @@ def from_pretrained(
         raise _hub_error(path, flag, e) from e
     except ValueError as e:
         raise _remote_code_error(path, flag, e) from e
+    check_finite(model, flag, path)
+    return model
 
 
 def _remote_code_error(path: str, flag: str, e: ValueError) -> Exception:

@@ -17,7 +17,7 @@ from alignment.models.loading import resolve_model_path
 from alignment.models.reward_model import load_reward_model, read_reward_stats
 from alignment.rewards.process_reward import ProcessRewardModel, read_prm_entry
 from alignment.rewards.remote import RemoteRewardClient
-from alignment.rewards.reward_func import RewardOutput, load_reward_func, parse_output
+from alignment.rewards.reward_func import RewardError, RewardOutput, load_reward_func, parse_output
 
 log = logging.getLogger(__name__)
 
@@ -120,16 +120,35 @@ class FunctionReward:
     """A reward_func file or reward servers: text in, rewards out."""
 
     def __init__(self, spec: str):
-        self.source = spec
-        if spec.endswith(".py"):
+        self.source, self.calls = spec, 0
+        self.is_file = spec.endswith(".py")
+        if self.is_file:
             self.fn = load_reward_func(spec)
         else:
             self.fn = RemoteRewardClient.from_flag(spec)
             self.fn.check_reachable()
 
     def __call__(self, queries: list[str], prompts: list[str], labels: list) -> Scored:
-        out = self.fn(queries, prompts, labels)
+        self.calls += 1
+        try:
+            out = self.fn(queries, prompts, labels)
+        except RewardError:  # the client's own lines (a server down, a bad answer) name the source already
+            raise
+        except Exception as e:  # the user's file raised: one line naming it, the call and the exception
+            if not self.is_file:
+                raise
+            raise RewardError(
+                f"--remote_rm_url {self.source}: reward_func raised {type(e).__name__}: {e} on call {self.calls} "
+                f"({len(queries)} samples; labels {_preview(labels)}); it must score every response it is given "
+                f"(the start-up check passed): fix the file, then rerun with --load_checkpoint to resume"
+            ) from e
         return Scored.of(out if isinstance(out, RewardOutput) else parse_output(out, len(queries), self.source))
+
+
+def _preview(labels: list) -> str:
+    """The first labels of a batch, short: which rows the file choked on is often visible in them."""
+    shown = ", ".join(repr(x)[:30] for x in labels[:3])
+    return f"[{shown}{', ...' if len(labels) > 3 else ''}]"
 
 
 def make_reward(cfg: RewardSourceConfig, tokenizer: Any, dtype: torch.dtype, attn: str, device: str) -> Any:

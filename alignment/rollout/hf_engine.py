@@ -17,6 +17,7 @@ from typing import Any, Iterable
 
 import torch
 
+from alignment.nonfinite import NonFiniteError
 from alignment.rollout.types import Rollout, SamplingParams
 
 
@@ -50,9 +51,28 @@ class HFEngine:
             for start in range(0, len(prompts), self.batch_size):
                 chunk = prompts[start : start + self.batch_size]
                 out.extend(self._generate_chunk(chunk, params), index_offset=start)
+        except RuntimeError as e:  # torch.multinomial's on NaN/Inf logits: name the weight, not the sampler
+            if "probability tensor contains" not in str(e):
+                raise
+            raise self._non_finite() from e
         finally:
             self.model.train(was_training)
         return out
+
+    def _non_finite(self) -> Exception:
+        bad = next(
+            (
+                n
+                for n, p in self.model.named_parameters()
+                if p.is_floating_point() and not bool(torch.isfinite(p).all())
+            ),
+            None,
+        )
+        what = f"weight {bad} of the model being sampled holds NaN/Inf" if bad else "its logits went NaN/Inf"
+        return NonFiniteError(
+            f"generation: the next-token probabilities are NaN/Inf: {what} (an update that overflowed, or a "
+            f"damaged model); nothing more is committed: lower --learning_rate, or pass a model with finite weights"
+        )
 
     def _generate_chunk(self, prompts: list[list[int]], params: SamplingParams) -> Rollout:
         width = max(len(p) for p in prompts)
