@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -29,12 +30,13 @@ POLL_S = 1.0
 
 def head_processes(temp_dir: Path, gcs_port: int) -> list[psutil.Process]:
     """The Ray processes (psutil) of the head in `temp_dir` or talking to its GCS port, with their children."""
-    marks = (str(temp_dir), f":{gcs_port}")
+    # the port as a whole number: ":5979" must not match another cluster's ":59799" (it stopped that one's ranks)
+    mark = re.compile(rf"{re.escape(str(temp_dir))}(?![\w-])|:{gcs_port}(?!\d)")
     mine = []
     for p in psutil.process_iter(["pid", "cmdline"]):
         try:
             args = p.info["cmdline"] or []
-            if p.pid != os.getpid() and any(m in arg for arg in args for m in marks) and "ray" in " ".join(args):
+            if p.pid != os.getpid() and any(mark.search(arg) for arg in args) and "ray" in " ".join(args):
                 mine.append(p)
                 mine.extend(p.children(recursive=True))  # agents and workers retitle themselves "ray::…"
         except (psutil.NoSuchProcess, psutil.AccessDenied):
