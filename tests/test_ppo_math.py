@@ -236,8 +236,8 @@ def test_overlong_penalty_is_dapos_linear_ramp():
 
 
 def test_is_correction_weights_are_the_truncated_ratio_by_hand():
-    """--enable_vllm_is_correction: w_t = min(exp(trainer log-prob − engine log-prob), C), 0 off the response,
-    multiplying each token's clipped term."""
+    """--enable_vllm_is_correction (tis, one threshold C: LOW 0): w_t = min(exp(trainer log-prob − engine
+    log-prob), C), 0 off the response, multiplying each token's clipped term."""
     import math
 
     from alignment.losses.ppo import is_weights
@@ -245,7 +245,7 @@ def test_is_correction_weights_are_the_truncated_ratio_by_hand():
     trainer = torch.tensor([[-1.0, -2.0, -0.5, 0.0]])
     engine = torch.tensor([[-1.2, -1.0, -2.0, 0.0]])
     mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
-    w = is_weights(trainer, engine, mask, cap=2.0)
+    w = is_weights(trainer, engine, mask, 0.0, 2.0, "tis")
     assert w.tolist()[0] == pytest.approx([math.exp(0.2), math.exp(-1.0), 2.0, 0.0])  # exp(1.5) > 2: truncated
     adv = torch.tensor([[1.0, -1.0, 0.5, 0.0]])
     weighted, _ = policy_loss(trainer, trainer, adv, mask, weight=w)  # ratio 1: each term is −A·w

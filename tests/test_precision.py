@@ -29,10 +29,10 @@ def test_cpuinfo_flags(tmp_path):
 def test_flash_attn_falls_back_to_sdpa_and_logs_once(caplog):
     P._log_once.cache_clear()
     with caplog.at_level(logging.WARNING):
-        assert P.attn_implementation(True, "cpu") == "sdpa"
-        assert P.attn_implementation(True, "cpu") == "sdpa"
+        assert P.attn_implementation("flash_attention_2", "cpu") == "sdpa"
+        assert P.attn_implementation("flash_attention_2", "cpu") == "sdpa"
     assert caplog.text.count("using PyTorch SDPA") == 1
-    assert P.attn_implementation(False, "cpu") == "sdpa"
+    assert P.attn_implementation("sdpa", "cpu") == "sdpa"
 
 
 def test_cuda_arch_list_as_deepspeed_parses_it():

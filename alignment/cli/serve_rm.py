@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> None:
             cfg,
             tokenizer,
             precision_for(cfg.ds.bf16, device).dtype,
-            attn_implementation(cfg.ds.flash_attn, device),
+            attn_implementation(cfg.attention(), device),
             device,
         )
         count_tokens = lambda q: len(tokenizer(q, add_special_tokens=False)["input_ids"])  # noqa: E731

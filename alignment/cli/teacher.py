@@ -13,7 +13,7 @@ class TeacherReplica:
     """One replica (a Ray actor on its own bundle): the frozen teacher, loaded as a rank-local one is (same
     precision and attention flags), answering a micro-batch with its [B, T, V] logits."""
 
-    def __init__(self, path: str, bf16: bool, flash_attn: bool, trust_remote_code: bool):
+    def __init__(self, path: str, bf16: bool, attention: str, trust_remote_code: bool):
         # the replica's own process imports the model code; the driver that places it stays light
         import ray
         import torch
@@ -26,7 +26,7 @@ class TeacherReplica:
         device = "cuda" if torch.cuda.is_available() else "cpu"
         if device == "cpu" and ray.is_initialized():  # its bundle's cores, not the node's: ranks compute beside it
             torch.set_num_threads(max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))))
-        precision, attn = precision_for(bf16, device), attn_implementation(flash_attn, device)
+        precision, attn = precision_for(bf16, device), attn_implementation(attention, device)
         self.teacher = ReferenceModel(path, precision.dtype, attn, device, False, "--teacher_model", trust_remote_code)
 
     def logits(self, batch: Any) -> Any:
@@ -41,7 +41,7 @@ def teacher_side(cfg: Any) -> SideGroup | None:
     kwargs = {
         "path": teacher.model_name_or_path,
         "bf16": cfg.ds.bf16,
-        "flash_attn": cfg.ds.flash_attn,
+        "attention": cfg.attention(),
         "trust_remote_code": cfg.model.trust_remote_code,
     }
     return SideGroup("teacher", teacher.num_nodes, teacher.num_gpus_per_node, TeacherReplica, kwargs)

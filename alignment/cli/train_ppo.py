@@ -22,15 +22,6 @@ from alignment.config.sleep import SleepConfig
 log = logging.getLogger("alignment.train_ppo")
 
 
-def refuse_unbuilt(cfg: PPOConfig) -> None:
-    """PPO features whose flags parse but whose code is not written yet: refused, never ignored."""
-    if cfg.eval.dataset:
-        raise ConfigError(
-            "--eval_dataset: periodic evaluation inside PPO is not implemented yet; drop it and "
-            "score the committed model afterwards (e.g. python -m alignment.cli.eval_tiny)"
-        )
-
-
 def refuse_ray_only(cfg: PPOConfig) -> None:
     """Placement and vLLM engines belong to train_ppo_ray; here every model runs on each of the
     launcher's ranks, so such a flag would be accepted and ignored: refused in one line instead."""
@@ -55,7 +46,6 @@ def refuse_ray_only(cfg: PPOConfig) -> None:
 def main(argv: list[str] | None = None) -> dict:
     cfg = parse_args(PPOConfig, argv, prog="alignment.cli.train_ppo")
     refuse_ray_only(cfg)
-    refuse_unbuilt(cfg)
     check_outputs(cfg)
     check_reward_file(cfg)
     # lazy: the launcher's ranks all run this; the imports below load torch, transformers and DeepSpeed
@@ -79,6 +69,7 @@ def main(argv: list[str] | None = None) -> dict:
         check_world_size(cfg.ckpt.path, rt.world_size, RunIdentity.of(cfg))
     setup = prepare(cfg, rt)
     prompts = load_prompts(cfg, setup.tokenizer, cfg.data.prompt_dataset, cfg.data.prompt_split)
+    eval_prompts = load_prompts(cfg, setup.tokenizer, cfg.eval.dataset, cfg.eval.split) if cfg.eval.dataset else []
     reward = (
         None if cfg.train.agent_func_path else roles.reward(cfg, setup, rt.device)
     )  # an agent's environment rewards
@@ -92,7 +83,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     # built here, committed over --save_path at the end: a committed model there stays intact until then
     with StagedOutput(cfg.ckpt.output_dir, writes=rt.is_main) as out:
-        logger = runner.run(cfg, groups, setup.tokenizer, prompts, out.dir, rt.is_main)
+        logger = runner.run(cfg, groups, setup.tokenizer, prompts, out.dir, rt.is_main, eval_prompts)
         logger.close()  # the trackers' files are complete before the model (and the card naming them) commits
         if groups.ema is not None and out.dir is not None:  # --enable_ema: the average, beside the actor
             save_hf_model(

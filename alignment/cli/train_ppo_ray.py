@@ -11,7 +11,6 @@ from typing import Any
 
 from alignment.cli.common import run_main
 from alignment.cli.preflight import check_outputs, check_reward_file
-from alignment.cli.train_ppo import refuse_unbuilt
 from alignment.config import ConfigError, PPOConfig, parse_args
 
 
@@ -35,7 +34,6 @@ def check_vllm(vllm: Any) -> None:
 
 def main(argv: list[str] | None = None) -> dict:
     cfg = parse_args(PPOConfig, argv, prog="alignment.cli.train_ppo_ray")
-    refuse_unbuilt(cfg)
     check_outputs(cfg)
     check_reward_file(cfg)
     if cfg.vllm.num_engines:

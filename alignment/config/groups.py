@@ -42,9 +42,15 @@ class ModelConfig:
     )
     flash_attn: bool = opt(
         False,
-        "Use flash-attention 2; falls back to PyTorch SDPA (logged once) where flash-attn is missing",
+        "Use flash-attention 2 (--attn_implementation flash_attention_2); falls back to PyTorch SDPA (logged "
+        "once) where flash-attn is missing",
+    )
+    attn_implementation: Optional[str] = opt(
+        None,
+        "The attention kernel: flash_attention_2 (as --flash_attn), sdpa (PyTorch's, the default) or eager "
+        "(plain PyTorch ops: what some vision-language models need)",
+        choices=("flash_attention_2", "sdpa", "eager"),
         dotted="ds.attn_implementation",
-        dotted_values={"flash_attention_2": True, "sdpa": False},
     )
     gradient_checkpointing: bool = opt(
         False,
@@ -71,6 +77,22 @@ class ModelConfig:
     ring_head_stride: int = opt(
         1, "Ring attention: attention heads processed per communication step", dotted="ds.ring_attn_head_stride"
     )
+
+    def attention(self) -> str:
+        """The attention kernel asked for (alignment.models.precision.attn_implementation decides what runs)."""
+        return self.attn_implementation or ("flash_attention_2" if self.flash_attn else "sdpa")
+
+    def resolve_attention(self) -> None:
+        """One spelling per kernel: --attn_implementation flash_attention_2 is --flash_attn, sdpa is the
+        default (so the dotted and the flat line parse to one config); only eager stays spelled out."""
+        if self.attn_implementation == "eager":
+            require(
+                not self.flash_attn,
+                "--flash_attn and --attn_implementation eager ask for two attention kernels: drop one",
+            )
+        elif self.attn_implementation is not None:
+            self.flash_attn = self.attn_implementation == "flash_attention_2"
+            self.attn_implementation = None
 
     def check_model(self) -> None:
         require(bool(self.pretrain), "--pretrain is required: pass a model directory, s3:// URI or hub name")

@@ -205,7 +205,7 @@ class ServeRMConfig(RewardSourceConfig, ModelConfig, StageConfig):
     host: str = opt("127.0.0.1", "Address to listen on (loopback by default; 0.0.0.0 to serve a cluster)")
     port: int = opt(5000, "Port to listen on (0: any free port, printed at start)")
     batch_size: int = opt(64, "Queries per forward pass")
-    max_len: int = opt(2048, "Queries longer than this many tokens are refused (400)", group="data")
+    max_len: int = opt(2048, "Queries longer than this many tokens are refused (400)", dotted="data.max_len")
     max_batch: int = opt(1024, "Most queries in one request (more: 413)")
     max_request_bytes: int = opt(16 << 20, "Largest request body (more: 413)")
     num_threads: int = opt(0, "CPU threads for scoring (0: all cores)", group="train")

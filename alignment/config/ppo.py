@@ -19,7 +19,7 @@ from alignment.config.groups import (
 )
 from alignment.config.placement import PlacementConfig
 from alignment.config.rewards import RewardSourceConfig
-from alignment.config.rollout import AsyncTrainConfig, DynamicBatchConfig, RolloutConfig
+from alignment.config.rollout import AsyncTrainConfig, DynamicBatchConfig, RolloutConfig, VisionConfig
 from alignment.config.runs import CheckpointConfig, LoggingConfig, TrainConfig
 from alignment.config.sleep import SleepConfig
 from alignment.config.stages import StageConfig
@@ -62,13 +62,35 @@ class AlgorithmConfig:
     dual_clip: Optional[float] = opt(None, "Dual-clip constant c > 1 for negative advantages", dotted="actor.dual_clip")
     enable_vllm_is_correction: bool = opt(
         False,
-        "Weigh each sampled token's policy-loss term by min(trainer prob / "
-        "engine prob, --vllm_is_truncated_threshold): truncated importance "
-        "sampling between the vLLM engine that sampled and the trainer",
+        "Weigh each sampled token's policy-loss term by w = trainer prob / engine prob, the vLLM engine that "
+        "sampled and the trainer disagreeing (Yao et al. 2025), as --vllm_is_correction_type says",
         aliases=("--vllm_enable_is_correction",),
         dotted="algo.advantage.is_correction_enable",
     )
-    vllm_is_truncated_threshold: float = opt(2.0, "The cap of --enable_vllm_is_correction's weights")
+    vllm_is_truncated_threshold: list[float] = opt(
+        [0.5, 5.0],
+        "LOW HIGH of --enable_vllm_is_correction's weights (one value: HIGH, with LOW 0)",
+        dotted="algo.advantage.is_correction_threshold",
+    )
+    vllm_is_correction_type: str = opt(
+        "tis",
+        "tis: w clamped to [LOW, HIGH]; icepop: tokens whose w is outside [LOW, HIGH] weigh 0, the others w; "
+        "seq-mask-tis: sequences whose geometric-mean w is outside [LOW, HIGH] weigh 0, the others w per token",
+        choices=("tis", "icepop", "seq-mask-tis"),
+        dotted="algo.advantage.is_correction_type",
+    )
+    entropy_loss_coef: Optional[float] = opt(
+        None,
+        "Entropy bonus: the actor loss minus this times the mean entropy of the response tokens' next-token "
+        "distributions (0: the entropy is only logged; unset: not computed)",
+        dotted="actor.entropy_coef",
+    )
+    stop_properly_penalty_coef: Optional[float] = opt(
+        None,
+        "ProRL's penalty for responses cut at the length limit (no eos): in [0, 1] their reward is multiplied "
+        "by it; below 0 their reward is set to it (e.g. -0.5)",
+        dotted="reward.stop_properly_penalty_coef",
+    )
     dynamic_filtering: bool = opt(
         False,
         "DAPO's dynamic sampling: drop the groups whose mean score is outside "
@@ -121,6 +143,17 @@ class AlgorithmConfig:
 
     def uses_critic(self) -> bool:
         return ESTIMATORS[self.advantage_estimator].critic
+
+    def is_thresholds(self) -> tuple[float, float]:
+        """(LOW, HIGH) of --vllm_is_truncated_threshold; one value is HIGH with LOW 0 (plain truncation)."""
+        given = self.vllm_is_truncated_threshold
+        low, high = (0.0, given[0]) if len(given) == 1 else tuple(given) if len(given) == 2 else (1.0, 0.0)
+        require(
+            0 <= low < high,
+            f"--vllm_is_truncated_threshold {' '.join(map(str, given))}: give LOW HIGH with 0 <= LOW < HIGH "
+            f"(e.g. 0.5 5.0)",
+        )
+        return float(low), float(high)
 
     def loss_agg(self) -> str:
         return self.loss_agg_mode or ESTIMATORS[self.advantage_estimator].loss_agg
@@ -179,6 +212,7 @@ class PPOConfig(
     RewardSourceConfig,
     AsyncTrainConfig,
     DynamicBatchConfig,
+    VisionConfig,
     RolloutConfig,
     PlacementConfig,
     PackingConfig,
@@ -229,14 +263,12 @@ class PPOConfig(
                 "--enable_vllm_is_correction weighs vLLM engines' samples for the trainer; with the HF engine the "
                 "trainer's own module samples (no mismatch): add --vllm_num_engines 1 or drop the flag",
             )
+            self.is_thresholds()  # its own message when malformed
+        if self.stop_properly_penalty_coef is not None:
             require(
-                not self.async_train,
-                "--enable_vllm_is_correction with --async_train: the ratio is already taken against the engine's "
-                "log-probs there (the behaviour policy); drop one of them",
-            )
-            require(
-                self.vllm_is_truncated_threshold > 0,
-                f"--vllm_is_truncated_threshold {self.vllm_is_truncated_threshold}: must be > 0 (e.g. 2)",
+                self.stop_properly_penalty_coef <= 1,
+                f"--stop_properly_penalty_coef {self.stop_properly_penalty_coef}: in [0, 1] scales a cut "
+                f"response's reward, below 0 replaces it; above 1 would reward running out of tokens",
             )
         require(
             self.has_reward() or bool(self.agent_func_path),

@@ -20,17 +20,39 @@ class RolloutConfig(PromptFormatConfig):
     prompt_data_probs: Optional[str] = opt(None, "Sampling probabilities for --prompt_data", dotted="data.prompt_probs")
     prompt_split: str = opt("train", "Split of --prompt_data to train on", dotted="data.prompt_split")
     eval_dataset: Optional[str] = opt(
-        None, "Prompts for periodic held-out evaluation", path="data", dotted="eval.dataset"
+        None,
+        "Held-out prompts the policy answers every --eval_steps iterations (-1: once at the end), scored by the "
+        "training reward: eval/pass1 (mean reward) and eval/pass<n> (mean best of --eval_n_samples_per_prompt)",
+        path="data",
+        dotted="eval.dataset",
+    )
+    eval_split: str = opt("train", "Split of --eval_dataset", dotted="eval.split")
+    eval_temperature: float = opt(0.6, "Sampling temperature of the evaluation (0: greedy)", dotted="eval.temperature")
+    eval_n_samples_per_prompt: int = opt(
+        4, "Answers per held-out prompt (pass@n over them)", dotted="eval.n_samples_per_prompt"
     )
     label_key: Optional[str] = opt(
         None, "JSON key passed as `labels` to a reward_func / remote RM", dotted="data.label_key"
     )
     max_samples: int = opt(100_000_000, "Use at most this many prompts", dotted="data.max_samples")
     dataset_num_proc: int = opt(0, DATASET_NUM_PROC_HELP, identity=False, group="data")
-    prompt_max_len: int = opt(
-        1024, "Prompts longer than this (in tokens) are dropped, counted and reported", dotted="data.prompt_max_len"
+    max_len: Optional[int] = opt(
+        None,
+        "Most tokens of prompt plus response (OpenRLHF >= 0.10.2's --data.max_len): each response may have "
+        "--data.max_len minus its prompt's length new tokens, at most --generate_max_len when that is given "
+        "(unset: --prompt_max_len + --generate_max_len, 1024 each by default)",
+        dotted="data.max_len",
     )
-    generate_max_len: int = opt(1024, "Most new tokens per response", dotted="rollout.max_new_tokens")
+    prompt_max_len: Optional[int] = opt(
+        None,
+        "Prompts longer than this (in tokens) are dropped, counted and reported (default: 1024, or --max_len - 1)",
+        dotted="data.prompt_max_len",
+    )
+    generate_max_len: Optional[int] = opt(
+        None,
+        "Most new tokens per response (default: 1024, or --max_len minus the prompt's length)",
+        dotted="rollout.max_new_tokens",
+    )
     temperature: float = opt(1.0, "Sampling temperature", dotted="rollout.temperature")
     top_p: float = opt(1.0, "Nucleus sampling", dotted="rollout.top_p")
     n_samples_per_prompt: int = opt(
@@ -70,6 +92,28 @@ class RolloutConfig(PromptFormatConfig):
     )
     vllm_sync_chunk_mb: int = opt(64, "Most megabytes per chunk when the actor's weights are sent to the vLLM engines")
 
+    def resolve_lengths(self) -> None:
+        """The length settings OpenRLHF leaves to be derived: with --max_len (v0.10.2+), a prompt may take
+        all but one token and a response the rest of --max_len (SamplingParams.max_total_len cuts each one);
+        without it, <= 0.9's 1024 + 1024. Idempotent: a resolved config parses back to itself."""
+        if self.max_len is None:
+            self.prompt_max_len = 1024 if self.prompt_max_len is None else self.prompt_max_len
+            self.generate_max_len = 1024 if self.generate_max_len is None else self.generate_max_len
+            return
+        require(self.max_len >= 2, f"--max_len {self.max_len}: must be >= 2 (a prompt token and a response token)")
+        self.prompt_max_len = self.max_len - 1 if self.prompt_max_len is None else self.prompt_max_len
+        self.generate_max_len = self.max_len - 1 if self.generate_max_len is None else self.generate_max_len
+        for name in ("prompt_max_len", "generate_max_len"):
+            require(
+                getattr(self, name) < self.max_len,
+                f"--{name} {getattr(self, name)} leaves no room in --max_len {self.max_len} (prompt plus "
+                f"response): lower it below {self.max_len} or raise --max_len",
+            )
+
+    def sequence_len(self) -> int:
+        """The longest prompt plus response a run can hold (the engines' context, the token budgets' floor)."""
+        return self.max_len or self.prompt_max_len + self.generate_max_len
+
     def check_rollout(self) -> None:
         require(bool(self.prompt_data), "--prompt_data is required: pass a .jsonl file, json@DIR or a hub name")
         check_mixing("--prompt_data", self.prompt_data, "--prompt_data_probs", self.prompt_data_probs)
@@ -79,6 +123,13 @@ class RolloutConfig(PromptFormatConfig):
             f"--prompt_max_len {self.prompt_max_len} / --generate_max_len {self.generate_max_len}: must be > 0",
         )
         require(self.temperature > 0, f"--temperature {self.temperature}: must be > 0")
+        if not self.eval_dataset:
+            only_with(self, "eval_dataset", "eval_split", "eval_temperature", "eval_n_samples_per_prompt")
+        require(
+            self.eval_temperature >= 0 and self.eval_n_samples_per_prompt >= 1,
+            f"--eval_temperature {self.eval_temperature} must be >= 0 (0: greedy) and --eval_n_samples_per_prompt "
+            f"{self.eval_n_samples_per_prompt} >= 1",
+        )
         require(0 < self.top_p <= 1, f"--top_p {self.top_p}: must be in (0, 1]")
         require(self.n_samples_per_prompt >= 1, f"--n_samples_per_prompt {self.n_samples_per_prompt}: must be >= 1")
         require(self.num_episodes >= 1, f"--num_episodes {self.num_episodes}: must be >= 1")
@@ -109,6 +160,37 @@ def only_with(cfg: Any, gate: str, *names: str) -> None:
 
 
 @dataclass
+class VisionConfig:
+    """OpenRLHF v0.11's vision-language RLHF flags. Images in prompts need a vision-language actor and its
+    processor; that path is not built yet, so a run that would use images is refused in one line (never run
+    text-only while images are dropped). With --max_images_per_prompt 0 (text only) the flags change nothing."""
+
+    image_key: str = opt("images", "Dataset key of a prompt's images (paths or URLs)", dotted="data.image_key")
+    max_images_per_prompt: int = opt(
+        0, "Most images per prompt (0: text-only prompts)", dotted="data.max_images_per_prompt"
+    )
+    freeze_visual_encoder: bool = opt(
+        False, "Train only the language model of a vision-language actor", dotted="actor.freeze_visual_encoder"
+    )
+
+    def check_vision(self) -> None:
+        require(self.max_images_per_prompt >= 0, f"--max_images_per_prompt {self.max_images_per_prompt}: must be >= 0")
+        if self.max_images_per_prompt == 0:
+            require(
+                not self.freeze_visual_encoder,
+                "--freeze_visual_encoder freezes a vision-language actor's image encoder, which is used only with "
+                "--max_images_per_prompt >= 1: add that or drop the flag",
+            )
+            return only_with(self, "max_images_per_prompt", "image_key")
+        require(
+            False,
+            f"--max_images_per_prompt {self.max_images_per_prompt}: vision-language RLHF (images in prompts, "
+            f"a vision-language actor) is not built in alignflow yet; use --max_images_per_prompt 0 with a "
+            f"text-only model",
+        )
+
+
+@dataclass
 class DynamicBatchConfig:
     use_dynamic_batch: bool = opt(
         False,
@@ -135,14 +217,11 @@ class DynamicBatchConfig:
     def check_dynamic_batch(self) -> None:
         if not self.use_dynamic_batch:
             return only_with(self, "use_dynamic_batch", "train_max_tokens_per_gpu", "rollout_max_tokens_per_gpu")
-        longest = self.prompt_max_len + self.generate_max_len  # type: ignore[attr-defined]  (RolloutConfig)
+        # a budget below the longest possible sample is allowed, as in OpenRLHF: a row longer than the budget
+        # gets a micro-batch of its own (alignment/ppo/token_budget.py), nothing is truncated
         for name in ("train_max_tokens_per_gpu", "rollout_max_tokens_per_gpu"):
             value = getattr(self, name)
-            require(
-                value is None or value >= longest,
-                f"--{name} {value} is below --prompt_max_len + --generate_max_len = {longest}, the longest "
-                f"sample: raise it to at least {longest}",
-            )
+            require(value is None or value > 0, f"--{name} {value}: must be > 0")
 
 
 @dataclass
@@ -161,9 +240,17 @@ class AsyncTrainConfig:
         dotted="train.async_queue_size",
     )
 
+    partial_rollout_enable: bool = opt(
+        False,
+        "With --async_train: weight updates reach the vLLM engines between two decoding steps of a running "
+        "generation instead of after it, so responses in flight finish on the new weights (alignment/rollout/"
+        "partial.py); logged as train/partial/*",
+        dotted="train.partial_rollout_enable",
+    )
+
     def check_async_train(self) -> None:
         if not self.async_train:
-            return only_with(self, "async_train", "async_queue_size")
+            return only_with(self, "async_train", "async_queue_size", "partial_rollout_enable")
         require(
             self.vllm_num_engines >= 1,  # type: ignore[attr-defined]  (RolloutConfig)
             "--async_train overlaps generation on the vLLM engines with training on the actor: add "

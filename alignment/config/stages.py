@@ -49,6 +49,9 @@ class StageConfig:
         for name in OUTPUT_FIELDS:
             check_store_uri(f"--{name}", getattr(self, name, None))
         check_output_paths(self)
+        for name in dir(self):  # derived values (resolve_*) before the checks that read them
+            if name.startswith("resolve_"):
+                getattr(self, name)()
         for name in dir(self):
             if name.startswith("check_"):
                 getattr(self, name)()

@@ -113,10 +113,10 @@ class Placed:
     pgs: dict[str, Any]  # bundle set -> placement group
     cores_per_node: int
 
-    def actor(self, cls: Any, group: GroupPlan, index: int, env: dict[str, str] | None = None, **named: str) -> Any:
+    def actor(self, cls: Any, group: GroupPlan, index: int, env: dict[str, str] | None = None, **named: Any) -> Any:
         """An actor class (wrapped with ray.remote here), on bundle `index` of the group's set, asking for its
-        share of the bundle; call `.remote(...)` on the result to start it. `named`: Ray's `name` and
-        `namespace`, for an actor other processes look up."""
+        share of the bundle; call `.remote(...)` on the result to start it. `named`: more of Ray's actor options
+        (`name` and `namespace` for an actor other processes look up, `max_concurrency` for a threaded one)."""
         import ray
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 

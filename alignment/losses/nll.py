@@ -19,6 +19,18 @@ def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tenso
     return torch.gather(logits.log_softmax(-1), 2, targets.unsqueeze(-1)).squeeze(-1)
 
 
+def entropy(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy of the distribution(s) over the last dimension, in fp32: [..., V] -> [...]."""
+    logp = logits.float().log_softmax(-1)
+    return -(logp.exp() * logp).sum(-1)
+
+
+def token_entropy(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy of each next-token distribution, in token_logprobs' layout: logits [B, T, V] -> [B, T-1]
+    (position t-1's distribution, the one token t was drawn from)."""
+    return entropy(logits[:, :-1])
+
+
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Mean of `values` over positions where mask is 1 (0 when the mask is empty)."""
     mask = mask.to(values.dtype)

@@ -73,13 +73,38 @@ def policy_loss(
 gspo_loss = partial(policy_loss, ratio_of=sequence_ratio)
 
 
-def is_weights(trainer_logp: torch.Tensor, engine_logp: torch.Tensor, mask: torch.Tensor, cap: float) -> torch.Tensor:
-    """[B, T] truncated importance weights min(π_trainer / π_engine, cap) of the sampled tokens (0 off the
-    response), no gradient: the rollout engine (vLLM) and the trainer compute slightly different
-    probabilities for the same weights, so its samples are off-policy for the trainer; TIS (Yao et al. 2025,
-    "Your efficient RL framework secretly brings you off-policy RL training") reweighs each token's term."""
+def is_weights(
+    trainer_logp: torch.Tensor,
+    engine_logp: torch.Tensor,
+    mask: torch.Tensor,
+    low: float,
+    high: float,
+    kind: str = "tis",
+) -> torch.Tensor:
+    """[B, T] importance weights of the sampled tokens (0 off the response), no gradient. The rollout engine
+    (vLLM) and the trainer compute slightly different probabilities for the same weights, so its samples are
+    off-policy for the trainer (Yao et al. 2025, "Your efficient RL framework secretly brings you off-policy
+    RL training"); w = π_trainer / π_engine per token, and as OpenRLHF's PolicyLoss:
+    tis: w clamped to [low, high]; icepop: w where low <= w <= high, else 0 (the token is dropped);
+    seq-mask-tis: w where the sequence's geometric-mean w is in [low, high], else 0 (the sequence is dropped)."""
     log_w = (trainer_logp - engine_logp).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-    return (torch.exp(log_w).clamp(max=cap) * mask).detach()
+    w = torch.exp(log_w)
+    if kind == "tis":
+        out = w.clamp(min=low, max=high)
+    elif kind == "icepop":
+        out = w * ((w >= low) & (w <= high))
+    elif kind == "seq-mask-tis":
+        seq = torch.exp(masked_mean_rows(log_w, mask))
+        out = w * ((seq >= low) & (seq <= high)).unsqueeze(-1)
+    else:
+        raise ValueError(f"is_weights: unknown kind {kind!r} (tis, icepop, seq-mask-tis)")
+    return (out * mask).detach()
+
+
+def masked_mean_rows(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """[B] mean of each row of `values` over its mask (0 for an empty row)."""
+    m = mask.to(values.dtype)
+    return (values * m).sum(-1) / m.sum(-1).clamp(min=1.0)
 
 
 # --policy_loss_type: the actor's objective

@@ -6,6 +6,8 @@ Shapes: B sequences, T response tokens; `mask` [B, T] is 1 on real response toke
   into the actor loss instead.
   overlong_penalty: DAPO's soft length penalty (Yu et al. 2025, arXiv:2503.14476, eq. 13), added to the score:
   0 up to L_max − buffer response tokens, then falling linearly to −factor at L_max.
+  stop_properly: ProRL's penalty for responses cut at the length limit (OpenRLHF's
+  apply_stop_properly_penalty): a cut response's score times coef in [0, 1], or coef itself when coef < 0.
 """
 
 from __future__ import annotations
@@ -31,3 +33,11 @@ def overlong_penalty(lengths: torch.Tensor, max_len: int, buffer: int, factor: f
     """[B] response lengths -> [B] penalties in [−factor, 0]."""
     expected = max_len - buffer
     return (-(lengths.float() - expected) / buffer).clamp(-1.0, 0.0) * factor
+
+
+def stop_properly(scores: torch.Tensor, finished: torch.Tensor, coef: float) -> torch.Tensor:
+    """[B] scores, [B] bool (ended with eos) -> [B] scores, those of the unfinished (cut) responses
+    scaled by `coef` (0 <= coef <= 1) or replaced by it (coef < 0)."""
+    cut = ~finished.bool()
+    penalised = torch.full_like(scores, coef) if coef < 0 else scores * coef
+    return torch.where(cut, penalised, scores)

@@ -46,7 +46,7 @@ class ModelSetup:
 def prepare(cfg: ModelConfig, rt: Runtime) -> ModelSetup:
     """Cheap checks and the tokenizer: everything that can fail before weights are loaded."""
     precision = precision_for(cfg.ds.bf16, rt.device)
-    attn = attn_implementation(cfg.ds.flash_attn, rt.device)
+    attn = attn_implementation(cfg.attention(), rt.device)
     check_4bit(cfg.ds.load_in_4bit, rt.device)
     check_ring_attention(cfg.ds.ring_attn_size, rt.device)
     path = resolve_model_path(cfg.model.model_name_or_path, revision=cfg.model.revision)

@@ -65,10 +65,10 @@ def precision_for(bf16: bool, device: str) -> Precision:
     return p
 
 
-def attn_implementation(flash_attn: bool, device: str) -> str:
-    """flash_attention_2 where requested and usable; SDPA otherwise (logged once)."""
-    if not flash_attn:
-        return "sdpa"
+def attn_implementation(requested: str, device: str) -> str:
+    """The kernel requested (ModelConfig.attention()): flash_attention_2 where usable, else SDPA (logged once)."""
+    if requested != "flash_attention_2":
+        return requested
     if device == "cuda" and importlib.util.find_spec("flash_attn") is not None:
         return "flash_attention_2"
     why = "no CUDA device" if device != "cuda" else "the flash-attn package is not installed"

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
-from alignment.losses.nll import token_logprobs
-from alignment.ppo.packed import Packing, pack, packed_token_logprobs
+from alignment.losses.nll import token_entropy, token_logprobs
+from alignment.ppo.packed import Packing, pack, packed_token_entropy, packed_token_logprobs
 from alignment.rollout.types import Rollout
 
 
@@ -98,9 +98,21 @@ def behaviour_logprobs(rollout: Rollout, batch: SequenceBatch) -> torch.Tensor:
 def action_logprobs(model: torch.nn.Module, batch: SequenceBatch, packing: Packing | None = None) -> torch.Tensor:
     """[B, L-1] log π(token t+1 | ≤ t), zero off the response. `packing`: run the forward pass on
     packed rows (--packing_samples; alignment/ppo/packed.py)."""
+    return action_logprobs_entropy(model, batch, packing, with_entropy=False)[0]
+
+
+def action_logprobs_entropy(
+    model: torch.nn.Module, batch: SequenceBatch, packing: Packing | None = None, with_entropy: bool = True
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """action_logprobs and, from the same forward pass, [B, L-1] the entropy of each response token's
+    next-token distribution (--entropy_loss_coef), zero off the response."""
+    mask = batch.action_mask
     if packing is None:
         logits = model(input_ids=batch.sequences, attention_mask=batch.attention_mask).logits
-        return token_logprobs(logits, batch.sequences) * batch.action_mask
+        ent = token_entropy(logits) * mask if with_entropy else None
+        return token_logprobs(logits, batch.sequences) * mask, ent
     rows = pack(batch.sequences, batch.attention_mask, packing, prompt_lengths=batch.prompt_lengths)
     logits = model(**rows.forward_kwargs()).logits
-    return packed_token_logprobs(logits, rows, tuple(batch.sequences.shape)) * batch.action_mask
+    shape = tuple(batch.sequences.shape)
+    ent = packed_token_entropy(logits, rows, shape) * mask if with_entropy else None
+    return packed_token_logprobs(logits, rows, shape) * mask, ent

@@ -29,9 +29,10 @@ from alignment.distributed.collectives import mean_across_ranks, sum_across_rank
 from alignment.losses.kl import KLController
 from alignment.losses.ppo import is_weights
 from alignment.losses.reward_norm import RunningMoments
-from alignment.losses.reward_shaping import overlong_penalty
+from alignment.losses.reward_shaping import overlong_penalty, stop_properly
 from alignment.ppo.batch import SequenceBatch, behaviour_logprobs, rollout_to_batch
 from alignment.ppo.dynamic_sampling import MAX_ROUNDS, Groups, kept_groups, refill_key, refill_prompts
+from alignment.ppo.evaluation import eval_metrics, eval_params
 from alignment.ppo.experience import Experience, assemble, experience_metrics, needs_old_logprobs, uses_reference
 from alignment.ppo.loop import PPOState
 from alignment.ppo.pending import Done, Later, Mapped, Pending
@@ -90,8 +91,16 @@ def _get(pending: Pending[torch.Tensor] | None) -> torch.Tensor | None:
 
 
 class PPOController:
-    def __init__(self, cfg: PPOConfig, groups: ModelGroups, tokenizer: Any, prompts: list[PromptSample]):
+    def __init__(
+        self,
+        cfg: PPOConfig,
+        groups: ModelGroups,
+        tokenizer: Any,
+        prompts: list[PromptSample],
+        eval_prompts: list[PromptSample] = (),
+    ):
         self.cfg, self.groups, self.tokenizer, self.prompts = cfg, groups, tokenizer, prompts
+        self.eval_prompts = list(eval_prompts)[groups.rank :: groups.world]  # this controller's share
         self.steps_per_iteration = check_sizes(cfg, groups.world)
         self.per_episode = iterations_per_episode(len(prompts), cfg.rollout.batch_size)
         self.total_iterations = cfg.train.num_episodes * self.per_episode
@@ -108,7 +117,7 @@ class PPOController:
                     cfg.train.agent_func_path,
                     cfg.train.agent_max_turns,
                     cfg.train.agent_step_timeout,
-                    cfg.data.prompt_max_len + cfg.rollout.max_new_tokens,
+                    cfg.sequence_len(),
                     cfg.rollout.max_new_tokens,
                 ),
                 tokenizer,
@@ -180,13 +189,14 @@ class PPOController:
             prompts, rollout, scored = self.filtered(iteration, prompts, sampled, dyn)
         batch = rollout_to_batch(rollout, self.tokenizer.pad_token_id)
         # started together: on Ray the actor, reference and critic groups compute at the same time.
-        # --async_train: the ratio's denominator is the policy that sampled, as the engine scored it
-        # --enable_vllm_is_correction: the trainer's own log-probs too, to weigh the engine's samples by
+        # --async_train: the ratio's denominator is the policy that sampled, as the engine scored it;
+        # --enable_vllm_is_correction (with or without --async_train, as OpenRLHF): the trainer's own log-probs,
+        # the ratio's denominator, and the engine's weigh each token by how far the two disagree
         old = (
-            Done(behaviour_logprobs(rollout, batch))
+            g.actor_logprobs(batch)
+            if cfg.algo.advantage.is_correction_enable or (needs_old_logprobs(cfg) and not cfg.train.async_enable)
+            else Done(behaviour_logprobs(rollout, batch))
             if cfg.train.async_enable
-            else g.actor_logprobs(batch)
-            if needs_old_logprobs(cfg) or cfg.algo.advantage.is_correction_enable
             else None
         )
         ref = g.ref_logprobs(batch) if uses_reference(cfg.algo) else None
@@ -204,22 +214,30 @@ class PPOController:
                 cfg.reward.overlong_penalty_factor,
             )
             scores = scores + penalty
+        if cfg.reward.stop_properly_penalty_coef is not None:  # ProRL: responses cut at the limit lose reward
+            scores = stop_properly(scores, torch.tensor(rollout.finished), cfg.reward.stop_properly_penalty_coef)
         exp = assemble(cfg, batch, scores, _get(old), _get(ref), _get(vals), self.kl_ctl.value, across=sum_across_ranks)
         if cfg.algo.advantage.is_correction_enable:
             exp.is_weight = is_weights(
                 exp.old_logp,
                 behaviour_logprobs(rollout, batch),
                 batch.action_mask,
-                cfg.algo.vllm_is_truncated_threshold,
+                *cfg.is_thresholds(),
+                cfg.algo.advantage.is_correction_type,
             )
         metrics = experience_metrics(exp, rollout.finished)
         metrics.update({f"reward/{k}": v for k, v in scored.logs.items()})  # a reward_func's extra_logs
         if cfg.reward.overlong_buffer_len:
             metrics["overlong_penalty"] = penalty.mean().item()
+        if cfg.reward.stop_properly_penalty_coef is not None:
+            metrics["stop_properly/truncated_fraction"] = 1.0 - sum(rollout.finished) / max(len(rollout), 1)
         metrics.update(dyn)
         metrics.update(time_generate=t_gen - t0, time_experience=time.time() - t_gen)
         if cfg.train.async_enable:  # updates between the sampling policy and the one about to train
             metrics["policy_lag"] = float(self.synced - gen.version)
+        if rollout.updates_seen:  # --partial_rollout_enable: responses that finished on newer weights
+            seen = rollout.updates_seen
+            metrics["partial/across_updates_fraction"] = sum(u > 0 for u in seen) / len(seen)
         return exp, metrics
 
     def filtered(
@@ -265,6 +283,18 @@ class PPOController:
             }
         )
         return kept.prompts, kept.rollout, kept.merged()
+
+    def evaluate(self, iteration: int) -> dict[str, float]:
+        """--eval_dataset (alignment/ppo/evaluation.py): the policy's answers to the held-out prompts, scored
+        by the training reward; averaged over the launcher's ranks."""
+        params = eval_params(self.cfg, iteration)
+        prompts = self.eval_prompts
+        if self.agent is not None:
+            sampled = self.episodes(prompts, params)
+        else:
+            sampled = Sampled(self.groups.generate_turn([p.ids for p in prompts], params))
+        scored = self.score(prompts, sampled)
+        return mean_across_ranks(eval_metrics(scored.rewards, params.n, sampled.rollout))
 
     def restore(self, state: PPOState) -> None:
         self.kl_ctl.value = state.kl_coef

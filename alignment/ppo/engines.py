@@ -27,8 +27,13 @@ class VLLMEngines:
         """Engine k on bundle k of the engines' set, bound to core cores[k] on a CPU node; started, not awaited."""
         self.cfg, self.gpu = cfg, placed.gpu
         self.actors = [self._start(placed, plan, k, cores[k]) for k in range(plan.world_size)]
-        self.collective = cfg.vllm.sync_backend == "gloo" or (self.gpu and not cfg.train.colocate_all)
-        if not self.collective:
+        # --partial_rollout_enable: weights go in chunks a running generation picks up between steps (a
+        # broadcast would need the engine's generating thread to join it)
+        partial = cfg.train.partial_rollout_enable
+        self.collective = not partial and (cfg.vllm.sync_backend == "gloo" or (self.gpu and not cfg.train.colocate_all))
+        if partial:
+            log.info("--partial_rollout_enable: weight updates reach the vLLM engines mid-generation, in chunks")
+        if not self.collective and not partial:
             log.warning(
                 "--vllm_sync_backend nccl needs the engines on GPUs of their own (%s): weights go to the vLLM "
                 "engines in chunks through Ray's object store (--vllm_sync_backend gloo broadcasts over gloo)",
@@ -50,15 +55,18 @@ class VLLMEngines:
                 VLLM_CPU_OMP_THREADS_BIND=str(core),
                 VLLM_CPU_KVCACHE_SPACE=os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
             )
-        return placed.actor(vllm_engine_actor(), plan, k, env).remote(
+        # --partial_rollout_enable: a second thread takes weight posts while the first generates
+        threads = {"max_concurrency": 2} if cfg.train.partial_rollout_enable else {}
+        return placed.actor(vllm_engine_actor(), plan, k, env, **threads).remote(
             resolve_model_path(cfg.model.model_name_or_path, revision=cfg.model.revision),
-            cfg.data.prompt_max_len + cfg.rollout.max_new_tokens,
+            cfg.sequence_len(),
             cfg.train.seed + k,
             not self.gpu,
             cfg.vllm.gpu_memory_utilization,
             cfg.vllm.enable_prefix_caching,
             "bfloat16" if cfg.ds.bf16 else "auto",
             cfg.vllm.enable_sleep,
+            cfg.train.partial_rollout_enable,
         )
 
     def ready(self) -> list:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 from alignment.config.ppo import PPOConfig
+from alignment.ppo.evaluation import eval_due
 from alignment.trainers.base import maybe_inject_failure
 from alignment.training.schedule import SaveSchedule
 from alignment.training.tracking import MetricsLogger
@@ -33,6 +34,7 @@ class Iterating(Protocol):
     statistics a checkpoint keeps (the adaptive KL coefficient, running reward moments)."""
 
     def step(self, iteration: int) -> dict[str, float]: ...
+    def evaluate(self, iteration: int) -> dict[str, float]: ...
     def restore(self, state: PPOState) -> None: ...
     def snapshot(self, iteration: int, history: list[dict]) -> PPOState: ...
 
@@ -72,8 +74,13 @@ def run_iterations(
     for it in range(first, total):
         metrics = ppo.step(it)
         logger.advance()
+        row = {}
         if (it + 1) % cfg.logger.logging_steps == 0 or it + 1 == total:
-            logger.log(it + 1, {f"train/{k}": v for k, v in metrics.items()})
+            row.update({f"train/{k}": v for k, v in metrics.items()})
+        if cfg.eval.dataset and eval_due(cfg.eval.steps, it + 1, total):  # --eval_dataset, alignment/ppo/evaluation.py
+            row.update({f"eval/{k}": v for k, v in ppo.evaluate(it + 1).items()})
+        if row:
+            logger.log(it + 1, row)
         if schedule.due(it + 1) or (it + 1 == total and schedule.due_at_end(it + 1)):
             save(ppo.snapshot(it + 1, list(logger.history)))
             schedule.saved(it + 1)

@@ -25,6 +25,7 @@ import torch
 
 from alignment.datasets.packing import branch_causal_mask, first_fit_rows
 from alignment.losses.logprobs import branched_token_logprobs
+from alignment.losses.nll import entropy, token_entropy
 
 log = logging.getLogger(__name__)
 
@@ -158,8 +159,22 @@ def unpack(values: torch.Tensor, rows: PackedRows, shape: tuple[int, int]) -> to
 def packed_token_logprobs(logits: torch.Tensor, rows: PackedRows, shape: tuple[int, int]) -> torch.Tensor:
     """[B, L-1] log p(token t+1 | <= t) of each sample, from the packed rows' logits: entry [r, c-1]
     of the packed log-probs is that of the token computed at (r, c), given its own branch."""
-    lp = branched_token_logprobs(logits, rows.input_ids, rows.branches)  # [R, T-1]
+    return per_sample(branched_token_logprobs(logits, rows.input_ids, rows.branches), rows, shape)
+
+
+def packed_token_entropy(logits: torch.Tensor, rows: PackedRows, shape: tuple[int, int]) -> torch.Tensor:
+    """[B, L-1] the entropy of the distribution each sample's token t+1 was drawn from (a branch's first
+    token: its parent position's), in packed_token_logprobs' layout."""
+    ent = token_entropy(logits)  # [R, T-1]
+    if rows.branches is not None and len(rows.branches):
+        row, col, parent = rows.branches.unbind(-1)
+        ent = ent.index_put((row, col - 1), entropy(logits[row, parent]))
+    return per_sample(ent, rows, shape)
+
+
+def per_sample(packed: torch.Tensor, rows: PackedRows, shape: tuple[int, int]) -> torch.Tensor:
+    """Packed per-prediction values [R, T-1] -> [B, L-1]: entry [r, c-1] is that of the token at (r, c)."""
     keep = rows.src[1] > 0  # a sample's first token is predicted by nothing
-    out = lp.new_zeros((shape[0], shape[1] - 1))
-    out[rows.src[0][keep], rows.src[1][keep] - 1] = lp[rows.dst[0][keep], rows.dst[1][keep] - 1]
+    out = packed.new_zeros((shape[0], shape[1] - 1))
+    out[rows.src[0][keep], rows.src[1][keep] - 1] = packed[rows.dst[0][keep], rows.dst[1][keep] - 1]
     return out

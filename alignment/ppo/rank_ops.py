@@ -19,7 +19,7 @@ from alignment.losses.kl import kl_estimate
 from alignment.losses.nll import masked_mean
 from alignment.losses.ppo import POLICY_LOSSES, value_loss
 from alignment.nonfinite import NonFiniteGuard, zero_loss
-from alignment.ppo.batch import SequenceBatch, action_logprobs
+from alignment.ppo.batch import SequenceBatch, action_logprobs, action_logprobs_entropy
 from alignment.ppo.ema import EMA
 from alignment.ppo.experience import Experience
 from alignment.ppo.packed import Packing, pack, unpack
@@ -201,7 +201,7 @@ def train_actor(
         mb = micro.exp
         b, agg = mb.batch.to(dev), _agg(cfg, micro.totals)
         mask = b.action_mask
-        logp = action_logprobs(actor, b, packing)
+        logp, ent = action_logprobs_entropy(actor, b, packing, cfg.actor.entropy_coef is not None)
         old = logp.detach() if mb.old_logp is None else mb.old_logp.to(dev)  # None: on-policy (needs_old_logprobs)
         objective = POLICY_LOSSES[cfg.actor.policy_loss_type]
         weight = None if mb.is_weight is None else mb.is_weight.to(dev)  # --enable_vllm_is_correction
@@ -221,6 +221,10 @@ def train_actor(
             kl = agg(kl_estimate(logp, mb.ref_logp.to(dev), cfg.algo.kl.estimator), mask)
             loss = loss + kl_coef * kl
             row["kl_loss"] = kl.item()
+        if ent is not None:  # --entropy_loss_coef: a bonus for keeping the policy spread (0: logged only)
+            if cfg.actor.entropy_coef:
+                loss = loss - cfg.actor.entropy_coef * agg(ent, mask)
+            row["entropy"] = masked_mean(ent.detach(), mask).item()  # nats per response token
         steps = actor.global_steps
         if _backward_step(actor, loss, micro, guard):
             rows.append(row)

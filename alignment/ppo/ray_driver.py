@@ -152,12 +152,13 @@ def run(cfg: PPOConfig) -> dict[str, float]:
         use_fast=not cfg.data.disable_fast_tokenizer,
     )
     prompts = load_prompts(cfg, tokenizer, cfg.data.prompt_dataset, cfg.data.prompt_split)
+    eval_prompts = load_prompts(cfg, tokenizer, cfg.eval.dataset, cfg.eval.split) if cfg.eval.dataset else []
     function_reward = FunctionReward(cfg.reward.remote_url) if cfg.reward.remote_url else None
     check_sizes(cfg, placement.plan(cfg)[0].world_size)
     groups = RayGroups(cfg, len(prompts), function_reward)
     # the driver's metrics go to the actor rank that commits the model (it may be on another node)
     with tempfile.TemporaryDirectory(prefix="alignflow-ppo-metrics-") as metrics_dir:
-        logger = runner.run(cfg, groups, tokenizer, prompts, Path(metrics_dir), True)
+        logger = runner.run(cfg, groups, tokenizer, prompts, Path(metrics_dir), True, eval_prompts)
         logger.close()
         ray_state.commit(groups.groups["actor"], cfg, Path(metrics_dir), logger.final(), logger.links)
     log.info("model committed: %s", cfg.ckpt.output_dir)

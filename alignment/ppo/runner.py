@@ -25,9 +25,10 @@ def run(
     prompts: list[PromptSample],
     metrics_dir: Path | None,
     writes_metrics: bool,
+    eval_prompts: list[PromptSample] = (),
 ) -> MetricsLogger:
     """Train; returns the closed-over logger (final metrics, tracking links) for the backend's commit."""
-    ppo = PPOController(cfg, groups, tokenizer, prompts)
+    ppo = PPOController(cfg, groups, tokenizer, prompts, eval_prompts)
     log.info(
         "PPO (%s): %d prompts, %d iterations of %d prompts x %d samples, %d optimizer steps per iteration",
         cfg.algo.advantage.estimator,

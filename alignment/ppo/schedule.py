@@ -49,4 +49,5 @@ def sampling_params(cfg: PPOConfig, iteration: int, shard: int = 0, shards: int 
         cfg.rollout.n_samples_per_prompt,
         seed=cfg.train.seed * 100_003 + iteration * shards + shard,
         logprobs=cfg.train.async_enable or cfg.algo.advantage.is_correction_enable,
+        max_total_len=cfg.data.max_len,
     )

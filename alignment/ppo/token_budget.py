@@ -22,7 +22,7 @@ class TokenBudget:
 
     def groups(self, lengths: list[int]) -> list[list[int]]:
         """Indices of `lengths` cut into micro-batches that each cost at most max_tokens (a row longer
-        than the budget goes alone; the config refuses budgets below the longest possible row)."""
+        than the budget goes alone, as OpenRLHF's dynamic batches: nothing is truncated)."""
         order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
         groups: list[list[int]] = []
         for i in order:

@@ -258,6 +258,8 @@ def vllm_engine_actor() -> type:
         def load_weight_refs(self, refs: list) -> int:
             import ray
 
+            if self.turns is not None:  # --partial_rollout_enable: now, or between the running generation's steps
+                return int(self.turns.post(ray.get(refs)))
             return self.load_weight_chunks(ray.get(ref) for ref in refs)  # one chunk fetched at a time
 
     return VLLMEngineActor

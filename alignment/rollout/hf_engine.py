@@ -92,7 +92,7 @@ class HFEngine:
             input_ids=ids.repeat_interleave(params.n, 0),
             past_key_values=cache,
             attention_mask=mask.repeat_interleave(params.n, 0),
-            max_new_tokens=params.max_new_tokens,
+            max_new_tokens=max(params.budget(len(p)) for p in prompts),
             eos_token_id=sorted(self.eos_ids),
             pad_token_id=self.pad_id,
             synced_gpus=self.synced_gpus,
@@ -101,7 +101,8 @@ class HFEngine:
         rollout = Rollout()
         for row, seq in enumerate(seqs[:, width:].tolist()):
             k = row // params.n
-            response, finished = _cut_at_eos(seq, self.eos_ids)
+            # --max_len: this prompt's own budget; the tokens kept are those a generation stopped there draws
+            response, finished = _cut_at_eos(seq[: params.budget(len(prompts[k]))], self.eos_ids)
             rollout.prompt_ids.append(list(prompts[k]))
             rollout.response_ids.append(response)
             rollout.prompt_index.append(k)

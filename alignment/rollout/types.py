@@ -15,6 +15,14 @@ class SamplingParams:
     greedy: bool = False  # argmax decoding (evaluation, weight-sync checks)
     seed: int | None = None
     logprobs: bool = False  # also return each sampled token's log-prob (the behaviour policy's, --async_train)
+    # --max_len: most prompt + response tokens; a response gets min(max_new_tokens, max_total_len - its prompt's)
+    max_total_len: int | None = None
+
+    def budget(self, prompt_len: int) -> int:
+        """Most new tokens for a prompt of `prompt_len` tokens (at least 1: longer prompts were dropped)."""
+        if self.max_total_len is None:
+            return self.max_new_tokens
+        return max(1, min(self.max_new_tokens, self.max_total_len - prompt_len))
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1 or self.n < 1:
@@ -37,6 +45,8 @@ class Rollout:
     # per response token: 1 = the model's, 0 = an environment's feedback between turns (agents: context, never
     # loss). Empty: every response token is the model's (single-turn generation).
     loss_mask: list[list[int]] = field(default_factory=list)
+    # --partial_rollout_enable: weight updates applied while each response was being generated (empty: none asked)
+    updates_seen: list[int] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.response_ids)
@@ -47,6 +57,7 @@ class Rollout:
         self.prompt_index += [i + index_offset for i in other.prompt_index]
         self.finished += other.finished
         self.logprobs += other.logprobs
+        self.updates_seen += other.updates_seen
         if self.loss_mask or other.loss_mask:  # a mix keeps one mask row per response
             self.loss_mask = (self.loss_mask or [[1] * len(r) for r in self.response_ids[: len(self) - len(other)]]) + (
                 other.loss_mask or [[1] * len(r) for r in other.response_ids]
@@ -62,6 +73,7 @@ class Rollout:
             pick(self.finished),
             pick(self.logprobs),
             pick(self.loss_mask),
+            pick(self.updates_seen),
         )
 
     def response_mask(self, i: int) -> list[int]:

@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
+from alignment.rollout.partial import EngineTurns, step_generate
 from alignment.rollout.types import Rollout, SamplingParams
 
 log = logging.getLogger(__name__)
@@ -47,6 +48,7 @@ class VLLMEngine:
         enable_prefix_caching: bool = False,
         dtype: str = "auto",
         sleep: bool = False,
+        partial: bool = False,
     ):
         """`sleep` (--vllm_enable_sleep, GPUs only): the engine sleeps (level 1: weights to CPU memory, KV cache
         dropped) after each generate, and wakes for the next one or a weight sync."""
@@ -70,6 +72,8 @@ class VLLMEngine:
             kwargs["enable_sleep_mode"] = True
         self.llm = LLM(**kwargs)
         self.sync_root = Path(tempfile.mkdtemp(prefix="alignflow-vllm-sync-", dir=_shm_or_tmp()))
+        # --partial_rollout_enable: generation and weight posts take turns on the engine (alignment/rollout/partial.py)
+        self.turns = EngineTurns(self.load_weight_chunks) if partial else None
 
     def ready(self) -> bool:
         return True
@@ -85,11 +89,15 @@ class VLLMEngine:
             self.asleep = True
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> Rollout:
+        if self.turns is not None:
+            self.turns.claim()
         self._wake()
         try:
             return self._generate(prompts, params)
         finally:
             self._sleep()
+            if self.turns is not None:
+                self.turns.release()
 
     def _generate(self, prompts: list[list[int]], params: SamplingParams) -> Rollout:
         from vllm import SamplingParams as VSampling
@@ -97,30 +105,30 @@ class VLLMEngine:
 
         # logprobs=0: the sampled token's own log-prob, of the raw logits (vLLM's default logprobs_mode
         # "raw_logprobs"), as the trainers compute theirs
-        sp = VSampling(
-            n=params.n,
-            max_tokens=params.max_new_tokens,
-            seed=params.seed,
-            logprobs=0 if params.logprobs else None,
-            **(
-                {"temperature": 0.0}
-                if params.greedy
-                else {"temperature": params.temperature, "top_p": params.top_p, "top_k": -1}
-            ),
+        def sampling(max_tokens: int) -> VSampling:
+            return VSampling(
+                n=params.n,
+                max_tokens=max_tokens,
+                seed=params.seed,
+                logprobs=0 if params.logprobs else None,
+                **(
+                    {"temperature": 0.0}
+                    if params.greedy
+                    else {"temperature": params.temperature, "top_p": params.top_p, "top_k": -1}
+                ),
+            )
+
+        if self.turns is not None:  # --partial_rollout_enable: weights posted meanwhile land between steps
+            outs, seen = step_generate(self.llm, self.turns, prompts, params, sampling)
+            return to_rollout(prompts, outs, params, seen)
+        # --max_len: each prompt's own budget (one SamplingParams for all when there is none)
+        sp = (
+            [sampling(params.budget(len(p))) for p in prompts]
+            if params.max_total_len
+            else sampling(params.max_new_tokens)
         )
         outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], sp, use_tqdm=False)
-        rollout = Rollout()
-        for k, out in enumerate(outs):
-            for completion in out.outputs:
-                rollout.prompt_ids.append(list(prompts[k]))
-                rollout.response_ids.append(list(completion.token_ids))
-                rollout.prompt_index.append(k)
-                rollout.finished.append(completion.finish_reason == "stop")
-                if params.logprobs:
-                    rollout.logprobs.append(
-                        [step[tok].logprob for step, tok in zip(completion.logprobs, completion.token_ids)]
-                    )
-        return rollout
+        return to_rollout(prompts, outs, params)
 
     def load_weight_chunks(self, parts: Iterable[dict]) -> int:
         """Reload the policy from chunks (name -> tensor dicts, HF names); returns the shard count."""
@@ -171,6 +179,27 @@ class VLLMEngine:
 
     def close(self) -> None:
         shutil.rmtree(self.sync_root, ignore_errors=True)
+
+
+def to_rollout(
+    prompts: list[list[int]], outs: list[Any], params: SamplingParams, seen: list[int] | None = None
+) -> Rollout:
+    """vLLM's RequestOutputs (one per prompt, n completions each) as a Rollout; `seen`: the weight updates each
+    prompt's request saw mid-way (--partial_rollout_enable)."""
+    rollout = Rollout()
+    for k, out in enumerate(outs):
+        for completion in out.outputs:
+            rollout.prompt_ids.append(list(prompts[k]))
+            rollout.response_ids.append(list(completion.token_ids))
+            rollout.prompt_index.append(k)
+            rollout.finished.append(completion.finish_reason == "stop")
+            if seen is not None:
+                rollout.updates_seen.append(seen[k])
+            if params.logprobs:
+                rollout.logprobs.append(
+                    [step[tok].logprob for step, tok in zip(completion.logprobs, completion.token_ids)]
+                )
+    return rollout
 
 
 def _fit_context(model_path: str, wanted: int) -> int:
