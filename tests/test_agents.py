@@ -37,11 +37,12 @@ SCRIPTED = textwrap.dedent(f"""
                     "sampling_params": states["sampling_params"], "extra_logs": {{}}}}
 """)
 
-# An agent file as OpenRLHF documents the contract (tensors for rewards, scores and logs), for the test;
-# only its import line differs from OpenRLHF's: `from openrlhf.utils.agent import ...`.
+# An agent file as OpenRLHF v0.11's examples write one, OpenRLHF's import line included (answered by
+# alignment/openrlhf_names.py where OpenRLHF is not installed): tensors for rewards, scores and logs, an async
+# __init__ as the older examples declare it, and the executor built as `super().__init__(AgentInstance)`.
 OPENRLHF_STYLE = textwrap.dedent("""
     import torch
-    from alignment.agents import AgentExecutorBase, AgentInstanceBase
+    from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
     from alignment.tiny_world.reward import extract_answer
 
 
@@ -61,6 +62,11 @@ OPENRLHF_STYLE = textwrap.dedent("""
             return {"rewards": reward, "scores": reward, "environment_feedback": feedback, "done": done,
                     "sampling_params": states.get("sampling_params", None),
                     "extra_logs": {"turn_reached": torch.tensor([float(self.step_idx)])}}
+
+
+    class AgentExecutor(MultiTurnAgentExecutor):
+        def __init__(self):
+            super().__init__(AgentInstance)
 """)
 
 PROMPTS = [
@@ -113,52 +119,100 @@ def test_running_reward_moments_equal_the_whole_history():
     assert RunningMoments(*moments.state()) == moments  # what a checkpoint keeps restores it
 
 
+# v0.11's executor-only contract: no AgentInstance, execute(..., images=None), generate(..., multi_modal_data=None)
 CUSTOM_EXECUTOR = textwrap.dedent("""
-    from alignment.agents import AgentExecutorBase, AgentInstanceBase
+    from openrlhf.utils.agent import AgentExecutorBase
 
-    class AgentInstance(AgentInstanceBase):
-        async def step(self, states, **kwargs):
-            raise AssertionError("this file's executor never calls step")
-
-    class AgentExecutor(AgentExecutorBase):   # OpenRLHF's shape: built with the instance class
-        def __init__(self, agent_instance_cls):
-            self.cls = agent_instance_cls
-
-        async def execute(self, prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine):
+    class AgentExecutor(AgentExecutorBase):
+        async def execute(self, prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine, images=None):
             ids = hf_tokenizer(prompt, add_special_tokens=False)["input_ids"]
-            out = (await llm_engine.generate(ids, sampling_params)).outputs[0]
+            out = (await llm_engine.generate(ids, sampling_params, multi_modal_data=None)).outputs[0]
             end = len(ids) + len(out.token_ids)
             return {"observation_tokens": ids + list(out.token_ids), "action_ranges": [(len(ids), end)],
                     "reward": 0.25, "scores": 0.5, "extra_logs": {"custom": 1.0}, "rollout_log_probs": None}
 """)
 
+NEVER_DONE = textwrap.dedent("""
+    from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
 
-def test_an_agent_file_may_replace_how_an_episode_runs(tiny_base, tmp_path):
-    """An AgentExecutor in the file runs the episodes: its tokens, ranges, reward and scores are what PPO gets."""
+    class AgentInstance(AgentInstanceBase):
+        async def step(self, states, **kwargs):
+            return {"rewards": 0.0, "done": False, "environment_feedback": "\\n<|user|>\\nagain<|end|>\\n",
+                    IMAGES}
+
+    class AgentExecutor(MultiTurnAgentExecutor):
+        def __init__(self):
+            super().__init__(AgentInstance)
+""")
+
+
+def _episodes(model_dir, path: str, max_turns: int = 5, n: int = 2):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from alignment.agents.runner import AgentRunner, AgentSettings
     from alignment.datasets.prompts import PromptSample
     from alignment.rollout.hf_engine import HFEngine
 
-    (tmp_path / "custom.py").write_text(CUSTOM_EXECUTOR)
-    tok = AutoTokenizer.from_pretrained(tiny_base)
-    engine = HFEngine(AutoModelForCausalLM.from_pretrained(tiny_base).eval(), tok.eos_token_id, tok.pad_token_id)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    engine = HFEngine(AutoModelForCausalLM.from_pretrained(model_dir).eval(), tok.eos_token_id, tok.pad_token_id)
     text = tok.apply_chat_template(
         [{"role": "user", "content": "What is 2 + 3?"}], tokenize=False, add_generation_prompt=True
     )
-    got = AgentRunner(AgentSettings(str(tmp_path / "custom.py"), 5, 10.0, 200, 6), tok).run(
+    return AgentRunner(AgentSettings(path, max_turns, 10.0, 200, 6), tok).run(
         [PromptSample(text, tok(text, add_special_tokens=False)["input_ids"], "5")],
-        2,
+        n,
         engine.generate,
         seed=1,
         temperature=1.0,
         top_p=1.0,
         logprobs=False,
     )
+
+
+def test_an_agent_file_may_replace_how_an_episode_runs(tiny_base, tmp_path):
+    """A file with only an AgentExecutor (OpenRLHF v0.11's contract, its import line) runs the episodes: its
+    tokens, ranges, reward and scores are what PPO gets."""
+    (tmp_path / "custom.py").write_text(CUSTOM_EXECUTOR)
+    got = _episodes(tiny_base, str(tmp_path / "custom.py"))
     assert got.scored.rewards.tolist() == [0.25, 0.25] and got.scored.scores.tolist() == [0.5, 0.5]
     assert got.scored.logs == {"custom": 1.0} and all(m == [1] * len(m) for m in got.rollout.loss_mask)
     assert all(0 < len(r) <= 6 for r in got.rollout.response_ids)
+
+
+def test_an_executor_built_as_openrlhf_builds_it_keeps_the_turn_limit_and_images_are_refused(tiny_base, tmp_path):
+    """`super().__init__(AgentInstance)` (all of OpenRLHF's multi-turn examples) still stops at --agent_max_turns
+    (not the executor's default of 16); an environment that answers with images is one line, never dropped."""
+    from alignment.agents.contract import AgentError
+
+    (tmp_path / "loop.py").write_text(NEVER_DONE.replace("IMAGES", '"extra_logs": {}'))
+    got = _episodes(tiny_base, str(tmp_path / "loop.py"), max_turns=2, n=1)
+    assert got.metrics["agent/turns"] == 2
+    (tmp_path / "pictures.py").write_text(NEVER_DONE.replace("IMAGES", '"environment_images": ["a.png"]'))
+    with pytest.raises(AgentError, match="step returned environment_images; images from an environment need"):
+        _episodes(tiny_base, str(tmp_path / "pictures.py"), n=1)
+
+
+def test_a_math_reward_file_written_for_openrlhf_runs_unchanged(tmp_path):
+    """`from openrlhf.utils import extract_boxed_answer, grade_answer` (OpenRLHF's math reward pattern) loads and
+    grades: equal answers in other forms count, a wrong or missing box does not."""
+    from alignment.rewards.reward_func import load_reward_func
+
+    (tmp_path / "math_reward.py").write_text(
+        textwrap.dedent("""
+        import torch
+        from openrlhf.utils import extract_boxed_answer, grade_answer
+
+        def reward_func(queries, prompts, labels, **kwargs):
+            pairs = zip(queries, prompts, labels)
+            got = [float(grade_answer(extract_boxed_answer(q[len(p) :]), y)) for q, p, y in pairs]
+            return {"rewards": torch.tensor(got), "scores": torch.tensor(got), "extra_logs": {}}
+    """)
+    )
+    fn = load_reward_func(str(tmp_path / "math_reward.py"))
+    responses = ["so \\boxed{\\frac{1}{2}}", "\\boxed{0.5}", "\\boxed{3}", "0.5", "\\boxed{(1, 2)}"]
+    labels = ["0.5", "\\frac12", "4", "0.5", "(1,2)"]
+    out = fn(["Q:" + r for r in responses], ["Q:"] * 5, labels)
+    assert out["rewards"].tolist() == [1.0, 1.0, 0.0, 0.0, 1.0]
 
 
 def test_shipped_smollm2_calculator_environment():
@@ -209,15 +263,6 @@ def test_flags_that_cannot_apply_are_one_line(extra, needle):
 
     with pytest.raises(ConfigError, match=re.escape(needle)):
         parse_args(PPOConfig, ["--pretrain", "m", "--prompt_data", "p.jsonl", *extra])
-
-
-def test_agent_file_written_for_openrlhf_names_the_one_line_to_change(tmp_path):
-    from alignment.agents.contract import AgentError
-    from alignment.agents.runner import load_agent_file
-
-    (tmp_path / "theirs.py").write_text("from openrlhf.utils.agent import AgentInstanceBase\n")
-    with pytest.raises(AgentError, match="change `from openrlhf.utils.agent import ...` to `from alignment.agents"):
-        load_agent_file(str(tmp_path / "theirs.py"))
 
 
 def _segments(mask: list[int]) -> list[tuple[int, int, int]]:
@@ -363,57 +408,3 @@ def test_a_failing_or_hanging_step_is_one_line_naming_the_file(tiny_sft, tmp_pat
         else "did not return within --agent_step_timeout 2 s" in errors[0]
     ), errors
     assert "Traceback" not in proc.stderr and not (tmp_path / "out" / "MANIFEST.json").exists()
-
-
-# OpenRLHF's example command lines, verbatim but for sizes, paths and the data's keys (openrlhf.cli -> alignment.cli)
-AGENT_LINE = """--ref_num_nodes 1 --ref_num_gpus_per_node 1 --actor_num_nodes 1 --actor_num_gpus_per_node 1
-   --vllm_num_engines 1 --vllm_tensor_parallel_size 1 --colocate_all_models
-   --agent_func_path {repo}/data/tiny/agent_retry.py
-   --pretrain {sft} --save_path {out}
-   --vllm_gpu_memory_utilization 0.8 --l2 0.01 --micro_train_batch_size 8 --train_batch_size 32
-   --micro_rollout_batch_size 16 --rollout_batch_size 8 --n_samples_per_prompt 4 --max_epochs 1
-   --prompt_max_len 1024 --max_samples 16 --num_episodes 1 --generate_max_len 16 --zero_stage 3 --bf16
-   --actor_learning_rate 5e-7 --advantage_estimator reinforce_baseline --init_kl_coef 0 --kl_estimator k2
-   --prompt_data json@{data} --input_key input --label_key label --normalize_reward
-   --vllm_enable_sleep --use_dynamic_batch --deepspeed_enable_sleep --gradient_checkpointing --packing_samples
-   --save_steps -1 --enforce_eager --eps_clip_low_high 0.2 0.28 --enable_prefix_caching --top_p 0.98
-   --enable_vllm_is_correction"""
-DAPO_LINE = """--ref_num_nodes 1 --ref_num_gpus_per_node 1 --actor_num_nodes 1 --actor_num_gpus_per_node 1
-   --vllm_num_engines 1 --vllm_tensor_parallel_size 1 --colocate_all_models --vllm_gpu_memory_utilization 0.6
-   --init_kl_coef 1e-3 --gamma 1.0 --use_kl_loss --kl_estimator k3 --advantage_estimator group_norm
-   --dynamic_filtering --dynamic_filtering_reward_range 0 1 --eps_clip_low_high 0.2 0.27
-   --pretrain {sft} --remote_rm_url {repo}/data/tiny/reward_func.py
-   --save_path {out} --ckpt_path {out}-ckpt
-   --save_steps 1 --save_hf_ckpt --micro_train_batch_size 8 --train_batch_size 32 --micro_rollout_batch_size 16
-   --rollout_batch_size 8 --n_samples_per_prompt 4 --max_epochs 1 --prompt_max_len 1024 --max_samples 16
-   --generate_max_len 16 --zero_stage 3 --bf16 --actor_learning_rate 5e-7
-   --prompt_data json@{data} --input_key context_messages --apply_chat_template
-   --gradient_checkpointing --packing_samples --vllm_sync_backend nccl --enforce_eager --vllm_enable_sleep
-   --deepspeed_enable_sleep --vllm_enable_is_correction"""
-
-
-@pytest.mark.integration
-@pytest.mark.parametrize("line", ["agent", "dapo"])
-def test_openrlhf_agent_and_dapo_lines_run_as_ray_jobs(ray_head, tiny_sft, tmp_path, line):
-    """The multi-turn agent line and the DAPO line of OpenRLHF's examples on the 2-CPU Ray head: both commit a
-    model after two iterations; the sleep flags say in one line that a CPU cluster has nothing to free;
-    the agent's rewards are normalised by running moments (no RM statistics), the DAPO run refills groups."""
-    from tests.test_ppo_ray import ray_job
-
-    out = tmp_path / line
-    text = (AGENT_LINE if line == "agent" else DAPO_LINE).format(
-        repo=REPO, sft=tiny_sft, out=out, data=tiny_dir() / "prompts"
-    )
-    status, logs = ray_job(ray_head, text.split(), f"ppo-line-{line}")
-    assert status.endswith("SUCCEEDED"), logs[-3000:]
-    assert "--vllm_enable_sleep: the engines run on CPU, their memory is host memory: nothing to free" in logs
-    assert "--deepspeed_enable_sleep: actor's optimizer states are in host memory already" in logs
-    rows = metric_rows(out)
-    assert [r["step"] for r in rows] == [1, 2] and all("train/is_weight" in r for r in rows)
-    if line == "agent":
-        assert all(1 <= r["train/agent/turns"] <= 3 for r in rows)
-        assert abs(rows[0]["train/reward"]) < 1e-5  # the first batch, normalised by its own moments
-    else:
-        assert all("train/dynamic_filtering/dropped_fraction" in r for r in rows)
-        assert (tmp_path / "dapo-ckpt" / "global_step2" / "actor" / "hf" / "config.json").exists()
-    assert (out / "MANIFEST.json").exists()

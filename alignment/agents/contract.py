@@ -83,6 +83,11 @@ class StepResult:
         feedback = out["environment_feedback"]
         if not isinstance(feedback, str):
             raise AgentError(f"{where}: environment_feedback must be text, got {type(feedback).__name__}")
+        if out.get("environment_images"):  # never dropped without a word
+            raise AgentError(
+                f"{where}: step returned environment_images; images from an environment need vision-language "
+                f"RLHF, which is not built in alignflow yet: return text feedback only"
+            )
         score = out.get("scores")
         return StepResult(
             number(out["rewards"], f"{where}: rewards"),

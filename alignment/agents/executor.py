@@ -30,8 +30,8 @@ async def make_instance(cls: type) -> AgentInstanceBase:
 
 class MultiTurnAgentExecutor(AgentExecutorBase):
     def __init__(self, agent_instance_cls: type, max_turns: int = 16, step_timeout: float = 60.0, where: str = "agent"):
-        if not (isinstance(agent_instance_cls, type) and issubclass(agent_instance_cls, AgentInstanceBase)):
-            raise AgentError(f"{where}: AgentInstance must subclass alignment.agents.AgentInstanceBase")
+        if not (isinstance(agent_instance_cls, type) and callable(getattr(agent_instance_cls, "step", None))):
+            raise AgentError(f"{where}: AgentInstance must be a class with async reset(states) and step(states)")
         self.cls, self.max_turns, self.step_timeout, self.where = agent_instance_cls, max_turns, step_timeout, where
 
     async def execute(

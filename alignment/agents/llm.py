@@ -66,7 +66,13 @@ class BatchingEngine:
         self.live -= 1
         self._flush_if_ready()
 
-    async def generate(self, token_ids: list[int], sampling_params: Any) -> RequestOutput:
+    async def generate(self, token_ids: list[int], sampling_params: Any, multi_modal_data: Any = None) -> RequestOutput:
+        """One turn. `multi_modal_data` (OpenRLHF v0.11's executors pass it, None for text): images are refused."""
+        if multi_modal_data:
+            raise ValueError(
+                "llm_engine.generate got multi_modal_data (images): vision-language RLHF is not built in alignflow "
+                "yet; generate from text only"
+            )
         params = as_params(sampling_params)
         future = asyncio.get_running_loop().create_future()
         self.queue.append((list(token_ids), params, future))

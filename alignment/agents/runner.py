@@ -20,7 +20,8 @@ from typing import Any
 
 import torch
 
-from alignment.agents.contract import AgentError, AgentExecutorBase, AgentInstanceBase, extra_logs, number
+from alignment import openrlhf_names
+from alignment.agents.contract import AgentError, AgentExecutorBase, extra_logs, number
 from alignment.agents.executor import MultiTurnAgentExecutor
 from alignment.agents.llm import BatchingEngine, GenerateBatch, SamplingParams
 from alignment.datasets.prompts import PromptSample
@@ -46,32 +47,32 @@ class Episodes:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
-def load_agent_file(path: str) -> tuple[type, type | None]:
-    """(AgentInstance class, AgentExecutor class or None) from a user's file; AgentError naming what is wrong."""
+def load_agent_file(path: str) -> tuple[type | None, type | None]:
+    """(AgentInstance class or None, AgentExecutor class or None) from a user's file, at least one of them;
+    AgentError naming what is wrong. A file written for OpenRLHF imports `openrlhf.utils.agent`: answered with
+    alignflow's classes where OpenRLHF is not installed (alignment/openrlhf_names.py), so classes are checked
+    by what they do (an async step / execute), not by their base class."""
     file = Path(path)
     if not file.is_file():
         raise AgentError(f"--agent_func_path {path}: no such file; pass a .py file defining AgentInstance")
+    openrlhf_names.install()
     spec = importlib.util.spec_from_file_location(f"alignflow_agent_{file.stem}", file)
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
     except ModuleNotFoundError as e:
-        hint = (
-            " (a file written for OpenRLHF: change `from openrlhf.utils.agent import ...` to `from alignment.agents "
-            "import ...`)"
-            if e.name and e.name.startswith("openrlhf")
-            else ""
-        )
-        raise AgentError(f"--agent_func_path {path}: {e}{hint}") from None
-    instance = getattr(module, "AgentInstance", None)
-    if not (isinstance(instance, type) and issubclass(instance, AgentInstanceBase)):
+        raise AgentError(f"--agent_func_path {path}: {e} (install the package it names)") from None
+    instance, executor = getattr(module, "AgentInstance", None), getattr(module, "AgentExecutor", None)
+    if instance is not None and not (isinstance(instance, type) and callable(getattr(instance, "step", None))):
+        raise AgentError(f"--agent_func_path {path}: AgentInstance must be a class with async reset and step")
+    if executor is not None and not (isinstance(executor, type) and callable(getattr(executor, "execute", None))):
+        raise AgentError(f"--agent_func_path {path}: AgentExecutor must be a class with async execute(...)")
+    if instance is None and executor is None:
         raise AgentError(
-            f"--agent_func_path {path}: define `class AgentInstance(AgentInstanceBase)` with async "
-            f"reset(states) and step(states)"
+            f"--agent_func_path {path}: define `class AgentInstance(AgentInstanceBase)` with async reset(states) "
+            f"and step(states), or `class AgentExecutor(AgentExecutorBase)` with async execute(prompt, label, "
+            f"sampling_params, max_length, hf_tokenizer, llm_engine)"
         )
-    executor = getattr(module, "AgentExecutor", None)
-    if executor is not None and not (isinstance(executor, type) and issubclass(executor, AgentExecutorBase)):
-        raise AgentError(f"--agent_func_path {path}: AgentExecutor must subclass AgentExecutorBase")
     return instance, executor
 
 
@@ -85,7 +86,14 @@ class AgentRunner:
             return MultiTurnAgentExecutor(self.instance_cls, self.s.max_turns, self.s.step_timeout, self.s.path)
         # OpenRLHF's executors take the instance class; one whose __init__ takes nothing is built without it
         takes_cls = len(inspect.signature(self.executor_cls).parameters) > 0
-        return self.executor_cls(self.instance_cls) if takes_cls else self.executor_cls()
+        executor = self.executor_cls(self.instance_cls) if takes_cls else self.executor_cls()
+        if isinstance(executor, MultiTurnAgentExecutor):  # OpenRLHF's pattern: super().__init__(AgentInstance)
+            executor.max_turns, executor.step_timeout, executor.where = (
+                self.s.max_turns,
+                self.s.step_timeout,
+                self.s.path,
+            )
+        return executor
 
     def run(
         self,
@@ -134,7 +142,8 @@ class AgentRunner:
 
     async def _one(self, engine: BatchingEngine, prompt: PromptSample, params: SamplingParams, e: int) -> dict:
         executor = self._executor()
-        kwargs = {"prompt_ids": prompt.ids} if isinstance(executor, MultiTurnAgentExecutor) else {}
+        # our own execute takes the prompt's token ids too; an override of it (OpenRLHF's signature) does not
+        kwargs = {"prompt_ids": prompt.ids} if type(executor).execute is MultiTurnAgentExecutor.execute else {}
         try:
             return await executor.execute(
                 prompt.text,

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from alignment import openrlhf_names
 from alignment.errors import TransientError, UserError
 
 RewardFn = Callable[..., Any]  # (queries, prompts, labels, **kwargs) -> rewards, or the dict above
@@ -43,6 +44,7 @@ def load_reward_func(path: str) -> RewardFn:
         raise RewardError(
             f"--remote_rm_url {path}: no such file; pass a .py file defining reward_func or an http(s) URL"
         )
+    openrlhf_names.install()  # a file written for OpenRLHF imports openrlhf.utils (alignment/openrlhf_names.py)
     spec = importlib.util.spec_from_file_location(f"alignflow_reward_{file.stem}", file)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
