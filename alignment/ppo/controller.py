@@ -29,14 +29,14 @@ from alignment.distributed.collectives import mean_across_ranks, sum_across_rank
 from alignment.losses.kl import KLController
 from alignment.losses.ppo import is_weights
 from alignment.losses.reward_norm import RunningMoments
-from alignment.losses.reward_shaping import overlong_penalty, stop_properly
 from alignment.ppo.batch import SequenceBatch, behaviour_logprobs, rollout_to_batch
-from alignment.ppo.dynamic_sampling import MAX_ROUNDS, Groups, kept_groups, refill_key, refill_prompts
+from alignment.ppo.dynamic_sampling import filtered
 from alignment.ppo.evaluation import eval_metrics, eval_params
 from alignment.ppo.experience import Experience, assemble, experience_metrics, needs_old_logprobs, uses_reference
 from alignment.ppo.loop import PPOState
 from alignment.ppo.pending import Done, Later, Mapped, Pending
 from alignment.ppo.schedule import check_sizes, iterations_per_episode, prompt_order, sampling_params
+from alignment.ppo.scores import shape_scores
 from alignment.rewards.scorer import Scored
 from alignment.rollout.types import Rollout, SamplingParams
 
@@ -186,7 +186,7 @@ class PPOController:
         if (
             cfg.algo.dynamic_filtering_enable
         ):  # scored first: the groups that teach nothing are replaced before any forward pass
-            prompts, rollout, scored = self.filtered(iteration, prompts, sampled, dyn)
+            prompts, rollout, scored = filtered(self, iteration, prompts, sampled, dyn)
         batch = rollout_to_batch(rollout, self.tokenizer.pad_token_id)
         # started together: on Ray the actor, reference and critic groups compute at the same time.
         # --async_train: the ratio's denominator is the policy that sampled, as the engine scored it;
@@ -202,20 +202,8 @@ class PPOController:
         ref = g.ref_logprobs(batch) if uses_reference(cfg.algo) else None
         vals = g.values(batch) if g.has_critic else None
         scored = scored or self.score(prompts, Sampled(rollout))
-        scores = scored.rewards.float()
-        if self.reward_moments is not None:
-            scores = self.reward_moments.normalize(scores)
-        scores = scores.clamp(*cfg.reward.clip_range)
-        if cfg.reward.overlong_buffer_len:  # DAPO's soft length penalty, on the reward (not on the scores)
-            penalty = overlong_penalty(
-                batch.action_mask.sum(-1),
-                cfg.rollout.max_new_tokens,
-                cfg.reward.overlong_buffer_len,
-                cfg.reward.overlong_penalty_factor,
-            )
-            scores = scores + penalty
-        if cfg.reward.stop_properly_penalty_coef is not None:  # ProRL: responses cut at the limit lose reward
-            scores = stop_properly(scores, torch.tensor(rollout.finished), cfg.reward.stop_properly_penalty_coef)
+        lengths = batch.action_mask.sum(-1)
+        scores, shaped = shape_scores(cfg, scored.rewards, lengths, rollout.finished, self.reward_moments)
         exp = assemble(cfg, batch, scores, _get(old), _get(ref), _get(vals), self.kl_ctl.value, across=sum_across_ranks)
         if cfg.algo.advantage.is_correction_enable:
             exp.is_weight = is_weights(
@@ -227,10 +215,7 @@ class PPOController:
             )
         metrics = experience_metrics(exp, rollout.finished)
         metrics.update({f"reward/{k}": v for k, v in scored.logs.items()})  # a reward_func's extra_logs
-        if cfg.reward.overlong_buffer_len:
-            metrics["overlong_penalty"] = penalty.mean().item()
-        if cfg.reward.stop_properly_penalty_coef is not None:
-            metrics["stop_properly/truncated_fraction"] = 1.0 - sum(rollout.finished) / max(len(rollout), 1)
+        metrics.update(shaped)
         metrics.update(dyn)
         metrics.update(time_generate=t_gen - t0, time_experience=time.time() - t_gen)
         if cfg.train.async_enable:  # updates between the sampling policy and the one about to train
@@ -239,50 +224,6 @@ class PPOController:
             seen = rollout.updates_seen
             metrics["partial/across_updates_fraction"] = sum(u > 0 for u in seen) / len(seen)
         return exp, metrics
-
-    def filtered(
-        self, iteration: int, prompts: list[PromptSample], sampled: Sampled, metrics: dict[str, float]
-    ) -> tuple[list[PromptSample], Rollout, Scored]:
-        """--dynamic_filtering (alignment/ppo/dynamic_sampling.py): this iteration's prompts and samples with the
-        groups whose mean score is outside --dynamic_filtering_reward_range replaced by refills; `metrics` gets
-        the dropped fraction, the refill rounds and the prompts generated."""
-        cfg, g, n = self.cfg, self.groups, self.cfg.rollout.n_samples_per_prompt
-        low, high = cfg.algo.dynamic_filtering_range
-        need, kept, dropped = len(prompts), Groups.empty(), Groups.empty()
-        generated, round_ = 0, 0
-        while True:
-            rollout, scored = sampled.rollout, self.score(prompts, sampled)
-            if round_ == 0:  # what the policy earns on its own draw, comparable with an unfiltered run's reward
-                metrics["dynamic_filtering/sampled_reward"] = scored.rewards.float().mean().item()
-            keep = kept_groups(scored.scores, n, low, high)
-            generated += len(prompts)
-            kept.add(prompts, rollout, scored, keep[: need - len(kept.prompts)], n)
-            dropped.add(prompts, rollout, scored, [k for k in range(len(prompts)) if k not in keep], n)
-            if len(kept.prompts) >= need or round_ == MAX_ROUNDS:
-                break
-            round_ += 1
-            prompts = refill_prompts(self.prompts, need - len(kept.prompts), cfg.train.seed, iteration, round_, g.rank)
-            sampled = self.sample(prompts, refill_key(iteration, round_, self.total_iterations)).get()
-        short = need - len(kept.prompts)
-        if short:  # zero-advantage groups keep the batch shape and change no gradient
-            log.warning(
-                "--dynamic_filtering: iteration %d found %d of %d groups with mixed scores after %d refill "
-                "rounds; topped up with %d dropped groups",
-                iteration + 1,
-                len(kept.prompts),
-                need,
-                round_,
-                short,
-            )
-            kept.add(dropped.prompts, dropped.rollout, dropped.merged(), list(range(short)), n)
-        metrics.update(
-            {
-                "dynamic_filtering/dropped_fraction": 1.0 - (need - short) / generated,
-                "dynamic_filtering/refill_rounds": float(round_),
-                "dynamic_filtering/prompts_generated": float(generated),
-            }
-        )
-        return kept.prompts, kept.rollout, kept.merged()
 
     def evaluate(self, iteration: int) -> dict[str, float]:
         """--eval_dataset (alignment/ppo/evaluation.py): the policy's answers to the held-out prompts, scored

@@ -16,14 +16,18 @@ applies), while the whitening of reinforce_baseline and reinforce shifts it by t
 
 from __future__ import annotations
 
+import logging
 import random
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import torch
 
 from alignment.datasets.prompts import PromptSample
 from alignment.rewards.scorer import Scored
 from alignment.rollout.types import Rollout
+
+log = logging.getLogger(__name__)
 
 MAX_ROUNDS = 8
 _EPS = 1e-6
@@ -71,3 +75,60 @@ def refill_prompts(
 def refill_key(iteration: int, round_: int, total_iterations: int) -> int:
     """The 'iteration' a refill round's samples are seeded by (sampling_params): past every real one."""
     return total_iterations * round_ + iteration
+
+
+class Resampling(Protocol):
+    """What the refill loop asks of the PPO controller (alignment.ppo.controller.PPOController)."""
+
+    cfg: Any
+    groups: Any  # its .rank: this controller's share of the refills
+    prompts: list[PromptSample]
+    total_iterations: int
+
+    def score(self, prompts: list[PromptSample], sampled: Any) -> Scored: ...
+    def sample(self, prompts: list[PromptSample], key: int) -> Any: ...
+
+
+def filtered(
+    ppo: Resampling, iteration: int, prompts: list[PromptSample], sampled: Any, metrics: dict[str, float]
+) -> tuple[list[PromptSample], Rollout, Scored]:
+    """--dynamic_filtering: this iteration's prompts and samples with the
+    groups whose mean score is outside --dynamic_filtering_reward_range replaced by refills; `metrics` gets
+    the dropped fraction, the refill rounds and the prompts generated."""
+    cfg, g, n = ppo.cfg, ppo.groups, ppo.cfg.rollout.n_samples_per_prompt
+    low, high = cfg.algo.dynamic_filtering_range
+    need, kept, dropped = len(prompts), Groups.empty(), Groups.empty()
+    generated, round_ = 0, 0
+    while True:
+        rollout, scored = sampled.rollout, ppo.score(prompts, sampled)
+        if round_ == 0:  # what the policy earns on its own draw, comparable with an unfiltered run's reward
+            metrics["dynamic_filtering/sampled_reward"] = scored.rewards.float().mean().item()
+        keep = kept_groups(scored.scores, n, low, high)
+        generated += len(prompts)
+        kept.add(prompts, rollout, scored, keep[: need - len(kept.prompts)], n)
+        dropped.add(prompts, rollout, scored, [k for k in range(len(prompts)) if k not in keep], n)
+        if len(kept.prompts) >= need or round_ == MAX_ROUNDS:
+            break
+        round_ += 1
+        prompts = refill_prompts(ppo.prompts, need - len(kept.prompts), cfg.train.seed, iteration, round_, g.rank)
+        sampled = ppo.sample(prompts, refill_key(iteration, round_, ppo.total_iterations)).get()
+    short = need - len(kept.prompts)
+    if short:  # zero-advantage groups keep the batch shape and change no gradient
+        log.warning(
+            "--dynamic_filtering: iteration %d found %d of %d groups with mixed scores after %d refill "
+            "rounds; topped up with %d dropped groups",
+            iteration + 1,
+            len(kept.prompts),
+            need,
+            round_,
+            short,
+        )
+        kept.add(dropped.prompts, dropped.rollout, dropped.merged(), list(range(short)), n)
+    metrics.update(
+        {
+            "dynamic_filtering/dropped_fraction": 1.0 - (need - short) / generated,
+            "dynamic_filtering/refill_rounds": float(round_),
+            "dynamic_filtering/prompts_generated": float(generated),
+        }
+    )
+    return kept.prompts, kept.rollout, kept.merged()
