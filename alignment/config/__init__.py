@@ -8,17 +8,12 @@ from alignment.config.evaluate import EvaluateConfig
 from alignment.config.groups import DataConfig, LoraConfig, ModelConfig
 from alignment.config.inference import BatchInferenceConfig, ChatConfig
 from alignment.config.ppo import PPOConfig
+from alignment.config.preference import DPOConfig, KTOConfig, RMConfig
 from alignment.config.runs import CheckpointConfig, LoggingConfig, TrainConfig
-from alignment.config.stages import (
-    DPOConfig,
-    KTOConfig,
-    PRMConfig,
-    RMConfig,
-    SFTConfig,
-    TrainerConfig,
-)
+from alignment.config.stages import PRMConfig, SFTConfig
 from alignment.config.tools import LoraCombinerConfig, TinyBaseConfig
 
+TrainerConfig = SFTConfig | RMConfig | DPOConfig | KTOConfig  # the stages alignment.trainers.base.Trainer runs
 TrainingConfig = TrainerConfig | PPOConfig  # every stage that builds DeepSpeed training engines
 
 __all__ = [

@@ -10,9 +10,10 @@ from typing import ClassVar, Optional
 from alignment.config.base import opt, require
 from alignment.config.groups import DataConfig, ModelConfig
 from alignment.config.inference import CsftPromptConfig
+from alignment.config.preference import PairDataConfig
 from alignment.config.rewards import RewardSourceConfig
 from alignment.config.runs import RanksConfig
-from alignment.config.stages import PairDataConfig, StageConfig
+from alignment.config.stages import StageConfig
 
 # eval_task -> the metrics it commits
 EVAL_METRICS = {

@@ -11,8 +11,8 @@ import torch
 
 from alignment.config import TrainingConfig
 from alignment.config.groups import LoraConfig, ModelConfig
+from alignment.config.preference import RMConfig
 from alignment.config.rewards import RewardSourceConfig
-from alignment.config.stages import RMConfig
 from alignment.distributed.runtime import Runtime
 from alignment.models.loading import check_4bit, load_causal_lm, load_tokenizer, resolve_model_path
 from alignment.models.lora import apply_lora, check_targets

@@ -15,9 +15,9 @@ from typing import Any
 
 import torch
 
+from alignment.config import TrainerConfig
 from alignment.config.base import ConfigError, public_dict
 from alignment.config.runs import TrainConfig
-from alignment.config.stages import TrainerConfig
 from alignment.distributed.collectives import barrier, mean_across_ranks
 from alignment.distributed.runtime import Runtime
 from alignment.models.saving import commit_model, lora_save, save_hf_copy

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from alignment.config import TrainerConfig
 from alignment.config.runs import MoEConfig
-from alignment.config.stages import TrainerConfig
 from alignment.datasets.tokenized import RowTokenizer, load_train_eval
 from alignment.distributed.runtime import Runtime, init_runtime
 from alignment.models.builder import ModelSetup, prepare
