@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -88,29 +89,35 @@ def test_ctrl_c_of_a_stage_cli_names_its_checkpoint(tiny_base, tmp_path):
     assert not out.exists() and not (tmp_path / ".model.lease").exists()  # nothing staged left, lease released
 
 
-def test_demo_sigterm_then_rerun_continues(tmp_path):
-    """`make demo` is scripts/demo.py; here with short stages (its --sft/--ppo) in a private root."""
-    root = tmp_path / "demo"
-    cmd = [
+def short_demo(root: Path) -> list[str]:
+    """`make demo` (scripts/demo.py) with short stages in a private root: SFT checkpointing every 10 of 120
+    steps, PPO scored by the tiny world's rule (no RM stage; what tests interrupt is SFT), no refills."""
+    ppo = {
+        "max_samples": 16,
+        "num_episodes": 1,
+        "remote_rm_url": str(tiny_dir() / "reward_func.py"),
+        "normalize_reward": False,
+        "dynamic_filtering": False,  # the recipe's refills: its learning budget, not these tests'
+    }
+    sft = {"max_steps": 120, "save_steps": 10, "logging_steps": 1, "eval_dataset": None}
+    script = str(REPO / "scripts" / "demo.py")
+    return [
         sys.executable,
-        str(REPO / "scripts" / "demo.py"),
+        script,
         "--root",
         str(root),
         "--no_heldout_eval",
         "--sft",
-        json.dumps({"max_steps": 120, "save_steps": 10, "logging_steps": 1, "eval_dataset": None}),
-        # PPO scored by the tiny world's rule: no RM stage (what is interrupted and resumed here is SFT)
+        json.dumps(sft),
         "--ppo",
-        json.dumps(
-            {
-                "max_samples": 16,
-                "num_episodes": 1,
-                "remote_rm_url": str(tiny_dir() / "reward_func.py"),
-                "normalize_reward": False,
-                "dynamic_filtering": False,  # the recipe's refills: its learning budget, not this test's
-            }
-        ),
+        json.dumps(ppo),
     ]
+
+
+def test_demo_sigterm_then_rerun_continues(tmp_path):
+    """`make demo` is scripts/demo.py; here with short stages (its --sft/--ppo) in a private root."""
+    root = tmp_path / "demo"
+    cmd = short_demo(root)
     env = python_env(PREFECT_HOME=str(tmp_path / "prefect"))
     env.pop("PREFECT_API_URL", None)  # the demo's own ephemeral API, as on a user's machine
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

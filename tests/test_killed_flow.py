@@ -5,18 +5,15 @@ dead run's output slot over at once and resumes SFT from its checkpoint."""
 
 from __future__ import annotations
 
-import json
 import subprocess
-import sys
 import time
 
 import psutil
 import pytest
 
 from alignflow.tasks.head_watchdog import head_processes
-from alignment.tiny_world.paths import tiny_dir
-from tests.conftest import REPO, python_env
-from tests.test_interrupts import wait_for
+from tests.conftest import python_env
+from tests.test_interrupts import short_demo, wait_for
 
 pytestmark = pytest.mark.chaos
 
@@ -34,18 +31,7 @@ def watchdog_of(pid: int) -> psutil.Process:
 
 def test_kill9_of_the_flow_process_stops_its_ray_head_and_the_rerun_finishes(tmp_path):
     root = tmp_path / "demo"
-    cmd = [
-        sys.executable,
-        str(REPO / "scripts" / "demo.py"),
-        "--root",
-        str(root),
-        "--no_heldout_eval",
-        "--sft",
-        json.dumps({"max_steps": 120, "save_steps": 10, "logging_steps": 1, "eval_dataset": None}),
-        "--ppo",
-        json.dumps({"max_samples": 16, "num_episodes": 1, "remote_rm_url": str(tiny_dir() / "reward_func.py"),
-                    "normalize_reward": False, "dynamic_filtering": False}),
-    ]  # fmt: skip
+    cmd = short_demo(root)
     env = python_env(PREFECT_HOME=str(tmp_path / "prefect"))
     env.pop("PREFECT_API_URL", None)  # the demo's own ephemeral API, as on a user's machine
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
