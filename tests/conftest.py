@@ -200,15 +200,15 @@ def run_module(
     return proc
 
 
-def kill9_after_step(module: str, args: list[str], step: int, timeout_s: float = 600) -> str:
-    """Run `python -m <module> args` until it has trained `step` steps (it hangs there, silent:
+def kill9_after_step(module: str, args: list[str], step: int, timeout_s: float = 600, cwd: Path = REPO) -> str:
+    """Run `python -m <module> args` (in `cwd`) until it has trained `step` steps (it hangs there, silent:
     ALIGNFLOW_HANG_AT_STEP), then kill -9 it, as a lost node or the OOM killer would; its stderr."""
     import signal
     import threading
 
     proc = subprocess.Popen(
         [sys.executable, "-m", module, *args],
-        cwd=REPO,
+        cwd=cwd,
         env=python_env(OMP_NUM_THREADS=2, ALIGNFLOW_HANG_AT_STEP=step),
         stderr=subprocess.PIPE,
         text=True,

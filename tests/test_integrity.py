@@ -47,12 +47,12 @@ SFT = [
 ]  # ZeRO-2: optimizer states in a file of their own
 
 
-def sft(args: list[str], env: dict | None = None, wait: bool = True):
+def sft(args: list[str], env: dict | None = None, wait: bool = True, cwd: Path | None = None):
     cmd = [sys.executable, "-m", "alignment.cli.train_sft", *SFT, *args]
     full = python_env(OMP_NUM_THREADS="2", **(env or {}))
     if not wait:
-        return subprocess.Popen(cmd, env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    return subprocess.run(cmd, env=full, capture_output=True, text=True, timeout=600)
+        return subprocess.Popen(cmd, env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd)
+    return subprocess.run(cmd, env=full, capture_output=True, text=True, timeout=600, cwd=cwd)
 
 
 def error_lines(proc) -> list[str]:
@@ -375,27 +375,23 @@ def test_a_resume_from_another_runs_checkpoints_is_refused(trained, tmp_path):
     assert "Loading weights" not in run.stderr and tree(ckpt) == before
 
 
-def test_openrlhfs_layout_checkpoints_inside_the_output_resume_and_survive_the_commits(tiny_base, tmp_path):
-    """`--ckpt_path <save>/ckpt` (OpenRLHF's scripts; our default ./ckpt/checkpoints in ./ckpt): the first run
-    commits its model beside its checkpoints, a longer run resumes from them and commits again; the checkpoints
-    stay, named by no model manifest, and the model loads with plain from_pretrained."""
+def test_default_paths_checkpoint_inside_the_output_resume_after_kill9_and_commit(tiny_base, tmp_path):
+    """No --save_path or --ckpt_path: the defaults ./ckpt and ./ckpt/checkpoints (OpenRLHF's layout too: its
+    scripts put --ckpt.path <save>/ckpt). A run killed -9 after step 2 resumes from its checkpoint and commits its
+    model beside the checkpoints; a longer run resumes from those and commits again; the checkpoints stay, named by
+    no model manifest, and the model loads with plain from_pretrained."""
     from transformers import AutoModelForCausalLM
 
-    out = tmp_path / "model"
-    args = [
-        "--pretrain",
-        str(tiny_base),
-        "--save_path",
-        str(out),
-        "--ckpt_path",
-        str(out / "ckpt"),
-        "--save_steps",
-        "1",
-    ]
-    first = sft([*args, "--max_steps", "2"])
-    assert first.returncode == 0, first.stderr[-3000:]
-    again = sft([*args, "--max_steps", "3", "--load_checkpoint"])
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert "(step 2," in again.stderr and (out / "ckpt" / "global_step3" / storage.MANIFEST).exists()
-    assert not any(k.startswith("ckpt/") for k in storage.read_manifest(out)["files"])
+    from tests.conftest import kill9_after_step
+
+    args = ["--pretrain", str(tiny_base), "--save_steps", "1"]
+    kill9_after_step("alignment.cli.train_sft", [*SFT, *args, "--max_steps", "4"], 2, cwd=tmp_path)
+    out, ckpt = tmp_path / "ckpt", tmp_path / "ckpt" / "checkpoints"
+    assert (ckpt / "global_step2" / storage.MANIFEST).exists() and not (out / storage.MANIFEST).exists()
+    first = sft([*args, "--max_steps", "3", "--load_checkpoint"], cwd=tmp_path)
+    assert first.returncode == 0 and "(step 2," in first.stderr, first.stderr[-3000:]
+    again = sft([*args, "--max_steps", "4", "--load_checkpoint"], cwd=tmp_path)
+    assert again.returncode == 0 and "(step 3," in again.stderr, again.stderr[-3000:]
+    assert (ckpt / "global_step4" / storage.MANIFEST).exists()
+    assert not any(k.startswith("checkpoints/") for k in storage.read_manifest(out)["files"])
     assert AutoModelForCausalLM.from_pretrained(out).config.model_type == "llama"
