@@ -143,7 +143,9 @@ def main(argv: list[str] | None = None) -> None:
         torch.set_num_threads(cfg.train.num_threads)
     tokenizer, count_tokens = None, None
     if cfg.reward.model_name_or_path:
-        from alignment.models.loading import load_tokenizer, resolve_model_path
+        from alignment.models.loading import load_tokenizer, resolve_model_path, use_modelscope_hub
+
+        use_modelscope_hub(cfg.model.use_ms)
         from alignment.models.precision import attn_implementation, precision_for
 
         device = "cuda" if torch.cuda.is_available() else "cpu"

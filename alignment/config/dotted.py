@@ -91,7 +91,7 @@ def _translate(spelling: Spelling, value: Any, source: str) -> Any:
 def mixed(first: str, second: str, field: str) -> str:
     both_dotted = "." in first and "." in second
     why = (
-        " (OpenRLHF sets them apart; alignflow keeps one value for both)"
+        " (OpenRLHF sets them apart; alignflow keeps one value for both: give both the same value, or one)"
         if both_dotted
         else ": use the dotted (OpenRLHF >= 0.10.2) or the flat (<= 0.9) name, not both"
     )
@@ -109,10 +109,13 @@ def to_fields(cls: type, given: Iterable[tuple[str, Any]], source: str) -> dict[
         if spelling is None and "." in name:
             raise ConfigError(f"{source}: unknown option --{name}{did_you_mean(name, table, '--')}")
         field = spelling.field if spelling else alias.get(name, name)
-        if field in spelled and spelled[field] != name:
+        value = _translate(spelling, value, source) if spelling else value
+        # OpenRLHF's per-role pairs (--actor.adam.eps, --critic.adam.eps) may repeat one value; anything else is a guess
+        same_pair = "." in name and "." in spelled.get(field, "") and out.get(field) == value
+        if field in spelled and spelled[field] != name and not same_pair:
             raise ConfigError(f"{source}: {mixed(spelled[field], name, field)}")
         spelled[field] = name
-        out[field] = _translate(spelling, value, source) if spelling else value
+        out[field] = value
     return out
 
 

@@ -69,6 +69,12 @@ class ModelConfig:
     tokenizer_chat_template: Optional[str] = opt(
         None, "Jinja chat template overriding the tokenizer's own", dotted="data.tokenizer_chat_template"
     )
+    use_ms: bool = opt(
+        False,
+        "Load models and tokenizers by name from ModelScope's hub instead of Hugging Face's (needs the "
+        "modelscope package)",
+        group="model",
+    )
     ring_attn_size: int = opt(
         1,
         "Ring attention: split each sequence across this many GPUs (1: off). Needs CUDA and ring-flash-attn",
@@ -93,6 +99,14 @@ class ModelConfig:
         elif self.attn_implementation is not None:
             self.flash_attn = self.attn_implementation == "flash_attention_2"
             self.attn_implementation = None
+
+    def check_modelscope(self) -> None:
+        import importlib.util
+
+        require(
+            not self.use_ms or importlib.util.find_spec("modelscope") is not None,
+            "--use_ms needs the modelscope package (pip install modelscope); or drop it to load from Hugging Face",
+        )
 
     def check_model(self) -> None:
         require(bool(self.pretrain), "--pretrain is required: pass a model directory, s3:// URI or hub name")

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Optional
 
 from alignment.config.base import opt, require
+from alignment.config.engine_knobs import EngineKnobsConfig
 from alignment.config.paths import check_checkpoint_folder
 
 PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
@@ -56,7 +57,7 @@ class RanksConfig:
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(EngineKnobsConfig):
     own_group: ClassVar[str] = "train"
 
     micro_train_batch_size: int = opt(
@@ -90,16 +91,39 @@ class TrainConfig:
         "transformer blocks, AdamW with --adam_betas on embeddings, heads, norms and biases; "
         "both at --learning_rate unless --muon_lr)",
         choices=("adam", "muon"),
+        dotted={"ppo": ("actor.optim", "critic.optim")},
     )
     muon_lr: Optional[float] = opt(
         None,
-        "--optim muon: peak learning rate of the Muon half (default: --learning_rate). "
+        "--optim muon: peak learning rate of the Muon half (default: --learning_rate; OpenRLHF's: 0.02). "
         "Muon's orthogonalised updates move each weight ~1/sqrt(width) as much as "
         "AdamW's at the same rate, so it usually wants a larger one",
+        dotted={"": "muon.lr", "ppo": ("actor.muon.lr", "critic.muon.lr")},
+    )
+    muon_momentum: float = opt(
+        0.95,
+        "--optim muon: the Muon half's momentum",
+        dotted={"": "muon.momentum", "ppo": ("actor.muon.momentum", "critic.muon.momentum")},
+    )
+    muon_ns_steps: int = opt(
+        5,
+        "--optim muon: Newton-Schulz iterations. DeepSpeed's Muon runs 5; another value is refused",
+        dotted={"": "muon.ns_steps", "ppo": ("actor.muon.ns_steps", "critic.muon.ns_steps")},
+    )
+    muon_nesterov: bool = opt(
+        True,
+        "--optim muon: Nesterov momentum. DeepSpeed's Muon always uses it; false is refused",
+        dotted={"": "muon.nesterov", "ppo": ("actor.muon.nesterov", "critic.muon.nesterov")},
+    )
+    muon_no_nesterov: bool = opt(
+        False,
+        "OpenRLHF's switch for --muon_nesterov false: refused, as that is",
+        dotted={"": "muon.no_nesterov", "ppo": ("actor.muon.no_nesterov", "critic.muon.no_nesterov")},
     )
     adam_betas: list[float] = opt(
         [0.9, 0.95], "Adam betas", dotted={"": "adam.betas", "ppo": ("actor.adam.betas", "critic.adam.betas")}
     )
+    adam_eps: float = opt(1e-8, "Adam epsilon", dotted={"": "adam.eps", "ppo": ("actor.adam.eps", "critic.adam.eps")})
     l2: float = opt(
         0.0,
         "Weight decay",
@@ -146,6 +170,18 @@ class TrainConfig:
             "--max_nonfinite_skips with --zero_stage 3 is not supported: use --zero_stage 0-2 or drop the flag",
         )
         require(len(self.adam_betas) == 2, f"--adam_betas needs two values, got {self.adam_betas}")
+        require(self.adam_eps > 0, f"--adam_eps {self.adam_eps}: must be > 0 (e.g. 1e-8)")
+        # DeepSpeed's Muon (the optimizer behind --optim muon) fixes these two; OpenRLHF warns and goes on
+        require(
+            self.muon_ns_steps == 5 and self.muon_nesterov and not self.muon_no_nesterov,
+            "--muon_ns_steps / --muon_nesterov: DeepSpeed's Muon always runs 5 Newton-Schulz steps with Nesterov "
+            "momentum; drop the flag (another value would be accepted and not used)",
+        )
+        require(0 <= self.muon_momentum < 1, f"--muon_momentum {self.muon_momentum}: must be in [0, 1)")
+        if self.muon_momentum != 0.95:
+            require(
+                self.optim == "muon", "--muon_momentum sets the Muon half of --optim muon: add --optim muon or drop it"
+            )
         if self.muon_lr is not None:
             require(
                 self.optim == "muon",

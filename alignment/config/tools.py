@@ -79,7 +79,12 @@ class LoraCombinerConfig(StageConfig):
     is_rm: bool = opt(
         False, "A reward model's adapter: the base loads with its value head (AutoModelForSequenceClassification)"
     )
-    bf16: bool = opt(False, "Load, merge and save in bfloat16 (default: the base's own dtype)", group="ds")
+    bf16: bool = opt(
+        False,
+        "Load, merge and save in bfloat16 (default: the base's own dtype)",
+        dotted="ds.param_dtype",
+        dotted_values={"bf16": True},
+    )
 
     def check_lora_combiner(self) -> None:
         for flag in ("model_path", "lora_path", "output_path"):

@@ -19,6 +19,8 @@ def train_ds_config(cfg: TrainConfig, world_size: int, bf16: bool, device: str) 
         "offload_param": {"device": "none"},
         "offload_optimizer": {"device": "cpu" if cfg.ds.adam_offload else "none", "pin_memory": device == "cuda"},
     }
+    if cfg.ds.overlap_comm:
+        zero["overlap_comm"] = True
     if stage == 3:
         zero["stage3_gather_16bit_weights_on_model_save"] = True
         if device == "cpu":
@@ -29,7 +31,14 @@ def train_ds_config(cfg: TrainConfig, world_size: int, bf16: bool, device: str) 
             zero["zero_hpz_partition_size"] = cfg.ds.zpg
         if cfg.train.optim == "muon":
             zero["reduce_scatter"] = False  # DeepSpeed's ZeRO-3 refuses Muon with it (Muon needs whole gradients)
-    return {
+    knobs: dict[str, Any] = {}
+    if cfg.ds.grad_accum_dtype:
+        knobs["data_types"] = {"grad_accum_dtype": cfg.ds.grad_accum_dtype}
+    if cfg.ds.use_universal_ckpt:
+        knobs["checkpoint"] = {"load_universal": True}
+    if cfg.ds.deepcompile:  # refused before this on machines without CUDA (models/builder.prepare)
+        knobs["compile"] = {"deepcompile": True}
+    return knobs | {
         "train_batch_size": cfg.train.batch_size,
         "train_micro_batch_size_per_gpu": cfg.train.micro_batch_size,
         "gradient_accumulation_steps": cfg.accumulation_steps(world_size),

@@ -10,13 +10,27 @@ from typing import Any
 import torch
 
 from alignment.config import TrainingConfig
+from alignment.config.engine_knobs import EngineKnobsConfig
 from alignment.config.groups import LoraConfig, ModelConfig
 from alignment.config.preference import RMConfig
 from alignment.config.rewards import RewardSourceConfig
 from alignment.distributed.runtime import Runtime
-from alignment.models.loading import check_4bit, load_causal_lm, load_tokenizer, resolve_model_path
+from alignment.models.loading import (
+    check_4bit,
+    load_causal_lm,
+    load_tokenizer,
+    resolve_model_path,
+    use_modelscope_hub,
+)
 from alignment.models.lora import apply_lora, check_targets
-from alignment.models.precision import Precision, attn_implementation, check_ring_attention, precision_for
+from alignment.models.precision import (
+    Precision,
+    apply_liger,
+    attn_implementation,
+    check_cuda_knobs,
+    check_ring_attention,
+    precision_for,
+)
 from alignment.models.reward_model import load_reward_model
 
 log = logging.getLogger(__name__)
@@ -49,6 +63,10 @@ def prepare(cfg: ModelConfig, rt: Runtime) -> ModelSetup:
     attn = attn_implementation(cfg.attention(), rt.device)
     check_4bit(cfg.ds.load_in_4bit, rt.device)
     check_ring_attention(cfg.ds.ring_attn_size, rt.device)
+    use_modelscope_hub(cfg.model.use_ms)
+    if isinstance(cfg, EngineKnobsConfig):
+        check_cuda_knobs(cfg.ds, rt.device)
+        knob_effects(cfg)
     path = resolve_model_path(cfg.model.model_name_or_path, revision=cfg.model.revision)
     trust = cfg.model.trust_remote_code
     tok = load_tokenizer(
@@ -58,6 +76,22 @@ def prepare(cfg: ModelConfig, rt: Runtime) -> ModelSetup:
         head = (cfg.ds.value_head_prefix,) if isinstance(cfg, (RMConfig, RewardSourceConfig)) else ()
         check_targets(path, cfg.ds.lora.target_modules, extra=head, trust_remote_code=trust)
     return ModelSetup(path, precision, attn, tok, trust)
+
+
+def knob_effects(cfg: EngineKnobsConfig) -> None:
+    """The run-wide effects of OpenRLHF's knobs: --full_determinism_enable (transformers'
+    enable_full_determinism, before any weights are built), and the one line --dataloader_num_workers gets."""
+    if cfg.train.full_determinism_enable:
+        from transformers import enable_full_determinism
+
+        enable_full_determinism(cfg.train.seed)
+        log.info("--full_determinism_enable: deterministic algorithms on, seeded from --seed %d", cfg.train.seed)
+    if cfg.data.dataloader_num_workers:
+        log.info(
+            "--dataloader_num_workers %d: no effect here; rows are tokenized ahead (--dataset_num_proc) and "
+            "collated in the training process",
+            cfg.data.dataloader_num_workers,
+        )
 
 
 def seed_init(seed: int) -> None:
@@ -70,6 +104,8 @@ def seed_init(seed: int) -> None:
 def load_actor(setup: ModelSetup, cfg: TrainingConfig) -> torch.nn.Module:
     seed_init(cfg.train.seed)
     model = setup.causal_lm(cfg.ds.load_in_4bit)
+    if cfg.ds.use_liger_kernel:
+        model = apply_liger(model)
     return _for_training(model, cfg, "CAUSAL_LM")
 
 

@@ -202,6 +202,15 @@ def load_tokenizer(
     return tok
 
 
+def use_modelscope_hub(use_ms: bool) -> None:
+    """--use_ms: ModelScope's hub answers the model and tokenizer names loaded after this (its package was
+    checked importable with the flags)."""
+    if use_ms:
+        from modelscope.utils.hf_util import patch_hub
+
+        patch_hub()
+
+
 def load_causal_lm(
     path: str,
     dtype: torch.dtype,

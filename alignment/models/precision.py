@@ -6,6 +6,7 @@ import functools
 import importlib.util
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -92,3 +93,26 @@ def check_ring_attention(ring_attn_size: int, device: str) -> None:
         f"--ring_attn_size {ring_attn_size}: ring attention (sequence parallelism) is not implemented "
         f"in alignflow yet; drop the flag and use --packing_samples for long data"
     )
+
+
+def check_cuda_knobs(ds: Any, device: str) -> None:
+    """--deepcompile and --use_liger_kernel compile or swap in GPU kernels: refused in one line where there is
+    no CUDA device (or, for Liger, no liger-kernel package), before any weights load."""
+    for flag, wanted, package in (
+        ("--deepcompile", ds.deepcompile, None),
+        ("--use_liger_kernel", ds.use_liger_kernel, "liger_kernel"),
+    ):
+        if not wanted:
+            continue
+        if device != "cuda":
+            raise ModelLoadError(f"{flag}: needs CUDA GPUs (no CUDA device here); drop the flag")
+        if package and importlib.util.find_spec(package) is None:
+            raise ModelLoadError(f"{flag}: needs the liger-kernel package (pip install liger-kernel); drop the flag")
+
+
+def apply_liger(model: Any) -> Any:
+    """--use_liger_kernel (CUDA, checked by check_cuda_knobs): Liger's kernels patched into this model's layers."""
+    from liger_kernel.transformers import _apply_liger_kernel_to_instance
+
+    _apply_liger_kernel_to_instance(model=model)
+    return model

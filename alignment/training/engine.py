@@ -61,7 +61,6 @@ def adam_class(ds: Any, device: str) -> tuple[type, dict[str, Any]]:
 
 # a parameter of the repeated blocks: model.layers.3.mlp.up_proj.weight, transformer.h.0.attn.c_attn.weight
 _IN_BLOCK = re.compile(r"\.\d+\.")
-MUON_MOMENTUM = 0.95  # Muon's published default (Keller Jordan's and DeepSpeed's)
 
 
 def muon_param(name: str, param: torch.nn.Parameter) -> bool:
@@ -79,7 +78,7 @@ def make_optimizer(named: list[tuple[str, torch.nn.Parameter]], cfg: TrainConfig
     betas = tuple(cfg.adam.betas)
     params = [p for _, p in named]
     if cfg.train.optim == "adam":
-        return adam(params, lr=cfg.adam.lr, betas=betas, weight_decay=cfg.adam.weight_decay, **extra)
+        return adam(params, lr=cfg.adam.lr, betas=betas, eps=cfg.adam.eps, weight_decay=cfg.adam.weight_decay, **extra)
     # imported here, as DeepSpeed's engine does: the module sets up torch.compile'd kernels
     from deepspeed.runtime.zero.muon.muon_optimizer import MuonWithAuxAdam
 
@@ -98,8 +97,8 @@ def make_optimizer(named: list[tuple[str, torch.nn.Parameter]], cfg: TrainConfig
         {
             "params": muon,
             "use_muon": True,
-            "lr": cfg.train.muon_lr or cfg.adam.lr,
-            "momentum": MUON_MOMENTUM,
+            "lr": cfg.muon.lr or cfg.adam.lr,
+            "momentum": cfg.muon.momentum,
             "weight_decay": cfg.adam.weight_decay,
         }
     ]
@@ -110,7 +109,7 @@ def make_optimizer(named: list[tuple[str, torch.nn.Parameter]], cfg: TrainConfig
                 "use_muon": False,
                 "lr": cfg.adam.lr,
                 "betas": betas,
-                "eps": 1e-8,
+                "eps": cfg.adam.eps,
                 "weight_decay": cfg.adam.weight_decay,
             }
         )

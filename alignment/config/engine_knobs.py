@@ -1,0 +1,67 @@
+"""OpenRLHF v0.11's DeepSpeed and data knobs (`--ds.*`, `--data.dataloader_num_workers`,
+`--train.full_determinism_enable`). Each one either changes what runs (it goes into DeepSpeed's config, the
+model load or the RNG setup) or, where this machine lacks what it needs, is refused in one line naming it.
+Part of every training stage's TrainConfig."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Optional
+
+from alignment.config.base import opt, require
+
+
+@dataclass
+class EngineKnobsConfig:
+    own_group: ClassVar[str] = "ds"
+
+    overlap_comm: bool = opt(
+        False, "DeepSpeed ZeRO: overlap gradient reduction with the backward pass", dotted="ds.overlap_comm"
+    )
+    grad_accum_dtype: Optional[str] = opt(
+        None,
+        "DeepSpeed: the dtype gradients are accumulated in across micro-batches (unset: DeepSpeed's choice)",
+        choices=("fp32", "bf16", "fp16"),
+        dotted="ds.grad_accum_dtype",
+    )
+    use_universal_ckpt: bool = opt(
+        False,
+        "Resume from a DeepSpeed universal checkpoint (converted with ds_to_universal.py: a run on another "
+        "number of ranks); DeepSpeed's checkpoint.load_universal",
+        dotted="ds.use_universal_ckpt",
+    )
+    deepcompile: bool = opt(False, "DeepSpeed's DeepCompile (compiled ZeRO); needs CUDA GPUs", dotted="ds.deepcompile")
+    use_liger_kernel: bool = opt(
+        False,
+        "Liger's Triton kernels for the model's layers and loss; needs CUDA GPUs and liger-kernel",
+        dotted="ds.use_liger_kernel",
+    )
+    ds_tensor_parallel_size: int = opt(
+        1,
+        "DeepSpeed AutoTP: split each layer's weights over this many ranks (1: off)",
+        dotted="ds.tensor_parallel_size",
+    )
+    full_determinism: bool = opt(
+        False,
+        "Deterministic kernels everywhere (transformers' enable_full_determinism: torch's deterministic "
+        "algorithms, cuBLAS workspace, seeded RNGs); slower",
+        dotted="train.full_determinism_enable",
+    )
+    dataloader_num_workers: int = opt(
+        0,
+        "OpenRLHF's DataLoader workers. Rows are tokenized ahead into 🤗 datasets' cache (--dataset_num_proc "
+        "processes) and batches are collated in the training process, so there is no loader to give workers: "
+        "a value above 0 says so once in the log",
+        identity=False,
+        dotted="data.dataloader_num_workers",
+    )
+
+    def check_engine_knobs(self) -> None:
+        require(
+            self.dataloader_num_workers >= 0, f"--dataloader_num_workers {self.dataloader_num_workers}: must be >= 0"
+        )
+        require(
+            self.ds_tensor_parallel_size == 1,
+            f"--ds_tensor_parallel_size {self.ds_tensor_parallel_size}: DeepSpeed AutoTP training is not built in "
+            f"alignflow yet; use 1 and ZeRO-3 (--zero_stage 3) to spread a large model over ranks",
+        )
