@@ -140,6 +140,16 @@ def test_apply_retention_keeps_newest_and_latest_target(tmp_path: Path) -> None:
     assert (tmp_path / "ckpts" / "global_step7").is_dir() and (tmp_path / "ckpts" / "latest").is_file()
 
 
+def test_apply_retention_by_size_drops_the_oldest_and_keeps_the_newest(tmp_path: Path) -> None:
+    """--max_ckpt_mem: each of these checkpoints holds ~3 kB (make_dir); within 7 kB two fit, within 1 kB only the
+    newest stays (never deleted, whatever the limit)."""
+    parent = str(tmp_path / "ckpts")
+    commit_steps(tmp_path, parent, [1, 2, 3, 4])
+    assert storage.apply_retention(parent, keep=3, max_bytes=7000) == ["global_step1", "global_step2"]
+    assert storage.apply_retention(parent, keep=3, max_bytes=1000) == ["global_step3"]
+    assert storage.list_committed(parent) == ["global_step4"]
+
+
 def test_crash_mid_commit_is_invisible(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ALIGNFLOW_STORE_THREADS", "1")  # one upload at a time: the call counts below are exact
     parent = str(tmp_path / "ckpts")

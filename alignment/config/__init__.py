@@ -2,6 +2,7 @@
 are the Prefect flow parameters. Torch-free so the Prefect layer can import it."""
 
 from alignment.config.base import ConfigError, opt
+from alignment.config.checkpoints import CheckpointConfig
 from alignment.config.cli import config_to_argv, load_yaml, parse_args
 from alignment.config.distill import KDConfig, OPDConfig
 from alignment.config.evaluate import EvaluateConfig
@@ -9,7 +10,7 @@ from alignment.config.groups import DataConfig, LoraConfig, ModelConfig
 from alignment.config.inference import BatchInferenceConfig, ChatConfig
 from alignment.config.ppo import PPOConfig
 from alignment.config.preference import DPOConfig, KTOConfig, RMConfig
-from alignment.config.runs import CheckpointConfig, LoggingConfig, TrainConfig
+from alignment.config.runs import LoggingConfig, TrainConfig
 from alignment.config.stages import PRMConfig, SFTConfig
 from alignment.config.tools import LoraCombinerConfig, TinyBaseConfig
 

@@ -34,7 +34,12 @@ class PlacementConfig:
     colocate_all_models: bool = opt(
         False, "Place every model group and the rollout engines on the same bundles", dotted="train.colocate_all"
     )
-    ref_reward_offload: bool = opt(False, "Keep reference and reward models in CPU memory between uses")
+    ref_reward_offload: bool = opt(
+        False,
+        "Keep reference and reward models in CPU memory between uses (OpenRLHF's --ref.offload and "
+        "--reward.offload each turn on this one switch)",
+        dotted={"ppo": ("ref.offload", "reward.offload")},
+    )
 
     def _group(self, name: str) -> tuple[int, int]:
         return getattr(self, f"{name}_num_nodes"), getattr(self, f"{name}_num_gpus_per_node")

@@ -11,6 +11,7 @@ from typing import ClassVar, Optional
 
 from alignment.config.agent import AgentConfig
 from alignment.config.base import opt, require
+from alignment.config.checkpoints import CheckpointConfig
 from alignment.config.groups import (
     LoraConfig,
     LoraSaveConfig,
@@ -20,7 +21,7 @@ from alignment.config.groups import (
 from alignment.config.placement import PlacementConfig
 from alignment.config.rewards import RewardSourceConfig
 from alignment.config.rollout import AsyncTrainConfig, DynamicBatchConfig, RolloutConfig, VisionConfig
-from alignment.config.runs import CheckpointConfig, LoggingConfig, TrainConfig
+from alignment.config.runs import LoggingConfig, TrainConfig
 from alignment.config.sleep import SleepConfig
 from alignment.config.stages import StageConfig
 from alignment.losses.estimators import ESTIMATORS, LOSS_AGG_MODES
@@ -37,6 +38,12 @@ class AlgorithmConfig:
         "gae", "How advantages are computed", choices=ADVANTAGE_ESTIMATORS, dotted="algo.advantage.estimator"
     )
     gamma: float = opt(1.0, "Discount", dotted="algo.advantage.gamma")
+    no_std_norm: bool = opt(
+        False,
+        "Whiten advantages by their mean only, not their std (the estimators that whiten: gae, reinforce, "
+        "reinforce_baseline)",
+        dotted="algo.advantage.no_std_norm",
+    )
     lambd: float = opt(0.95, "GAE lambda", dotted="algo.advantage.lambd")
     init_kl_coef: float = opt(0.01, "KL coefficient (initial value when adaptive)", dotted="algo.kl.init_coef")
     kl_estimator: str = opt(
@@ -264,6 +271,11 @@ class PPOConfig(
                 "trainer's own module samples (no mismatch): add --vllm_num_engines 1 or drop the flag",
             )
             self.is_thresholds()  # its own message when malformed
+        require(
+            not self.no_std_norm or ESTIMATORS[self.advantage_estimator].whiten,
+            f"--no_std_norm changes how advantages are whitened; --advantage_estimator {self.advantage_estimator} "
+            f"keeps its group scale and whitens nothing: drop the flag",
+        )
         if self.stop_properly_penalty_coef is not None:
             require(
                 self.stop_properly_penalty_coef <= 1,

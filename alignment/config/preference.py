@@ -6,8 +6,9 @@ from dataclasses import dataclass
 from typing import Optional
 
 from alignment.config.base import opt, require
+from alignment.config.checkpoints import CheckpointConfig
 from alignment.config.groups import DataConfig, LoraConfig, LoraSaveConfig, ModelConfig
-from alignment.config.runs import CheckpointConfig, LoggingConfig, MoEConfig, RanksConfig, TrainConfig
+from alignment.config.runs import LoggingConfig, MoEConfig, RanksConfig, TrainConfig
 from alignment.config.stages import StageConfig
 
 

@@ -90,6 +90,12 @@ class RolloutConfig(PromptFormatConfig):
         "--enforce_eager false is refused",
         dotted="vllm.enforce_eager",
     )
+    vllm_sync_with_ray: bool = opt(
+        False,
+        "Send the actor's weights to the vLLM engines in chunks through Ray's object store instead of a "
+        "broadcast group (what happens anyway without GPUs of their own, or with --partial_rollout_enable)",
+        dotted="vllm.sync_with_ray",
+    )
     vllm_sync_chunk_mb: int = opt(64, "Most megabytes per chunk when the actor's weights are sent to the vLLM engines")
 
     def resolve_lengths(self) -> None:

@@ -1,6 +1,6 @@
 """Flag groups shared by the stages: how a run runs — its ranks on the cluster, the optimizer and its
-schedule, MoE's auxiliary loss, checkpoints and logging. Names are OpenRLHF's flat flag names (the model and
-data groups are in config/groups.py).
+schedule, MoE's auxiliary loss and logging (checkpoints: config/checkpoints.py). Names are OpenRLHF's flat
+flag names (the model and data groups are in config/groups.py).
 
 Each group checks its own values in `check_<group>()`; a stage's `validate()` runs them all,
 before any model or dataset is loaded.
@@ -13,7 +13,6 @@ from typing import ClassVar, Optional
 
 from alignment.config.base import opt, require
 from alignment.config.engine_knobs import EngineKnobsConfig
-from alignment.config.paths import check_checkpoint_folder
 
 PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 
@@ -221,57 +220,6 @@ class MoEConfig:
 
     def check_moe(self) -> None:
         require(self.aux_loss_coef >= 0, f"--aux_loss_coef {self.aux_loss_coef}: must be >= 0 (0 turns it off)")
-
-
-@dataclass
-class CheckpointConfig:
-    own_group: ClassVar[str] = "ckpt"
-
-    save_path: str = opt(
-        "./ckpt", "Where the final HF-format model goes (local path or s3://)", identity=False, dotted="ckpt.output_dir"
-    )
-    save_steps: int = opt(
-        -1,
-        "Commit a resumable checkpoint every N optimizer steps (-1: none by step count)",
-        identity=False,
-        dotted="ckpt.save_steps",
-    )
-    save_minutes: float = opt(
-        0.0,
-        "Also commit a resumable checkpoint once this many minutes have passed since the "
-        "last one (0: off). A flow stage with neither set checkpoints every 30 minutes",
-        identity=False,
-    )
-    ckpt_path: str = opt(
-        "./ckpt/checkpoints", "Where resumable checkpoints go (local path or s3://)", identity=False, dotted="ckpt.path"
-    )
-    load_checkpoint: bool = opt(
-        False,
-        "Resume from the newest committed checkpoint under --ckpt_path",
-        identity=False,
-        dotted="ckpt.load_enable",
-    )
-    max_ckpt_num: int = opt(3, "Keep this many resumable checkpoints", identity=False, dotted="ckpt.max_num")
-    disable_ds_ckpt: bool = opt(
-        False, "Don't write resumable checkpoints (final model only)", identity=False, dotted="ckpt.disable_ds"
-    )
-    save_hf_ckpt: bool = opt(
-        False,
-        "Also save an HF-format copy of the model (PPO: the actor) in every checkpoint, "
-        "as <ckpt>/global_step<N>/<role>/hf/, committed and verified with it",
-        identity=False,
-        dotted="ckpt.save_hf",
-    )
-
-    def check_checkpoint(self) -> None:
-        require(self.max_ckpt_num >= 1, f"--max_ckpt_num {self.max_ckpt_num}: must be >= 1")
-        require(
-            self.save_steps == -1 or self.save_steps > 0, f"--save_steps {self.save_steps}: use -1 or a positive number"
-        )
-        require(self.save_minutes >= 0, f"--save_minutes {self.save_minutes}: use 0 (off) or a positive number")
-        # OpenRLHF's defaults nest ./ckpt/checkpoints in ./ckpt: harmless for a run that never checkpoints
-        if (self.save_steps > 0 or self.save_minutes > 0 or self.load_checkpoint) and not self.disable_ds_ckpt:
-            check_checkpoint_folder(self.ckpt_path, self.save_path, self.load_checkpoint)
 
 
 # --use_wandb values that switch wandb on without being a key (any other value is the API key)

@@ -8,10 +8,11 @@ from typing import Any, ClassVar, Optional
 
 from alignment.config import nested
 from alignment.config.base import check_store_uri, opt, require
+from alignment.config.checkpoints import CheckpointConfig
 from alignment.config.groups import DataConfig, LoraConfig, LoraSaveConfig, ModelConfig
 from alignment.config.inside_models import check_outputs_outside_models
 from alignment.config.paths import Outputs, check_output_paths
-from alignment.config.runs import CheckpointConfig, LoggingConfig, MoEConfig, RanksConfig, TrainConfig
+from alignment.config.runs import LoggingConfig, MoEConfig, RanksConfig, TrainConfig
 
 # Where stages write; their URI schemes are checked with the flags, before anything runs.
 OUTPUT_FIELDS = ("save_path", "ckpt_path", "output_path")

@@ -89,13 +89,17 @@ def group_mean(scores: torch.Tensor) -> torch.Tensor:
 Sum = Callable[[torch.Tensor], torch.Tensor]  # a tensor -> its sum over every rank that holds part of the batch
 
 
-def whiten(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8, across: Sum | None = None) -> torch.Tensor:
-    """(x − mean) / std over masked entries (OpenRLHF whitens GAE and REINFORCE++ advantages).
-    `across`: the batch is split over ranks; mean and variance are those of the whole batch."""
+def whiten(
+    values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8, across: Sum | None = None, std: bool = True
+) -> torch.Tensor:
+    """(x − mean) / std over masked entries (OpenRLHF whitens GAE and REINFORCE++ advantages); `std` False:
+    x − mean only (--no_std_norm). `across`: the batch is split over ranks; mean and variance are the whole batch's."""
     across = across or (lambda t: t)
     m = mask.to(values.dtype)
     n, total = across(torch.stack([m.sum(), (values * m).sum()]).double())
     mean = (total / n.clamp(min=1)).to(values.dtype)
+    if not std:
+        return (values - mean) * m
     var = (across(((((values - mean) * m) ** 2).sum()).double()) / n.clamp(min=1)).to(values.dtype)
     return (values - mean) * torch.rsqrt(var + eps) * m
 
@@ -109,6 +113,7 @@ def advantages_and_returns(
     lambd: float = 0.95,
     values: torch.Tensor | None = None,
     across: Sum | None = None,
+    std_norm: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(advantages, returns) [B, T] for any estimator; rows are grouped n_samples per prompt.
     `across`: the batch is split over ranks (each holds whole prompt groups); whitening is global.
@@ -118,7 +123,8 @@ def advantages_and_returns(
     group estimators: the sequence rewards (the sum of each row's per-token rewards) are baselined
     within the prompt's group, spread back as reward-to-go.
     Advantages are whitened where the estimator declares it (gae, reinforce, reinforce_baseline);
-    RLOO, GRPO and Dr. GRPO keep their group scale.
+    RLOO, GRPO and Dr. GRPO keep their group scale. `std_norm` False (--no_std_norm): whitening subtracts the
+    mean only.
     """
     spec = ESTIMATORS.get(estimator)
     if spec is None:
@@ -140,7 +146,7 @@ def advantages_and_returns(
         # put the baselined score where the sequence reward was: on the last token, then reward-to-go
         shifted = rewards * m - (scores.reshape(-1) - baselined)[:, None] * _last_token_onehot(m)
         adv = ret = reinforce_returns(shifted, mask, gamma)
-    return (whiten(adv, mask, across=across) if spec.whiten else adv), ret
+    return (whiten(adv, mask, across=across, std=std_norm) if spec.whiten else adv), ret
 
 
 def _last_token_onehot(mask: torch.Tensor) -> torch.Tensor:

@@ -30,10 +30,13 @@ class VLLMEngines:
         # --partial_rollout_enable: weights go in chunks a running generation picks up between steps (a
         # broadcast would need the engine's generating thread to join it)
         partial = cfg.train.partial_rollout_enable
-        self.collective = not partial and (cfg.vllm.sync_backend == "gloo" or (self.gpu and not cfg.train.colocate_all))
+        broadcast = cfg.vllm.sync_backend == "gloo" or (self.gpu and not cfg.train.colocate_all)
+        self.collective = broadcast and not partial and not cfg.vllm.sync_with_ray
         if partial:
             log.info("--partial_rollout_enable: weight updates reach the vLLM engines mid-generation, in chunks")
-        if not self.collective and not partial:
+        if cfg.vllm.sync_with_ray:
+            log.info("--vllm_sync_with_ray: weights go to the vLLM engines in chunks through Ray's object store")
+        elif not self.collective and not partial:
             log.warning(
                 "--vllm_sync_backend nccl needs the engines on GPUs of their own (%s): weights go to the vLLM "
                 "engines in chunks through Ray's object store (--vllm_sync_backend gloo broadcasts over gloo)",

@@ -115,6 +115,7 @@ def assemble(
         cfg.algo.advantage.lambd,
         values,
         across,
+        not cfg.algo.advantage.no_std_norm,
     )
     return Experience(batch, old_logp, ref_logp, values, adv, ret, scores, kl)
 

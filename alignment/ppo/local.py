@@ -108,6 +108,7 @@ class LocalGroups:
             {"stage": "ppo", "config": public_dict(cfg)},
             extra={"actor": self.actor_extra},
             identity=RunIdentity.of(cfg),
+            max_gb=cfg.ckpt.max_mem,
         )
 
     def actor_extra(self, role_dir: Path | None) -> None:

@@ -38,6 +38,7 @@ def save(trained: list[ModelGroup], cfg: PPOConfig, state: PPOState, actor_world
         actor_world,
         {k: v for p in parts for k, v in p.items()},
         version,
+        cfg.ckpt.max_mem,
     )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from alignment.storage.files import children, natural_key, read_text, remove, write_text_atomic
-from alignment.storage.manifest import is_committed
+from alignment.storage.manifest import is_committed, read_manifest
 from alignment.storage.paths import LATEST, MANIFEST, join
 from alignment.storage.retry import StorageError
 
@@ -46,10 +46,13 @@ def get_latest(parent_uri: str | Path, prefix: str = "") -> str | None:
     return join(parent_uri, committed[-1]) if committed else None
 
 
-def apply_retention(parent_uri: str | Path, keep: int, prefix: str = "global_step") -> list[str]:
-    """Delete all but the newest `keep` committed children with `prefix` (keep <= 0: delete nothing),
-    plus uncommitted leftovers older than the newest committed one. Never the `latest` target.
-    Uncommitted children newer than that may be writes in progress and stay. Returns deleted names."""
+def apply_retention(
+    parent_uri: str | Path, keep: int, prefix: str = "global_step", max_bytes: float | None = None
+) -> list[str]:
+    """Delete all but the newest `keep` committed children with `prefix` (keep <= 0: delete nothing), then, with
+    `max_bytes`, the oldest of the rest until the kept ones' files (sizes from their manifests) fit in it, plus
+    uncommitted leftovers older than the newest committed one. Never the newest committed one nor the `latest`
+    target. Uncommitted children newer than that may be writes in progress and stay. Returns deleted names."""
     if keep <= 0:
         return []
     names = children(parent_uri, prefix)
@@ -57,12 +60,21 @@ def apply_retention(parent_uri: str | Path, keep: int, prefix: str = "global_ste
     if not committed:
         return []
     newest, protected = natural_key(committed[-1]), _pointer(parent_uri)
+    kept = [n for n in committed[-keep:]]
+    if max_bytes is not None:  # --max_ckpt_mem: the oldest go first, the newest always stays
+        size = {n: _bytes(join(parent_uri, n)) for n in kept}
+        while len(kept) > 1 and sum(size[n] for n in kept) > max_bytes and kept[0] != protected:
+            kept.pop(0)
     doomed = [
         n
         for n in names
-        if n != protected
-        and ((n in committed and n not in committed[-keep:]) or (n not in committed and natural_key(n) < newest))
+        if n != protected and ((n in committed and n not in kept) or (n not in committed and natural_key(n) < newest))
     ]
     for n in doomed:
         remove(join(parent_uri, n))
     return doomed
+
+
+def _bytes(uri: str) -> int:
+    """What a committed folder's files take, as its manifest records them."""
+    return sum(int(info.get("size", 0)) for info in (read_manifest(uri) or {}).get("files", {}).values())

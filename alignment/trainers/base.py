@@ -228,6 +228,7 @@ class Trainer:
             metadata={"stage": self.stage},
             extra=extra,
             identity=RunIdentity.of(self.cfg),
+            max_gb=self.cfg.ckpt.max_mem,
         )
         self.schedule.saved(state.global_step)
 

@@ -105,6 +105,7 @@ def commit(
     world_size: int,
     parts: dict | None = None,
     version: str = "",
+    max_gb: float | None = None,
 ) -> str:
     """One process, after every engine has saved (remote: after every node uploaded its `parts` into
     `version`, see upload_role): state.json (with this process's RNG), the commit, `latest`, retention."""
@@ -124,7 +125,7 @@ def commit(
         storage.commit_dir(local, uri, metadata=meta, fence=lambda: lease.fenced(ckpt_uri))
     with lease.fenced(ckpt_uri):
         storage.set_latest(ckpt_uri, tag(step))
-        storage.apply_retention(ckpt_uri, keep=max_keep, prefix=PREFIX)
+        storage.apply_retention(ckpt_uri, keep=max_keep, prefix=PREFIX, max_bytes=max_gb and max_gb * 1024**3)
     log.info("checkpoint committed: %s", uri)
     return uri
 
@@ -230,6 +231,7 @@ def save(
     metadata: dict,
     extra: dict[str, RoleWriter] | None = None,
     identity: RunIdentity | None = None,
+    max_gb: float | None = None,
 ) -> str:
     """Every rank of a process group that holds all `engines` (role -> engine): save (with the `extra` files of
     a role), each node's first rank uploads (remote), rank 0 commits. Weights holding a NaN/Inf:
@@ -264,6 +266,7 @@ def save(
             dist.get_world_size() if dist.is_initialized() else 1,
             {k: v for p in gathered for k, v in p.items()},
             version[0],
+            max_gb,
         )
     barrier()
     return uri

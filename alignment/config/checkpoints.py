@@ -1,0 +1,71 @@
+"""Where a stage writes: its final model (--save_path) and its resumable checkpoints (--ckpt_path), their
+cadence and retention. OpenRLHF's flat names (dotted: --ckpt.*)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Optional
+
+from alignment.config.base import opt, require
+from alignment.config.paths import check_checkpoint_folder
+
+
+@dataclass
+class CheckpointConfig:
+    own_group: ClassVar[str] = "ckpt"
+
+    save_path: str = opt(
+        "./ckpt", "Where the final HF-format model goes (local path or s3://)", identity=False, dotted="ckpt.output_dir"
+    )
+    save_steps: int = opt(
+        -1,
+        "Commit a resumable checkpoint every N optimizer steps (-1: none by step count)",
+        identity=False,
+        dotted="ckpt.save_steps",
+    )
+    save_minutes: float = opt(
+        0.0,
+        "Also commit a resumable checkpoint once this many minutes have passed since the "
+        "last one (0: off). A flow stage with neither set checkpoints every 30 minutes",
+        identity=False,
+    )
+    ckpt_path: str = opt(
+        "./ckpt/checkpoints", "Where resumable checkpoints go (local path or s3://)", identity=False, dotted="ckpt.path"
+    )
+    load_checkpoint: bool = opt(
+        False,
+        "Resume from the newest committed checkpoint under --ckpt_path",
+        identity=False,
+        dotted="ckpt.load_enable",
+    )
+    max_ckpt_num: int = opt(3, "Keep this many resumable checkpoints", identity=False, dotted="ckpt.max_num")
+    max_ckpt_mem: Optional[float] = opt(
+        None,
+        "Also keep the checkpoints within this many GB, deleting the oldest first (the newest always stays; "
+        "unset: no limit)",
+        identity=False,
+        dotted="ckpt.max_mem",
+    )
+    disable_ds_ckpt: bool = opt(
+        False, "Don't write resumable checkpoints (final model only)", identity=False, dotted="ckpt.disable_ds"
+    )
+    save_hf_ckpt: bool = opt(
+        False,
+        "Also save an HF-format copy of the model (PPO: the actor) in every checkpoint, "
+        "as <ckpt>/global_step<N>/<role>/hf/, committed and verified with it",
+        identity=False,
+        dotted="ckpt.save_hf",
+    )
+
+    def check_checkpoint(self) -> None:
+        require(self.max_ckpt_num >= 1, f"--max_ckpt_num {self.max_ckpt_num}: must be >= 1")
+        require(
+            self.max_ckpt_mem is None or self.max_ckpt_mem > 0, f"--max_ckpt_mem {self.max_ckpt_mem}: must be > 0 (GB)"
+        )
+        require(
+            self.save_steps == -1 or self.save_steps > 0, f"--save_steps {self.save_steps}: use -1 or a positive number"
+        )
+        require(self.save_minutes >= 0, f"--save_minutes {self.save_minutes}: use 0 (off) or a positive number")
+        # OpenRLHF's defaults nest ./ckpt/checkpoints in ./ckpt: harmless for a run that never checkpoints
+        if (self.save_steps > 0 or self.save_minutes > 0 or self.load_checkpoint) and not self.disable_ds_ckpt:
+            check_checkpoint_folder(self.ckpt_path, self.save_path, self.load_checkpoint)
