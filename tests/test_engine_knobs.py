@@ -57,3 +57,21 @@ def test_gpu_only_knobs_are_refused_without_cuda(flag):
     cfg = parse_args(SFTConfig, [*SFT, f"--ds.{flag}"])
     with pytest.raises(ModelLoadError, match=f"--{flag}: needs CUDA GPUs"):
         check_cuda_knobs(cfg.ds, "cpu")
+
+
+def test_experts_implementation_reaches_a_mixture_of_experts_model():
+    import json
+
+    from transformers import AutoModelForCausalLM, MixtralConfig
+
+    from alignment.models.builder import set_experts
+    from alignment.tiny_world.paths import tiny_dir
+
+    c = json.loads((tiny_dir() / "mixtral_config.json").read_text())
+    model = AutoModelForCausalLM.from_config(MixtralConfig(**{k: v for k, v in c.items() if k != "architectures"}))
+    set_experts(model, "eager")
+    assert model.config._experts_implementation_internal == "eager"
+    assert (
+        parse_args(SFTConfig, [*SFT, "--ds.experts_implementation", "grouped_mm"]).ds.experts_implementation
+        == "grouped_mm"
+    )

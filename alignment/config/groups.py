@@ -69,6 +69,13 @@ class ModelConfig:
     tokenizer_chat_template: Optional[str] = opt(
         None, "Jinja chat template overriding the tokenizer's own", dotted="data.tokenizer_chat_template"
     )
+    experts_implementation: Optional[str] = opt(
+        None,
+        "How a mixture-of-experts model computes its experts (transformers' experts_implementation; unset: "
+        "transformers' choice)",
+        choices=("eager", "batched_mm", "grouped_mm", "deepgemm"),
+        dotted="ds.experts_implementation",
+    )
     use_ms: bool = opt(
         False,
         "Load models and tokenizers by name from ModelScope's hub instead of Hugging Face's (needs the "

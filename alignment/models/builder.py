@@ -16,6 +16,7 @@ from alignment.config.preference import RMConfig
 from alignment.config.rewards import RewardSourceConfig
 from alignment.distributed.runtime import Runtime
 from alignment.models.loading import (
+    ModelLoadError,
     check_4bit,
     load_causal_lm,
     load_tokenizer,
@@ -43,6 +44,7 @@ class ModelSetup:
     attn: str  # "sdpa" | "flash_attention_2" | "eager"
     tokenizer: Any
     trust_remote_code: bool = False  # --trust_remote_code, for every load of this model
+    experts: str | None = None  # --experts_implementation, for the models a stage trains
 
     @property
     def packed_mask_dtype(self) -> torch.dtype | None:
@@ -75,7 +77,7 @@ def prepare(cfg: ModelConfig, rt: Runtime) -> ModelSetup:
     if isinstance(cfg, LoraConfig) and cfg.ds.lora.rank > 0:
         head = (cfg.ds.value_head_prefix,) if isinstance(cfg, (RMConfig, RewardSourceConfig)) else ()
         check_targets(path, cfg.ds.lora.target_modules, extra=head, trust_remote_code=trust)
-    return ModelSetup(path, precision, attn, tok, trust)
+    return ModelSetup(path, precision, attn, tok, trust, cfg.ds.experts_implementation)
 
 
 def knob_effects(cfg: EngineKnobsConfig) -> None:
@@ -94,6 +96,16 @@ def knob_effects(cfg: EngineKnobsConfig) -> None:
         )
 
 
+def set_experts(model: torch.nn.Module, experts: str | None) -> None:
+    """--experts_implementation: how the model's mixture-of-experts layers compute; one line for a model without."""
+    if experts is None:
+        return
+    try:
+        model.set_experts_implementation(experts)
+    except ValueError as e:
+        raise ModelLoadError(f"--experts_implementation {experts}: {e}") from None
+
+
 def seed_init(seed: int) -> None:
     """Seed the RNGs that initialise fresh weights (a reward head, LoRA adapters), so a run and
     its resumed twin build the same model before the checkpoint overwrites it, and runs repeat."""
@@ -106,6 +118,7 @@ def load_actor(setup: ModelSetup, cfg: TrainingConfig) -> torch.nn.Module:
     model = setup.causal_lm(cfg.ds.load_in_4bit)
     if cfg.ds.use_liger_kernel:
         model = apply_liger(model)
+    set_experts(model, setup.experts)
     return _for_training(model, cfg, "CAUSAL_LM")
 
 
@@ -121,6 +134,7 @@ def load_value_model(setup: ModelSetup, cfg: TrainingConfig) -> torch.nn.Module:
         load_in_4bit=cfg.ds.load_in_4bit,
         trust_remote_code=setup.trust_remote_code,
     )
+    set_experts(model, setup.experts)
     return _for_training(model, cfg, "SEQ_CLS")
 
 
