@@ -13,7 +13,7 @@ import torch
 from alignment import storage
 from alignment.config import ConfigError, DPOConfig, SFTConfig
 from alignment.config.cli import parse_args
-from alignment.training import checkpoint, finite, run_identity
+from alignment.training import checkpoint, finite, resume_point, run_identity
 from alignment.training.run_identity import RunIdentity
 
 SFT = ["--pretrain", "m", "--dataset", "d", "--save_path", "out", "--ckpt_path", "ck", "--save_steps", "2"]
@@ -26,7 +26,7 @@ def fake_checkpoint(ckpt: Path, record: dict | None, step: int = 2) -> str:
     (folder / "state.json").write_text(json.dumps({"loop": {}, "rng": {}}))
     meta = {"global_step": step, "world_size": 1, finite.FINITE: True, **({run_identity.KEY: record} if record else {})}
     storage.commit_dir(folder, folder, metadata=meta)
-    checkpoint._verified.clear()
+    resume_point._verified.clear()
     return str(folder)
 
 
@@ -34,16 +34,16 @@ def test_a_resume_from_another_runs_checkpoint_is_one_line(tmp_path):
     ckpt = tmp_path / "ck"
     seed3 = parse_args(SFTConfig, [*SFT, "--seed", "3"])
     uri = fake_checkpoint(ckpt, RunIdentity.of(seed3).record())
-    checkpoint.check_world_size(str(ckpt), 1, RunIdentity.of(seed3))  # the same run resumes
+    resume_point.check_world_size(str(ckpt), 1, RunIdentity.of(seed3))  # the same run resumes
     longer = parse_args(SFTConfig, [*SFT, "--seed", "3", "--max_steps", "40", "--micro_train_batch_size", "1"])
-    checkpoint.check_world_size(str(ckpt), 1, RunIdentity.of(longer))  # extended, other micro-batches: the same run
+    resume_point.check_world_size(str(ckpt), 1, RunIdentity.of(longer))  # extended, other micro-batches: the same run
     for cfg, why in [
         (parse_args(SFTConfig, [*SFT, "--seed", "4"]), "config differs: --seed 3 there vs 4 here"),
         (parse_args(SFTConfig, [*SFT, "--seed", "3", "--learning_rate", "1e-3"]), "config differs: --learning_rate"),
         (parse_args(DPOConfig, [*SFT, "--seed", "3"]), "stage SFTConfig there, DPOConfig here"),
     ]:
         with pytest.raises(ConfigError) as e:
-            checkpoint.check_world_size(str(ckpt), 1, RunIdentity.of(cfg))
+            resume_point.check_world_size(str(ckpt), 1, RunIdentity.of(cfg))
         assert str(e.value).startswith(f"checkpoint {uri} belongs to another run ({why}"), str(e.value)
         assert "give this run another --ckpt_path, or drop --load_checkpoint to start over" in str(e.value)
 
@@ -60,4 +60,4 @@ def test_a_checkpoint_of_another_model_shape_is_refused_before_its_weights_load(
 
 def test_a_checkpoint_of_an_older_version_records_nothing_and_resumes(tmp_path):
     fake_checkpoint(tmp_path / "ck", None)
-    checkpoint.check_world_size(str(tmp_path / "ck"), 1, RunIdentity.of(parse_args(SFTConfig, SFT)))
+    resume_point.check_world_size(str(tmp_path / "ck"), 1, RunIdentity.of(parse_args(SFTConfig, SFT)))

@@ -193,7 +193,7 @@ def test_damaged_checkpoint_is_skipped(trained, tmp_path, kind, caplog):
     """A damaged newer checkpoint is skipped with a warning; a half-written one (a save killed before its
     MANIFEST, even with `latest` pointing at it) is not a checkpoint at all: the resume takes the one before.
     A kill mid-save, end to end through the flows: tests/test_chaos_kills.py."""
-    from alignment.training import checkpoint
+    from alignment.training import resume_point
 
     _, _, ckpt, _ = trained
     copy = tmp_path / "ckpt"
@@ -213,13 +213,13 @@ def test_damaged_checkpoint_is_skipped(trained, tmp_path, kind, caplog):
         target.write_bytes(b'{"files": {"\xff\xfe": 1}}')  # not UTF-8
     else:
         flip(target, at=len(target.read_bytes()) // 2)
-    found = checkpoint.find_latest(str(copy))
+    found = resume_point.find_latest(str(copy))
     assert found is not None and found.name == "global_step2"
     assert (f"checkpoint {step4} is damaged" in caplog.text) == (kind != "half_written")
     flip(next((copy / "global_step2").rglob("*optim_states.pt")), at=200)
-    checkpoint._verified.clear()  # a process verifies a checkpoint once; this one changed since
+    resume_point._verified.clear()  # a process verifies a checkpoint once; this one changed since
     with pytest.raises(storage.StorageError, match="every committed checkpoint under .* is damaged"):
-        checkpoint.find_latest(str(copy))
+        resume_point.find_latest(str(copy))
 
 
 def test_resume_falls_back_then_refuses(trained, tmp_path):
@@ -340,7 +340,7 @@ def test_an_overflowed_update_is_never_checkpointed(tiny_base, tmp_path):
 def test_a_non_finite_checkpoint_of_an_older_version_is_skipped(trained, tmp_path, caplog):
     """A checkpoint committed without the `finite` mark (before the weights were checked) has its saved weights
     read back at resume: one holding an Inf is skipped like a damaged one, and the one before it is used."""
-    from alignment.training import checkpoint, finite
+    from alignment.training import finite, resume_point
     from alignment.training.weights_only import WeightsOnlyCheckpointEngine
 
     _, _, ckpt, _ = trained
@@ -354,8 +354,8 @@ def test_a_non_finite_checkpoint_of_an_older_version_is_skipped(trained, tmp_pat
     torch.save(data, states)
     meta = json.loads((step4 / storage.MANIFEST).read_text())["metadata"]
     storage.commit_dir(step4, step4, metadata={k: v for k, v in meta.items() if k != finite.FINITE})
-    checkpoint._verified.clear()
-    found = checkpoint.find_latest(str(copy))
+    resume_point._verified.clear()
+    found = resume_point.find_latest(str(copy))
     assert found is not None and found.name == "global_step2"
     assert f"checkpoint {step4} holds non-finite weights" in caplog.text and name in caplog.text
 

@@ -151,6 +151,8 @@ def test_the_prorl_line_evaluates_inside_ppo(ray_head, tiny_sft, tmp_path):
         train__max_tokens_per_gpu="64",
     )
     rows = run_line(ray_head, args, "prorl", out)
+    best = (out / "ckpt" / "best").read_text()  # OpenRLHF's default --ckpt.best_metric_key: pass1's best
+    assert (out / "ckpt" / best / "MANIFEST.json").exists()
     for r in rows:
         assert 0 <= r["eval/pass1"] <= r["eval/pass2"] <= 1 and "eval/truncated" in r
         assert "train/stop_properly/truncated_fraction" in r and "train/reward/math_accuracy" in r

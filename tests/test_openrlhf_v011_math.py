@@ -106,3 +106,23 @@ def test_a_second_generation_waits_for_the_first():
     turns.release()
     t.join(5)
     assert order == ["first", "second"]
+
+
+def test_the_best_evaluation_so_far_and_the_metric_it_follows():
+    from alignment.config import ConfigError, PPOConfig, parse_args
+    from alignment.ppo.evaluation import BestSoFar
+
+    best = BestSoFar("pass1")
+    assert [best.improved({"pass1": v}) for v in (0.2, 0.1, 0.2, 0.3)] == [True, False, False, True]
+    assert best.value == 0.3 and not BestSoFar(None).improved({"pass1": 1.0})
+    base = ["--actor.model_name_or_path", "m", "--data.prompt_dataset", "p", "--reward.remote_url", "r.py"]
+    ev = [*base, "--eval.dataset", "e", "--eval.n_samples_per_prompt", "4"]
+    assert parse_args(PPOConfig, [*ev, "--ckpt.save_steps", "2"]).best_metric() == "pass1"  # OpenRLHF's auto
+    assert parse_args(PPOConfig, ev).best_metric() is None  # no checkpoints to keep
+    for key, name in (("eval_default_pass4", "pass4"), ("eval/pass1", "pass1"), ("none", None)):
+        cfg = parse_args(PPOConfig, [*ev, "--ckpt.save_steps", "2", "--ckpt.best_metric_key", key])
+        assert cfg.best_metric() == name
+    with pytest.raises(ConfigError, match="the evaluation logs pass1 and pass4"):
+        parse_args(PPOConfig, [*ev, "--ckpt.save_steps", "2", "--ckpt.best_metric_key", "pass8"])
+    with pytest.raises(ConfigError, match="add --save_steps N"):
+        parse_args(PPOConfig, [*ev, "--ckpt.best_metric_key", "pass1"])

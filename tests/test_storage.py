@@ -148,6 +148,10 @@ def test_apply_retention_by_size_drops_the_oldest_and_keeps_the_newest(tmp_path:
     assert storage.apply_retention(parent, keep=3, max_bytes=7000) == ["global_step1", "global_step2"]
     assert storage.apply_retention(parent, keep=3, max_bytes=1000) == ["global_step3"]
     assert storage.list_committed(parent) == ["global_step4"]
+    commit_steps(tmp_path, parent, [5, 6, 7])
+    storage.set_latest(parent, "global_step5", pointer=storage.BEST)  # --best_metric_key's: never deleted
+    assert storage.apply_retention(parent, keep=1) == ["global_step4", "global_step6"]
+    assert storage.list_committed(parent) == ["global_step5", "global_step7"]
 
 
 def test_crash_mid_commit_is_invisible(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> dict:
     from alignment.ppo.local import LocalGroups
     from alignment.ppo.packed import packing_for
     from alignment.ppo.schedule import check_sizes, iterations_per_episode
-    from alignment.training.checkpoint import check_world_size
+    from alignment.training.resume_point import check_world_size
     from alignment.training.run_identity import RunIdentity
 
     rt = init_runtime(cfg.train.local_rank, cfg.train.num_threads)

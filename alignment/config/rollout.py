@@ -31,6 +31,14 @@ class RolloutConfig(PromptFormatConfig):
     eval_n_samples_per_prompt: int = opt(
         4, "Answers per held-out prompt (pass@n over them)", dotted="eval.n_samples_per_prompt"
     )
+    best_metric_key: str = opt(
+        "",
+        "The evaluation metric whose best value's checkpoint is kept (the `best` pointer under --ckpt_path; "
+        "retention never deletes it): pass1 or pass<n>, also spelled eval/pass1 or OpenRLHF's "
+        "eval_<data>_pass1; empty: pass1 when --eval_dataset and checkpoints are on; none: off",
+        identity=False,
+        dotted="ckpt.best_metric_key",
+    )
     label_key: Optional[str] = opt(
         None, "JSON key passed as `labels` to a reward_func / remote RM", dotted="data.label_key"
     )
@@ -116,6 +124,29 @@ class RolloutConfig(PromptFormatConfig):
                 f"response): lower it below {self.max_len} or raise --max_len",
             )
 
+    def best_metric(self) -> str | None:
+        """--best_metric_key as one of the evaluation's metric names (pass1, pass<n>), or None when off."""
+        key = self.best_metric_key.strip()
+        if key == "none" or not self.eval_dataset:
+            return None
+        if not key:  # OpenRLHF's default: the first pass1 metric, where there are checkpoints to keep
+            return "pass1" if self.checkpoints_on() else None
+        name = key.removeprefix("eval/").rsplit("_", 1)[-1]
+        wanted = ("pass1", f"pass{self.eval_n_samples_per_prompt}")
+        require(
+            name in wanted,
+            f"--best_metric_key {key}: the evaluation logs {' and '.join(wanted)}; name one of them (or none)",
+        )
+        require(
+            self.checkpoints_on(),
+            f"--best_metric_key {key} keeps the best checkpoint: add --save_steps N (or --save_minutes) so the run "
+            f"writes checkpoints",
+        )
+        return name
+
+    def checkpoints_on(self) -> bool:
+        return (self.save_steps > 0 or self.save_minutes > 0) and not self.disable_ds_ckpt  # type: ignore[attr-defined]
+
     def sequence_len(self) -> int:
         """The longest prompt plus response a run can hold (the engines' context, the token budgets' floor)."""
         return self.max_len or self.prompt_max_len + self.generate_max_len
@@ -130,7 +161,10 @@ class RolloutConfig(PromptFormatConfig):
         )
         require(self.temperature > 0, f"--temperature {self.temperature}: must be > 0")
         if not self.eval_dataset:
-            only_with(self, "eval_dataset", "eval_split", "eval_temperature", "eval_n_samples_per_prompt")
+            only_with(
+                self, "eval_dataset", "eval_split", "eval_temperature", "eval_n_samples_per_prompt", "best_metric_key"
+            )
+        self.best_metric()  # its own message when malformed
         require(
             self.eval_temperature >= 0 and self.eval_n_samples_per_prompt >= 1,
             f"--eval_temperature {self.eval_temperature} must be >= 0 (0: greedy) and --eval_n_samples_per_prompt "

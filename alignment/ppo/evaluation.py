@@ -9,6 +9,7 @@ as eval/pass1, eval/pass<n>, eval/response_length and eval/truncated (cut at the
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -46,3 +47,19 @@ def eval_metrics(rewards: torch.Tensor, n: int, rollout: Rollout) -> dict[str, f
     out["response_length"] = sum(len(r) for r in rollout.response_ids) / max(len(rollout), 1)
     out["truncated"] = 1.0 - sum(rollout.finished) / max(len(rollout), 1)
     return out
+
+
+@dataclass
+class BestSoFar:
+    """--best_metric_key: the metric followed (None: off) and its best value so far (kept in PPOState)."""
+
+    metric: str | None
+    value: float | None = None
+
+    def improved(self, metrics: dict[str, float]) -> bool:
+        if self.metric is None or self.metric not in metrics:
+            return False
+        if self.value is not None and metrics[self.metric] <= self.value:
+            return False
+        self.value = metrics[self.metric]
+        return True

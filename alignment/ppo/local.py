@@ -111,6 +111,9 @@ class LocalGroups:
             max_gb=cfg.ckpt.max_mem,
         )
 
+    def mark_best(self, iteration: int) -> None:
+        checkpoint.mark_best(self.cfg.ckpt.path, iteration)
+
     def actor_extra(self, role_dir: Path | None) -> None:
         """The actor's own files in a checkpoint: --save_hf_ckpt's HF copy, --enable_ema's average. Collective."""
         if self.cfg.ckpt.save_hf:

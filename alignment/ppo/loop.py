@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 from alignment.config.ppo import PPOConfig
-from alignment.ppo.evaluation import eval_due
+from alignment.ppo.evaluation import BestSoFar, eval_due
 from alignment.trainers.base import maybe_inject_failure
 from alignment.training.schedule import SaveSchedule
 from alignment.training.tracking import MetricsLogger
@@ -27,6 +27,7 @@ class PPOState:
     kl_coef: float = 0.0
     history: list[dict] = field(default_factory=list)
     reward_moments: list[float] = field(default_factory=list)  # --normalize_reward's running statistics, if kept
+    best_metric: float | None = None  # --best_metric_key: the best evaluation so far (its checkpoint is `best`)
 
 
 class Iterating(Protocol):
@@ -40,7 +41,7 @@ class Iterating(Protocol):
 
 
 def resume_state(ckpt: Any, find: Callable[[], Any]) -> tuple[PPOState, Any] | None:
-    """--load_checkpoint: (the PPO state, the checkpoint `find()` located: training.checkpoint.Latest),
+    """--load_checkpoint: (the PPO state, the checkpoint `find()` located: training.resume_point.Latest),
     or None to start from iteration 0. Both backends resume through here; `find` locates (and, in
     process, loads) the newest committed checkpoint."""
     found = find() if ckpt.load_enable else None
@@ -60,7 +61,10 @@ def run_iterations(
     logger: MetricsLogger,
     save: Callable[[PPOState], None],
     start: PPOState | None,
+    mark_best: Callable[[int], None] = lambda iteration: None,
 ) -> None:
+    """The iterations after `start`; `save` commits a checkpoint, `mark_best` points --ckpt_path's `best` at the
+    one of an iteration (--best_metric_key)."""
     first = 0
     if start is not None:
         first = start.iteration
@@ -71,18 +75,30 @@ def run_iterations(
     schedule = SaveSchedule(cfg.ckpt)
     if first:
         schedule.saved(first)  # the checkpoint it resumed from is the last save
+    best = BestSoFar(cfg.best_metric(), start.best_metric if start is not None else None)
+
+    def snapshot(iteration: int) -> PPOState:
+        state = ppo.snapshot(iteration, list(logger.history))
+        state.best_metric = best.value
+        return state
+
     for it in range(first, total):
         metrics = ppo.step(it)
         logger.advance()
-        row = {}
+        row, improved = {}, False
         if (it + 1) % cfg.logger.logging_steps == 0 or it + 1 == total:
             row.update({f"train/{k}": v for k, v in metrics.items()})
         if cfg.eval.dataset and eval_due(cfg.eval.steps, it + 1, total):  # --eval_dataset, alignment/ppo/evaluation.py
-            row.update({f"eval/{k}": v for k, v in ppo.evaluate(it + 1).items()})
+            evals = ppo.evaluate(it + 1)
+            row.update({f"eval/{k}": v for k, v in evals.items()})
+            improved = best.improved(evals)
         if row:
             logger.log(it + 1, row)
-        if schedule.due(it + 1) or (it + 1 == total and schedule.due_at_end(it + 1)):
-            save(ppo.snapshot(it + 1, list(logger.history)))
+        if improved or schedule.due(it + 1) or (it + 1 == total and schedule.due_at_end(it + 1)):
+            save(snapshot(it + 1))
             schedule.saved(it + 1)
+        if improved:
+            mark_best(it + 1)
+            log.info("--best_metric_key: iteration %d's %s %.4f is the best so far", it + 1, best.metric, best.value)
         maybe_inject_failure(it + 1)
     log.info("ppo: ran iterations %d..%d of %d in this process", first + 1, total, total)

@@ -36,6 +36,7 @@ from alignment.ppo.schedule import check_sizes, iterations_per_episode, sampling
 from alignment.ppo.workers import ModelWorker
 from alignment.rewards.scorer import FunctionReward, Scored
 from alignment.rollout.types import Rollout, SamplingParams
+from alignment.training import checkpoint
 
 log = logging.getLogger("alignment.train_ppo_ray")
 
@@ -133,6 +134,9 @@ class RayGroups:
 
     def save(self, state: PPOState) -> None:
         ray_state.save(self._trained(), self.cfg, state, self.actor_world)
+
+    def mark_best(self, iteration: int) -> None:
+        checkpoint.mark_best(self.cfg.ckpt.path, iteration)
 
     def resume(self) -> PPOState | None:
         state = ray_state.resume(self._trained(), self.cfg)

@@ -16,7 +16,7 @@ from alignment.config.ppo import PPOConfig
 from alignment.ppo.groups import ModelGroup
 from alignment.ppo.loop import PPOState, resume_state
 from alignment.ppo.workers import ModelWorker
-from alignment.training import checkpoint, run_identity
+from alignment.training import checkpoint, resume_point, run_identity
 from alignment.training.run_identity import RunIdentity
 
 
@@ -48,9 +48,9 @@ def resume(trained: list[ModelGroup], cfg: PPOConfig) -> PPOState | None:
     ckpt = cfg.ckpt
 
     def find() -> Any:
-        found = checkpoint.find_latest(ckpt.path)
+        found = resume_point.find_latest(ckpt.path)
         if found is not None:
-            RunIdentity.of(cfg).check(checkpoint.recorded_identity(found.uri), found.uri)
+            RunIdentity.of(cfg).check(resume_point.recorded_identity(found.uri), found.uri)
         return found
 
     got = resume_state(ckpt, find)

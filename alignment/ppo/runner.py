@@ -41,5 +41,5 @@ def run(
     start = groups.resume()
     samples = cfg.rollout.batch_size * cfg.rollout.n_samples_per_prompt
     logger = MetricsLogger(cfg, metrics_dir, writes_metrics, ppo.total_iterations, "ppo", samples)
-    run_iterations(cfg, ppo.total_iterations, ppo, logger, groups.save, start)
+    run_iterations(cfg, ppo.total_iterations, ppo, logger, groups.save, start, groups.mark_best)
     return logger

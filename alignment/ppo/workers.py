@@ -59,7 +59,7 @@ class ModelWorker:
         from alignment.ppo import roles
         from alignment.ppo.ema import EMA
         from alignment.ppo.packed import packing_for
-        from alignment.training.checkpoint import check_world_size
+        from alignment.training.resume_point import check_world_size
 
         self.role, self.cfg = role, cfg
         self.rt = init_runtime(-1, threads)

@@ -26,10 +26,11 @@ from alignment.storage.files import (
 )
 from alignment.storage.latest import apply_retention, get_latest, list_committed, set_latest
 from alignment.storage.manifest import file_in, is_committed, read_manifest
-from alignment.storage.paths import LATEST, MANIFEST, filesystem, is_remote, read_timeout_s
+from alignment.storage.paths import BEST, LATEST, MANIFEST, filesystem, is_remote, read_timeout_s
 from alignment.storage.retry import StorageError, StoreUnavailable
 
 __all__ = [
+    "BEST",
     "LATEST",
     "MANIFEST",
     "StorageError",

@@ -16,6 +16,7 @@ from fsspec.core import split_protocol
 
 MANIFEST = "MANIFEST.json"
 LATEST = "latest"
+BEST = "best"  # the checkpoint with the best evaluation so far (--best_metric_key): kept by retention
 _LOCAL = (None, "file", "local")
 
 

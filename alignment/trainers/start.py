@@ -13,8 +13,8 @@ from alignment.distributed.runtime import Runtime, init_runtime
 from alignment.models.builder import ModelSetup, prepare
 from alignment.models.moe import moe_top_k
 from alignment.trainers.base import total_steps
-from alignment.training.checkpoint import check_world_size
 from alignment.training.engine import build_engine
+from alignment.training.resume_point import check_world_size
 from alignment.training.run_identity import RunIdentity
 
 

@@ -5,6 +5,7 @@
                               /state.json   where the loop is (the stage's own fields), the RNG state
                               /MANIFEST.json  written last: the commit
     <ckpt_path>/latest                      the newest committed tag, moved only after the commit
+    <ckpt_path>/best                        the tag with the best evaluation so far (--best_metric_key)
 
 A crash mid-save leaves a directory without a manifest, which readers ignore and retention deletes.
 Every rank of an engine's group saves its part (`save_engine`, collective), then one process commits
@@ -14,6 +15,7 @@ whose files the node's first rank uploads into the checkpoint's version folder (
 the commit lists every node's files in one manifest. Loading reads the committed files: the path itself,
 or for s3:// the node's verified copy (one rank per node downloads it, the others wait and reuse it).
 
+Which checkpoint a resume uses, and whether it is this run's: alignment/training/resume_point.py.
 DeepSpeed's files are read by `weights_only.WeightsOnlyCheckpointEngine`, so a checkpoint can't
 execute code when it's read.
 """
@@ -26,23 +28,20 @@ import logging
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 import torch.distributed as dist
 
 from alignment import lease, storage
-from alignment.config.base import ConfigError
 from alignment.distributed.collectives import barrier
 from alignment.training import finite, run_identity
+from alignment.training.resume_point import PREFIX, STATE_FILE, Latest, find_latest, recorded_identity, verify
 from alignment.training.rng_state import restore_rng, rng_state
 from alignment.training.run_identity import RunIdentity
 from alignment.training.weights_only import WeightsOnlyCheckpointEngine
 
 log = logging.getLogger(__name__)
-PREFIX = "global_step"
-STATE_FILE = "state.json"
 
 
 def _env_int(name: str) -> int:
@@ -81,7 +80,7 @@ def save_engine(engine: Any, ckpt_uri: str, step: int, role: str = "model", extr
 
 def role_dir(ckpt_uri: str, name: str, role: str) -> Path:
     """A role's folder in this node's verified copy of the committed checkpoint `name` (its extra files)."""
-    return _verify(f"{ckpt_uri.rstrip('/')}/{name}").folder / role
+    return verify(f"{ckpt_uri.rstrip('/')}/{name}").folder / role
 
 
 def upload_role(ckpt_uri: str, step: int, role: str, version: str) -> dict:
@@ -130,81 +129,12 @@ def commit(
     return uri
 
 
-@dataclass(frozen=True)
-class Latest:
-    uri: str  # the committed checkpoint
-    name: str  # its tag, global_step<N>
-    state: dict  # its state.json
-    folder: Path  # this node's verified copy of its files (the checkpoint itself when local)
-
-
-# checkpoint URI -> its manifest and what was found there: a process verifies a checkpoint once, however
-# many times it asks (check_world_size before the model is built, then the load)
-_verified: dict[str, tuple[dict, Latest]] = {}
-
-
-def _verify(uri: str) -> Latest:
-    """The committed checkpoint at `uri`, its files checked against its MANIFEST's sizes and sha256 (a
-    local checkpoint in place, a remote one as it is downloaded to this node) and its state.json parsed.
-    Raises StorageError naming what is wrong. The files are hashed in parallel threads; on a local path the
-    read leaves them in the page cache, from which DeepSpeed's load then reads (docs/reliability.md)."""
-    manifest = storage.read_manifest(uri)
-    if manifest is None:
-        raise storage.StorageError(f"{uri} is not committed")
-    cached = _verified.get(uri)
-    if cached and cached[0] == manifest:
-        return cached[1]
-    folder = storage.download_dir(uri)  # verifies sizes and hashes, local and remote alike
-    try:
-        state = json.loads((folder / STATE_FILE).read_bytes().decode("utf-8"))
-        if not isinstance(state, dict) or not isinstance(state.get("rng"), dict):
-            raise ValueError("no 'rng' mapping")
-    except FileNotFoundError:
-        raise storage.StorageError(f"{uri} is committed without {STATE_FILE}") from None
-    except ValueError as e:  # bad JSON or bad UTF-8 (UnicodeDecodeError is a ValueError)
-        raise storage.StorageError(f"{uri}/{STATE_FILE} is not a valid state file ({str(e)[:120]})") from None
-    if not (manifest.get("metadata") or {}).get(finite.FINITE):  # committed by a version that did not check
-        finite.check_saved(folder, uri)
-    found = Latest(uri, uri.rstrip("/").rsplit("/", 1)[-1], state, folder)
-    _verified[uri] = (manifest, found)
-    return found
-
-
-def find_latest(ckpt_uri: str) -> Latest | None:
-    """The newest committed checkpoint that verifies (see _verify), None when none is committed. A damaged
-    one, or one whose weights hold a NaN/Inf (finite.check_saved), is skipped with a warning naming it,
-    and the one before it is used; when every committed checkpoint is damaged: one StorageError line (a
-    CLI exits 2). A store that doesn't answer is not damage: StoreUnavailable propagates (exit 75, retried)."""
-    committed = storage.list_committed(ckpt_uri, PREFIX)
-    damaged: list[str] = []
-    for name in reversed(committed):
-        uri = f"{ckpt_uri.rstrip('/')}/{name}"
-        try:
-            found = _verify(uri)
-        except storage.StoreUnavailable:
-            raise
-        except storage.StorageError as e:
-            what = "holds non-finite weights" if isinstance(e, finite.NonFiniteCheckpoint) else "is damaged"
-            log.warning("checkpoint %s %s, not resuming from it: %s", uri, what, e)
-            damaged.append(str(e))
-            continue
-        if damaged:
-            log.warning("resuming from the older checkpoint %s instead (%d newer one(s) damaged)", uri, len(damaged))
-        return found
-    if damaged:
-        raise storage.StorageError(
-            f"every committed checkpoint under {ckpt_uri} is damaged or non-finite (newest: {damaged[0]}); "
-            f"delete them or start over with a new --ckpt_path"
-        )
-    return None
-
-
 def load_engine(engine: Any, ckpt_uri: str, name: str, role: str = "model") -> None:
     """Every rank of the engine's group calls this, with a checkpoint find_latest chose: its files are
     verified (once per process) before DeepSpeed reads them; a remote one is read from this node's
     verified copy (storage.download_dir: one rank of the node downloads, the others wait for it)."""
     uri = f"{ckpt_uri.rstrip('/')}/{name}"
-    folder = _verify(uri).folder
+    folder = verify(uri).folder
     engine.checkpoint_engine = WeightsOnlyCheckpointEngine()
     path, _ = engine.load_checkpoint(str(folder), tag=role, load_optimizer_states=True, load_lr_scheduler_states=True)
     if path is None:
@@ -272,6 +202,15 @@ def save(
     return uri
 
 
+def mark_best(ckpt_uri: str, step: int) -> None:
+    """Point `best` under the checkpoint folder at step's committed checkpoint (--best_metric_key); retention
+    keeps it. Rank 0 only (every rank may call), fenced by the run's lease as every write there."""
+    if dist.is_initialized() and dist.get_rank() != 0:
+        return
+    with lease.fenced(ckpt_uri):
+        storage.set_latest(ckpt_uri, tag(step), pointer=storage.BEST)
+
+
 def load_latest(engines: dict[str, Any], ckpt_uri: str, identity: RunIdentity | None = None) -> Latest | None:
     """Every rank of a process group that holds all `engines`: the newest committed checkpoint, its
     engines loaded and its RNG restored; None when there is none. Another run's (`identity`, the model's
@@ -285,25 +224,3 @@ def load_latest(engines: dict[str, Any], ckpt_uri: str, identity: RunIdentity | 
         load_engine(engine, ckpt_uri, found.name, role)
     restore_rng(found.state)
     return found
-
-
-def recorded_identity(uri: str) -> dict | None:
-    """The run identity a committed checkpoint recorded (None: an older version recorded none)."""
-    return ((storage.read_manifest(uri) or {}).get("metadata") or {}).get(run_identity.KEY)
-
-
-def check_world_size(ckpt_uri: str, world_size: int, identity: RunIdentity | None = None) -> None:
-    """Before any weights load: the checkpoint a resume would use (find_latest: verified, a damaged one
-    skipped) must be this run's (`identity`: stage and config, run_identity.py) and come from as many
-    ranks as this run has. Its ZeRO optimizer state is sharded per rank, and the data order depends on
-    the rank count too."""
-    found = find_latest(ckpt_uri)
-    if found is not None and identity is not None:
-        identity.check(recorded_identity(found.uri), found.uri)
-    written = (storage.read_manifest(found.uri) or {}).get("metadata", {}).get("world_size") if found else None
-    if written is not None and written != world_size:
-        raise ConfigError(
-            f"checkpoint {found.uri} was written by {written} ranks but this run has {world_size}: "
-            f"resume with {written} ranks (--num_nodes x --num_gpus_per_node, or the launcher's size), "
-            f"or start over with a new --ckpt_path"
-        )
