@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from alignment.errors import EXIT_TRANSIENT
 from alignment.tiny_world.paths import tiny_dir
@@ -113,7 +114,7 @@ def test_each_estimator_raises_the_reward(tiny_sft, missed_prompts, tmp_path, es
 
 
 def test_gae_with_a_trained_reward_model_and_resume(tiny_sft, tiny_rm, tmp_path):
-    """gae (actor + critic + RM), then the same run killed after iteration 2's checkpoint and
+    """gae (actor + critic + RM; the critic committed too, --save_value_network), then the same run killed after iteration 2's checkpoint and
     resumed with --load_checkpoint: the resumed run redoes only iteration 3 and ends with the
     uninterrupted run's weights (every random choice is seeded from the iteration number)."""
     from safetensors.torch import load_file
@@ -133,10 +134,15 @@ def test_gae_with_a_trained_reward_model_and_resume(tiny_sft, tiny_rm, tmp_path)
         "--critic_learning_rate",
         "1e-4",
     ]
-    run_module("alignment.cli.train_ppo", [*args, "--save_path", str(out)])
+    run_module("alignment.cli.train_ppo", [*args, "--save_path", str(out), "--critic.save_value_network"])
     rows = metric_rows(out)
     assert len(rows) == 3 and all("train/value_loss" in r and "train/kl" in r for r in rows)
     assert json.loads((out / "MANIFEST.json").read_text())
+    # --save_value_network: the trained critic beside the actor, a reward-model folder with its value head
+    from alignment.models.reward_model import load_reward_model
+
+    critic = load_reward_model(str(out / "critic"), torch.float32, "sdpa", 0)
+    assert critic.config.value_head_prefix == "value_head"
 
     part, ckpt = tmp_path / "ppo_resumed", tmp_path / "ckpt"
     resumable = [*args, "--save_path", str(part), "--save_steps", "1", "--ckpt_path", str(ckpt), "--max_ckpt_num", "2"]

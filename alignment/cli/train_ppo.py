@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> dict:
     from alignment.distributed.collectives import barrier
     from alignment.distributed.runtime import init_runtime
     from alignment.models.builder import prepare
-    from alignment.models.saving import commit_model, lora_save, save_hf_model
+    from alignment.models.saving import commit_model, lora_save, save_hf_model, save_value_model
     from alignment.outputs import StagedOutput
     from alignment.ppo import roles, runner
     from alignment.ppo.experience import uses_reference
@@ -89,6 +89,8 @@ def main(argv: list[str] | None = None) -> dict:
             save_hf_model(
                 actor.module, groups.ema.state_dict(actor.module), setup.tokenizer, out.dir / "ema", lora=lora_save(cfg)
             )
+        if cfg.critic.save_value_network:  # collective: every rank gathers the critic
+            save_value_model(critic, setup.tokenizer, out.dir and out.dir / "critic", cfg.ds.value_head_prefix)
         commit_model(
             out,
             actor,

@@ -147,6 +147,12 @@ class AlgorithmConfig:
     )
     actor_learning_rate: float = opt(1e-6, "Actor peak learning rate", dotted="actor.adam.lr")
     critic_learning_rate: float = opt(9e-6, "Critic peak learning rate", dotted="critic.adam.lr")
+    save_value_network: bool = opt(
+        False,
+        "Also commit the trained critic beside the actor, as <save_path>/critic/ (a reward-model folder)",
+        identity=False,
+        dotted="critic.save_value_network",
+    )
 
     def uses_critic(self) -> bool:
         return ESTIMATORS[self.advantage_estimator].critic
@@ -290,6 +296,10 @@ class PPOConfig(
         if self.uses_critic():
             return
         # critic-free estimators: OpenRLHF places no critic then; a critic flag is a mistake worth naming
+        require(
+            not self.save_value_network,
+            f"--save_value_network: --advantage_estimator {self.advantage_estimator} trains no critic; drop it",
+        )
         require(
             self.critic_pretrain is None,
             f"--critic_pretrain is set but --advantage_estimator {self.advantage_estimator} uses no critic; "

@@ -14,6 +14,7 @@ from alignment.config.groups import LoraSaveConfig
 from alignment.config.stages import StageConfig
 from alignment.models.card import write_card
 from alignment.models.lora import is_lora, merged_state
+from alignment.models.reward_model import export_names
 from alignment.nonfinite import check_weights
 from alignment.outputs import StagedOutput
 
@@ -133,3 +134,20 @@ def commit_model(
     save_hf_model(engine.module, state, tokenizer, out.dir, extra_config, rename, lora)
     write_card(out.dir, cfg, metadata)  # after the weights (PEFT writes a README.md of its own), before MANIFEST
     return out.commit(metadata)
+
+
+def save_value_model(engine: Any, tokenizer: Any, out_dir: Path | None, value_head_prefix: str) -> None:
+    """A critic (or any value model) as a reward-model folder, loadable as alignflow's RMs are (the value head
+    under `value_head_prefix`). Collective: every rank gathers; the rank with an `out_dir` writes."""
+    state = full_state_dict(engine)
+    if out_dir is None:
+        return
+    check_weights(state, f"the critic for {out_dir}")
+    save_hf_model(
+        engine.module,
+        state,
+        tokenizer,
+        out_dir,
+        {"value_head_prefix": value_head_prefix},
+        lambda st: export_names(st, value_head_prefix),
+    )

@@ -164,6 +164,11 @@ def run(cfg: PPOConfig) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="alignflow-ppo-metrics-") as metrics_dir:
         logger = runner.run(cfg, groups, tokenizer, prompts, Path(metrics_dir), True, eval_prompts)
         logger.close()
+        if cfg.critic.save_value_network:  # the critic's files, placed under critic/ in the actor's commit
+            critic = groups.groups["critic"].call(ModelWorker.value_model_files).get()
+            for name, data in next(f for f in critic if f).items():
+                (Path(metrics_dir) / "critic" / name).parent.mkdir(parents=True, exist_ok=True)
+                (Path(metrics_dir) / "critic" / name).write_bytes(data)
         ray_state.commit(groups.groups["actor"], cfg, Path(metrics_dir), logger.final(), logger.links)
     log.info("model committed: %s", cfg.ckpt.output_dir)
     return logger.final()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
 from typing import Any
 
 from alignment.config.ppo import PPOConfig
@@ -225,6 +226,18 @@ class ModelWorker:
             self.ema.load(checkpoint.role_dir(ckpt_uri, name, "actor"), self.model)
 
     @dispatch(EACH)
+    def value_model_files(self) -> dict[str, bytes]:
+        """--save_value_network: the critic as a reward-model folder, its files by name (rank 0's; the others'
+        empty), for the actor group's commit to put under critic/. Collective."""
+        import tempfile
+
+        from alignment.models.saving import save_value_model
+
+        with tempfile.TemporaryDirectory(prefix="alignflow-critic-") as tmp:
+            out = Path(tmp) if self.rt.is_main else None
+            save_value_model(self.engine, self.setup.tokenizer, out, self.cfg.ds.value_head_prefix)
+            return {str(p.relative_to(tmp)): p.read_bytes() for p in sorted(Path(tmp).rglob("*")) if p.is_file()}
+
     def commit(self, save_path: str, metadata: dict[str, Any], files: dict[str, bytes]) -> None:
         """Save the model in HF format, with the driver's `files` (metrics), and commit it to the
         store: rank 0 writes, every rank calls (gathering ZeRO-3 shards is collective)."""
