@@ -114,9 +114,9 @@ def test_each_estimator_raises_the_reward(tiny_sft, missed_prompts, tmp_path, es
 
 
 def test_gae_with_a_trained_reward_model_and_resume(tiny_sft, tiny_rm, tmp_path):
-    """gae (actor + critic + RM; the critic committed too, --save_value_network), then the same run killed after iteration 2's checkpoint and
-    resumed with --load_checkpoint: the resumed run redoes only iteration 3 and ends with the
-    uninterrupted run's weights (every random choice is seeded from the iteration number)."""
+    """gae (actor + critic + RM; the critic committed too, --save_value_network), then the same run killed
+    after iteration 2's checkpoint and resumed with --load_checkpoint: the resumed run redoes only iteration 3
+    and ends with the uninterrupted run's weights (every random choice is seeded from the iteration number)."""
     from safetensors.torch import load_file
 
     rm = tiny_rm
