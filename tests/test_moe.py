@@ -95,40 +95,43 @@ def test_tiny_mixtral_sft_zero3_two_ranks_logs_aux_loss(tiny_mixtral, tmp_path):
     assert any(".experts." in k for k in state) and all(v.numel() > 0 for v in state.values())
 
 
+PAIRS = [f"json@{tiny_dir() / 'preference'}", "--prompt_key", "prompt", "--apply_chat_template", "--max_len", "64"]
+STAGE_ARGS = {
+    "dpo": ["--dataset", *PAIRS, "--max_steps", "3", "--learning_rate", "1e-4", "--aux_loss_coef", "0.01"],
+    "rm": ["--dataset", *PAIRS, "--max_steps", "3", "--learning_rate", "1e-4", "--model.aux_loss_coef", "0.01"],
+    # OpenRLHF's PPO name: --actor.aux_loss_coef; one iteration of 16 samples, 2 optimizer steps
+    "ppo": ["--prompt_data", f"json@{tiny_dir() / 'prompts'}", "--input_key", "context_messages", "--label_key",
+            "label", "--apply_chat_template", "--remote_rm_url", str(tiny_dir() / "reward_func.py"),
+            "--advantage_estimator", "group_norm", "--n_samples_per_prompt", "2", "--rollout_batch_size", "8",
+            "--micro_rollout_batch_size", "16", "--max_samples", "8", "--generate_max_len", "8", "--init_kl_coef",
+            "0", "--actor.aux_loss_coef", "0.01"],
+}  # fmt: skip
+
+
 @pytest.mark.integration
-def test_tiny_mixtral_dpo_logs_aux_loss(tiny_mixtral, tmp_path):
-    out = tmp_path / "dpo"
+@pytest.mark.parametrize("stage", sorted(STAGE_ARGS))
+def test_tiny_mixtral_logs_aux_loss(tiny_mixtral, tmp_path, stage):
+    """The router balance loss of a sparse-MoE model in DPO, the reward model and the PPO actor."""
+    out = tmp_path / stage
     run_module(
-        "alignment.cli.train_dpo",
+        f"alignment.cli.train_{stage}",
         [
             "--pretrain",
             str(tiny_mixtral),
             "--save_path",
             str(out),
-            "--dataset",
-            f"json@{tiny_dir() / 'preference'}",
-            "--prompt_key",
-            "prompt",
-            "--apply_chat_template",
-            "--max_len",
-            "64",
             "--packing_samples",
             "--train_batch_size",
             "8",
             "--micro_train_batch_size",
             "8",
-            "--max_steps",
-            "3",
-            "--learning_rate",
-            "1e-4",
             "--logging_steps",
             "1",
-            "--aux_loss_coef",
-            "0.01",
+            *STAGE_ARGS[stage],
         ],
     )
     rows = [r for r in metric_rows(out) if "train/aux_loss" in r]
-    assert len(rows) == 3 and all(1.5 < r["train/aux_loss"] <= 4.0 for r in rows), rows
+    assert rows and all(1.5 < r["train/aux_loss"] <= 4.0 for r in rows), rows
 
 
 def test_aux_loss_coef_on_a_dense_model_is_refused_before_loading(tiny_base, tmp_path):

@@ -53,6 +53,7 @@ def main(argv: list[str] | None = None) -> dict:
     from alignment.distributed.collectives import barrier
     from alignment.distributed.runtime import init_runtime
     from alignment.models.builder import prepare
+    from alignment.models.moe import moe_top_k
     from alignment.models.saving import commit_model, lora_save, save_hf_model, save_value_model
     from alignment.outputs import StagedOutput
     from alignment.ppo import roles, runner
@@ -68,6 +69,7 @@ def main(argv: list[str] | None = None) -> dict:
     if cfg.ckpt.load_enable:  # before any weights load
         check_world_size(cfg.ckpt.path, rt.world_size, RunIdentity.of(cfg))
     setup = prepare(cfg, rt)
+    top_k = moe_top_k(setup.path, cfg.model.aux_loss_coef, setup.trust_remote_code)  # a dense actor: refused here
     prompts = load_prompts(cfg, setup.tokenizer, cfg.data.prompt_dataset, cfg.data.prompt_split)
     eval_prompts = load_prompts(cfg, setup.tokenizer, cfg.eval.dataset, cfg.eval.split) if cfg.eval.dataset else []
     reward = (
@@ -79,7 +81,8 @@ def main(argv: list[str] | None = None) -> dict:
     critic, critic_scale = roles.critic(cfg, rt, setup, total) if cfg.uses_critic() else (None, None)
     # without a KL term the reference is never loaded (its memory and forward saved)
     ref = roles.reference(cfg.ref, setup, rt.device) if uses_reference(cfg.algo) else None
-    groups = LocalGroups(cfg, rt, actor, critic, ref, reward, setup.tokenizer, critic_scale, packing_for(cfg.ds, setup))
+    packing = packing_for(cfg.ds, setup)
+    groups = LocalGroups(cfg, rt, actor, critic, ref, reward, setup.tokenizer, critic_scale, packing, top_k)
 
     # built here, committed over --save_path at the end: a committed model there stays intact until then
     with StagedOutput(cfg.ckpt.output_dir, writes=rt.is_main) as out:

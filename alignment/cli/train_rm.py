@@ -32,7 +32,11 @@ def main(argv: list[str] | None = None) -> dict:
     )
     log.info("RM: %s, loss=%s", s.counts("pairs"), cfg.model.loss_type)
     return s.trainer(
-        RewardModelTrainer, cfg, load_value_model(s.setup, cfg), mask_dtype=s.setup.packed_mask_dtype
+        RewardModelTrainer,
+        cfg,
+        load_value_model(s.setup, cfg),
+        mask_dtype=s.setup.packed_mask_dtype,
+        moe_top_k=s.moe_top_k,
     ).fit()
 
 

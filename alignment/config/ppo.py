@@ -21,7 +21,7 @@ from alignment.config.groups import (
 from alignment.config.placement import PlacementConfig
 from alignment.config.rewards import RewardSourceConfig
 from alignment.config.rollout import AsyncTrainConfig, DynamicBatchConfig, RolloutConfig, VisionConfig
-from alignment.config.runs import LoggingConfig, TrainConfig
+from alignment.config.runs import LoggingConfig, MoEConfig, TrainConfig
 from alignment.config.sleep import SleepConfig
 from alignment.config.stages import StageConfig
 from alignment.losses.estimators import ESTIMATORS, LOSS_AGG_MODES
@@ -216,6 +216,7 @@ class AlgorithmConfig:
 class PPOConfig(
     LoggingConfig,
     CheckpointConfig,
+    MoEConfig,
     TrainConfig,
     LoraConfig,
     LoraSaveConfig,

@@ -53,6 +53,7 @@ class RMConfig(
     RanksConfig,
     LoggingConfig,
     CheckpointConfig,
+    MoEConfig,
     TrainConfig,
     LoraConfig,
     PairDataConfig,

@@ -215,7 +215,7 @@ class MoEConfig:
     aux_loss_coef: float = opt(
         0.0,
         "MoE router load-balancing loss weight (sparse-MoE models such as Mixtral; 0: off)",
-        dotted="model.aux_loss_coef",
+        dotted={"": "model.aux_loss_coef", "ppo": "actor.aux_loss_coef"},
     )
 
     def check_moe(self) -> None:

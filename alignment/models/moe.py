@@ -7,7 +7,8 @@ weights load.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 import torch
 
@@ -53,11 +54,11 @@ def mark_zero3_leaves(model: torch.nn.Module) -> None:
         log.info("ZeRO-3 leaf modules: %s", ", ".join(b.__name__ for b in blocks))
 
 
-def forward_with_aux(model: Any, batch: Any, top_k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """[B, T, V] logits and the router load-balancing loss over the batch's real tokens (None
-    when top_k is 0: a dense model, or --aux_loss_coef off). The router logits are read by hooks
-    on each MoE block's gate, not through `output_router_logits`: with that flag the model
-    computes its own aux loss from the attention mask, which fails on packed [B, 1, T, T] masks."""
+@contextmanager
+def routed(model: Any, top_k: int) -> Iterator[list[torch.Tensor]]:
+    """While inside: every MoE block's router logits, as the forward passes compute them (nothing when top_k is
+    0). Read by hooks on each block's gate, not through `output_router_logits`: with that flag the model computes
+    its own aux loss from the attention mask, which fails on packed [B, 1, T, T] masks."""
     captured: list[torch.Tensor] = []
     hooks = (
         []
@@ -71,15 +72,22 @@ def forward_with_aux(model: Any, batch: Any, top_k: int) -> tuple[torch.Tensor, 
         ]
     )
     try:
+        yield captured
+    finally:
+        for h in hooks:
+            h.remove()
+
+
+def forward_with_aux(model: Any, batch: Any, top_k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """[B, T, V] logits and the router load-balancing loss over the batch's real tokens (None
+    when top_k is 0: a dense model, or --aux_loss_coef off)."""
+    with routed(model, top_k) as captured:
         logits = model(
             input_ids=batch.input_ids,
             attention_mask=batch.attention_mask,
             position_ids=batch.position_ids,
             use_cache=False,
         ).logits
-    finally:
-        for h in hooks:
-            h.remove()
     if not top_k:
         return logits, None
     return logits, load_balancing_loss(tuple(captured), top_k, real_tokens(batch))

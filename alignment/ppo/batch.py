@@ -11,7 +11,9 @@ from dataclasses import dataclass
 
 import torch
 
+from alignment.losses.moe import load_balancing_loss
 from alignment.losses.nll import token_entropy, token_logprobs
+from alignment.models.moe import routed
 from alignment.ppo.packed import Packing, pack, packed_token_entropy, packed_token_logprobs
 from alignment.rollout.types import Rollout
 
@@ -98,21 +100,39 @@ def behaviour_logprobs(rollout: Rollout, batch: SequenceBatch) -> torch.Tensor:
 def action_logprobs(model: torch.nn.Module, batch: SequenceBatch, packing: Packing | None = None) -> torch.Tensor:
     """[B, L-1] log π(token t+1 | ≤ t), zero off the response. `packing`: run the forward pass on
     packed rows (--packing_samples; alignment/ppo/packed.py)."""
-    return action_logprobs_entropy(model, batch, packing, with_entropy=False)[0]
+    return actor_forward(model, batch, packing, with_entropy=False).logp
 
 
-def action_logprobs_entropy(
-    model: torch.nn.Module, batch: SequenceBatch, packing: Packing | None = None, with_entropy: bool = True
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """action_logprobs and, from the same forward pass, [B, L-1] the entropy of each response token's
-    next-token distribution (--entropy_loss_coef), zero off the response."""
+@dataclass
+class ActorForward:
+    logp: torch.Tensor  # [B, L-1] log-probs of the response tokens, zero elsewhere
+    entropy: torch.Tensor | None  # [B, L-1] their next-token distributions' entropy (--entropy_loss_coef)
+    aux: torch.Tensor | None  # the MoE router balance loss over the real tokens (--aux_loss_coef)
+
+
+def actor_forward(
+    model: torch.nn.Module,
+    batch: SequenceBatch,
+    packing: Packing | None = None,
+    with_entropy: bool = True,
+    moe_top_k: int = 0,
+) -> ActorForward:
+    """action_logprobs and, from the same forward pass, the entropy of each response token's next-token
+    distribution and (moe_top_k > 0) the router load-balancing loss."""
     mask = batch.action_mask
+    with routed(model, moe_top_k) as router:
+        if packing is None:
+            logits = model(input_ids=batch.sequences, attention_mask=batch.attention_mask).logits
+            real = batch.attention_mask
+        else:
+            rows = pack(batch.sequences, batch.attention_mask, packing, prompt_lengths=batch.prompt_lengths)
+            logits = model(**rows.forward_kwargs()).logits
+            real = torch.zeros_like(rows.input_ids)
+            real[rows.dst] = 1
+    aux = load_balancing_loss(tuple(router), moe_top_k, real.reshape(-1)) if moe_top_k else None
     if packing is None:
-        logits = model(input_ids=batch.sequences, attention_mask=batch.attention_mask).logits
         ent = token_entropy(logits) * mask if with_entropy else None
-        return token_logprobs(logits, batch.sequences) * mask, ent
-    rows = pack(batch.sequences, batch.attention_mask, packing, prompt_lengths=batch.prompt_lengths)
-    logits = model(**rows.forward_kwargs()).logits
+        return ActorForward(token_logprobs(logits, batch.sequences) * mask, ent, aux)
     shape = tuple(batch.sequences.shape)
     ent = packed_token_entropy(logits, rows, shape) * mask if with_entropy else None
-    return packed_token_logprobs(logits, rows, shape) * mask, ent
+    return ActorForward(packed_token_logprobs(logits, rows, shape) * mask, ent, aux)

@@ -51,11 +51,13 @@ class LocalGroups:
         tokenizer: Any,
         critic_scale: tuple[float, float] | None = None,
         packing: Packing | None = None,
+        moe_top_k: int = 0,
     ):
         self.cfg, self.rt, self.actor, self.critic, self.ref, self.reward = cfg, rt, actor, critic, ref, reward
         self.tokenizer = tokenizer
         self.rank, self.world, self.has_critic = rt.rank, rt.world_size, critic is not None
         self.packing = packing  # --packing_samples: the training and scoring forward passes on packed rows
+        self.moe_top_k = moe_top_k  # > 0: --aux_loss_coef on a sparse-MoE actor
         self.micro = cfg.rollout.micro_batch_size
         self.gen = HFEngine(
             actor.module,
@@ -92,7 +94,9 @@ class LocalGroups:
         return Done(rank_ops.train_critic(self.critic, self.capture, exp, self.cfg, seed, self.packing))
 
     def train_actor(self, exp: Experience, kl_coef: float, seed: int) -> Done[dict[str, float]]:
-        return Done(rank_ops.train_actor(self.actor, exp, self.cfg, kl_coef, seed, self.packing, self.ema))
+        return Done(
+            rank_ops.train_actor(self.actor, exp, self.cfg, kl_coef, seed, self.packing, self.ema, self.moe_top_k)
+        )
 
     def sync_weights(self) -> float:
         return 0.0  # the HF engine generates with the module it trains

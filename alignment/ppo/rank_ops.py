@@ -19,7 +19,7 @@ from alignment.losses.kl import kl_estimate
 from alignment.losses.nll import masked_mean
 from alignment.losses.ppo import POLICY_LOSSES, value_loss
 from alignment.nonfinite import NonFiniteGuard, zero_loss
-from alignment.ppo.batch import SequenceBatch, action_logprobs, action_logprobs_entropy
+from alignment.ppo.batch import SequenceBatch, action_logprobs, actor_forward
 from alignment.ppo.ema import EMA
 from alignment.ppo.experience import Experience
 from alignment.ppo.packed import Packing, pack, unpack
@@ -190,9 +190,11 @@ def train_actor(
     seed: int,
     packing: Packing | None = None,
     ema: EMA | None = None,
+    moe_top_k: int = 0,
 ) -> dict[str, float]:
-    """Clipped (optionally dual-clipped) policy loss, plus β·KL when --use_kl_loss, each aggregated
-    over the optimizer step (--loss_agg_mode)."""
+    """Clipped (optionally dual-clipped) policy loss, plus β·KL when --use_kl_loss, minus the entropy bonus
+    (--entropy_loss_coef), each aggregated over the optimizer step (--loss_agg_mode), plus --aux_loss_coef x
+    the MoE router balance loss (moe_top_k > 0)."""
     actor.train()
     eps_low, eps_high = cfg.actor.eps_clip_low_high or (cfg.actor.eps_clip, cfg.actor.eps_clip)
     dev, rows = model_device(actor.module), []
@@ -201,7 +203,8 @@ def train_actor(
         mb = micro.exp
         b, agg = mb.batch.to(dev), _agg(cfg, micro.totals)
         mask = b.action_mask
-        logp, ent = action_logprobs_entropy(actor, b, packing, cfg.actor.entropy_coef is not None)
+        fwd = actor_forward(actor, b, packing, cfg.actor.entropy_coef is not None, moe_top_k)
+        logp, ent = fwd.logp, fwd.entropy
         old = logp.detach() if mb.old_logp is None else mb.old_logp.to(dev)  # None: on-policy (needs_old_logprobs)
         objective = POLICY_LOSSES[cfg.actor.policy_loss_type]
         weight = None if mb.is_weight is None else mb.is_weight.to(dev)  # --enable_vllm_is_correction
@@ -225,6 +228,9 @@ def train_actor(
             if cfg.actor.entropy_coef:
                 loss = loss - cfg.actor.entropy_coef * agg(ent, mask)
             row["entropy"] = masked_mean(ent.detach(), mask).item()  # nats per response token
+        if fwd.aux is not None:  # --aux_loss_coef: a sparse-MoE actor's router kept balanced
+            loss = loss + cfg.model.aux_loss_coef * fwd.aux
+            row["aux_loss"] = fwd.aux.item()
         steps = actor.global_steps
         if _backward_step(actor, loss, micro, guard):
             rows.append(row)

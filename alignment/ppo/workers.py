@@ -56,6 +56,7 @@ class ModelWorker:
         # lazy: the driver imports this module to place the actors; the role's models load in the actor
         from alignment.distributed.runtime import init_runtime
         from alignment.models.builder import prepare
+        from alignment.models.moe import moe_top_k
         from alignment.models.reward_model import ValueCapture
         from alignment.ppo import roles
         from alignment.ppo.ema import EMA
@@ -69,6 +70,7 @@ class ModelWorker:
         self.setup = setup = prepare(cfg, self.rt)
         self.packing = packing_for(cfg.ds, setup)
         if role == "actor":
+            self.moe_top_k = moe_top_k(setup.path, cfg.model.aux_loss_coef, setup.trust_remote_code)
             self.engine = roles.actor(cfg, self.rt, setup, total_steps)
             self.model = self.engine.module
             self.ema = EMA(self.model, cfg.train.ema_beta) if cfg.train.enable_ema else None
@@ -138,7 +140,9 @@ class ModelWorker:
             if self.role == "critic":
                 stats = rank_ops.train_critic(self.engine, self.capture, exp, self.cfg, seed, self.packing)
             else:
-                stats = rank_ops.train_actor(self.engine, exp, self.cfg, kl_coef, seed, self.packing, self.ema)
+                stats = rank_ops.train_actor(
+                    self.engine, exp, self.cfg, kl_coef, seed, self.packing, self.ema, self.moe_top_k
+                )
         return mean_across_ranks(stats)
 
     @dispatch(EACH)

@@ -16,9 +16,10 @@ from alignment.datasets.sft import Batch
 from alignment.datasets.unpaired import UnpairedBatch, UnpairedSample, collate_unpaired
 from alignment.distributed.collectives import mean_across_ranks, sum_across_ranks
 from alignment.losses.logprobs import sequence_logps
+from alignment.losses.moe import load_balancing_loss
 from alignment.losses.nll import sft_loss
 from alignment.losses.preference import dpo_loss, kto_kl_estimate, kto_loss, pairwise_rm_loss, pairwise_rm_losses
-from alignment.models.moe import forward_with_aux
+from alignment.models.moe import forward_with_aux, real_tokens, routed
 from alignment.models.reward_model import ValueCapture, export_names
 from alignment.trainers.base import Trainer, eval_shard
 from alignment.trainers.reference import ReferenceModel
@@ -58,35 +59,41 @@ class _PairTrainer(Trainer):
 class RewardModelTrainer(_PairTrainer):
     stage = "rm"
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, moe_top_k: int = 0, **kwargs):
         super().__init__(*args, **kwargs)
         self.capture = ValueCapture(self.engine.module)
         self.stats: dict[str, float] = {}
+        self.moe_top_k = moe_top_k  # > 0: add --aux_loss_coef x the router balance loss
 
-    def rewards(self, batch: Batch) -> torch.Tensor:
-        """[S] value at each sequence's last token."""
-        self.engine(
-            input_ids=batch.input_ids,
-            attention_mask=batch.attention_mask,
-            position_ids=batch.position_ids,
-            use_cache=False,
-        )
+    def rewards(self, batch: Batch, top_k: int = 0) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """[S] value at each sequence's last token, and the router balance loss when top_k > 0."""
+        with routed(self.engine, top_k) as router:
+            self.engine(
+                input_ids=batch.input_ids,
+                attention_mask=batch.attention_mask,
+                position_ids=batch.position_ids,
+                use_cache=False,
+            )
         rows, cols = batch.last_token()
         values = self.capture.take()[rows, cols]
-        return values.float() if self.cfg.model.compute_fp32_loss_enable else values
+        aux = load_balancing_loss(tuple(router), top_k, real_tokens(batch)) if top_k else None
+        return (values.float() if self.cfg.model.compute_fp32_loss_enable else values), aux
 
     def loss_on(self, pb: PairBatch) -> tuple[torch.Tensor, dict[str, float]]:
-        r = self.rewards(pb.batch)
+        r, aux = self.rewards(pb.batch, self.moe_top_k)
         chosen, rejected = r[: pb.num_pairs], r[pb.num_pairs :]
         margin = pb.margins.to(r.dtype) if self.cfg.model.margin_loss_enable else None
         loss = pairwise_rm_loss(
             chosen, rejected, margin, self.cfg.model.loss_type, self.cfg.model.center_rewards_coefficient
         )
-        return loss, {
+        metrics = {
             "acc": (chosen > rejected).float().mean().item(),
             "chosen_reward": chosen.mean().item(),
             "rejected_reward": rejected.mean().item(),
         }
+        if aux is not None:
+            loss, metrics["aux_loss"] = loss + self.cfg.model.aux_loss_coef * aux, aux.item()
+        return loss, metrics
 
     @torch.no_grad()
     def eval_metrics(self) -> dict[str, float]:
@@ -95,7 +102,7 @@ class RewardModelTrainer(_PairTrainer):
         # weighted sums: pairs, correct, loss, rewards, rewards², reward count
         acc = torch.zeros(6, dtype=torch.float64)
         for pb, w in self.eval_batches():
-            r = self.rewards(pb.batch).double()
+            r = self.rewards(pb.batch)[0].double()
             c, rj = r[: pb.num_pairs], r[pb.num_pairs :]
             w = w.double().to(r.device)
             margin = pb.margins.to(r.device, r.dtype) if self.cfg.model.margin_loss_enable else None
