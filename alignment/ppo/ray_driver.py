@@ -64,7 +64,9 @@ class RayGroups:
         total_steps *= check_sizes(cfg, self.actor_world)
         placed = cluster.place(plans, placement.ask(plans), "ppo")
         threads = cluster.threads_per_rank(plans, placed.cores_per_node, cfg.train.num_threads)
-        engine_cores, trainer_cores = cluster.split_cores(placed.cores_per_node, cfg.vllm.num_engines)
+        engine_cores, trainer_cores = cluster.split_cores(
+            placed.cores_per_node, cfg.vllm.num_engines * cfg.vllm.tensor_parallel_size
+        )
         vllm = next((p for p in plans if p.role == "vllm"), None)
         self.engines = VLLMEngines(cfg, placed, vllm, engine_cores) if vllm else None
         self.groups = {p.role: ModelGroup(p, placed) for p in plans if p.role != "vllm"}

