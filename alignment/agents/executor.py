@@ -56,11 +56,12 @@ class MultiTurnAgentExecutor(AgentExecutorBase):
         turn_cap = params.max_tokens
         ranges: list[tuple[int, int]] = []
         logprobs: list[float] | None = [0.0] * len(tokens) if params.logprobs is not None else None
-        total, last = 0.0, StepResult(0.0, None, "", False)
+        total, last, seen = 0.0, StepResult(0.0, None, "", False), 0
         while len(ranges) < self.max_turns and len(tokens) < max_length:
             params.max_tokens = min(turn_cap, max_length - len(tokens))
             out = (await llm_engine.generate(tokens, replace(params))).outputs[0]
             ranges.append((len(tokens), len(tokens) + len(out.token_ids)))
+            seen += getattr(out, "updates_seen", 0)  # weight updates that landed mid-turn (partial rollouts)
             tokens = tokens + list(out.token_ids)
             if logprobs is not None:
                 logprobs += [d[t].logprob for d, t in zip(out.logprobs, out.token_ids)]
@@ -87,6 +88,7 @@ class MultiTurnAgentExecutor(AgentExecutorBase):
             "rollout_log_probs": logprobs,
             "extra_logs": last.extra_logs,
             "done": last.done,
+            "updates_seen": seen,
         }
 
     async def _step(self, env: AgentInstanceBase, states: dict, turn: int) -> StepResult:

@@ -39,6 +39,7 @@ class Completion:
     text: str
     logprobs: list[dict[int, Logprob]] | None
     finish_reason: str  # "stop" (eos) or "length"
+    updates_seen: int = 0  # --partial_rollout_enable: weight updates applied while this turn was generated
 
 
 @dataclass
@@ -110,7 +111,8 @@ class BatchingEngine:
         ids = out.response_ids[j]
         lps = [{t: Logprob(lp)} for t, lp in zip(ids, out.logprobs[j])] if logprobs else None
         text = self.tokenizer.decode(ids, skip_special_tokens=False)
-        return RequestOutput(prompt, [Completion(ids, text, lps, "stop" if out.finished[j] else "length")])
+        seen = out.updates_seen[j] if out.updates_seen else 0
+        return RequestOutput(prompt, [Completion(ids, text, lps, "stop" if out.finished[j] else "length", seen)])
 
 
 def as_params(p: Any) -> SamplingParams:

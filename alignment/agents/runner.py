@@ -36,6 +36,7 @@ class AgentSettings:
     step_timeout: float
     max_length: int  # prompt + every turn and feedback, in tokens
     turn_tokens: int  # most new tokens per model turn (--generate_max_len)
+    partial: bool = False  # --partial_rollout_enable: each episode's mid-turn weight updates are counted
 
 
 @dataclass
@@ -193,6 +194,7 @@ class AgentRunner:
             [bool(out.get("done", True))],
             [list(lps[start:end])] if lps is not None else [],
             [mask],
+            [int(out.get("updates_seen", 0))] if self.s.partial else [],
         )
         return _Row(
             row,

