@@ -56,7 +56,6 @@ def test_every_flag_of_the_line_is_known_and_the_line_parses(script):
         parse_args(CONFIG[cli], argv(script))
 
 
-PROMPTS = f"json@{tiny_dir() / 'prompts'}"
 REWARD = str(REPO / "alignment/tiny_world/reward.py")
 # a reward file in the pattern of OpenRLHF's math_reward_func.py, its import line included; the tiny model
 # answers with a bare number, so the number is taken out instead of a \\boxed{}
@@ -73,12 +72,15 @@ MATH_REWARD = textwrap.dedent("""
 
 
 def shrunk(script: str, model, out, **more) -> list[str]:
-    """The line on the tiny world: one rank per group and one vLLM engine on this 2-core head, small batches."""
+    """The line on the tiny world: one rank per group and one vLLM engine on this 2-core head, small batches,
+    eight prompts (a file of the tiny world's first eight: not every line caps --data.max_samples)."""
     args = argv(script)
+    prompts = out.parent / "prompts8.jsonl"
+    prompts.write_text("".join((tiny_dir() / "prompts" / "train.jsonl").read_text().splitlines(True)[:8]))
     sizes = {
         "actor__model_name_or_path": str(model),
         "ckpt__output_dir": str(out),
-        "data__prompt_dataset": PROMPTS,
+        "data__prompt_dataset": str(prompts),
         "data__input_key": "context_messages",
         "actor__num_gpus_per_node": "1",
         "ref__num_gpus_per_node": "1",
@@ -87,7 +89,6 @@ def shrunk(script: str, model, out, **more) -> list[str]:
         "rollout__batch_size": "4",
         "rollout__n_samples_per_prompt": "4",
         "train__batch_size": "16",
-        "data__max_samples": "8",
         "data__max_len": "96",
         **more,
     }
@@ -98,6 +99,7 @@ def shrunk(script: str, model, out, **more) -> list[str]:
         "rollout.micro_batch_size": "8",
         "rollout.max_new_tokens": "16",
         "train.num_episodes": "1",
+        "data.max_samples": "8",
     }.items():
         if f"--{flag}" in args:
             sizes[flag.replace(".", "__")] = value
@@ -145,13 +147,15 @@ def test_the_prorl_line_evaluates_inside_ppo(ray_head, tiny_sft, tmp_path):
     reward = tmp_path / "math_reward_func.py"
     reward.write_text(MATH_REWARD)
     out = tmp_path / "prorl"
+    held_out = tmp_path / "aime.jsonl"  # eight held-out questions (the line's eval set, shrunk)
+    held_out.write_text("".join((tiny_dir() / "prompts" / "test.jsonl").read_text().splitlines(True)[:8]))
     args = shrunk(
         "train_prorlv2_math_hybrid_engine.sh",
         tiny_sft,
         out,
         reward__remote_url=str(reward),
         vllm__num_engines="1",
-        eval__dataset=str(tiny_dir() / "prompts" / "test.jsonl"),
+        eval__dataset=str(held_out),
         eval__steps="1",
         eval__n_samples_per_prompt="2",
         train__max_tokens_per_gpu="64",
@@ -178,7 +182,6 @@ def test_the_async_agent_line_with_partial_rollouts(ray_head, tiny_sft, tmp_path
         tiny_sft,
         out,
         train__agent_func_path=str(agent),
-        data__prompt_dataset=PROMPTS,
         data__input_key="context_messages",
         train__max_tokens_per_gpu="96",
         rollout__max_tokens_per_gpu="96",

@@ -142,7 +142,7 @@ def test_gae_with_a_trained_reward_model_and_resume(tiny_sft, tiny_rm, tmp_path)
     from alignment.models.reward_model import load_reward_model
 
     critic = load_reward_model(str(out / "critic"), torch.float32, "sdpa", 0)
-    assert critic.config.value_head_prefix == "value_head"
+    assert critic.config.value_head_prefix == "score"  # --value_head_prefix, OpenRLHF's default
 
     part, ckpt = tmp_path / "ppo_resumed", tmp_path / "ckpt"
     resumable = [*args, "--save_path", str(part), "--save_steps", "1", "--ckpt_path", str(ckpt), "--max_ckpt_num", "2"]

@@ -242,6 +242,7 @@ class ModelWorker:
             save_value_model(self.engine, self.setup.tokenizer, out, self.cfg.ds.value_head_prefix)
             return {str(p.relative_to(tmp)): p.read_bytes() for p in sorted(Path(tmp).rglob("*")) if p.is_file()}
 
+    @dispatch(EACH)
     def commit(self, save_path: str, metadata: dict[str, Any], files: dict[str, bytes]) -> None:
         """Save the model in HF format, with the driver's `files` (metrics), and commit it to the
         store: rank 0 writes, every rank calls (gathering ZeRO-3 shards is collective)."""
