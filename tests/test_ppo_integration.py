@@ -228,7 +228,7 @@ def test_openrlhf_readme_line_under_the_deepspeed_launcher(tiny_sft, tiny_rm, tm
         (["--prompt_max_len", "3", *RULE], "prompts are longer than --prompt_max_len 3; raise --prompt_max_len"),
         (["--advantage_estimator", "rloo", *RULE], "--n_samples_per_prompt 1 gives nothing to compare"),
         (["--rollout_batch_size", "10", *RULE], "is not a multiple of --train_batch_size 16"),
-        (["--eval_dataset", "x.jsonl", *RULE], "--eval_dataset: periodic evaluation inside PPO is not implemented yet"),
+        (["--eval_dataset", "x.jsonl", *RULE], "dataset file x.jsonl does not exist: check the --eval_dataset path"),
     ],
 )
 def test_bad_input_one_clear_line(tiny_sft, tmp_path, args, needle):
