@@ -171,7 +171,8 @@ def test_the_prorl_line_evaluates_inside_ppo(ray_head, tiny_sft, tmp_path):
 @pytest.mark.integration
 def test_the_async_agent_line_with_partial_rollouts(ray_head, tiny_sft, tmp_path):
     """Async training with partial rollouts and an agent file written as OpenRLHF's agent_func.py (its import
-    line, an executor built as super().__init__(AgentInstance)); ICEPOP on top of async, the entropy logged."""
+    line, an executor built as super().__init__(AgentInstance)); ICEPOP on top of async, the entropy logged; plus
+    oversampling (--rollout.vllm_generate_batch_size) feeding the dynamic filter."""
     from tests.test_agents import OPENRLHF_STYLE
 
     agent = tmp_path / "agent_func.py"
@@ -189,7 +190,9 @@ def test_the_async_agent_line_with_partial_rollouts(ray_head, tiny_sft, tmp_path
         ds__ring_attn_head_stride="1",
         logger__tensorboard_dir=str(tmp_path / "runs"),
     )
-    rows = run_line(ray_head, args, "agent", out)
+    # and OpenRLHF's oversampling, which the line leaves at its default: 2 prompts beyond the batch's 4
+    rows = run_line(ray_head, [*args, "--rollout.vllm_generate_batch_size", "6"], "agent", out)
     for r in rows:
+        assert r["train/dynamic_filtering/prompts_generated"] >= 6
         assert "train/partial/across_updates_fraction" in r and "train/policy_lag" in r
         assert "train/entropy" in r and "train/is_weight" in r and 1 <= r["train/agent/turns"] <= 2

@@ -126,3 +126,17 @@ def test_the_best_evaluation_so_far_and_the_metric_it_follows():
         parse_args(PPOConfig, [*ev, "--ckpt.save_steps", "2", "--ckpt.best_metric_key", "pass8"])
     with pytest.raises(ConfigError, match="add --save_steps N"):
         parse_args(PPOConfig, [*ev, "--ckpt.best_metric_key", "pass1"])
+
+
+def test_oversampling_feeds_the_dynamic_filter_under_async():
+    from alignment.config import ConfigError, PPOConfig, parse_args
+
+    base = ["--actor.model_name_or_path", "m", "--data.prompt_dataset", "p", "--reward.remote_url", "r.py",
+            "--rollout.batch_size", "4", "--rollout.n_samples_per_prompt", "2", "--train.batch_size", "8"]  # fmt: skip
+    on = [*base, "--train.async_enable", "--vllm.num_engines", "1", "--algo.dynamic_filtering_enable"]
+    assert parse_args(PPOConfig, [*on, "--rollout.vllm_generate_batch_size", "6"]).oversampled() == 2
+    assert parse_args(PPOConfig, base).oversampled() == 0
+    with pytest.raises(ConfigError, match="oversamples for --dynamic_filtering under --async_train"):
+        parse_args(PPOConfig, [*base, "--rollout.vllm_generate_batch_size", "6"])
+    with pytest.raises(ConfigError, match="below --rollout_batch_size"):
+        parse_args(PPOConfig, [*on, "--rollout.vllm_generate_batch_size", "2"])

@@ -20,10 +20,11 @@ from alignment.config.groups import (
 )
 from alignment.config.placement import PlacementConfig
 from alignment.config.rewards import RewardSourceConfig
-from alignment.config.rollout import AsyncTrainConfig, DynamicBatchConfig, RolloutConfig, VisionConfig
+from alignment.config.rollout import AsyncTrainConfig, DynamicBatchConfig, RolloutConfig
 from alignment.config.runs import LoggingConfig, MoEConfig, TrainConfig
 from alignment.config.sleep import SleepConfig
 from alignment.config.stages import StageConfig
+from alignment.config.vision import VisionConfig
 from alignment.losses.estimators import ESTIMATORS, LOSS_AGG_MODES
 
 ADVANTAGE_ESTIMATORS = tuple(ESTIMATORS)

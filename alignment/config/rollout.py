@@ -200,37 +200,6 @@ def only_with(cfg: Any, gate: str, *names: str) -> None:
 
 
 @dataclass
-class VisionConfig:
-    """OpenRLHF v0.11's vision-language RLHF flags. Images in prompts need a vision-language actor and its
-    processor; that path is not built yet, so a run that would use images is refused in one line (never run
-    text-only while images are dropped). With --max_images_per_prompt 0 (text only) the flags change nothing."""
-
-    image_key: str = opt("images", "Dataset key of a prompt's images (paths or URLs)", dotted="data.image_key")
-    max_images_per_prompt: int = opt(
-        0, "Most images per prompt (0: text-only prompts)", dotted="data.max_images_per_prompt"
-    )
-    freeze_visual_encoder: bool = opt(
-        False, "Train only the language model of a vision-language actor", dotted="actor.freeze_visual_encoder"
-    )
-
-    def check_vision(self) -> None:
-        require(self.max_images_per_prompt >= 0, f"--max_images_per_prompt {self.max_images_per_prompt}: must be >= 0")
-        if self.max_images_per_prompt == 0:
-            require(
-                not self.freeze_visual_encoder,
-                "--freeze_visual_encoder freezes a vision-language actor's image encoder, which is used only with "
-                "--max_images_per_prompt >= 1: add that or drop the flag",
-            )
-            return only_with(self, "max_images_per_prompt", "image_key")
-        require(
-            False,
-            f"--max_images_per_prompt {self.max_images_per_prompt}: vision-language RLHF (images in prompts, "
-            f"a vision-language actor) is not built in alignflow yet; use --max_images_per_prompt 0 with a "
-            f"text-only model",
-        )
-
-
-@dataclass
 class DynamicBatchConfig:
     use_dynamic_batch: bool = opt(
         False,
@@ -280,6 +249,13 @@ class AsyncTrainConfig:
         dotted="train.async_queue_size",
     )
 
+    vllm_generate_batch_size: Optional[int] = opt(
+        None,
+        "With --async_train and --dynamic_filtering: prompts sampled per iteration (default --rollout_batch_size); "
+        "the groups beyond --rollout_batch_size are the filter's first refills, generated with the batch "
+        "(OpenRLHF's oversampling)",
+        dotted="rollout.vllm_generate_batch_size",
+    )
     partial_rollout_enable: bool = opt(
         False,
         "With --async_train: weight updates reach the vLLM engines between two decoding steps of a running "
@@ -288,7 +264,22 @@ class AsyncTrainConfig:
         dotted="train.partial_rollout_enable",
     )
 
+    def oversampled(self) -> int:
+        """Prompts generated per iteration beyond --rollout_batch_size (--vllm_generate_batch_size)."""
+        return max(0, (self.vllm_generate_batch_size or 0) - self.rollout_batch_size)  # type: ignore[attr-defined]
+
     def check_async_train(self) -> None:
+        size = self.vllm_generate_batch_size
+        require(
+            size is None or size >= self.rollout_batch_size,  # type: ignore[attr-defined]
+            f"--vllm_generate_batch_size {size}: below --rollout_batch_size; leave it unset or raise it",
+        )
+        if self.oversampled():  # as OpenRLHF, with async; here the extra groups feed the dynamic filter
+            require(
+                self.async_train and self.dynamic_filtering,  # type: ignore[attr-defined]
+                f"--vllm_generate_batch_size {size} > --rollout_batch_size oversamples for --dynamic_filtering under "
+                f"--async_train: add both, or leave it unset",
+            )
         if not self.async_train:
             return only_with(self, "async_train", "async_queue_size", "partial_rollout_enable")
         require(

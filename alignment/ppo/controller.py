@@ -30,7 +30,7 @@ from alignment.losses.kl import KLController
 from alignment.losses.ppo import is_weights
 from alignment.losses.reward_norm import RunningMoments
 from alignment.ppo.batch import SequenceBatch, behaviour_logprobs, rollout_to_batch
-from alignment.ppo.dynamic_sampling import filtered
+from alignment.ppo.dynamic_sampling import filtered, refill_prompts
 from alignment.ppo.evaluation import eval_metrics, eval_params
 from alignment.ppo.experience import Experience, assemble, experience_metrics, needs_old_logprobs, uses_reference
 from alignment.ppo.loop import PPOState
@@ -146,6 +146,9 @@ class PPOController:
 
     def generation(self, iteration: int) -> Generation:
         prompts = self.prompt_batch(iteration)
+        extra = self.cfg.oversampled() // self.groups.world  # --vllm_generate_batch_size: the filter's first refills
+        if extra:
+            prompts = prompts + refill_prompts(self.prompts, extra, self.cfg.train.seed, iteration, 0, self.groups.rank)
         return Generation(prompts, self.sample(prompts, iteration), self.synced)
 
     def sample(self, prompts: list[PromptSample], key: int) -> Pending[Sampled]:
@@ -188,7 +191,8 @@ class PPOController:
         if (
             cfg.algo.dynamic_filtering_enable
         ):  # scored first: the groups that teach nothing are replaced before any forward pass
-            prompts, rollout, scored = filtered(self, iteration, prompts, sampled, dyn)
+            need = len(prompts) - self.cfg.oversampled() // g.world
+            prompts, rollout, scored = filtered(self, iteration, prompts, sampled, dyn, need)
         batch = rollout_to_batch(rollout, self.tokenizer.pad_token_id)
         # started together: on Ray the actor, reference and critic groups compute at the same time.
         # --async_train: the ratio's denominator is the policy that sampled, as the engine scored it;

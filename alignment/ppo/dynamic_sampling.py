@@ -90,14 +90,20 @@ class Resampling(Protocol):
 
 
 def filtered(
-    ppo: Resampling, iteration: int, prompts: list[PromptSample], sampled: Any, metrics: dict[str, float]
+    ppo: Resampling,
+    iteration: int,
+    prompts: list[PromptSample],
+    sampled: Any,
+    metrics: dict[str, float],
+    need: int | None = None,
 ) -> tuple[list[PromptSample], Rollout, Scored]:
     """--dynamic_filtering: this iteration's prompts and samples with the
     groups whose mean score is outside --dynamic_filtering_reward_range replaced by refills; `metrics` gets
-    the dropped fraction, the refill rounds and the prompts generated."""
+    the dropped fraction, the refill rounds and the prompts generated. `need`: the groups an iteration trains on
+    (fewer than `prompts` when --vllm_generate_batch_size oversampled them)."""
     cfg, g, n = ppo.cfg, ppo.groups, ppo.cfg.rollout.n_samples_per_prompt
     low, high = cfg.algo.dynamic_filtering_range
-    need, kept, dropped = len(prompts), Groups.empty(), Groups.empty()
+    need, kept, dropped = need or len(prompts), Groups.empty(), Groups.empty()
     generated, round_ = 0, 0
     while True:
         rollout, scored = sampled.rollout, ppo.score(prompts, sampled)
