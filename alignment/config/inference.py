@@ -209,6 +209,11 @@ class ServeRMConfig(RewardSourceConfig, ModelConfig, StageConfig):
     max_batch: int = opt(1024, "Most queries in one request (more: 413)")
     max_request_bytes: int = opt(16 << 20, "Largest request body (more: 413)")
     num_threads: int = opt(0, "CPU threads for scoring (0: all cores)", group="train")
+    packing_samples: bool = opt(
+        False,
+        "OpenRLHF's serve_rm packs each batch's queries into rows; here batches are scored padded (refused when set)",
+        dotted="ds.packing_samples",
+    )
 
     def check_model(self) -> None:
         """--pretrain only names the tokenizer here; by default the (first) reward model's."""
@@ -224,6 +229,11 @@ class ServeRMConfig(RewardSourceConfig, ModelConfig, StageConfig):
             f"--remote_rm_url {self.remote_rm_url}: serve_rm serves a reward_func .py file, not another server",
         )
         require(0 <= self.port < 65536, f"--port {self.port}: must be in 0..65535")
+        require(
+            not self.packing_samples,
+            "--packing_samples: serve_rm scores each batch padded; packed scoring is not built for it (the training "
+            "stages pack): drop the flag",
+        )
         require(
             min(self.batch_size, self.max_len, self.max_batch, self.max_request_bytes) > 0,
             "--batch_size, --max_len, --max_batch and --max_request_bytes must be > 0",
