@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -30,6 +31,7 @@ from alignment.rollout.types import Rollout
 log = logging.getLogger(__name__)
 
 MAX_ROUNDS = 8
+_topped_up_said = threading.Event()  # the top-up warning, once a process
 _EPS = 1e-6
 
 
@@ -120,21 +122,26 @@ def filtered(
         sampled = ppo.sample(prompts, refill_key(iteration, round_, ppo.total_iterations)).get()
     short = need - len(kept.prompts)
     if short:  # zero-advantage groups keep the batch shape and change no gradient
-        log.warning(
+        # said once a run (a policy that gets most prompts right tops up nearly every iteration); every
+        # iteration's count is in the metrics, train/dynamic_filtering/topped_up
+        (log.info if _topped_up_said.is_set() else log.warning)(
             "--dynamic_filtering: iteration %d found %d of %d groups with mixed scores after %d refill "
-            "rounds; topped up with %d dropped groups",
+            "rounds; topped up with %d dropped groups (said once; later iterations' counts: "
+            "train/dynamic_filtering/topped_up)",
             iteration + 1,
             len(kept.prompts),
             need,
             round_,
             short,
         )
+        _topped_up_said.set()
         kept.add(dropped.prompts, dropped.rollout, dropped.merged(), list(range(short)), n)
     metrics.update(
         {
             "dynamic_filtering/dropped_fraction": 1.0 - (need - short) / generated,
             "dynamic_filtering/refill_rounds": float(round_),
             "dynamic_filtering/prompts_generated": float(generated),
+            "dynamic_filtering/topped_up": float(short),
         }
     )
     return kept.prompts, kept.rollout, kept.merged()
