@@ -56,6 +56,22 @@ def test_responses_continue_from_one_shared_prompt_cache(model_and_tok):
         assert r == greedy_by_hand(model, prompts[k], 8, tok.eos_token_id)
 
 
+def test_max_len_gives_each_prompt_its_own_budget(model_and_tok):
+    """--max_len: a response takes at most max_total_len minus its prompt's tokens (greedy: the by-hand response cut
+    there), and a response cut before its eos is not finished."""
+    model, tok = model_and_tok
+    prompts = [tok(q, add_special_tokens=False)["input_ids"] for q in ["What is 40 - 38? Answer briefly.", "Hi"]]
+    total = len(prompts[0]) + 3
+    out = HFEngine(model, tok.eos_token_id, tok.pad_token_id).generate(
+        prompts, SamplingParams(max_new_tokens=8, greedy=True, max_total_len=total)
+    )
+    for p, r, done in zip(prompts, out.response_ids, out.finished):
+        full = greedy_by_hand(model, p, 8, tok.eos_token_id)
+        assert r == full[: min(8, total - len(p))]
+        assert done == (r[-1:] == [tok.eos_token_id])
+    assert len(out.response_ids[0]) <= 3
+
+
 def test_n_samples_per_prompt_are_grouped_and_seeded(model_and_tok):
     model, tok = model_and_tok
     prompts = [tok(q, add_special_tokens=False)["input_ids"] for q in ("What is 1 + 1?", "What is 9 - 2?")]
