@@ -57,12 +57,19 @@ STAGE_PANELS: dict[str, tuple[PanelSpec, ...]] = {
             ("train/time_generate", "train/time_experience", "train/time_train", "train/time_sync"),
             "seconds per iteration",
         ),
-        # shown where they apply: agent episodes, --dynamic_filtering, --enable_vllm_is_correction
+        # shown where they apply: agent episodes, --dynamic_filtering, --enable_vllm_is_correction, evaluation
         PanelSpec("agent turns", ("train/agent/turns",), "model turns per episode"),
         PanelSpec("dynamic filtering", ("train/dynamic_filtering/dropped_fraction",), "groups dropped"),
         PanelSpec("IS correction", ("train/is_weight",), "mean truncated weight"),
+        # --eval_dataset: the held-out answers every --eval_steps (alignment/ppo/evaluation.py)
+        PanelSpec("held-out evaluation", ("eval/pass*",), "reward (pass1: mean, pass<n>: best of n)"),
+        PanelSpec("partial rollouts", ("train/partial/across_updates_fraction",), "responses across an update"),
     ),
 }
+
+
+def _matching(prefix: str, rows: list[dict]) -> list[str]:
+    return sorted({k for r in rows for k in r if k.startswith(prefix[:-1])})
 
 
 def stage_panels(stage: str, rows: list[dict]) -> list[Panel]:
@@ -71,7 +78,9 @@ def stage_panels(stage: str, rows: list[dict]) -> list[Panel]:
     specs = STAGE_PANELS.get(stage, (_loss(),))
     panels = []
     for spec in specs:
-        series = {k: [(float(r["step"]), float(r[k])) for r in rows if k in r] for k in spec.keys}
+        # a key ending in * stands for every key it begins (eval/pass*: pass1 and pass<n> of --eval_n_samples)
+        keys = [k for key in spec.keys for k in (_matching(key, rows) if key.endswith("*") else [key])]
+        series = {k: [(float(r["step"]), float(r[k])) for r in rows if k in r] for k in keys}
         series = {k: pts for k, pts in series.items() if pts}
         if series:
             panels.append(Panel(spec.title, series, ylabel=spec.ylabel))

@@ -94,11 +94,19 @@ def test_ppo_without_a_kl_term_has_no_kl_panel(tmp_path):
 
 
 def test_ppo_agent_dapo_and_is_runs_add_their_panels(tmp_path):
-    """Turns per episode, the filtered-group fraction and the IS weight appear only in runs that log them."""
+    """Turns per episode, the filtered-group fraction, the IS weight and the held-out evaluation appear only in runs
+    that log them."""
     rows = read_metrics(write_metrics(tmp_path, "ppo"))
     extra = {"train/agent/turns": 1.5, "train/dynamic_filtering/dropped_fraction": 0.25, "train/is_weight": 0.98}
-    titles = [p.title for p in curves.stage_panels("ppo", [{**r, **extra} for r in rows])]
-    assert titles[-3:] == ["agent turns", "dynamic filtering", "IS correction"]
+    extra |= {"eval/pass1": 0.5, "eval/pass4": 0.75}  # --eval_dataset with --eval_n_samples_per_prompt 4
+    panels = curves.stage_panels("ppo", [{**r, **extra} for r in rows])
+    assert [p.title for p in panels][-4:] == [
+        "agent turns",
+        "dynamic filtering",
+        "IS correction",
+        "held-out evaluation",
+    ]
+    assert sorted(panels[-1].series) == ["eval/pass1", "eval/pass4"]
     assert not {"agent turns", "dynamic filtering", "IS correction"} & {
         p.title for p in curves.stage_panels("ppo", rows)
     }
