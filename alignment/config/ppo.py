@@ -18,6 +18,7 @@ from alignment.config.groups import (
     ModelConfig,
     PackingConfig,
 )
+from alignment.config.is_correction import ISCorrectionConfig
 from alignment.config.placement import PlacementConfig
 from alignment.config.rewards import RewardSourceConfig
 from alignment.config.rollout import AsyncTrainConfig, DynamicBatchConfig, RolloutConfig
@@ -68,25 +69,6 @@ class AlgorithmConfig:
         None, "Asymmetric clip range: low high", dotted="actor.eps_clip_low_high"
     )
     dual_clip: Optional[float] = opt(None, "Dual-clip constant c > 1 for negative advantages", dotted="actor.dual_clip")
-    enable_vllm_is_correction: bool = opt(
-        False,
-        "Weigh each sampled token's policy-loss term by w = trainer prob / engine prob, the vLLM engine that "
-        "sampled and the trainer disagreeing (Yao et al. 2025), as --vllm_is_correction_type says",
-        aliases=("--vllm_enable_is_correction",),
-        dotted="algo.advantage.is_correction_enable",
-    )
-    vllm_is_truncated_threshold: list[float] = opt(
-        [0.5, 5.0],
-        "LOW HIGH of --enable_vllm_is_correction's weights (one value: HIGH, with LOW 0)",
-        dotted="algo.advantage.is_correction_threshold",
-    )
-    vllm_is_correction_type: str = opt(
-        "tis",
-        "tis: w clamped to [LOW, HIGH]; icepop: tokens whose w is outside [LOW, HIGH] weigh 0, the others w; "
-        "seq-mask-tis: sequences whose geometric-mean w is outside [LOW, HIGH] weigh 0, the others w per token",
-        choices=("tis", "icepop", "seq-mask-tis"),
-        dotted="algo.advantage.is_correction_type",
-    )
     entropy_loss_coef: Optional[float] = opt(
         None,
         "Entropy bonus: the actor loss minus this times the mean entropy of the response tokens' next-token "
@@ -158,17 +140,6 @@ class AlgorithmConfig:
     def uses_critic(self) -> bool:
         return ESTIMATORS[self.advantage_estimator].critic
 
-    def is_thresholds(self) -> tuple[float, float]:
-        """(LOW, HIGH) of --vllm_is_truncated_threshold; one value is HIGH with LOW 0 (plain truncation)."""
-        given = self.vllm_is_truncated_threshold
-        low, high = (0.0, given[0]) if len(given) == 1 else tuple(given) if len(given) == 2 else (1.0, 0.0)
-        require(
-            0 <= low < high,
-            f"--vllm_is_truncated_threshold {' '.join(map(str, given))}: give LOW HIGH with 0 <= LOW < HIGH "
-            f"(e.g. 0.5 5.0)",
-        )
-        return float(low), float(high)
-
     def loss_agg(self) -> str:
         return self.loss_agg_mode or ESTIMATORS[self.advantage_estimator].loss_agg
 
@@ -215,6 +186,7 @@ class AlgorithmConfig:
 
 @dataclass
 class PPOConfig(
+    ISCorrectionConfig,
     LoggingConfig,
     CheckpointConfig,
     MoEConfig,
@@ -272,13 +244,6 @@ class PPOConfig(
                 len(lo_hi) == 2 and lo_hi[0] < lo_hi[1],
                 f"--dynamic_filtering_reward_range {lo_hi}: give two numbers, LOW < HIGH (e.g. 0 1)",
             )
-        if self.enable_vllm_is_correction:
-            require(
-                self.vllm_num_engines >= 1,
-                "--enable_vllm_is_correction weighs vLLM engines' samples for the trainer; with the HF engine the "
-                "trainer's own module samples (no mismatch): add --vllm_num_engines 1 or drop the flag",
-            )
-            self.is_thresholds()  # its own message when malformed
         require(
             not self.no_std_norm or ESTIMATORS[self.advantage_estimator].whiten,
             f"--no_std_norm changes how advantages are whitened; --advantage_estimator {self.advantage_estimator} "
