@@ -5,9 +5,10 @@ The flow stops its head in a `finally` (tasks/ray_cluster.py, local_head), which
 lost container never runs: the head, its job and the job's ranks then train on and finish the stage with
 nobody watching (27 of 29 processes did, in an outside probe). So next to the head the flow starts this
 watchdog in a session of its own (a kill of the flow's process group leaves it): every second it
-notes the flow process's descendants (the ephemeral Prefect API server, `ray job` clients) and checks that
-the flow is alive; when it is gone, it stops the head's processes and those descendants, removes the
-head's temp dir and exits. The flow's own `finally` stops the watchdog first.
+notes the flow process's descendants (the ephemeral Prefect API server, `ray job` clients), every five the
+head's processes, and checks that the flow is alive; when it is gone, it signals all it knows at once, adds
+what started since, stops them, removes the head's temp dir and exits. The flow's own `finally` stops the
+watchdog first.
 
     python -m alignflow.tasks.head_watchdog PARENT_PID TEMP_DIR GCS_PORT
 """
@@ -26,6 +27,7 @@ from pathlib import Path
 import psutil
 
 POLL_S = 1.0
+SCAN_S = 5.0  # how often the head's own processes are looked up while the flow lives
 
 
 def head_processes(temp_dir: Path, gcs_port: int) -> list[psutil.Process]:
@@ -44,12 +46,17 @@ def head_processes(temp_dir: Path, gcs_port: int) -> list[psutil.Process]:
     return list({p.pid: p for p in mine}.values())
 
 
+def terminate(procs: list[psutil.Process]) -> None:
+    for p in procs:
+        if p.pid != os.getpid():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.terminate()
+
+
 def stop(procs: list[psutil.Process], grace_s: float = 3.0) -> int:
     """SIGTERM, then SIGKILL what is left after `grace_s`; returns how many there were."""
     procs = [p for p in procs if p.pid != os.getpid()]
-    for p in procs:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            p.terminate()
+    terminate(procs)
     _, alive = psutil.wait_procs(procs, timeout=grace_s)
     for p in alive:
         with contextlib.suppress(psutil.NoSuchProcess):
@@ -83,18 +90,26 @@ def start(temp_dir: Path, gcs_port: int) -> subprocess.Popen:
 def watch(parent: psutil.Process, temp_dir: Path, gcs_port: int) -> int:
     """Until `parent` is gone; then stop its head and what it had started. Returns the processes stopped."""
     seen: dict[int, psutil.Process] = {}
+    scanned = 0.0
     while True:
         try:
             if not parent.is_running() or parent.status() == psutil.STATUS_ZOMBIE:
                 break
             seen.update({p.pid: p for p in parent.children(recursive=True)})
+            if time.monotonic() - scanned > SCAN_S:  # the head's processes known ahead: no scan when it counts
+                seen.update({p.pid: p for p in head_processes(temp_dir, gcs_port)})
+                scanned = time.monotonic()
         except psutil.NoSuchProcess:
             break
         time.sleep(POLL_S)
-    # psutil.Process remembers each one's start time: a pid reused since is not is_running(), never signalled
-    left = [p for p in seen.values() if p.is_running()]
-    # one round for all of them (SIGTERM, then SIGKILL what is left): under load, two rounds took over 10 s
-    stopped = stop(list({p.pid: p for p in [*head_processes(temp_dir, gcs_port), *left]}.values()), grace_s=2.0)
+    # psutil.Process remembers each one's start time: a pid reused since is not is_running(), never signalled.
+    # What was known is signalled at once; the scan after it adds what started since (a worker, a job's rank).
+    # One round for all (SIGTERM, then SIGKILL what is left): under a loaded CI machine, two rounds, or a scan
+    # before the first signal, took over 10 s
+    known = [p for p in seen.values() if p.is_running()]
+    terminate(known)
+    late = [p for p in head_processes(temp_dir, gcs_port) if p.pid not in seen]
+    stopped = stop([*known, *late], grace_s=2.0)
     shutil.rmtree(temp_dir, ignore_errors=True)
     return stopped
 

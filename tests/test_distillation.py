@@ -137,7 +137,7 @@ def test_a_teacher_replica_answers_what_a_ranks_own_teacher_does(teacher):
     ids = torch.randint(0, 200, (2, 9), generator=torch.Generator().manual_seed(0))
     batch = Batch(ids, torch.ones_like(ids), torch.ones_like(ids), None, 2, [9, 9])
     own = ReferenceModel(str(teacher), torch.float32, "sdpa", "cpu", False, "--teacher_model")
-    replica = TeacherReplica(str(teacher), bf16=False, flash_attn=False, trust_remote_code=False)
+    replica = TeacherReplica(str(teacher), bf16=False, attention="sdpa", trust_remote_code=False)
     assert torch.equal(replica.logits(batch), own.logits(batch))
 
 
