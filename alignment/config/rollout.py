@@ -130,7 +130,7 @@ class RolloutConfig(PromptFormatConfig):
         if key == "none" or not self.eval_dataset:
             return None
         if not key:  # OpenRLHF's default: the first pass1 metric, where there are checkpoints to keep
-            return "pass1" if self.checkpoints_on() else None
+            return "pass1" if self.outputs().checkpoints else None  # type: ignore[attr-defined]  (StageConfig)
         name = key.removeprefix("eval/").rsplit("_", 1)[-1]
         wanted = ("pass1", f"pass{self.eval_n_samples_per_prompt}")
         require(
@@ -138,14 +138,11 @@ class RolloutConfig(PromptFormatConfig):
             f"--best_metric_key {key}: the evaluation logs {' and '.join(wanted)}; name one of them (or none)",
         )
         require(
-            self.checkpoints_on(),
+            self.outputs().checkpoints,  # type: ignore[attr-defined]  (StageConfig)
             f"--best_metric_key {key} keeps the best checkpoint: add --save_steps N (or --save_minutes) so the run "
             f"writes checkpoints",
         )
         return name
-
-    def checkpoints_on(self) -> bool:
-        return (self.save_steps > 0 or self.save_minutes > 0) and not self.disable_ds_ckpt  # type: ignore[attr-defined]
 
     def sequence_len(self) -> int:
         """The longest prompt plus response a run can hold (the engines' context, the token budgets' floor)."""

@@ -97,7 +97,8 @@ def knob_effects(cfg: EngineKnobsConfig) -> None:
 
 
 def set_experts(model: torch.nn.Module, experts: str | None) -> None:
-    """--experts_implementation: how the model's mixture-of-experts layers compute; one line for a model without."""
+    """--experts_implementation: how the model's mixture-of-experts layers compute (a dense model has none to set);
+    a model transformers cannot set it on is one line."""
     if experts is None:
         return
     try:

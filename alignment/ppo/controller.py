@@ -102,6 +102,7 @@ class PPOController:
     ):
         self.cfg, self.groups, self.tokenizer, self.prompts = cfg, groups, tokenizer, prompts
         self.eval_prompts = list(eval_prompts)[groups.rank :: groups.world]  # this controller's share
+        self.oversample = cfg.oversampled() // groups.world  # --vllm_generate_batch_size: the filter's first refills
         self.steps_per_iteration = check_sizes(cfg, groups.world)
         self.per_episode = iterations_per_episode(len(prompts), cfg.rollout.batch_size)
         self.total_iterations = cfg.train.num_episodes * self.per_episode
@@ -146,9 +147,10 @@ class PPOController:
 
     def generation(self, iteration: int) -> Generation:
         prompts = self.prompt_batch(iteration)
-        extra = self.cfg.oversampled() // self.groups.world  # --vllm_generate_batch_size: the filter's first refills
-        if extra:
-            prompts = prompts + refill_prompts(self.prompts, extra, self.cfg.train.seed, iteration, 0, self.groups.rank)
+        if self.oversample:
+            prompts += refill_prompts(
+                self.prompts, self.oversample, self.cfg.train.seed, iteration, 0, self.groups.rank
+            )
         return Generation(prompts, self.sample(prompts, iteration), self.synced)
 
     def sample(self, prompts: list[PromptSample], key: int) -> Pending[Sampled]:
@@ -191,8 +193,7 @@ class PPOController:
         if (
             cfg.algo.dynamic_filtering_enable
         ):  # scored first: the groups that teach nothing are replaced before any forward pass
-            need = len(prompts) - self.cfg.oversampled() // g.world
-            prompts, rollout, scored = filtered(self, iteration, prompts, sampled, dyn, need)
+            prompts, rollout, scored = filtered(self, iteration, prompts, sampled, dyn, len(prompts) - self.oversample)
         batch = rollout_to_batch(rollout, self.tokenizer.pad_token_id)
         # started together: on Ray the actor, reference and critic groups compute at the same time.
         # --async_train: the ratio's denominator is the policy that sampled, as the engine scored it;
