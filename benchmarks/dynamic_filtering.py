@@ -1,7 +1,9 @@
-"""DAPO's dynamic sampling on the tiny world: group_norm on the rule reward from one SFT start, with and without
---dynamic_filtering (range 0 1), same seed and iterations. Reports the sampled reward curve of each, how many
-iterations the filtered run needs to reach the unfiltered run's final reward (mean of its last 10 iterations),
-the prompts the filtered run generated in all (its cost), and held-out greedy accuracy of both.
+"""DAPO's dynamic sampling on the tiny world: group_norm on the rule reward from one SFT start, without
+--dynamic_filtering, with it (range 0 1), and with it drawing prompts by their history
+(--dynamic_filtering_recheck 0.25), same seed and iterations. Reports the sampled reward curve of each, how many
+iterations a filtered run needs to reach the unfiltered run's final reward (mean of its last 10 iterations),
+the prompts each generated in all (its cost), the share of generated tokens that reached a gradient, and
+held-out greedy accuracy.
 
 Usage: .venv/bin/python benchmarks/dynamic_filtering.py SFT_DIR OUT_DIR [--iterations 148] [--seed 42]
 Writes OUT_DIR/dynamic_filtering.json.
@@ -35,9 +37,11 @@ def main() -> None:
     from alignment.tiny_world.evaluate import greedy_accuracy
 
     results = {}
+    filtering = ["--dynamic_filtering", "--dynamic_filtering_reward_range", "0", "1"]
     for name, extra in (
         ("sync", []),
-        ("dynamic_filtering", ["--dynamic_filtering", "--dynamic_filtering_reward_range", "0", "1"]),
+        ("dynamic_filtering", filtering),
+        ("dynamic_filtering+history", [*filtering, "--dynamic_filtering_recheck", "0.25"]),
     ):
         out = a.out / name
         t0 = time.time()
@@ -62,20 +66,27 @@ def main() -> None:
             "reward": [r[key] for r in rows],
             "wall_s": time.time() - t0,
             "prompts_generated": sum(r.get("train/dynamic_filtering/prompts_generated", 16) for r in rows),
+            "gradient_token_share": sum(r.get("train/dynamic_filtering/gradient_token_share", 1.0) for r in rows)
+            / len(rows),
             "heldout": greedy_accuracy(out).accuracy,
         }
     target = sum(results["sync"]["reward"][-10:]) / 10
-    curve = results["dynamic_filtering"]["reward"]
-    # running means of 10 iterations against the unfiltered run's last 10
-    means = [sum(curve[max(0, i - 9) : i + 1]) / len(curve[max(0, i - 9) : i + 1]) for i in range(len(curve))]
+    runs = [k for k in results if k != "sync"]
     results["summary"] = {
         "sync_final_reward": target,
-        "iterations_to_reach": next((i + 1 for i, m in enumerate(means) if m >= target), None),
-        "prompts_generated": {k: results[k]["prompts_generated"] for k in ("sync", "dynamic_filtering")},
+        "iterations_to_reach": {k: reached(results[k]["reward"], target) for k in runs},
+        **{key: {k: v[key] for k, v in results.items()} for key in ("prompts_generated", "gradient_token_share")},
+        **{key: {k: v[key] for k, v in results.items()} for key in ("heldout", "wall_s")},
     }
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / "dynamic_filtering.json").write_text(json.dumps(results, indent=1))
-    print(json.dumps(results["summary"], indent=1), {k: results[k]["heldout"] for k in ("sync", "dynamic_filtering")})
+    print(json.dumps(results["summary"], indent=1))
+
+
+def reached(curve: list[float], target: float) -> int | None:
+    """The first iteration whose running mean of 10 reaches `target` (the unfiltered run's last 10)."""
+    means = [sum(curve[max(0, i - 9) : i + 1]) / len(curve[max(0, i - 9) : i + 1]) for i in range(len(curve))]
+    return next((i + 1 for i, m in enumerate(means) if m >= target), None)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 A Prefect flow (ephemeral API, no server to start) runs each stage as a Ray job on a local
 Ray head: a seeded random-init tiny Llama → SFT on the arithmetic task → reward model →
 PPO-family with that reward model, checkpoints committed to a local store (runs/demo/store).
-Then it prints the pipeline's report (the flow run's report artifact, from the same code): per
+The flow logs the pipeline's report (the flow run's report artifact) once: per
 stage the wall time, the committed model and its key metric, the reward curve of the RL stage,
 and held-out greedy accuracy after SFT and after RL.
 Run it again and every committed stage is skipped (delete runs/demo to start over).
@@ -26,12 +26,11 @@ REPO = setup("demo")  # before prefect is imported
 
 
 def report(result: dict, total: float, out: Path) -> dict:
-    """Print the report of a finished sft-rm-ppo flow (the same report the flow run publishes as
-    its artifact, built by the same code, with this script's total time); write its figures to `out`."""
+    """Write the figures of a finished sft-rm-ppo flow to `out` (the report's text is in the flow's log
+    already, where the flow run publishes it as its artifact: printed once) and say where its curves are."""
     from alignflow.tasks.report import build_report
 
     rep = build_report("sft-rm-ppo", "demo", result, total)
-    print(rep.text())
     print(
         "curves: curves.png next to each stage's output above, metrics.jsonl and tensorboard/ inside each model, "
         f"and the flow run's artifacts in Prefect (PREFECT_HOME={os.environ.get('PREFECT_HOME')})"

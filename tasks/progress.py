@@ -112,6 +112,11 @@ class StageProgress:
         unit = "iteration" if self.stage == "ppo" else "step"
         parts = [f"{self.stage}: {unit} {ev.step}/{ev.total} ({self._percent:.0f}%)"]
         parts += [f"{k.removeprefix('train/')} {self.latest[k]:.4g}" for k in headline_keys(self.stage, self.latest)]
+        made, share = (
+            self.latest.get(f"train/dynamic_filtering/{k}") for k in ("prompts_generated", "gradient_token_share")
+        )
+        if made is not None and share is not None:  # --dynamic_filtering: what this iteration's filter cost
+            parts.append(f"filter: {made:.0f} prompts generated, {share:.0%} of tokens to a gradient")
         t0, first = self._first
         elapsed, steps = now - t0, ev.step - first.step
         if elapsed > 0 and steps > 0:

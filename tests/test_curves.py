@@ -178,6 +178,9 @@ def test_progress_line_and_cadence(monkeypatch):
     assert lines[-1] == "sft: step 100/100 (100%) · loss 1 · 32.0 samples/s · ETA 0s"
     assert updates[-1] == 100.0 and len(updates) == 22  # every 5 s, and 100 % at the end
     assert [r["step"] for r in p.rows] == [0, 25, 50, 75, 100]
+    p.stage, p.latest = "ppo", {"train/dynamic_filtering/prompts_generated": 41.0}
+    p.latest["train/dynamic_filtering/gradient_token_share"] = 0.6  # --dynamic_filtering's cost, in the same line
+    assert "· filter: 41 prompts generated, 60% of tokens to a gradient ·" in p.line(ProgressEvent(3, 10, 0, {}), 103.0)
 
 
 def test_report_text_and_markdown(tmp_path):

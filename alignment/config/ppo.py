@@ -91,6 +91,13 @@ class AlgorithmConfig:
     dynamic_filtering_reward_range: list[float] = opt(
         [0.0, 1.0], "Keep groups whose mean score is strictly inside LOW HIGH", dotted="algo.dynamic_filtering_range"
     )
+    dynamic_filtering_recheck: Optional[float] = opt(
+        None,
+        "With --dynamic_filtering: draw prompts by their history (GRESO): one whose last k groups in a row all "
+        "scored alike is drawn with probability RECHECK**k (e.g. 0.25), so little generation is thrown away once "
+        "most prompts are solved. Unset: every prompt is drawn",
+        dotted="algo.dynamic_filtering_recheck",
+    )
     enable_ema: bool = opt(
         False,
         "Keep an exponential moving average of the actor's weights (updated every optimizer "
@@ -244,6 +251,11 @@ class PPOConfig(
                 len(lo_hi) == 2 and lo_hi[0] < lo_hi[1],
                 f"--dynamic_filtering_reward_range {lo_hi}: give two numbers, LOW < HIGH (e.g. 0 1)",
             )
+        recheck = self.dynamic_filtering_recheck
+        require(
+            recheck is None or (self.dynamic_filtering and 0 <= recheck <= 1),
+            f"--dynamic_filtering_recheck {recheck}: a probability in [0, 1] (e.g. 0.25), with --dynamic_filtering",
+        )
         require(
             not self.no_std_norm or ESTIMATORS[self.advantage_estimator].whiten,
             f"--no_std_norm changes how advantages are whitened; --advantage_estimator {self.advantage_estimator} "

@@ -70,3 +70,12 @@ def gather_to_main(items: list[T], key: Callable[[T], int]) -> list[T]:
     parts: list[list[T]] | None = [[] for _ in range(dist.get_world_size())] if dist.get_rank() == 0 else None
     dist.gather_object(items, parts, dst=0)
     return sorted((x for part in parts for x in part), key=key) if parts is not None else []
+
+
+def gather_everywhere(items: list[T]) -> list[T]:
+    """Every rank's items on every rank, rank 0's first (the identity without a process group)."""
+    if world_size() == 1:
+        return items
+    parts: list[list[T]] = [[] for _ in range(dist.get_world_size())]
+    dist.all_gather_object(parts, items)
+    return [x for part in parts for x in part]

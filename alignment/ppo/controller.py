@@ -16,6 +16,7 @@ updated from the same, global KL on every controller.
 from __future__ import annotations
 
 import logging
+import random
 import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -34,6 +35,7 @@ from alignment.ppo.dynamic_sampling import filtered, refill_prompts
 from alignment.ppo.evaluation import eval_metrics, eval_params
 from alignment.ppo.experience import Experience, assemble, experience_metrics, needs_old_logprobs, uses_reference
 from alignment.ppo.loop import PPOState
+from alignment.ppo.pass_history import PassHistory
 from alignment.ppo.pending import Done, Later, Mapped, Pending
 from alignment.ppo.schedule import check_sizes, iterations_per_episode, prompt_order, sampling_params
 from alignment.ppo.scores import shape_scores
@@ -111,6 +113,9 @@ class PPOController:
         self.reward_moments = (
             RunningMoments() if cfg.reward.normalize_enable and not cfg.reward.model_name_or_path else None
         )
+        recheck = cfg.algo.dynamic_filtering_recheck
+        self.history = PassHistory(recheck) if recheck is not None else None  # alignment/ppo/pass_history.py
+        self.positions = {id(p): i for i, p in enumerate(prompts)}
         self.synced = 0  # weight syncs so far: the version of the policy the engines sample from
         self.ahead: dict[int, Generation] = {}  # --async_train: iterations whose samples are being generated
         self.agent = (
@@ -145,12 +150,19 @@ class PPOController:
         start = k * cfg.rollout.batch_size + g.rank * per
         return [self.prompts[i] for i in order[start : start + per]]
 
+    def position(self, prompt: PromptSample) -> int:
+        """Where a prompt sits in the pool (the key of its pass history)."""
+        return self.positions[id(prompt)]
+
     def generation(self, iteration: int) -> Generation:
-        prompts = self.prompt_batch(iteration)
-        if self.oversample:
-            prompts += refill_prompts(
-                self.prompts, self.oversample, self.cfg.train.seed, iteration, 0, self.groups.rank
-            )
+        cfg, g = self.cfg, self.groups
+        prompts, extra = self.prompt_batch(iteration), self.oversample
+        if self.history is not None:  # the batch's prompts the history expects to teach nothing: others instead
+            rng = random.Random(f"{cfg.train.seed}-{iteration}-drawn-{g.rank}")
+            drawn = [p for p in prompts if self.history.drawn(self.position(p), rng)]
+            prompts, extra = drawn, extra + len(prompts) - len(drawn)
+        if extra:
+            prompts += refill_prompts(self.prompts, extra, cfg.train.seed, iteration, 0, g.rank, self.history)
         return Generation(prompts, self.sample(prompts, iteration), self.synced)
 
     def sample(self, prompts: list[PromptSample], key: int) -> Pending[Sampled]:
@@ -193,7 +205,9 @@ class PPOController:
         if (
             cfg.algo.dynamic_filtering_enable
         ):  # scored first: the groups that teach nothing are replaced before any forward pass
-            prompts, rollout, scored = filtered(self, iteration, prompts, sampled, dyn, len(prompts) - self.oversample)
+            prompts, rollout, scored = filtered(
+                self, iteration, prompts, sampled, dyn, cfg.rollout.batch_size // g.world
+            )
         batch = rollout_to_batch(rollout, self.tokenizer.pad_token_id)
         # started together: on Ray the actor, reference and critic groups compute at the same time.
         # --async_train: the ratio's denominator is the policy that sampled, as the engine scored it;
@@ -248,10 +262,13 @@ class PPOController:
         self.kl_ctl.value = state.kl_coef
         if self.reward_moments is not None and state.reward_moments:
             self.reward_moments = RunningMoments(*state.reward_moments)
+        if self.history is not None:
+            self.history = PassHistory.restored(self.history.recheck, state.pass_history)
 
     def snapshot(self, iteration: int, history: list[dict]) -> PPOState:
         moments = self.reward_moments.state() if self.reward_moments is not None else []
-        return PPOState(iteration, self.kl_ctl.value, history, moments)
+        passes = self.history.state() if self.history is not None else []
+        return PPOState(iteration, self.kl_ctl.value, history, moments, pass_history=passes)
 
     def step(self, iteration: int) -> dict[str, float]:
         """One whole iteration; its metrics, averaged over the launcher's ranks."""

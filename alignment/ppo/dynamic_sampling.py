@@ -12,6 +12,9 @@ seeds of their own, so a resumed iteration draws the same ones. After MAX_ROUNDS
 is still short is topped up with dropped groups, so every iteration keeps the batch shape the step sizes were
 checked for: their advantage is zero under group_norm, rloo and dr_grpo (no policy gradient; a KL loss still
 applies), while the whitening of reinforce_baseline and reinforce shifts it by the batch mean.
+
+With --dynamic_filtering_recheck the draws skip the prompts whose recent groups taught nothing
+(alignment.ppo.pass_history), so fewer groups are generated only to be dropped.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from typing import Any, Protocol
 import torch
 
 from alignment.datasets.prompts import PromptSample
+from alignment.distributed.collectives import gather_everywhere
+from alignment.ppo.pass_history import PassHistory, token_share
 from alignment.rewards.scorer import Scored
 from alignment.rollout.types import Rollout
 
@@ -67,11 +72,20 @@ class Groups:
 
 
 def refill_prompts(
-    pool: list[PromptSample], k: int, seed: int, iteration: int, round_: int, rank: int
+    pool: list[PromptSample],
+    k: int,
+    seed: int,
+    iteration: int,
+    round_: int,
+    rank: int,
+    history: PassHistory | None = None,
 ) -> list[PromptSample]:
-    """k prompts for refill round `round_` of `iteration` (on controller `rank`): a seeded choice."""
+    """k prompts for refill round `round_` of `iteration` (on controller `rank`): a seeded choice; with
+    --dynamic_filtering_recheck, one that passes over the prompts the history expects to teach nothing."""
     rng = random.Random(f"{seed}-{iteration}-{round_}-{rank}")
-    return [pool[i] for i in rng.sample(range(len(pool)), min(k, len(pool)))]
+    if history is None:
+        return [pool[i] for i in rng.sample(range(len(pool)), min(k, len(pool)))]
+    return [pool[i] for i in history.pick(rng.sample(range(len(pool)), len(pool)), k, rng)]
 
 
 def refill_key(iteration: int, round_: int, total_iterations: int) -> int:
@@ -86,6 +100,9 @@ class Resampling(Protocol):
     groups: Any  # its .rank: this controller's share of the refills
     prompts: list[PromptSample]
     total_iterations: int
+    history: PassHistory | None  # --dynamic_filtering_recheck
+
+    def position(self, prompt: PromptSample) -> int: ...
 
     def score(self, prompts: list[PromptSample], sampled: Any) -> Scored: ...
     def sample(self, prompts: list[PromptSample], key: int) -> Any: ...
@@ -101,24 +118,33 @@ def filtered(
 ) -> tuple[list[PromptSample], Rollout, Scored]:
     """--dynamic_filtering: this iteration's prompts and samples with the
     groups whose mean score is outside --dynamic_filtering_reward_range replaced by refills; `metrics` gets
-    the dropped fraction, the refill rounds and the prompts generated. `need`: the groups an iteration trains on
-    (fewer than `prompts` when --vllm_generate_batch_size oversampled them)."""
+    the dropped fraction, the refill rounds, the prompts generated and the share of generated tokens that reach
+    a gradient. `need`: the groups an iteration trains on (fewer than `prompts` when
+    --vllm_generate_batch_size oversampled them). With --dynamic_filtering_recheck every group's outcome goes
+    into the prompts' history, from every rank."""
     cfg, g, n = ppo.cfg, ppo.groups, ppo.cfg.rollout.n_samples_per_prompt
     low, high = cfg.algo.dynamic_filtering_range
     need, kept, dropped = need or len(prompts), Groups.empty(), Groups.empty()
-    generated, round_ = 0, 0
+    generated, round_, tokens, outcomes = 0, 0, [0, 0], []
     while True:
         rollout, scored = sampled.rollout, ppo.score(prompts, sampled)
         if round_ == 0:  # what the policy earns on its own draw, comparable with an unfiltered run's reward
             metrics["dynamic_filtering/sampled_reward"] = scored.rewards.float().mean().item()
         keep = kept_groups(scored.scores, n, low, high)
         generated += len(prompts)
-        kept.add(prompts, rollout, scored, keep[: need - len(kept.prompts)], n)
+        used = keep[: need - len(kept.prompts)]
+        lengths = [len(r) for r in rollout.response_ids]
+        tokens[0] += sum(sum(lengths[k * n : (k + 1) * n]) for k in used)
+        tokens[1] += sum(lengths)
+        outcomes += [(ppo.position(p), k in keep) for k, p in enumerate(prompts)]
+        kept.add(prompts, rollout, scored, used, n)
         dropped.add(prompts, rollout, scored, [k for k in range(len(prompts)) if k not in keep], n)
         if len(kept.prompts) >= need or round_ == MAX_ROUNDS:
             break
         round_ += 1
-        prompts = refill_prompts(ppo.prompts, need - len(kept.prompts), cfg.train.seed, iteration, round_, g.rank)
+        prompts = refill_prompts(
+            ppo.prompts, need - len(kept.prompts), cfg.train.seed, iteration, round_, g.rank, ppo.history
+        )
         sampled = ppo.sample(prompts, refill_key(iteration, round_, ppo.total_iterations)).get()
     short = need - len(kept.prompts)
     if short:  # zero-advantage groups keep the batch shape and change no gradient
@@ -136,8 +162,11 @@ def filtered(
         )
         _topped_up_said.set()
         kept.add(dropped.prompts, dropped.rollout, dropped.merged(), list(range(short)), n)
+    if ppo.history is not None:  # every rank's outcomes, so each controller keeps (and saves) the same history
+        ppo.history.record(gather_everywhere(outcomes))
     metrics.update(
         {
+            "dynamic_filtering/gradient_token_share": token_share(*tokens),
             "dynamic_filtering/dropped_fraction": 1.0 - (need - short) / generated,
             "dynamic_filtering/refill_rounds": float(round_),
             "dynamic_filtering/prompts_generated": float(generated),

@@ -28,6 +28,7 @@ class PPOState:
     history: list[dict] = field(default_factory=list)
     reward_moments: list[float] = field(default_factory=list)  # --normalize_reward's running statistics, if kept
     best_metric: float | None = None  # --best_metric_key: the best evaluation so far (its checkpoint is `best`)
+    pass_history: list[list[int]] = field(default_factory=list)  # --dynamic_filtering_recheck: [position, streak]
 
 
 class Iterating(Protocol):
