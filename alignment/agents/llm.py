@@ -5,6 +5,12 @@ Every live episode's `generate` call is queued; when each live episode is either
 finished, the queue goes to the rollout engines as one batch (grouped by sampling settings). So episodes run
 concurrently as asyncio tasks, and the engines see batches as large as the number of live episodes, not one
 request at a time.
+
+That lock-step is reproducible (a batch's rows and seed depend on nothing but the episodes) but makes every
+episode wait for the slowest environment step of the turn. With `linger_s` (--agent_batch_linger_ms) a batch
+also goes once its first request has waited that long, and it is generated on a worker thread while the
+environments' steps go on: a slow step holds only its own episode, as with OpenRLHF's per-request vLLM calls.
+Which requests share a batch then depends on timing, so a rerun samples other tokens.
 """
 
 from __future__ import annotations
@@ -53,12 +59,23 @@ GenerateBatch = Callable[[list[list[int]], EngineParams], Rollout]
 
 
 class BatchingEngine:
-    def __init__(self, generate_batch: GenerateBatch, tokenizer: Any, seed: int, greedy: bool = False):
+    def __init__(
+        self,
+        generate_batch: GenerateBatch,
+        tokenizer: Any,
+        seed: int,
+        greedy: bool = False,
+        linger_s: float | None = None,
+    ):
         self.generate_batch, self.tokenizer, self.seed, self.greedy = generate_batch, tokenizer, seed, greedy
+        self.linger_s = linger_s  # None: lock-step; else streaming (module docstring)
         self.live = 0
         self.closed = False  # an episode failed: the run stops, nothing more is generated
         self.queue: list[tuple[list[int], SamplingParams, asyncio.Future]] = []
         self.batches = 0
+        self.generating: asyncio.Task | None = None  # streaming: the batch on the worker thread
+        self.first_queued = 0.0  # streaming: when the oldest waiting request came (event-loop time)
+        self.timer: asyncio.TimerHandle | None = None
 
     def episode_started(self) -> None:
         self.live += 1
@@ -75,37 +92,88 @@ class BatchingEngine:
                 "yet; generate from text only"
             )
         params = as_params(sampling_params)
-        future = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        if not self.queue:
+            self.first_queued = loop.time()
         self.queue.append((list(token_ids), params, future))
         self._flush_if_ready()
         return await future
 
     def _flush_if_ready(self) -> None:
-        if self.closed or not self.queue or len(self.queue) < self.live:
+        if self.closed or not self.queue:
+            return
+        everyone = len(self.queue) >= self.live  # every live episode waits on the engine
+        if self.linger_s is None:
+            if everyone:
+                queue, self.queue = self.queue, []
+                try:
+                    outs: list[Rollout] | Exception = [self.generate_batch(*call) for call in self._calls(queue)]
+                except Exception as e:  # the engine's error goes to the episodes waiting on it
+                    outs = e
+                self._answer(queue, outs)
+            return
+        if self.generating is not None:  # the next batch goes when this one is done
+            return
+        loop = asyncio.get_running_loop()
+        due = self.first_queued + self.linger_s
+        if not everyone and loop.time() < due:
+            if self.timer is None:
+                self.timer = loop.call_at(due, self._lingered)
             return
         queue, self.queue = self.queue, []
+        self.generating = asyncio.ensure_future(self._stream(queue))
+
+    def _lingered(self) -> None:
+        self.timer = None
+        self._flush_if_ready()
+
+    async def _stream(self, queue: list) -> None:
+        """Streaming: one batch generated on a worker thread while the event loop runs the environments."""
+        loop = asyncio.get_running_loop()
+        try:
+            outs = [await loop.run_in_executor(None, self.generate_batch, *call) for call in self._calls(queue)]
+            self._answer(queue, outs)
+        except Exception as e:  # the engine's error goes to the episodes waiting on it
+            self._answer(queue, e)
+        finally:
+            self.generating = None
+        self._flush_if_ready()  # the requests that queued meanwhile, if due
+
+    def _groups(self, queue: list) -> dict[tuple, list[int]]:
         groups: dict[tuple, list[int]] = {}
         for k, (_, p, _) in enumerate(queue):
             groups.setdefault((p.max_tokens, p.temperature, p.top_p, p.logprobs is not None), []).append(k)
-        try:
-            for (max_tokens, temperature, top_p, logprobs), rows in groups.items():
-                self.batches += 1
-                params = EngineParams(
-                    max_tokens,
-                    temperature,
-                    top_p,
-                    1,
-                    greedy=self.greedy,
-                    seed=self.seed * 1_000_003 + self.batches,
-                    logprobs=logprobs,
-                )
-                out = self.generate_batch([queue[k][0] for k in rows], params)
-                for j, k in enumerate(rows):
-                    queue[k][2].set_result(self._request_output(queue[k][0], out, j, logprobs))
-        except Exception as e:  # every waiting episode fails with the engine's error
+        return groups
+
+    def _calls(self, queue: list) -> list[tuple[list[list[int]], EngineParams]]:
+        """The engine calls for a queue: one per sampling setting, each with its own seed."""
+        calls = []
+        for (max_tokens, temperature, top_p, logprobs), rows in self._groups(queue).items():
+            self.batches += 1
+            params = EngineParams(
+                max_tokens,
+                temperature,
+                top_p,
+                1,
+                greedy=self.greedy,
+                seed=self.seed * 1_000_003 + self.batches,
+                logprobs=logprobs,
+            )
+            calls.append(([queue[k][0] for k in rows], params))
+        return calls
+
+    def _answer(self, queue: list, outs: list[Rollout] | Exception) -> None:
+        """Each waiting request's completion, or the engine's error for every one of them."""
+        if isinstance(outs, Exception):
             for _, _, future in queue:
                 if not future.done():
-                    future.set_exception(e)
+                    future.set_exception(outs)
+            return
+        for out, ((*_, logprobs), rows) in zip(outs, self._groups(queue).items()):
+            for j, k in enumerate(rows):
+                if not queue[k][2].done():  # an episode cancelled meanwhile (the run stops) gets nothing
+                    queue[k][2].set_result(self._request_output(queue[k][0], out, j, logprobs))
 
     def _request_output(self, prompt: list[int], out: Rollout, j: int, logprobs: bool) -> RequestOutput:
         ids = out.response_ids[j]

@@ -37,6 +37,7 @@ class AgentSettings:
     max_length: int  # prompt + every turn and feedback, in tokens
     turn_tokens: int  # most new tokens per model turn (--generate_max_len)
     partial: bool = False  # --partial_rollout_enable: each episode's mid-turn weight updates are counted
+    linger_s: float | None = None  # --agent_batch_linger_ms: streaming episodes (alignment/agents/llm.py)
 
 
 @dataclass
@@ -108,7 +109,7 @@ class AgentRunner:
         greedy: bool = False,
     ) -> Episodes:
         """n episodes per prompt, in prompt order (n consecutive rows per prompt, as group estimators expect)."""
-        engine = BatchingEngine(generate, self.tokenizer, seed, greedy)
+        engine = BatchingEngine(generate, self.tokenizer, seed, greedy, self.s.linger_s)
         params = SamplingParams(self.s.turn_tokens, temperature, top_p, 0 if logprobs else None)
         jobs = [(k, p) for k, p in enumerate(prompts) for _ in range(n)]
         outs = asyncio.run(self._all(engine, jobs, params))

@@ -27,8 +27,20 @@ class AgentConfig:
         "an error naming the file and episode",
         identity=False,
     )
+    agent_batch_linger_ms: Optional[float] = opt(
+        None,
+        "With --agent_func_path: stream episodes instead of lock-step turns. Unset, a generation batch goes when "
+        "every live episode waits on the model (reproducible, but each turn waits for the slowest environment "
+        "step); set, it also goes once its first request has waited this long, and is generated while the "
+        "environments' steps go on (a slow step holds only its own episode; sampling then depends on timing)",
+    )
 
     def check_agent(self) -> None:
+        linger = self.agent_batch_linger_ms
+        require(
+            linger is None or (bool(self.agent_func_path) and 0 <= linger < 600_000),
+            f"--agent_batch_linger_ms {linger}: milliseconds in [0, 600000) (e.g. 50), with --agent_func_path",
+        )
         require(self.agent_max_turns >= 1, f"--agent_max_turns {self.agent_max_turns}: must be >= 1")
         require(self.agent_step_timeout > 0, f"--agent_step_timeout {self.agent_step_timeout}: must be > 0")
         if not self.agent_func_path:

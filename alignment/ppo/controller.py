@@ -127,6 +127,7 @@ class PPOController:
                     cfg.sequence_len(),
                     cfg.rollout.max_new_tokens,
                     cfg.train.partial_rollout_enable,
+                    None if cfg.train.agent_batch_linger_ms is None else cfg.train.agent_batch_linger_ms / 1000,
                 ),
                 tokenizer,
             )
