@@ -1,8 +1,10 @@
 """A wheel built from the repo, installed (non-editable) into a fresh venv, imports every module it
-ships: no package left out of pyproject.toml, no module that only works from the checkout."""
+ships: no package left out of pyproject.toml, no module that only works from the checkout; the shipped recipes
+and the data they name are found from the installed package."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -17,6 +19,9 @@ pytestmark = pytest.mark.integration
 
 
 def test_the_wheel_installs_and_imports_every_module(tmp_path):
+    # setuptools builds in the checkout's build/ (gitignored) and reuses what an earlier build left there: a file
+    # gone from the tree would still be in the wheel
+    shutil.rmtree(REPO / "build", ignore_errors=True)
     dist = tmp_path / "dist"
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist), str(REPO)],
@@ -44,6 +49,7 @@ def test_the_wheel_installs_and_imports_every_module(tmp_path):
     }, "a generic top-level module in the wheel"
     assert "alignment.inference.postprocess" in modules and "alignflow.flows.sft_dpo" in modules
     assert "alignflow/data/tiny/sft/train.jsonl" in zipfile.ZipFile(wheel).namelist()
+    assert "alignflow/deployments/recipes/tiny/sft.yaml" in zipfile.ZipFile(wheel).namelist()
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     py = venv / "bin" / "python"
@@ -68,6 +74,12 @@ def test_the_wheel_installs_and_imports_every_module(tmp_path):
         "import alignment, alignflow.flows\n"
         f"assert alignment.__file__.startswith({str(venv)!r}), alignment.__file__\n"
         f"assert alignflow.flows.__file__.startswith({str(venv)!r}), alignflow.flows.__file__\n"
+        # the shipped recipes and the data their files name, found in the installed package
+        "from alignflow.tasks.recipes import load_recipe\n"
+        "from alignflow.tasks.stage_spec import absolute_input\n"
+        "tiny = load_recipe('tiny')\n"
+        f"assert tiny.has('sft') and str(tiny.folder).startswith({str(venv)!r}), tiny\n"
+        f"assert absolute_input('json@data/tiny/sft').startswith('json@' + {str(venv)!r})\n"
         "print('\\n'.join(bad)); sys.exit(1 if bad else 0)\n"
     )
     done = subprocess.run(
