@@ -2,7 +2,8 @@
 
 Protocol (OpenRLHF's): POST {"query": [...], "prompts": [...], "labels": [...]} -> {"rewards": [...]} (optionally
 with "scores" and "extra_logs", as a reward_func's dict: alignment/rewards/reward_func.py).
-Queries are sent in batches, spread round-robin over the URLs; connection errors and 5xx are
+Queries are sent in batches, spread round-robin over the URLs, up to `in_flight` requests at once (a
+server that scores one batch at a time still overlaps network and queueing); connection errors and 5xx are
 retried with backoff, then raised naming the URL; a 4xx or a malformed reply is raised at once.
 """
 
@@ -13,6 +14,7 @@ import socket
 import time
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -26,6 +28,7 @@ class RemoteRewardClient:
     timeout_s: float = 30.0
     retries: int = 3
     backoff_s: float = 0.5
+    in_flight: int = 8  # requests awaited at once, over all the URLs
 
     @classmethod
     def from_flag(cls, value: str, **kwargs) -> "RemoteRewardClient":
@@ -54,13 +57,16 @@ class RemoteRewardClient:
                     time.sleep(self.backoff_s * 2**attempt)
 
     def __call__(self, queries: list[str], prompts: list[str], labels: list) -> RewardOutput:
-        parts = []
+        posts = []
         for k, start in enumerate(range(0, len(queries), self.batch_size)):
             end = start + self.batch_size
             url = self.urls[k % len(self.urls)]
             body = {"query": queries[start:end], "prompts": prompts[start:end], "labels": list(labels[start:end])}
-            parts.append(self._post(url, body))
-        return merge_outputs(parts)
+            posts.append((url, body))
+        if len(posts) <= 1:
+            return merge_outputs([self._post(*p) for p in posts])
+        with ThreadPoolExecutor(min(self.in_flight, len(posts)), thread_name_prefix="reward-post") as pool:
+            return merge_outputs(list(pool.map(lambda p: self._post(*p), posts)))  # in order; the first error raises
 
     def _post(self, url: str, body: dict) -> RewardOutput:
         data = json.dumps(body).encode()

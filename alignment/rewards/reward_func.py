@@ -4,10 +4,15 @@
 It may return, as OpenRLHF >= 0.8's files do, a dict — `rewards` (for the advantage), optionally `scores`
 (what dynamic filtering reads; default: the rewards) and `extra_logs` ({name: one number per sample, or one
 number}, logged with the iteration's metrics, averaged) — or, as older files do, a plain list/tensor of rewards.
-A reward server may answer with the same dict."""
+A reward server may answer with the same dict.
+
+An `async def reward_func` (one that awaits an API, a sandbox, a judge model) is called once per sample, and
+up to IN_FLIGHT of those calls are awaited at once, so a batch costs about its slowest call, not their sum;
+a plain `def` is called once for the whole batch, as OpenRLHF calls it."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import inspect
 import math
@@ -19,6 +24,7 @@ from alignment import openrlhf_names
 from alignment.errors import TransientError, UserError
 
 RewardFn = Callable[..., Any]  # (queries, prompts, labels, **kwargs) -> rewards, or the dict above
+IN_FLIGHT = 32  # calls of an async reward_func awaited at once (requests to reward servers: remote.py)
 
 
 @dataclass(frozen=True)
@@ -62,7 +68,28 @@ def load_reward_func(path: str) -> RewardFn:
         ) from None
     except ValueError:  # a builtin or C function without a signature: the first call says
         pass
-    return fn
+    return PerSample(fn, str(path)) if inspect.iscoroutinefunction(fn) else fn
+
+
+@dataclass(frozen=True)
+class PerSample:
+    """An async reward_func as a plain one: awaited once per sample, up to IN_FLIGHT at once (module docstring)."""
+
+    fn: RewardFn
+    source: str
+
+    def __call__(self, queries: list[str], prompts: list[str], labels: list) -> RewardOutput:
+        return asyncio.run(self._all(queries, prompts, labels))
+
+    async def _all(self, queries: list[str], prompts: list[str], labels: list) -> RewardOutput:
+        gate = asyncio.Semaphore(IN_FLIGHT)
+
+        async def one(i: int) -> RewardOutput:
+            async with gate:
+                out = await self.fn([queries[i]], [prompts[i]], [labels[i]])
+            return parse_output(out, 1, self.source)
+
+        return merge_outputs(list(await asyncio.gather(*(one(i) for i in range(len(queries))))))
 
 
 def parse_output(out: object, n: int, source: str) -> RewardOutput:
