@@ -195,4 +195,6 @@ def test_the_async_agent_line_with_partial_rollouts(ray_head, tiny_sft, tmp_path
     for r in rows:
         assert r["train/dynamic_filtering/prompts_generated"] >= 6
         assert "train/partial/across_updates_fraction" in r and "train/policy_lag" in r
+        # per sample, the refills (fresh) with the batch (one update old at most): the bound, --async_queue_size 1
+        assert r["train/staleness/max"] <= 1 and r["train/staleness/lag_0"] + r["train/staleness/lag_1"] == 1
         assert "train/entropy" in r and "train/is_weight" in r and 1 <= r["train/agent/turns"] <= 2

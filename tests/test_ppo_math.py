@@ -270,3 +270,17 @@ def test_ema_update_is_the_decayed_average():
         layer.weight.fill_(3.0)
     ema.update(layer)
     assert ema.state_dict(layer)["weight"].flatten().tolist() == pytest.approx([0.9 * 1.0 + 0.1 * 3.0] * 2)
+
+
+def test_staleness_is_a_distribution_over_samples():
+    from alignment.ppo.staleness import staleness_metrics
+
+    got = staleness_metrics([0, 1, 1, 3], 2)
+    assert got == {
+        "staleness/mean": 1.25,
+        "staleness/max": 3.0,
+        "staleness/lag_0": 0.25,
+        "staleness/lag_1": 0.5,
+        "staleness/lag_2": 0.0,
+    }
+    assert staleness_metrics([], 1) == {}

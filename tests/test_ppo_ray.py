@@ -324,6 +324,10 @@ def test_vllm_engine_generates_and_receives_weights(ray_head, tiny_sft, tmp_path
         # (the ratio's denominator) equal the actor's own to float noise; iteration 3's samples are one
         # update (iteration 2's) old, and the ratio sees it
         assert [r["train/policy_lag"] for r in rows] == [0.0, 1.0, 1.0], rows
+        # per sample, as a distribution: never older than --async_queue_size (1)
+        assert [r["train/staleness/lag_1"] for r in rows] == [0.0, 1.0, 1.0] and all(
+            r["train/staleness/max"] <= 1 for r in rows
+        ), rows
         kl = [r["train/approx_kl"] for r in rows]
         assert kl[0] < 1e-6 and kl[2] > 100 * kl[0], kl
     else:

@@ -39,6 +39,7 @@ from alignment.ppo.pass_history import PassHistory
 from alignment.ppo.pending import Done, Later, Mapped, Pending
 from alignment.ppo.schedule import check_sizes, iterations_per_episode, prompt_order, sampling_params
 from alignment.ppo.scores import shape_scores
+from alignment.ppo.staleness import staleness_metrics
 from alignment.rewards.scorer import Scored
 from alignment.rollout.types import Rollout, SamplingParams
 
@@ -87,6 +88,12 @@ class Generation:
     prompts: list[PromptSample]
     sampled: Pending[Sampled]
     version: int  # PPOController.synced when it started: the policy that samples
+
+
+def stamped(sampled: Sampled, version: int) -> Sampled:
+    """The samples with the policy version that began them (Rollout.versions)."""
+    sampled.rollout.versions = [version] * len(sampled.rollout)
+    return sampled
 
 
 def _get(pending: Pending[torch.Tensor] | None) -> torch.Tensor | None:
@@ -169,11 +176,11 @@ class PPOController:
     def sample(self, prompts: list[PromptSample], key: int) -> Pending[Sampled]:
         """Samples for these prompts, seeded by `key` (an iteration, or a refill round's key): one response each
         from the engines, or with --agent_func_path one multi-turn episode each, scored by its environment."""
-        g = self.groups
+        g, version = self.groups, self.synced
         if self.agent is None:
-            return Mapped(g.generate([p.ids for p in prompts], key), Sampled)
+            return Mapped(g.generate([p.ids for p in prompts], key), lambda r: stamped(Sampled(r), version))
         params = sampling_params(self.cfg, key, g.rank, g.world)
-        run = lambda: self.episodes(prompts, params)  # noqa: E731
+        run = lambda: stamped(self.episodes(prompts, params), version)  # noqa: E731
         return Later(run) if self.cfg.train.async_enable else Done(run())
 
     def episodes(self, prompts: list[PromptSample], params: SamplingParams) -> Sampled:
@@ -242,6 +249,8 @@ class PPOController:
         metrics.update(time_generate=t_gen - t0, time_experience=time.time() - t_gen)
         if cfg.train.async_enable:  # updates between the sampling policy and the one about to train
             metrics["policy_lag"] = float(self.synced - gen.version)
+            lags = [self.synced - v for v in rollout.versions]  # per sample: refills are fresher than the batch
+            metrics.update(staleness_metrics(lags, cfg.train.async_queue_size))
         if rollout.updates_seen:  # --partial_rollout_enable: responses that finished on newer weights
             seen = rollout.updates_seen
             metrics["partial/across_updates_fraction"] = sum(u > 0 for u in seen) / len(seen)

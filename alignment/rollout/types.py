@@ -47,6 +47,9 @@ class Rollout:
     loss_mask: list[list[int]] = field(default_factory=list)
     # --partial_rollout_enable: weight updates applied while each response was being generated (empty: none asked)
     updates_seen: list[int] = field(default_factory=list)
+    # the policy version (weight syncs so far) each response was begun under (empty: not recorded; the PPO
+    # controller records it): with --async_train, how stale a sample is when it trains
+    versions: list[int] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.response_ids)
@@ -58,6 +61,7 @@ class Rollout:
         self.finished += other.finished
         self.logprobs += other.logprobs
         self.updates_seen += other.updates_seen
+        self.versions += other.versions
         if self.loss_mask or other.loss_mask:  # a mix keeps one mask row per response
             self.loss_mask = (self.loss_mask or [[1] * len(r) for r in self.response_ids[: len(self) - len(other)]]) + (
                 other.loss_mask or [[1] * len(r) for r in other.response_ids]
@@ -74,6 +78,7 @@ class Rollout:
             pick(self.logprobs),
             pick(self.loss_mask),
             pick(self.updates_seen),
+            pick(self.versions),
         )
 
     def response_mask(self, i: int) -> list[int]:
