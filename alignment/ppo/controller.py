@@ -38,7 +38,7 @@ from alignment.ppo.loop import PPOState
 from alignment.ppo.pass_history import PassHistory
 from alignment.ppo.pending import Done, Later, Mapped, Pending
 from alignment.ppo.schedule import check_sizes, iterations_per_episode, prompt_order, sampling_params
-from alignment.ppo.scores import shape_scores
+from alignment.ppo.scores import reward_inputs, shape_scores
 from alignment.ppo.staleness import staleness_metrics
 from alignment.rewards.scorer import Scored
 from alignment.rollout.types import Rollout, SamplingParams
@@ -63,15 +63,6 @@ class ModelGroups(Protocol):
     def save(self, state: PPOState) -> None: ...
     def mark_best(self, iteration: int) -> None: ...
     def resume(self) -> PPOState | None: ...
-
-
-def reward_inputs(tokenizer: Any, rollout: Rollout, prompts: list[PromptSample]) -> tuple[list, list, list]:
-    """(queries, prompts, labels) for a reward source. The query is the prompt text as rendered +
-    the response as generated (eos kept), never a re-decode of the prompt ids, so reward
-    functions can split the two exactly."""
-    src = [prompts[i] for i in rollout.prompt_index]
-    responses = tokenizer.batch_decode(rollout.response_ids, skip_special_tokens=False)
-    return [p.text + r for p, r in zip(src, responses)], [p.text for p in src], [p.label for p in src]
 
 
 @dataclass

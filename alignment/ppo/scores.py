@@ -1,14 +1,28 @@
-"""From a reward source's rewards to the scores the advantages see: running normalisation (--normalize_reward
+"""What a reward source is given (the rendered prompt and the response as generated), and from its rewards to
+the scores the advantages see: running normalisation (--normalize_reward
 without a trained RM, whose own statistics normalise it), the clip (--reward_clip_range), DAPO's overlong penalty
 (--overlong_buffer_len) and ProRL's stop-properly penalty (--stop_properly_penalty_coef), each logged."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from alignment.config.ppo import PPOConfig
+from alignment.datasets.prompts import PromptSample
 from alignment.losses.reward_norm import RunningMoments
 from alignment.losses.reward_shaping import overlong_penalty, stop_properly
+from alignment.rollout.types import Rollout
+
+
+def reward_inputs(tokenizer: Any, rollout: Rollout, prompts: list[PromptSample]) -> tuple[list, list, list]:
+    """(queries, prompts, labels) for a reward source. The query is the prompt text as rendered +
+    the response as generated (eos kept), never a re-decode of the prompt ids, so reward
+    functions can split the two exactly."""
+    src = [prompts[i] for i in rollout.prompt_index]
+    responses = tokenizer.batch_decode(rollout.response_ids, skip_special_tokens=False)
+    return [p.text + r for p, r in zip(src, responses)], [p.text for p in src], [p.label for p in src]
 
 
 def shape_scores(
