@@ -6,8 +6,8 @@ lost container never runs: the head, its job and the job's ranks then train on a
 nobody watching (27 of 29 processes did, in an outside probe). So next to the head the flow starts this
 watchdog in a session of its own (a kill of the flow's process group leaves it): every second it
 notes the flow process's descendants (the ephemeral Prefect API server, `ray job` clients), every five the
-head's processes, and checks that the flow is alive; when it is gone, it signals all it knows at once, adds
-what started since, stops them, removes the head's temp dir and exits. The flow's own `finally` stops the
+head's processes, and checks that the flow is alive; when it is gone, it kills all it knows at once (SIGKILL),
+then what started since, removes the head's temp dir and exits. The flow's own `finally` stops the
 watchdog first.
 
     python -m alignflow.tasks.head_watchdog PARENT_PID TEMP_DIR GCS_PORT
@@ -51,6 +51,13 @@ def terminate(procs: list[psutil.Process]) -> None:
         if p.pid != os.getpid():
             with contextlib.suppress(psutil.NoSuchProcess):
                 p.terminate()
+
+
+def kill(procs: list[psutil.Process]) -> None:
+    for p in procs:
+        if p.pid != os.getpid():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.kill()
 
 
 def stop(procs: list[psutil.Process], grace_s: float = 3.0) -> int:
@@ -103,15 +110,18 @@ def watch(parent: psutil.Process, temp_dir: Path, gcs_port: int) -> int:
             break
         time.sleep(POLL_S)
     # psutil.Process remembers each one's start time: a pid reused since is not is_running(), never signalled.
-    # What was known is signalled at once; the scan after it adds what started since (a worker, a job's rank).
-    # One round for all (SIGTERM, then SIGKILL what is left): under a loaded CI machine, two rounds, or a scan
-    # before the first signal, took over 10 s
+    # SIGKILL, not SIGTERM and a grace period: the flow that owned the stage is gone, so nothing is left to shut
+    # down cleanly (a checkpoint is committed whole or not at all), and a kill needs no CPU of its victims. On a
+    # loaded 2-core CI machine, a graceful round (the head's daemons and ranks each shutting down, under CPU
+    # contention) kept the gcs_server and a rank alive past 10 s. What was known dies at once; the scan after it
+    # adds what started since (a worker, a job's rank).
     known = [p for p in seen.values() if p.is_running()]
-    terminate(known)
+    kill(known)
     late = [p for p in head_processes(temp_dir, gcs_port) if p.pid not in seen]
-    stopped = stop([*known, *late], grace_s=2.0)
+    kill(late)
+    psutil.wait_procs([*known, *late], timeout=5.0)
     shutil.rmtree(temp_dir, ignore_errors=True)
-    return stopped
+    return len(known) + len(late)
 
 
 def main(argv: list[str]) -> int:
