@@ -59,11 +59,17 @@ STAGE_PANELS: dict[str, tuple[PanelSpec, ...]] = {
         ),
         # shown where they apply: agent episodes, --dynamic_filtering, --enable_vllm_is_correction, evaluation
         PanelSpec("agent turns", ("train/agent/turns",), "model turns per episode"),
-        PanelSpec("dynamic filtering", ("train/dynamic_filtering/dropped_fraction",), "groups dropped"),
+        PanelSpec(
+            "dynamic filtering",
+            ("train/dynamic_filtering/dropped_fraction", "train/dynamic_filtering/gradient_token_share"),
+            "groups dropped / tokens to a gradient",
+        ),
         PanelSpec("IS correction", ("train/is_weight",), "mean truncated weight"),
         # --eval_dataset: the held-out answers every --eval_steps (alignment/ppo/evaluation.py)
         PanelSpec("held-out evaluation", ("eval/pass*",), "reward (pass1: mean, pass<n>: best of n)"),
         PanelSpec("partial rollouts", ("train/partial/across_updates_fraction",), "responses across an update"),
+        # --async_train: how many updates behind the trained policy its samples are (alignment/ppo/staleness.py)
+        PanelSpec("staleness", ("train/staleness/mean", "train/staleness/max"), "updates behind, per sample"),
     ),
 }
 

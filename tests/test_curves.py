@@ -99,14 +99,17 @@ def test_ppo_agent_dapo_and_is_runs_add_their_panels(tmp_path):
     rows = read_metrics(write_metrics(tmp_path, "ppo"))
     extra = {"train/agent/turns": 1.5, "train/dynamic_filtering/dropped_fraction": 0.25, "train/is_weight": 0.98}
     extra |= {"eval/pass1": 0.5, "eval/pass4": 0.75}  # --eval_dataset with --eval_n_samples_per_prompt 4
+    extra |= {"train/dynamic_filtering/gradient_token_share": 0.3, "train/staleness/mean": 0.5}  # and --async_train
     panels = curves.stage_panels("ppo", [{**r, **extra} for r in rows])
-    assert [p.title for p in panels][-4:] == [
+    assert [p.title for p in panels][-5:] == [
         "agent turns",
         "dynamic filtering",
         "IS correction",
         "held-out evaluation",
+        "staleness",
     ]
-    assert sorted(panels[-1].series) == ["eval/pass1", "eval/pass4"]
+    assert sorted(panels[-2].series) == ["eval/pass1", "eval/pass4"]
+    assert len(panels[-4].series) == 2 and list(panels[-1].series) == ["train/staleness/mean"]
     assert not {"agent turns", "dynamic filtering", "IS correction"} & {
         p.title for p in curves.stage_panels("ppo", rows)
     }
