@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -41,6 +43,23 @@ def weed_binary() -> str | None:
     return str(local) if local.exists() else shutil.which("weed")
 
 
+def stable_port() -> int:
+    """A free loopback port below the kernel's ephemeral range (ip_local_port_range, 32768 and up here), and
+    above Ray's worker ports (10002-19999): a restart reuses its ports, and a port the OS hands out for
+    bind(0) or an outgoing connection could be taken meanwhile (a filer gRPC port was, once, in CI)."""
+    high = min(int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0]), 32768)
+    rng = random.Random()
+    for _ in range(200 if high > 21000 else 0):
+        port = rng.randrange(20000, high)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    return free_port()  # a machine with a lowered ephemeral range: the old way
+
+
 class SeaweedS3:
     """One `weed server` with master, volume server, filer and S3 gateway, data under `root`.
 
@@ -52,7 +71,7 @@ class SeaweedS3:
         self.data = self.root / "data"
         self.log_path = self.root / "weed.log"
         self.bucket = bucket
-        self.ports = {name: free_port() for name in _PORTS}
+        self.ports = {name: stable_port() for name in _PORTS}
         self.endpoint = f"http://127.0.0.1:{self.ports['s3.port']}"
         self.proc: subprocess.Popen | None = None
         self.starts = 0
