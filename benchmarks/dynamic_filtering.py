@@ -75,8 +75,10 @@ def main() -> None:
     results["summary"] = {
         "sync_final_reward": target,
         "iterations_to_reach": {k: reached(results[k]["reward"], target) for k in runs},
-        **{key: {k: v[key] for k, v in results.items()} for key in ("prompts_generated", "gradient_token_share")},
-        **{key: {k: v[key] for k, v in results.items()} for key in ("heldout", "wall_s")},
+        **{
+            key: {k: v[key] for k, v in results.items()}
+            for key in ("prompts_generated", "gradient_token_share", "heldout", "wall_s")
+        },
     }
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / "dynamic_filtering.json").write_text(json.dumps(results, indent=1))

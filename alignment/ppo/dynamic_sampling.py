@@ -136,7 +136,8 @@ def filtered(
         lengths = [len(r) for r in rollout.response_ids]
         tokens[0] += sum(sum(lengths[k * n : (k + 1) * n]) for k in used)
         tokens[1] += sum(lengths)
-        outcomes += [(ppo.position(p), k in keep) for k, p in enumerate(prompts)]
+        if ppo.history is not None:
+            outcomes += [(ppo.position(p), k in keep) for k, p in enumerate(prompts)]
         kept.add(prompts, rollout, scored, used, n)
         dropped.add(prompts, rollout, scored, [k for k in range(len(prompts)) if k not in keep], n)
         if len(kept.prompts) >= need or round_ == MAX_ROUNDS:
