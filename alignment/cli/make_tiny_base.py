@@ -1,5 +1,6 @@
-"""python -m alignment.cli.make_tiny_base --save_path DIR_OR_URI [--seed 0]: a random-init tiny Llama
-(committed with a MANIFEST) to start SFT from. `--out` is accepted as an alias of --save_path."""
+"""python -m alignment.cli.make_tiny_base --save_path DIR_OR_URI [--seed 0] [--arch llama|mixtral|llava]: a
+random-init tiny Llama (committed with a MANIFEST) to start SFT from; `--arch llava` the tiny visual world's
+LLaVA with its processor. `--out` is accepted as an alias of --save_path."""
 
 from __future__ import annotations
 

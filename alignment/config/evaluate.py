@@ -14,6 +14,7 @@ from alignment.config.preference import PairDataConfig
 from alignment.config.rewards import RewardSourceConfig
 from alignment.config.runs import RanksConfig
 from alignment.config.stages import StageConfig
+from alignment.config.vision import VisionDataConfig
 
 # eval_task -> the metrics it commits
 EVAL_METRICS = {
@@ -34,7 +35,14 @@ HIGHER_IS_BETTER = {
 
 @dataclass
 class EvaluateConfig(
-    CsftPromptConfig, RewardSourceConfig, PairDataConfig, RanksConfig, DataConfig, ModelConfig, StageConfig
+    VisionDataConfig,
+    CsftPromptConfig,
+    RewardSourceConfig,
+    PairDataConfig,
+    RanksConfig,
+    DataConfig,
+    ModelConfig,
+    StageConfig,
 ):
     own_group: ClassVar[str] = "eval"
 
@@ -70,6 +78,11 @@ class EvaluateConfig(
         return EVAL_METRICS[self.eval_task]
 
     def check_evaluate(self) -> None:
+        require(
+            not self.with_images or self.eval_task == "generate",
+            f"--max_images_per_prompt {self.max_images_per_prompt} with --eval_task {self.eval_task}: images are "
+            f"built for --eval_task generate; drop the image flags",
+        )
         require(
             bool(self.pretrain), "--pretrain is required: the model to evaluate (a directory, store URI or hub name)"
         )

@@ -13,6 +13,7 @@ from alignment.config.groups import DataConfig, LoraConfig, LoraSaveConfig, Mode
 from alignment.config.inside_models import check_outputs_outside_models
 from alignment.config.paths import Outputs, check_output_paths
 from alignment.config.runs import LoggingConfig, MoEConfig, RanksConfig, TrainConfig
+from alignment.config.vision import TrainedVisionConfig
 
 # Where stages write; their URI schemes are checked with the flags, before anything runs.
 OUTPUT_FIELDS = ("save_path", "ckpt_path", "output_path")
@@ -62,6 +63,7 @@ class StageConfig:
 
 @dataclass
 class SFTConfig(
+    TrainedVisionConfig,
     RanksConfig,
     LoggingConfig,
     CheckpointConfig,
@@ -110,6 +112,11 @@ class PRMConfig(SFTConfig):
     )
 
     def check_prm(self) -> None:
+        require(
+            not self.with_images,
+            f"--max_images_per_prompt {self.max_images_per_prompt}: the process reward model reads text only; "
+            f"drop the image flags",
+        )
         require(
             bool(self.placeholder_token),
             "--placeholder_token is required: the token that ends each step in --input_key (e.g. ки)",

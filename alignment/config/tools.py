@@ -24,8 +24,9 @@ class TinyBaseConfig(StageConfig):
     seed: int = opt(0, "Seed of the random initialisation", group="train")
     arch: str = opt(
         "llama",
-        "llama (the tiny world's model) or mixtral (a tiny sparse MoE, for --aux_loss_coef)",
-        choices=("llama", "mixtral"),
+        "llama (the tiny world's model), mixtral (a tiny sparse MoE, for --aux_loss_coef) or llava "
+        "(the tiny visual world's model: the tiny Llama behind a CLIP vision tower, data/tiny_vision)",
+        choices=("llama", "mixtral", "llava"),
     )
 
 

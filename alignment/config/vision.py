@@ -9,31 +9,56 @@ from alignment.config.rollout import only_with
 
 
 @dataclass
-class VisionConfig:
-    """OpenRLHF v0.11's vision-language RLHF flags. Images in prompts need a vision-language actor and its
-    processor; that path is not built yet, so a run that would use images is refused in one line (never run
-    text-only while images are dropped). With --max_images_per_prompt 0 (text only) the flags change nothing."""
+class VisionDataConfig:
+    """OpenRLHF v0.11's image flags (its PPO's; alignflow's SFT, DPO and evaluate take them too, to train and
+    measure the model RL starts from). A row's images go through the model's processor
+    (alignment.datasets.images) into a vision-language model; with --max_images_per_prompt 0 (text only) the
+    flags change nothing."""
 
     image_key: str = opt("images", "Dataset key of a prompt's images (paths or URLs)", dotted="data.image_key")
     max_images_per_prompt: int = opt(
         0, "Most images per prompt (0: text-only prompts)", dotted="data.max_images_per_prompt"
     )
+
+    @property
+    def with_images(self) -> bool:
+        return self.max_images_per_prompt > 0
+
+    def frozen_visual_encoder(self) -> bool:
+        """--freeze_visual_encoder, for a stage that has it (the stage's own group names it)."""
+        return bool(getattr(self, "freeze_visual_encoder", False))
+
+    def check_vision(self) -> None:
+        require(self.max_images_per_prompt >= 0, f"--max_images_per_prompt {self.max_images_per_prompt}: must be >= 0")
+        if not self.with_images:
+            require(
+                not self.frozen_visual_encoder(),
+                "--freeze_visual_encoder freezes a vision-language model's image encoder, which is used only with "
+                "--max_images_per_prompt >= 1: add that or drop the flag",
+            )
+            return only_with(self, "max_images_per_prompt", "image_key")
+        # as OpenRLHF: a packed row holds several samples, and the images would have to follow their samples into
+        # it; vision-language models also place their own positions (Qwen's M-RoPE)
+        require(
+            not getattr(self, "packing_samples", False),
+            "--packing_samples with images (--max_images_per_prompt > 0): packing is not built for vision-language "
+            "models; drop --packing_samples",
+        )
+
+
+@dataclass
+class VisionConfig(VisionDataConfig):
+    """PPO's: OpenRLHF v0.11's --actor.freeze_visual_encoder besides the image flags."""
+
     freeze_visual_encoder: bool = opt(
         False, "Train only the language model of a vision-language actor", dotted="actor.freeze_visual_encoder"
     )
 
-    def check_vision(self) -> None:
-        require(self.max_images_per_prompt >= 0, f"--max_images_per_prompt {self.max_images_per_prompt}: must be >= 0")
-        if self.max_images_per_prompt == 0:
-            require(
-                not self.freeze_visual_encoder,
-                "--freeze_visual_encoder freezes a vision-language actor's image encoder, which is used only with "
-                "--max_images_per_prompt >= 1: add that or drop the flag",
-            )
-            return only_with(self, "max_images_per_prompt", "image_key")
-        require(
-            False,
-            f"--max_images_per_prompt {self.max_images_per_prompt}: vision-language RLHF (images in prompts, "
-            f"a vision-language actor) is not built in alignflow yet; use --max_images_per_prompt 0 with a "
-            f"text-only model",
-        )
+
+@dataclass
+class TrainedVisionConfig(VisionDataConfig):
+    """SFT's and DPO's: the image flags, and freezing the image encoder of the model they train."""
+
+    freeze_visual_encoder: bool = opt(
+        False, "Train only the language model of a vision-language model", dotted="model.freeze_visual_encoder"
+    )

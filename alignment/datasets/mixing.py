@@ -50,11 +50,19 @@ def weights(probs: str | None, n: int) -> list[float]:
     return [float(p) for p in probs.split(",")] if probs else [1.0] * n
 
 
-def blend_rows(specs: str, probs: str | None, split: str, max_samples: int, seed: int, flag: str = "--dataset") -> Rows:
+def blend_rows(
+    specs: str,
+    probs: str | None,
+    split: str,
+    max_samples: int,
+    seed: int,
+    flag: str = "--dataset",
+    image_key: str | None = None,
+) -> Rows:
     """Every comma-separated dataset is read (so a bad one is reported even at probability 0),
-    then interleaved. One dataset: its first `max_samples` rows, in file order."""
+    then interleaved. One dataset: its first `max_samples` rows, in file order. `image_key`: see read_rows."""
     names = [s for s in specs.split(",") if s.strip()]
-    parts = [[to_line(r) for r in read_rows(s, split, flag)] for s in names]
+    parts = [[to_line(r) for r in read_rows(s, split, flag, image_key)] for s in names]
     if len(parts) == 1:
         return Rows(parts[0][:max_samples])
     import datasets
@@ -74,7 +82,13 @@ def blend_rows(specs: str, probs: str | None, split: str, max_samples: int, seed
 
 
 def blend(
-    specs: str, probs: str | None, split: str, max_samples: int, seed: int, flag: str = "--dataset"
+    specs: str,
+    probs: str | None,
+    split: str,
+    max_samples: int,
+    seed: int,
+    flag: str = "--dataset",
+    image_key: str | None = None,
 ) -> list[dict[str, Any]]:
     """`blend_rows` as dicts: for callers that read rows without tokenizing them through the cache."""
-    return blend_rows(specs, probs, split, max_samples, seed, flag).dicts()
+    return blend_rows(specs, probs, split, max_samples, seed, flag, image_key).dicts()

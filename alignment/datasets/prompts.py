@@ -11,10 +11,12 @@ from typing import Any
 
 from alignment.config.distill import OPDConfig
 from alignment.config.rollout import RolloutConfig
+from alignment.config.vision import VisionDataConfig
 from alignment.datasets.formatting import get_field, get_text, prompt_text, require_chat_template
+from alignment.datasets.images import PromptImages, RowImages, image_refs, processor_of, read_bytes, with_image_items
 from alignment.datasets.mixing import blend_rows
 from alignment.datasets.sources import DataError
-from alignment.datasets.tokenized import tokenize
+from alignment.datasets.tokenized import image_key, tokenize
 
 log = logging.getLogger(__name__)
 
@@ -22,8 +24,14 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class PromptSample:
     text: str  # as the policy sees it (chat template / input template applied)
-    ids: list[int]
+    ids: list[int]  # a vision-language prompt's image placeholders expanded to its images' tokens
     label: Any  # passed to reward_func / reward servers as `labels` (None without --label_key)
+    images: tuple[str, ...] = ()  # references of its images (--image_key), in placeholder order
+    placeholder_ids: tuple[int, ...] = ()  # with images: its ids before the processor expands them (vLLM's input)
+
+    def engine_images(self) -> PromptImages:
+        """Its images as an engine takes them (rollout.types.PromptImages)."""
+        return PromptImages(tuple(read_bytes(r) for r in self.images), self.placeholder_ids)
 
 
 class PromptTokenizer:
@@ -43,35 +51,67 @@ class PromptTokenizer:
         self.tok, self.cfg, self.source = tokenizer, cfg, source
         if cfg.data.apply_chat_template:
             require_chat_template(tokenizer, "--pretrain")
+        # images: the rows' --image_key, through the vision-language model's processor (models.vision)
+        self.processor = processor_of(tokenizer) if isinstance(cfg, VisionDataConfig) and cfg.with_images else None
 
     def settings(self) -> dict[str, Any]:
-        return {name: attrgetter(name)(self.cfg) for name in self.SETTINGS}
+        values = {name: attrgetter(name)(self.cfg) for name in self.SETTINGS}
+        if self.processor:  # how images become tokens: part of the cache key
+            values["images"] = [self.cfg.data.image_key, self.processor.image_processor.to_json_string()]
+        return values
 
     def features(self) -> Any:
         from datasets import Features, List, Value
 
         # the label is any JSON value (a number, a string, a list of tests): one JSON text column
         return Features(
-            {"text": Value("string"), "ids": List(Value("int32")), "label": Value("string"), "keep": Value("bool")}
+            {
+                "text": Value("string"),
+                "ids": List(Value("int32")),
+                "label": Value("string"),
+                "images": List(Value("string")),
+                "placeholder_ids": List(Value("int32")),
+                "keep": Value("bool"),
+            }
         )
 
     def columns(self, row: dict, index: int) -> dict[str, Any]:
         cfg = self.cfg
-        text = prompt_text(
-            self.tok,
-            get_text(row, cfg.data.input_key, "--input_key", index, self.source),
-            cfg.data.apply_chat_template,
-            cfg.data.input_template,
-        )
+        value = get_text(row, cfg.data.input_key, "--input_key", index, self.source)
+        if self.processor and cfg.data.apply_chat_template:
+            value = with_image_items(value)  # OpenRLHF's <image> tags, as the model's template places images
+        text = prompt_text(self.tok, value, cfg.data.apply_chat_template, cfg.data.input_template)
         label = get_field(row, cfg.data.label_key, "--label_key", index, self.source) if cfg.data.label_key else None
-        ids = self.tok(text, add_special_tokens=False)["input_ids"]
+        refs: list[str] = []
+        if self.processor:
+            where = f"{self.source} row {index}"
+            refs = image_refs(row, cfg.data.image_key, cfg.data.max_images_per_prompt, index, self.source)
+            images = RowImages(self.processor, refs, where)
+            ids = images.ids(self.tok, text)
+            images.check_all_used()
+        text_ids = self.tok(text, add_special_tokens=False)["input_ids"]
+        ids = ids if self.processor else text_ids
         keep = len(ids) <= cfg.data.prompt_max_len
-        return {"text": text if keep else "", "ids": ids if keep else [], "label": json.dumps(label), "keep": keep}
+        return {
+            "text": text if keep else "",
+            "ids": ids if keep else [],
+            "label": json.dumps(label),
+            "images": refs if keep else [],
+            "placeholder_ids": text_ids if keep and refs else [],
+            "keep": keep,
+        }
 
     def finish(self, columns: dict[str, list], n_rows: int) -> list[PromptSample]:
         out = [
-            PromptSample(text, ids, json.loads(label))
-            for text, ids, label, keep in zip(columns["text"], columns["ids"], columns["label"], columns["keep"])
+            PromptSample(text, ids, json.loads(label), tuple(images), tuple(placeholder))
+            for text, ids, label, images, placeholder, keep in zip(
+                columns["text"],
+                columns["ids"],
+                columns["label"],
+                columns["images"],
+                columns["placeholder_ids"],
+                columns["keep"],
+            )
             if keep
         ]
         dropped = n_rows - len(out)
@@ -101,5 +141,6 @@ def load_prompts(cfg: RolloutConfig, tokenizer: Any, spec: str, split: str) -> l
         cfg.data.max_samples,
         cfg.train.seed,
         "--prompt_data" if main else "--eval_dataset",
+        image_key(cfg),
     )
     return tokenize(rows, t, cfg.data.dataset_num_proc)

@@ -7,13 +7,14 @@ exactly those the model sees at generation time and the loss mask is exact.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
 
 import torch
 
 from alignment.config.groups import DataConfig
+from alignment.config.vision import VisionDataConfig
 from alignment.datasets.formatting import (
     as_messages,
     chat,
@@ -24,6 +25,14 @@ from alignment.datasets.formatting import (
     prompt_and_response,
     prompt_text,
     require_chat_template,
+)
+from alignment.datasets.images import (
+    RowImages,
+    image_refs,
+    loaded_inputs,
+    merge_image_inputs,
+    processor_of,
+    with_image_items,
 )
 from alignment.datasets.packing import block_causal_mask, first_fit_rows
 from alignment.datasets.sources import DataError
@@ -36,6 +45,7 @@ log = logging.getLogger(__name__)
 class TokenizedSample:
     input_ids: list[int]  # [L]
     loss_mask: list[int]  # [L], 1 where the token is a training target
+    images: list[str] = field(default_factory=list)  # its images' references, in placeholder order
 
 
 @dataclass
@@ -50,6 +60,8 @@ class Batch:
     # shared-prompt rows (datasets/shared_prompt.py): [K, 3] (row, column, parent) of each token that is
     # predicted by the logits at `parent`, not at column - 1; None: every token follows its left neighbour
     branches: torch.Tensor | None = None
+    # a vision-language model's image tensors for the batch's images, in row order (models.vision.image_inputs)
+    images: dict[str, torch.Tensor] = field(default_factory=dict)
 
     @property
     def packed(self) -> bool:
@@ -66,6 +78,7 @@ class Batch:
             self.lengths,
             move(self.segment_map),
             move(self.branches),
+            {k: v.to(device) for k, v in self.images.items()},
         )
 
     def segments(self) -> torch.Tensor | None:
@@ -99,6 +112,8 @@ class SFTTokenizer:
     def __init__(self, tokenizer: Any, cfg: DataConfig, source: str = "dataset"):
         self.tok, self.cfg, self.source = tokenizer, cfg, source
         self.stats = TokenizeStats()  # of the last `finish`
+        # images: the rows' --image_key, through the vision-language model's processor (models.vision)
+        self.processor = processor_of(tokenizer) if isinstance(cfg, VisionDataConfig) and cfg.with_images else None
         if cfg.data.apply_chat_template:
             require_chat_template(tokenizer, cfg.model.model_name_or_path)
         if not cfg.model.pretrain_mode_enable and not cfg.data.multiturn and not cfg.data.output_key:
@@ -118,7 +133,7 @@ class SFTTokenizer:
                     f"--multiturn needs a conversation: a list of {{role, content}} messages with "
                     f"assistant turns; point --input_key at one, or drop --multiturn and set --output_key"
                 )
-            msgs = as_messages(value, "user")
+            msgs = as_messages(with_image_items(value) if self.processor else value, "user")
             pieces, done = [], ""
             for i, m in enumerate(msgs):
                 through = chat(self.tok, msgs[: i + 1], add_generation_prompt=False)
@@ -134,6 +149,8 @@ class SFTTokenizer:
         response = (
             get_text(row, cfg.data.output_key, "--output_key", index, self.source) if cfg.data.output_key else None
         )
+        if self.processor and cfg.data.apply_chat_template:
+            value = with_image_items(value)  # OpenRLHF's <image> tags, as the model's template places images
         if response is None:
             return [(prompt_text(self.tok, value, cfg.data.apply_chat_template, cfg.data.input_template), True)]
         prompt, text = prompt_and_response(
@@ -153,7 +170,10 @@ class SFTTokenizer:
     )
 
     def settings(self) -> dict[str, Any]:
-        return {name: attrgetter(name)(self.cfg) for name in self.SETTINGS}
+        values = {name: attrgetter(name)(self.cfg) for name in self.SETTINGS}
+        if self.processor:  # how images become tokens: part of the cache key
+            values["images"] = [self.cfg.data.image_key, self.processor.image_processor.to_json_string()]
+        return values
 
     def features(self) -> Any:
         from datasets import Features, List, Value
@@ -162,6 +182,7 @@ class SFTTokenizer:
             {
                 "input_ids": List(Value("int32")),
                 "loss_mask": List(Value("int8")),
+                "images": List(Value("string")),
                 "truncated": Value("bool"),
                 "untaught": Value("bool"),
                 "blank": Value("bool"),
@@ -184,10 +205,14 @@ class SFTTokenizer:
     def columns(self, row: dict, index: int) -> dict[str, Any]:
         """One row: its ids and loss mask (empty when dropped) and what happened to it."""
         ids, mask = [], []
+        refs = self._image_refs(row, index)
+        images = RowImages(self.processor, refs, f"{self.source} row {index}") if self.processor else None
         for text, target in self.pieces(row, index):
-            piece = self._ids(text)
+            piece = images.ids(self.tok, text) if images else self._ids(text)
             ids += piece
             mask += [int(target)] * len(piece)
+        if images:
+            images.check_all_used()
         if mask:
             mask[0] = 0  # the first token of a sample has no prediction inside that sample
         untaught = sum(mask) == 0  # nothing to learn even before truncation (e.g. no assistant turn)
@@ -195,9 +220,15 @@ class SFTTokenizer:
         if truncated:
             ids, mask = ids[: self.cfg.data.max_len], mask[: self.cfg.data.max_len]
         keep = sum(mask) > 0
+        if truncated and refs:  # a cut image would leave its tokens without their pixels
+            raise DataError(
+                f"{self.source} row {index}: {len(ids)} tokens with its images, over --max_len "
+                f"{self.cfg.data.max_len}; a sample with images is never cut: raise --max_len"
+            )
         return {
             "input_ids": ids if keep else [],
             "loss_mask": mask if keep else [],
+            "images": refs if keep else [],
             "truncated": truncated,
             "untaught": untaught,
             "blank": self._blank(row, index),
@@ -207,8 +238,10 @@ class SFTTokenizer:
     def finish(self, columns: dict[str, list], n_rows: int) -> list[TokenizedSample]:
         """The kept samples, in row order; `self.stats` counts the rest (logged, as is an empty result)."""
         out = [
-            TokenizedSample(ids, mask)
-            for ids, mask, keep in zip(columns["input_ids"], columns["loss_mask"], columns["keep"])
+            TokenizedSample(ids, mask, images)
+            for ids, mask, images, keep in zip(
+                columns["input_ids"], columns["loss_mask"], columns["images"], columns["keep"]
+            )
             if keep
         ]
         self.stats = stats = TokenizeStats(
@@ -242,12 +275,17 @@ class SFTTokenizer:
             )
         return out
 
+    def _image_refs(self, row: dict, index: int) -> list[str]:
+        if not self.processor:
+            return []
+        return image_refs(row, self.cfg.data.image_key, self.cfg.data.max_images_per_prompt, index, self.source)
+
     def __call__(self, rows: list[dict]) -> tuple[list[TokenizedSample], TokenizeStats]:
         """In this process, without the cache (alignment.datasets.tokenized.tokenize is the cached path)."""
         return self.finish(columns_of(self, rows), len(rows)), self.stats
 
 
-def collate_padded(samples: list[TokenizedSample], pad_id: int) -> Batch:
+def collate_padded(samples: list[TokenizedSample], pad_id: int, processor: Any = None) -> Batch:
     t = max(len(s.input_ids) for s in samples)
     ids = torch.full((len(samples), t), pad_id, dtype=torch.long)
     loss = torch.zeros((len(samples), t), dtype=torch.long)
@@ -257,7 +295,12 @@ def collate_padded(samples: list[TokenizedSample], pad_id: int) -> Batch:
         ids[i, :n] = torch.tensor(s.input_ids)
         loss[i, :n] = torch.tensor(s.loss_mask)
         attn[i, :n] = 1
-    return Batch(ids, loss, attn, None, len(samples), [len(s.input_ids) for s in samples])
+    batch = Batch(ids, loss, attn, None, len(samples), [len(s.input_ids) for s in samples])
+    if any(s.images for s in samples):  # loaded again here: the cache keeps references, not pixels
+        batch.images = merge_image_inputs(
+            [loaded_inputs(processor, s.images, f"sample {i}") for i, s in enumerate(samples)]
+        )
+    return batch
 
 
 def collate_packed(

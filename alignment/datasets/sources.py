@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import fsspec
 
 from alignment import storage
+from alignment.datasets.image_rows import with_images
 from alignment.errors import UserError
 
 JSON_SUFFIXES = (".jsonl", ".json")
@@ -238,15 +239,16 @@ def _apply_slice(rows: list[dict], part: slice) -> list[dict]:
     return rows[at(part.start) : at(part.stop)]
 
 
-def read_rows(spec: str, split: str = "train", flag: str = "--dataset") -> list[dict]:
+def read_rows(spec: str, split: str = "train", flag: str = "--dataset", image_key: str | None = None) -> list[dict]:
     """`flag`: the option `spec` came from, named in errors (--dataset, --eval_dataset, --prompt_data).
-    `split` may carry a slice (`train[:10%]`)."""
+    `split` may carry a slice (`train[:10%]`). `image_key`: the column of a vision-language dataset's images,
+    read as alignment.datasets.image_rows says (relative paths found beside the data file too)."""
     src = resolve(spec)
     name, part = split_slice(split)
     if src.kind == "file":
-        rows = read_file(src.location, flag)
+        rows = with_images(read_file(src.location, flag), image_key, _folder(src.location))
     elif src.kind == "dir" and _saved_to_disk(src.location):
-        rows = _read_saved(src.location, name)
+        rows = with_images(_read_saved(src.location, name), image_key, src.location)
     elif src.kind == "dir":
         files = _split_files(src.location, name, flag, src.suffixes)
         if not files:
@@ -254,10 +256,14 @@ def read_rows(spec: str, split: str = "train", flag: str = "--dataset") -> list[
                 f"dataset {spec!r} has no '{name}' split: expected {name}.jsonl "
                 f"(or {name}-*.jsonl, .parquet, .csv, .arrow) in {src.location}"
             )
-        rows = [r for f in files for r in read_file(f, flag)]
+        rows = [r for f in files for r in with_images(read_file(f, flag), image_key, _folder(f))]
     else:
-        return _nonempty(_read_hub(src.location, split, src.data_dir), spec, split)
+        return _nonempty(with_images(_read_hub(src.location, split, src.data_dir), image_key, None), spec, split)
     return _nonempty(_apply_slice(rows, part), spec, split)
+
+
+def _folder(uri: str) -> str:
+    return uri.rsplit("/", 1)[0] if "://" in uri else os.path.dirname(os.path.abspath(uri))
 
 
 def _nonempty(rows: list[dict], spec: str, split: str) -> list[dict]:

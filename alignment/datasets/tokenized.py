@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol
 
 from alignment.config.groups import DataConfig
+from alignment.config.vision import VisionDataConfig
 from alignment.datasets import formatting
 from alignment.datasets.mixing import Rows, blend_rows
 from alignment.datasets.sources import DataError
@@ -232,15 +233,26 @@ def tokenize(rows: Rows, t: RowTokenizer, num_proc: int = 0) -> Any:
     return samples
 
 
+def image_key(cfg: Any) -> str | None:
+    """The column of the rows' images, for a stage given images (--max_images_per_prompt > 0)."""
+    return cfg.data.image_key if isinstance(cfg, VisionDataConfig) and cfg.with_images else None
+
+
 def load_train_eval(cfg: DataConfig, make: Callable[[str], RowTokenizer]) -> tuple[Any, Any | None]:
     """Blend --dataset (and --eval_dataset when given) and tokenize each with `make(source)`: the
     samples every stage trains on. Both are read before either is tokenized, so a missing eval
     file fails first."""
+    key = image_key(cfg)
     train_rows = blend_rows(
-        cfg.data.dataset, cfg.data.dataset_probs, cfg.data.dataset_split, cfg.data.max_samples, cfg.train.seed
+        cfg.data.dataset,
+        cfg.data.dataset_probs,
+        cfg.data.dataset_split,
+        cfg.data.max_samples,
+        cfg.train.seed,
+        image_key=key,
     )
     eval_rows = (
-        blend_rows(cfg.eval.dataset, None, cfg.eval.split, cfg.data.max_samples, cfg.train.seed, "--eval_dataset")
+        blend_rows(cfg.eval.dataset, None, cfg.eval.split, cfg.data.max_samples, cfg.train.seed, "--eval_dataset", key)
         if cfg.eval.dataset
         else None
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -24,8 +24,10 @@ from alignment.datasets.formatting import (
     prompt_text,
     require_chat_template,
 )
+from alignment.datasets.images import PromptImages, RowImages, image_refs, processor_of, read_bytes, with_image_items
 from alignment.datasets.mixing import blend
 from alignment.datasets.sources import DataError
+from alignment.datasets.tokenized import image_key
 from alignment.inference.postprocess import csft_prefix
 from alignment.nonfinite import NonFiniteError
 from alignment.outputs import StagedOutput
@@ -45,6 +47,8 @@ class EvalRow:
     question: str = ""  # generate: the prompt as the dataset has it (what a report shows)
     chosen: str | None = None  # pairs: the two responses; perplexity: `chosen` is the response
     rejected: str | None = None
+    ids: list[int] | None = None  # generate with images: the prompt's ids, image tokens expanded by the processor
+    images: list[str] = field(default_factory=list)  # generate: the row's images (--image_key), in order
 
 
 @dataclass
@@ -57,14 +61,23 @@ class RowValue:
 def load_eval_rows(cfg: EvaluateConfig, tokenizer: Any) -> list[EvalRow]:
     if cfg.data.apply_chat_template:
         require_chat_template(tokenizer, "--pretrain")
-    rows = blend(cfg.data.dataset, cfg.data.dataset_probs, cfg.data.dataset_split, cfg.data.max_samples, 0)
+    rows = blend(
+        cfg.data.dataset,
+        cfg.data.dataset_probs,
+        cfg.data.dataset_split,
+        cfg.data.max_samples,
+        0,
+        image_key=image_key(cfg),
+    )
+    processor = processor_of(tokenizer) if cfg.with_images else None
     out, dropped = [], 0
     for i, row in enumerate(rows):
         if cfg.eval.eval_task == "generate":
             # a conditional-SFT model asked for a score (--enable_csft): the prefix before the rendered prompt
+            given = get_text(row, cfg.data.input_key, "--input_key", i, cfg.data.dataset)
             prompt = csft_prefix(cfg.generate) + prompt_text(
                 tokenizer,
-                get_text(row, cfg.data.input_key, "--input_key", i, cfg.data.dataset),
+                with_image_items(given) if processor and cfg.data.apply_chat_template else given,
                 cfg.data.apply_chat_template,
                 cfg.data.input_template,
             )
@@ -75,8 +88,14 @@ def load_eval_rows(cfg: EvaluateConfig, tokenizer: Any) -> list[EvalRow]:
                 i,
                 prompt,
                 label,
-                question=as_text(get_text(row, cfg.data.input_key, "--input_key", i, cfg.data.dataset)),
+                question=as_text(given),
             )
+            if processor:
+                where = f"{cfg.data.dataset} row {i}"
+                refs = image_refs(row, cfg.data.image_key, cfg.data.max_images_per_prompt, i, cfg.data.dataset)
+                shown = RowImages(processor, refs, where)
+                item.ids, item.images = shown.ids(tokenizer, prompt), refs
+                shown.check_all_used()
         else:
             key = cfg.data.prompt_key if cfg.eval.eval_task == "pairs" else cfg.data.input_key
             given = (
@@ -106,7 +125,7 @@ def load_eval_rows(cfg: EvaluateConfig, tokenizer: Any) -> list[EvalRow]:
                 else None
             )
             item = EvalRow(i, prompt, chosen=first, rejected=second)
-        if len(tokenizer(item.prompt, add_special_tokens=False)["input_ids"]) > cfg.data.prompt_max_len:
+        if len(item.ids or tokenizer(item.prompt, add_special_tokens=False)["input_ids"]) > cfg.data.prompt_max_len:
             dropped += 1
             continue
         out.append(item)
@@ -138,10 +157,16 @@ def generate_values(cfg: EvaluateConfig, setup: Any, rt: Any, rows: list[EvalRow
     tok = setup.tokenizer
     model = setup.causal_lm().to(rt.torch_device).eval()
     engine = HFEngine(
-        model, tok.eos_token_id, tok.pad_token_id, batch_size=cfg.generate.micro_batch_size, device=rt.torch_device
+        model,
+        tok.eos_token_id,
+        tok.pad_token_id,
+        batch_size=cfg.generate.micro_batch_size,
+        device=rt.torch_device,
+        processor=processor_of(tok),
     )
-    ids = [tok(r.prompt, add_special_tokens=False)["input_ids"] for r in rows]
-    rollout = engine.generate(ids, SamplingParams(cfg.generate.max_new_tokens, greedy=True))
+    ids = [r.ids or tok(r.prompt, add_special_tokens=False)["input_ids"] for r in rows]
+    shown = [PromptImages(tuple(map(read_bytes, r.images)), ()) for r in rows] if any(r.images for r in rows) else None
+    rollout = engine.generate(ids, SamplingParams(cfg.generate.max_new_tokens, greedy=True), shown)
     responses = tok.batch_decode(rollout.response_ids, skip_special_tokens=True)
     raw = tok.batch_decode(rollout.response_ids, skip_special_tokens=False)  # EOS kept, as a reward reads it
     picked = [rows[j] for j in rollout.prompt_index]

@@ -14,6 +14,8 @@ from alignment.config.engine_knobs import EngineKnobsConfig
 from alignment.config.groups import LoraConfig, ModelConfig
 from alignment.config.preference import RMConfig
 from alignment.config.rewards import RewardSourceConfig
+from alignment.config.vision import VisionDataConfig
+from alignment.datasets.images import processor_of
 from alignment.distributed.runtime import Runtime
 from alignment.models.loading import (
     ModelLoadError,
@@ -33,6 +35,7 @@ from alignment.models.precision import (
     precision_for,
 )
 from alignment.models.reward_model import load_reward_model
+from alignment.models.vision import VisionModelError, freeze_visual_encoder
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +77,12 @@ def prepare(cfg: ModelConfig, rt: Runtime) -> ModelSetup:
     tok = load_tokenizer(
         path, cfg.data.tokenizer_chat_template, use_fast=not cfg.data.disable_fast_tokenizer, trust_remote_code=trust
     )
+    if isinstance(cfg, VisionDataConfig) and cfg.with_images and processor_of(tok) is None:
+        raise VisionModelError(
+            f"--max_images_per_prompt {cfg.data.max_images_per_prompt}: --pretrain {cfg.model.model_name_or_path} "
+            f"is a text-only model (its config has no vision_config); pass a vision-language model, or "
+            f"--max_images_per_prompt 0 for text"
+        )
     if isinstance(cfg, LoraConfig) and cfg.ds.lora.rank > 0:
         head = (cfg.ds.value_head_prefix,) if isinstance(cfg, (RMConfig, RewardSourceConfig)) else ()
         check_targets(path, cfg.ds.lora.target_modules, extra=head, trust_remote_code=trust)
@@ -117,6 +126,8 @@ def seed_init(seed: int) -> None:
 def load_actor(setup: ModelSetup, cfg: TrainingConfig) -> torch.nn.Module:
     seed_init(cfg.train.seed)
     model = setup.causal_lm(cfg.ds.load_in_4bit)
+    if isinstance(cfg, VisionDataConfig) and cfg.frozen_visual_encoder():
+        log.info("--freeze_visual_encoder: %d tensors of the image encoder frozen", freeze_visual_encoder(model))
     if cfg.ds.use_liger_kernel:
         model = apply_liger(model)
     set_experts(model, setup.experts)

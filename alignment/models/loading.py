@@ -14,6 +14,7 @@ from alignment.errors import UserError
 from alignment.models.chat_template import check_chat_template
 from alignment.models.integrity import check_finite, check_model_dir, require_weights
 from alignment.models.lora import merge_adapter
+from alignment.models.vision import attach_processor, is_vision_model
 
 log = logging.getLogger(__name__)
 
@@ -197,6 +198,8 @@ def load_tokenizer(
     if chat_template:
         tok.chat_template = chat_template
     check_chat_template(tok, path, flag, given=bool(chat_template))  # a syntax error: one line, before the data
+    if is_vision_model(path, trust_remote_code):
+        tok = attach_processor(path, tok, flag, trust_remote_code)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token  # batching needs one; eos is the common choice
     return tok
@@ -219,9 +222,11 @@ def load_causal_lm(
     load_in_4bit: bool = False,
     trust_remote_code: bool = False,
 ) -> torch.nn.Module:
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
-    return from_pretrained(AutoModelForCausalLM, path, dtype, attn, flag, load_in_4bit, trust_remote_code)
+    # a vision-language model generates text too, but only its own class reads the images
+    auto = AutoModelForImageTextToText if is_vision_model(path, trust_remote_code) else AutoModelForCausalLM
+    return from_pretrained(auto, path, dtype, attn, flag, load_in_4bit, trust_remote_code)
 
 
 def from_pretrained(

@@ -87,6 +87,7 @@ def forward_with_aux(model: Any, batch: Any, top_k: int) -> tuple[torch.Tensor, 
             attention_mask=batch.attention_mask,
             position_ids=batch.position_ids,
             use_cache=False,
+            **batch.images,  # a vision-language model's image tensors (none for text)
         ).logits
     if not top_k:
         return logits, None

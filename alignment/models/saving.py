@@ -12,6 +12,7 @@ import torch.distributed as dist
 
 from alignment.config.groups import LoraSaveConfig
 from alignment.config.stages import StageConfig
+from alignment.datasets.images import processor_of
 from alignment.models.card import write_card
 from alignment.models.lora import is_lora, merged_state
 from alignment.models.reward_model import export_names
@@ -78,8 +79,7 @@ def save_hf_model(
     if is_lora(module) and lora is not None and not lora.merge:
         module.peft_config["default"].base_model_name_or_path = lora.base
         module.save_pretrained(out, state_dict=state, safe_serialization=True)
-        if tokenizer is not None:
-            tokenizer.save_pretrained(out)
+        save_preprocessing(tokenizer, out)
         return out
     if is_lora(module):
         module.save_pretrained(out / "adapter", state_dict=state, safe_serialization=True)
@@ -91,9 +91,15 @@ def save_hf_model(
         setattr(model.config, key, value)
     state = {k: v.contiguous() for k, v in (rename(state) if rename else state).items()}
     model.save_pretrained(out, state_dict=state, safe_serialization=True)
-    if tokenizer is not None:
-        tokenizer.save_pretrained(out)
+    save_preprocessing(tokenizer, out)
     return out
+
+
+def save_preprocessing(tokenizer: Any, out: Path) -> None:
+    """The tokenizer beside the weights; a vision-language model's whole processor (tokenizer, image
+    processor, chat template), so `AutoProcessor.from_pretrained(out)` loads it."""
+    if tokenizer is not None:
+        (processor_of(tokenizer) or tokenizer).save_pretrained(out)
 
 
 def save_hf_copy(

@@ -7,10 +7,12 @@ quantity (log-probs, values, KL, advantages) uses here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
+from alignment.datasets.images import loaded_inputs, merge_image_inputs
 from alignment.losses.moe import load_balancing_loss
 from alignment.losses.nll import token_entropy, token_logprobs
 from alignment.models.moe import routed
@@ -24,10 +26,16 @@ class SequenceBatch:
     attention_mask: torch.Tensor  # [B, L] long
     action_mask: torch.Tensor  # [B, L-1] float
     prompt_index: list[int]
+    # a vision-language actor's image tensors, one dict per row (datasets.images.image_inputs); empty for text
+    images: list[dict[str, torch.Tensor]] = field(default_factory=list)
 
     def to(self, device: str | torch.device) -> "SequenceBatch":
         return SequenceBatch(
-            self.sequences.to(device), self.attention_mask.to(device), self.action_mask.to(device), self.prompt_index
+            self.sequences.to(device),
+            self.attention_mask.to(device),
+            self.action_mask.to(device),
+            self.prompt_index,
+            [{k: v.to(device) for k, v in row.items()} for row in self.images],
         )
 
     def rows(self, start: int, end: int) -> "SequenceBatch":
@@ -36,12 +44,21 @@ class SequenceBatch:
             self.attention_mask[start:end],
             self.action_mask[start:end],
             self.prompt_index[start:end],
+            self.images[start:end],
         )
 
     def pick(self, idx: list[int]) -> "SequenceBatch":
         return SequenceBatch(
-            self.sequences[idx], self.attention_mask[idx], self.action_mask[idx], [self.prompt_index[i] for i in idx]
+            self.sequences[idx],
+            self.attention_mask[idx],
+            self.action_mask[idx],
+            [self.prompt_index[i] for i in idx],
+            [self.images[i] for i in idx] if self.images else [],
         )
+
+    def image_inputs(self) -> dict[str, torch.Tensor]:
+        """The rows' image tensors as the model's keyword arguments (pixel_values, ...); {} for text."""
+        return merge_image_inputs(self.images) if self.images else {}
 
     @property
     def width(self) -> int:
@@ -53,7 +70,11 @@ class SequenceBatch:
         from a batch padded to a longer one): causal attention makes the real tokens' outputs equal."""
         w = self.width
         return SequenceBatch(
-            self.sequences[:, :w], self.attention_mask[:, :w], self.action_mask[:, : w - 1], self.prompt_index
+            self.sequences[:, :w],
+            self.attention_mask[:, :w],
+            self.action_mask[:, : w - 1],
+            self.prompt_index,
+            self.images,
         )
 
     @property
@@ -68,7 +89,8 @@ class SequenceBatch:
         return torch.where(self.action_mask.ne(0).any(-1), first, self.attention_mask.sum(-1)).tolist()
 
 
-def rollout_to_batch(rollout: Rollout, pad_id: int) -> SequenceBatch:
+def rollout_to_batch(rollout: Rollout, pad_id: int, processor: Any = None) -> SequenceBatch:
+    """`processor`: a vision-language actor's, for the rollout's images (one tensor set per prompt's images)."""
     rows = [p + r for p, r in zip(rollout.prompt_ids, rollout.response_ids)]
     width = max(len(r) for r in rows)
     seq = torch.full((len(rows), width), pad_id, dtype=torch.long)
@@ -78,7 +100,17 @@ def rollout_to_batch(rollout: Rollout, pad_id: int) -> SequenceBatch:
         seq[i, : len(p) + len(r)] = torch.tensor(p + r)
         attn[i, : len(p) + len(r)] = 1
         action[i, len(p) - 1 : len(p) + len(r) - 1] = torch.tensor(rollout.response_mask(i), dtype=action.dtype)
-    return SequenceBatch(seq, attn, action, list(rollout.prompt_index))
+    return SequenceBatch(seq, attn, action, list(rollout.prompt_index), _row_images(rollout, processor))
+
+
+def _row_images(rollout: Rollout, processor: Any) -> list[dict[str, torch.Tensor]]:
+    if not any(rollout.images):
+        return []
+    done: dict[tuple[bytes, ...], dict[str, torch.Tensor]] = {}  # a prompt's n samples share its images
+    for shown in map(tuple, rollout.images):
+        if shown not in done:
+            done[shown] = loaded_inputs(processor, list(shown), "a rollout's image")
+    return [done[tuple(shown)] for shown in rollout.images]
 
 
 def behaviour_logprobs(rollout: Rollout, batch: SequenceBatch) -> torch.Tensor:
@@ -122,7 +154,9 @@ def actor_forward(
     mask = batch.action_mask
     with routed(model, moe_top_k) as router:
         if packing is None:
-            logits = model(input_ids=batch.sequences, attention_mask=batch.attention_mask).logits
+            logits = model(
+                input_ids=batch.sequences, attention_mask=batch.attention_mask, **batch.image_inputs()
+            ).logits
             real = batch.attention_mask
         else:
             rows = pack(batch.sequences, batch.attention_mask, packing, prompt_lengths=batch.prompt_lengths)

@@ -25,6 +25,7 @@ import torch
 
 from alignment.agents.runner import AgentRunner, AgentSettings
 from alignment.config.ppo import PPOConfig
+from alignment.datasets.images import PromptImages, processor_of
 from alignment.datasets.prompts import PromptSample
 from alignment.distributed.collectives import mean_across_ranks, sum_across_ranks
 from alignment.losses.kl import KLController
@@ -51,7 +52,9 @@ class ModelGroups(Protocol):
     world: int
     has_critic: bool
 
-    def generate(self, prompt_ids: list[list[int]], iteration: int) -> Pending[Rollout]: ...
+    def generate(
+        self, prompt_ids: list[list[int]], iteration: int, images: list[PromptImages] | None = None
+    ) -> Pending[Rollout]: ...
     def generate_turn(self, prompt_ids: list[list[int]], params: SamplingParams) -> Rollout: ...
     def scores(self, queries: list[str], prompts: list[str], labels: list) -> Scored: ...
     def actor_logprobs(self, batch: SequenceBatch) -> Pending[torch.Tensor]: ...
@@ -169,7 +172,8 @@ class PPOController:
         from the engines, or with --agent_func_path one multi-turn episode each, scored by its environment."""
         g, version = self.groups, self.synced
         if self.agent is None:
-            return Mapped(g.generate([p.ids for p in prompts], key), lambda r: stamped(Sampled(r), version))
+            shown = [p.engine_images() for p in prompts] if any(p.images for p in prompts) else None
+            return Mapped(g.generate([p.ids for p in prompts], key, shown), lambda r: stamped(Sampled(r), version))
         params = sampling_params(self.cfg, key, g.rank, g.world)
         run = lambda: stamped(self.episodes(prompts, params), version)  # noqa: E731
         return Later(run) if self.cfg.train.async_enable else Done(run())
@@ -207,7 +211,7 @@ class PPOController:
             prompts, rollout, scored = filtered(
                 self, iteration, prompts, sampled, dyn, cfg.rollout.batch_size // g.world
             )
-        batch = rollout_to_batch(rollout, self.tokenizer.pad_token_id)
+        batch = rollout_to_batch(rollout, self.tokenizer.pad_token_id, processor_of(self.tokenizer))
         # started together: on Ray the actor, reference and critic groups compute at the same time.
         # --async_train: the ratio's denominator is the policy that sampled, as the engine scored it;
         # --enable_vllm_is_correction (with or without --async_train, as OpenRLHF): the trainer's own log-probs,

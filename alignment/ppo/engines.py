@@ -79,6 +79,7 @@ class VLLMEngines:
             cfg.vllm.enable_sleep,
             cfg.train.partial_rollout_enable,
             tp,
+            cfg.data.max_images_per_prompt,
         )
 
     def ready(self) -> list:

@@ -19,6 +19,7 @@ import torch
 
 from alignment.config.base import public_dict
 from alignment.config.ppo import PPOConfig
+from alignment.datasets.images import PromptImages, processor_of
 from alignment.distributed.runtime import Runtime
 from alignment.models.reward_model import ValueCapture
 from alignment.models.saving import lora_save, save_hf_copy
@@ -65,13 +66,16 @@ class LocalGroups:
             tokenizer.pad_token_id,
             batch_size=max(self.micro, 1),
             device=rt.torch_device,
+            processor=processor_of(tokenizer),
         )
         self.capture = ValueCapture(critic.module, critic_scale) if critic is not None else None
         self.engines = {"actor": actor, **({"critic": critic} if critic is not None else {})}
         self.ema = EMA(actor.module, cfg.train.ema_beta) if cfg.train.enable_ema else None
 
-    def generate(self, prompt_ids: list[list[int]], iteration: int) -> Done[Rollout]:
-        return Done(self.gen.generate(prompt_ids, sampling_params(self.cfg, iteration, self.rank, self.world)))
+    def generate(
+        self, prompt_ids: list[list[int]], iteration: int, images: list[PromptImages] | None = None
+    ) -> Done[Rollout]:
+        return Done(self.gen.generate(prompt_ids, sampling_params(self.cfg, iteration, self.rank, self.world), images))
 
     def generate_turn(self, prompt_ids: list[list[int]], params: SamplingParams) -> Rollout:
         return self.gen.generate(

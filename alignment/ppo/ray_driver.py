@@ -21,6 +21,7 @@ import ray
 import torch
 
 from alignment.config.ppo import PPOConfig
+from alignment.datasets.images import PromptImages
 from alignment.datasets.prompts import load_prompts
 from alignment.distributed import cluster, placement
 from alignment.models.loading import load_tokenizer, resolve_model_path
@@ -91,12 +92,18 @@ class RayGroups:
     def _generators(self) -> list:
         return self.engines.actors if self.engines else self.groups["actor"].workers
 
-    def generate(self, prompt_ids: list[list[int]], iteration: int) -> Joined[Rollout]:
-        """On the vLLM engines when there are any, else on the actor ranks (HF engine); started, not awaited."""
+    def generate(
+        self, prompt_ids: list[list[int]], iteration: int, images: list[PromptImages] | None = None
+    ) -> Joined[Rollout]:
+        """On the vLLM engines when there are any, else on the actor ranks (HF engine); started, not awaited.
+        `images`: each prompt's (a vision-language actor's; HF engine only, a config check says)."""
         gens = self._generators()
         shards = split(len(prompt_ids), len(gens))
         params = [sampling_params(self.cfg, iteration, r, len(gens)) for r in range(len(gens))]
-        futures = [g.generate.remote(prompt_ids[s:e], p) for g, (s, e), p in zip(gens, shards, params)]
+        futures = [
+            g.generate.remote(prompt_ids[s:e], p, *([images[s:e]] if images else []))
+            for g, (s, e), p in zip(gens, shards, params)
+        ]
         return Joined(futures, _rollouts([s for s, _ in shards]))
 
     def generate_turn(self, prompt_ids: list[list[int]], params: SamplingParams) -> Rollout:

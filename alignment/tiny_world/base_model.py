@@ -1,5 +1,5 @@
-"""A seeded random-init tiny Llama (or, for MoE tests, a tiny Mixtral) plus the tiny tokenizer,
-saved as an HF model directory."""
+"""A seeded random-init tiny Llama (or, for MoE tests, a tiny Mixtral; or the tiny visual world's LLaVA)
+plus the tiny tokenizer, saved as an HF model directory."""
 
 from __future__ import annotations
 
@@ -27,17 +27,26 @@ def make_base(out: str | Path, seed: int = 0, config_overrides: dict | None = No
     return out
 
 
+def make_any_base(out: str | Path, seed: int = 0, arch: str = "llama") -> Path:
+    """make_base, or for arch "llava" the tiny visual world's LLaVA (alignment/tiny_world/vision_model.py)."""
+    if arch == "llava":
+        from alignment.tiny_world.vision_model import make_vision_base
+
+        return make_vision_base(out, seed)
+    return make_base(out, seed, arch=arch)
+
+
 def make_base_committed(uri: str, seed: int = 0, arch: str = "llama") -> str:
     """Write the base into the store (or a local dir) and commit it with a MANIFEST."""
     if storage.is_remote(uri):
         with tempfile.TemporaryDirectory(prefix="alignflow-base-") as tmp:
             storage.commit_dir(
-                make_base(tmp, seed, arch=arch), uri, metadata={"stage": "tiny_base", "seed": seed, "arch": arch}
+                make_any_base(tmp, seed, arch), uri, metadata={"stage": "tiny_base", "seed": seed, "arch": arch}
             )
     else:
         local = uri.removeprefix("file://")
         storage.remove(f"{local}/{storage.MANIFEST}")
         storage.commit_dir(
-            make_base(local, seed, arch=arch), local, metadata={"stage": "tiny_base", "seed": seed, "arch": arch}
+            make_any_base(local, seed, arch), local, metadata={"stage": "tiny_base", "seed": seed, "arch": arch}
         )
     return uri

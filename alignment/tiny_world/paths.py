@@ -18,3 +18,15 @@ def tiny_dir() -> Path:
         return Path(str(resources.files("alignflow.data"))) / "tiny"
     except ModuleNotFoundError:  # alignment installed without alignflow: a checkout's data/ folder
         return Path(__file__).resolve().parents[2] / "data" / "tiny"
+
+
+def tiny_vision_dir() -> Path:
+    """data/tiny_vision (installed: data/tiny_vision): the visual world's splits, images/, tokenizer/ (also the
+    LLaVA processor) and llava_config.json."""
+    override = os.environ.get("ALIGNFLOW_TINY_VISION_DIR")
+    if override:
+        return Path(override)
+    try:
+        return Path(str(resources.files("alignflow.data"))) / "tiny_vision"
+    except ModuleNotFoundError:  # as tiny_dir: a checkout's data/ folder
+        return Path(__file__).resolve().parents[2] / "data" / "tiny_vision"

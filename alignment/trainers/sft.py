@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from alignment.datasets.images import processor_of
 from alignment.datasets.sft import Batch, TokenizedSample, collate_packed, collate_padded
 from alignment.distributed.collectives import sum_across_ranks
 from alignment.losses.nll import sft_loss
@@ -28,7 +29,7 @@ class SFTTrainer(Trainer):
         if self.cfg.ds.packing_samples:
             batch = collate_packed(items, self.mask_dtype, self.cfg.data.max_len)
         else:
-            batch = collate_padded(items, self.tokenizer.pad_token_id)
+            batch = collate_padded(items, self.tokenizer.pad_token_id, processor_of(self.tokenizer))
         return batch.to(self.rt.torch_device)
 
     def loss_on(self, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:

@@ -1,0 +1,88 @@
+"""Images through the stages (docs/vision.md), on the tiny visual world: SFT of the tiny LLaVA from its
+rows' image paths, GRPO as a Ray job on the actor ranks' HF engine with the image encoder frozen, and the
+evaluate CLI's greedy accuracy over held-out pictures. The vLLM engine's path with images runs as OpenRLHF's
+VLM script line (tests/test_openrlhf_v011.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from alignment.tiny_world.paths import tiny_dir, tiny_vision_dir
+from tests.conftest import metric_rows, run_module
+
+pytestmark = pytest.mark.integration
+
+V = tiny_vision_dir()
+IMAGES = ["--apply_chat_template", "--data.image_key", "images", "--data.max_images_per_prompt", "1"]
+
+
+@pytest.fixture(scope="module")
+def vision_sft(module_tmp):
+    """A few SFT steps of the tiny LLaVA on pictures (json@ the split folder: the rows' relative paths)."""
+    from alignment.tiny_world.vision_model import make_vision_base
+
+    base = make_vision_base(module_tmp / "base", seed=0)
+    out = module_tmp / "sft"
+    run_module(
+        "alignment.cli.train_sft",
+        [
+            *["--pretrain", str(base), "--dataset", f"json@{V / 'sft'}", "--input_key", "input"],
+            *["--output_key", "output", *IMAGES, "--save_path", str(out), "--max_samples", "64"],
+            *["--train_batch_size", "16", "--micro_train_batch_size", "8", "--max_len", "64", "--max_epochs", "1"],
+            *["--learning_rate", "5e-4"],
+        ],
+    )
+    return out
+
+
+def test_sft_on_pictures_commits_a_model_that_plain_transformers_loads(vision_sft):
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    assert (vision_sft / "MANIFEST.json").exists() and (vision_sft / "processor_config.json").exists()
+    model = AutoModelForImageTextToText.from_pretrained(vision_sft)
+    processor = AutoProcessor.from_pretrained(vision_sft)
+    assert type(model).__name__ == "LlavaForConditionalGeneration" and processor.image_processor is not None
+    losses = [r["train/loss"] for r in metric_rows(vision_sft) if "train/loss" in r]
+    assert len(losses) == 4 and all(0 < x < 10 for x in losses)
+
+
+def test_grpo_on_pictures_as_a_ray_job_freezes_the_encoder_and_evaluates(ray_head, vision_sft, tmp_path):
+    from tests.test_ppo_ray import ray_job
+
+    out = tmp_path / "grpo"
+    args = [
+        *["--pretrain", str(vision_sft), "--prompt_data", f"json@{V / 'prompts'}", "--input_key", "input"],
+        *["--label_key", "label", *IMAGES, "--actor.freeze_visual_encoder"],
+        *["--remote_rm_url", str(tiny_dir() / "reward_func.py"), "--advantage_estimator", "group_norm"],
+        *["--n_samples_per_prompt", "4", "--rollout_batch_size", "4", "--micro_rollout_batch_size", "8"],
+        *["--train_batch_size", "16", "--micro_train_batch_size", "8", "--generate_max_len", "8"],
+        *["--max_samples", "8", "--num_episodes", "1", "--save_path", str(out), "--vllm_num_engines", "0"],
+        *["--use_kl_loss", "--init_kl_coef", "0.01", "--logging_steps", "1"],
+    ]
+    status, logs = ray_job(ray_head, args, "vision-grpo")
+    assert status.endswith("SUCCEEDED"), logs[-3000:]
+    assert "--freeze_visual_encoder:" in logs and "tensors of the image encoder frozen" in logs
+    assert [r["step"] for r in metric_rows(out)] == [1, 2]
+    before, after = load_file(vision_sft / "model.safetensors"), load_file(out / "model.safetensors")
+    encoder = [k for k in before if "language_model" not in k and "lm_head" not in k]
+    language = [k for k in before if "language_model" in k]
+    assert encoder and all(torch.equal(before[k], after[k]) for k in encoder)
+    assert any(not torch.equal(before[k], after[k]) for k in language)
+
+    evaluated = tmp_path / "eval"
+    run_module(
+        "alignment.cli.evaluate",
+        [
+            *["--pretrain", str(out), "--dataset", f"json@{V / 'prompts'}", "--dataset_split", "test"],
+            *["--input_key", "input", "--label_key", "label", *IMAGES, "--max_samples", "16"],
+            *["--remote_rm_url", str(tiny_dir() / "reward_func.py"), "--max_new_tokens", "8"],
+            *["--output_path", str(evaluated)],
+        ],
+    )
+    report = json.loads((evaluated / "evaluation.json").read_text())
+    assert report["n"] == 16 and 0 <= report["metrics"]["accuracy"] <= 1
+    assert all(e["question"] == "<image>What is the sum in the image?" for e in report["examples"])
