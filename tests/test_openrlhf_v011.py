@@ -225,4 +225,5 @@ def test_the_vlm_line_on_a_vllm_engine(ray_head, tmp_path):
     run_line(ray_head, args, "vlm", out, auto="AutoModelForImageTextToText")
     before, after = load_file(model / "model.safetensors"), load_file(out / "model.safetensors")
     encoder = [k for k in before if "text_model" not in k and "lm_head" not in k]
-    assert encoder and all(torch.equal(before[k], after[k]) for k in encoder)
+    # --ds.param_dtype bf16: the model is saved in bf16; a frozen tensor is its base, rounded once
+    assert encoder and all(torch.equal(before[k].to(after[k].dtype), after[k]) for k in encoder)

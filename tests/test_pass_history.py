@@ -48,7 +48,7 @@ class Table:
     def __init__(self):
         self.generated: list[int] = []
 
-    def generate(self, prompt_ids, iteration):
+    def generate(self, prompt_ids, iteration, images=None):
         self.generated += [ids[0] for ids in prompt_ids]
         rows = [ids for ids in prompt_ids for _ in range(N)]
         return Done(Rollout(rows, [[1, 2, 3]] * len(rows), [i for i in range(len(prompt_ids)) for _ in range(N)]))

@@ -193,6 +193,10 @@ class VLLMEngine:
         self._wake()
         directory = self.sync_root / "weights"
         shutil.rmtree(directory, ignore_errors=True)
+        # vLLM points its model config at the folder it reloads from; the engine (in-process) then looks for the
+        # model's processor there on its next prompt with images, after the folder is gone: pointed back after
+        config = self.llm.llm_engine.vllm_config.model_config
+        kept = (config.model, config.model_weights, config.revision)
         try:
             n = write_shards(parts, directory)
             self.llm.collective_rpc(
@@ -200,6 +204,7 @@ class VLLMEngine:
             )
             self.llm.reset_prefix_cache()
         finally:
+            config.model, config.model_weights, config.revision = kept
             shutil.rmtree(directory, ignore_errors=True)
         return n
 

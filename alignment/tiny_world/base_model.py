@@ -11,6 +11,7 @@ import torch
 
 from alignment import storage
 from alignment.tiny_world.paths import tiny_dir
+from alignment.tiny_world.vision_model import make_vision_base
 
 
 def make_base(out: str | Path, seed: int = 0, config_overrides: dict | None = None, arch: str = "llama") -> Path:
@@ -30,8 +31,6 @@ def make_base(out: str | Path, seed: int = 0, config_overrides: dict | None = No
 def make_any_base(out: str | Path, seed: int = 0, arch: str = "llama") -> Path:
     """make_base, or for arch "llava" the tiny visual world's LLaVA (alignment/tiny_world/vision_model.py)."""
     if arch == "llava":
-        from alignment.tiny_world.vision_model import make_vision_base
-
         return make_vision_base(out, seed)
     return make_base(out, seed, arch=arch)
 
