@@ -143,6 +143,14 @@ def _content_list(text: str) -> Any:
     return items
 
 
+def prompt_ids(processor: Any, tok: Any, text: str, refs: list[str], where: str) -> list[int]:
+    """A prompt's ids with its images' placeholders expanded (RowImages), every image placed."""
+    images = RowImages(processor, refs, where)
+    ids = images.ids(tok, text)
+    images.check_all_used()
+    return ids
+
+
 class RowImages:
     """One row's images, handed out in the order their placeholders appear in its pieces of text."""
 

@@ -13,7 +13,7 @@ from alignment.config.distill import OPDConfig
 from alignment.config.rollout import RolloutConfig
 from alignment.config.vision import VisionDataConfig
 from alignment.datasets.formatting import get_field, get_text, prompt_text, require_chat_template
-from alignment.datasets.images import PromptImages, RowImages, image_refs, processor_of, read_bytes, with_image_items
+from alignment.datasets.images import PromptImages, image_refs, processor_of, prompt_ids, read_bytes, with_image_items
 from alignment.datasets.mixing import blend_rows
 from alignment.datasets.sources import DataError
 from alignment.datasets.tokenized import image_key, tokenize
@@ -83,14 +83,11 @@ class PromptTokenizer:
         text = prompt_text(self.tok, value, cfg.data.apply_chat_template, cfg.data.input_template)
         label = get_field(row, cfg.data.label_key, "--label_key", index, self.source) if cfg.data.label_key else None
         refs: list[str] = []
-        if self.processor:
-            where = f"{self.source} row {index}"
-            refs = image_refs(row, cfg.data.image_key, cfg.data.max_images_per_prompt, index, self.source)
-            images = RowImages(self.processor, refs, where)
-            ids = images.ids(self.tok, text)
-            images.check_all_used()
         text_ids = self.tok(text, add_special_tokens=False)["input_ids"]
-        ids = ids if self.processor else text_ids
+        ids = text_ids
+        if self.processor:
+            refs = image_refs(row, cfg.data.image_key, cfg.data.max_images_per_prompt, index, self.source)
+            ids = prompt_ids(self.processor, self.tok, text, refs, f"{self.source} row {index}")
         keep = len(ids) <= cfg.data.prompt_max_len
         return {
             "text": text if keep else "",

@@ -24,7 +24,7 @@ from alignment.datasets.formatting import (
     prompt_text,
     require_chat_template,
 )
-from alignment.datasets.images import PromptImages, RowImages, image_refs, processor_of, read_bytes, with_image_items
+from alignment.datasets.images import PromptImages, image_refs, processor_of, prompt_ids, read_bytes, with_image_items
 from alignment.datasets.mixing import blend
 from alignment.datasets.sources import DataError
 from alignment.datasets.tokenized import image_key
@@ -91,11 +91,9 @@ def load_eval_rows(cfg: EvaluateConfig, tokenizer: Any) -> list[EvalRow]:
                 question=as_text(given),
             )
             if processor:
-                where = f"{cfg.data.dataset} row {i}"
                 refs = image_refs(row, cfg.data.image_key, cfg.data.max_images_per_prompt, i, cfg.data.dataset)
-                shown = RowImages(processor, refs, where)
-                item.ids, item.images = shown.ids(tokenizer, prompt), refs
-                shown.check_all_used()
+                item.ids = prompt_ids(processor, tokenizer, prompt, refs, f"{cfg.data.dataset} row {i}")
+                item.images = refs
         else:
             key = cfg.data.prompt_key if cfg.eval.eval_task == "pairs" else cfg.data.input_key
             given = (
