@@ -86,3 +86,28 @@ def test_grpo_on_pictures_as_a_ray_job_freezes_the_encoder_and_evaluates(ray_hea
     report = json.loads((evaluated / "evaluation.json").read_text())
     assert report["n"] == 16 and 0 <= report["metrics"]["accuracy"] <= 1
     assert all(e["question"] == "<image>What is the sum in the image?" for e in report["examples"])
+
+
+def test_dpo_on_pictures_gives_both_sides_of_a_pair_their_images(vision_sft, tmp_path):
+    from alignment.config import DPOConfig, parse_args
+    from alignment.datasets.preference import PairTokenizer, collate_pairs
+    from alignment.datasets.sources import read_rows
+    from alignment.models.loading import load_tokenizer
+
+    pairs = f"json@{V / 'preference'}"
+    flags = ["--dataset", pairs, "--prompt_key", "prompt", "--chosen_key", "chosen", "--rejected_key", "rejected"]
+    flags += ["--apply_chat_template", "--max_images_per_prompt", "1", "--max_len", "64"]
+    cfg = parse_args(DPOConfig, ["--pretrain", str(vision_sft), *flags])
+    tok = load_tokenizer(str(vision_sft))
+    samples = PairTokenizer(tok, cfg, pairs)(read_rows(pairs, image_key="images")[:4])
+    batch = collate_pairs(samples, False, tok.pad_token_id, None, processor=tok.processor).batch
+    assert batch.images["pixel_values"].shape[0] == 8  # chosen then rejected, one picture each
+    assert all(s.chosen.images == s.rejected.images and len(s.chosen.images) == 1 for s in samples)
+    out = tmp_path / "dpo"
+    run_module(
+        "alignment.cli.train_dpo",
+        [*flags, "--pretrain", str(vision_sft), "--save_path", str(out), "--max_samples", "32"]
+        + ["--train_batch_size", "8", "--micro_train_batch_size", "8"],
+        threads=1,
+    )
+    assert [r["step"] for r in metric_rows(out) if "train/loss" in r] == [1, 2, 3, 4]

@@ -10,6 +10,7 @@ from alignment.config.checkpoints import CheckpointConfig
 from alignment.config.groups import DataConfig, LoraConfig, LoraSaveConfig, ModelConfig
 from alignment.config.runs import LoggingConfig, MoEConfig, RanksConfig, TrainConfig
 from alignment.config.stages import StageConfig
+from alignment.config.vision import TrainedVisionConfig
 
 
 @dataclass
@@ -108,6 +109,7 @@ class RMConfig(
 
 @dataclass
 class DPOConfig(
+    TrainedVisionConfig,
     RanksConfig,
     LoggingConfig,
     CheckpointConfig,

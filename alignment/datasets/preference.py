@@ -14,7 +14,9 @@ from typing import Any
 import torch
 
 from alignment.config.groups import DataConfig
+from alignment.config.vision import VisionDataConfig
 from alignment.datasets.formatting import end_at_eos, get_field, get_text, prompt_and_response, require_chat_template
+from alignment.datasets.images import image_refs, processor_of, prompt_ids, with_image_items
 from alignment.datasets.sft import Batch, TokenizedSample, collate_packed, collate_padded
 from alignment.datasets.shared_prompt import collate_shared
 from alignment.datasets.sources import DataError
@@ -48,20 +50,31 @@ class PreferenceRowTokenizer:
         self.tok, self.cfg, self.source, self.end_at_eos = tokenizer, cfg, source, end_at_eos
         if cfg.data.apply_chat_template:
             require_chat_template(tokenizer, cfg.model.model_name_or_path)
+        # images (DPO): the rows' --image_key, through the vision-language model's processor (models.vision)
+        self.processor = processor_of(tokenizer) if isinstance(cfg, VisionDataConfig) and cfg.with_images else None
 
     def settings(self) -> dict[str, Any]:
-        return {"end_at_eos": self.end_at_eos, **{name: attrgetter(name)(self.cfg) for name in self.SETTINGS}}
+        values = {name: attrgetter(name)(self.cfg) for name in self.SETTINGS}
+        if self.processor:  # how images become tokens: part of the cache key
+            values["images"] = [self.cfg.data.image_key, self.processor.image_processor.to_json_string()]
+        return {"end_at_eos": self.end_at_eos, **values}
 
     def ids(self, text: str) -> list[int]:
         return self.tok(text, add_special_tokens=False)["input_ids"] if text else []
 
-    def split(self, prompt: Any, response: Any) -> tuple[list[int], list[int]]:
+    def split(
+        self, prompt: Any, response: Any, images: list[str] | None = None, where: str = ""
+    ) -> tuple[list[int], list[int]]:
+        """(prompt ids, response ids); `images`: the row's, whose placeholders the prompt holds (expanded here)."""
+        if images and self.cfg.data.apply_chat_template:
+            prompt = with_image_items(prompt)  # OpenRLHF's <image> tags, as the model's template places images
         head, text = prompt_and_response(
             self.tok, prompt, response, self.cfg.data.apply_chat_template, self.cfg.data.input_template
         )
         if self.end_at_eos:
             text = end_at_eos(text, self.tok.eos_token)
-        return self.ids(head), self.ids(text)
+        head_ids = prompt_ids(self.processor, self.tok, head, images, where) if images else self.ids(head)
+        return head_ids, self.ids(text)
 
     def sample(self, prompt_ids: list[int], response_ids: list[int]) -> TokenizedSample | None:
         """None when --max_len leaves no response token."""
@@ -109,11 +122,12 @@ class PairTokenizer(PreferenceRowTokenizer):
         return {"use_margin": self.use_margin, **super().settings()}
 
     def features(self) -> Any:
-        from datasets import Features, Value
+        from datasets import Features, List, Value
 
         return Features(
             {
                 **ids_features("chosen_ids", "chosen_mask", "rejected_ids", "rejected_mask"),
+                "images": List(Value("string")),
                 "margin": Value("float64"),
                 "status": Value("int8"),
             }
@@ -128,15 +142,28 @@ class PairTokenizer(PreferenceRowTokenizer):
 
     def columns(self, row: dict, index: int) -> dict[str, Any]:
         cfg = self.cfg
-        skipped = {"chosen_ids": [], "chosen_mask": [], "rejected_ids": [], "rejected_mask": [], "margin": 0.0}
+        skipped = {
+            "chosen_ids": [],
+            "chosen_mask": [],
+            "rejected_ids": [],
+            "rejected_mask": [],
+            "images": [],
+            "margin": 0.0,
+        }
         chosen = get_text(row, cfg.data.chosen_key, "--chosen_key", index, self.source)
         rejected = get_text(row, cfg.data.rejected_key, "--rejected_key", index, self.source)
         if chosen == rejected:
             return {**skipped, "status": IDENTICAL}  # no preference to learn from; counted, not fatal
         prompt, c_answer = self._prompt_and_answer(chosen, row, index)
         _, r_answer = self._prompt_and_answer(rejected, row, index)
-        c_prompt, c_resp = self.split(prompt, c_answer)
-        r_prompt, r_resp = self.split(prompt, r_answer)
+        refs, where = self._image_refs(row, index), f"{self.source} row {index}"
+        c_prompt, c_resp = self.split(prompt, c_answer, refs, where)
+        r_prompt, r_resp = self.split(prompt, r_answer, refs, where)
+        if refs and max(len(c_prompt) + len(c_resp), len(r_prompt) + len(r_resp)) > cfg.data.max_len:
+            raise DataError(  # a cut image would leave its tokens without their pixels
+                f"{where}: over --max_len {cfg.data.max_len} tokens with its images; a sample with images is never "
+                f"cut: raise --max_len"
+            )
         c, r = self.sample(c_prompt, c_resp), self.sample(r_prompt, r_resp)
         if c is None or r is None:
             return {**skipped, "status": TOO_LONG}
@@ -153,18 +180,20 @@ class PairTokenizer(PreferenceRowTokenizer):
             "chosen_mask": c.loss_mask,
             "rejected_ids": r.input_ids,
             "rejected_mask": r.loss_mask,
+            "images": refs,
             "margin": margin,
             "status": KEPT,
         }
 
     def finish(self, columns: dict[str, list], n_rows: int) -> list[PairSample]:
         out = [
-            PairSample(TokenizedSample(ci, cm), TokenizedSample(ri, rm), margin)
-            for ci, cm, ri, rm, margin, status in zip(
+            PairSample(TokenizedSample(ci, cm, images), TokenizedSample(ri, rm, images), margin)
+            for ci, cm, ri, rm, images, margin, status in zip(
                 columns["chosen_ids"],
                 columns["chosen_mask"],
                 columns["rejected_ids"],
                 columns["rejected_mask"],
+                columns["images"],
                 columns["margin"],
                 columns["status"],
             )
@@ -184,6 +213,11 @@ class PairTokenizer(PreferenceRowTokenizer):
             )
         return out
 
+    def _image_refs(self, row: dict, index: int) -> list[str]:
+        if not self.processor:
+            return []
+        return image_refs(row, self.cfg.data.image_key, self.cfg.data.max_images_per_prompt, index, self.source)
+
     def __call__(self, rows: list[dict], use_margin: bool | None = None) -> list[PairSample]:
         """In this process, without the cache (alignment.datasets.tokenized.tokenize is the cached path)."""
         if use_margin is not None:
@@ -197,18 +231,25 @@ def collate(
     pad_id: int,
     mask_dtype: torch.dtype | None,
     row_tokens: int | None = None,
+    processor: Any = None,
 ) -> Batch:
-    return collate_packed(samples, mask_dtype, row_tokens) if packed else collate_padded(samples, pad_id)
+    return collate_packed(samples, mask_dtype, row_tokens) if packed else collate_padded(samples, pad_id, processor)
 
 
 def collate_pairs(
-    pairs: list[PairSample], packed: bool, pad_id: int, mask_dtype: torch.dtype | None, row_tokens: int | None = None
+    pairs: list[PairSample],
+    packed: bool,
+    pad_id: int,
+    mask_dtype: torch.dtype | None,
+    row_tokens: int | None = None,
+    processor: Any = None,
 ) -> PairBatch:
     """Packed with a dense mask: each pair's prompt once (datasets.shared_prompt); else chosen and rejected
-    as two sequences (padded rows, or flash-attention's varlen packing)."""
+    as two sequences (padded rows, or flash-attention's varlen packing). `processor`: a vision-language
+    model's, for the pairs' images (never packed: a config check)."""
     chosen, rejected = [p.chosen for p in pairs], [p.rejected for p in pairs]
     if packed and mask_dtype is not None:
         batch = collate_shared(chosen, rejected, mask_dtype, row_tokens)
     else:
-        batch = collate(chosen + rejected, packed, pad_id, mask_dtype, row_tokens)
+        batch = collate(chosen + rejected, packed, pad_id, mask_dtype, row_tokens, processor)
     return PairBatch(batch, torch.tensor([p.margin for p in pairs]), len(pairs))

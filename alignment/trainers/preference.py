@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from alignment.datasets.images import processor_of
 from alignment.datasets.preference import PairBatch, PairSample, collate_pairs
 from alignment.datasets.sft import Batch
 from alignment.datasets.unpaired import UnpairedBatch, UnpairedSample, collate_unpaired
@@ -43,7 +44,12 @@ class _PairTrainer(Trainer):
 
     def collate(self, items: list[PairSample]) -> PairBatch:
         pb = collate_pairs(
-            items, self.cfg.ds.packing_samples, self.tokenizer.pad_token_id, self.mask_dtype, self.cfg.data.max_len
+            items,
+            self.cfg.ds.packing_samples,
+            self.tokenizer.pad_token_id,
+            self.mask_dtype,
+            self.cfg.data.max_len,
+            processor_of(self.tokenizer),
         )
         return PairBatch(pb.batch.to(self.rt.torch_device), pb.margins.to(self.rt.torch_device), pb.num_pairs)
 
