@@ -46,6 +46,7 @@ def test_sft_on_pictures_commits_a_model_that_plain_transformers_loads(vision_sf
     model = AutoModelForImageTextToText.from_pretrained(vision_sft)
     processor = AutoProcessor.from_pretrained(vision_sft)
     assert type(model).__name__ == "LlavaForConditionalGeneration" and processor.image_processor is not None
+    assert "pipeline_tag: image-text-to-text" in (vision_sft / "README.md").read_text()  # its model card
     losses = [r["train/loss"] for r in metric_rows(vision_sft) if "train/loss" in r]
     assert len(losses) == 4 and all(0 < x < 10 for x in losses)
 

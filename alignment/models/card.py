@@ -37,6 +37,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from alignment import storage
 from alignment.config.base import path_fields, public_dict
 from alignment.fingerprint import fingerprint
+from alignment.models.vision import is_vision_model
 from alignment.redact import scrub
 
 log = logging.getLogger(__name__)
@@ -243,8 +244,9 @@ def _scrubbed(value: Any) -> Any:
     return value
 
 
-def build_card(cfg: Any, metadata: dict[str, Any]) -> ModelCard:
-    """The card of the model a stage with config `cfg` is committing with `metadata`."""
+def build_card(cfg: Any, metadata: dict[str, Any], pipeline_tag: str | None = None) -> ModelCard:
+    """The card of the model a stage with config `cfg` is committing with `metadata`; `pipeline_tag` the hub's
+    task name when it is not plain text generation (a vision-language model's image-text-to-text)."""
     lineage = Lineage(**_scrubbed(asdict(lineage_of(cfg, metadata))))
     config = _scrubbed(json.loads(json.dumps(public_dict(cfg), default=str)))  # plain YAML types; secrets masked
     save_path = scrub(str(cfg.outputs().uri or ""))
@@ -253,6 +255,7 @@ def build_card(cfg: Any, metadata: dict[str, Any]) -> ModelCard:
         base_model=lineage.base_model,
         datasets=list(dict.fromkeys(lineage.datasets.values())) or None,
         library_name="transformers",
+        pipeline_tag=pipeline_tag,
         tags=["alignflow", lineage.stage],
         eval_results=results or None,
         model_name=save_path if results else None,
@@ -264,4 +267,5 @@ def build_card(cfg: Any, metadata: dict[str, Any]) -> ModelCard:
 
 def write_card(out_dir: Path, cfg: Any, metadata: dict[str, Any]) -> None:
     """README.md into the staged output `out_dir` (before its commit: the manifest covers it)."""
-    (Path(out_dir) / CARD).write_text(build_card(cfg, metadata).content, encoding="utf-8")
+    task = "image-text-to-text" if is_vision_model(str(out_dir)) else None
+    (Path(out_dir) / CARD).write_text(build_card(cfg, metadata, task).content, encoding="utf-8")
