@@ -30,7 +30,7 @@ def batches(n: int, seed: int = 0) -> list:
     """n packed micro-batches of 32 samples of 18-36 tokens (the tiny world's SFT sizes), rows of <= 64."""
     import torch
 
-    from alignment.datasets.sft import TokenizedSample, collate_packed
+    from alignment.datasets.batch import TokenizedSample, collate_packed
 
     rng = random.Random(seed)
 

@@ -131,7 +131,7 @@ def test_a_teacher_replica_answers_what_a_ranks_own_teacher_does(teacher):
     """--teacher_num_nodes: a replica of the teacher's Ray group loads the teacher as a rank does (precision,
     attention) and answers a micro-batch with the same logits; tests/test_distill_flow.py places one on Ray."""
     from alignment.cli.teacher import TeacherReplica
-    from alignment.datasets.sft import Batch
+    from alignment.datasets.batch import Batch
     from alignment.trainers.reference import ReferenceModel
 
     ids = torch.randint(0, 200, (2, 9), generator=torch.Generator().manual_seed(0))

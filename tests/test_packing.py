@@ -4,8 +4,9 @@ import pytest
 import torch
 
 from alignment.config import SFTConfig
+from alignment.datasets.batch import TokenizedSample, collate_packed, collate_padded
 from alignment.datasets.packing import block_causal_mask, first_fit_rows
-from alignment.datasets.sft import SFTTokenizer, TokenizedSample, collate_packed, collate_padded
+from alignment.datasets.sft import SFTTokenizer
 from alignment.datasets.sources import read_rows
 from alignment.losses.nll import sft_loss
 from alignment.tiny_world.paths import tiny_dir

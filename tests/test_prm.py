@@ -73,8 +73,8 @@ def test_tiny_world_steps_are_labelled_at_their_placeholders(tiny_base):
 
 def test_packed_targets_follow_their_tokens():
     """--packing_samples: each sample's targets land where SFT's packing put its tokens."""
+    from alignment.datasets.batch import collate_packed, collate_padded
     from alignment.datasets.process_reward import PRMSample, layout_targets
-    from alignment.datasets.sft import collate_packed, collate_padded
     from alignment.losses.prm import IGNORE
 
     samples = [

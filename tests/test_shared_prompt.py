@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from alignment.config import DPOConfig
+from alignment.datasets.batch import TokenizedSample, collate_packed
 from alignment.datasets.preference import PairTokenizer, collate_pairs
-from alignment.datasets.sft import TokenizedSample, collate_packed
 from alignment.datasets.shared_prompt import collate_shared, shared_prefix
 from alignment.datasets.sources import read_rows
 from alignment.losses.logprobs import sequence_logps

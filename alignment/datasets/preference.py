@@ -15,9 +15,9 @@ import torch
 
 from alignment.config.groups import DataConfig
 from alignment.config.vision import VisionDataConfig
+from alignment.datasets.batch import Batch, TokenizedSample, collate_packed, collate_padded
 from alignment.datasets.formatting import end_at_eos, get_field, get_text, prompt_and_response, require_chat_template
 from alignment.datasets.images import image_refs, processor_of, prompt_ids, with_image_items
-from alignment.datasets.sft import Batch, TokenizedSample, collate_packed, collate_padded
 from alignment.datasets.shared_prompt import collate_shared
 from alignment.datasets.sources import DataError
 from alignment.datasets.tokenized import columns_of

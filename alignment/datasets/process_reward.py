@@ -16,8 +16,8 @@ import torch
 
 from alignment.config.base import ConfigError
 from alignment.config.stages import PRMConfig
+from alignment.datasets.batch import Batch, TokenizedSample
 from alignment.datasets.formatting import describe, get_field
-from alignment.datasets.sft import Batch, TokenizedSample
 from alignment.datasets.sources import DataError
 from alignment.losses.prm import IGNORE
 

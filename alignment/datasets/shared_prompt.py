@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import torch
 
+from alignment.datasets.batch import Batch, TokenizedSample
 from alignment.datasets.packing import branch_causal_mask, first_fit_rows
-from alignment.datasets.sft import Batch, TokenizedSample
 
 PROMPT, CHOSEN, REJECTED = 0, 1, 2
 

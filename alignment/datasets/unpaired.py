@@ -10,9 +10,9 @@ from typing import Any
 import torch
 
 from alignment.config.groups import DataConfig
+from alignment.datasets.batch import Batch, TokenizedSample
 from alignment.datasets.formatting import get_field, get_text
 from alignment.datasets.preference import PreferenceRowTokenizer, collate, ids_features
-from alignment.datasets.sft import Batch, TokenizedSample
 from alignment.datasets.sources import DataError
 from alignment.datasets.tokenized import columns_of
 

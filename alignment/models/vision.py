@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:  # torch-free at import: model cards (imported by the Prefect side) ask is_vision_model
+    import torch
 
 from alignment.errors import UserError
 

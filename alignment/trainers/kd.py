@@ -10,7 +10,7 @@ import torch
 
 from alignment.config.base import ConfigError
 from alignment.config.distill import KDConfig, OPDConfig
-from alignment.datasets.sft import Batch
+from alignment.datasets.batch import Batch
 from alignment.distributed.side_groups import my_replica
 from alignment.losses.kd import kd_loss
 from alignment.models.loading import _hub_error, has_tokenizer, resolve_model_path

@@ -14,8 +14,8 @@ from typing import Any
 import torch
 
 from alignment.config.distill import OPDConfig
+from alignment.datasets.batch import Batch, TokenizedSample, collate_padded
 from alignment.datasets.prompts import PromptSample
-from alignment.datasets.sft import Batch, TokenizedSample, collate_padded
 from alignment.distributed.collectives import sum_across_ranks
 from alignment.losses.kl import kl_estimate
 from alignment.losses.nll import token_logprobs

@@ -11,9 +11,9 @@ from typing import Any
 
 import torch
 
+from alignment.datasets.batch import Batch
 from alignment.datasets.images import processor_of
 from alignment.datasets.preference import PairBatch, PairSample, collate_pairs
-from alignment.datasets.sft import Batch
 from alignment.datasets.unpaired import UnpairedBatch, UnpairedSample, collate_unpaired
 from alignment.distributed.collectives import mean_across_ranks, sum_across_ranks
 from alignment.losses.logprobs import sequence_logps

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from alignment.datasets.sft import Batch
+from alignment.datasets.batch import Batch
 from alignment.losses.logprobs import sequence_logps
 from alignment.models.loading import load_causal_lm, resolve_model_path
 from alignment.trainers.sft import forward_logits

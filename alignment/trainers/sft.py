@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from alignment.datasets.batch import Batch, TokenizedSample, collate_packed, collate_padded
 from alignment.datasets.images import processor_of
-from alignment.datasets.sft import Batch, TokenizedSample, collate_packed, collate_padded
 from alignment.distributed.collectives import sum_across_ranks
 from alignment.losses.nll import sft_loss
 from alignment.models.moe import forward_with_aux
