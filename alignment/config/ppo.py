@@ -230,31 +230,6 @@ class PPOConfig(
             *(["reward"] if self.reward_pretrain and not self.remote_rm_url else []),
         ]
 
-    def check_vision_rl(self) -> None:
-        """Images in RL prompts: the parts of RL built for vision-language models (docs/vision.md)."""
-        if not self.with_images:
-            return
-        images = f"--max_images_per_prompt {self.max_images_per_prompt}"
-        require(
-            not self.uses_critic(),
-            f"{images} with --advantage_estimator {self.advantage_estimator}: a critic is not built for "
-            f"vision-language models (as in OpenRLHF); use group_norm, rloo, reinforce_baseline or dr_grpo",
-        )
-        require(
-            not self.reward_pretrain or bool(self.remote_rm_url),
-            f"{images} with --reward_pretrain: a reward model reads the text alone and would score without the "
-            f"images; use --remote_rm_url (a reward_func file or a server)",
-        )
-        require(
-            not self.partial_rollout_enable,
-            f"{images} with --partial_rollout_enable: generations paused at a weight sync are not built for "
-            f"images; drop --partial_rollout_enable",
-        )
-        require(
-            not self.agent_func_path,
-            f"{images} with --agent_func_path: multi-turn agents with images are not built yet; drop one",
-        )
-
     def check_ppo(self) -> None:
         if self.enable_ema:
             require(0 < self.ema_beta < 1, f"--ema_beta {self.ema_beta}: must be in (0, 1), e.g. 0.992")
