@@ -181,14 +181,15 @@ def test_an_agent_file_may_replace_how_an_episode_runs(tiny_base, tmp_path):
 
 def test_an_executor_built_as_openrlhf_builds_it_keeps_the_turn_limit_and_images_are_refused(tiny_base, tmp_path):
     """`super().__init__(AgentInstance)` (all of OpenRLHF's multi-turn examples) still stops at --agent_max_turns
-    (not the executor's default of 16); an environment that answers with images is one line, never dropped."""
+    (not the executor's default of 16); an environment that answers a text-only policy with images is one line,
+    never dropped."""
     from alignment.agents.contract import AgentError
 
     (tmp_path / "loop.py").write_text(NEVER_DONE.replace("IMAGES", '"extra_logs": {}'))
     got = _episodes(tiny_base, str(tmp_path / "loop.py"), max_turns=2, n=1)
     assert got.metrics["agent/turns"] == 2
     (tmp_path / "pictures.py").write_text(NEVER_DONE.replace("IMAGES", '"environment_images": ["a.png"]'))
-    with pytest.raises(AgentError, match="step returned environment_images; images from an environment need"):
+    with pytest.raises(AgentError, match="the environment returned images, but the policy is a text-only model"):
         _episodes(tiny_base, str(tmp_path / "pictures.py"), n=1)
 
 

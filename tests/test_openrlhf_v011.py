@@ -204,13 +204,26 @@ def test_the_vlm_line_on_a_vllm_engine(ray_head, tmp_path):
     forward passes, the engine gets the actor's weights after each update, the image encoder stays frozen."""
     from safetensors.torch import load_file
 
-    from alignment.tiny_world.paths import tiny_vision_dir
     from alignment.tiny_world.vision_idefics import make_idefics3_base
 
     model = make_idefics3_base(tmp_path / "idefics3")
     reward = tmp_path / "math_reward_func.py"
     reward.write_text(MATH_REWARD)
-    prompts = tmp_path / "geometry8.jsonl"  # the line's keys: prompt, label, images
+    out = tmp_path / "vlm"
+    args = shrunk(VLM, model, out, reward__remote_url=str(reward), data__prompt_dataset=str(_geometry8(tmp_path)))
+    args = resized(args, data__input_key="prompt")
+    run_line(ray_head, args, "vlm", out, auto="AutoModelForImageTextToText")
+    before, after = load_file(model / "model.safetensors"), load_file(out / "model.safetensors")
+    encoder = [k for k in before if "text_model" not in k and "lm_head" not in k]
+    # --ds.param_dtype bf16: the model is saved in bf16; a frozen tensor is its base, rounded once
+    assert encoder and all(torch.equal(before[k].to(after[k].dtype), after[k]) for k in encoder)
+
+
+def _geometry8(tmp_path):
+    """Eight of the tiny visual world's prompts under the VLM line's keys (prompt, label, images)."""
+    from alignment.tiny_world.paths import tiny_vision_dir
+
+    prompts = tmp_path / "geometry8.jsonl"
     folder = tiny_vision_dir() / "prompts"
     rows = [json.loads(line) for line in (folder / "train.jsonl").read_text().splitlines()[:8]]
     prompts.write_text(
@@ -219,11 +232,25 @@ def test_the_vlm_line_on_a_vllm_engine(ray_head, tmp_path):
             for r in rows
         )
     )
-    out = tmp_path / "vlm"
-    args = shrunk(VLM, model, out, reward__remote_url=str(reward), data__prompt_dataset=str(prompts))
-    args = resized(args, data__input_key="prompt")
-    run_line(ray_head, args, "vlm", out, auto="AutoModelForImageTextToText")
-    before, after = load_file(model / "model.safetensors"), load_file(out / "model.safetensors")
-    encoder = [k for k in before if "text_model" not in k and "lm_head" not in k]
-    # --ds.param_dtype bf16: the model is saved in bf16; a frozen tensor is its base, rounded once
-    assert encoder and all(torch.equal(before[k].to(after[k].dtype), after[k]) for k in encoder)
+    return prompts
+
+
+@pytest.mark.integration
+def test_the_vlm_line_with_an_agent_that_answers_with_pictures(ray_head, tmp_path):
+    """OpenRLHF's vlm_multiturn_agent.py usage: the VLM line with --train.agent_func_path (the environment gives
+    the rewards, so no reward file), on the vLLM engine. Each turn's context goes to vLLM with every picture so
+    far, the prompt's and the environment's, and comes back expanded as the trainer's processor expands it (the
+    engine checks); the rows train with both pictures."""
+    from alignment.tiny_world.vision_idefics import make_idefics3_base
+    from tests.test_vision import PICTURE_AGENT
+
+    model = make_idefics3_base(tmp_path / "idefics3")
+    agent = tmp_path / "vlm_multiturn_agent.py"
+    agent.write_text(PICTURE_AGENT)
+    out = tmp_path / "vlm-agent"
+    args = shrunk(VLM, model, out, data__prompt_dataset=str(_geometry8(tmp_path)))
+    args = resized(args, data__input_key="prompt", data__max_images_per_prompt="2")
+    cut = args.index("--reward.remote_url")
+    args = args[:cut] + args[cut + 2 :] + ["--train.agent_func_path", str(agent)]
+    rows = run_line(ray_head, args, "vlm-agent", out, auto="AutoModelForImageTextToText")
+    assert [(r["train/agent/turns"], r["train/agent/images"]) for r in rows] == [(2.0, 2.0), (2.0, 2.0)]

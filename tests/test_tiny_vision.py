@@ -95,3 +95,25 @@ def test_base_reloads_with_plain_transformers_and_reads_a_picture(base):
     # the same seed, the same weights
     again = AutoModelForImageTextToText.from_pretrained(make_vision_base(base.parent / "again", seed=0))
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), again.state_dict().values()))
+
+
+@pytest.mark.parametrize("arch", ["llava", "idefics3"])
+def test_an_expanded_context_goes_back_to_one_placeholder_per_picture(arch):
+    """An agent's context is kept expanded; vLLM takes one placeholder per picture (it expands them itself), so
+    each picture's expansion is put back — for both tiny architectures, with text between and after."""
+    from alignment.datasets.images import RowImages, placeholder_form
+    from alignment.tiny_world.vision_idefics import make_idefics3_processor
+    from alignment.tiny_world.vision_model import make_processor
+
+    processor = make_processor() if arch == "llava" else make_idefics3_processor()
+    tok = processor.tokenizer
+    files = [(tiny_vision_dir() / "images" / "train" / f"0000{i}.png").read_bytes() for i in (1, 2)]
+    text = "<|user|>\n<image>What is it?<|end|>\n<|assistant|>\n3<|user|>\n<image>Again.<|end|>\n"
+    expanded = RowImages(processor, files, "a context").ids(tok, text)
+    assert len(expanded) > len(tok(text, add_special_tokens=False)["input_ids"])
+    assert (
+        placeholder_form(processor, list(expanded), files, "a context")
+        == tok(text, add_special_tokens=False)["input_ids"]
+    )
+    with pytest.raises(ValueError, match="image 2's tokens are not in the context"):
+        placeholder_form(processor, list(expanded)[: len(expanded) // 2], files, "a context")

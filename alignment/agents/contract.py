@@ -4,7 +4,8 @@ into one line naming the file and the episode.
 An `AgentInstance` is one episode's environment: `await reset({"observation": prompt, "label": label})`
 returns `{"observation": text}`; after each model turn `await step(states)` gets `observation_text` (the
 context so far), `action_text` (the turn), `label` and `sampling_params`, and returns
-`{"rewards", "scores", "environment_feedback", "done", "sampling_params", "extra_logs"}`.
+`{"rewards", "scores", "environment_feedback", "done", "sampling_params", "extra_logs"}`, and with a
+vision-language policy `environment_images` (one placeholder each in the feedback, where it goes).
 An optional `AgentExecutor` replaces how an episode runs (`execute(...)` returns the episode dict that
 `Episode.of` reads).
 """
@@ -38,7 +39,14 @@ class AgentInstanceBase(ABC):
 class AgentExecutorBase(ABC):
     @abstractmethod
     async def execute(
-        self, prompt: str, label: Any, sampling_params: Any, max_length: int, hf_tokenizer: Any, llm_engine: Any
+        self,
+        prompt: str,
+        label: Any,
+        sampling_params: Any,
+        max_length: int,
+        hf_tokenizer: Any,
+        llm_engine: Any,
+        images: list | None = None,
     ) -> dict:
         raise NotImplementedError("AgentExecutorBase.execute is not implemented")
 
@@ -69,6 +77,7 @@ class StepResult:
     done: bool
     sampling_params: Any = None
     extra_logs: dict[str, float] = field(default_factory=dict)
+    images: list = field(default_factory=list)  # environment_images: placed by the feedback's placeholders
 
     @staticmethod
     def of(out: Any, where: str) -> "StepResult":
@@ -83,11 +92,9 @@ class StepResult:
         feedback = out["environment_feedback"]
         if not isinstance(feedback, str):
             raise AgentError(f"{where}: environment_feedback must be text, got {type(feedback).__name__}")
-        if out.get("environment_images"):  # never dropped without a word
-            raise AgentError(
-                f"{where}: step returned environment_images; images from an environment need vision-language "
-                f"RLHF, which is not built in alignflow yet: return text feedback only"
-            )
+        images = out.get("environment_images") or []
+        if not isinstance(images, (list, tuple)):
+            raise AgentError(f"{where}: environment_images must be a list of images, got {type(images).__name__}")
         score = out.get("scores")
         return StepResult(
             number(out["rewards"], f"{where}: rewards"),
@@ -96,6 +103,7 @@ class StepResult:
             flag(out["done"], f"{where}: done"),
             out.get("sampling_params"),
             extra_logs(out.get("extra_logs"), where),
+            list(images),
         )
 
 

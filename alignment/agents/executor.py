@@ -16,7 +16,9 @@ from dataclasses import replace
 from typing import Any
 
 from alignment.agents.contract import AgentError, AgentExecutorBase, AgentInstanceBase, StepResult, observation
-from alignment.agents.llm import as_params
+from alignment.agents.llm import as_params, encoded
+from alignment.datasets.images import RowImages, processor_of
+from alignment.datasets.sources import DataError
 
 
 async def make_instance(cls: type) -> AgentInstanceBase:
@@ -42,15 +44,19 @@ class MultiTurnAgentExecutor(AgentExecutorBase):
         max_length: int,
         hf_tokenizer: Any,
         llm_engine: Any,
+        images: list | None = None,
         prompt_ids: list[int] | None = None,
     ) -> dict:
-        """`prompt_ids`: the prompt as the dataset tokenized it, used when reset leaves the observation unchanged."""
+        """`images`: the prompt's (a vision-language policy's), in the order of its placeholders; an environment's
+        `environment_images` join them for the turns after, each expanded where its feedback places it.
+        `prompt_ids`: the prompt as the dataset tokenized it, used when reset leaves the observation unchanged."""
         env = await make_instance(self.cls)
         text = observation(await env.reset({"observation": prompt, "label": label}), self.where)
+        shown = list(images or [])
         tokens = (
             list(prompt_ids)
             if prompt_ids is not None and text == prompt
-            else hf_tokenizer(text, add_special_tokens=False)["input_ids"]
+            else self._ids(hf_tokenizer, text, shown, "the observation reset returned")
         )
         params = as_params(sampling_params)
         turn_cap = params.max_tokens
@@ -59,7 +65,8 @@ class MultiTurnAgentExecutor(AgentExecutorBase):
         total, last, seen = 0.0, StepResult(0.0, None, "", False), 0
         while len(ranges) < self.max_turns and len(tokens) < max_length:
             params.max_tokens = min(turn_cap, max_length - len(tokens))
-            out = (await llm_engine.generate(tokens, replace(params))).outputs[0]
+            seen_images = {"image": shown} if shown else None
+            out = (await llm_engine.generate(tokens, replace(params), multi_modal_data=seen_images)).outputs[0]
             ranges.append((len(tokens), len(tokens) + len(out.token_ids)))
             seen += getattr(out, "updates_seen", 0)  # weight updates that landed mid-turn (partial rollouts)
             tokens = tokens + list(out.token_ids)
@@ -71,7 +78,9 @@ class MultiTurnAgentExecutor(AgentExecutorBase):
             text = text + out.text + last.feedback
             if last.done:
                 break
-            feedback = hf_tokenizer(last.feedback, add_special_tokens=False)["input_ids"] if last.feedback else []
+            where = f"{self.where} (turn {len(ranges)}): environment_feedback"
+            feedback = self._ids(hf_tokenizer, last.feedback, last.images, where) if last.feedback else []
+            shown += last.images
             tokens = tokens + feedback
             if logprobs is not None:
                 logprobs += [0.0] * len(feedback)
@@ -90,6 +99,24 @@ class MultiTurnAgentExecutor(AgentExecutorBase):
             "done": last.done,
             "updates_seen": seen,
         }
+
+    def _ids(self, tok: Any, text: str, images: list, where: str) -> list[int]:
+        """`text`'s ids; with images, each placeholder expanded to its image's tokens by the model's processor."""
+        if not images:
+            return tok(text, add_special_tokens=False)["input_ids"]
+        processor = processor_of(tok)
+        if processor is None:
+            raise AgentError(
+                f"{self.where}: the environment returned images, but the policy is a text-only model; train a "
+                f"vision-language model or return text feedback only"
+            )
+        placed = RowImages(processor, [encoded(i) for i in images], where)
+        try:
+            ids = placed.ids(tok, text)
+            placed.check_all_used()
+        except DataError as e:
+            raise AgentError(str(e)) from None
+        return list(ids)
 
     async def _step(self, env: AgentInstanceBase, states: dict, turn: int) -> StepResult:
         try:

@@ -19,6 +19,8 @@ import asyncio
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
+from alignment.datasets.image_rows import encode_png
+from alignment.datasets.images import PromptImages, placeholder_form, processor_of, read_bytes
 from alignment.rollout.types import Rollout
 from alignment.rollout.types import SamplingParams as EngineParams
 
@@ -54,8 +56,9 @@ class RequestOutput:
     outputs: list[Completion] = field(default_factory=list)
 
 
-# (prompt token ids, engine params per prompt) -> one Rollout, n=1 per prompt, in order
-GenerateBatch = Callable[[list[list[int]], EngineParams], Rollout]
+# (prompt token ids, engine params per prompt, each prompt's images or None) -> one Rollout, n=1 per prompt,
+# in order
+GenerateBatch = Callable[[list[list[int]], EngineParams, "list[PromptImages] | None"], Rollout]
 
 
 class BatchingEngine:
@@ -71,7 +74,8 @@ class BatchingEngine:
         self.linger_s = linger_s  # None: lock-step; else streaming (module docstring)
         self.live = 0
         self.closed = False  # an episode failed: the run stops, nothing more is generated
-        self.queue: list[tuple[list[int], SamplingParams, asyncio.Future]] = []
+        self.queue: list[tuple[list[int], SamplingParams, asyncio.Future, tuple[bytes, ...]]] = []
+        self.processor = processor_of(tokenizer)  # a vision-language policy's: contexts with images
         self.batches = 0
         self.generating: asyncio.Task | None = None  # streaming: the batch on the worker thread
         self.first_queued = 0.0  # streaming: when the oldest waiting request came (event-loop time)
@@ -85,18 +89,23 @@ class BatchingEngine:
         self._flush_if_ready()
 
     async def generate(self, token_ids: list[int], sampling_params: Any, multi_modal_data: Any = None) -> RequestOutput:
-        """One turn. `multi_modal_data` (OpenRLHF v0.11's executors pass it, None for text): images are refused."""
-        if multi_modal_data:
+        """One turn. `multi_modal_data`: vLLM's {"image": [...]} (OpenRLHF v0.11's executors pass it, None for
+        text): every image of the context, in the order of its placeholders, which `token_ids` hold expanded."""
+        return await self.submit(token_ids, sampling_params, image_files(multi_modal_data))
+
+    async def submit(self, token_ids: list[int], sampling_params: Any, files: tuple[bytes, ...]) -> RequestOutput:
+        """`generate` with the context's images as encoded files."""
+        if files and self.processor is None:
             raise ValueError(
-                "llm_engine.generate got multi_modal_data (images): vision-language RLHF is not built in alignflow "
-                "yet; generate from text only"
+                "llm_engine.generate got images, but the policy is a text-only model; train a vision-language "
+                "model (its folder's config has a vision_config) or generate from text only"
             )
         params = as_params(sampling_params)
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         if not self.queue:
             self.first_queued = loop.time()
-        self.queue.append((list(token_ids), params, future))
+        self.queue.append((list(token_ids), params, future, files))
         self._flush_if_ready()
         return await future
 
@@ -142,14 +151,14 @@ class BatchingEngine:
 
     def _groups(self, queue: list) -> dict[tuple, list[int]]:
         groups: dict[tuple, list[int]] = {}
-        for k, (_, p, _) in enumerate(queue):
-            groups.setdefault((p.max_tokens, p.temperature, p.top_p, p.logprobs is not None), []).append(k)
+        for k, (_, p, _, files) in enumerate(queue):  # contexts with images apart: an engine call is one or other
+            groups.setdefault((p.max_tokens, p.temperature, p.top_p, p.logprobs is not None, bool(files)), []).append(k)
         return groups
 
-    def _calls(self, queue: list) -> list[tuple[list[list[int]], EngineParams]]:
+    def _calls(self, queue: list) -> list[tuple[list[list[int]], EngineParams, list[PromptImages] | None]]:
         """The engine calls for a queue: one per sampling setting, each with its own seed."""
         calls = []
-        for (max_tokens, temperature, top_p, logprobs), rows in self._groups(queue).items():
+        for (max_tokens, temperature, top_p, logprobs, with_images), rows in self._groups(queue).items():
             self.batches += 1
             params = EngineParams(
                 max_tokens,
@@ -160,17 +169,21 @@ class BatchingEngine:
                 seed=self.seed * 1_000_003 + self.batches,
                 logprobs=logprobs,
             )
-            calls.append(([queue[k][0] for k in rows], params))
+            images = [self._prompt_images(*queue[k][::3]) for k in rows] if with_images else None
+            calls.append(([queue[k][0] for k in rows], params, images))
         return calls
+
+    def _prompt_images(self, ids: list[int], files: tuple[bytes, ...]) -> PromptImages:
+        return PromptImages(files, tuple(placeholder_form(self.processor, ids, list(files), "an agent's context")))
 
     def _answer(self, queue: list, outs: list[Rollout] | Exception) -> None:
         """Each waiting request's completion, or the engine's error for every one of them."""
         if isinstance(outs, Exception):
-            for _, _, future in queue:
+            for _, _, future, _ in queue:
                 if not future.done():
                     future.set_exception(outs)
             return
-        for out, ((*_, logprobs), rows) in zip(outs, self._groups(queue).items()):
+        for out, ((*_, logprobs, _), rows) in zip(outs, self._groups(queue).items()):
             for j, k in enumerate(rows):
                 if not queue[k][2].done():  # an episode cancelled meanwhile (the run stops) gets nothing
                     queue[k][2].set_result(self._request_output(queue[k][0], out, j, logprobs))
@@ -197,3 +210,28 @@ def as_params(p: Any) -> SamplingParams:
         get("logprobs"),
         int(get("n", 1) or 1),
     )
+
+
+def image_files(multi_modal_data: Any) -> tuple[bytes, ...]:
+    """vLLM's {"image": image or [images]} (PIL images, encoded files or paths) as encoded files; () for None."""
+    if not multi_modal_data:
+        return ()
+    if not isinstance(multi_modal_data, dict) or set(multi_modal_data) - {"image"}:
+        raise ValueError(
+            f"multi_modal_data must be {{'image': [images]}} (images only), got {type(multi_modal_data).__name__} "
+            f"with {sorted(multi_modal_data) if isinstance(multi_modal_data, dict) else '-'}"
+        )
+    images = multi_modal_data["image"]
+    images = images if isinstance(images, (list, tuple)) else [images]
+    return tuple(encoded(i) for i in images)
+
+
+def encoded(image: Any) -> bytes:
+    """A PIL image, an encoded file's bytes, or a path / URI to one, as the file's bytes."""
+    if isinstance(image, bytes):
+        return image
+    if isinstance(image, str):
+        return read_bytes(image)
+    if hasattr(image, "save"):
+        return encode_png(image)
+    raise ValueError(f"an image must be a PIL image, bytes or a path, got {type(image).__name__}")

@@ -23,7 +23,8 @@ import torch
 from alignment import openrlhf_names
 from alignment.agents.contract import AgentError, AgentExecutorBase, extra_logs, number
 from alignment.agents.executor import MultiTurnAgentExecutor
-from alignment.agents.llm import BatchingEngine, GenerateBatch, SamplingParams
+from alignment.agents.llm import BatchingEngine, GenerateBatch, SamplingParams, image_files
+from alignment.datasets.images import load_image
 from alignment.datasets.prompts import PromptSample
 from alignment.rewards.scorer import Scored
 from alignment.rollout.types import Rollout
@@ -38,6 +39,7 @@ class AgentSettings:
     turn_tokens: int  # most new tokens per model turn (--generate_max_len)
     partial: bool = False  # --partial_rollout_enable: each episode's mid-turn weight updates are counted
     linger_s: float | None = None  # --agent_batch_linger_ms: streaming episodes (alignment/agents/llm.py)
+    max_images: int = 0  # --max_images_per_prompt: the most images an episode's context may hold
 
 
 @dataclass
@@ -129,6 +131,8 @@ class AgentRunner:
             "agent/engine_batches": float(engine.batches),
             "agent/feedback_token_fraction": env_tokens / max(1, env_tokens + model_tokens),
         }
+        if self.s.max_images:  # a vision-language policy: pictures per training row, the prompt's and the environment's
+            episodes.metrics["agent/images"] = sum(map(len, episodes.rollout.images)) / len(outs)
         return episodes
 
     async def _all(self, engine: BatchingEngine, jobs: list[tuple[int, PromptSample]], params: SamplingParams) -> list:
@@ -144,16 +148,19 @@ class AgentRunner:
 
     async def _one(self, engine: BatchingEngine, prompt: PromptSample, params: SamplingParams, e: int) -> dict:
         executor = self._executor()
+        view = _EpisodeEngine(engine, self.s.max_images, f"{self.s.path} (episode {e})")
         # our own execute takes the prompt's token ids too; an override of it (OpenRLHF's signature) does not
         kwargs = {"prompt_ids": prompt.ids} if type(executor).execute is MultiTurnAgentExecutor.execute else {}
+        if prompt.images:  # OpenRLHF v0.11's executors take the prompt's images (PIL) as `images`
+            kwargs["images"] = [load_image(f, f"{self.s.path} (episode {e})") for f in prompt.engine_images().files]
         try:
-            return await executor.execute(
+            out = await executor.execute(
                 prompt.text,
                 prompt.label,
                 SamplingParams(**vars(params)),
                 self.s.max_length,
                 self.tokenizer,
-                engine,
+                view,
                 **kwargs,
             )
         except AgentError as err:
@@ -166,6 +173,7 @@ class AgentRunner:
             ) from None
         finally:
             engine.episode_ended()
+        return {**out, "image_files": view.files} if isinstance(out, dict) else out
 
     def _row(self, out: Any, prompt: PromptSample, e: int) -> "_Row":
         where = f"{self.s.path} (episode {e})"
@@ -196,6 +204,7 @@ class AgentRunner:
             [list(lps[start:end])] if lps is not None else [],
             [mask],
             [int(out.get("updates_seen", 0))] if self.s.partial else [],
+            images=[list(out["image_files"])] if self.s.max_images else [],  # one entry a row, or none
         )
         return _Row(
             row,
@@ -205,6 +214,24 @@ class AgentRunner:
             len(ranges),
             mask.count(0),
         )
+
+
+class _EpisodeEngine:
+    """One episode's `llm_engine`: the shared BatchingEngine, and the images of the context it last generated
+    from, which are the training row's (the row ends with that turn; images placed after it are in no row)."""
+
+    def __init__(self, engine: BatchingEngine, max_images: int, where: str):
+        self.engine, self.max_images, self.where, self.files = engine, max_images, where, ()
+
+    async def generate(self, token_ids: list[int], sampling_params: Any, multi_modal_data: Any = None) -> Any:
+        files = image_files(multi_modal_data)
+        if len(files) > self.max_images:
+            raise AgentError(
+                f"{self.where}: the context holds {len(files)} images, more than --max_images_per_prompt "
+                f"{self.max_images} (the prompt's and the environment's together); raise it"
+            )
+        self.files = files
+        return await self.engine.submit(token_ids, sampling_params, files)
 
 
 @dataclass

@@ -75,10 +75,6 @@ class VisionConfig(VisionDataConfig):
             f"{images} with --partial_rollout_enable: generations paused at a weight sync are not built for "
             f"images; drop --partial_rollout_enable",
         )
-        require(
-            not self.agent_func_path,
-            f"{images} with --agent_func_path: multi-turn agents with images are not built yet; drop one",
-        )
 
 
 @dataclass

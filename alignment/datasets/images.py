@@ -65,6 +65,34 @@ def merge_image_inputs(parts: list[dict[str, torch.Tensor]]) -> dict[str, torch.
     return out
 
 
+def placeholder_form(processor: Any, ids: list[int], files: list[bytes], where: str) -> list[int]:
+    """`ids` with each image's expansion (the processor's, in order) put back to the one placeholder the chat
+    template writes: what vLLM takes (it expands placeholders itself, and expands an expansion again). For a
+    context built turn by turn (an agent's episode), where the placeholder form was never kept."""
+    tok = processor.tokenizer
+    token = getattr(processor, "image_token", IMAGE_TAG)
+    placeholder = tok(token, add_special_tokens=False)["input_ids"]
+    out, at = [], 0
+    for k, f in enumerate(files):
+        expansion = processor(text=[token], images=[load_image(f, where)], add_special_tokens=False)["input_ids"][0]
+        found = _find(ids, list(expansion), at)
+        if found < 0:
+            raise ValueError(
+                f"{where}: image {k + 1}'s tokens are not in the context in order; pass one image per "
+                f"placeholder, in the order of the placeholders"
+            )
+        out += ids[at:found] + placeholder
+        at = found + len(expansion)
+    return out + ids[at:]
+
+
+def _find(seq: list[int], part: list[int], start: int) -> int:
+    for i in range(start, len(seq) - len(part) + 1):
+        if seq[i : i + len(part)] == part:
+            return i
+    return -1
+
+
 def image_refs(row: dict, key: str, most: int, index: int, source: str) -> list[str]:
     """The row's image references (none when the key is absent or empty), at most `most` of them."""
     value = row.get(key)

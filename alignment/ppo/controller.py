@@ -129,6 +129,7 @@ class PPOController:
                     cfg.rollout.max_new_tokens,
                     cfg.train.partial_rollout_enable,
                     None if cfg.train.agent_batch_linger_ms is None else cfg.train.agent_batch_linger_ms / 1000,
+                    cfg.data.max_images_per_prompt,
                 ),
                 tokenizer,
             )

@@ -77,10 +77,11 @@ class LocalGroups:
     ) -> Done[Rollout]:
         return Done(self.gen.generate(prompt_ids, sampling_params(self.cfg, iteration, self.rank, self.world), images))
 
-    def generate_turn(self, prompt_ids: list[list[int]], params: SamplingParams) -> Rollout:
-        return self.gen.generate(
-            prompt_ids, replace(params, seed=None if params.seed is None else params.seed * self.world + self.rank)
-        )
+    def generate_turn(
+        self, prompt_ids: list[list[int]], params: SamplingParams, images: list[PromptImages] | None = None
+    ) -> Rollout:
+        seed = None if params.seed is None else params.seed * self.world + self.rank
+        return self.gen.generate(prompt_ids, replace(params, seed=seed), images)
 
     def scores(self, queries: list[str], prompts: list[str], labels: list) -> Scored:
         return self.reward(queries, prompts, labels)

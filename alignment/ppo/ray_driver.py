@@ -106,13 +106,18 @@ class RayGroups:
         ]
         return Joined(futures, _rollouts([s for s, _ in shards]))
 
-    def generate_turn(self, prompt_ids: list[list[int]], params: SamplingParams) -> Rollout:
-        """One agent turn for each context, on the same generators as `generate` (shard r seeded apart)."""
+    def generate_turn(
+        self, prompt_ids: list[list[int]], params: SamplingParams, images: list[PromptImages] | None = None
+    ) -> Rollout:
+        """One agent turn for each context, on the same generators as `generate` (shard r seeded apart);
+        `images`: each context's (a vision-language policy's episodes)."""
         gens = self._generators()
         shards = [(g, s, e) for g, (s, e) in zip(gens, split(len(prompt_ids), len(gens))) if e > s]
         seed = lambda r: None if params.seed is None else params.seed * len(gens) + r  # noqa: E731
         futures = [
-            g.generate.remote(prompt_ids[s:e], dataclasses.replace(params, seed=seed(r)))
+            g.generate.remote(
+                prompt_ids[s:e], dataclasses.replace(params, seed=seed(r)), *([images[s:e]] if images else [])
+            )
             for r, (g, s, e) in enumerate(shards)
         ]
         return Joined(futures, _rollouts([s for _, s, _ in shards])).get()

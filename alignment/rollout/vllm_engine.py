@@ -202,7 +202,7 @@ class VLLMEngine:
             self.llm.collective_rpc(
                 "reload_weights", kwargs=dict(weights_path=str(directory), is_checkpoint_format=True)
             )
-            self.llm.reset_prefix_cache()
+            self._forget_old_weights()
         finally:
             config.model, config.model_weights, config.revision = kept
             shutil.rmtree(directory, ignore_errors=True)
@@ -235,8 +235,16 @@ class VLLMEngine:
         received = receive(self._sync_pg, tensor_specs, self._sync_device)
         self._sync_worker.reload_weights(weights_iterator=received, is_checkpoint_format=True)
         skipped = sum(1 for _ in received)  # stay in step with the sender even if vLLM stopped early
-        self.llm.reset_prefix_cache()
+        self._forget_old_weights()
         return len(tensor_specs) - skipped
+
+    def _forget_old_weights(self) -> None:
+        """Drop what the old weights computed: cached prefixes' KV and, with images, cached image features (the
+        scheduler's record of them too: left alone, a picture seen before the reload was scheduled as cached
+        and its features were gone, "Encoder cache miss", when an agent's environment showed one again)."""
+        self.llm.reset_prefix_cache()
+        if self.image_token is not None:
+            self.llm.llm_engine.reset_encoder_cache()
 
     def close(self) -> None:
         shutil.rmtree(self.sync_root, ignore_errors=True)
