@@ -6,10 +6,11 @@ and publishes its examples as a table artifact rather than its JSON in the flow 
 
 from __future__ import annotations
 
+import base64
 import json
 
 from prefect import get_run_logger
-from prefect.artifacts import acreate_table_artifact
+from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
 
 from alignflow.tasks.artifacts import artifact_key
 from alignflow.tasks.pipeline import Output, Step
@@ -32,12 +33,14 @@ def read_evaluation(eval_uri: str) -> dict:
         raise RuntimeError(f"{eval_uri} is committed but holds no evaluation.json: not an evaluate stage's output")
     saved = json.loads(text)
     examples = [[e["question"], e["response"], str(e.get("label", "")), e.get("right")] for e in saved["examples"]]
+    pictures = [(e.get("images") or [None])[0] for e in saved["examples"]]  # each example's first image, if any
     return {
         "metrics": saved["metrics"],
         "n": saved["n"],
         "examples": examples,
         "eval_uri": eval_uri,
         **({"accuracy": saved["metrics"]["accuracy"]} if "accuracy" in saved["metrics"] else {}),
+        **({"pictures": pictures} if any(pictures) else {}),
     }
 
 
@@ -60,3 +63,39 @@ async def publish_evaluation(label: str, result: dict, run_name: str) -> None:
     key = artifact_key(run_name, "heldout", label)
     await acreate_table_artifact(key=key, table=rows, description=f"{summary} (first {len(rows)} shown)")
     get_run_logger().info("%s (examples: artifact %s)", summary, key)
+
+
+async def publish_pictures(run_name: str, evaluations: dict[str, dict]) -> str | None:
+    """Held-out pictures with each measured model's answer side by side (a vision-language run's SFT and RL
+    models, say), as a markdown artifact `<run>-heldout-pictures`; its key, or None when the evaluations hold no
+    pictures or not the same ones."""
+    shown = {label: r for label, r in evaluations.items() if r.get("pictures")}
+    if len(shown) < 2 or len({tuple(r["pictures"]) for r in shown.values()}) != 1:
+        return None
+    first = next(iter(shown.values()))
+    lines = ["| picture | answer | " + " | ".join(f"after {label}" for label in shown) + " |"]
+    lines.append("|---" * (2 + len(shown)) + "|")
+    for i, picture in enumerate(first["pictures"]):
+        if picture is None:
+            continue
+        src = picture if picture.startswith("data:") else _data_uri(storage.read_bytes(picture))
+        answers = [_answer(r["examples"][i]) for r in shown.values()]
+        lines.append(f"| ![{i}]({src}) | {first['examples'][i][2]} | " + " | ".join(answers) + " |")
+    key = artifact_key(run_name, "heldout", "pictures")
+    await acreate_markdown_artifact(
+        key=key,
+        markdown="\n".join(lines),
+        description=f"held-out pictures and the answers after {', '.join(shown)}",
+    )
+    return key
+
+
+def _data_uri(data: bytes) -> str:
+    kind = "jpeg" if data[:3] == b"\xff\xd8\xff" else "png"  # the pictures a dataset holds are mostly these
+    return f"data:image/{kind};base64,{base64.b64encode(data).decode()}"
+
+
+def _answer(example: list) -> str:
+    """A response for a table cell, marked right or wrong."""
+    response = " ".join(str(example[1]).split()).replace("|", "\\|")[:60]
+    return f"{response} {'✓' if example[3] else '✗'}"

@@ -17,7 +17,7 @@ from typing import Any, Awaitable, Callable
 
 from alignflow.tasks import pipeline
 from alignflow.tasks.curves import Panel
-from alignflow.tasks.evaluate import evaluate_step, publish_evaluation, read_evaluation
+from alignflow.tasks.evaluate import evaluate_step, publish_evaluation, publish_pictures, read_evaluation
 from alignflow.tasks.pipeline import Output, Planned, Step
 from alignflow.tasks.ray_cluster import ray_cluster
 from alignflow.tasks.recipes import Recipe, load_recipe
@@ -137,6 +137,8 @@ async def _summaries(
             summaries[label]["heldout"] = result
     for label, result in read.items():
         summaries[label]["heldout"] = result
+    measured = {label: s["heldout"] for label, s in (given | summaries).items() if "heldout" in s}
+    await publish_pictures(run_name, measured)  # a vision-language run: its pictures with each model's answers
     return given | summaries
 
 

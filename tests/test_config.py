@@ -203,7 +203,7 @@ def test_shipped_recipe_files_load_into_their_schema(recipe, role):
     assert values
 
 
-@pytest.mark.parametrize("recipe", ["tiny", "smollm2", "llama3-8b", "tiny-csft", "tiny-idpo", "tiny-rs"])
+@pytest.mark.parametrize("recipe", ["tiny", "smollm2", "llama3-8b", "tiny-csft", "tiny-idpo", "tiny-rs", "tiny-vision"])
 def test_a_stage_job_config_round_trips_through_its_yaml(recipe, tmp_path):
     """A flow's stage job reads its resolved config from <stage dir>/config.yaml: the YAML rebuilds
     the exact config the task validated, for every stage of every shipped recipe."""

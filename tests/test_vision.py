@@ -1,10 +1,12 @@
 """Images through the stages (docs/vision.md), on the tiny visual world: SFT of the tiny LLaVA from its
-rows' image paths, GRPO as a Ray job on the actor ranks' HF engine with the image encoder frozen, and the
-evaluate CLI's greedy accuracy over held-out pictures. The vLLM engine's path with images runs as OpenRLHF's
-VLM script line (tests/test_openrlhf_v011.py)."""
+rows' image paths; the sft-grpo flow on the tiny-vision recipe (GRPO as a Ray job on the actor ranks' HF
+engine with the image encoder frozen, held-out pictures evaluated before and after); DPO with both answers
+seeing the picture; an agent whose environment answers with pictures. The vLLM engine's path with images runs
+as OpenRLHF's VLM script line (tests/test_openrlhf_v011.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import textwrap
 
@@ -12,7 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from alignment.tiny_world.paths import tiny_dir, tiny_vision_dir
+from alignment.tiny_world.paths import tiny_vision_dir
 from tests.conftest import metric_rows, run_module
 
 pytestmark = pytest.mark.integration
@@ -99,45 +101,52 @@ def test_sft_on_pictures_commits_a_model_that_plain_transformers_loads(vision_sf
     assert len(losses) == 4 and all(0 < x < 10 for x in losses)
 
 
-def test_grpo_on_pictures_as_a_ray_job_freezes_the_encoder_and_evaluates(ray_head, vision_sft, tmp_path):
-    from tests.test_ppo_ray import ray_job
+def test_sft_then_grpo_on_pictures_as_a_flow(ray_head, tmp_path):
+    """The sft-grpo flow on the tiny-vision recipe (Prefect, then Ray jobs on the session's head): the tiny
+    LLaVA made, SFT and GRPO on its pictures with the image encoder frozen in RL, both models evaluated on the
+    held-out pictures, and a handful of those shown with both answers as an artifact. Budgets are a few
+    steps: what learns is measured in benchmarks, not here."""
+    from prefect import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
-    out = tmp_path / "grpo"
-    args = [
-        *["--pretrain", str(vision_sft), "--prompt_data", f"json@{V / 'prompts'}", "--input_key", "input"],
-        *["--label_key", "label", *IMAGES, "--actor.freeze_visual_encoder"],
-        *["--remote_rm_url", str(tiny_dir() / "reward_func.py"), "--advantage_estimator", "group_norm"],
-        *["--n_samples_per_prompt", "4", "--rollout_batch_size", "4", "--micro_rollout_batch_size", "8"],
-        *["--train_batch_size", "16", "--micro_train_batch_size", "8", "--generate_max_len", "8"],
-        *["--max_samples", "8", "--num_episodes", "1", "--save_path", str(out), "--vllm_num_engines", "0"],
-        *["--use_kl_loss", "--init_kl_coef", "0.01", "--logging_steps", "1"],
-    ]
-    status, logs = ray_job(ray_head, args, "vision-grpo")
-    assert status.endswith("SUCCEEDED"), logs[-3000:]
-    assert "--freeze_visual_encoder:" in logs and "tensors of the image encoder frozen" in logs
-    assert [r["step"] for r in metric_rows(out)] == [1, 2]
-    before, after = load_file(vision_sft / "model.safetensors"), load_file(out / "model.safetensors")
-    encoder = [k for k in before if "language_model" not in k and "lm_head" not in k]
-    language = [k for k in before if "language_model" in k]
-    assert encoder and all(torch.equal(before[k], after[k]) for k in encoder)
-    assert any(not torch.equal(before[k], after[k]) for k in language)
+    from alignflow.flows.sft_grpo import sft_grpo_flow
+    from alignment import storage
 
-    evaluated = tmp_path / "eval"
-    run_module(
-        "alignment.cli.evaluate",
-        [
-            *["--pretrain", str(out), "--dataset", f"json@{V / 'prompts'}", "--dataset_split", "test"],
-            *["--input_key", "input", "--label_key", "label", *IMAGES, "--max_samples", "16"],
-            *["--remote_rm_url", str(tiny_dir() / "reward_func.py"), "--max_new_tokens", "8"],
-            *["--output_path", str(evaluated)],
-        ],
+    grpo = {"max_samples": 8, "rollout_batch_size": 4, "n_samples_per_prompt": 4, "train_batch_size": 16}
+    grpo |= {"micro_rollout_batch_size": 16, "micro_train_batch_size": 8, "generate_max_len": 8}
+    grpo |= {"dynamic_filtering": False, "save_steps": -1}
+    result = asyncio.run(
+        sft_grpo_flow(
+            run_name="vision",
+            store=str(tmp_path / "store"),
+            ray_address=ray_head,
+            recipe="tiny-vision",
+            sft={"max_steps": 4},
+            grpo=grpo,
+            heldout_eval=True,
+        )
     )
-    report = json.loads((evaluated / "evaluation.json").read_text())
-    assert report["n"] == 16 and 0 <= report["metrics"]["accuracy"] <= 1
-    assert all(e["question"] == "<image>What is the sum in the image?" for e in report["examples"])
+    assert list(result) == ["tiny_base", "sft", "grpo", "evaluate sft", "evaluate grpo"]
+    assert all(result[s]["heldout"]["n"] == 300 and len(result[s]["heldout"]["pictures"]) == 8 for s in ("sft", "grpo"))
+    before, after = (load_file(storage.file_in(result[s]["model_uri"], "model.safetensors")) for s in ("sft", "grpo"))
+    encoder = [k for k in before if "language_model" not in k and "lm_head" not in k]
+    assert encoder and all(torch.equal(before[k], after[k]) for k in encoder)
+    assert any(not torch.equal(before[k], after[k]) for k in before if "language_model" in k)
+
+    async def pictures():  # by key: the session's API holds other tests' artifacts too
+        async with get_client() as client:
+            key = ArtifactFilterKey(any_=["vision-heldout-pictures"])
+            return await client.read_artifacts(artifact_filter=ArtifactFilter(key=key))
+
+    table = asyncio.run(pictures())[-1].data
+    assert table.count("](data:image/png;base64,") == 8 and "| after sft | after grpo |" in table
 
 
-def test_dpo_on_pictures_gives_both_sides_of_a_pair_their_images(vision_sft, tmp_path):
+def test_dpo_on_pictures_gives_both_sides_of_a_pair_their_images(ray_head, vision_sft, tmp_path):
+    """A pair's two answers are collated with the row's picture each; the sft-dpo flow on the tiny-vision recipe
+    (no `pretrain`: the recipe makes its base) trains DPO on the pictures and commits."""
+    from alignflow.flows.sft_dpo import sft_dpo_flow
+    from alignment import storage
     from alignment.config import DPOConfig, parse_args
     from alignment.datasets.preference import PairTokenizer, collate_pairs
     from alignment.datasets.sources import read_rows
@@ -152,14 +161,19 @@ def test_dpo_on_pictures_gives_both_sides_of_a_pair_their_images(vision_sft, tmp
     batch = collate_pairs(samples, False, tok.pad_token_id, None, processor=tok.processor).batch
     assert batch.images["pixel_values"].shape[0] == 8  # chosen then rejected, one picture each
     assert all(s.chosen.images == s.rejected.images and len(s.chosen.images) == 1 for s in samples)
-    out = tmp_path / "dpo"
-    run_module(
-        "alignment.cli.train_dpo",
-        [*flags, "--pretrain", str(vision_sft), "--save_path", str(out), "--max_samples", "32"]
-        + ["--train_batch_size", "8", "--micro_train_batch_size", "8"],
-        threads=1,
+    result = asyncio.run(
+        sft_dpo_flow(
+            run_name="vision-dpo",
+            store=str(tmp_path / "store"),
+            ray_address=ray_head,
+            recipe="tiny-vision",
+            sft={"max_steps": 2},
+            preference={"max_steps": 4, "max_samples": 128, "logging_steps": 1},
+        )
     )
-    assert [r["step"] for r in metric_rows(out) if "train/loss" in r] == [1, 2, 3, 4]
+    assert list(result) == ["tiny_base", "sft", "dpo"]
+    text = storage.read_text(storage.file_in(result["dpo"]["model_uri"], "metrics.jsonl"))
+    assert [r["step"] for r in map(json.loads, text.splitlines()) if "train/loss" in r] == [1, 2, 3, 4]
 
 
 def test_an_environment_answering_with_pictures_on_the_hf_engine(vision_sft, tmp_path):

@@ -191,6 +191,7 @@ def generate_values(cfg: EvaluateConfig, setup: Any, rt: Any, rows: list[EvalRow
                         "label": row.label,
                         "reward": value,
                         "right": value >= cfg.eval.correct_reward,
+                        **({"images": row.images} if row.images else {}),  # what a report shows beside it
                     },
                 )
             )

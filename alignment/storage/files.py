@@ -35,6 +35,12 @@ def read_text(uri: str | Path) -> str | None:
         raise StorageError(f"{uri}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start}); {fix}") from None
 
 
+def read_bytes(uri: str | Path) -> bytes:
+    """The file's bytes (FileNotFoundError when it does not exist)."""
+    fs, path = filesystem(uri)
+    return retry(lambda: fs.cat_file(path), "read", uri)
+
+
 def write_text_atomic(uri: str | Path, text: str) -> None:
     """Readers see the old text or the new one, never a torn file: tmp + os.replace locally, one PUT on S3."""
     fs, path = filesystem(uri)
