@@ -42,8 +42,12 @@ def sft_steps(recipe: Recipe, sft: dict[str, Any]) -> list[Step]:
 
 def makes_base(recipe: Recipe, sft: dict[str, Any]) -> bool:
     """The recipe makes its own base model (`tiny_base.yaml`) and neither it nor the run gives SFT a `pretrain`."""
+    return recipe.has("tiny_base") and not given_pretrain(recipe, sft)
+
+
+def given_pretrain(recipe: Recipe, sft: dict[str, Any]) -> str | None:
+    """The model SFT starts from as the run's `sft` parameters or the recipe's sft.yaml give it, if they do."""
     from alignment.config import SFTConfig, load_yaml
 
     sft_file = recipe.file("sft")
-    given = sft.get("pretrain") or (sft_file and load_yaml(SFTConfig, sft_file).get("pretrain"))
-    return recipe.has("tiny_base") and not given
+    return sft.get("pretrain") or (sft_file and load_yaml(SFTConfig, sft_file).get("pretrain")) or None

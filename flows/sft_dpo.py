@@ -16,7 +16,7 @@ and `heldout_eval` (the recipe's evaluate.yaml on the SFT and preference models,
 
 from typing import Any, Literal
 
-from alignflow.flows.sft import makes_base, sft_steps
+from alignflow.flows.sft import given_pretrain, sft_steps
 from alignflow.tasks.flow_run import FlowRun, run_stages
 from alignflow.tasks.params import DPOOverrides, KTOOverrides, SFTOverrides, checked_flow, overrides
 from alignflow.tasks.pipeline import Output, Step, flow_sets
@@ -43,13 +43,15 @@ async def sft_dpo_flow(
 
     def steps(recipe_: Recipe) -> list[Step]:
         given = flow_sets("sft", overrides(sft), pretrain=pretrain) if pretrain else overrides(sft)
-        if not (pretrain or given.get("pretrain") or makes_base(recipe_, given)):
+        if not (given_pretrain(recipe_, given) or recipe_.has("tiny_base")):
             raise ConfigError(
                 "sft-dpo: give `pretrain` (the model SFT starts from), or a recipe that makes its base model "
                 "(a tiny_base.yaml, as tiny-vision has)"
             )
-        pref = Step(preference_stage, preference_stage, preference_stage, overrides(preference), {"pretrain": Output("sft")})
-        return sft_steps(recipe_, given) + [pref]
+        pref = overrides(preference)
+        return sft_steps(recipe_, given) + [
+            Step(preference_stage, preference_stage, preference_stage, pref, {"pretrain": Output("sft")})
+        ]
 
     return await run_stages(
         FlowRun("sft-dpo", run_name, store, recipe, ray_address, retries),

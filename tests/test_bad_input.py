@@ -49,7 +49,7 @@ EVAL = ["--pretrain", "@MODEL@", "--dataset", f"{T}/prompts/test.jsonl", "--outp
 NO_BUCKET = "s3://alignflow-no-such-bucket"
 V = str(tiny_vision_dir())
 VSFT = ["--pretrain", "@VLM@", "--dataset", f"{V}/sft/train.jsonl", "--input_key", "input", "--output_key", "output",
-        "--apply_chat_template", "--max_images_per_prompt", "1", "--save_path", "@OUT@", "--max_len", "64",
+        "--apply_chat_template", "--max_images_per_prompt", "1", "--save_path", "@OUT@", "--max_len", "128",
         "--train_batch_size", "8", "--micro_train_batch_size", "8"]
 VPPO = ["--pretrain", "@VLM@", "--prompt_data", f"{V}/prompts/train.jsonl", "--input_key", "input", "--label_key",
         "label", "--apply_chat_template", "--max_images_per_prompt", "1", "--advantage_estimator", "group_norm",

@@ -126,7 +126,23 @@ def test_rule_server_answers_refuses_and_serves_ppo(tiny_sft, tmp_path):
 
 @pytest.mark.integration
 def test_reward_model_server(tiny_rm):
-    with server("--reward_pretrain", str(tiny_rm), "--max_len", "64") as url:
+    """A served RM (packed, as OpenRLHF's serve_rm line asks with --ds.packing_samples) scores as padded scoring
+    does, for queries of other lengths in one batch; a query over --max_len is refused."""
+    import torch
+
+    from alignment.models.loading import load_tokenizer
+    from alignment.rewards.scorer import RewardModels
+
+    tok = load_tokenizer(str(tiny_rm))
+    texts = [
+        f"<|user|>\nWhat is {a} + {b}?<|end|>\n<|assistant|>\n{a} + {b} = {a + b}<|end|>\n"
+        for a, b in [(2, 3), (17, 25), (4, 9)]
+    ]
+    texts.append("<|user|>\nWhat is 9 + 9?<|end|>\n<|assistant|>\n" + "9 + 9 = 18. " * 4 + "<|end|>\n")
+    padded = RewardModels([str(tiny_rm)], [1.0], tok, torch.float32, "sdpa", "cpu", False)(texts, texts, [None] * 4)
+    packed = RewardModels([str(tiny_rm)], [1.0], tok, torch.float32, "sdpa", "cpu", False, pack_tokens=64)
+    assert torch.allclose(packed(texts, texts, [None] * 4).rewards, padded.rewards, atol=1e-5)
+    with server("--reward_pretrain", str(tiny_rm), "--data.max_len", "64", "--ds.packing_samples") as url:
         queries = ["<|user|>\nWhat is 2 + 3?<|end|>\n<|assistant|>\n2 + 3 = 5<|end|>\n"] * 3
         status, reply = post(url, json.dumps({"query": queries}).encode())
         assert status == 200 and len(reply["rewards"]) == 3

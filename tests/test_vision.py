@@ -82,7 +82,7 @@ def vision_sft(module_tmp):
         [
             *["--pretrain", str(base), "--dataset", f"json@{V / 'sft'}", "--input_key", "input"],
             *["--output_key", "output", *IMAGES, "--save_path", str(out), "--max_samples", "64"],
-            *["--train_batch_size", "16", "--micro_train_batch_size", "8", "--max_len", "64", "--max_epochs", "1"],
+            *["--train_batch_size", "16", "--micro_train_batch_size", "8", "--max_len", "128", "--max_epochs", "1"],
             *["--learning_rate", "5e-4"],
         ],
     )
@@ -154,7 +154,7 @@ def test_dpo_on_pictures_gives_both_sides_of_a_pair_their_images(ray_head, visio
 
     pairs = f"json@{V / 'preference'}"
     flags = ["--dataset", pairs, "--prompt_key", "prompt", "--chosen_key", "chosen", "--rejected_key", "rejected"]
-    flags += ["--apply_chat_template", "--max_images_per_prompt", "1", "--max_len", "64"]
+    flags += ["--apply_chat_template", "--max_images_per_prompt", "1", "--max_len", "128"]
     cfg = parse_args(DPOConfig, ["--pretrain", str(vision_sft), *flags])
     tok = load_tokenizer(str(vision_sft))
     samples = PairTokenizer(tok, cfg, pairs)(read_rows(pairs, image_key="images")[:4])
@@ -207,10 +207,10 @@ def test_an_environment_answering_with_pictures_on_the_hf_engine(vision_sft, tmp
             PromptSample(text, ids, r["label"], (image,), tuple(tok(text, add_special_tokens=False)["input_ids"]))
         )
     (tmp_path / "vlm_agent.py").write_text(PICTURE_AGENT)
-    agent = AgentSettings(str(tmp_path / "vlm_agent.py"), 3, 10.0, 160, 6, max_images=2)
+    agent = AgentSettings(str(tmp_path / "vlm_agent.py"), 3, 10.0, 256, 6, max_images=2)
     got = AgentRunner(agent, tok).run(prompts, 2, engine.generate, seed=1, temperature=1.0, top_p=1.0, logprobs=False)
     batch = rollout_to_batch(got.rollout, tok.pad_token_id, processor)
-    per_image = 16  # the tiny LLaVA's image tokens
+    per_image = 64  # the tiny LLaVA's image tokens
     placed = [int((row == model.config.image_token_index).sum()) // per_image for row in batch.sequences]
     assert placed == [len(files) for files in got.rollout.images] == [2] * 8
     assert got.metrics["agent/turns"] == 2 and got.metrics["agent/images"] == 2
@@ -218,7 +218,7 @@ def test_an_environment_answering_with_pictures_on_the_hf_engine(vision_sft, tmp
         logits = model(input_ids=batch.sequences, attention_mask=batch.attention_mask, **batch.image_inputs()).logits
     assert torch.isfinite(logits).all()
     # the environment's picture counts against --max_images_per_prompt with the prompt's
-    one = AgentRunner(AgentSettings(agent.path, 3, 10.0, 160, 6, max_images=1), tok)
+    one = AgentRunner(AgentSettings(agent.path, 3, 10.0, 256, 6, max_images=1), tok)
     with pytest.raises(
         AgentError, match=r"episode 0\): the context holds 2 images, more than --max_images_per_prompt 1"
     ):

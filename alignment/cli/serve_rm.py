@@ -160,6 +160,7 @@ def main(argv: list[str] | None = None) -> None:
             precision_for(cfg.ds.bf16, device).dtype,
             attn_implementation(cfg.attention(), device),
             device,
+            cfg.data.max_len if cfg.ds.packing_samples else None,
         )
         count_tokens = lambda q: len(tokenizer(q, add_special_tokens=False)["input_ids"])  # noqa: E731
     else:

@@ -211,7 +211,8 @@ class ServeRMConfig(RewardSourceConfig, ModelConfig, StageConfig):
     num_threads: int = opt(0, "CPU threads for scoring (0: all cores)", group="train")
     packing_samples: bool = opt(
         False,
-        "OpenRLHF's serve_rm packs each batch's queries into rows; here batches are scored padded (refused when set)",
+        "Score each batch's queries packed into rows of at most --max_len tokens (one row under flash-attention) "
+        "instead of padded to the longest; reward models only (a process reward model scores padded)",
         dotted="ds.packing_samples",
     )
 
@@ -230,9 +231,8 @@ class ServeRMConfig(RewardSourceConfig, ModelConfig, StageConfig):
         )
         require(0 <= self.port < 65536, f"--port {self.port}: must be in 0..65535")
         require(
-            not self.packing_samples,
-            "--packing_samples: serve_rm scores each batch padded; packed scoring is not built for it (the training "
-            "stages pack): drop the flag",
+            not self.packing_samples or bool(self.reward_pretrain),
+            "--packing_samples packs reward models' forward passes; a reward_func file has none: drop the flag",
         )
         require(
             min(self.batch_size, self.max_len, self.max_batch, self.max_request_bytes) > 0,

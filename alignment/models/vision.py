@@ -31,10 +31,14 @@ def is_vision_model(path: str, trust_remote_code: bool = False) -> bool:
         return config.is_file() and "vision_config" in json.loads(config.read_text())
     from transformers import AutoConfig
 
-    return (
-        getattr(AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code), "vision_config", None)
-        is not None
-    )
+    try:
+        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except OSError as e:  # a hub name whose config is neither cached nor reachable (the tokenizer may be cached)
+        raise VisionModelError(
+            f"{path}: its config.json could not be read ({str(e).splitlines()[0]}); download the model folder "
+            f"and pass its path"
+        ) from None
+    return getattr(config, "vision_config", None) is not None
 
 
 def attach_processor(path: str, tokenizer: Any, flag: str, trust_remote_code: bool = False) -> Any:

@@ -12,9 +12,10 @@ import torch
 
 from alignment.config.base import ConfigError
 from alignment.config.rewards import RewardSourceConfig
+from alignment.datasets.batch import TokenizedSample, collate_packed
 from alignment.datasets.formatting import end_at_eos
 from alignment.models.loading import resolve_model_path
-from alignment.models.reward_model import load_reward_model, read_reward_stats
+from alignment.models.reward_model import ValueCapture, load_reward_model, read_reward_stats
 from alignment.rewards.process_reward import ProcessRewardModel, read_prm_entry
 from alignment.rewards.remote import RemoteRewardClient
 from alignment.rewards.reward_func import RewardError, RewardOutput, load_reward_func, parse_output
@@ -62,8 +63,14 @@ class RewardModels:
         normalize: bool,
         batch_size: int = 32,
         trust_remote_code: bool = False,
+        pack_tokens: int | None = None,
     ):
+        """`pack_tokens` (serve_rm's --packing_samples): a batch's queries are scored packed into rows of at most
+        that many tokens (one row under flash-attention, which reads packing from position ids) instead of
+        right-padded to the longest; the same scores, the padding no longer computed."""
         self.tokenizer, self.device, self.batch_size, self.weights = tokenizer, device, batch_size, weights
+        self.pack_tokens, self.mask_dtype = pack_tokens, None if attn == "flash_attention_2" else torch.bool
+        self.captures: dict[int, ValueCapture] = {}  # packed scoring: each RM's value head, read per token
         self.models, self.stats = [], []
         locals_ = [resolve_model_path(p, "--reward_pretrain") for p in paths]
         entries = [read_prm_entry(local) for local in locals_]  # config.json only: before any weights load
@@ -107,6 +114,8 @@ class RewardModels:
         # read at the response's EOS, as in training (train_rm ends responses there), even when a
         # client sends the chat template's text after it
         texts = [end_at_eos(t, self.tokenizer.eos_token) for t in texts]
+        if self.pack_tokens is not None:
+            return self._score_packed(model, texts)
         side, self.tokenizer.padding_side = self.tokenizer.padding_side, "right"
         try:
             enc = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
@@ -114,6 +123,15 @@ class RewardModels:
             self.tokenizer.padding_side = side
         # HF's sequence-classification pooling reads the last non-pad token (pad_token_id is set)
         return model(**enc.to(self.device)).logits.squeeze(-1).float().cpu()
+
+    def _score_packed(self, model: torch.nn.Module, texts: list[str]) -> torch.Tensor:
+        """Each text's value at its last token, the texts packed into rows (alignment.datasets.batch)."""
+        capture = self.captures.get(id(model)) or self.captures.setdefault(id(model), ValueCapture(model))
+        ids = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
+        batch = collate_packed([TokenizedSample(x, [0] * len(x)) for x in ids], self.mask_dtype, self.pack_tokens)
+        batch = batch.to(self.device)
+        model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids)
+        return capture.take()[batch.last_token()].float().cpu()
 
 
 class FunctionReward:
@@ -151,7 +169,9 @@ def _preview(labels: list) -> str:
     return f"[{shown}{', ...' if len(labels) > 3 else ''}]"
 
 
-def make_reward(cfg: RewardSourceConfig, tokenizer: Any, dtype: torch.dtype, attn: str, device: str) -> Any:
+def make_reward(
+    cfg: RewardSourceConfig, tokenizer: Any, dtype: torch.dtype, attn: str, device: str, pack_tokens: int | None = None
+) -> Any:
     if cfg.reward.remote_url:
         if cfg.reward.model_name_or_path:
             log.info(
@@ -172,4 +192,5 @@ def make_reward(cfg: RewardSourceConfig, tokenizer: Any, dtype: torch.dtype, att
         device,
         cfg.reward.normalize_enable,
         trust_remote_code=cfg.model.trust_remote_code,
+        pack_tokens=pack_tokens,
     )

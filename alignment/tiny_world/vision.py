@@ -27,8 +27,8 @@ QUESTION = "<image>What is the sum in the image?"
 class VisionSpec:
     """How hard the task is. The default is the easiest world (one font, dark on light, the sum centred): a
     random-init tiny LLaVA reads the first digit early and the second only after a plateau of 1,000+ steps
-    (77 % held-out at step 2,184 in one plain-torch run; CHANGELOG.md). More fonts, colours and jitter make a
-    harder world, which stayed at chance within 2,000 steps."""
+    (CHANGELOG.md). More fonts, colours and jitter make a harder world, which stayed at chance within 2,000
+    steps."""
 
     max_operand: int = 9  # a, b in [0, max_operand]
     size: int = 56  # square canvas, the vision tower's image_size
