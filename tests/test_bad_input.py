@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from alignment.tiny_world.paths import tiny_dir, tiny_vision_dir
+from tests.bad_input_files import write_bad_files, write_vision_files
 from tests.conftest import python_env
 from tests.fixtures_s3 import PLANTED_SECRET
 from tests.mounts import read_only_dir
@@ -377,63 +378,12 @@ def _tree_hash(root: Path) -> dict[str, str]:
 def world(tiny_base, module_tmp, moto_endpoint):
     """Bad files, a committed model at --save_path, and the env every run gets (S3 pointed at moto)."""
     from alignment import storage
-    from alignment.tiny_world.base_model import make_base
 
     work = module_tmp
     bad = work / "bad"
     bad.mkdir()
-    good = (tiny_dir() / "sft/train.jsonl").read_text().splitlines()
-    (bad / "latin1.jsonl").write_bytes(
-        "\n".join(good[:2]).encode() + '\n{"input": "caf\xe9", "output": "x"}\n'.encode("latin-1")
-    )
-    (bad / "malformed.jsonl").write_text(good[0] + '\n{"input": "a", "output": }\n')
-    (bad / "empty.jsonl").write_text("\n")
-    (bad / "int_chosen.jsonl").write_text(
-        '{"prompt": "p", "chosen": "a", "rejected": "b"}\n{"prompt": "p", "chosen": 5, "rejected": "b"}\n'
-    )
-    (bad / "typo.yaml").write_text("lerning_rate: 1e-5\n")
-    (bad / "reward_signature.py").write_text("def reward_func(queries):\n    return [0.0] * len(queries)\n")
-    (bad / "reward_length.py").write_text(
-        "def reward_func(queries, prompts, labels, **kwargs):\n    return {'rewards': [1.0], 'extra_logs': {}}\n"
-    )
-    (bad / "reward_raises.py").write_text(
-        "def reward_func(queries, prompts, labels):\n    raise ValueError('no label')\n"
-    )
-    (bad / "notes.txt").write_text("a file where a folder is meant\n")
-    (bad / "null_prompt.jsonl").write_text('{"input": "p"}\n{"input": null}\n')
-    (bad / "no_tokenizer").mkdir()
-    for f in ("config.json", "model.safetensors"):  # a model folder someone forgot to save the tokenizer into
-        shutil.copy(tiny_base / f, bad / "no_tokenizer" / f)
-    make_base(bad / "other_vocab", seed=1, config_overrides={"vocab_size": 300})  # a teacher of another tokenizer
-    (bad / "broken_template").mkdir()  # a model folder whose chat_template.jinja was edited by hand (no MANIFEST)
-    for f in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(tiny_base / f, bad / "broken_template" / f)
-    (bad / "broken_template" / "chat_template.jinja").write_text(
-        "{% for m in messages %}\n{{ m.content }\n{% endfor %}"
-    )
-    (bad / "no_weights").mkdir()  # config and tokenizer saved, the weights not
-    for f in ("config.json", "tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(tiny_base / f, bad / "no_weights" / f)
-    (bad / "missing_shard").mkdir()  # a sharded model whose download stopped after the first shard
-    for f in ("config.json", "tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(tiny_base / f, bad / "missing_shard" / f)
-    shutil.copy(tiny_base / "model.safetensors", bad / "missing_shard" / "model-00001-of-00002.safetensors")
-    shards = {"lm_head.weight": "model-00002-of-00002.safetensors", "x": "model-00001-of-00002.safetensors"}
-    (bad / "missing_shard" / "model.safetensors.index.json").write_text(json.dumps({"weight_map": shards}))
-    (bad / "empty_model").mkdir()
-    (bad / "no_data").mkdir()
-    (bad / "no_data" / "README.md").write_text("the data files were never copied\n")
-    (bad / "empty_responses.jsonl").write_text(
-        "".join(json.dumps({"input": f"What is {i} + 1?", "output": out}) + "\n" for i, out in enumerate(["", " ", ""]))
-    )
-    turns = [{"role": "user", "content": "What is 1 + 1?"}, {"role": "assistant", "content": ""}]
-    (bad / "empty_turns.jsonl").write_text(
-        json.dumps({"messages": turns}) + "\n" + json.dumps({"messages": turns}) + "\n"
-    )
-    (bad / "array_row.jsonl").write_text(good[0] + '\n["What is 1 + 1?", "2"]\n')
-    (bad / "malformed.yaml").write_text("learning_rate: [1e-5\n")
-    (bad / "list.yaml").write_text("- learning_rate: 1e-5\n")
-    vlm = _vision_world(bad / "vision", work / "vlm")
+    write_bad_files(bad, tiny_base)
+    vlm = write_vision_files(bad / "vision", work / "vlm")
     out = work / "committed"
     shutil.copytree(tiny_base, out)
     storage.commit_dir(out, out, metadata={"stage": "test_bad_input"})
@@ -450,29 +400,6 @@ def world(tiny_base, module_tmp, moto_endpoint):
     with read_only_dir(work / "read_only") as ro_why_not:  # @RO@: an empty read-only mount (tests/mounts.py)
         subst["@RO@"] = str(work / "read_only")
         yield work, out, env, lambda argv: [_subst(a, subst) for a in argv], ro_why_not
-
-
-def _vision_world(bad: Path, vlm: Path) -> Path:
-    """A tiny vision-language base at `vlm`, and in `bad` the image data and model folders a user gets wrong."""
-    from alignment.tiny_world.vision_model import make_vision_base
-
-    make_vision_base(vlm, seed=0)
-    bad.mkdir()
-    row = json.loads((tiny_vision_dir() / "sft/train.jsonl").read_text().splitlines()[0])
-    image = (tiny_vision_dir() / "sft" / row["images"][0]).resolve()
-    rows = lambda *rs: "".join(json.dumps({**row, **r}) + "\n" for r in rs)  # noqa: E731
-    (bad / "missing.jsonl").write_text(rows({"images": [str(image)]}, {"images": ["pictures/nowhere.png"]}))
-    (bad / "not_an_image.png").write_text("a text file named like an image\n")
-    (bad / "unreadable.jsonl").write_text(rows({"images": [str(bad / "not_an_image.png")]}))
-    (bad / "two_images.jsonl").write_text(rows({"input": "<image><image>Sum?", "images": [str(image)] * 2}))
-    (bad / "no_tag.jsonl").write_text(rows({"input": "What is the sum?", "images": [str(image)]}))
-    other = bad / "other_processor"  # the model's files beside a processor whose image token is another one
-    shutil.copytree(vlm, other)
-    config = json.loads((other / "config.json").read_text())
-    key = "image_token_id" if "image_token_id" in config else "image_token_index"
-    config[key] = config[key] - 1
-    (other / "config.json").write_text(json.dumps(config))
-    return vlm
 
 
 def _needs_read_only(argv: list[str]) -> bool:
