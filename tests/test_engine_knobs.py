@@ -27,6 +27,28 @@ def test_deepspeed_knobs_reach_deepspeeds_config():
     assert "data_types" not in plain and "checkpoint" not in plain and "overlap_comm" not in plain["zero_optimization"]
 
 
+def test_tensor_parallel_size_reaches_deepspeeds_autotp():
+    """--ds.tensor_parallel_size 2 on 4 ranks: 2 data-parallel replicas; DeepSpeed counts the batch over all 4."""
+    cfg = parse_args(SFTConfig, [*SFT, "--ds.tensor_parallel_size", "2", "--train_batch_size", "16",
+                                 "--micro_train_batch_size", "4"])  # fmt: skip
+    ds = train_ds_config(cfg, 2, False, "cpu", tp=2)
+    assert ds["tensor_parallel"] == {"autotp_size": 2, "vocab_parallel_lm_head": False}
+    assert (ds["train_batch_size"], ds["gradient_accumulation_steps"]) == (32, 2)  # 32 = 4 x 2 x 4 ranks
+    assert "tensor_parallel" not in train_ds_config(cfg, 2, False, "cpu")
+    with pytest.raises(ConfigError, match="AutoTP is built for the supervised and preference stages"):
+        parse_args(PPOConfig, ["--actor.model_name_or_path", "m", "--data.prompt_dataset", "p", "--reward.remote_url",
+                               "r.py", "--ds.tensor_parallel_size", "2"])  # fmt: skip
+
+
+def test_a_tensor_parallel_size_that_does_not_divide_the_ranks_is_one_line():
+    from alignment.distributed.runtime import Runtime
+
+    rt = Runtime(rank=3, world_size=4, local_rank=3, local_world_size=4, device="cpu").tensor_parallel(2)
+    assert (rt.dp_rank, rt.dp_size) == (1, 2)
+    with pytest.raises(ConfigError, match="--ds_tensor_parallel_size 3 does not divide the world size 4"):
+        rt.tensor_parallel(3)
+
+
 def test_adam_eps_and_muon_momentum_reach_the_optimizer():
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
     named = [(f"model.layers.{n}", p) for n, p in model.named_parameters()]
@@ -42,7 +64,7 @@ def test_adam_eps_and_muon_momentum_reach_the_optimizer():
     [
         (["--muon.ns_steps", "3"], "DeepSpeed's Muon always runs 5 Newton-Schulz steps"),
         (["--muon.no_nesterov"], "DeepSpeed's Muon always runs 5 Newton-Schulz steps"),
-        (["--ds.tensor_parallel_size", "2"], "DeepSpeed AutoTP training is not built"),
+        (["--ds.tensor_parallel_size", "0"], "--ds_tensor_parallel_size 0: must be >= 1"),
         (["--muon.momentum", "0.9"], "--muon_momentum sets the Muon half of --optim muon"),
         (["--use_ms"], "--use_ms needs the modelscope package"),
     ],

@@ -38,7 +38,8 @@ class EngineKnobsConfig:
     )
     ds_tensor_parallel_size: int = opt(
         1,
-        "DeepSpeed AutoTP: split each layer's weights over this many ranks (1: off)",
+        "DeepSpeed AutoTP: split each layer's weights over this many consecutive ranks, which then see the same "
+        "batches (1: off); --train_batch_size counts data-parallel replicas, as in OpenRLHF",
         dotted="ds.tensor_parallel_size",
     )
     full_determinism: bool = opt(
@@ -61,7 +62,6 @@ class EngineKnobsConfig:
             self.dataloader_num_workers >= 0, f"--dataloader_num_workers {self.dataloader_num_workers}: must be >= 0"
         )
         require(
-            self.ds_tensor_parallel_size == 1,
-            f"--ds_tensor_parallel_size {self.ds_tensor_parallel_size}: DeepSpeed AutoTP training is not built in "
-            f"alignflow yet; use 1 and ZeRO-3 (--zero_stage 3) to spread a large model over ranks",
+            self.ds_tensor_parallel_size >= 1,
+            f"--ds_tensor_parallel_size {self.ds_tensor_parallel_size}: must be >= 1 (1: no tensor parallelism)",
         )

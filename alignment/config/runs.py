@@ -168,6 +168,12 @@ class TrainConfig(EngineKnobsConfig):
             not (self.max_nonfinite_skips and self.zero_stage == 3),
             "--max_nonfinite_skips with --zero_stage 3 is not supported: use --zero_stage 0-2 or drop the flag",
         )
+        # measured with DeepSpeed 0.19.8: ZeRO-3 under AutoTP counts the batch over other ranks than ZeRO 0-2
+        require(
+            not (self.ds_tensor_parallel_size > 1 and self.zero_stage == 3),
+            f"--ds_tensor_parallel_size {self.ds_tensor_parallel_size} with --zero_stage 3: DeepSpeed's AutoTP "
+            f"trains under ZeRO 0-2; use --zero_stage 1 or 2 (the tensor-parallel shards already split the weights)",
+        )
         require(len(self.adam_betas) == 2, f"--adam_betas needs two values, got {self.adam_betas}")
         require(self.adam_eps > 0, f"--adam_eps {self.adam_eps}: must be > 0 (e.g. 1e-8)")
         # DeepSpeed's Muon (the optimizer behind --optim muon) fixes these two; OpenRLHF warns and goes on

@@ -7,13 +7,14 @@ from typing import Any
 from alignment.config.runs import TrainConfig
 
 
-def train_ds_config(cfg: TrainConfig, world_size: int, bf16: bool, device: str) -> dict[str, Any]:
-    """ZeRO stage, offload, batch sizes and clipping for a training engine.
+def train_ds_config(cfg: TrainConfig, dp_size: int, bf16: bool, device: str, tp: int = 1) -> dict[str, Any]:
+    """ZeRO stage, offload, batch sizes and clipping for a training engine of `dp_size` data-parallel replicas
+    of `tp` ranks each (--ds_tensor_parallel_size: DeepSpeed's AutoTP shards each layer over a replica's ranks).
 
     The optimizer and scheduler are built by the trainer (so their state is ours to checkpoint
     and the schedule is exactly the one we document); DeepSpeed wraps them.
     """
-    stage = cfg.zero_stage_on(world_size)
+    stage = cfg.zero_stage_on(dp_size)
     zero: dict[str, Any] = {
         "stage": stage,
         "offload_param": {"device": "none"},
@@ -38,10 +39,14 @@ def train_ds_config(cfg: TrainConfig, world_size: int, bf16: bool, device: str) 
         knobs["checkpoint"] = {"load_universal": True}
     if cfg.ds.deepcompile:  # refused before this on machines without CUDA (models/builder.prepare)
         knobs["compile"] = {"deepcompile": True}
+    if tp > 1:
+        # full-vocabulary logits: our losses read log-probs of whole rows (DeepSpeed would shard a tied head's)
+        knobs["tensor_parallel"] = {"autotp_size": tp, "vocab_parallel_lm_head": False}
     return knobs | {
-        "train_batch_size": cfg.train.batch_size,
+        # DeepSpeed checks train = micro x accumulation x *all* ranks: a replica's tp ranks count tp times
+        "train_batch_size": cfg.train.batch_size * tp,
         "train_micro_batch_size_per_gpu": cfg.train.micro_batch_size,
-        "gradient_accumulation_steps": cfg.accumulation_steps(world_size),
+        "gradient_accumulation_steps": cfg.accumulation_steps(dp_size),
         "gradient_clipping": cfg.train.max_norm,
         "zero_optimization": zero,
         "bf16": {"enabled": bf16},

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
+from alignment.config.base import ConfigError
 from alignment.distributed import rendezvous
 from alignment.distributed.ray_ranks import free_port
 
@@ -25,10 +26,30 @@ class Runtime:
     local_rank: int
     local_world_size: int
     device: str  # "cpu" | "cuda"
+    tp: int = 1  # --ds_tensor_parallel_size: consecutive ranks share one data-parallel replica (DeepSpeed AutoTP)
 
     @property
     def is_main(self) -> bool:
         return self.rank == 0
+
+    @property
+    def dp_rank(self) -> int:
+        """This rank's data-parallel replica: the ranks of one tensor-parallel group see the same batches."""
+        return self.rank // self.tp
+
+    @property
+    def dp_size(self) -> int:
+        return self.world_size // self.tp
+
+    def tensor_parallel(self, tp: int) -> "Runtime":
+        """This runtime with AutoTP groups of `tp` consecutive ranks (DeepSpeed's mesh puts the tensor-parallel
+        dimension innermost)."""
+        if self.world_size % tp:
+            raise ConfigError(
+                f"--ds_tensor_parallel_size {tp} does not divide the world size {self.world_size}: launch a "
+                f"multiple of {tp} ranks (e.g. deepspeed --num_gpus {tp})"
+            )
+        return replace(self, tp=tp)
 
     @property
     def torch_device(self) -> torch.device:

@@ -24,8 +24,8 @@ log = logging.getLogger(__name__)
 
 def full_state_dict(engine: Any) -> dict[str, torch.Tensor] | None:
     """The whole model's weights on rank 0 (None on other ranks). Collective: call on every rank."""
-    if engine.zero_optimization_stage() == 3:
-        state = engine._zero3_consolidated_16bit_state_dict()
+    if engine.zero_optimization_stage() == 3 or engine.autotp_size() > 1:
+        state = engine._consolidated_16bit_state_dict()  # the shards of ZeRO-3 or of AutoTP, gathered whole
     else:
         state = {k: v.detach().cpu().clone() for k, v in engine.module.state_dict().items()}
     rank = dist.get_rank() if dist.is_initialized() else 0

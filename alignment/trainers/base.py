@@ -93,9 +93,9 @@ class Trainer:
         self.position = (0, 0)  # (epoch, micro-batch in it) of the micro-batch being trained
         self.schedule = SaveSchedule(cfg.ckpt)
         self.guard = NonFiniteGuard(cfg.train.max_nonfinite_skips, self.stage)
-        self.accum = cfg.accumulation_steps(rt.world_size)
-        self.steps_per_epoch = steps_per_epoch(len(train_set), cfg, rt.world_size)
-        self.total_steps = total_steps(len(train_set), cfg, rt.world_size)
+        self.accum = cfg.accumulation_steps(rt.dp_size)
+        self.steps_per_epoch = steps_per_epoch(len(train_set), cfg, rt.dp_size)
+        self.total_steps = total_steps(len(train_set), cfg, rt.dp_size)
         if self.steps_per_epoch == 0:
             raise ConfigError(
                 f"{len(train_set)} training samples are fewer than one --train_batch_size "
@@ -166,7 +166,7 @@ class Trainer:
         step_metrics: list[dict[str, float]] = []
         while not done and state.epoch < cfg.train.max_epochs:
             batches = micro_batches(
-                len(self.train_set), cfg.train.micro_batch_size, rt.rank, rt.world_size, cfg.train.seed, state.epoch
+                len(self.train_set), cfg.train.micro_batch_size, rt.dp_rank, rt.dp_size, cfg.train.seed, state.epoch
             )[: self.steps_per_epoch * self.accum]
             for idx in batches[state.micro_batches_done :]:
                 self.position = (state.epoch, state.micro_batches_done)  # a stage that samples seeds from it

@@ -45,14 +45,14 @@ class OPDTrainer(Trainer):
         `salt` tells apart the draws of one step (0: training, 1 + offset: the eval chunk starting there)."""
         cfg, tok = self.cfg, self.tokenizer
         epoch, micro = self.position
-        seed = hash((cfg.train.seed, self.rt.rank, epoch, micro, salt)) % 2**31
+        seed = hash((cfg.train.seed, self.rt.dp_rank, epoch, micro, salt)) % 2**31
         engine = HFEngine(
             self.engine.module,
             tok.eos_token_id,
             tok.pad_token_id,
             len(prompts),
             self.rt.torch_device,
-            synced_gpus=cfg.ds.zero_stage == 3 and self.rt.world_size > 1,
+            synced_gpus=(cfg.ds.zero_stage == 3 or self.rt.tp > 1) and self.rt.world_size > 1,  # every shard steps
         )
         rollout = engine.generate(
             [p.ids for p in prompts],
@@ -84,7 +84,7 @@ class OPDTrainer(Trainer):
         response length and, with --label_key, the share of responses containing the label (eval/label_match)."""
         self.engine.eval()
         kl_sum, tokens, rows, matched = 0.0, 0.0, 0.0, 0.0
-        shard = eval_shard(len(self.eval_set), self.rt.rank, self.rt.world_size)
+        shard = eval_shard(len(self.eval_set), self.rt.dp_rank, self.rt.dp_size)
         step = self.cfg.train.micro_batch_size
         for start in range(0, len(shard), step):
             part = shard[start : start + step]

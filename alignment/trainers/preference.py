@@ -55,7 +55,7 @@ class _PairTrainer(Trainer):
 
     def eval_batches(self):
         """(PairBatch, weight) over this rank's share of the eval set, micro-batch sized."""
-        shard = eval_shard(len(self.eval_set), self.rt.rank, self.rt.world_size)
+        shard = eval_shard(len(self.eval_set), self.rt.dp_rank, self.rt.dp_size)
         size = self.cfg.train.micro_batch_size
         for start in range(0, len(shard), size):
             chunk = shard[start : start + size]
@@ -262,7 +262,7 @@ class KTOTrainer(Trainer):
         """Mean implicit reward β·log(π/ref) of desirable and undesirable eval samples."""
         self.engine.eval()
         sums = torch.zeros(4, dtype=torch.float64)  # n good, reward good, n bad, reward bad
-        shard = eval_shard(len(self.eval_set), self.rt.rank, self.rt.world_size)
+        shard = eval_shard(len(self.eval_set), self.rt.dp_rank, self.rt.dp_size)
         size = max(2, self.cfg.train.micro_batch_size)
         for start in range(0, len(shard), size):
             chunk = shard[start : start + size]

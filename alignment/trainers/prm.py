@@ -45,7 +45,7 @@ class PRMTrainer(SFTTrainer):
         """Step-weighted loss and accuracy over the whole eval set (equal shards per rank, as SFT's)."""
         self.engine.eval()
         total = torch.zeros(3, dtype=torch.float64)  # loss x steps, correct steps, steps
-        for i, weight in eval_shard(len(self.eval_set), self.rt.rank, self.rt.world_size):
+        for i, weight in eval_shard(len(self.eval_set), self.rt.dp_rank, self.rt.dp_size):
             batch = self.collate([self.eval_set[i]])
             logits, _ = forward_with_aux(self.engine, batch.tokens, 0)
             terms = prm_loss(logits, batch.tokens.loss_mask.bool(), batch.targets, self.reward_ids, self.soft)

@@ -50,7 +50,7 @@ class SFTTrainer(Trainer):
         self.engine.eval()
         total = torch.zeros(2, dtype=torch.float64)
         for i, weight in eval_shard(
-            len(self.eval_set), self.rt.rank, self.rt.world_size
+            len(self.eval_set), self.rt.dp_rank, self.rt.dp_size
         ):  # one sample at a time keeps the token weighting exact
             batch = self.collate([self.eval_set[i]])
             nll = sft_loss(forward_logits(self.engine, batch), batch.input_ids, batch.loss_mask)

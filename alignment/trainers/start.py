@@ -31,8 +31,13 @@ class Started:
         """The line every trainer logs first (its own figures follow)."""
         return (
             f"{len(self.train_set)} train {unit}, {len(self.eval_set or [])} eval, {self.steps} optimizer steps, "
-            f"world size {self.rt.world_size}, {self.setup.precision.label}, attention={self.setup.attn}"
+            f"world size {self.rt.world_size}{self.tp_label()}, {self.setup.precision.label}, "
+            f"attention={self.setup.attn}"
         )
+
+    def tp_label(self) -> str:
+        rt = self.rt
+        return f" (tensor-parallel groups of {rt.tp}, {rt.dp_size} data-parallel)" if rt.tp > 1 else ""
 
     def trainer(self, cls: type, cfg: TrainerConfig, model: Any, **extra: Any) -> Any:
         """The stage's trainer `cls` over a DeepSpeed engine of `model`, on the ranks, tokenizer and data start()
@@ -43,12 +48,12 @@ class Started:
 
 def start(cfg: TrainerConfig, tokenizer_for: Callable[[Any, str], RowTokenizer]) -> Started:
     """`tokenizer_for(tokenizer, source)` turns one dataset source's rows into the stage's samples."""
-    rt = init_runtime(cfg.train.local_rank, cfg.train.num_threads)
-    cfg.accumulation_steps(rt.world_size)  # fails now, not after loading, if sizes don't divide
+    rt = init_runtime(cfg.train.local_rank, cfg.train.num_threads).tensor_parallel(cfg.ds.tensor_parallel_size)
+    cfg.accumulation_steps(rt.dp_size)  # fails now, not after loading, if sizes don't divide
     if cfg.ckpt.load_enable:  # before any weights load
         check_world_size(cfg.ckpt.path, rt.world_size, RunIdentity.of(cfg))
     setup = prepare(cfg, rt)
     # a dense model given --aux_loss_coef is refused from its config.json, before the data is read
     top_k = moe_top_k(setup.path, cfg.model.aux_loss_coef, setup.trust_remote_code) if isinstance(cfg, MoEConfig) else 0
     train_set, eval_set = load_train_eval(cfg, lambda source: tokenizer_for(setup.tokenizer, source))
-    return Started(rt, setup, train_set, eval_set, total_steps(len(train_set), cfg, rt.world_size), top_k)
+    return Started(rt, setup, train_set, eval_set, total_steps(len(train_set), cfg, rt.dp_size), top_k)

@@ -154,7 +154,7 @@ def make_scheduler(optimizer: torch.optim.Optimizer, train: Any, total_steps: in
 def build_engine(model: torch.nn.Module, cfg: TrainConfig, rt: Runtime, bf16: bool, total_steps: int) -> Any:
     import deepspeed
 
-    stage = cfg.zero_stage_on(rt.world_size)
+    stage = cfg.zero_stage_on(rt.dp_size)
     if cfg.ds.zero_stage is None:
         log.info(
             "ZeRO stage %d (--zero_stage unset: %s)",
@@ -168,7 +168,7 @@ def build_engine(model: torch.nn.Module, cfg: TrainConfig, rt: Runtime, bf16: bo
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     optimizer = make_optimizer(named, cfg, rt.device)
     scheduler = make_scheduler(optimizer, cfg.train, total_steps)
-    ds_config = train_ds_config(cfg, rt.world_size, bf16, rt.device)
+    ds_config = train_ds_config(cfg, rt.dp_size, bf16, rt.device, rt.tp)
     engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler, config=ds_config)
     if stage == 0 and rt.world_size == 1:
         # Stage 0's all-reduce flattens every gradient into a buffer and copies it back even with no
