@@ -59,7 +59,7 @@ from alignflow.tasks.stage import recorded_wall_s  # noqa: E402
 from alignflow.tasks.stage_spec import absolute_input, check_store  # noqa: E402
 from alignment.config import ConfigError  # noqa: E402
 from alignment.storage.manifest import read_manifest  # noqa: E402
-from benchmarks.learning_methods import METHODS, Steered, steps, tiny_only  # noqa: E402
+from benchmarks.learning_methods import METHODS, Steered, own_recipe, steps  # noqa: E402
 from benchmarks.learning_page import cpu_model, draw, markdown  # noqa: E402
 
 
@@ -248,13 +248,12 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"--recipe: {e}", file=sys.stderr)
         return 2
-    tiny = [m for m in methods if tiny_only(METHODS[m])]
-    if tiny and args.recipe != "tiny":  # round recipes (tiny-idpo, tiny-rs, tiny-csft), the agent's environment
-        print(
-            f"--methods {','.join(tiny)}: the tiny world's rounds or environment; measure them with --recipe tiny",
-            file=sys.stderr,
-        )
-        return 2
+    for m in methods:  # round recipes (tiny-idpo, tiny-rs, tiny-csft), an agent's environment
+        own = own_recipe(METHODS[m])
+        if own not in (None, args.recipe):
+            why = f"--methods {m}: its rounds or environment are {own}'s; measure it with --recipe {own}"
+            print(why, file=sys.stderr)
+            return 2
     missing = missing_files(recipe, steps(sft_uri, methods, seeds, budget))
     if missing:  # a stage with no recipe file would start from the schema's defaults: another method
         print(f"--recipe {args.recipe}: has no {', '.join(missing)} for --methods {args.methods}", file=sys.stderr)

@@ -42,6 +42,21 @@ AGENT = Method(
     f"environment ({AGENT_ENV})",
 )
 
+# agent RL with pictures: the tiny-vision recipe's grpo.yaml with an environment whose hint is a picture ("> 7") in
+# place of the rule; an episode holds the prompt's picture and the hint's (max_images_per_prompt bounds both)
+VISION_AGENT_ENV = "data/tiny_vision/agent_look_again.py"
+VISION_AGENT = Method(
+    "ppo",
+    "grpo",
+    {
+        "advantage_estimator": "group_norm",
+        "agent_func_path": VISION_AGENT_ENV,
+        "remote_rm_url": None,
+        "max_images_per_prompt": 2,
+    },
+    f"environment ({VISION_AGENT_ENV})",
+)
+
 
 @dataclass(frozen=True)
 class Rounds:
@@ -107,13 +122,16 @@ METHODS: dict[str, Method | Rounds | Steered | Distilled] = {
     "kd-coef-0": Distilled("kd", {"kd_coef": 0.0}),
     "opd": Distilled("opd"),
     "agent-grpo": AGENT,
+    "agent-grpo-pictures": VISION_AGENT,
 }
 
 
-def tiny_only(method: Method | Rounds | Steered | Distilled) -> bool:
-    """Methods whose data or environment is the tiny world's: the round recipes (tiny-idpo, tiny-rs, tiny-csft)
-    and the agent's environment (its hints are in the tiny chat format)."""
-    return isinstance(method, (Rounds, Steered)) or "agent_func_path" in getattr(method, "settings", {})
+def own_recipe(method: Method | Rounds | Steered | Distilled) -> str | None:
+    """The recipe a method's data or environment belongs to (None: any): the tiny world's round recipes
+    (tiny-idpo, tiny-rs, tiny-csft) and its agent (hints in the tiny chat format), the visual world's agent."""
+    if isinstance(method, (Rounds, Steered)) or method is AGENT:
+        return "tiny"
+    return "tiny-vision" if method is VISION_AGENT else None
 
 
 def round_steps(name: str, method: Rounds, sft: str, seed: int, budget: dict[str, dict]) -> list[Step]:

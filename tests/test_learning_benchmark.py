@@ -304,9 +304,9 @@ def test_the_smollm2_recipe_measures_its_rl_stages_on_the_sums_and_refuses_what_
     start = [str(tmp_path / "sft"), "--recipe", "smollm2", "--store", str(tmp_path / "store")]
     assert learning.main([*start, "--methods", "grpo-rule,kto"]) == 2
     assert "--recipe smollm2: has no kto.yaml" in capsys.readouterr().err
-    for tiny_only in ("iterative-dpo", "agent-grpo"):
-        assert learning.main([*start, "--methods", tiny_only]) == 2
-        assert "rounds or environment; measure them with --recipe tiny" in capsys.readouterr().err
+    for method, own in (("iterative-dpo", "tiny"), ("agent-grpo", "tiny"), ("agent-grpo-pictures", "tiny-vision")):
+        assert learning.main([*start, "--methods", method]) == 2
+        assert f"rounds or environment are {own}'s; measure it with --recipe {own}" in capsys.readouterr().err
     assert learning.main([*start[:1], "--recipe", "no-such", "--methods", "dpo"]) == 2
     assert "--recipe: recipe 'no-such'" in capsys.readouterr().err
     assert not (tmp_path / "store").exists()

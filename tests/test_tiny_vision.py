@@ -19,8 +19,10 @@ def rows(path):
 def test_regenerated_world_equals_shipped(tmp_path):
     out = build_vision(tmp_path / "tiny_vision")
     shipped = tiny_vision_dir()
+    # the generator's files; the shipped environment (agent_look_again.py) is written by hand
     texts = sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file() and p.suffix != ".png")
-    assert texts == sorted(p.relative_to(shipped) for p in shipped.rglob("*") if p.is_file() and p.suffix != ".png")
+    made = [p.relative_to(shipped) for p in shipped.rglob("*") if p.is_file() and p.suffix not in (".png", ".py")]
+    assert texts == sorted(made)
     for rel in texts:
         assert (out / rel).read_bytes() == (shipped / rel).read_bytes(), rel
     pngs = sorted(p.relative_to(out) for p in out.rglob("*.png"))
@@ -117,3 +119,24 @@ def test_an_expanded_context_goes_back_to_one_placeholder_per_picture(arch):
     )
     with pytest.raises(ValueError, match="image 2's tokens are not in the context"):
         placeholder_form(processor, list(expanded)[: len(expanded) // 2], files, "a context")
+
+
+def test_the_look_again_environment_answers_a_wrong_sum_with_a_picture():
+    """data/tiny_vision/agent_look_again.py: a wrong first answer gets a hint picture ("> 7": the sum is larger)
+    at the feedback's one placeholder; a right answer, or the second try, ends the episode."""
+    import asyncio
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("env", tiny_vision_dir() / "agent_look_again.py")
+    env = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(env)
+    agent = env.AgentInstance()
+    wrong = asyncio.run(agent.step({"action_text": "3 + 4 = 7", "label": "9"}))
+    assert not wrong["done"] and wrong["rewards"] == 0.0
+    assert wrong["environment_feedback"].count("<image>") == len(wrong["environment_images"]) == 1
+    hint = wrong["environment_images"][0].convert("L")
+    assert hint.size == (56, 56) and hint.getextrema() == (0, 255)  # ink on paper
+    assert env.hint_picture("> 7").tobytes() != env.hint_picture("< 7").tobytes()
+    second = asyncio.run(agent.step({"action_text": "3 + 5 = 8", "label": "9"}))
+    assert second["done"] and second["rewards"] == 0.0 and second["environment_images"] == []
+    assert asyncio.run(env.AgentInstance().step({"action_text": "4 + 5 = 9", "label": "9"}))["rewards"] == 1.0

@@ -1,6 +1,6 @@
 """Images through the stages (docs/vision.md), on the tiny visual world: SFT of the tiny LLaVA from its
 rows' image paths; the sft-grpo flow on the tiny-vision recipe (GRPO as a Ray job on the actor ranks' HF
-engine with the image encoder frozen, held-out pictures evaluated before and after); DPO with both answers
+engine with the image encoder trained too, held-out pictures evaluated before and after); DPO with both answers
 seeing the picture; an agent whose environment answers with pictures. The vLLM engine's path with images runs
 as OpenRLHF's VLM script line (tests/test_openrlhf_v011.py)."""
 
@@ -103,7 +103,7 @@ def test_sft_on_pictures_commits_a_model_that_plain_transformers_loads(vision_sf
 
 def test_sft_then_grpo_on_pictures_as_a_flow(ray_head, tmp_path):
     """The sft-grpo flow on the tiny-vision recipe (Prefect, then Ray jobs on the session's head): the tiny
-    LLaVA made, SFT and GRPO on its pictures with the image encoder frozen in RL, both models evaluated on the
+    LLaVA made, SFT and GRPO on its pictures (the image encoder trained too), both models evaluated on the
     held-out pictures, and a handful of those shown with both answers as an artifact. Budgets are a few
     steps: what learns is measured in benchmarks, not here."""
     from prefect import get_client
@@ -129,8 +129,9 @@ def test_sft_then_grpo_on_pictures_as_a_flow(ray_head, tmp_path):
     assert list(result) == ["tiny_base", "sft", "grpo", "evaluate sft", "evaluate grpo"]
     assert all(result[s]["heldout"]["n"] == 300 and len(result[s]["heldout"]["pictures"]) == 8 for s in ("sft", "grpo"))
     before, after = (load_file(storage.file_in(result[s]["model_uri"], "model.safetensors")) for s in ("sft", "grpo"))
+    # the recipe trains the image encoder in RL too (grpo.yaml says why); freezing it: test_openrlhf_v011's VLM line
     encoder = [k for k in before if "language_model" not in k and "lm_head" not in k]
-    assert encoder and all(torch.equal(before[k], after[k]) for k in encoder)
+    assert encoder and any(not torch.equal(before[k], after[k]) for k in encoder)
     assert any(not torch.equal(before[k], after[k]) for k in before if "language_model" in k)
 
     async def pictures():  # by key: the session's API holds other tests' artifacts too
