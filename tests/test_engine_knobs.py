@@ -35,9 +35,9 @@ def test_tensor_parallel_size_reaches_deepspeeds_autotp():
     assert ds["tensor_parallel"] == {"autotp_size": 2, "vocab_parallel_lm_head": False}
     assert (ds["train_batch_size"], ds["gradient_accumulation_steps"]) == (32, 2)  # 32 = 4 x 2 x 4 ranks
     assert "tensor_parallel" not in train_ds_config(cfg, 2, False, "cpu")
-    with pytest.raises(ConfigError, match="AutoTP is built for the supervised and preference stages"):
+    with pytest.raises(ConfigError, match="--ds_tensor_parallel_size shards it: use --ds_tensor_parallel_size 1"):
         parse_args(PPOConfig, ["--actor.model_name_or_path", "m", "--data.prompt_dataset", "p", "--reward.remote_url",
-                               "r.py", "--ds.tensor_parallel_size", "2"])  # fmt: skip
+                               "r.py", "--ds.tensor_parallel_size", "2", "--enable_ema"])  # fmt: skip
 
 
 def test_a_tensor_parallel_size_that_does_not_divide_the_ranks_is_one_line():

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from safetensors.torch import load_file
 
 from alignment.tiny_world.paths import tiny_dir
 from tests.conftest import REPO, metric_rows, python_env
@@ -390,3 +391,17 @@ def test_train_ppo_and_train_ppo_ray_give_the_same_losses_at_one_rank(ray_head, 
     for a, b in zip(local, ray):
         assert all(abs(a[k] - b[k]) < 1e-5 for k in keys), (local, ray)
         assert a["train/reward/correct"] == pytest.approx(a["train/reward"])  # the same rule, logged as extra_logs
+    # --ds.tensor_parallel_size 2: the actor's two ranks hold half of each layer and are one replica, which
+    # generates, scores and trains as the one rank did (the shards' sums in another order: 1e-4)
+    tp = ["--actor_num_gpus_per_node", "2", "--ref_num_gpus_per_node", "2", "--ds.tensor_parallel_size", "2"]
+    status, logs = ray_job(
+        ray_head, [*args, *tp, "--save_path", str(tmp_path / "tp"), "--colocate_actor_ref"], "ppo-tensor-parallel"
+    )
+    assert status.endswith("SUCCEEDED") and "actor rank 0/2 ready" in logs, logs[-3000:]
+    sharded = [{k: r[k] for k in keys} for r in metric_rows(tmp_path / "tp")]
+    assert len(sharded) == 2 and all(abs(a[k] - b[k]) < 1e-4 for a, b in zip(local, sharded) for k in keys), sharded
+    whole = load_file(tmp_path / "tp" / "model.safetensors")["model.layers.0.self_attn.q_proj.weight"]
+    assert (
+        whole.shape
+        == load_file(tmp_path / "local" / "model.safetensors")["model.layers.0.self_attn.q_proj.weight"].shape
+    )

@@ -64,8 +64,9 @@ def main(argv: list[str] | None = None) -> dict:
     from alignment.training.resume_point import check_world_size
     from alignment.training.run_identity import RunIdentity
 
-    rt = init_runtime(cfg.train.local_rank, cfg.train.num_threads)
-    steps_per_iteration = check_sizes(cfg, rt.world_size)
+    # --ds_tensor_parallel_size: each rank's controller works for its data-parallel replica (ppo/local.py)
+    rt = init_runtime(cfg.train.local_rank, cfg.train.num_threads).tensor_parallel(cfg.ds.tensor_parallel_size)
+    steps_per_iteration = check_sizes(cfg, rt.dp_size)
     if cfg.ckpt.load_enable:  # before any weights load
         check_world_size(cfg.ckpt.path, rt.world_size, RunIdentity.of(cfg))
     setup = prepare(cfg, rt)

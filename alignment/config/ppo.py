@@ -231,13 +231,12 @@ class PPOConfig(
         ]
 
     def check_ppo(self) -> None:
-        require(
-            self.ds_tensor_parallel_size == 1,
-            f"--ds_tensor_parallel_size {self.ds_tensor_parallel_size}: AutoTP is built for the supervised and "
-            f"preference stages (train_sft, train_rm, train_dpo, ...), not yet for PPO's roles; use 1 and "
-            f"--zero_stage 3 to spread the actor over its ranks",
-        )
         if self.enable_ema:
+            require(
+                self.ds_tensor_parallel_size == 1,
+                "--enable_ema averages the whole actor on every rank; --ds_tensor_parallel_size shards it: "
+                "use --ds_tensor_parallel_size 1 or drop --enable_ema",
+            )
             require(0 < self.ema_beta < 1, f"--ema_beta {self.ema_beta}: must be in (0, 1), e.g. 0.992")
             require(
                 self.zero_stage != 3,

@@ -14,10 +14,14 @@ from alignment.distributed.cluster import GroupPlan, Placed
 from alignment.ppo.dispatch import Joined
 from alignment.ppo.workers import ModelWorker
 
+# the roles DeepSpeed trains: --ds_tensor_parallel_size shards their layers (ref and reward hold whole copies)
+TRAINED = ("actor", "critic")
+
 
 class ModelGroup:
-    def __init__(self, plan: GroupPlan, placed: Placed):
-        self.plan = plan
+    def __init__(self, plan: GroupPlan, placed: Placed, tp: int = 1):
+        """`tp`: --ds_tensor_parallel_size for a trained role; `tp` consecutive ranks form one replica."""
+        self.plan, self.tp = plan, tp
         self.workers = [placed.actor(ModelWorker, plan, i).remote() for i in range(plan.world_size)]
 
     def init(self, cfg: PPOConfig, threads: int, total_steps: int, cores: list[int] | None) -> list:
@@ -33,5 +37,9 @@ class ModelGroup:
         """`method` (a ModelWorker method) on every rank, its arguments scattered and its results joined as
         its `@dispatch` mode says; started, not awaited."""
         mode, name = method.dispatch, method.__name__  # type: ignore[attr-defined]
-        per_rank = mode.scatter(args, len(self.workers)) if mode.scatter else [args] * len(self.workers)
-        return Joined([getattr(w, name).remote(*a) for w, a in zip(self.workers, per_rank)], mode.join)
+        if mode.scatter is None:
+            return Joined([getattr(w, name).remote(*args) for w in self.workers], mode.join)
+        # a tensor-parallel replica's ranks take the same share together; its first rank's result is the share's
+        shares = mode.scatter(args, len(self.workers) // self.tp)
+        futures = [getattr(w, name).remote(*shares[r // self.tp]) for r, w in enumerate(self.workers)]
+        return Joined(futures, lambda results: mode.join(results[:: self.tp]))

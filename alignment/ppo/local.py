@@ -56,7 +56,8 @@ class LocalGroups:
     ):
         self.cfg, self.rt, self.actor, self.critic, self.ref, self.reward = cfg, rt, actor, critic, ref, reward
         self.tokenizer = tokenizer
-        self.rank, self.world, self.has_critic = rt.rank, rt.world_size, critic is not None
+        # this controller's share of the prompts: a tensor-parallel replica's ranks take one share together
+        self.rank, self.world, self.has_critic = rt.dp_rank, rt.dp_size, critic is not None
         self.packing = packing  # --packing_samples: the training and scoring forward passes on packed rows
         self.moe_top_k = moe_top_k  # > 0: --aux_loss_coef on a sparse-MoE actor
         self.micro = cfg.rollout.micro_batch_size
@@ -66,6 +67,7 @@ class LocalGroups:
             tokenizer.pad_token_id,
             batch_size=max(self.micro, 1),
             device=rt.torch_device,
+            synced_gpus=rt.tp > 1,  # a replica's shards step together until all its ranks are done
             processor=processor_of(tokenizer),
         )
         self.capture = ValueCapture(critic.module, critic_scale) if critic is not None else None

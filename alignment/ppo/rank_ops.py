@@ -104,7 +104,9 @@ def _steps(engine: Any, exp: Experience, train: Any, seed: int, packing: Packing
     gradient does not depend on the cut."""
     import torch.distributed as dist
 
-    accum, ranks = engine.gradient_accumulation_steps(), world_size()
+    # D: data-parallel replicas; a tensor-parallel replica's ranks hold the same rows (--ds_tensor_parallel_size)
+    tp = max(1, engine.autotp_size())
+    accum, ranks = engine.gradient_accumulation_steps(), world_size() // tp
     step_rows = accum * train.micro_batch_size
     budget = train.max_tokens_per_gpu if train.dynamic_batch_enable else None
     rng = random.Random(seed)
@@ -118,8 +120,9 @@ def _steps(engine: Any, exp: Experience, train: Any, seed: int, packing: Packing
                 dtype=torch.float64,
                 device=model_device(engine.module),
             )  # NCCL reduces GPU tensors
-            if ranks > 1:
+            if world_size() > 1:
                 dist.all_reduce(counts)
+                counts /= tp
             totals = StepTotals(counts[0].item(), counts[1].item(), float(accum * ranks))
             for k, idx in enumerate(groups):
                 yield Micro(step.rows(idx).trimmed(), totals, None if budget is None else k == len(groups) - 1)

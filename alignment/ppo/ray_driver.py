@@ -20,6 +20,7 @@ from typing import Any
 import ray
 import torch
 
+from alignment.config.base import ConfigError
 from alignment.config.ppo import PPOConfig
 from alignment.datasets.images import PromptImages
 from alignment.datasets.prompts import load_prompts
@@ -31,7 +32,7 @@ from alignment.ppo.batch import SequenceBatch
 from alignment.ppo.dispatch import Joined, split
 from alignment.ppo.engines import VLLMEngines
 from alignment.ppo.experience import Experience
-from alignment.ppo.groups import ModelGroup
+from alignment.ppo.groups import TRAINED, ModelGroup
 from alignment.ppo.loop import PPOState
 from alignment.ppo.schedule import check_sizes, iterations_per_episode, sampling_params
 from alignment.ppo.workers import ModelWorker
@@ -40,6 +41,18 @@ from alignment.rollout.types import Rollout, SamplingParams
 from alignment.training import checkpoint
 
 log = logging.getLogger("alignment.train_ppo_ray")
+
+
+def tensor_parallel(cfg: PPOConfig, plans: list) -> int:
+    """--ds_tensor_parallel_size, once it divides each trained group's ranks (before anything is placed)."""
+    tp = cfg.ds.tensor_parallel_size
+    for p in plans:
+        if p.role in TRAINED and p.world_size % tp:
+            raise ConfigError(
+                f"--ds_tensor_parallel_size {tp} does not divide the {p.role}'s {p.world_size} ranks: give the "
+                f"{p.role} a multiple of {tp} (--{p.role}_num_nodes x --{p.role}_num_gpus_per_node)"
+            )
+    return tp
 
 
 def _rollouts(starts: list[int]):
@@ -60,9 +73,10 @@ class RayGroups:
     def __init__(self, cfg: PPOConfig, n_prompts: int, function_reward: Any | None):
         self.cfg, self.function_reward = cfg, function_reward
         plans = placement.plan(cfg)
+        tp = tensor_parallel(cfg, plans)
         self.actor_world = next(p for p in plans if p.role == "actor").world_size
         total_steps = cfg.train.num_episodes * iterations_per_episode(n_prompts, cfg.rollout.batch_size)
-        total_steps *= check_sizes(cfg, self.actor_world)
+        total_steps *= check_sizes(cfg, self.actor_world // tp)
         placed = cluster.place(plans, placement.ask(plans), "ppo")
         threads = cluster.threads_per_rank(plans, placed.cores_per_node, cfg.train.num_threads)
         engine_cores, trainer_cores = cluster.split_cores(
@@ -70,7 +84,7 @@ class RayGroups:
         )
         vllm = next((p for p in plans if p.role == "vllm"), None)
         self.engines = VLLMEngines(cfg, placed, vllm, engine_cores) if vllm else None
-        self.groups = {p.role: ModelGroup(p, placed) for p in plans if p.role != "vllm"}
+        self.groups = {p.role: ModelGroup(p, placed, tp if p.role in TRAINED else 1) for p in plans if p.role != "vllm"}
         cores = trainer_cores if vllm and not placed.gpu else None  # off the cores the engines bound
         ray.get([f for g in self.groups.values() for f in g.init(cfg, threads, total_steps, cores)]
                 + (self.engines.ready() if self.engines else []))  # fmt: skip
@@ -89,38 +103,48 @@ class RayGroups:
         return self.engines.sync_weights(self.groups["actor"]) if self.engines else 0.0
 
     # --- one iteration's calls (the controller, alignment.ppo.controller, makes them) ------------
-    def _generators(self) -> list:
-        return self.engines.actors if self.engines else self.groups["actor"].workers
+    def _generators(self) -> tuple[list, int]:
+        """The actors that generate, and how many of them make one generator: the vLLM engines one each, the
+        actor ranks (HF engine) a tensor-parallel replica each."""
+        if self.engines:
+            return self.engines.actors, 1
+        return self.groups["actor"].workers, self.groups["actor"].tp
 
     def generate(
         self, prompt_ids: list[list[int]], iteration: int, images: list[PromptImages] | None = None
     ) -> Joined[Rollout]:
         """On the vLLM engines when there are any, else on the actor ranks (HF engine); started, not awaited.
         `images`: each prompt's (a vision-language actor's; HF engine only, a config check says)."""
-        gens = self._generators()
-        shards = split(len(prompt_ids), len(gens))
-        params = [sampling_params(self.cfg, iteration, r, len(gens)) for r in range(len(gens))]
+        gens, tp = self._generators()
+        n = len(gens) // tp
+        shards = split(len(prompt_ids), n)
+        params = [sampling_params(self.cfg, iteration, r, n) for r in range(n)]
         futures = [
-            g.generate.remote(prompt_ids[s:e], p, *([images[s:e]] if images else []))
-            for g, (s, e), p in zip(gens, shards, params)
+            g.generate.remote(prompt_ids[s:e], params[k // tp], *([images[s:e]] if images else []))
+            for k, g in enumerate(gens)
+            for s, e in [shards[k // tp]]
         ]
-        return Joined(futures, _rollouts([s for s, _ in shards]))
+        join = _rollouts([s for s, _ in shards])
+        return Joined(futures, lambda parts: join(parts[::tp]))
 
     def generate_turn(
         self, prompt_ids: list[list[int]], params: SamplingParams, images: list[PromptImages] | None = None
     ) -> Rollout:
         """One agent turn for each context, on the same generators as `generate` (shard r seeded apart);
         `images`: each context's (a vision-language policy's episodes)."""
-        gens = self._generators()
-        shards = [(g, s, e) for g, (s, e) in zip(gens, split(len(prompt_ids), len(gens))) if e > s]
-        seed = lambda r: None if params.seed is None else params.seed * len(gens) + r  # noqa: E731
+        gens, tp = self._generators()
+        n = len(gens) // tp
+        shards = [(r, s, e) for r, (s, e) in enumerate(split(len(prompt_ids), n)) if e > s]
+        seed = lambda r: None if params.seed is None else params.seed * n + r  # noqa: E731
         futures = [
-            g.generate.remote(
+            gens[r * tp + k].generate.remote(
                 prompt_ids[s:e], dataclasses.replace(params, seed=seed(r)), *([images[s:e]] if images else [])
             )
-            for r, (g, s, e) in enumerate(shards)
+            for r, s, e in shards
+            for k in range(tp)
         ]
-        return Joined(futures, _rollouts([s for _, s, _ in shards])).get()
+        join = _rollouts([s for _, s, _ in shards])
+        return Joined(futures, lambda parts: join(parts[::tp])).get()
 
     def scores(self, queries: list[str], prompts: list[str], labels: list) -> Scored:
         if self.function_reward is not None:
@@ -172,7 +196,8 @@ def run(cfg: PPOConfig) -> dict[str, float]:
     prompts = load_prompts(cfg, tokenizer, cfg.data.prompt_dataset, cfg.data.prompt_split)
     eval_prompts = load_prompts(cfg, tokenizer, cfg.eval.dataset, cfg.eval.split) if cfg.eval.dataset else []
     function_reward = FunctionReward(cfg.reward.remote_url) if cfg.reward.remote_url else None
-    check_sizes(cfg, placement.plan(cfg)[0].world_size)
+    plans = placement.plan(cfg)
+    check_sizes(cfg, plans[0].world_size // tensor_parallel(cfg, plans))
     groups = RayGroups(cfg, len(prompts), function_reward)
     # the driver's metrics go to the actor rank that commits the model (it may be on another node)
     with tempfile.TemporaryDirectory(prefix="alignflow-ppo-metrics-") as metrics_dir:

@@ -65,6 +65,8 @@ class ModelWorker:
 
         self.role, self.cfg = role, cfg
         self.rt = init_runtime(-1, threads)
+        if role in ("actor", "critic"):  # DeepSpeed AutoTP shards these (groups.TRAINED)
+            self.rt = self.rt.tensor_parallel(cfg.ds.tensor_parallel_size)
         if cfg.ckpt.load_enable:  # before any weights load
             check_world_size(cfg.ckpt.path, self.rt.world_size)
         self.setup = setup = prepare(cfg, self.rt)
@@ -112,6 +114,7 @@ class ModelWorker:
             tok.pad_token_id,
             batch_size=max(self.cfg.rollout.micro_batch_size, 1),
             device=self.rt.torch_device,
+            synced_gpus=self.rt.tp > 1,  # a replica's shards step together until all its ranks are done
             processor=processor_of(tok),
         )
         return engine.generate(prompt_ids, params, images)
