@@ -131,7 +131,7 @@ def test_a_conditional_sft_model_is_evaluated_asking_for_a_score(tiny_base):
 
     from alignment.config import parse_args
     from alignment.config.evaluate import EvaluateConfig
-    from alignment.inference.evaluate import load_eval_rows
+    from alignment.inference.eval_rows import load_eval_rows
     from alignment.inference.postprocess import Scored, conditional_sft
 
     tok = AutoTokenizer.from_pretrained(tiny_base)

@@ -27,13 +27,8 @@ def main(argv: list[str] | None = None) -> dict:
         return ray_ranks.run_ranks(main, argv, cfg, "evaluate")
     from alignment.distributed.collectives import gather_to_main
     from alignment.distributed.runtime import init_runtime
-    from alignment.inference.evaluate import (
-        generate_values,
-        load_eval_rows,
-        pair_values,
-        perplexity_values,
-        write_evaluation,
-    )
+    from alignment.inference.eval_rows import load_eval_rows
+    from alignment.inference.evaluate import generate_values, pair_values, perplexity_values, write_evaluation
     from alignment.models.builder import prepare
     from alignment.rewards.scorer import make_reward
 
