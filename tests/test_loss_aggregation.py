@@ -88,7 +88,7 @@ def _rank(rank: int, port: int, out) -> None:
         torch.zeros(4),
         torch.zeros(4, T),
     )
-    engine = SimpleNamespace(gradient_accumulation_steps=lambda: 2, module=torch.nn.Linear(1, 1))
+    engine = SimpleNamespace(gradient_accumulation_steps=lambda: 2, autotp_size=lambda: 0, module=torch.nn.Linear(1, 1))
     cfg = PPOConfig(pretrain="x", prompt_data="y", max_epochs=1, micro_train_batch_size=2)
     out.put((rank, [(len(m.exp), m.totals) for m in _steps(engine, exp, cfg.train, seed=0)]))
     dist.destroy_process_group()

@@ -67,7 +67,6 @@ class LocalGroups:
             tokenizer.pad_token_id,
             batch_size=max(self.micro, 1),
             device=rt.torch_device,
-            synced_gpus=rt.tp > 1,  # a replica's shards step together until all its ranks are done
             processor=processor_of(tokenizer),
         )
         self.capture = ValueCapture(critic.module, critic_scale) if critic is not None else None

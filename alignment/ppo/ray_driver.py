@@ -105,7 +105,9 @@ class RayGroups:
     # --- one iteration's calls (the controller, alignment.ppo.controller, makes them) ------------
     def _generators(self) -> tuple[list, int]:
         """The actors that generate, and how many of them make one generator: the vLLM engines one each, the
-        actor ranks (HF engine) a tensor-parallel replica each."""
+        actor ranks (HF engine) a tensor-parallel replica each. A replica's ranks get the same prompts and seed
+        and all-reduce the same logits, so they sample the same tokens and stop together: no rank waits on
+        another replica (HF's synced_gpus would, and hang where a replica has no prompts)."""
         if self.engines:
             return self.engines.actors, 1
         return self.groups["actor"].workers, self.groups["actor"].tp

@@ -114,7 +114,6 @@ class ModelWorker:
             tok.pad_token_id,
             batch_size=max(self.cfg.rollout.micro_batch_size, 1),
             device=self.rt.torch_device,
-            synced_gpus=self.rt.tp > 1,  # a replica's shards step together until all its ranks are done
             processor=processor_of(tok),
         )
         return engine.generate(prompt_ids, params, images)

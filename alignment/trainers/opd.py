@@ -52,7 +52,7 @@ class OPDTrainer(Trainer):
             tok.pad_token_id,
             len(prompts),
             self.rt.torch_device,
-            synced_gpus=(cfg.ds.zero_stage == 3 or self.rt.tp > 1) and self.rt.world_size > 1,  # every shard steps
+            synced_gpus=cfg.ds.zero_stage == 3 and self.rt.world_size > 1,
         )
         rollout = engine.generate(
             [p.ids for p in prompts],
