@@ -1,8 +1,8 @@
 """The deployments against a real Prefect server (`prefect server start`) and process worker,
 started once for this module: `prefect deployment run` of sft/tiny (its artifacts checked through
-the API and in a real browser) and of sft-rm-ppo/tiny with a stage override, `prefect flow-run
-retry` of a pipeline whose PPO job was killed, and iterative-dpo/nightly served on a short
-interval schedule."""
+the API and in a real browser), of sft-grpo/tiny-vision (its pictures, and a rerun that skips every stage), and
+of sft-rm-ppo/tiny with a stage override, `prefect flow-run retry` of a pipeline whose PPO job was killed, and
+iterative-dpo/nightly served on a short interval schedule."""
 
 from __future__ import annotations
 
@@ -236,6 +236,41 @@ def test_deployment_run_publishes_progress_curves_and_report_seen_in_a_browser(p
     assert report.images and all(width > 100 for width in report.images), report.images
     assert any(row.startswith("sft\t") and "loss" in row for row in report.rows), report.rows
     assert "data:image/png" not in report.text  # the picture shows, not its URL
+
+
+def test_tiny_vision_deployment_shows_pictures_and_skips_committed_stages_on_rerun(prefect, ray_head, tmp_path):
+    """`prefect deployment run 'sft-grpo/tiny-vision'` on the server and worker: the tiny LLaVA made, SFT and
+    GRPO on its pictures (the image encoder trained too: grpo.yaml says why; freezing is the VLM line's test),
+    both models evaluated on the held-out pictures, a handful of those shown with both answers as an artifact.
+    Run again, every stage is skipped (no Ray job). Budgets are a few steps: learning is measured in
+    benchmarks (docs/learning-vision.md), not here."""
+    import torch
+    from safetensors.torch import load_file
+
+    from tests.test_stage_runner import ray_jobs
+
+    store = tmp_path / "store"
+    grpo = {"max_samples": 8, "rollout_batch_size": 4, "n_samples_per_prompt": 4, "train_batch_size": 16}
+    grpo |= {"micro_rollout_batch_size": 16, "micro_train_batch_size": 8, "generate_max_len": 8}
+    grpo |= {"dynamic_filtering": False, "save_steps": -1}
+    params = {"ray_address": ray_head, "store": str(store), "run_name": "vision", "sft": {"max_steps": 4}, "grpo": grpo}
+    args = [f"--param={k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in params.items()]
+    runs = [prefect.cli("deployment", "run", "sft-grpo/tiny-vision", *args, "--watch", timeout=900) for _ in range(2)]
+    for run in runs:
+        assert run.returncode == 0 and "Completed" in run.stdout, run.stdout[-2000:] + prefect.worker_log()[-3000:]
+    jobs = [j for j in ray_jobs(ray_head, "vision") if j.metadata.get("alignflow_output", "").startswith(str(store))]
+    stages = sorted(j.metadata["alignflow_stage"] for j in jobs)
+    assert stages == ["evaluate", "evaluate", "ppo", "sft", "tiny_base"], stages  # the second run submitted none
+    assert all(j.status.value == "SUCCEEDED" for j in jobs)
+
+    model = {j.metadata["alignflow_stage"]: f"{j.metadata['alignflow_output']}/model" for j in jobs}
+    before, after = (load_file(storage.file_in(model[s], "model.safetensors")) for s in ("sft", "ppo"))
+    encoder = [k for k in before if "language_model" not in k and "lm_head" not in k]
+    assert encoder and any(not torch.equal(before[k], after[k]) for k in encoder)
+    assert any(not torch.equal(before[k], after[k]) for k in before if "language_model" in k)
+    first = re.search(r"UUID:\s*([0-9a-f-]{36})", runs[0].stdout).group(1)
+    table = [a.data for a in prefect.artifacts(first) if a.key == "vision-heldout-pictures"][-1]
+    assert table.count("](data:image/png;base64,") == 8 and "| after sft | after grpo |" in table
 
 
 def _wait_terminal(prefect: Prefect, run_id: str, timeout_s: float = 600) -> str:

@@ -1,8 +1,7 @@
 """Images through the stages (docs/vision.md), on the tiny visual world: SFT of the tiny LLaVA from its
-rows' image paths; the sft-grpo flow on the tiny-vision recipe (GRPO as a Ray job on the actor ranks' HF
-engine with the image encoder trained too, held-out pictures evaluated before and after); DPO with both answers
-seeing the picture; an agent whose environment answers with pictures. The vLLM engine's path with images runs
-as OpenRLHF's VLM script line (tests/test_openrlhf_v011.py)."""
+rows' image paths; DPO with both answers seeing the picture; an agent whose environment answers with pictures.
+The sft-grpo pipeline on pictures runs as its deployment (tests/test_deployment.py); the vLLM engine's path with
+images as OpenRLHF's VLM script line (tests/test_openrlhf_v011.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +11,6 @@ import textwrap
 
 import pytest
 import torch
-from safetensors.torch import load_file
 
 from alignment.tiny_world.paths import tiny_vision_dir
 from tests.conftest import metric_rows, run_module
@@ -99,48 +97,6 @@ def test_sft_on_pictures_commits_a_model_that_plain_transformers_loads(vision_sf
     assert "pipeline_tag: image-text-to-text" in (vision_sft / "README.md").read_text()  # its model card
     losses = [r["train/loss"] for r in metric_rows(vision_sft) if "train/loss" in r]
     assert len(losses) == 4 and all(0 < x < 10 for x in losses)
-
-
-def test_sft_then_grpo_on_pictures_as_a_flow(ray_head, tmp_path):
-    """The sft-grpo flow on the tiny-vision recipe (Prefect, then Ray jobs on the session's head): the tiny
-    LLaVA made, SFT and GRPO on its pictures (the image encoder trained too), both models evaluated on the
-    held-out pictures, and a handful of those shown with both answers as an artifact. Budgets are a few
-    steps: what learns is measured in benchmarks, not here."""
-    from prefect import get_client
-    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
-
-    from alignflow.flows.sft_grpo import sft_grpo_flow
-    from alignment import storage
-
-    grpo = {"max_samples": 8, "rollout_batch_size": 4, "n_samples_per_prompt": 4, "train_batch_size": 16}
-    grpo |= {"micro_rollout_batch_size": 16, "micro_train_batch_size": 8, "generate_max_len": 8}
-    grpo |= {"dynamic_filtering": False, "save_steps": -1}
-    result = asyncio.run(
-        sft_grpo_flow(
-            run_name="vision",
-            store=str(tmp_path / "store"),
-            ray_address=ray_head,
-            recipe="tiny-vision",
-            sft={"max_steps": 4},
-            grpo=grpo,
-            heldout_eval=True,
-        )
-    )
-    assert list(result) == ["tiny_base", "sft", "grpo", "evaluate sft", "evaluate grpo"]
-    assert all(result[s]["heldout"]["n"] == 300 and len(result[s]["heldout"]["pictures"]) == 8 for s in ("sft", "grpo"))
-    before, after = (load_file(storage.file_in(result[s]["model_uri"], "model.safetensors")) for s in ("sft", "grpo"))
-    # the recipe trains the image encoder in RL too (grpo.yaml says why); freezing it: test_openrlhf_v011's VLM line
-    encoder = [k for k in before if "language_model" not in k and "lm_head" not in k]
-    assert encoder and any(not torch.equal(before[k], after[k]) for k in encoder)
-    assert any(not torch.equal(before[k], after[k]) for k in before if "language_model" in k)
-
-    async def pictures():  # by key: the session's API holds other tests' artifacts too
-        async with get_client() as client:
-            key = ArtifactFilterKey(any_=["vision-heldout-pictures"])
-            return await client.read_artifacts(artifact_filter=ArtifactFilter(key=key))
-
-    table = asyncio.run(pictures())[-1].data
-    assert table.count("](data:image/png;base64,") == 8 and "| after sft | after grpo |" in table
 
 
 def test_dpo_on_pictures_gives_both_sides_of_a_pair_their_images(ray_head, vision_sft, tmp_path):
