@@ -65,6 +65,8 @@ def test_adam_eps_and_muon_momentum_reach_the_optimizer():
         (["--muon.ns_steps", "3"], "DeepSpeed's Muon always runs 5 Newton-Schulz steps"),
         (["--muon.no_nesterov"], "DeepSpeed's Muon always runs 5 Newton-Schulz steps"),
         (["--ds.tensor_parallel_size", "0"], "--ds_tensor_parallel_size 0: must be >= 1"),
+        (["--ds.tensor_parallel_size", "2", "--zero_stage", "3"], "DeepSpeed's AutoTP trains under ZeRO 0-2"),
+        (["--ds.tensor_parallel_size", "2", "--lora_rank", "4"], "AutoTP does not shard PEFT's LoRA layers"),
         (["--muon.momentum", "0.9"], "--muon_momentum sets the Muon half of --optim muon"),
         (["--use_ms"], "--use_ms needs the modelscope package"),
     ],

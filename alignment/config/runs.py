@@ -13,6 +13,7 @@ from typing import ClassVar, Optional
 
 from alignment.config.base import opt, require
 from alignment.config.engine_knobs import EngineKnobsConfig
+from alignment.config.groups import LoraConfig
 
 PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 
@@ -173,6 +174,12 @@ class TrainConfig(EngineKnobsConfig):
             not (self.ds_tensor_parallel_size > 1 and self.zero_stage == 3),
             f"--ds_tensor_parallel_size {self.ds_tensor_parallel_size} with --zero_stage 3: DeepSpeed's AutoTP "
             f"trains under ZeRO 0-2; use --zero_stage 1 or 2 (the tensor-parallel shards already split the weights)",
+        )
+        # measured: DeepSpeed 0.19.8 replaces PEFT's adapted layers under the optimizer (KeyError in ZeRO's setup)
+        require(
+            not (self.ds_tensor_parallel_size > 1 and isinstance(self, LoraConfig) and self.lora_rank > 0),
+            f"--lora_rank with --ds_tensor_parallel_size {self.ds_tensor_parallel_size}: DeepSpeed's AutoTP does not "
+            f"shard PEFT's LoRA layers; train the adapters with --ds_tensor_parallel_size 1 (ZeRO spreads the rest)",
         )
         require(len(self.adam_betas) == 2, f"--adam_betas needs two values, got {self.adam_betas}")
         require(self.adam_eps > 0, f"--adam_eps {self.adam_eps}: must be > 0 (e.g. 1e-8)")

@@ -14,7 +14,7 @@ from alignment.config import BatchInferenceConfig
 from alignment.config.base import public_dict
 from alignment.datasets.formatting import get_field, get_text, prompt_text, require_chat_template
 from alignment.datasets.mixing import blend
-from alignment.datasets.sources import DataError
+from alignment.inference.eval_rows import kept
 from alignment.inference.postprocess import POST_PROCESSORS, Scored, csft_prefix
 from alignment.outputs import StagedOutput
 from alignment.rollout.hf_engine import HFEngine
@@ -82,19 +82,7 @@ def load_rows(cfg: BatchInferenceConfig, tokenizer) -> list[PromptRow]:
             else None
         )
         out.append(PromptRow(text, ids, label, response))
-    if dropped:
-        log.warning(
-            "dropped %d of %d prompts longer than --prompt_max_len %d tokens",
-            dropped,
-            len(rows),
-            cfg.data.prompt_max_len,
-        )
-    if not out:
-        raise DataError(
-            f"{cfg.data.dataset}: no usable rows ({len(rows)} read, {dropped} over --prompt_max_len "
-            f"{cfg.data.prompt_max_len}); check --dataset/--dataset_split or raise --prompt_max_len"
-        )
-    return out
+    return kept(out, len(rows), dropped, cfg, log)
 
 
 def given_samples(rows: list[PromptRow], mine: list[int], eos: str) -> list[Sample]:

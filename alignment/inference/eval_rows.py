@@ -107,16 +107,18 @@ def load_eval_rows(cfg: EvaluateConfig, tokenizer: Any) -> list[EvalRow]:
             dropped += 1
             continue
         out.append(item)
+    return kept(out, len(rows), dropped, cfg, log)
+
+
+def kept(out: list, read: int, dropped: int, cfg: Any, said_by: logging.Logger) -> list:
+    """`out`, the rows left of `read` after `dropped` prompts over --prompt_max_len (said once, by the stage's
+    logger `said_by`); none left: one line. Evaluation and batch inference read their rows alike."""
     if dropped:
-        log.warning(
-            "dropped %d of %d rows whose prompt is longer than --prompt_max_len %d tokens",
-            dropped,
-            len(rows),
-            cfg.data.prompt_max_len,
-        )
+        said_by.warning("dropped %d of %d rows whose prompt is longer than --prompt_max_len %d tokens", dropped, read,
+                    cfg.data.prompt_max_len)  # fmt: skip
     if not out:
         raise DataError(
-            f"{cfg.data.dataset}: no usable rows ({len(rows)} read, {dropped} over --prompt_max_len "
+            f"{cfg.data.dataset}: no usable rows ({read} read, {dropped} over --prompt_max_len "
             f"{cfg.data.prompt_max_len}); check --dataset/--dataset_split or raise --prompt_max_len"
         )
     return out

@@ -10,7 +10,6 @@ from typing import Any
 import torch
 
 from alignment.config import TrainingConfig
-from alignment.config.base import ConfigError
 from alignment.config.engine_knobs import EngineKnobsConfig
 from alignment.config.groups import LoraConfig, ModelConfig
 from alignment.config.preference import RMConfig
@@ -85,11 +84,6 @@ def prepare(cfg: ModelConfig, rt: Runtime) -> ModelSetup:
             f"--max_images_per_prompt 0 for text"
         )
     if isinstance(cfg, LoraConfig) and cfg.ds.lora.rank > 0:
-        if rt.tp > 1:  # DeepSpeed 0.19.8 replaces the adapted layers under the optimizer: KeyError in ZeRO's setup
-            raise ConfigError(
-                f"--lora_rank {cfg.ds.lora.rank} with --ds_tensor_parallel_size {rt.tp}: DeepSpeed's AutoTP does not "
-                f"shard PEFT's LoRA layers; train the adapters with --ds_tensor_parallel_size 1 (ZeRO spreads the rest)"
-            )
         head = (cfg.ds.value_head_prefix,) if isinstance(cfg, (RMConfig, RewardSourceConfig)) else ()
         check_targets(path, cfg.ds.lora.target_modules, extra=head, trust_remote_code=trust)
     return ModelSetup(path, precision, attn, tok, trust, cfg.ds.experts_implementation)
