@@ -98,3 +98,19 @@ def test_vllm_engines_get_their_own_bundles_and_cores():
     assert threads_per_rank(groups, cores=4) == 4  # engines don't count as trainer ranks
     assert split_cores(4, 1) == ([0], [1, 2, 3]) and split_cores(2, 2) == ([0, 1], [0, 1])
     assert layout("--colocate_all_models", "--vllm_num_engines", "1")["vllm"] == ("all", 0.2)
+
+
+def test_tensor_parallel_engines_take_bundles_of_one_node():
+    from alignment.ppo.engines import engine_bundles, ray_executor_env
+
+    one_node = {b: "n1" for b in range(4)}
+    assert engine_bundles(one_node, 2, 2) == [[0, 1], [2, 3]]
+    assert engine_bundles(one_node, 3, 1) == [[0], [1], [2]]
+    # Ray may interleave a placement group's bundles over nodes: an engine still gets one node's bundles
+    two_nodes = {0: "a", 1: "b", 2: "a", 3: "b"}
+    assert engine_bundles(two_nodes, 2, 2) == [[0, 2], [1, 3]]
+    with pytest.raises(ConfigError, match="engine 0's 2 bundles would span nodes.*1, 1 per node"):
+        engine_bundles({0: "a", 1: "b"}, 1, 2)
+    # GPU engines: vLLM's Ray executor puts one worker on each bundle, asking the GPU share colocation leaves
+    assert ray_executor_env([2, 3], 0.2) == {"VLLM_RAY_BUNDLE_INDICES": "2,3", "VLLM_RAY_PER_WORKER_GPUS": "0.2"}
+    assert ray_executor_env([0, 1], 1.0)["VLLM_RAY_PER_WORKER_GPUS"] == "1"

@@ -113,20 +113,33 @@ class Placed:
     pgs: dict[str, Any]  # bundle set -> placement group
     cores_per_node: int
 
-    def actor(self, cls: Any, group: GroupPlan, index: int, env: dict[str, str] | None = None, **named: Any) -> Any:
+    def actor(
+        self,
+        cls: Any,
+        group: GroupPlan,
+        index: int,
+        env: dict[str, str] | None = None,
+        gpus: float | None = None,
+        capture_child_tasks: bool = False,
+        **named: Any,
+    ) -> Any:
         """An actor class (wrapped with ray.remote here), on bundle `index` of the group's set, asking for its
-        share of the bundle; call `.remote(...)` on the result to start it. `named`: more of Ray's actor options
-        (`name` and `namespace` for an actor other processes look up, `max_concurrency` for a threaded one)."""
+        share of the bundle (`gpus`: another GPU ask, 0 for an actor whose children hold the GPUs, placed in
+        the same group with `capture_child_tasks`); call `.remote(...)` on the result to start it. `named`: more
+        of Ray's actor options (`name` and `namespace` for an actor other processes look up,
+        `max_concurrency` for a threaded one)."""
         import ray
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         return ray.remote(cls).options(
             num_cpus=self.bundle["CPU"] * group.share,
-            num_gpus=self.bundle.get("GPU", 0) * group.share,
+            num_gpus=self.bundle.get("GPU", 0) * group.share if gpus is None else gpus,
             resources=self.extra or None,
             runtime_env=unniced(env),
             scheduling_strategy=PlacementGroupSchedulingStrategy(
-                self.pgs[group.bundle_set], placement_group_bundle_index=index
+                self.pgs[group.bundle_set],
+                placement_group_bundle_index=index,
+                placement_group_capture_child_tasks=capture_child_tasks,
             ),
             **named,
         )

