@@ -69,9 +69,7 @@ class VLLMEngines:
         self.cfg, self.gpu, tp = cfg, placed.gpu, cfg.vllm.tensor_parallel_size
         bundles = engine_bundles(bundle_nodes(placed.pgs[plan.bundle_set]), cfg.vllm.num_engines, tp)
         # engine k: tp bundles of one node; on a CPU node its tp workers bind cores k*tp .. k*tp+tp-1
-        self.actors = [
-            self._start(placed, plan, k, b, cores[k * tp : (k + 1) * tp]) for k, b in enumerate(bundles)
-        ]
+        self.actors = [self._start(placed, plan, k, b, cores[k * tp : (k + 1) * tp]) for k, b in enumerate(bundles)]
         # --partial_rollout_enable: weights go in chunks a running generation picks up between steps (a
         # broadcast would need the engine's generating thread to join it)
         # tensor-parallel engines: the shards reload from chunks on every worker (the broadcast lands on one)
