@@ -30,3 +30,12 @@ def test_a_one_process_run_listens_on_loopback_alone():
     listening = json.loads(proc.stdout.strip().splitlines()[-1])
     assert len(listening) >= 2, listening  # torch's store and the sync group's (gloo's own, where it listens)
     assert all(ip == "127.0.0.1" for ip, _ in listening), listening  # no 0.0.0.0 / :: wildcard
+
+
+def test_torchrun_agent_store_is_said_once_by_rank_zero():
+    from alignment.distributed.rendezvous import agent_store_warning
+
+    agent = {"TORCHELASTIC_USE_AGENT_STORE": "True", "MASTER_PORT": "29500"}
+    assert "every interface (port 29500" in agent_store_warning({**agent, "RANK": "0"})
+    assert agent_store_warning({**agent, "RANK": "1"}) is None  # once a run, not once a rank
+    assert agent_store_warning({"RANK": "0", "MASTER_PORT": "29500"}) is None  # our own store: MASTER_ADDR alone

@@ -124,6 +124,7 @@ def test_resume_equals_uninterrupted(tiny_base, tmp_path):
     refused = [ln for ln in other.stderr.splitlines() if ln.startswith("error: ")]
     assert other.returncode != 0 and refused, other.stderr[-2000:]
     assert "was written by 1 ranks but this run has 2: resume with 1 ranks" in refused[0]
+    assert other.stderr.count("torchrun's elastic agent serves this run's rendezvous store on every interface") == 1
     assert "Loading weights" not in other.stderr and (ckpt / "latest").read_text().strip() == "global_step4"
     run_cli([*common, "--save_path", str(part), "--ckpt_path", str(ckpt), "--load_checkpoint"])
     a, b = load_file(full / "model.safetensors"), load_file(part / "model.safetensors")
