@@ -1,6 +1,7 @@
 """Where RL's time goes when an environment is slow: multi-turn agent RL on the tiny world's retry environment
 behind a heavy-tailed latency (data/tiny/agent_retry_slow.py: lognormal steps, mean 0.3 s, p99 3.2 s), the same
-SFT start, seed and iterations, with lock-step turns and with streaming episodes (--agent_batch_linger_ms).
+SFT start, seed and iterations, with lock-step turns, with streaming episodes (--agent_batch_linger_ms), and with
+streaming episodes in a pool that outlives the iteration (--async_train: alignment/agents/pool.py).
 
 Per run: episodes per second of generation, the trainer's busy share (its update's share of the iteration's
 wall time), wall time, and held-out greedy accuracy (first answer, the retry world without latency). Writes a
@@ -25,7 +26,11 @@ sys.path.insert(0, str(REPO))
 from benchmarks.agent_learning import ENV, heldout, rl_flags  # noqa: E402
 
 SLOW_ENV = REPO / "data" / "tiny" / "agent_retry_slow.py"
-RUNS = {"lock-step turns": [], "streaming episodes (--agent_batch_linger_ms 50)": ["--agent_batch_linger_ms", "50"]}
+RUNS = {
+    "lock-step turns": [],
+    "streaming episodes (--agent_batch_linger_ms 50)": ["--agent_batch_linger_ms", "50"],
+    "streaming + episode pool (--async_train)": ["--agent_batch_linger_ms", "50", "--async_train"],
+}
 
 
 def measure(sft: str, out: Path, seed: int, iterations: int, extra: list[str]) -> dict:
@@ -79,11 +84,14 @@ percentile 3.2 s). {iterations} iterations of 16 prompts × 8 episodes from the 
 Lock-step turns send a turn's generation batch when every live episode waits on the model, so each turn waits for
 its slowest environment step: with 128 episodes a turn, that is nearly always one from the tail. Streaming
 (`--agent_batch_linger_ms 50`) sends what has waited 50 ms and generates it while the other environments'
-steps go on, so a slow step holds only its own episode. An iteration still trains only when all of its
-episodes are done, so the slowest episode of the iteration still bounds it: the trainer is idle while it
-waits. Training on the groups that are ready and rolling late episodes into the next iteration (a staleness
-bound) is not built yet. The held-out column is after only {iterations} iterations: it shows that neither
-run broke the model, not what either run learns.
+steps go on, so a slow step holds only its own episode; but an iteration still trains only when all of its
+episodes are done, so the iteration's slowest episode bounds it. The episode pool (`--async_train` with an
+agent on the HF engine) holds the next iteration's prompts too (`--async_queue_size 1`): an iteration trains
+on the first 16 groups to finish, and the others go on, their environments stepping while the actor trains,
+joining the next batch, at most one policy update old (the bound; measured per sample as
+`train/staleness/max`). The HF engine is the actor itself, so generation and training still take turns on
+these two cores; what the pool removes is the wait on the environment's tail. The held-out column is after
+only {iterations} iterations: it shows that no run broke the model, not what each run learns.
 """
 
 
@@ -96,7 +104,7 @@ def draw(results: dict, chart: Path) -> None:
     names = list(results)
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
     for ax, key, label in zip(axes, ("episodes_per_s", "trainer_busy"), ("episodes/s", "trainer busy share")):
-        ax.barh(names, [results[n][key] for n in names], color=["#9aa", "#2a7"])
+        ax.barh(names, [results[n][key] for n in names], color=["#9aa", "#6b9", "#2a7"])
         ax.set_xlabel(label)
     axes[1].set_yticklabels([])
     fig.tight_layout()

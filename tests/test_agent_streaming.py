@@ -50,3 +50,40 @@ def test_streaming_episodes_do_not_wait_for_a_slow_environment(tiny_base, tmp_pa
     else:  # the others were done before the slow episode's second step began
         assert max(others) < ended[0] - 3.0
         assert got.metrics["agent/engine_batches"] > 3  # its turns went in batches of their own
+
+
+def test_an_episode_pool_trains_the_groups_that_finish_and_carries_the_slow_one(tiny_base, tmp_path):
+    """--async_train with agents on the HF engine (alignment/agents/pool.py): an iteration trains on the first
+    groups to finish; the slow one goes on while the trainer has the model and joins the next batch, at the
+    staleness bound (--async_queue_size 1), where it is waited for."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from alignment.agents.pool import EpisodePool
+    from alignment.agents.runner import AgentRunner, AgentSettings
+    from alignment.datasets.prompts import PromptSample
+    from alignment.rollout.hf_engine import HFEngine
+
+    log = tmp_path / "ended.jsonl"
+    (tmp_path / "slow.py").write_text(SLOW_ENV.replace("SLOW_S", "1.0").replace("LOG", repr(str(log))))
+    tok = AutoTokenizer.from_pretrained(tiny_base)
+    engine = HFEngine(AutoModelForCausalLM.from_pretrained(tiny_base).eval(), tok.eos_token_id, tok.pad_token_id)
+    runner = AgentRunner(AgentSettings(str(tmp_path / "slow.py"), 5, 10.0, 200, 6, linger_s=0.02), tok)
+    ids = tok("What is 2 + 3?", add_special_tokens=False)["input_ids"]
+    prompt = {name: PromptSample("What is 2 + 3?", ids, name) for name in "abcdef"}
+    pool = EpisodePool(runner, engine.generate, n=2, bound=1, seed=1)
+    params = runner.params(1.0, 1.0, False)
+    pool.submit([prompt["a"], prompt["b"]], params)  # iteration 0: episode 0 of group a is the slow one
+    pool.submit([prompt["c"], prompt["d"]], params)  # iteration 1, in the pool ahead (--async_queue_size 1)
+    first = pool.collect(want=2, version=0)
+    trained = [p.label for p in first.prompts]  # the first two to finish (which two: timing); a goes on
+    assert len(trained) == 2 and set(trained) < {"b", "c", "d"}
+    assert first.rollout.versions == [0] * 4 and first.rollout.prompt_index == [0, 0, 1, 1]
+    assert first.metrics["agent/groups_in_flight"] == 2 and not log.read_text().count("[0,")
+    pool.submit([prompt["e"], prompt["f"]], params)  # the next iteration, while the actor "trains" (version 1)
+    second = pool.collect(want=2, version=1)
+    # a and the third fast group began under version 0: at the bound, so trained now (a waited for), e and f later
+    left = ({"b", "c", "d"} - set(trained)).pop()
+    assert [p.label for p in second.prompts] == sorted(["a", left]) and second.rollout.versions == [0] * 4
+    assert second.metrics["agent/carried_groups"] == 2 and len(second.scored.rewards) == 4
+    pool.close()
+    assert not pool.thread.is_alive() and pool.engine.closed

@@ -257,6 +257,10 @@ def test_shipped_smollm2_calculator_environment():
             "already live in CPU memory",
         ),
         (["--agent_func_path", "a.py", "--agent_max_turns", "0"], "--agent_max_turns 0: must be >= 1"),
+        (
+            ["--agent_func_path", "a.py", "--async_train", "--partial_rollout_enable"],
+            "on the HF engine an agent's episodes already go on across updates",
+        ),
     ],
 )
 def test_flags_that_cannot_apply_are_one_line(extra, needle):
@@ -328,7 +332,9 @@ def test_three_turn_episode_masks_every_feedback_token_and_packs_exactly(tiny_ba
 def test_openrlhf_style_agent_file_trains_with_packing_and_logs(tiny_sft, tmp_path):
     """train_ppo (in process, HF engine) with an agent file written to OpenRLHF's contract: two iterations of
     group_norm on the final turn's reward, packed, with DAPO's dynamic filtering on the episodes' scores (refills
-    are episodes too), commit a plain HF model; turns and the file's extra_logs are in the metrics."""
+    are episodes too), commit a plain HF model; turns and the file's extra_logs are in the metrics. --async_train:
+    the episodes come from a pool holding the next iteration's too (alignment/agents/pool.py), never past the
+    staleness bound."""
     from transformers import AutoModelForCausalLM
 
     agent = tmp_path / "agent_func.py"
@@ -350,11 +356,14 @@ def test_openrlhf_style_agent_file_trains_with_packing_and_logs(tiny_sft, tmp_pa
             "--dynamic_filtering_reward_range",
             "0",
             "1",
+            "--async_train",
         ],
     )
     rows = metric_rows(out)
     assert [r["step"] for r in rows] == [1, 2]
+    assert rows[0]["train/agent/groups_in_flight"] > 0  # the second iteration's groups, ahead
     for r in rows:
+        assert r["train/staleness/max"] <= 1  # --async_queue_size 1
         # turns: the first draw's episodes; the file's extra_logs: the episodes kept after filtering
         assert 1 <= r["train/agent/turns"] <= 2 and 1 <= r["train/reward/turn_reached"] <= 2
         assert 0 < r["train/reward"] < 1  # only groups with mixed outcomes are trained on

@@ -78,8 +78,20 @@ class BatchingEngine:
         self.processor = processor_of(tokenizer)  # a vision-language policy's: contexts with images
         self.batches = 0
         self.generating: asyncio.Task | None = None  # streaming: the batch on the worker thread
+        self.paused = False  # an episode pool between iterations: requests wait, the trainer has the model
         self.first_queued = 0.0  # streaming: when the oldest waiting request came (event-loop time)
         self.timer: asyncio.TimerHandle | None = None
+
+    def unpause(self) -> None:
+        """Generate again (an episode pool's iteration collects: alignment/agents/pool.py)."""
+        self.paused = False
+        self._flush_if_ready()
+
+    async def pause(self) -> None:
+        """Generate nothing more until unpause; returns once the batch in generation, if any, is answered."""
+        self.paused = True
+        if self.generating is not None:
+            await asyncio.shield(self.generating)
 
     def episode_started(self) -> None:
         self.live += 1
@@ -110,7 +122,7 @@ class BatchingEngine:
         return await future
 
     def _flush_if_ready(self) -> None:
-        if self.closed or not self.queue:
+        if self.closed or self.paused or not self.queue:
             return
         everyone = len(self.queue) >= self.live  # every live episode waits on the engine
         if self.linger_s is None:

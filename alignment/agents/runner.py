@@ -49,6 +49,7 @@ class Episodes:
     rollout: Rollout
     scored: Scored
     metrics: dict[str, float] = field(default_factory=dict)
+    prompts: list[PromptSample] | None = None  # an episode pool's: the prompts its groups belong to, in order
 
 
 def load_agent_file(path: str) -> tuple[type | None, type | None]:
@@ -78,6 +79,19 @@ def load_agent_file(path: str) -> tuple[type | None, type | None]:
             f"sampling_params, max_length, hf_tokenizer, llm_engine)"
         )
     return instance, executor
+
+
+def agent_runner(cfg: Any, tokenizer: Any) -> "AgentRunner | None":
+    """The runner of a PPO config's --agent_func_path, or None without one."""
+    t = cfg.train
+    if not t.agent_func_path:
+        return None
+    linger = None if t.agent_batch_linger_ms is None else t.agent_batch_linger_ms / 1000
+    settings = AgentSettings(
+        t.agent_func_path, t.agent_max_turns, t.agent_step_timeout, cfg.sequence_len(), cfg.rollout.max_new_tokens,
+        t.partial_rollout_enable, linger, cfg.data.max_images_per_prompt,
+    )  # fmt: skip
+    return AgentRunner(settings, tokenizer)
 
 
 class AgentRunner:
@@ -112,9 +126,17 @@ class AgentRunner:
     ) -> Episodes:
         """n episodes per prompt, in prompt order (n consecutive rows per prompt, as group estimators expect)."""
         engine = BatchingEngine(generate, self.tokenizer, seed, greedy, self.s.linger_s)
-        params = SamplingParams(self.s.turn_tokens, temperature, top_p, 0 if logprobs else None)
+        params = self.params(temperature, top_p, logprobs)
         jobs = [(k, p) for k, p in enumerate(prompts) for _ in range(n)]
         outs = asyncio.run(self._all(engine, jobs, params))
+        return self.episodes(jobs, outs, engine.batches)
+
+    def params(self, temperature: float, top_p: float, logprobs: bool) -> SamplingParams:
+        """A turn's sampling settings as the executors get them."""
+        return SamplingParams(self.s.turn_tokens, temperature, top_p, 0 if logprobs else None)
+
+    def episodes(self, jobs: list[tuple[int, PromptSample]], outs: list, batches: int) -> Episodes:
+        """The episodes' training rows (prompt k's rows carry prompt index k), rewards and metrics."""
         episodes = Episodes(Rollout(), Scored(torch.zeros(0), torch.zeros(0)))
         rewards, scores, logs, turns, env_tokens = [], [], [], [], 0
         for e, ((k, p), out) in enumerate(zip(jobs, outs)):
@@ -128,7 +150,7 @@ class AgentRunner:
         model_tokens = sum(sum(m) for m in episodes.rollout.loss_mask)
         episodes.metrics = {
             "agent/turns": sum(turns) / len(turns),
-            "agent/engine_batches": float(engine.batches),
+            "agent/engine_batches": float(batches),
             "agent/feedback_token_fraction": env_tokens / max(1, env_tokens + model_tokens),
         }
         if self.s.max_images:  # a vision-language policy: pictures per training row, the prompt's and the environment's
@@ -138,7 +160,7 @@ class AgentRunner:
     async def _all(self, engine: BatchingEngine, jobs: list[tuple[int, PromptSample]], params: SamplingParams) -> list:
         for _ in jobs:
             engine.episode_started()
-        tasks = [asyncio.create_task(self._one(engine, p, params, e)) for e, (_, p) in enumerate(jobs)]
+        tasks = [asyncio.create_task(self.one(engine, p, params, e)) for e, (_, p) in enumerate(jobs)]
         try:
             return await asyncio.gather(*tasks)
         finally:
@@ -146,7 +168,8 @@ class AgentRunner:
             for t in tasks:
                 t.cancel()
 
-    async def _one(self, engine: BatchingEngine, prompt: PromptSample, params: SamplingParams, e: int) -> dict:
+    async def one(self, engine: BatchingEngine, prompt: PromptSample, params: SamplingParams, e: int) -> dict:
+        """Episode `e` on the shared engine; the engine counts it live until it ends (episode_started first)."""
         executor = self._executor()
         view = _EpisodeEngine(engine, self.s.max_images, f"{self.s.path} (episode {e})")
         # our own execute takes the prompt's token ids too; an override of it (OpenRLHF's signature) does not

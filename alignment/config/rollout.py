@@ -237,7 +237,9 @@ class AsyncTrainConfig:
         "Overlap rollouts with training (OpenRLHF's --async_train): the vLLM engines generate "
         "the next iteration's samples while this one trains, so samples come from a policy up "
         "to --async_queue_size updates old, and the PPO ratio is taken against the engines' "
-        "sampled-token log-probs (the behaviour policy). Needs --vllm_num_engines >= 1",
+        "sampled-token log-probs (the behaviour policy). Needs --vllm_num_engines >= 1, or --agent_func_path: "
+        "on the HF engine an iteration then trains on the first episode groups to finish and the others go "
+        "on, their environments stepping while the actor trains (docs/agents.md)",
         dotted="train.async_enable",
     )
     async_queue_size: int = opt(
@@ -279,9 +281,16 @@ class AsyncTrainConfig:
             )
         if not self.async_train:
             return only_with(self, "async_train", "async_queue_size", "partial_rollout_enable")
+        engines = self.vllm_num_engines >= 1  # type: ignore[attr-defined]  (RolloutConfig)
         require(
-            self.vllm_num_engines >= 1,  # type: ignore[attr-defined]  (RolloutConfig)
+            engines or bool(self.agent_func_path),  # type: ignore[attr-defined]  (AgentConfig)
             "--async_train overlaps generation on the vLLM engines with training on the actor: add "
-            "--vllm_num_engines 1 (or more); the HF engine generates on the actor itself, so nothing would overlap",
+            "--vllm_num_engines 1 (or more); the HF engine generates on the actor itself, so nothing would overlap "
+            "(with --agent_func_path it overlaps the environments' steps: alignment/agents/pool.py)",
+        )
+        require(
+            engines or not self.partial_rollout_enable,
+            "--partial_rollout_enable pauses the vLLM engines' generations at a weight sync: add --vllm_num_engines 1; "
+            "on the HF engine an agent's episodes already go on across updates, turn by turn (--async_train)",
         )
         require(self.async_queue_size >= 1, f"--async_queue_size {self.async_queue_size}: must be >= 1")

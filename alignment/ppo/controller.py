@@ -18,12 +18,12 @@ from __future__ import annotations
 import logging
 import random
 import time
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
 
-from alignment.agents.runner import AgentRunner, AgentSettings
+from alignment.agents.pool import episode_pool
+from alignment.agents.runner import agent_runner
 from alignment.config.ppo import PPOConfig
 from alignment.datasets.images import PromptImages, processor_of
 from alignment.datasets.prompts import PromptSample
@@ -37,7 +37,8 @@ from alignment.ppo.evaluation import eval_metrics, eval_params
 from alignment.ppo.experience import Experience, assemble, experience_metrics, needs_old_logprobs, uses_reference
 from alignment.ppo.loop import PPOState
 from alignment.ppo.pass_history import PassHistory
-from alignment.ppo.pending import Done, Later, Mapped, Pending
+from alignment.ppo.pending import Deferred, Done, Later, Mapped, Pending
+from alignment.ppo.sampled import Generation, Sampled, of_episodes, stamped
 from alignment.ppo.schedule import check_sizes, iterations_per_episode, prompt_order, sampling_params
 from alignment.ppo.scores import reward_inputs, shape_scores
 from alignment.ppo.staleness import staleness_metrics
@@ -66,28 +67,6 @@ class ModelGroups(Protocol):
     def save(self, state: PPOState) -> None: ...
     def mark_best(self, iteration: int) -> None: ...
     def resume(self) -> PPOState | None: ...
-
-
-@dataclass
-class Sampled:
-    """An iteration's samples; `scored` when their source scored them already (an agent's environment)."""
-
-    rollout: Rollout
-    scored: Scored | None = None
-    metrics: dict[str, float] = field(default_factory=dict)
-
-
-@dataclass
-class Generation:
-    prompts: list[PromptSample]
-    sampled: Pending[Sampled]
-    version: int  # PPOController.synced when it started: the policy that samples
-
-
-def stamped(sampled: Sampled, version: int) -> Sampled:
-    """The samples with the policy version that began them (Rollout.versions)."""
-    sampled.rollout.versions = [version] * len(sampled.rollout)
-    return sampled
 
 
 def _get(pending: Pending[torch.Tensor] | None) -> torch.Tensor | None:
@@ -119,23 +98,9 @@ class PPOController:
         self.positions = {id(p): i for i, p in enumerate(prompts)}
         self.synced = 0  # weight syncs so far: the version of the policy the engines sample from
         self.ahead: dict[int, Generation] = {}  # --async_train: iterations whose samples are being generated
-        self.agent = (
-            AgentRunner(
-                AgentSettings(
-                    cfg.train.agent_func_path,
-                    cfg.train.agent_max_turns,
-                    cfg.train.agent_step_timeout,
-                    cfg.sequence_len(),
-                    cfg.rollout.max_new_tokens,
-                    cfg.train.partial_rollout_enable,
-                    None if cfg.train.agent_batch_linger_ms is None else cfg.train.agent_batch_linger_ms / 1000,
-                    cfg.data.max_images_per_prompt,
-                ),
-                tokenizer,
-            )
-            if cfg.train.agent_func_path
-            else None
-        )
+        self.agent = agent_runner(cfg, tokenizer)
+        self.pool = episode_pool(cfg, self.agent, groups.generate_turn, groups.world)  # or None
+        self.submitted = -1  # the last iteration whose prompts the pool has
         if cfg.train.dynamic_batch_enable:
             log.info(
                 "--use_dynamic_batch: training micro-batches of <= %d tokens, log-prob and value passes of <= %d "
@@ -158,6 +123,14 @@ class PPOController:
         return self.positions[id(prompt)]
 
     def generation(self, iteration: int) -> Generation:
+        if self.pool is not None:
+            return self.pooled(iteration)
+        prompts = self.iteration_prompts(iteration)
+        return Generation(prompts, self.sample(prompts, iteration), self.synced)
+
+    def iteration_prompts(self, iteration: int) -> list[PromptSample]:
+        """This controller's prompts of an iteration, less those its pass history skips, plus refills for them
+        and --vllm_generate_batch_size's extra."""
         cfg, g = self.cfg, self.groups
         prompts, extra = self.prompt_batch(iteration), self.oversample
         if self.history is not None:  # the batch's prompts the history expects to teach nothing: others instead
@@ -166,7 +139,19 @@ class PPOController:
             prompts, extra = drawn, extra + len(prompts) - len(drawn)
         if extra:
             prompts += refill_prompts(self.prompts, extra, cfg.train.seed, iteration, 0, g.rank, self.history)
-        return Generation(prompts, self.sample(prompts, iteration), self.synced)
+        return prompts
+
+    def pooled(self, iteration: int) -> Generation:
+        """An episode pool's iteration (alignment/agents/pool.py): iterations up to --async_queue_size ahead are in
+        the pool; this one trains on the first groups of them to finish (and any at the staleness bound)."""
+        cfg, g = self.cfg, self.groups
+        for k in range(self.submitted + 1, min(iteration + cfg.train.async_queue_size, self.total_iterations - 1) + 1):
+            params = sampling_params(cfg, k, g.rank, g.world)
+            turn = self.agent.params(params.temperature, params.top_p, params.logprobs)
+            self.pool.submit(self.iteration_prompts(k), turn)
+            self.submitted = k
+        want = cfg.rollout.batch_size // g.world + self.oversample
+        return Generation([], Deferred(lambda: of_episodes(self.pool.collect(want, self.synced))), self.synced)
 
     def sample(self, prompts: list[PromptSample], key: int) -> Pending[Sampled]:
         """Samples for these prompts, seeded by `key` (an iteration, or a refill round's key): one response each
@@ -177,13 +162,13 @@ class PPOController:
             return Mapped(g.generate([p.ids for p in prompts], key, shown), lambda r: stamped(Sampled(r), version))
         params = sampling_params(self.cfg, key, g.rank, g.world)
         run = lambda: stamped(self.episodes(prompts, params), version)  # noqa: E731
-        return Later(run) if self.cfg.train.async_enable else Done(run())
+        return Later(run) if self.cfg.train.async_enable and self.pool is None else Done(run())
 
     def episodes(self, prompts: list[PromptSample], params: SamplingParams) -> Sampled:
         got = self.agent.run(
             prompts, params.n, self.groups.generate_turn, params.seed, params.temperature, params.top_p, params.logprobs
         )
-        return Sampled(got.rollout, got.scored, got.metrics)
+        return of_episodes(got)
 
     def score(self, prompts: list[PromptSample], sampled: Sampled) -> Scored:
         return sampled.scored or self.groups.scores(*reward_inputs(self.tokenizer, sampled.rollout, prompts))
@@ -201,8 +186,11 @@ class PPOController:
         cfg, g = self.cfg, self.groups
         t0 = time.time()
         gen = self.ahead.pop(iteration, None) or self.generation(iteration)
-        prompts, sampled = gen.prompts, gen.sampled.get()
-        if cfg.train.async_enable:
+        sampled, engines_ahead = gen.sampled.get(), cfg.train.async_enable and self.pool is None
+        prompts = sampled.prompts or gen.prompts
+        if self.pool is not None and iteration == self.total_iterations - 1:
+            self.pool.close()  # the last iteration: what is still in flight trains nowhere
+        elif engines_ahead:
             self.generate_ahead(iteration)
         t_gen = time.time()
         rollout, scored, dyn = sampled.rollout, sampled.scored, dict(sampled.metrics)
@@ -214,14 +202,14 @@ class PPOController:
             )
         batch = rollout_to_batch(rollout, self.tokenizer.pad_token_id, processor_of(self.tokenizer))
         # started together: on Ray the actor, reference and critic groups compute at the same time.
-        # --async_train: the ratio's denominator is the policy that sampled, as the engine scored it;
+        # --async_train on vLLM engines: the ratio's denominator is the policy that sampled, as the engine scored it;
         # --enable_vllm_is_correction (with or without --async_train, as OpenRLHF): the trainer's own log-probs,
         # the ratio's denominator, and the engine's weigh each token by how far the two disagree
         old = (
             g.actor_logprobs(batch)
-            if cfg.algo.advantage.is_correction_enable or (needs_old_logprobs(cfg) and not cfg.train.async_enable)
+            if cfg.algo.advantage.is_correction_enable or (needs_old_logprobs(cfg) and not engines_ahead)
             else Done(behaviour_logprobs(rollout, batch))
-            if cfg.train.async_enable
+            if engines_ahead
             else None
         )
         ref = g.ref_logprobs(batch) if uses_reference(cfg.algo) else None

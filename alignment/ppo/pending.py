@@ -37,6 +37,16 @@ class Mapped(Generic[T]):
         return self.fn(self.inner.get())
 
 
+@dataclass
+class Deferred(Generic[T]):
+    """A result computed when asked for (an episode pool collects when the iteration needs its samples)."""
+
+    fn: Callable[[], T]
+
+    def get(self) -> T:
+        return self.fn()
+
+
 class Later(Generic[T]):
     """A computation started on a thread now (--async_train: agent episodes while the actor trains)."""
 

@@ -48,6 +48,8 @@ def sampling_params(cfg: PPOConfig, iteration: int, shard: int = 0, shards: int 
         cfg.rollout.top_p,
         cfg.rollout.n_samples_per_prompt,
         seed=cfg.train.seed * 100_003 + iteration * shards + shard,
-        logprobs=cfg.train.async_enable or cfg.algo.advantage.is_correction_enable,
+        # the behaviour policy's log-probs: the ratio's denominator under --async_train on vLLM engines, and IS
+        # correction's; an episode pool on the HF engine recomputes them on the actor (alignment/agents/pool.py)
+        logprobs=(cfg.train.async_enable and cfg.vllm.num_engines > 0) or cfg.algo.advantage.is_correction_enable,
         max_total_len=cfg.data.max_len,
     )
