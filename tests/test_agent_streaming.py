@@ -87,3 +87,28 @@ def test_an_episode_pool_trains_the_groups_that_finish_and_carries_the_slow_one(
     assert second.metrics["agent/carried_groups"] == 2 and len(second.scored.rewards) == 4
     pool.close()
     assert not pool.thread.is_alive() and pool.engine.closed
+
+
+def test_a_pool_run_killed_mid_stream_resumes_and_keeps_the_bound(tiny_sft, tmp_path):
+    """kill -9 of train_ppo with an episode pool (--async_train on the HF engine) while the next iteration's
+    groups are in flight: the resumed run starts from the checkpoint with an empty pool, trains the rest and
+    commits; no row of either run is past the staleness bound."""
+    from tests.conftest import kill9_after_step, metric_rows, run_module
+    from tests.test_agents import PROMPTS, SMALL, tiny_dir
+
+    out, ckpt = tmp_path / "pool", tmp_path / "pool_ckpt"
+    args = [
+        "--pretrain", str(tiny_sft), "--save_path", str(out), "--ckpt_path", str(ckpt), *PROMPTS, *SMALL,
+        "--agent_func_path", str(tiny_dir() / "agent_retry.py"), "--async_train", "--agent_batch_linger_ms", "20",
+        "--num_episodes", "2", "--save_steps", "1",
+    ]  # fmt: skip
+    killed = kill9_after_step("alignment.cli.train_ppo", args, step=2)
+    assert "groups_in_flight" not in killed and (ckpt / "latest").read_text().strip().endswith("global_step2")
+    history = json.loads((ckpt / "global_step2" / "state.json").read_text())["ppo"]["history"]
+    assert [r["train/agent/groups_in_flight"] for r in history] == [8, 8]  # the next iteration's, ahead
+    resumed = run_module("alignment.cli.train_ppo", [*args, "--load_checkpoint"])
+    assert "iteration 2 done" in resumed.stderr
+    rows = metric_rows(out)
+    assert [r["step"] for r in rows] == [1, 2, 3, 4] and (out / "MANIFEST.json").exists()
+    assert all(r["train/staleness/max"] <= 1 for r in rows)  # --async_queue_size 1
+    assert rows[2]["train/staleness/max"] == 0  # the resumed run's first batch began under its own weights
