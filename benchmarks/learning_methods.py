@@ -42,6 +42,19 @@ AGENT = Method(
     f"environment ({AGENT_ENV})",
 )
 
+# the same two, wasting less (issue "RL that never waits and wastes nothing"): dynamic sampling draws a prompt whose
+# last groups taught nothing less often (--dynamic_filtering_recheck 0.25), the rule row in one pass over the
+# prompts, the agent row's episodes in a pool that outlives the iteration (--async_train) and streamed
+# (--agent_batch_linger_ms 50)
+RECHECK = {"dynamic_filtering_recheck": 0.25}
+GRPO_RULE_RECHECK = Method("ppo", "grpo", {"advantage_estimator": "group_norm", **RECHECK, "num_episodes": 1}, "rule")
+AGENT_POOL = Method(
+    "ppo",
+    "grpo",
+    {**AGENT.settings, **RECHECK, "async_train": True, "agent_batch_linger_ms": 50},
+    AGENT.reward,
+)
+
 # agent RL with pictures: the tiny-vision recipe's grpo.yaml with an environment whose hint is a picture ("> 7") in
 # place of the rule; an episode holds the prompt's picture and the hint's (max_images_per_prompt bounds both)
 VISION_AGENT_ENV = "data/tiny_vision/agent_look_again.py"
@@ -123,13 +136,15 @@ METHODS: dict[str, Method | Rounds | Steered | Distilled] = {
     "opd": Distilled("opd"),
     "agent-grpo": AGENT,
     "agent-grpo-pictures": VISION_AGENT,
+    "grpo-rule-recheck": GRPO_RULE_RECHECK,
+    "agent-grpo-pool": AGENT_POOL,
 }
 
 
 def own_recipe(method: Method | Rounds | Steered | Distilled) -> str | None:
     """The recipe a method's data or environment belongs to (None: any): the tiny world's round recipes
     (tiny-idpo, tiny-rs, tiny-csft) and its agent (hints in the tiny chat format), the visual world's agent."""
-    if isinstance(method, (Rounds, Steered)) or method is AGENT:
+    if isinstance(method, (Rounds, Steered)) or method in (AGENT, AGENT_POOL):
         return "tiny"
     return "tiny-vision" if method is VISION_AGENT else None
 

@@ -150,8 +150,8 @@ def filtered(
     short = need - len(kept.prompts)
     if short:  # zero-advantage groups keep the batch shape and change no gradient
         # said once a run (a policy that gets most prompts right tops up nearly every iteration); every
-        # iteration's count is in the metrics, train/dynamic_filtering/topped_up
-        (log.info if _topped_up_said.is_set() else log.warning)(
+        # iteration's count is in the metrics, train/dynamic_filtering/topped_up, and on the progress line
+        (log.debug if _topped_up_said.is_set() else log.warning)(
             "--dynamic_filtering: iteration %d found %d of %d groups with mixed scores after %d refill "
             "rounds; topped up with %d dropped groups (said once; later iterations' counts: "
             "train/dynamic_filtering/topped_up)",
