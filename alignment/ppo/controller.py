@@ -145,7 +145,8 @@ class PPOController:
         """An episode pool's iteration (alignment/agents/pool.py): iterations up to --async_queue_size ahead are in
         the pool; this one trains on the first groups of them to finish (and any at the staleness bound)."""
         cfg, g = self.cfg, self.groups
-        for k in range(self.submitted + 1, min(iteration + cfg.train.async_queue_size, self.total_iterations - 1) + 1):
+        first = max(self.submitted + 1, iteration)  # a resumed run's pool starts empty, at the resumed iteration
+        for k in range(first, min(iteration + cfg.train.async_queue_size, self.total_iterations - 1) + 1):
             params = sampling_params(cfg, k, g.rank, g.world)
             turn = self.agent.params(params.temperature, params.top_p, params.logprobs)
             self.pool.submit(self.iteration_prompts(k), turn)
