@@ -22,6 +22,7 @@ from typing import Iterator
 
 from alignflow.tasks import head_watchdog
 from alignflow.tasks.ray_auth import auth_env, auth_headers, client_auth
+from alignment.distributed.ray_ranks import free_port
 
 log = logging.getLogger(__name__)
 
@@ -31,13 +32,21 @@ class RayClusterError(RuntimeError):
 
 
 def _free_ports(n: int) -> list[int]:
-    """n distinct free ports: every socket stays bound until all are picked (one at a time, the OS may
-    hand out the same port twice: seen once as two Ray components on 42439, `ray start` refused)."""
+    """n distinct free loopback ports below the kernel's ephemeral range (as a process group's port is
+    chosen: alignment/distributed/ray_ranks.free_port), every socket bound until all are picked (one at a
+    time, the same port could come twice: seen once as two Ray components on 42439). A port from the
+    ephemeral range can become any outgoing connection's local port before Ray binds it: in CI (.ci/run
+    of dd80360) a head's dashboard agent found 59105 taken so, and that head could not run a job."""
     with contextlib.ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
+        ports: list[int] = []
+        while len(ports) < n:
+            s = stack.enter_context(socket.socket())
+            try:
+                s.bind(("127.0.0.1", free_port("127.0.0.1")))
+            except OSError:  # taken between the check and this bind: pick another
+                continue
+            ports.append(s.getsockname()[1])
+        return ports
 
 
 def _head_env(single_node: bool = True) -> dict[str, str]:
