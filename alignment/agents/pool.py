@@ -30,18 +30,20 @@ from alignment.config.base import ConfigError
 from alignment.datasets.prompts import PromptSample
 
 
-def episode_pool(cfg: Any, runner: AgentRunner | None, generate: GenerateBatch, world: int) -> "EpisodePool | None":
-    """The pool of a PPO config with --async_train and --agent_func_path on the HF engine, else None. One
-    controller generates for the whole batch then (a launcher's ranks would call the engine out of step)."""
+def episode_pool(cfg: Any, runner: AgentRunner | None, groups: Any) -> "EpisodePool | None":
+    """The pool of a PPO config with --async_train and --agent_func_path on the HF engine, else None; `groups`
+    (alignment.ppo.controller.ModelGroups) generates its turns. One controller generates for the whole batch
+    then (a launcher's ranks would call the engine out of step)."""
     if runner is None or not cfg.train.async_enable or cfg.vllm.num_engines:
         return None
+    world = groups.world
     if world > 1:
         raise ConfigError(
             f"--async_train with --agent_func_path on the HF engine runs one episode pool; {world} launcher "
             f"ranks would generate out of step: run train_ppo on one rank, or train_ppo_ray"
         )
     n, bound = cfg.rollout.n_samples_per_prompt, cfg.train.async_queue_size
-    return EpisodePool(runner, generate, n, bound, cfg.train.seed)
+    return EpisodePool(runner, groups.generate_turn, n, bound, cfg.train.seed)
 
 
 @dataclass

@@ -99,7 +99,7 @@ class PPOController:
         self.synced = 0  # weight syncs so far: the version of the policy the engines sample from
         self.ahead: dict[int, Generation] = {}  # --async_train: iterations whose samples are being generated
         self.agent = agent_runner(cfg, tokenizer)
-        self.pool = episode_pool(cfg, self.agent, groups.generate_turn, groups.world)  # or None
+        self.pool = episode_pool(cfg, self.agent, groups)  # --async_train with agents on the HF engine, or None
         self.submitted = -1  # the last iteration whose prompts the pool has
         if cfg.train.dynamic_batch_enable:
             log.info(
