@@ -1,9 +1,9 @@
 """python -m alignment.cli.train_ppo (or `deepspeed --module alignment.cli.train_ppo`): the PPO
 family with every model in this process group and HF generation — OpenRLHF's train_ppo.
 
-One iteration is `alignment.ppo.controller.PPOController.step` on the in-process backend
-(`alignment.ppo.local.LocalGroups`); the controller and the loop (logging, --save_steps
-checkpoints, --load_checkpoint, `alignment.ppo.loop`) are train_ppo_ray's too.
+The run is `alignment.ppo.run` (setup → train → commit) on the in-process backend
+(`alignment.ppo.local.LocalGroups`); the run, the controller and the loop (logging, --save_steps
+checkpoints, --load_checkpoint) are train_ppo_ray's too.
 vLLM engines run with train_ppo_ray only.
 """
 
@@ -15,7 +15,6 @@ import logging
 from alignment.cli.common import run_main
 from alignment.cli.preflight import check_outputs, check_reward_file
 from alignment.config import ConfigError, PPOConfig, parse_args
-from alignment.config.base import public_dict
 from alignment.config.placement import PlacementConfig
 from alignment.config.sleep import SleepConfig
 
@@ -49,34 +48,26 @@ def main(argv: list[str] | None = None) -> dict:
     check_outputs(cfg)
     check_reward_file(cfg)
     # lazy: the launcher's ranks all run this; the imports below load torch, transformers and DeepSpeed
-    from alignment.datasets.prompts import load_prompts
-    from alignment.distributed.collectives import barrier
     from alignment.distributed.runtime import init_runtime
     from alignment.models.builder import prepare
     from alignment.models.moe import moe_top_k
-    from alignment.models.saving import commit_model, lora_save, save_hf_model, save_value_model
-    from alignment.outputs import StagedOutput
-    from alignment.ppo import roles, runner
+    from alignment.ppo import roles, run
     from alignment.ppo.experience import uses_reference
     from alignment.ppo.local import LocalGroups
     from alignment.ppo.packed import packing_for
-    from alignment.ppo.schedule import check_sizes, iterations_per_episode
     from alignment.training.resume_point import check_world_size
     from alignment.training.run_identity import RunIdentity
 
     # --ds_tensor_parallel_size: each rank's controller works for its data-parallel replica (ppo/local.py)
     rt = init_runtime(cfg.train.local_rank, cfg.train.num_threads).tensor_parallel(cfg.ds.tensor_parallel_size)
-    steps_per_iteration = check_sizes(cfg, rt.dp_size)
     if cfg.ckpt.load_enable:  # before any weights load
         check_world_size(cfg.ckpt.path, rt.world_size, RunIdentity.of(cfg))
     setup = prepare(cfg, rt)
+    s = run.setup(cfg, setup.tokenizer, rt.dp_size)
     top_k = moe_top_k(setup.path, cfg.model.aux_loss_coef, setup.trust_remote_code)  # a dense actor: refused here
-    prompts = load_prompts(cfg, setup.tokenizer, cfg.data.prompt_dataset, cfg.data.prompt_split)
-    eval_prompts = load_prompts(cfg, setup.tokenizer, cfg.eval.dataset, cfg.eval.split) if cfg.eval.dataset else []
-    reward = (
-        None if cfg.train.agent_func_path else roles.reward(cfg, setup, rt.device)
-    )  # an agent's environment rewards
-    total = cfg.train.num_episodes * iterations_per_episode(len(prompts), cfg.rollout.batch_size) * steps_per_iteration
+    # an agent's environment rewards
+    reward = None if cfg.train.agent_func_path else roles.reward(cfg, setup, rt.device)
+    total = s.sizes.total_steps
     log.info("world size %d, %s, %d optimizer steps per engine", rt.world_size, setup.precision.label, total)
     actor = roles.actor(cfg, rt, setup, total)
     critic, critic_scale = roles.critic(cfg, rt, setup, total) if cfg.uses_critic() else (None, None)
@@ -84,27 +75,7 @@ def main(argv: list[str] | None = None) -> dict:
     ref = roles.reference(cfg.ref, setup, rt.device) if uses_reference(cfg.algo) else None
     packing = packing_for(cfg.ds, setup)
     groups = LocalGroups(cfg, rt, actor, critic, ref, reward, setup.tokenizer, critic_scale, packing, top_k)
-
-    # built here, committed over --save_path at the end: a committed model there stays intact until then
-    with StagedOutput(cfg.ckpt.output_dir, writes=rt.is_main) as out:
-        logger = runner.run(cfg, groups, setup.tokenizer, prompts, out.dir, rt.is_main, eval_prompts)
-        logger.close()  # the trackers' files are complete before the model (and the card naming them) commits
-        if groups.ema is not None and out.dir is not None:  # --enable_ema: the average, beside the actor
-            save_hf_model(
-                actor.module, groups.ema.state_dict(actor.module), setup.tokenizer, out.dir / "ema", lora=lora_save(cfg)
-            )
-        if cfg.critic.save_value_network:  # collective: every rank gathers the critic
-            save_value_model(critic, setup.tokenizer, out.dir and out.dir / "critic", cfg.ds.value_head_prefix)
-        commit_model(
-            out,
-            actor,
-            setup.tokenizer,
-            {"stage": "ppo", "config": public_dict(cfg), "final_metrics": logger.final(), "tracking": logger.links},
-            lora=lora_save(cfg),
-            cfg=cfg,
-        )
-    barrier()
-    return logger.final()
+    return run.run(cfg, s, groups)
 
 
 if __name__ == "__main__":

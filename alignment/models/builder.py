@@ -62,6 +62,18 @@ class ModelSetup:
         )
 
 
+def tokenizer_for(cfg: ModelConfig) -> tuple[str, Any]:
+    """The model's resolved path and its tokenizer (or processor), as every rank and a Ray driver load them."""
+    path = resolve_model_path(cfg.model.model_name_or_path, revision=cfg.model.revision)
+    tok = load_tokenizer(
+        path,
+        cfg.data.tokenizer_chat_template,
+        use_fast=not cfg.data.disable_fast_tokenizer,
+        trust_remote_code=cfg.model.trust_remote_code,
+    )
+    return path, tok
+
+
 def prepare(cfg: ModelConfig, rt: Runtime) -> ModelSetup:
     """Cheap checks and the tokenizer: everything that can fail before weights are loaded."""
     precision = precision_for(cfg.ds.bf16, rt.device)
@@ -72,11 +84,8 @@ def prepare(cfg: ModelConfig, rt: Runtime) -> ModelSetup:
     if isinstance(cfg, EngineKnobsConfig):
         check_cuda_knobs(cfg.ds, rt.device)
         knob_effects(cfg)
-    path = resolve_model_path(cfg.model.model_name_or_path, revision=cfg.model.revision)
+    path, tok = tokenizer_for(cfg)
     trust = cfg.model.trust_remote_code
-    tok = load_tokenizer(
-        path, cfg.data.tokenizer_chat_template, use_fast=not cfg.data.disable_fast_tokenizer, trust_remote_code=trust
-    )
     if isinstance(cfg, VisionDataConfig) and cfg.with_images and processor_of(tok) is None:
         raise VisionModelError(
             f"--max_images_per_prompt {cfg.data.max_images_per_prompt}: --pretrain {cfg.model.model_name_or_path} "

@@ -39,7 +39,7 @@ from alignment.ppo.loop import PPOState
 from alignment.ppo.pass_history import PassHistory
 from alignment.ppo.pending import Deferred, Done, Later, Mapped, Pending
 from alignment.ppo.sampled import Generation, Sampled, of_episodes, stamped
-from alignment.ppo.schedule import check_sizes, iterations_per_episode, prompt_order, sampling_params
+from alignment.ppo.schedule import Sizes, prompt_order, sampling_params
 from alignment.ppo.scores import reward_inputs, shape_scores
 from alignment.ppo.staleness import staleness_metrics
 from alignment.rewards.scorer import Scored
@@ -81,13 +81,13 @@ class PPOController:
         tokenizer: Any,
         prompts: list[PromptSample],
         eval_prompts: list[PromptSample] = (),
+        sizes: Sizes | None = None,
     ):
+        """`sizes`: the run's (alignment/ppo/run.py computes them once); computed here when not given."""
         self.cfg, self.groups, self.tokenizer, self.prompts = cfg, groups, tokenizer, prompts
         self.eval_prompts = list(eval_prompts)[groups.rank :: groups.world]  # this controller's share
         self.oversample = cfg.oversampled() // groups.world  # --vllm_generate_batch_size: the filter's first refills
-        self.steps_per_iteration = check_sizes(cfg, groups.world)
-        self.per_episode = iterations_per_episode(len(prompts), cfg.rollout.batch_size)
-        self.total_iterations = cfg.train.num_episodes * self.per_episode
+        self.sizes = sizes or Sizes.of(cfg, len(prompts), groups.world)
         self.kl_ctl = KLController(cfg.algo.kl.init_coef, cfg.algo.kl.target, cfg.algo.kl.horizon)
         # --normalize_reward without a trained RM (whose saved mean/std normalise its own scores): running moments
         self.reward_moments = (
@@ -112,7 +112,7 @@ class PPOController:
     def prompt_batch(self, iteration: int) -> list[PromptSample]:
         """This controller's share of iteration's prompts (all of them when world is 1)."""
         cfg, g = self.cfg, self.groups
-        episode, k = divmod(iteration, self.per_episode)
+        episode, k = divmod(iteration, self.sizes.iterations_per_episode)
         order = prompt_order(len(self.prompts), cfg.train.seed, episode)
         per = cfg.rollout.batch_size // g.world
         start = k * cfg.rollout.batch_size + g.rank * per
@@ -146,7 +146,7 @@ class PPOController:
         the pool; this one trains on the first groups of them to finish (and any at the staleness bound)."""
         cfg, g = self.cfg, self.groups
         first = max(self.submitted + 1, iteration)  # a resumed run's pool starts empty, at the resumed iteration
-        for k in range(first, min(iteration + cfg.train.async_queue_size, self.total_iterations - 1) + 1):
+        for k in range(first, min(iteration + cfg.train.async_queue_size, self.sizes.iterations - 1) + 1):
             params = sampling_params(cfg, k, g.rank, g.world)
             turn = self.agent.params(params.temperature, params.top_p, params.logprobs)
             self.pool.submit(self.iteration_prompts(k), turn)
@@ -178,7 +178,7 @@ class PPOController:
         """--async_train: start generating the next --async_queue_size iterations on the engines now, with
         the weights they have; the weight sync after this iteration's update queues behind them (a Ray
         actor runs its calls in order), so their samples are at most that many updates old."""
-        last = min(iteration + self.cfg.train.async_queue_size, self.total_iterations - 1)
+        last = min(iteration + self.cfg.train.async_queue_size, self.sizes.iterations - 1)
         for k in range(iteration + 1, last + 1):
             if k not in self.ahead:
                 self.ahead[k] = self.generation(k)
@@ -189,7 +189,7 @@ class PPOController:
         gen = self.ahead.pop(iteration, None) or self.generation(iteration)
         sampled, engines_ahead = gen.sampled.get(), cfg.train.async_enable and self.pool is None
         prompts = sampled.prompts or gen.prompts
-        if self.pool is not None and iteration == self.total_iterations - 1:
+        if self.pool is not None and iteration == self.sizes.iterations - 1:
             self.pool.close()  # the last iteration: what is still in flight trains nowhere
         elif engines_ahead:
             self.generate_ahead(iteration)

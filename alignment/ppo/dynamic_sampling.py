@@ -146,7 +146,7 @@ def filtered(
         prompts = refill_prompts(
             ppo.prompts, need - len(kept.prompts), cfg.train.seed, iteration, round_, g.rank, ppo.history
         )
-        sampled = ppo.sample(prompts, refill_key(iteration, round_, ppo.total_iterations)).get()
+        sampled = ppo.sample(prompts, refill_key(iteration, round_, ppo.sizes.iterations)).get()
     short = need - len(kept.prompts)
     if short:  # zero-advantage groups keep the batch shape and change no gradient
         # said once a run (a policy that gets most prompts right tops up nearly every iteration); every

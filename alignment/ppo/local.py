@@ -11,18 +11,21 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
 from alignment.config.base import public_dict
 from alignment.config.ppo import PPOConfig
 from alignment.datasets.images import PromptImages, processor_of
+from alignment.distributed.collectives import barrier
 from alignment.distributed.runtime import Runtime
 from alignment.models.reward_model import ValueCapture
-from alignment.models.saving import lora_save, save_hf_copy
+from alignment.models.saving import commit_model, lora_save, save_hf_copy, save_hf_model, save_value_model
+from alignment.outputs import StagedOutput
 from alignment.ppo import rank_ops
 from alignment.ppo.batch import SequenceBatch
 from alignment.ppo.ema import EMA
@@ -30,14 +33,23 @@ from alignment.ppo.experience import Experience
 from alignment.ppo.loop import PPOState, resume_state
 from alignment.ppo.packed import Packing
 from alignment.ppo.pending import Done
+from alignment.ppo.run import Staging
 from alignment.ppo.schedule import sampling_params
 from alignment.rewards.scorer import Scored
 from alignment.rollout.hf_engine import HFEngine
 from alignment.rollout.types import Rollout, SamplingParams
 from alignment.training import checkpoint
 from alignment.training.run_identity import RunIdentity
+from alignment.training.tracking import MetricsLogger
 
 log = logging.getLogger(__name__)
+
+
+@contextmanager
+def _staged(output_dir: str, writes: bool) -> Iterator[Staging]:
+    with StagedOutput(output_dir, writes=writes) as out:
+        yield Staging(out.dir, writes, out)
+    barrier()  # every rank returns once the commit is in
 
 
 class LocalGroups:
@@ -130,6 +142,23 @@ class LocalGroups:
             save_hf_copy(self.actor, self.tokenizer, role_dir / "hf" if role_dir else None, lora=lora_save(self.cfg))
         if self.ema is not None:
             self.ema.save(role_dir)
+
+    # --- the run's output (alignment/ppo/run.py) ------------------------------------------------
+    def staging(self) -> AbstractContextManager[Staging]:
+        """The model is built in a staged folder and committed over --save_path at the end: a committed model
+        there stays intact until then."""
+        return _staged(self.cfg.ckpt.output_dir, self.rt.is_main)
+
+    def commit(self, staged: Staging, logger: MetricsLogger) -> None:
+        """On every launcher rank (the saves gather ZeRO shards collectively); rank 0 writes."""
+        cfg, out, tok = self.cfg, staged.handle, self.tokenizer
+        if self.ema is not None and staged.dir is not None:  # --enable_ema: the average, beside the actor
+            save_hf_model(self.actor.module, self.ema.state_dict(self.actor.module), tok, staged.dir / "ema",
+                          lora=lora_save(cfg))  # fmt: skip
+        if cfg.critic.save_value_network:  # collective: every rank gathers the critic
+            save_value_model(self.critic, tok, staged.dir and staged.dir / "critic", cfg.ds.value_head_prefix)
+        final = {"stage": "ppo", "config": public_dict(cfg), "final_metrics": logger.final(), "tracking": logger.links}
+        commit_model(out, self.actor, tok, final, lora=lora_save(cfg), cfg=cfg)
 
     def resume(self) -> PPOState | None:
         """--load_checkpoint: the newest committed PPO state (engines loaded), or None to start fresh."""

@@ -14,8 +14,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import ray
 import torch
@@ -23,28 +24,31 @@ import torch
 from alignment.config.base import ConfigError
 from alignment.config.ppo import PPOConfig
 from alignment.datasets.images import PromptImages
-from alignment.datasets.prompts import load_prompts
 from alignment.distributed import cluster, placement
-from alignment.models.loading import load_tokenizer, resolve_model_path
+from alignment.models.builder import tokenizer_for
 from alignment.models.precision import check_ring_attention
-from alignment.ppo import ray_state, runner
+from alignment.ppo import ray_state
+from alignment.ppo import run as ppo_run
 from alignment.ppo.batch import SequenceBatch
 from alignment.ppo.dispatch import Joined, split
 from alignment.ppo.engines import VLLMEngines
 from alignment.ppo.experience import Experience
 from alignment.ppo.groups import TRAINED, ModelGroup
 from alignment.ppo.loop import PPOState
-from alignment.ppo.schedule import check_sizes, iterations_per_episode, sampling_params
+from alignment.ppo.run import Staging
+from alignment.ppo.schedule import sampling_params
 from alignment.ppo.workers import ModelWorker
 from alignment.rewards.scorer import FunctionReward, Scored
 from alignment.rollout.types import Rollout, SamplingParams
 from alignment.training import checkpoint
+from alignment.training.tracking import MetricsLogger
 
 log = logging.getLogger("alignment.train_ppo_ray")
 
 
-def tensor_parallel(cfg: PPOConfig, plans: list) -> int:
-    """--ds_tensor_parallel_size, once it divides each trained group's ranks (before anything is placed)."""
+def data_parallel(cfg: PPOConfig, plans: list) -> int:
+    """The actor's data-parallel replicas, once --ds_tensor_parallel_size divides each trained group's ranks
+    (before anything is placed)."""
     tp = cfg.ds.tensor_parallel_size
     for p in plans:
         if p.role in TRAINED and p.world_size % tp:
@@ -52,7 +56,7 @@ def tensor_parallel(cfg: PPOConfig, plans: list) -> int:
                 f"--ds_tensor_parallel_size {tp} does not divide the {p.role}'s {p.world_size} ranks: give the "
                 f"{p.role} a multiple of {tp} (--{p.role}_num_nodes x --{p.role}_num_gpus_per_node)"
             )
-    return tp
+    return next(p for p in plans if p.role == "actor").world_size // tp
 
 
 def _rollouts(starts: list[int]):
@@ -70,13 +74,11 @@ def _rollouts(starts: list[int]):
 class RayGroups:
     rank, world = 0, 1  # one controller, in the driver: it sees every row of the iteration
 
-    def __init__(self, cfg: PPOConfig, n_prompts: int, function_reward: Any | None):
+    def __init__(self, cfg: PPOConfig, plans: list, total_steps: int, function_reward: Any | None):
+        """`plans`: placement.plan(cfg), checked by `data_parallel`; `total_steps`: the run's (schedule.Sizes)."""
         self.cfg, self.function_reward = cfg, function_reward
-        plans = placement.plan(cfg)
-        tp = tensor_parallel(cfg, plans)
+        tp = cfg.ds.tensor_parallel_size
         self.actor_world = next(p for p in plans if p.role == "actor").world_size
-        total_steps = cfg.train.num_episodes * iterations_per_episode(n_prompts, cfg.rollout.batch_size)
-        total_steps *= check_sizes(cfg, self.actor_world // tp)
         placed = cluster.place(plans, placement.ask(plans), "ppo")
         threads = cluster.threads_per_rank(plans, placed.cores_per_node, cfg.train.num_threads)
         engine_cores, trainer_cores = cluster.split_cores(
@@ -184,32 +186,28 @@ class RayGroups:
             self.sync_weights()  # the engines started from --pretrain
         return state
 
+    # --- the run's output (alignment/ppo/run.py) ------------------------------------------------
+    @contextmanager
+    def staging(self) -> Iterator[Staging]:
+        """The driver's metrics, passed to the actor rank that commits the model (it may be on another node)."""
+        with tempfile.TemporaryDirectory(prefix="alignflow-ppo-metrics-") as metrics_dir:
+            yield Staging(Path(metrics_dir), True)
+
+    def commit(self, staged: Staging, logger: MetricsLogger) -> None:
+        if self.cfg.critic.save_value_network:  # the critic's files, placed under critic/ in the actor's commit
+            critic = self.groups["critic"].call(ModelWorker.value_model_files).get()
+            for name, data in next(f for f in critic if f).items():
+                (staged.dir / "critic" / name).parent.mkdir(parents=True, exist_ok=True)
+                (staged.dir / "critic" / name).write_bytes(data)
+        ray_state.commit(self.groups["actor"], self.cfg, staged.dir, logger.final(), logger.links)
+        log.info("model committed: %s", self.cfg.ckpt.output_dir)
+
 
 def run(cfg: PPOConfig) -> dict[str, float]:
     """Everything that can fail cheaply (prompts, reward function, sizes, resources) fails before
     any model loads."""
     check_ring_attention(cfg.ds.ring_attn_size, "cuda" if torch.cuda.is_available() else "cpu")
-    tokenizer = load_tokenizer(
-        resolve_model_path(cfg.model.model_name_or_path, revision=cfg.model.revision),
-        cfg.data.tokenizer_chat_template,
-        trust_remote_code=cfg.model.trust_remote_code,
-        use_fast=not cfg.data.disable_fast_tokenizer,
-    )
-    prompts = load_prompts(cfg, tokenizer, cfg.data.prompt_dataset, cfg.data.prompt_split)
-    eval_prompts = load_prompts(cfg, tokenizer, cfg.eval.dataset, cfg.eval.split) if cfg.eval.dataset else []
-    function_reward = FunctionReward(cfg.reward.remote_url) if cfg.reward.remote_url else None
     plans = placement.plan(cfg)
-    check_sizes(cfg, plans[0].world_size // tensor_parallel(cfg, plans))
-    groups = RayGroups(cfg, len(prompts), function_reward)
-    # the driver's metrics go to the actor rank that commits the model (it may be on another node)
-    with tempfile.TemporaryDirectory(prefix="alignflow-ppo-metrics-") as metrics_dir:
-        logger = runner.run(cfg, groups, tokenizer, prompts, Path(metrics_dir), True, eval_prompts)
-        logger.close()
-        if cfg.critic.save_value_network:  # the critic's files, placed under critic/ in the actor's commit
-            critic = groups.groups["critic"].call(ModelWorker.value_model_files).get()
-            for name, data in next(f for f in critic if f).items():
-                (Path(metrics_dir) / "critic" / name).parent.mkdir(parents=True, exist_ok=True)
-                (Path(metrics_dir) / "critic" / name).write_bytes(data)
-        ray_state.commit(groups.groups["actor"], cfg, Path(metrics_dir), logger.final(), logger.links)
-    log.info("model committed: %s", cfg.ckpt.output_dir)
-    return logger.final()
+    s = ppo_run.setup(cfg, tokenizer_for(cfg)[1], data_parallel(cfg, plans))
+    function_reward = FunctionReward(cfg.reward.remote_url) if cfg.reward.remote_url else None
+    return ppo_run.run(cfg, s, RayGroups(cfg, plans, s.sizes.total_steps, function_reward))

@@ -6,6 +6,7 @@ iteration), so a resumed run repeats exactly what the interrupted one would have
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 
 from alignment.config.base import require
 from alignment.config.ppo import PPOConfig
@@ -26,6 +27,33 @@ def check_sizes(cfg: PPOConfig, world_size: int) -> int:
     )
     cfg.accumulation_steps(world_size)
     return samples // cfg.train.batch_size * cfg.train.max_epochs
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How long a run is and how big an iteration: computed once (`Sizes.of`) by the run's setup, read by the
+    controller, the logger and the engines' learning-rate schedules."""
+
+    samples_per_iteration: int  # --rollout_batch_size x --n_samples_per_prompt
+    steps_per_iteration: int  # optimizer steps per engine in one iteration
+    iterations_per_episode: int
+    iterations: int  # over the run: --num_episodes x iterations_per_episode
+
+    @property
+    def total_steps(self) -> int:
+        """Optimizer steps per engine over the run (the learning-rate schedule's length)."""
+        return self.iterations * self.steps_per_iteration
+
+    @staticmethod
+    def of(cfg: PPOConfig, n_prompts: int, dp_size: int) -> "Sizes":
+        """`dp_size`: the data-parallel controllers (launcher ranks, or one driver over the actor's replicas)."""
+        per_episode = iterations_per_episode(n_prompts, cfg.rollout.batch_size)
+        return Sizes(
+            cfg.rollout.batch_size * cfg.rollout.n_samples_per_prompt,
+            check_sizes(cfg, dp_size),
+            per_episode,
+            cfg.train.num_episodes * per_episode,
+        )
 
 
 def iterations_per_episode(n_prompts: int, rollout_batch_size: int) -> int:
