@@ -19,7 +19,7 @@ from alignflow.tasks.ray_job import StageInputRefused, job_env, runtime_env
 from alignflow.tasks.stage_spec import build_config
 from alignment.config import ConfigError, SFTConfig
 from alignment.config.cli import config_to_argv
-from alignment.distributed import ray_ranks
+from alignment.distributed import rank_actor, ray_ranks
 from tests.conftest import REPO, launcher, losses, run_module
 from tests.test_same_arithmetic import golden
 from tests.test_stage_runner import ray_jobs, run_flow
@@ -51,8 +51,8 @@ def test_resource_check_names_what_is_missing():
 def test_ranks_are_numbered_node_by_node_and_share_their_nodes_gpus():
     """A node's ranks get contiguous RANKs (RANK - LOCAL_RANK names the node) and, on GPUs, see the
     node's GPUs of the stage with LOCAL_RANK their own one, whatever order the actors landed in."""
-    L = ray_ranks.Landing
-    cpu = ray_ranks.rank_envs([L("b", "10.0.0.2"), L("a", "10.0.0.1"), L("b", "10.0.0.2"), L("a", "10.0.0.1")])
+    L = rank_actor.Landing
+    cpu = rank_actor.rank_envs([L("b", "10.0.0.2"), L("a", "10.0.0.1"), L("b", "10.0.0.2"), L("a", "10.0.0.1")])
     assert [(e["RANK"], e["LOCAL_RANK"], e["LOCAL_WORLD_SIZE"]) for e in cpu] == [
         ("0", "0", "2"),
         ("2", "0", "2"),
@@ -61,7 +61,7 @@ def test_ranks_are_numbered_node_by_node_and_share_their_nodes_gpus():
     ]
     assert {e["MASTER_ADDR"] for e in cpu} == {"10.0.0.2"} and {e["WORLD_SIZE"] for e in cpu} == {"4"}
     assert not any("CUDA_VISIBLE_DEVICES" in e for e in cpu)
-    gpu = ray_ranks.rank_envs(
+    gpu = rank_actor.rank_envs(
         [L("a", "ip1", ("3",)), L("b", "ip2", ("0",)), L("a", "ip1", ("1",)), L("a", "ip1", ("10",))]
     )
     assert [(e["RANK"], e["LOCAL_RANK"], e["CUDA_VISIBLE_DEVICES"]) for e in gpu] == [
@@ -78,14 +78,14 @@ def test_master_port_is_free_and_outside_the_ephemeral_range(monkeypatch):
     connection could take it first (EADDRINUSE), so it comes from below the range."""
     import socket
 
-    ports = {ray_ranks.free_port("127.0.0.1", ephemeral_low=32768) for _ in range(20)}
+    ports = {rank_actor.free_port("127.0.0.1", ephemeral_low=32768) for _ in range(20)}
     assert all(20000 <= p < 32768 for p in ports), ports
     with socket.socket() as held:  # the only candidate is taken: the kernel picks one
         held.bind(("127.0.0.1", 0))
         taken = held.getsockname()[1]
-        monkeypatch.setattr(ray_ranks, "_LOWEST", taken)
-        assert ray_ranks.free_port("127.0.0.1", ephemeral_low=taken + 1) != taken
-    assert ray_ranks.free_port("127.0.0.1", ephemeral_low=1024) > 0  # no room below the range
+        monkeypatch.setattr(rank_actor, "_LOWEST", taken)
+        assert rank_actor.free_port("127.0.0.1", ephemeral_low=taken + 1) != taken
+    assert rank_actor.free_port("127.0.0.1", ephemeral_low=1024) > 0  # no room below the range
 
 
 def test_launcher_sets_the_world_and_ray_is_used_otherwise(monkeypatch):

@@ -328,7 +328,7 @@ def _rank_main(rank: int, port: int, out: str) -> None:
 def test_one_rank_per_node_tokenizes_while_the_others_wait(cache, tmp_path, monkeypatch):
     import torch.multiprocessing as mp
 
-    from alignment.distributed.ray_ranks import free_port
+    from alignment.distributed.rank_actor import free_port
 
     count = tmp_path / "count"
     monkeypatch.setenv("COUNT_FILE", str(count))

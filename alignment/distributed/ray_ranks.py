@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -36,9 +34,9 @@ from alignment.config.base import ConfigError
 from alignment.config.runs import RanksConfig
 from alignment.distributed import cluster
 from alignment.distributed.cluster import Ask, GroupPlan
+from alignment.distributed.rank_actor import RankActor, rank_environments
 from alignment.distributed.side_groups import NAMESPACE, SideGroup, env_name, replica_names
 from alignment.errors import TransientError, UserError
-from alignment.logs import setup_logging
 
 log = logging.getLogger(__name__)
 
@@ -101,106 +99,12 @@ def _user_error(err: BaseException) -> BaseException | None:
     return None
 
 
-@dataclass(frozen=True)
-class Landing:
-    """Where a rank's actor landed: its Ray node, that node's IP, the GPUs Ray gave it."""
-
-    node: str
-    ip: str
-    gpus: tuple[str, ...] = ()
-
-
-def rank_envs(landings: list[Landing]) -> list[dict[str, str]]:
-    """The torch.distributed environment of each actor (in placement order), MASTER_PORT aside.
-    Ranks are numbered node by node (nodes in order of first appearance), so a node's ranks are
-    contiguous, as under torchrun, the deepspeed launcher and Ray Train: RANK - LOCAL_RANK names a
-    node (checkpoint staging) and LOCAL_RANK 0 does a node's once-only work (the tokenized cache,
-    the node's upload). On GPUs every rank of a node sees that node's GPUs of this stage, and
-    LOCAL_RANK picks its own among them, so NCCL can go peer to peer between them."""
-    nodes = list(dict.fromkeys(x.node for x in landings))
-    visible = {
-        n: sorted({g for x in landings if x.node == n for g in x.gpus}, key=lambda g: (len(g), g)) for n in nodes
-    }
-
-    def place(i: int) -> tuple[int, int]:  # node, then its GPU's position among the node's (placement order on CPUs)
-        x = landings[i]
-        return nodes.index(x.node), visible[x.node].index(x.gpus[0]) if x.gpus else i
-
-    order = sorted(range(len(landings)), key=place)
-    envs: list[dict[str, str]] = [{} for _ in landings]
-    for rank, i in enumerate(order):
-        same = [j for j in order if landings[j].node == landings[i].node]
-        envs[i] = dict(
-            RANK=str(rank),
-            WORLD_SIZE=str(len(landings)),
-            LOCAL_RANK=str(same.index(i)),
-            LOCAL_WORLD_SIZE=str(len(same)),
-            MASTER_ADDR=landings[order[0]].ip,
-        )
-        if landings[i].gpus:  # LOCAL_RANK is then also the rank's GPU among CUDA_VISIBLE_DEVICES
-            envs[i]["CUDA_VISIBLE_DEVICES"] = ",".join(visible[landings[i].node])
-    return envs
-
-
-def node_address() -> tuple[str, int]:
-    """In a Ray actor: this node's IP and a free port on it (a group's MASTER_ADDR/PORT when the
-    actor is its rank 0; the process group binds the port moments later)."""
-    import ray
-
-    ip = ray.util.get_node_ip_address()
-    return ip, free_port(ip)
-
-
-# Ray's own ports are below this (its worker ports default to 10002-19999)
-_LOWEST = 20000
-
-
-def free_port(ip: str, ephemeral_low: int | None = None) -> int:
-    """A port free on `ip` now, chosen below the kernel's ephemeral range. Between this check and the
-    process group's bind, a port from that range can become the local port of any outgoing
-    connection (a Ray node makes many): a chaos run of 2026-11-28 lost a retry to EADDRINUSE so.
-    A port outside the range is only taken by an explicit bind. Where the range leaves no room
-    below it, any free port."""
-    import random
-
-    low = _ephemeral_low() if ephemeral_low is None else ephemeral_low
-    candidates = random.sample(range(_LOWEST, low), min(64, low - _LOWEST)) if low > _LOWEST else []
-    for port in [*candidates, 0]:
-        with socket.socket() as s:
-            try:
-                s.bind((ip, port))
-            except OSError:  # taken: try the next candidate (0: the kernel picks)
-                continue
-            return s.getsockname()[1]
-    raise OSError(f"no free port on {ip}")
-
-
-def _ephemeral_low() -> int:
-    try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):  # not Linux: the IANA range's start
-        return 49152
-
-
-class StageRank:
+class StageRank(RankActor):
     """One rank of a stage: a Ray actor in the stage's placement group (wrapped with `ray.remote` by
     run_ranks, so this module imports without Ray)."""
 
-    def landing(self) -> Landing:
-        import ray
-
-        return Landing(
-            ray.get_runtime_context().get_node_id(),
-            ray.util.get_node_ip_address(),
-            tuple(str(g) for g in ray.get_gpu_ids()),
-        )
-
-    def free_port(self) -> int:
-        """Rank 0's becomes MASTER_PORT."""
-        return node_address()[1]
-
     def run(self, env: dict[str, str], config: dict) -> None:
-        os.environ.update(env)  # before the CLI's first CUDA call: CUDA reads CUDA_VISIBLE_DEVICES once
+        self.become_rank(env)
         _rank_main(config)
 
 
@@ -208,7 +112,6 @@ def _rank_main(config: dict) -> None:
     """One rank (in a StageRank actor): log where it runs, then the CLI's own main."""
     import ray
 
-    setup_logging(force=True)
     if os.path.isdir(
         config["cwd"]
     ):  # relative paths mean what they meant to the user (shared or same-path file systems)
@@ -254,11 +157,8 @@ def run_ranks(
         log.info("%s: %s on its own Ray group: %s", name, side.role, side.flags())
     try:
         stage = ranks[: group.world_size]
-        envs = rank_envs(ray.get([r.landing.remote() for r in stage]))
-        port = ray.get(stage[next(k for k, e in enumerate(envs) if e["RANK"] == "0")].free_port.remote())
         config = {"main": main, "argv": argv, "cwd": os.getcwd()}
-        shared["MASTER_PORT"] = str(port)
-        pending = [r.run.remote({**e, **shared}, config) for r, e in zip(stage, envs)]
+        pending = [r.run.remote({**e, **shared}, config) for r, e in zip(stage, rank_environments(stage))]
         while pending:
             done, pending = ray.wait(pending, num_returns=1)
             ray.get(done)  # a failed rank raises now, not when the others (waiting at a collective) would return

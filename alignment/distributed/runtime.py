@@ -14,7 +14,7 @@ import torch
 
 from alignment.config.base import ConfigError
 from alignment.distributed import rendezvous
-from alignment.distributed.ray_ranks import free_port
+from alignment.distributed.rank_actor import free_port
 
 log = logging.getLogger(__name__)
 

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-import ray
-
 from alignment.config.ppo import PPOConfig
 from alignment.distributed.cluster import GroupPlan, Placed
-from alignment.ppo.dispatch import Joined
+from alignment.distributed.rank_actor import rank_environments
+from alignment.ppo.dispatch import Joined, call
 from alignment.ppo.workers import ModelWorker
 
 # the roles DeepSpeed trains: --ds_tensor_parallel_size shards their layers (ref and reward hold whole copies)
@@ -25,21 +24,17 @@ class ModelGroup:
         self.workers = [placed.actor(ModelWorker, plan, i).remote() for i in range(plan.world_size)]
 
     def init(self, cfg: PPOConfig, threads: int, total_steps: int, cores: list[int] | None) -> list:
-        """Each rank joins the group's process group (rank 0's address) and builds its role's model."""
-        master = ray.get(self.workers[0].address.remote())
-        n = len(self.workers)
+        """Each rank joins the group's process group, numbered as a stage's ranks are (node by node), and builds
+        its role's model. The workers are then kept in rank order: a call's shares go to ranks in order, and a
+        tensor-parallel replica is `tp` consecutive ranks."""
+        envs = rank_environments(self.workers)
+        order = sorted(range(len(envs)), key=lambda k: int(envs[k]["RANK"]))
+        self.workers = [self.workers[k] for k in order]
         return [
-            w.init.remote(self.plan.role, cfg, r, n, self.plan.per_node, master, threads, total_steps, cores)
-            for r, w in enumerate(self.workers)
+            w.init.remote(self.plan.role, cfg, envs[k], threads, total_steps, cores)
+            for w, k in zip(self.workers, order)
         ]
 
     def call(self, method: Callable, *args: Any) -> Joined:
-        """`method` (a ModelWorker method) on every rank, its arguments scattered and its results joined as
-        its `@dispatch` mode says; started, not awaited."""
-        mode, name = method.dispatch, method.__name__  # type: ignore[attr-defined]
-        if mode.scatter is None:
-            return Joined([getattr(w, name).remote(*args) for w in self.workers], mode.join)
-        # a tensor-parallel replica's ranks take the same share together; its first rank's result is the share's
-        shares = mode.scatter(args, len(self.workers) // self.tp)
-        futures = [getattr(w, name).remote(*shares[r // self.tp]) for r, w in enumerate(self.workers)]
-        return Joined(futures, lambda results: mode.join(results[:: self.tp]))
+        """`method` (a ModelWorker method) on every rank, as its `@dispatch` mode says; started, not awaited."""
+        return call(self.workers, self.tp, method, *args)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -34,7 +33,7 @@ from alignment.ppo.loop import PPOState, resume_state
 from alignment.ppo.packed import Packing
 from alignment.ppo.pending import Done
 from alignment.ppo.run import Staging
-from alignment.ppo.schedule import sampling_params
+from alignment.ppo.schedule import sampling_params, turn_params
 from alignment.rewards.scorer import Scored
 from alignment.rollout.hf_engine import HFEngine
 from alignment.rollout.types import Rollout, SamplingParams
@@ -93,8 +92,7 @@ class LocalGroups:
     def generate_turn(
         self, prompt_ids: list[list[int]], params: SamplingParams, images: list[PromptImages] | None = None
     ) -> Rollout:
-        seed = None if params.seed is None else params.seed * self.world + self.rank
-        return self.gen.generate(prompt_ids, replace(params, seed=seed), images)
+        return self.gen.generate(prompt_ids, turn_params(params, self.rank, self.world), images)
 
     def scores(self, queries: list[str], prompts: list[str], labels: list) -> Scored:
         return self.reward(queries, prompts, labels)

@@ -11,10 +11,10 @@ bounded chunks through the object store (`sync_weights`).
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import tempfile
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -30,13 +30,13 @@ from alignment.models.precision import check_ring_attention
 from alignment.ppo import ray_state
 from alignment.ppo import run as ppo_run
 from alignment.ppo.batch import SequenceBatch
-from alignment.ppo.dispatch import Joined, split
+from alignment.ppo.dispatch import Joined, call
 from alignment.ppo.engines import VLLMEngines
 from alignment.ppo.experience import Experience
 from alignment.ppo.groups import TRAINED, ModelGroup
 from alignment.ppo.loop import PPOState
 from alignment.ppo.run import Staging
-from alignment.ppo.schedule import sampling_params
+from alignment.ppo.schedule import sampling_params, turn_params
 from alignment.ppo.workers import ModelWorker
 from alignment.rewards.scorer import FunctionReward, Scored
 from alignment.rollout.types import Rollout, SamplingParams
@@ -57,18 +57,6 @@ def data_parallel(cfg: PPOConfig, plans: list) -> int:
                 f"{p.role} a multiple of {tp} (--{p.role}_num_nodes x --{p.role}_num_gpus_per_node)"
             )
     return next(p for p in plans if p.role == "actor").world_size // tp
-
-
-def _rollouts(starts: list[int]):
-    """Join the generators' rollouts of consecutive prompt shards (each shard's first prompt in `starts`)."""
-
-    def join(parts: list[Rollout]) -> Rollout:
-        rollout = Rollout()
-        for part, start in zip(parts, starts):
-            rollout.extend(part, index_offset=start)
-        return rollout
-
-    return join
 
 
 class RayGroups:
@@ -119,36 +107,15 @@ class RayGroups:
     ) -> Joined[Rollout]:
         """On the vLLM engines when there are any, else on the actor ranks (HF engine); started, not awaited.
         `images`: each prompt's (a vision-language actor's; HF engine only, a config check says)."""
-        gens, tp = self._generators()
-        n = len(gens) // tp
-        shards = split(len(prompt_ids), n)
-        params = [sampling_params(self.cfg, iteration, r, n) for r in range(n)]
-        futures = [
-            g.generate.remote(prompt_ids[s:e], params[k // tp], *([images[s:e]] if images else []))
-            for k, g in enumerate(gens)
-            for s, e in [shards[k // tp]]
-        ]
-        join = _rollouts([s for s, _ in shards])
-        return Joined(futures, lambda parts: join(parts[::tp]))
+        params_for = partial(sampling_params, self.cfg, iteration)
+        return call(*self._generators(), ModelWorker.generate, prompt_ids, params_for, images)
 
     def generate_turn(
         self, prompt_ids: list[list[int]], params: SamplingParams, images: list[PromptImages] | None = None
     ) -> Rollout:
-        """One agent turn for each context, on the same generators as `generate` (shard r seeded apart);
-        `images`: each context's (a vision-language policy's episodes)."""
-        gens, tp = self._generators()
-        n = len(gens) // tp
-        shards = [(r, s, e) for r, (s, e) in enumerate(split(len(prompt_ids), n)) if e > s]
-        seed = lambda r: None if params.seed is None else params.seed * n + r  # noqa: E731
-        futures = [
-            gens[r * tp + k].generate.remote(
-                prompt_ids[s:e], dataclasses.replace(params, seed=seed(r)), *([images[s:e]] if images else [])
-            )
-            for r, s, e in shards
-            for k in range(tp)
-        ]
-        join = _rollouts([s for _, s, _ in shards])
-        return Joined(futures, lambda parts: join(parts[::tp])).get()
+        """One agent turn for each context, on the same generators as `generate`; `images`: each context's (a
+        vision-language policy's episodes)."""
+        return call(*self._generators(), ModelWorker.generate, prompt_ids, partial(turn_params, params), images).get()
 
     def scores(self, queries: list[str], prompts: list[str], labels: list) -> Scored:
         if self.function_reward is not None:

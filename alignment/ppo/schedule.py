@@ -6,7 +6,7 @@ iteration), so a resumed run repeats exactly what the interrupted one would have
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from alignment.config.base import require
 from alignment.config.ppo import PPOConfig
@@ -81,3 +81,8 @@ def sampling_params(cfg: PPOConfig, iteration: int, shard: int = 0, shards: int 
         logprobs=(cfg.train.async_enable and cfg.vllm.num_engines > 0) or cfg.algo.advantage.is_correction_enable,
         max_total_len=cfg.data.max_len,
     )
+
+
+def turn_params(params: SamplingParams, shard: int, shards: int) -> SamplingParams:
+    """An agent turn's sampling on generator `shard` of `shards`: the turn's seed, spread apart per generator."""
+    return replace(params, seed=None if params.seed is None else params.seed * shards + shard)

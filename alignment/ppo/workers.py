@@ -12,44 +12,27 @@ from pathlib import Path
 from typing import Any
 
 from alignment.config.ppo import PPOConfig
-from alignment.ppo.dispatch import EACH, EXPERIENCE, LISTS, ROWS, dispatch
+from alignment.distributed.rank_actor import RankActor
+from alignment.ppo.dispatch import EACH, EXPERIENCE, LISTS, PROMPTS, ROWS, dispatch
 
 log = logging.getLogger(__name__)
 
 
-class ModelWorker:
+class ModelWorker(RankActor):
     """Wrapped with `ray.remote` by the driver (so this module imports without Ray)."""
-
-    def address(self) -> tuple[str, int]:
-        """This node's IP and a free port: rank 0's become the group's MASTER_ADDR/PORT."""
-        from alignment.distributed.ray_ranks import node_address
-
-        return node_address()
 
     def init(
         self,
         role: str,
         cfg: PPOConfig,
-        rank: int,
-        world_size: int,
-        ranks_per_node: int,
-        master: tuple[str, int],
+        env: dict[str, str],
         threads: int,
         total_steps: int,
         cores: list[int] | None = None,
     ) -> None:
-        from alignment.logs import setup_logging
-
-        os.environ.update(
-            RANK=str(rank),
-            WORLD_SIZE=str(world_size),
-            LOCAL_RANK="0",
-            LOCAL_WORLD_SIZE=str(ranks_per_node),
-            MASTER_ADDR=master[0],
-            MASTER_PORT=str(master[1]),
-            OMP_WAIT_POLICY="PASSIVE",
-        )  # idle ranks of other groups must not spin on the cores
-        setup_logging()
+        """`env`: this rank's torch.distributed environment (rank_actor.rank_environments)."""
+        self.become_rank({**env, "OMP_WAIT_POLICY": "PASSIVE"})  # idle ranks of other groups must not spin
+        rank, world_size = int(env["RANK"]), int(env["WORLD_SIZE"])
         if cores:  # keep off the cores vLLM engines bound (cluster.split_cores)
             os.sched_setaffinity(0, set(cores))
             threads = min(threads, len(cores))
@@ -103,6 +86,7 @@ class ModelWorker:
 
         return ray.get_runtime_context().get_node_id()
 
+    @dispatch(PROMPTS)  # the vLLM engines' generate (alignment/rollout/vllm_engine.py) is called the same way
     def generate(self, prompt_ids: list[list[int]], params: Any, images: list | None = None) -> Any:
         from alignment.datasets.images import processor_of
         from alignment.rollout.hf_engine import HFEngine
