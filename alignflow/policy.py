@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from alignflow.tasks.policy_pointer import read_pointer, rollback
-from alignflow.tasks.stage_spec import check_store
+from alignflow.tasks.orchestration.policy_pointer import read_pointer, rollback
+from alignflow.tasks.orchestration.stage_spec import check_store
 from alignment.storage import StorageError
 
 

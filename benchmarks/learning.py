@@ -50,13 +50,13 @@ SHIPPED_START = REPO / "benchmarks" / "tiny_sft"
 from prefect import flow  # noqa: E402
 from prefect.exceptions import TerminationSignal  # noqa: E402
 
-from alignflow.tasks.evaluate import read_evaluation  # noqa: E402
-from alignflow.tasks.flow_run import FlowRun, Pipeline, run_pipeline  # noqa: E402
-from alignflow.tasks.interrupted import sigterm_as_ctrl_c, summary_line  # noqa: E402
-from alignflow.tasks.pipeline import Step  # noqa: E402
-from alignflow.tasks.recipes import Recipe, load_recipe  # noqa: E402
-from alignflow.tasks.stage import recorded_wall_s  # noqa: E402
-from alignflow.tasks.stage_spec import absolute_input, check_store  # noqa: E402
+from alignflow.tasks.orchestration.evaluate import read_evaluation  # noqa: E402
+from alignflow.tasks.orchestration.flow_run import FlowRun, Pipeline, run_pipeline  # noqa: E402
+from alignflow.tasks.orchestration.interrupted import sigterm_as_ctrl_c, summary_line  # noqa: E402
+from alignflow.tasks.orchestration.pipeline import Step  # noqa: E402
+from alignflow.tasks.orchestration.recipes import Recipe, load_recipe  # noqa: E402
+from alignflow.tasks.orchestration.stage import recorded_wall_s  # noqa: E402
+from alignflow.tasks.orchestration.stage_spec import absolute_input, check_store  # noqa: E402
 from alignment.config import ConfigError  # noqa: E402
 from alignment.storage.manifest import read_manifest  # noqa: E402
 from benchmarks.learning_methods import METHODS, Steered, own_recipe, steps  # noqa: E402

@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from alignflow.flows.conditional_sft import learned_prefix
-from alignflow.tasks.evaluate import evaluate_step
-from alignflow.tasks.pipeline import Output, Step
-from alignflow.tasks.recipes import load_recipe
+from alignflow.tasks.orchestration.evaluate import evaluate_step
+from alignflow.tasks.orchestration.pipeline import Output, Step
+from alignflow.tasks.orchestration.recipes import load_recipe
 
 
 @dataclass(frozen=True)

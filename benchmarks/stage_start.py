@@ -21,8 +21,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from alignflow.tasks import ray_auth, ray_cluster  # noqa: E402
-from alignflow.tasks.ray_job import runtime_env  # noqa: E402
+from alignflow.tasks.cluster import ray_auth, ray_cluster  # noqa: E402
+from alignflow.tasks.cluster.ray_job import runtime_env  # noqa: E402
 
 ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "DS_ACCELERATOR": "cpu", "RAY_DEDUP_LOGS": "0"}
 

@@ -28,7 +28,7 @@ REPO = setup("demo")  # before prefect is imported
 def report(result: dict, total: float, out: Path) -> dict:
     """Write the figures of a finished sft-rm-ppo flow to `out` (the report's text is in the flow's log
     already, where the flow run publishes it as its artifact: printed once) and say where its curves are."""
-    from alignflow.tasks.report import build_report
+    from alignflow.tasks.presentation.report import build_report
 
     rep = build_report("sft-rm-ppo", "demo", result, total)
     print(
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
     from prefect.exceptions import TerminationSignal
 
     from alignflow.flows.sft_rm_ppo import sft_rm_ppo_flow
-    from alignflow.tasks.interrupted import sigterm_as_ctrl_c, summary_line
+    from alignflow.tasks.orchestration.interrupted import sigterm_as_ctrl_c, summary_line
 
     args = parse(argv)
     root = Path(args.root)

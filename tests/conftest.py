@@ -298,7 +298,7 @@ def tiny_rm(tiny_sft, session_tmp) -> Path:
 def ray_head(moto_endpoint):  # noqa: F811  (pytest passes the fixture by its name)
     """One local Ray head for the session (loopback, private temp dir), stopped by PID at the end.
     Started with the S3 settings and a wandb key in its environment, as a real cluster would have them."""
-    from alignflow.tasks.ray_cluster import local_head
+    from alignflow.tasks.cluster.ray_cluster import local_head
     from tests.fixtures_s3 import PLANTED_WANDB_KEY
 
     with pytest.MonkeyPatch.context() as mp:

@@ -86,7 +86,7 @@ def test_store_down_30s_mid_stage(ray_head, seaweed, tmp_path, monkeypatch):
 
     # The session's Ray head has the suite's keys in its environment ("testing" / PLANTED_SECRET,
     # which the SeaweedFS identity uses too) and each job gets AWS_ENDPOINT_URL_S3 from this
-    # process (tasks/ray_job.PASSED_ENV): pointing this process at SeaweedFS points the jobs there,
+    # process (alignflow/tasks/cluster/ray_job.PASSED_ENV): pointing this process at SeaweedFS points the jobs there,
     # without a second Ray head on a 2-core machine.
     point_env_at(monkeypatch, seaweed.endpoint)
     # 9 tries per store operation (~55 s: 0.2..25.6 s of backoff between them; s3fs's own retries are off

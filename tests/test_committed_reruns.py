@@ -13,12 +13,13 @@ import json
 
 from alignflow.flows.rejection_sampling import rejection_sampling_flow
 from alignflow.flows.sft_rm_ppo import sft_rm_ppo_flow, sft_rm_ppo_steps
-from alignflow.tasks import pipeline, ray_cluster
-from alignflow.tasks.evaluate import evaluate_step
-from alignflow.tasks.pipeline import Output
-from alignflow.tasks.policy_pointer import read_pointer
-from alignflow.tasks.recipes import load_recipe
-from alignflow.tasks.stage_spec import StageResult
+from alignflow.tasks.cluster import ray_cluster
+from alignflow.tasks.orchestration import pipeline
+from alignflow.tasks.orchestration.evaluate import evaluate_step
+from alignflow.tasks.orchestration.pipeline import Output
+from alignflow.tasks.orchestration.policy_pointer import read_pointer
+from alignflow.tasks.orchestration.recipes import load_recipe
+from alignflow.tasks.presentation.results import StageResult
 from alignment import storage
 from tests.test_stage_runner import flow_logs
 

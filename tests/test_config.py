@@ -207,8 +207,8 @@ def test_shipped_recipe_files_load_into_their_schema(recipe, role):
 def test_a_stage_job_config_round_trips_through_its_yaml(recipe, tmp_path):
     """A flow's stage job reads its resolved config from <stage dir>/config.yaml: the YAML rebuilds
     the exact config the task validated, for every stage of every shipped recipe."""
-    from alignflow.tasks.recipes import load_recipe
-    from alignflow.tasks.stage_spec import STAGES, build_config, job_config
+    from alignflow.tasks.orchestration.recipes import load_recipe
+    from alignflow.tasks.orchestration.stage_spec import STAGES, build_config, job_config
     from alignment.config.cli import config_to_yaml, load_yaml
 
     rec = load_recipe(recipe)

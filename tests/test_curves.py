@@ -10,9 +10,9 @@ import logging
 
 import pytest
 
-from alignflow.tasks import curves
-from alignflow.tasks.artifacts import read_metrics
-from alignflow.tasks.report import PipelineReport, StageLine, build_report
+from alignflow.tasks.presentation import curves
+from alignflow.tasks.presentation.artifacts import read_metrics
+from alignflow.tasks.presentation.report import PipelineReport, StageLine, build_report
 from alignment.events import ProgressEvent, format_event, parse_event
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -139,7 +139,7 @@ def test_progress_events_round_trip_and_ignore_other_lines():
 def stage_progress(monkeypatch, update, redraw, level: str):
     """A StageProgress for run/sft whose Prefect calls are `update` and `redraw`, and the lines
     it logs at `level`."""
-    from alignflow.tasks import progress as progress_mod
+    from alignflow.tasks.presentation import progress as progress_mod
 
     monkeypatch.setattr(progress_mod, "aupdate_progress_artifact", update)
     monkeypatch.setattr(progress_mod, "publish_curves", redraw)
@@ -152,7 +152,7 @@ def stage_progress(monkeypatch, update, redraw, level: str):
 
 
 def test_progress_line_and_cadence(monkeypatch):
-    from alignflow.tasks import progress as progress_mod
+    from alignflow.tasks.presentation import progress as progress_mod
 
     updates, clock = [], [100.0]
     monkeypatch.setattr(progress_mod.time, "monotonic", lambda: clock[0])
@@ -247,9 +247,9 @@ def test_a_retried_stage_counts_every_try(monkeypatch):
     sum of its tries' (here 2 × 0.5 s; the last try's alone was what the result used to say)."""
     from prefect import flow
 
-    from alignflow.tasks import stage
-    from alignflow.tasks.ray_job import StageJobFailed
-    from alignflow.tasks.stage_spec import StageResult
+    from alignflow.tasks.cluster.ray_job import StageJobFailed
+    from alignflow.tasks.orchestration import stage
+    from alignflow.tasks.presentation.results import StageResult
 
     tries = []
 
@@ -277,14 +277,15 @@ def test_a_retried_stage_counts_every_try(monkeypatch):
 
 
 def test_sigterm_through_the_loop_cancels_every_flow_and_is_put_back_after_concurrent_flows():
-    """tasks/sigterm.py: two flows at once in one loop (as test_stage_runner's pair runs) leave SIGTERM as
+    """alignflow/tasks/orchestration/sigterm.py: two flows at once in one loop (as test_stage_runner's pair runs)
+    leave SIGTERM as
     they found it, whichever ends first; a SIGTERM meanwhile ends both with Prefect's TerminationSignal."""
     import os
     import signal
 
     from prefect.exceptions import TerminationSignal
 
-    from alignflow.tasks.sigterm import sigterm_cancels_this_task
+    from alignflow.tasks.orchestration.sigterm import sigterm_cancels_this_task
 
     async def flow(seconds: float) -> None:
         async with sigterm_cancels_this_task():

@@ -417,7 +417,7 @@ iterative_dpo_flow.serve(name="nightly-served", interval=20, limit=1, parameters
 def test_nightly_iterative_dpo_on_a_schedule_continues_from_the_last_round(prefect, ray_head, tiny_sft, tmp_path):
     """iterative-dpo/nightly served (`flow.serve`) with a 20 s interval instead of its nightly cron:
     two scheduled runs execute, one round each, the second from the first's committed policy."""
-    from alignflow.tasks.policy_pointer import read_pointer
+    from alignflow.tasks.orchestration.policy_pointer import read_pointer
 
     store = str(tmp_path / "store")
     served = subprocess.Popen(

@@ -117,7 +117,7 @@ def test_evaluate_measures_what_the_tiny_world_measures(tiny_sft, tiny_base, tmp
 def test_the_flows_metric_parameter_names_exactly_what_evaluate_commits():
     import typing
 
-    from alignflow.tasks.params import MetricName
+    from alignflow.tasks.orchestration.params import MetricName
     from alignment.config.evaluate import EVAL_METRICS, HIGHER_IS_BETTER
 
     committed = {m for metrics in EVAL_METRICS.values() for m in metrics}

@@ -14,7 +14,7 @@ import pytest
 
 from alignflow.flows.compare import compare_flow
 from alignflow.flows.iterative_dpo import iterative_dpo_flow
-from alignflow.tasks.policy_pointer import read_pointer
+from alignflow.tasks.orchestration.policy_pointer import read_pointer
 from alignment import storage
 from tests.test_stage_runner import flow_logs, ray_jobs
 

@@ -183,7 +183,7 @@ def test_a_forked_child_stopped_by_sigterm_dies_quietly():
 
 TWICE = """
 import time
-from alignflow.tasks.interrupted import sigterm_as_ctrl_c
+from alignflow.tasks.orchestration.interrupted import sigterm_as_ctrl_c
 got = sigterm_as_ctrl_c()
 try:
     print("ready", flush=True)

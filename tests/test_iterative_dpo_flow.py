@@ -12,8 +12,8 @@ from alignment import storage
 def test_a_later_initial_policy_is_refused_not_ignored(tmp_path):
     """Only the pointer decides once it exists: the same initial_policy (a schedule that always
     passes it) continues, another one is refused in one line unless restart=true."""
-    from alignflow.flows.policy_rounds import start_pointer
-    from alignflow.tasks.policy_pointer import advance
+    from alignflow.tasks.orchestration.policy_pointer import advance
+    from alignflow.tasks.orchestration.policy_rounds import start_pointer
     from alignment.config import ConfigError
 
     store = str(tmp_path / "store")

@@ -1,5 +1,6 @@
-"""A killed flow leaves nothing running, and the same flow run again finishes (tasks/head_watchdog.py,
-tasks/output_slot.py): kill -9 of the demo's flow process mid-SFT; within 10 s no process of its embedded
+"""A killed flow leaves nothing running, and the same flow run again finishes (alignflow/tasks/cluster/head_watchdog.py,
+alignflow/tasks/orchestration/output_slot.py): kill -9 of the demo's flow process mid-SFT; within 10 s no process
+of its embedded
 Ray head, of its job or that the flow had started (the ephemeral Prefect API) is alive; the rerun takes the
 dead run's output slot over at once and resumes SFT from its checkpoint."""
 
@@ -11,7 +12,7 @@ import time
 import psutil
 import pytest
 
-from alignflow.tasks.head_watchdog import head_processes
+from alignflow.tasks.cluster.head_watchdog import head_processes
 from tests.conftest import python_env
 from tests.test_interrupts import short_demo, wait_for
 
@@ -22,9 +23,9 @@ def watchdog_of(pid: int) -> psutil.Process:
     """The head watchdog the flow process `pid` started (its first argument is that pid)."""
     for p in psutil.process_iter(["cmdline"]):
         args = p.info["cmdline"] or []
-        if "alignflow.tasks.head_watchdog" in args and args[args.index("alignflow.tasks.head_watchdog") + 1] == str(
-            pid
-        ):
+        if "alignflow.tasks.cluster.head_watchdog" in args and args[
+            args.index("alignflow.tasks.cluster.head_watchdog") + 1
+        ] == str(pid):
             return p
     raise AssertionError(f"no head watchdog of {pid}")
 

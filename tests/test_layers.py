@@ -9,6 +9,7 @@ import ast
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from tests.conftest import REPO
 
@@ -42,12 +43,25 @@ def modules(root: str, name: str | None = None) -> dict[str, Path]:
 
 
 ALIGNMENT = modules("alignment")
-# flows/, tasks/ and data/ are imported as alignflow.flows, ... (alignflow/<name> links to them; rglob does
-# not follow links)
+
+
+def package_dirs() -> dict[str, str]:
+    """pyproject.toml's package-dir: the shipped data and deployments, top-level folders that are package data."""
+    return tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+
+
+# alignflow/ (its flows and tasks are real folders in it), and data/ and deployments/ under their package names
 ALIGNFLOW = {
     **modules("alignflow"),
-    **{m: p for folder in ("flows", "tasks", "data") for m, p in modules(folder, f"alignflow.{folder}").items()},
+    **{m: p for name, d in package_dirs().items() for m, p in modules(d, name).items()},
 }
+# the Prefect side, bottom first: a module imports from its own unit or a lower layer (and alignment's torch-free
+# layers); each flow file is a unit of its own, so no flow imports another (Prefect loads each as an entrypoint)
+PREFECT_LAYERS = [
+    {"alignflow.tasks.cluster", "alignflow.tasks.presentation"},  # the Ray cluster; reports, curves, artifacts
+    {"alignflow.tasks.orchestration"},  # plan, validate, run stages, retry, skip what is committed
+    {"alignflow.flows", "alignflow.policy"},  # the flows; the policy pointer's command line
+]
 
 
 def imports(path: Path, known: dict[str, Path]) -> list[tuple[str, int, bool]]:
@@ -146,13 +160,48 @@ def test_imports_are_at_the_top_except_where_the_process_must_stay_light():
     assert not hidden, hidden
 
 
-def test_the_prefect_side_sits_on_top():
-    """alignflow imports alignment (its torch-free layers), never the other way (above); inside alignflow
-    the flows use the tasks and the tasks never use a flow."""
+def prefect_unit(module: str) -> str:
+    """A flow file is its own unit; a task module's unit is its subpackage (alignflow.tasks.cluster, ...)."""
+    if module.startswith("alignflow.flows."):
+        return module
+    return next(u for layer_ in PREFECT_LAYERS for u in layer_ if module == u or module.startswith(u + "."))
+
+
+def prefect_layer(module: str) -> int:
+    u = "alignflow.flows" if module.startswith("alignflow.flows.") else prefect_unit(module)
+    return next(i for i, units in enumerate(PREFECT_LAYERS) if u in units)
+
+
+def test_every_module_is_in_the_folder_its_name_says():
+    """No symbolic link in the code or the shipped data, no folder renamed for its code: an import, a walk of the
+    files (pkgutil, an import-graph tool) and an editor reach the same file under one name. Only data/ and
+    deployments/ are mapped (pyproject.toml's package-dir), and they hold data, found with importlib.resources."""
+    import importlib
+    import importlib.util
+    import pkgutil
+
+    roots = ("alignment", "alignflow", *package_dirs().values())
+    links = [str(p.relative_to(REPO)) for root in roots for p in (REPO / root).rglob("*") if p.is_symlink()]
+    assert not links, links
+    assert set(package_dirs()) == {"alignflow.data", "alignflow.deployments"}, "only data is mapped"
+    for name, folder in package_dirs().items():
+        assert Path(importlib.util.find_spec(name).origin).parent == REPO / folder, name
+    walked = {m.name for m in pkgutil.walk_packages(importlib.import_module("alignflow").__path__, "alignflow.")}
+    code = {m for m in ALIGNFLOW if not m.startswith(tuple(package_dirs())) and m != "alignflow"}
+    assert code <= walked, code - walked
+    assert "alignflow.tasks.orchestration.stage" in code and "alignflow.flows.sft_rm_ppo" in code
+
+
+@pytest.mark.parametrize("module", sorted(m for m in ALIGNFLOW if m.startswith(("alignflow.flows.", "alignflow.tasks.",
+                                                                                   "alignflow.policy"))))  # fmt: skip
+def test_the_prefect_side_imports_only_downwards(module):
+    """flows -> tasks.orchestration -> tasks.cluster, tasks.presentation -> alignment (never the other way: above)."""
+    if module.count(".") == 2 and module.startswith("alignflow.tasks."):  # a subpackage's __init__
+        return
+    me, mine = prefect_unit(module), prefect_layer(module)
     wrong = [
-        f"{m} imports {name}"
-        for m, p in ALIGNFLOW.items()
-        for name, _, _ in imports(p, {**ALIGNMENT, **ALIGNFLOW})
-        if m.startswith("alignflow.tasks") and name.startswith("alignflow.flows")
+        f"{name} (line {line})"
+        for name, line, _ in imports(ALIGNFLOW[module], {**ALIGNMENT, **ALIGNFLOW})
+        if name.startswith("alignflow.") and prefect_unit(name) != me and prefect_layer(name) >= mine
     ]
-    assert not wrong, wrong
+    assert not wrong, f"{module} imports from its layer or above: {wrong}"

@@ -108,8 +108,8 @@ def test_two_methods_write_the_page_and_the_json_and_a_rerun_trains_nothing(ray_
 def test_round_based_methods_chain_their_rounds(tmp_path):
     """Iterative DPO as the benchmark plans it (no cluster): each round generates with the previous round's model
     and trains the next from it, configured by the tiny-idpo recipe; the last round's model is evaluated."""
-    from alignflow.tasks import pipeline
-    from alignflow.tasks.recipes import load_recipe
+    from alignflow.tasks.orchestration import pipeline
+    from alignflow.tasks.orchestration.recipes import load_recipe
 
     learning = load_benchmark()
     steps = learning.steps(str(REPO / "data"), ["iterative-dpo"], [42], {})
@@ -133,8 +133,8 @@ def test_conditional_sft_is_evaluated_asking_for_each_score_and_without_a_prefix
     """Conditional SFT as the benchmark plans it (no cluster): the SFT start's samples scored (tiny-csft's
     score.yaml), SFT on them, then one evaluation per asked-for score with the prefix SFT learned, and one
     without; the page reads the three figures from the run."""
-    from alignflow.tasks import pipeline
-    from alignflow.tasks.recipes import load_recipe
+    from alignflow.tasks.orchestration import pipeline
+    from alignflow.tasks.orchestration.recipes import load_recipe
 
     learning = load_benchmark()
     sft = str(REPO / "data")
@@ -162,8 +162,8 @@ def test_conditional_sft_is_evaluated_asking_for_each_score_and_without_a_prefix
 def test_a_distilled_student_learns_from_its_seeds_teacher_planned_once(tmp_path):
     """kd and opd (no cluster): the SFT start is the student, the teacher method's model of the same seed the
     teacher; the teacher's stage is planned once, whether it is measured too or not."""
-    from alignflow.tasks import pipeline
-    from alignflow.tasks.recipes import load_recipe
+    from alignflow.tasks.orchestration import pipeline
+    from alignflow.tasks.orchestration.recipes import load_recipe
 
     learning = load_benchmark()
     sft = str(REPO / "data")
@@ -181,8 +181,8 @@ def test_a_distilled_student_learns_from_its_seeds_teacher_planned_once(tmp_path
 def test_agent_rl_trains_grpos_stage_through_the_environment_and_its_file_is_the_rows_recipe(tmp_path):
     """agent-grpo (no cluster): grpo.yaml's stage, its reward the multi-turn environment's (no rule file beside
     it), evaluated as every row is; an edit of the environment makes its earlier row another recipe's."""
-    from alignflow.tasks import pipeline
-    from alignflow.tasks.recipes import load_recipe
+    from alignflow.tasks.orchestration import pipeline
+    from alignflow.tasks.orchestration.recipes import load_recipe
 
     learning = load_benchmark()
     tiny = load_recipe("tiny")
@@ -229,7 +229,7 @@ def test_rows_are_kept_only_from_the_same_sft_weights(tmp_path):
     """An SFT start retrained at the same path (on another machine, say) is another start: the earlier rows go,
     whatever its accuracy; the same weights keep them (with the same recipe files). Only the weights count, not
     the manifest's other files."""
-    from alignflow.tasks.recipes import load_recipe
+    from alignflow.tasks.orchestration.recipes import load_recipe
 
     learning = load_benchmark()
 
@@ -265,7 +265,7 @@ def test_rows_are_kept_only_from_the_same_sft_weights(tmp_path):
 def test_page_only_after_a_recipe_edit_marks_the_rows_it_made_stale(tmp_path):
     """`--page_only` after rm.yaml changed: the RM row stays on the page (its run has not been replaced yet)
     but is marked as the earlier recipe's; the DPO row, whose files did not change, is not."""
-    from alignflow.tasks.recipes import load_recipe
+    from alignflow.tasks.orchestration.recipes import load_recipe
 
     learning = load_benchmark()
     tiny = load_recipe("tiny")
@@ -288,8 +288,8 @@ def test_the_smollm2_recipe_measures_its_rl_stages_on_the_sums_and_refuses_what_
     """--recipe smollm2 (no cluster): grpo-rule reads that recipe's grpo.yaml and its evaluation the 64 held-out
     sums; a method whose file the recipe lacks, or a round method of the tiny world, is refused before a stage
     runs (a stage with no file would start from the schema's defaults)."""
-    from alignflow.tasks import pipeline
-    from alignflow.tasks.recipes import load_recipe
+    from alignflow.tasks.orchestration import pipeline
+    from alignflow.tasks.orchestration.recipes import load_recipe
 
     learning = load_benchmark()
     planned = pipeline.plan(
@@ -316,8 +316,8 @@ def test_ppo_with_the_rm_colocates_its_critic_with_the_rm(tmp_path):
     """ppo-rm (no cluster): actor, reference, critic and RM are four models; GAE's critic shares the RM's bundle
     (--colocate_critic_reward) so that the stage fits the 2-CPU head the other RM rows run on (without it the
     stage refuses: 3 bundles on 2 CPUs)."""
-    from alignflow.tasks import pipeline
-    from alignflow.tasks.recipes import load_recipe
+    from alignflow.tasks.orchestration import pipeline
+    from alignflow.tasks.orchestration.recipes import load_recipe
 
     learning = load_benchmark()
     planned = pipeline.plan(

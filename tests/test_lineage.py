@@ -150,7 +150,7 @@ def test_lineage_cli_walks_dpo_sft_base(chain):
 
 
 def test_flow_report_shows_the_final_models_lineage(chain):
-    from alignflow.tasks.report import PipelineReport, StageLine, final_lineage
+    from alignflow.tasks.presentation.report import PipelineReport, StageLine, final_lineage
 
     stages = [
         StageLine("sft", "sft", 1.0, None, False, "", str(chain["sft"])),

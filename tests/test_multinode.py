@@ -20,7 +20,7 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def two_nodes(moto_endpoint):
     """Started with the suite's S3 settings in its environment, as a real cluster has its credentials."""
-    from alignflow.tasks.ray_cluster import local_head
+    from alignflow.tasks.cluster.ray_cluster import local_head
 
     with pytest.MonkeyPatch.context() as mp:
         point_env_at(mp, moto_endpoint)

@@ -56,7 +56,7 @@ def test_nested_yaml_equals_flat_yaml(tmp_path):
 
 
 def test_nested_ppo_yaml_and_flow_parameters(tmp_path):
-    from alignflow.tasks.params import PPOOverrides, check_parameters, overrides
+    from alignflow.tasks.orchestration.params import PPOOverrides, check_parameters, overrides
 
     flat = {
         "pretrain": "M",
@@ -90,7 +90,7 @@ def test_nested_ppo_yaml_and_flow_parameters(tmp_path):
 
 
 def test_stage_config_from_nested_parameters(tmp_path):
-    from alignflow.tasks.stage_spec import build_config
+    from alignflow.tasks.orchestration.stage_spec import build_config
 
     pending = {"pretrain", "dataset"}  # upstream outputs: not checked to exist here
     flat = build_config(

@@ -14,9 +14,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from alignflow.tasks import ray_auth, ray_cluster
-from alignflow.tasks.head_watchdog import head_processes
-from alignflow.tasks.ray_cluster import RayClusterError, check_reachable
+from alignflow.tasks.cluster import ray_auth, ray_cluster
+from alignflow.tasks.cluster.head_watchdog import head_processes
+from alignflow.tasks.cluster.ray_cluster import RayClusterError, check_reachable
 
 
 def test_embedded_head_uses_a_random_token_unless_the_user_chose(monkeypatch):

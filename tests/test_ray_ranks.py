@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from alignflow.tasks.ray_job import StageInputRefused, job_env, runtime_env
-from alignflow.tasks.stage_spec import build_config
+from alignflow.tasks.cluster.ray_job import StageInputRefused, job_env, runtime_env
+from alignflow.tasks.orchestration.stage_spec import build_config
 from alignment.config import ConfigError, SFTConfig
 from alignment.config.cli import config_to_argv
 from alignment.distributed import rank_actor, ray_ranks
@@ -104,7 +104,7 @@ def test_launcher_sets_the_world_and_ray_is_used_otherwise(monkeypatch):
 def test_ray_daemon_lines_are_no_heartbeat():
     """With RAY_DEDUP_LOGS=0 a raylet warns into the job log every 10 s while the disk is over 95 %
     full: a hung stage must still go quiet."""
-    from alignflow.tasks.ray_job import is_heartbeat
+    from alignflow.tasks.cluster.ray_job import is_heartbeat
 
     disk = (
         "(raylet) [2026-11-27 11:09:34,911 E 30493 30504] (raylet) file_system_monitor.cc:116: "

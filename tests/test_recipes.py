@@ -15,7 +15,7 @@ from tests.conftest import REPO
 
 
 def test_a_recipe_is_a_shipped_name_or_a_folder_and_anything_else_is_one_line(tmp_path):
-    from alignflow.tasks.recipes import load_recipe
+    from alignflow.tasks.orchestration.recipes import load_recipe
 
     tiny = load_recipe("tiny")
     assert tiny.file("sft").endswith("deployments/recipes/tiny/sft.yaml") and tiny.has("tiny_base")
@@ -30,9 +30,9 @@ def test_a_recipe_is_a_shipped_name_or_a_folder_and_anything_else_is_one_line(tm
 def test_the_plan_knows_every_output_uri_before_anything_runs_and_shows_no_secret(tmp_path):
     """A flow's stages are planned as a whole: the DPO stage is validated with the URI the SFT stage
     will commit to (no placeholder), and the configs artifact shows it."""
-    from alignflow.tasks import pipeline
-    from alignflow.tasks.pipeline import Output, Step
-    from alignflow.tasks.recipes import load_recipe
+    from alignflow.tasks.orchestration import pipeline
+    from alignflow.tasks.orchestration.pipeline import Output, Step
+    from alignflow.tasks.orchestration.recipes import load_recipe
 
     recipe, store = load_recipe("smollm2"), str(tmp_path / "store")
     steps = [
@@ -62,9 +62,9 @@ def test_demo_smol_runs_sft_grpo_on_the_sft_stage_sft_dpo_committed(tmp_path):
     """`make demo-smol`'s second flow (scripts/demo_smol.py) plans the same SFT stage as its first, so it is skipped,
     and its RL stage is the smollm2 recipe's GRPO on the verifiable reward and the RL prompts."""
     from alignflow.flows.sft_grpo import sft_grpo_steps
-    from alignflow.tasks import pipeline
-    from alignflow.tasks.pipeline import Output, Step
-    from alignflow.tasks.recipes import load_recipe
+    from alignflow.tasks.orchestration import pipeline
+    from alignflow.tasks.orchestration.pipeline import Output, Step
+    from alignflow.tasks.orchestration.recipes import load_recipe
 
     sft = {"max_steps": 64, "max_epochs": 1, "learning_rate": 5e-5}
     base, recipe, store = str(tmp_path), load_recipe("smollm2"), str(tmp_path / "store")
@@ -86,8 +86,8 @@ def test_sft_rm_ppo_given_a_reward_plans_no_reward_model_stage(tmp_path):
     validated config keeps that reward; without one it trains an RM from the SFT model and PPO reads it.
     (PPO with a reward function runs in tests/test_ppo_integration.py and tests/test_ppo_ray.py.)"""
     from alignflow.flows.sft_rm_ppo import sft_rm_ppo_steps
-    from alignflow.tasks import pipeline
-    from alignflow.tasks.recipes import load_recipe
+    from alignflow.tasks.orchestration import pipeline
+    from alignflow.tasks.orchestration.recipes import load_recipe
 
     recipe, store, reward = (
         load_recipe("tiny"),

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from alignflow.flows.rejection_sampling import rejection_sampling_flow
-from alignflow.tasks.recipes import load_recipe
+from alignflow.tasks.orchestration.recipes import load_recipe
 from alignment import storage
 
 pytestmark = pytest.mark.integration

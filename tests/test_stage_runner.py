@@ -16,7 +16,7 @@ import pytest
 from safetensors.torch import load_file
 
 from alignflow.flows.sft import sft_flow
-from alignflow.tasks.ray_cluster import RayClusterError
+from alignflow.tasks.cluster.ray_cluster import RayClusterError
 from alignment import storage
 from alignment.config import ConfigError
 from alignment.storage import StorageError
@@ -80,7 +80,7 @@ def test_sft_on_s3_skip_rerun_and_no_secret_leaks(ray_head, s3_root, tmp_path):
     print(f"second run with the same parameters: skipped in {skip_s:.1f}s of flow time")
 
     # a changed config is a new output; two flow runs asking for it at once queue on its concurrency limit
-    # (tasks/output_slot.py): one runs the job, the other waits, then finds it committed
+    # (alignflow/tasks/orchestration/output_slot.py): one runs the job, the other waits, then finds it committed
     async def twice():
         params = dict(
             recipe="tiny",
@@ -333,7 +333,7 @@ def test_embedded_ray_head_is_started_and_stopped(tmp_path, monkeypatch):
     leftover = ray_pids() - before
     assert not leftover, [psutil.Process(p).cmdline() for p in leftover if psutil.pid_exists(p)]
     # run again: every stage is committed, so no Ray head is started at all
-    from alignflow.tasks import ray_cluster
+    from alignflow.tasks.cluster import ray_cluster
 
     started = []
 

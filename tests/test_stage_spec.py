@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from alignflow.tasks.stage_spec import build_config, check_store, identity_hash, job_config, stage_dir
+from alignflow.tasks.orchestration.stage_spec import build_config, check_store, identity_hash, job_config, stage_dir
 from alignment.config import ConfigError
 from tests.conftest import REPO
 
@@ -101,7 +101,7 @@ def test_a_recipe_that_checkpoints_plans_with_the_stage_folders_outputs():
 def test_flow_parameters_name_a_typo_and_refuse_negative_retries():
     from alignflow.flows.sft import sft_flow
     from alignflow.flows.sft_dpo import sft_dpo_flow
-    from alignflow.tasks.params import DPOOverrides, KTOOverrides, SFTOverrides, check_parameters
+    from alignflow.tasks.orchestration.params import DPOOverrides, KTOOverrides, SFTOverrides, check_parameters
 
     hints = {"sft": SFTOverrides | None, "retries": int}
     with pytest.raises(ConfigError, match=r"^sft: sft\.max_stepz: unknown option \(did you mean sft\.max_steps\?\)"):
@@ -124,7 +124,7 @@ def test_flow_parameters_name_a_typo_and_refuse_negative_retries():
 
 
 def test_prefect_layer_does_not_import_torch():
-    code = "import sys, alignflow.flows.sft, alignflow.tasks.stage; print('torch' in sys.modules)"
+    code = "import sys, alignflow.flows.sft, alignflow.tasks.orchestration.stage; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert out.stdout.strip() == "False", out.stderr[-2000:]
 
@@ -134,15 +134,15 @@ def test_the_llama3_8b_template_is_a_valid_multi_gpu_recipe():
     GPU ranks (2 x 8) that fit a 2-node x 8-GPU cluster and are refused on one node."""
     import yaml
 
-    from alignflow.tasks.stage_spec import repo_path
+    from alignflow.tasks.orchestration.stage_spec import shipped
     from alignment.distributed import ray_ranks
 
-    text = repo_path("deployments", "prefect.yaml").read_text()
+    text = shipped("deployments", "prefect.yaml").read_text()
     block = text[text.index("  # - name: llama3-8b") :]
     deployment = yaml.safe_load("\n".join(line.replace("  # ", "  ", 1) for line in block.splitlines()))[0]
-    from alignflow.tasks import pipeline
-    from alignflow.tasks.pipeline import Output, Step
-    from alignflow.tasks.recipes import load_recipe
+    from alignflow.tasks.orchestration import pipeline
+    from alignflow.tasks.orchestration.pipeline import Output, Step
+    from alignflow.tasks.orchestration.recipes import load_recipe
 
     params = deployment["parameters"]
     planned = pipeline.plan(
@@ -229,9 +229,9 @@ def test_the_library_never_imports_its_entry_points():
 def test_settings_the_flow_makes_are_refused_as_parameters():
     """Where a stage writes and the upstream models the flow feeds it would be silently replaced: one line each."""
     from alignflow.flows.sft_dpo import sft_dpo_flow  # noqa: F401  (flow_sets' callers import cleanly)
-    from alignflow.tasks import pipeline
-    from alignflow.tasks.pipeline import Output, Step, flow_sets
-    from alignflow.tasks.recipes import load_recipe
+    from alignflow.tasks.orchestration import pipeline
+    from alignflow.tasks.orchestration.pipeline import Output, Step, flow_sets
+    from alignflow.tasks.orchestration.recipes import load_recipe
 
     recipe = load_recipe("tiny")
     for over, needle in [

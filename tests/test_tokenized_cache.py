@@ -209,8 +209,8 @@ def test_settings_name_every_config_field_a_tokenizer_reads(tok):
 def test_dataset_num_proc_is_a_flag_a_yaml_key_and_a_flow_parameter_outside_the_identity(cls, argv, tmp_path):
     from dataclasses import replace
 
-    from alignflow.tasks.params import stage_overrides
-    from alignflow.tasks.stage_spec import identity_hash
+    from alignflow.tasks.orchestration.params import stage_overrides
+    from alignflow.tasks.orchestration.stage_spec import identity_hash
     from alignment.config import ConfigError, parse_args
 
     yaml = tmp_path / "c.yaml"

@@ -14,10 +14,7 @@ def tiny_dir() -> Path:
         return Path(override)
     # a resource lookup, not an import: the files ship in the wheel as package data of alignflow.data
     # (the checkout's data/ folder); alignment imports nothing of alignflow (tests/test_layers.py)
-    try:
-        return Path(str(resources.files("alignflow.data"))) / "tiny"
-    except ModuleNotFoundError:  # alignment installed without alignflow: a checkout's data/ folder
-        return Path(__file__).resolve().parents[2] / "data" / "tiny"
+    return Path(str(resources.files("alignflow.data"))) / "tiny"
 
 
 def tiny_vision_dir() -> Path:
@@ -26,7 +23,4 @@ def tiny_vision_dir() -> Path:
     override = os.environ.get("ALIGNFLOW_TINY_VISION_DIR")
     if override:
         return Path(override)
-    try:
-        return Path(str(resources.files("alignflow.data"))) / "tiny_vision"
-    except ModuleNotFoundError:  # as tiny_dir: a checkout's data/ folder
-        return Path(__file__).resolve().parents[2] / "data" / "tiny_vision"
+    return Path(str(resources.files("alignflow.data"))) / "tiny_vision"

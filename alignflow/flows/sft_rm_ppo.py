@@ -3,7 +3,8 @@ Ray job through the stage runner (skipped when already committed, retried from i
 
     prefect deployment run 'sft-rm-ppo/tiny' --param ppo='{"advantage_estimator": "rloo", "n_samples_per_prompt": 4}'
 
-Parameters: the recipe (a folder of stage YAMLs: `sft.yaml`, `rm.yaml`, `ppo.yaml`, tasks/recipes.py;
+Parameters: the recipe (a folder of stage YAMLs: `sft.yaml`, `rm.yaml`, `ppo.yaml`,
+alignflow/tasks/orchestration/recipes.py;
 none: each stage's schema defaults), per stage overrides (any flag name of that stage), the store
 URI, the Ray address (none: a local head for this run), the run name. The RM stage trains from the
 SFT model; the PPO stage reads both from the store: the policy and reference from SFT, the reward
@@ -14,11 +15,11 @@ trains no RM.
 
 from typing import Any
 
-from alignflow.flows.sft import sft_steps
-from alignflow.tasks.flow_run import FlowRun, run_stages
-from alignflow.tasks.params import PPOOverrides, RMOverrides, SFTOverrides, checked_flow, overrides
-from alignflow.tasks.pipeline import Output, Step
-from alignflow.tasks.recipes import Recipe
+from alignflow.tasks.orchestration.flow_run import FlowRun, run_stages
+from alignflow.tasks.orchestration.flow_steps import own_reward, sft_steps
+from alignflow.tasks.orchestration.params import PPOOverrides, RMOverrides, SFTOverrides, checked_flow, overrides
+from alignflow.tasks.orchestration.pipeline import Output, Step
+from alignflow.tasks.orchestration.recipes import Recipe
 from alignment.config import ConfigError
 
 
@@ -61,15 +62,3 @@ def sft_rm_ppo_steps(recipe: Recipe, sft: dict, rm: dict, ppo: dict) -> list[Ste
         )
     steps.append(Step("ppo", "ppo", "ppo", ppo, ppo_inputs))
     return steps
-
-
-def own_reward(ppo_config_file: str | None, ppo: dict) -> bool:
-    """PPO was given its reward (`reward_pretrain`, `remote_rm_url` or an agent environment, `agent_func_path`,
-    in the overrides or the config file)."""
-    from alignment.config import PPOConfig, load_yaml
-
-    configured = load_yaml(PPOConfig, ppo_config_file) if ppo_config_file else {}
-    # an override, None included, replaces the file's value
-    return any(
-        ppo[k] if k in ppo else configured.get(k) for k in ("reward_pretrain", "remote_rm_url", "agent_func_path")
-    )

@@ -15,7 +15,7 @@ import re
 
 from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
 
-from alignflow.tasks import curves
+from alignflow.tasks.presentation import curves
 from alignment import storage
 
 # Where an s3:// URI opens in a browser, e.g. the AWS console:

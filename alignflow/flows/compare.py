@@ -17,13 +17,13 @@ from typing import Any, Literal
 
 from prefect import get_run_logger
 
-from alignflow.tasks.comparison import Entry, publish_comparison, winner
-from alignflow.tasks.evaluate import evaluate_step, read_evaluation
-from alignflow.tasks.flow_run import Ending, FlowRun, Pipeline, Results, run_pipeline
-from alignflow.tasks.params import EvaluateOverrides, MetricName, checked_flow, overrides
-from alignflow.tasks.pipeline import Output, Step
-from alignflow.tasks.policy_pointer import advance, read_pointer
-from alignflow.tasks.stage_spec import check_store
+from alignflow.tasks.orchestration.evaluate import evaluate_step, read_evaluation
+from alignflow.tasks.orchestration.flow_run import Ending, FlowRun, Pipeline, Results, run_pipeline
+from alignflow.tasks.orchestration.params import EvaluateOverrides, MetricName, checked_flow, overrides
+from alignflow.tasks.orchestration.pipeline import Output, Step
+from alignflow.tasks.orchestration.policy_pointer import advance, read_pointer
+from alignflow.tasks.orchestration.stage_spec import check_store
+from alignflow.tasks.presentation.comparison import Entry, publish_comparison, winner
 from alignment.config import ConfigError
 
 TRAINED = Literal["sft", "rm", "dpo", "kto", "ppo", "kd", "opd"]

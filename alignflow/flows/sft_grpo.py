@@ -12,11 +12,11 @@ after RL, in the report).
 
 from typing import Any
 
-from alignflow.flows.sft import sft_steps
-from alignflow.tasks.flow_run import FlowRun, run_stages
-from alignflow.tasks.params import PPOOverrides, SFTOverrides, checked_flow, overrides
-from alignflow.tasks.pipeline import Output, Step
-from alignflow.tasks.recipes import Recipe
+from alignflow.tasks.orchestration.flow_run import FlowRun, run_stages
+from alignflow.tasks.orchestration.flow_steps import own_reward, sft_steps
+from alignflow.tasks.orchestration.params import PPOOverrides, SFTOverrides, checked_flow, overrides
+from alignflow.tasks.orchestration.pipeline import Output, Step
+from alignflow.tasks.orchestration.recipes import Recipe
 from alignment.config import ConfigError
 
 
@@ -42,8 +42,6 @@ async def sft_grpo_flow(
 
 def sft_grpo_steps(recipe: Recipe, sft: dict, grpo: dict) -> list[Step]:
     """[tiny_base,] sft, grpo. The RL stage must bring its own reward: no RM is trained here."""
-    from alignflow.flows.sft_rm_ppo import own_reward
-
     if not own_reward(recipe.file("grpo"), grpo):
         raise ConfigError(
             "sft-grpo trains no reward model: give grpo a remote_rm_url (a reward_func .py file or a "

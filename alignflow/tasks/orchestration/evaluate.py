@@ -12,8 +12,8 @@ import json
 from prefect import get_run_logger
 from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
 
-from alignflow.tasks.artifacts import artifact_key
-from alignflow.tasks.pipeline import Output, Step
+from alignflow.tasks.orchestration.pipeline import Output, Step
+from alignflow.tasks.presentation.artifacts import artifact_key
 from alignment import storage
 from alignment.config.evaluate import HIGHER_IS_BETTER
 

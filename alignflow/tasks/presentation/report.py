@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from prefect import get_run_logger
 from prefect.artifacts import acreate_markdown_artifact
 
-from alignflow.tasks import curves
-from alignflow.tasks.artifacts import artifact_key, browser_url, image_markdown, publish_curves
-from alignflow.tasks.stage_spec import dir_of_model
+from alignflow.tasks.presentation import curves
+from alignflow.tasks.presentation.artifacts import artifact_key, browser_url, image_markdown, publish_curves
+from alignflow.tasks.presentation.results import dir_of_model
 from alignment import storage
 from alignment.lineage import key_metric, walk
 from alignment.lineage import lines as lineage_lines
@@ -176,7 +176,7 @@ def build_report(
 ) -> PipelineReport:
     """`results`: label -> a stage summary (`StageResult.summary()`, as the flows return them); `notes`:
     the flow's decisions, one line each."""
-    from alignflow.tasks.artifacts import read_metrics
+    from alignflow.tasks.presentation.artifacts import read_metrics
 
     lines = []
     for label, r in results.items():

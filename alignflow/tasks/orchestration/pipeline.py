@@ -2,7 +2,7 @@
 planned as a whole before a cluster starts, then run in order.
 
 Planning needs no placeholders: a stage's output folder is `<store>/<run>/<stage>-<identity>/model`
-and its identity is a hash of its config and its input URIs (tasks/stage_spec.py), so the URI of
+and its identity is a hash of its config and its input URIs (alignflow/tasks/orchestration/stage_spec.py), so the URI of
 every upstream output is known before anything runs. Each stage's config is therefore merged and
 validated with the very URIs it will get, and the `configs` artifact shows them. The run then
 passes each stage the same inputs and checks that it committed where the plan said.
@@ -13,8 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
 
-from alignflow.tasks.recipes import Recipe
-from alignflow.tasks.stage_spec import STAGES, StageResult, build_config, config_summary, identity_hash, stage_dir
+from alignflow.tasks.orchestration.recipes import Recipe
+from alignflow.tasks.orchestration.stage_spec import STAGES, build_config, config_summary, identity_hash, stage_dir
+from alignflow.tasks.presentation.results import StageResult
 from alignment import storage
 from alignment.config import ConfigError
 
@@ -143,7 +144,7 @@ def configs_markdown(flow: str, run_name: str, recipe: Recipe, planned: dict[str
 async def publish_configs(flow: str, run_name: str, recipe: Recipe, planned: dict[str, Planned]) -> None:
     from prefect.artifacts import acreate_markdown_artifact
 
-    from alignflow.tasks.artifacts import artifact_key
+    from alignflow.tasks.presentation.artifacts import artifact_key
 
     await acreate_markdown_artifact(
         key=artifact_key(run_name, "configs"),

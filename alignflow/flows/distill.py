@@ -13,11 +13,11 @@ run's folder of the store, never beside a model the run did not make.
 
 from typing import Any, Literal
 
-from alignflow.flows.sft import sft_steps
-from alignflow.tasks.flow_run import FlowRun, run_stages
-from alignflow.tasks.params import KDOverrides, OPDOverrides, SFTOverrides, checked_flow, overrides
-from alignflow.tasks.pipeline import Output, Step
-from alignflow.tasks.recipes import Recipe
+from alignflow.tasks.orchestration.flow_run import FlowRun, run_stages
+from alignflow.tasks.orchestration.flow_steps import sft_steps
+from alignflow.tasks.orchestration.params import KDOverrides, OPDOverrides, SFTOverrides, checked_flow, overrides
+from alignflow.tasks.orchestration.pipeline import Output, Step
+from alignflow.tasks.orchestration.recipes import Recipe
 from alignment.config import ConfigError
 
 

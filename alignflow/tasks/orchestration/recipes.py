@@ -5,7 +5,7 @@ a stage starts from its schema's defaults, so a run with the user's own model an
 value of a shipped recipe. A stage's config is then: schema defaults < the recipe's file < the run's
 overrides < upstream outputs.
 
-The merged config of every stage is validated before a cluster starts (tasks/pipeline.py) and
+The merged config of every stage is validated before a cluster starts (alignflow/tasks/orchestration/pipeline.py) and
 published as one markdown artifact (`<run>-configs`), so the Prefect UI shows exactly what each
 stage will run with.
 """
@@ -15,10 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from alignflow.tasks.stage_spec import repo_path
+from alignflow.tasks.orchestration.stage_spec import shipped
 from alignment.config import ConfigError
 
-RECIPES = repo_path("deployments", "recipes")
+RECIPES = shipped("deployments", "recipes")  # package data of alignflow.deployments
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class Recipe:
         return self.file(role) is not None
 
 
-def shipped() -> list[str]:
+def shipped_recipes() -> list[str]:
     return sorted(p.name for p in RECIPES.iterdir() if p.is_dir())
 
 
@@ -48,7 +48,7 @@ def load_recipe(recipe: str | None) -> Recipe:
         folder = RECIPES / recipe
     if not folder.is_dir() or not any(folder.glob("*.yaml")):
         raise ConfigError(
-            f"recipe {recipe!r}: neither a shipped recipe ({', '.join(shipped())}) nor a folder of stage "
+            f"recipe {recipe!r}: neither a shipped recipe ({', '.join(shipped_recipes())}) nor a folder of stage "
             f"YAML files; name one of those, give your folder's path, or pass no recipe"
         )
     return Recipe(recipe, folder.resolve())

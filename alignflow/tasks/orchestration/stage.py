@@ -12,13 +12,14 @@ from prefect import get_run_logger, task
 from prefect.runtime import flow_run, task_run
 from prefect.tasks import exponential_backoff
 
-from alignflow.tasks.artifacts import publish_stage, read_metrics
-from alignflow.tasks.output_slot import output_slot
-from alignflow.tasks.pipeline import Planned
-from alignflow.tasks.progress import StageProgress
-from alignflow.tasks.ray_cluster import Cluster
-from alignflow.tasks.ray_job import StageJobFailed, job_env, job_python, run_job
-from alignflow.tasks.stage_spec import STAGES, StageResult, dir_of_model, job_config
+from alignflow.tasks.cluster.ray_cluster import Cluster
+from alignflow.tasks.cluster.ray_job import StageJobFailed, job_env, job_python, run_job
+from alignflow.tasks.orchestration.output_slot import output_slot
+from alignflow.tasks.orchestration.pipeline import Planned
+from alignflow.tasks.orchestration.stage_spec import STAGES, job_config
+from alignflow.tasks.presentation.artifacts import publish_stage, read_metrics
+from alignflow.tasks.presentation.progress import StageProgress
+from alignflow.tasks.presentation.results import StageResult, dir_of_model
 from alignment import events, storage
 from alignment.config.cli import config_to_yaml
 from alignment.config.runs import TRACKING_ENV
@@ -46,7 +47,7 @@ def committed(stage: str, model_uri: str) -> StageResult | None:
 def stage_runner(retries: int) -> Callable[[Planned, str, Cluster], Awaitable[StageResult]]:
     """How a flow runs a planned stage on its cluster: a committed stage is skipped before anything else, so
     a flow whose stages are all committed never starts a Ray head; the others run as `run_stage` tasks with
-    the config and identity the plan made (tasks/pipeline.py)."""
+    the config and identity the plan made (alignflow/tasks/orchestration/pipeline.py)."""
     task_with_retries = run_stage.with_options(retries=retries)
 
     async def run(p: Planned, run_name: str, cluster: Cluster) -> StageResult:

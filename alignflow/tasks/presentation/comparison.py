@@ -8,9 +8,9 @@ from typing import Any
 
 from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
 
-from alignflow.tasks import curves
-from alignflow.tasks.artifacts import artifact_key, image_markdown, read_metrics
-from alignflow.tasks.stage_spec import StageResult
+from alignflow.tasks.presentation import curves
+from alignflow.tasks.presentation.artifacts import artifact_key, image_markdown, read_metrics
+from alignflow.tasks.presentation.results import StageResult
 from alignment.config import ConfigError
 from alignment.config.evaluate import HIGHER_IS_BETTER
 

@@ -13,11 +13,11 @@ from typing import Any
 
 from prefect import get_run_logger
 
-from alignflow.tasks.flow_run import FlowRun, Pipeline, run_pipeline
-from alignflow.tasks.params import GenerateOverrides, SFTOverrides, checked_flow, overrides
-from alignflow.tasks.pipeline import Output, Step, flow_sets
-from alignflow.tasks.recipes import Recipe
-from alignflow.tasks.stage_spec import build_config
+from alignflow.tasks.orchestration.flow_run import FlowRun, Pipeline, run_pipeline
+from alignflow.tasks.orchestration.params import GenerateOverrides, SFTOverrides, checked_flow, overrides
+from alignflow.tasks.orchestration.pipeline import Output, Step, flow_sets
+from alignflow.tasks.orchestration.recipes import Recipe
+from alignflow.tasks.orchestration.stage_spec import build_config
 from alignment import storage
 from alignment.config import ConfigError
 

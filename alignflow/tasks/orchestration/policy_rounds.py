@@ -14,13 +14,13 @@ from dataclasses import dataclass
 
 from prefect import get_run_logger
 
-from alignflow.tasks import curves
-from alignflow.tasks.evaluate import better, evaluate_step, publish_evaluation, read_evaluation
-from alignflow.tasks.flow_run import Ending, FlowRun, Pipeline, Results, run_pipeline
-from alignflow.tasks.params import Gate, StageOverrides, overrides
-from alignflow.tasks.pipeline import Output, Step, flow_sets
-from alignflow.tasks.policy_pointer import PolicyPointer, advance, pointer_uri, read_pointer
-from alignflow.tasks.stage_spec import check_store, check_store_reachable
+from alignflow.tasks.orchestration.evaluate import better, evaluate_step, publish_evaluation, read_evaluation
+from alignflow.tasks.orchestration.flow_run import Ending, FlowRun, Pipeline, Results, run_pipeline
+from alignflow.tasks.orchestration.params import Gate, StageOverrides, overrides
+from alignflow.tasks.orchestration.pipeline import Output, Step, flow_sets
+from alignflow.tasks.orchestration.policy_pointer import PolicyPointer, advance, pointer_uri, read_pointer
+from alignflow.tasks.orchestration.stage_spec import check_store, check_store_reachable
+from alignflow.tasks.presentation import curves
 from alignment import storage
 from alignment.config import ConfigError
 

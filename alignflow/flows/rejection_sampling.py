@@ -11,8 +11,8 @@ store, and a failed round leaves the pointer where it was.
 from dataclasses import asdict
 from typing import Any
 
-from alignflow.flows.policy_rounds import policy_rounds
-from alignflow.tasks.params import EvaluateOverrides, Gate, GenerateOverrides, SFTOverrides, checked_flow
+from alignflow.tasks.orchestration.params import EvaluateOverrides, Gate, GenerateOverrides, SFTOverrides, checked_flow
+from alignflow.tasks.orchestration.policy_rounds import policy_rounds
 
 
 @checked_flow(name="rejection-sampling")

@@ -20,9 +20,9 @@ import urllib.request
 from pathlib import Path
 from typing import Iterator
 
-from alignflow.tasks import head_watchdog
-from alignflow.tasks.ray_auth import auth_env, auth_headers, client_auth
-from alignment.distributed.ray_ranks import free_port
+from alignflow.tasks.cluster import head_watchdog
+from alignflow.tasks.cluster.ray_auth import auth_env, auth_headers, client_auth
+from alignment.distributed.rank_actor import free_port
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ class RayClusterError(RuntimeError):
 
 def _free_ports(n: int) -> list[int]:
     """n distinct free loopback ports below the kernel's ephemeral range (as a process group's port is
-    chosen: alignment/distributed/ray_ranks.free_port), every socket bound until all are picked (one at a
+    chosen: alignment/distributed/rank_actor.free_port), every socket bound until all are picked (one at a
     time, the same port could come twice: seen once as two Ray components on 42439). A port from the
     ephemeral range can become any outgoing connection's local port before Ray binds it: in CI (.ci/run
     of dd80360) a head's dashboard agent found 59105 taken so, and that head could not run a job."""

@@ -17,8 +17,8 @@ import time
 
 from prefect.artifacts import acreate_progress_artifact, aupdate_progress_artifact
 
-from alignflow.tasks import curves
-from alignflow.tasks.artifacts import artifact_key, publish_curves
+from alignflow.tasks.presentation import curves
+from alignflow.tasks.presentation.artifacts import artifact_key, publish_curves
 from alignment.events import ProgressEvent, parse_event
 
 ARTIFACT_EVERY_S = 5.0  # each update is an API call to the Prefect server, beside training on the same cores

@@ -1,7 +1,8 @@
 """A killed flow leaves nothing running: the processes of its embedded Ray head, found by PID, stopped when
 the flow ends, however it ends.
 
-The flow stops its head in a `finally` (tasks/ray_cluster.py, local_head), which a kill -9, an OOM kill or a
+The flow stops its head in a `finally` (alignflow/tasks/cluster/ray_cluster.py, local_head), which a kill -9,
+an OOM kill or a
 lost container never runs: the head, its job and the job's ranks then train on and finish the stage with
 nobody watching (27 of 29 processes did, in an outside probe). So next to the head the flow starts this
 watchdog in a session of its own (a kill of the flow's process group leaves it): every second it
@@ -10,7 +11,7 @@ head's processes, and checks that the flow is alive; when it is gone, it kills a
 then what started since, removes the head's temp dir and exits. The flow's own `finally` stops the
 watchdog first.
 
-    python -m alignflow.tasks.head_watchdog PARENT_PID TEMP_DIR GCS_PORT
+    python -m alignflow.tasks.cluster.head_watchdog PARENT_PID TEMP_DIR GCS_PORT
 """
 
 from __future__ import annotations
@@ -81,15 +82,19 @@ def stop_head(temp_dir: Path, gcs_port: int, grace_s: float = 3.0) -> int:
 
 def start(temp_dir: Path, gcs_port: int) -> subprocess.Popen:
     """The watchdog of this process's head (module docstring); its log goes beside the head's."""
-    root = Path(__file__).resolve().parents[1]  # the checkout holding the alignflow package
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
     with (temp_dir / "watchdog.log").open("w") as f:
         return subprocess.Popen(
-            [sys.executable, "-m", "alignflow.tasks.head_watchdog", str(os.getpid()), str(temp_dir), str(gcs_port)],
+            [
+                sys.executable,
+                "-m",
+                "alignflow.tasks.cluster.head_watchdog",
+                str(os.getpid()),
+                str(temp_dir),
+                str(gcs_port),
+            ],
             stdout=f,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env=env,
             start_new_session=True,
         )
 

@@ -16,11 +16,11 @@ and `heldout_eval` (the recipe's evaluate.yaml on the SFT and preference models,
 
 from typing import Any, Literal
 
-from alignflow.flows.sft import given_pretrain, sft_steps
-from alignflow.tasks.flow_run import FlowRun, run_stages
-from alignflow.tasks.params import DPOOverrides, KTOOverrides, SFTOverrides, checked_flow, overrides
-from alignflow.tasks.pipeline import Output, Step, flow_sets
-from alignflow.tasks.recipes import Recipe
+from alignflow.tasks.orchestration.flow_run import FlowRun, run_stages
+from alignflow.tasks.orchestration.flow_steps import given_pretrain, sft_steps
+from alignflow.tasks.orchestration.params import DPOOverrides, KTOOverrides, SFTOverrides, checked_flow, overrides
+from alignflow.tasks.orchestration.pipeline import Output, Step, flow_sets
+from alignflow.tasks.orchestration.recipes import Recipe
 from alignment.config import ConfigError
 
 

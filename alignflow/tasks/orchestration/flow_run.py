@@ -15,16 +15,17 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
-from alignflow.tasks import pipeline
-from alignflow.tasks.curves import Panel
-from alignflow.tasks.evaluate import evaluate_step, publish_evaluation, publish_pictures, read_evaluation
-from alignflow.tasks.pipeline import Output, Planned, Step
-from alignflow.tasks.ray_cluster import ray_cluster
-from alignflow.tasks.recipes import Recipe, load_recipe
-from alignflow.tasks.report import build_report, publish_report
-from alignflow.tasks.sigterm import sigterm_cancels_this_task
-from alignflow.tasks.stage import stage_runner
-from alignflow.tasks.stage_spec import StageResult, absolute_input, check_store, check_store_reachable
+from alignflow.tasks.cluster.ray_cluster import ray_cluster
+from alignflow.tasks.orchestration import pipeline
+from alignflow.tasks.orchestration.evaluate import evaluate_step, publish_evaluation, publish_pictures, read_evaluation
+from alignflow.tasks.orchestration.pipeline import Output, Planned, Step
+from alignflow.tasks.orchestration.recipes import Recipe, load_recipe
+from alignflow.tasks.orchestration.sigterm import sigterm_cancels_this_task
+from alignflow.tasks.orchestration.stage import stage_runner
+from alignflow.tasks.orchestration.stage_spec import absolute_input, check_store, check_store_reachable
+from alignflow.tasks.presentation.curves import Panel
+from alignflow.tasks.presentation.report import build_report, publish_report
+from alignflow.tasks.presentation.results import StageResult
 
 Results = dict[str, StageResult]
 

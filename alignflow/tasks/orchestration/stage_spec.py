@@ -9,7 +9,8 @@ import hashlib
 import json
 import os
 import re
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -71,30 +72,6 @@ DEFAULT_SAVE_MINUTES = 30.0  # a flow stage's checkpoint cadence when the config
 PLANNED_STAGE_DIR = "memory://alignflow-planned/stage"  # a stand-in while planning: its identity is not known yet
 
 
-@dataclass
-class StageResult:
-    """What a stage task returns: URIs and metrics, never weights."""
-
-    stage: str
-    model_uri: str
-    skipped: bool
-    metrics: dict[str, float] = field(default_factory=dict)
-    wall_s: float = 0.0  # every try's, summed
-    tries: int = 0  # how many times the stage task ran (0: skipped, already committed)
-
-    def summary(self, **extra: Any) -> dict[str, Any]:
-        """What a flow returns per stage (JSON), and what its report is built from."""
-        return {
-            "stage": self.stage,
-            "model_uri": self.model_uri,
-            "skipped": self.skipped,
-            "metrics": self.metrics,
-            "stage_wall_s": round(self.wall_s, 2),
-            "stage_tries": self.tries,
-            **extra,
-        }
-
-
 def check_store(store: str) -> str:
     """Normalise the store URI: absolute for local paths; only file:// and s3:// are supported."""
     if "://" in store:
@@ -120,14 +97,16 @@ def check_store_reachable(store: str) -> str:
 
 def absolute_input(spec: str) -> str:
     """Local relative paths made absolute (the Ray job runs in another directory): relative to
-    the current directory if they exist there, else to the repo (where data/ and deployments/ are)."""
+    the current directory if they exist there, else the shipped data and deployments (`data/tiny/sft`,
+    as the recipes name them, is alignflow.data's `tiny/sft`, in a checkout and an installed wheel alike)."""
     parts = []
     for item in spec.split(","):
         prefix, _, path = item.rpartition("@") if "@" in item and "://" not in item.split("@")[0] else ("", "", item)
         if path and "://" not in path and not os.path.isabs(path):
-            for base in (Path.cwd(), repo_path()):
-                if (base / path).exists():
-                    path = str(base / path)
+            top, _, rest = path.partition("/")
+            for candidate in (Path.cwd() / path, shipped(top, rest) if top in SHIPPED else None):
+                if candidate is not None and candidate.exists():
+                    path = str(candidate)
                     break
         parts.append(f"{prefix}@{path}" if prefix else path)
     return ",".join(parts)
@@ -202,7 +181,7 @@ def identity_hash(stage: str, cfg: Any, inputs: dict[str, str] | None = None) ->
     identity=False, and secrets), input URIs, and the content of the local files its other path
     fields name (alignment/fingerprint.py). An input (an upstream stage's committed output) counts by
     its URI, which holds the upstream's own identity, so a flow knows every stage's output URI
-    before it runs (tasks/pipeline.py)."""
+    before it runs (alignflow/tasks/orchestration/pipeline.py)."""
     skip = not_identity_fields(cfg)
     ident = {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name not in skip}
     content = {}
@@ -223,11 +202,6 @@ def identity_hash(stage: str, cfg: Any, inputs: dict[str, str] | None = None) ->
 def stage_dir(store: str, run_name: str, stage: str, digest: str) -> str:
     """Layout: <store>/<run_name>/<stage>-<hash>/{model, checkpoints}."""
     return f"{store.rstrip('/')}/{run_name}/{stage}-{digest}"
-
-
-def dir_of_model(model_uri: str) -> str:
-    """The stage dir that holds a committed model (job_config puts the model at <stage dir>/model)."""
-    return model_uri.rstrip("/").rsplit("/", 1)[0]
 
 
 def job_config(stage: str, cfg: Any, out_dir: str, run_name: str = "") -> Any:
@@ -253,5 +227,11 @@ def config_summary(cfg: Any) -> dict[str, Any]:
     return {k: v for k, v in asdict(cfg).items() if k not in secret}
 
 
-def repo_path(*parts: str) -> Path:
-    return Path(__file__).resolve().parents[1].joinpath(*parts)  # tasks/ (behind the tasks link) -> the repo
+# the checkout's top-level folders the package ships as data (pyproject.toml's package-dir)
+SHIPPED = {"data": "alignflow.data", "deployments": "alignflow.deployments"}
+
+
+def shipped(folder: str, *parts: str) -> Path:
+    """A file of the shipped data or deployments, found with importlib.resources (the package's, installed or
+    editable), never through this file's location."""
+    return Path(str(resources.files(SHIPPED[folder]))).joinpath(*filter(None, parts))

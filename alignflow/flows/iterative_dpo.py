@@ -13,8 +13,8 @@ starts from `initial_policy` (a model directory or store URI, e.g. an SFT stage'
 from dataclasses import asdict
 from typing import Any
 
-from alignflow.flows.policy_rounds import policy_rounds
-from alignflow.tasks.params import DPOOverrides, EvaluateOverrides, Gate, GenerateOverrides, checked_flow
+from alignflow.tasks.orchestration.params import DPOOverrides, EvaluateOverrides, Gate, GenerateOverrides, checked_flow
+from alignflow.tasks.orchestration.policy_rounds import policy_rounds
 
 
 @checked_flow(name="iterative-dpo")
