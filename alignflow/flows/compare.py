@@ -38,6 +38,22 @@ def variant_steps(stage: str, shared: dict, variants: dict[str, dict], evaluate:
     return steps
 
 
+def _comparison(entries: list[Entry], metric: str) -> dict[str, Any]:
+    """The flow's return value: the winner on `metric` and each variant's model, metrics and settings."""
+    return {
+        "winner": winner(entries, metric).name,
+        "variants": {
+            e.name: {
+                "model_uri": e.result.model_uri,
+                "skipped": e.result.skipped,
+                "metrics": e.evaluation["metrics"],
+                "settings": e.settings,
+            }
+            for e in entries
+        },
+    }
+
+
 @checked_flow(name="compare")
 async def compare_flow(
     variants: dict[str, dict[str, Any]],
@@ -91,15 +107,4 @@ async def compare_flow(
         lanes=[[name, f"evaluate {name}"] for name in variants],
     )
     await run_pipeline(FlowRun("compare", run_name, store, recipe, ray_address, retries), pipe)
-    return {
-        "winner": winner(entries, metric).name,
-        "variants": {
-            e.name: {
-                "model_uri": e.result.model_uri,
-                "skipped": e.result.skipped,
-                "metrics": e.evaluation["metrics"],
-                "settings": e.settings,
-            }
-            for e in entries
-        },
-    }
+    return _comparison(entries, metric)

@@ -30,6 +30,31 @@ async def make_instance(cls: type) -> AgentInstanceBase:
     return cls()
 
 
+def episode(
+    prompt: str,
+    label: Any,
+    total: float,
+    last: StepResult,
+    tokens: list[int],
+    ranges: list[tuple[int, int]],
+    logprobs: list[float] | None,
+    seen: int,
+) -> dict:
+    """The episode as the trainer reads it: the turns' summed reward, the last turn's score and logs."""
+    return {
+        "prompt": prompt,
+        "label": label,
+        "reward": total,
+        "scores": total if last.score is None else last.score,
+        "observation_tokens": tokens,
+        "action_ranges": ranges,
+        "rollout_log_probs": logprobs,
+        "extra_logs": last.extra_logs,
+        "done": last.done,
+        "updates_seen": seen,
+    }
+
+
 class MultiTurnAgentExecutor(AgentExecutorBase):
     def __init__(self, agent_instance_cls: type, max_turns: int = 16, step_timeout: float = 60.0, where: str = "agent"):
         if not (isinstance(agent_instance_cls, type) and callable(getattr(agent_instance_cls, "step", None))):
@@ -87,18 +112,7 @@ class MultiTurnAgentExecutor(AgentExecutorBase):
             if last.sampling_params is not None:
                 params = as_params(last.sampling_params)
                 turn_cap = params.max_tokens
-        return {
-            "prompt": prompt,
-            "label": label,
-            "reward": total,
-            "scores": total if last.score is None else last.score,
-            "observation_tokens": tokens,
-            "action_ranges": ranges,
-            "rollout_log_probs": logprobs,
-            "extra_logs": last.extra_logs,
-            "done": last.done,
-            "updates_seen": seen,
-        }
+        return episode(prompt, label, total, last, tokens, ranges, logprobs, seen)
 
     def _ids(self, tok: Any, text: str, images: list, where: str) -> list[int]:
         """`text`'s ids; with images, each placeholder expanded to its image's tokens by the model's processor."""

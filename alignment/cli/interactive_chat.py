@@ -8,6 +8,8 @@ past --max_len). Commands: /reset clears the history; /exit or Ctrl-D quits.
 
 from __future__ import annotations
 
+from typing import Any
+
 from alignment.cli.common import run_main
 from alignment.config import ChatConfig, parse_args
 
@@ -61,21 +63,44 @@ def load_model(cfg: ChatConfig):
     return model, tok, rt, setup.precision.label
 
 
+def sampling_kwargs(cfg: ChatConfig) -> dict[str, Any]:
+    """generate()'s sampling arguments: greedy, or sampled at --temperature and --top_p."""
+    return (
+        {"do_sample": False}
+        if cfg.generate.greedy
+        else {"do_sample": True, "temperature": cfg.generate.temperature, "top_p": cfg.generate.top_p}
+    )
+
+
+def generate_streamed(model: Any, tok: Any, ids: list[int], budget: int, sampling: dict[str, Any], device: Any) -> Any:
+    """The reply to prompt `ids` (at most `budget` new tokens), printed to the terminal as it is generated;
+    generate()'s output ids, prompt included."""
+    import torch
+    from transformers import TextStreamer
+
+    prompt = torch.tensor([ids], device=device)
+    with torch.no_grad():
+        return model.generate(
+            prompt,
+            attention_mask=torch.ones_like(prompt),
+            max_new_tokens=budget,
+            pad_token_id=tok.pad_token_id,
+            eos_token_id=tok.eos_token_id,
+            streamer=TextStreamer(tok, skip_prompt=True, skip_special_tokens=True),
+            **sampling,
+        )
+
+
 def main(argv: list[str] | None = None) -> None:
     cfg = parse_args(ChatConfig, argv, prog="alignment.cli.interactive_chat")
     try:
         import readline  # noqa: F401  (input() then gets line editing and up-arrow history)
     except ImportError:
         pass
-    import torch
-    from transformers import TextStreamer, set_seed
+    from transformers import set_seed
 
     model, tok, rt, label = load_model(cfg)
-    sampling = (
-        {"do_sample": False}
-        if cfg.generate.greedy
-        else {"do_sample": True, "temperature": cfg.generate.temperature, "top_p": cfg.generate.top_p}
-    )
+    sampling = sampling_kwargs(cfg)
     set_seed(cfg.train.seed)
     print(
         f"[chatting with {cfg.model.model_name_or_path} on {rt.device}, {label}; "
@@ -106,18 +131,8 @@ def main(argv: list[str] | None = None) -> None:
             )
             continue
         print("Assistant: ", end="", flush=True)
-        prompt = torch.tensor([ids], device=rt.torch_device)
         try:
-            with torch.no_grad():
-                out = model.generate(
-                    prompt,
-                    attention_mask=torch.ones_like(prompt),
-                    max_new_tokens=budget,
-                    pad_token_id=tok.pad_token_id,
-                    eos_token_id=tok.eos_token_id,
-                    streamer=TextStreamer(tok, skip_prompt=True, skip_special_tokens=True),
-                    **sampling,
-                )
+            out = generate_streamed(model, tok, ids, budget, sampling, rt.torch_device)
         except KeyboardInterrupt:
             # Ctrl-C stops a long reply, not the chat; the unanswered message leaves the history.
             messages.pop()

@@ -68,6 +68,21 @@ def parse_request(
     return queries, prompts, labels
 
 
+def body_size(content_length: str | None, max_request_bytes: int) -> int:
+    """The request body's size from its Content-Length header; raises BadRequest (411 or 413)."""
+    try:
+        size = int(content_length or -1)
+    except ValueError:
+        size = -1
+    if size < 0:
+        raise BadRequest(411, "a Content-Length header is required")
+    if size > max_request_bytes:
+        raise BadRequest(
+            413, f"request body of {size} bytes is over --max_request_bytes {max_request_bytes}: send smaller batches"
+        )
+    return size
+
+
 def make_handler(
     score: Callable[[list[str], list[str], list], list[float]],
     source: str,
@@ -96,21 +111,11 @@ def make_handler(
                 self._reply(404, {"error": f"no such endpoint {self.path}; use POST /get_reward"})
                 return
             try:
-                size = int(self.headers.get("Content-Length") or -1)
-            except ValueError:
-                size = -1
-            if size < 0:
-                self._reply(411, {"error": "a Content-Length header is required"})
-                return
-            if size > cfg.serve.max_request_bytes:
-                self.close_connection = True  # the unread body is dropped with the connection
-                self._reply(
-                    413,
-                    {
-                        "error": f"request body of {size} bytes is over --max_request_bytes "
-                        f"{cfg.serve.max_request_bytes}: send smaller batches"
-                    },
-                )
+                size = body_size(self.headers.get("Content-Length"), cfg.serve.max_request_bytes)
+            except BadRequest as e:
+                if e.status == 413:
+                    self.close_connection = True  # the unread body is dropped with the connection
+                self._reply(e.status, {"error": str(e)})
                 return
             try:
                 queries, prompts, labels = parse_request(

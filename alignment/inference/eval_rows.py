@@ -38,6 +38,60 @@ class EvalRow:
     images: list[str] = field(default_factory=list)  # generate: the row's images (--image_key), in order
 
 
+def generate_row(cfg: EvaluateConfig, tokenizer: Any, processor: Any, row: dict, i: int) -> EvalRow:
+    """Row i as a prompt to answer (--eval_task generate): rendered, with its label and, given a processor, images."""
+    # a conditional-SFT model asked for a score (--enable_csft): the prefix before the rendered prompt
+    given = get_text(row, cfg.data.input_key, "--input_key", i, cfg.data.dataset)
+    prompt = csft_prefix(cfg.generate) + prompt_text(
+        tokenizer,
+        with_image_items(given) if processor and cfg.data.apply_chat_template else given,
+        cfg.data.apply_chat_template,
+        cfg.data.input_template,
+    )
+    label = get_field(row, cfg.data.label_key, "--label_key", i, cfg.data.dataset) if cfg.data.label_key else None
+    item = EvalRow(
+        i,
+        prompt,
+        label,
+        question=as_text(given),
+    )
+    if processor:
+        refs = image_refs(row, cfg.data.image_key, cfg.data.max_images_per_prompt, i, cfg.data.dataset)
+        item.ids = prompt_ids(processor, tokenizer, prompt, refs, f"{cfg.data.dataset} row {i}")
+        item.images = refs
+    return item
+
+
+def response_row(cfg: EvaluateConfig, tokenizer: Any, row: dict, i: int) -> EvalRow:
+    """Row i as responses to its prompt: chosen and rejected (--eval_task pairs), or one to score by perplexity."""
+    key = cfg.data.prompt_key if cfg.eval.eval_task == "pairs" else cfg.data.input_key
+    given = (
+        get_text(row, key, f"--{'prompt' if cfg.eval.eval_task == 'pairs' else 'input'}_key", i, cfg.data.dataset)
+        if key
+        else None
+    )
+    first_key = cfg.data.chosen_key if cfg.eval.eval_task == "pairs" else cfg.data.output_key
+    prompt, first = prompt_and_response(
+        tokenizer,
+        given,
+        get_text(row, first_key, f"--{first_key}", i, cfg.data.dataset),
+        cfg.data.apply_chat_template,
+        cfg.data.input_template,
+    )
+    second = (
+        prompt_and_response(
+            tokenizer,
+            given,
+            get_text(row, cfg.data.rejected_key, "--rejected_key", i, cfg.data.dataset),
+            cfg.data.apply_chat_template,
+            cfg.data.input_template,
+        )[1]
+        if cfg.eval.eval_task == "pairs"
+        else None
+    )
+    return EvalRow(i, prompt, chosen=first, rejected=second)
+
+
 def load_eval_rows(cfg: EvaluateConfig, tokenizer: Any) -> list[EvalRow]:
     if cfg.data.apply_chat_template:
         require_chat_template(tokenizer, "--pretrain")
@@ -53,56 +107,9 @@ def load_eval_rows(cfg: EvaluateConfig, tokenizer: Any) -> list[EvalRow]:
     out, dropped = [], 0
     for i, row in enumerate(rows):
         if cfg.eval.eval_task == "generate":
-            # a conditional-SFT model asked for a score (--enable_csft): the prefix before the rendered prompt
-            given = get_text(row, cfg.data.input_key, "--input_key", i, cfg.data.dataset)
-            prompt = csft_prefix(cfg.generate) + prompt_text(
-                tokenizer,
-                with_image_items(given) if processor and cfg.data.apply_chat_template else given,
-                cfg.data.apply_chat_template,
-                cfg.data.input_template,
-            )
-            label = (
-                get_field(row, cfg.data.label_key, "--label_key", i, cfg.data.dataset) if cfg.data.label_key else None
-            )
-            item = EvalRow(
-                i,
-                prompt,
-                label,
-                question=as_text(given),
-            )
-            if processor:
-                refs = image_refs(row, cfg.data.image_key, cfg.data.max_images_per_prompt, i, cfg.data.dataset)
-                item.ids = prompt_ids(processor, tokenizer, prompt, refs, f"{cfg.data.dataset} row {i}")
-                item.images = refs
+            item = generate_row(cfg, tokenizer, processor, row, i)
         else:
-            key = cfg.data.prompt_key if cfg.eval.eval_task == "pairs" else cfg.data.input_key
-            given = (
-                get_text(
-                    row, key, f"--{'prompt' if cfg.eval.eval_task == 'pairs' else 'input'}_key", i, cfg.data.dataset
-                )
-                if key
-                else None
-            )
-            first_key = cfg.data.chosen_key if cfg.eval.eval_task == "pairs" else cfg.data.output_key
-            prompt, first = prompt_and_response(
-                tokenizer,
-                given,
-                get_text(row, first_key, f"--{first_key}", i, cfg.data.dataset),
-                cfg.data.apply_chat_template,
-                cfg.data.input_template,
-            )
-            second = (
-                prompt_and_response(
-                    tokenizer,
-                    given,
-                    get_text(row, cfg.data.rejected_key, "--rejected_key", i, cfg.data.dataset),
-                    cfg.data.apply_chat_template,
-                    cfg.data.input_template,
-                )[1]
-                if cfg.eval.eval_task == "pairs"
-                else None
-            )
-            item = EvalRow(i, prompt, chosen=first, rejected=second)
+            item = response_row(cfg, tokenizer, row, i)
         if len(item.ids or tokenizer(item.prompt, add_special_tokens=False)["input_ids"]) > cfg.data.prompt_max_len:
             dropped += 1
             continue

