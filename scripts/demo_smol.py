@@ -36,10 +36,7 @@ def accuracy(model_dir: str, split: str = "test") -> float:
 
     from alignflow.data.smol.reward_func import score  # the RL stage's reward is this accuracy's rule
 
-    rows = [
-        json.loads(line)
-        for line in (REPO / "alignflow" / "data" / "smol" / "sft" / f"{split}.jsonl").read_text().splitlines()
-    ]
+    rows = [json.loads(line) for line in (REPO / "data" / "smol" / "sft" / f"{split}.jsonl").read_text().splitlines()]
     tok = AutoTokenizer.from_pretrained(model_dir, padding_side="left")
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     right = 0

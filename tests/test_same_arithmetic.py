@@ -15,7 +15,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = REPO / "tests" / "data" / "arithmetic.json"
-TINY = REPO / "alignflow" / "data" / "tiny"  # the same files before and after the layout moved (a link now)
+TINY = REPO / "data" / "tiny"  # the same files before and after the layout moved
 PPO = ["--prompt_data", f"json@{TINY / 'prompts'}", "--input_key", "context_messages", "--label_key", "label",
        "--apply_chat_template", "--remote_rm_url", str(REPO / "tests/data/length_reward.py"),
        "--advantage_estimator", "gae",

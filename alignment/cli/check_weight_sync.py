@@ -14,6 +14,7 @@ import argparse
 import json
 import logging
 import sys
+import threading
 import time
 
 log = logging.getLogger("alignment.check_weight_sync")
@@ -136,7 +137,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 def collective_sync(engine, state) -> None:
     """The engine joins a 2-member gloo group as rank 1 while a thread, as actor rank 0, broadcasts."""
-    import threading
 
     import torch
 

@@ -4,14 +4,14 @@ in the store, ready for `--pretrain URI` and plain `from_pretrained` (alignment/
 
 from __future__ import annotations
 
+import sys
+
 from alignment.cli.common import run_main
 from alignment.config import parse_args
 from alignment.config.tools import ImportModelConfig
 
 
 def main(argv: list[str] | None = None) -> dict:
-    import sys
-
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and not argv[0].startswith("-"):  # SRC first, as `cp SRC DEST` reads
         argv = ["--source", *argv]

@@ -4,14 +4,14 @@ LLaVA with its processor. `--out` is accepted as an alias of --save_path."""
 
 from __future__ import annotations
 
+import sys
+
 from alignment.cli.common import run_main
 from alignment.config import parse_args
 from alignment.config.tools import TinyBaseConfig
 
 
 def main(argv: list[str] | None = None) -> str:
-    import sys
-
     argv = sys.argv[1:] if argv is None else argv
     argv = ["--save_path" if a == "--out" else a for a in argv]
     cfg = parse_args(TinyBaseConfig, argv, prog="alignment.cli.make_tiny_base")

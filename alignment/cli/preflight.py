@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 from pathlib import Path
@@ -82,7 +83,6 @@ def check_agent_file(cfg: PPOConfig) -> None:
     """An --agent_func_path file, before any group is placed: it defines AgentInstance (and AgentExecutor, if
     any, of the right base), and one episode of it — reset on the first prompt of --prompt_data, then a step
     with an empty model turn — answers in the contract's shape within --agent_step_timeout."""
-    import asyncio
 
     from alignment.agents.contract import AgentError, StepResult, observation
     from alignment.agents.executor import make_instance

@@ -7,6 +7,7 @@ the stage runner); run directly, it starts a local Ray instance. The loop is in
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
 from alignment.cli.common import run_main
@@ -17,7 +18,6 @@ from alignment.config import ConfigError, PPOConfig, parse_args
 def check_vllm(vllm: Any) -> None:
     """Before anything is placed: vLLM importable (a cheap spec check; the engines import it),
     and only what our engines do."""
-    import importlib.util
 
     if importlib.util.find_spec("vllm") is None:
         raise ConfigError(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import difflib
-from dataclasses import MISSING, field
+from dataclasses import MISSING, asdict, field, fields
 from typing import Any
 
 from alignment.errors import UserError
@@ -54,8 +54,6 @@ def opt(
 
 
 def _facts(cls_or_cfg: Any) -> dict[str, Any]:
-    from dataclasses import fields
-
     return {f.name: f.metadata for f in fields(cls_or_cfg)}
 
 
@@ -105,7 +103,6 @@ def check_store_uri(flag: str, uri: str | None) -> None:
 
 def public_dict(cfg: Any) -> dict[str, Any]:
     """The config as a dict, its secret fields masked (manifests, artifacts, logs)."""
-    from dataclasses import asdict
 
     secret = secret_fields(cfg)
     return {k: ("***" if k in secret and v else v) for k, v in asdict(cfg).items()}

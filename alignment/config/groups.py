@@ -7,6 +7,7 @@ before any model or dataset is loaded.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from dataclasses import dataclass
 from typing import ClassVar, Optional
@@ -108,8 +109,6 @@ class ModelConfig:
             self.attn_implementation = None
 
     def check_modelscope(self) -> None:
-        import importlib.util
-
         require(
             not self.use_ms or importlib.util.find_spec("modelscope") is not None,
             "--use_ms needs the modelscope package (pip install modelscope); or drop it to load from Hugging Face",

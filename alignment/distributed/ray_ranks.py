@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -136,7 +137,6 @@ def run_ranks(
     """Run `main(argv)` on `world_size(cfg)` Ray ranks; returns after the last rank finished.
     A rank's input error is re-raised here (exit 2); any other rank failure fails the run at once.
     `side`: a group of replicas placed with the ranks, which the ranks ask (alignment/distributed/side_groups.py)."""
-    import sys
 
     import ray
 

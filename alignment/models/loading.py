@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
+import json
 import logging
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -84,9 +88,6 @@ def merged_adapter(path: Path, flag: str) -> str:
     set its chat template). Built once per node into $ALIGNFLOW_CACHE/merged/<hash of the adapter>;
     PEFT's merge_and_unload folds each adapter into its base weight in place, so building it holds
     one copy of the model. Ranks racing on one node: the first rename wins, the others use it."""
-    import hashlib
-    import json
-    import shutil
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -284,7 +285,6 @@ def quantization_kwargs(load_in_4bit: bool, dtype: torch.dtype) -> dict[str, Any
 def check_4bit(load_in_4bit: bool, device: str) -> None:
     if not load_in_4bit:
         return
-    import importlib.util
 
     if device != "cuda" or importlib.util.find_spec("bitsandbytes") is None:
         raise ModelLoadError(

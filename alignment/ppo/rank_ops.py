@@ -11,6 +11,7 @@ from functools import partial
 from typing import Any, Iterator
 
 import torch
+import torch.distributed as dist
 
 from alignment.config.ppo import PPOConfig
 from alignment.distributed.collectives import max_across_ranks, world_size
@@ -102,7 +103,6 @@ def _steps(engine: Any, exp: Experience, train: Any, seed: int, packing: Packing
     many as --train_max_tokens_per_gpu needs, the same count on every rank, with DeepSpeed told where
     the step ends. The loss scale stays G·D either way (losses/aggregation.py), so the step's
     gradient does not depend on the cut."""
-    import torch.distributed as dist
 
     # D: data-parallel replicas; a tensor-parallel replica's ranks hold the same rows (--ds_tensor_parallel_size)
     tp = max(1, engine.autotp_size())

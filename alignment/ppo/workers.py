@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -221,7 +222,6 @@ class ModelWorker(RankActor):
     def value_model_files(self) -> dict[str, bytes]:
         """--save_value_network: the critic as a reward-model folder, its files by name (rank 0's; the others'
         empty), for the actor group's commit to put under critic/. Collective."""
-        import tempfile
 
         from alignment.models.saving import save_value_model
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 import torch
+import torch.distributed as dist
 
 from alignment.distributed.rendezvous import listening_socket
 
@@ -41,7 +42,6 @@ def listen(host: str, world_size: int, timeout_s: float = 300.0) -> torch.distri
     """The root's store at `host`, on a port the OS picks while binding it (`store.port`). Picking a
     free port first and binding it later lost the race to another process now and then (EADDRINUSE). The
     socket is bound to `host` alone, not every interface (alignment/distributed/rendezvous.py)."""
-    import torch.distributed as dist
 
     fd, port = listening_socket(host, 0)
     return dist.TCPStore(
@@ -60,7 +60,6 @@ def open_group(
 ) -> torch.distributed.ProcessGroup:
     """Join the sync group (blocks until all `world_size` members have joined). Rank 0 passes the
     store it opened with `listen`; the others connect to `group.host:group.port`."""
-    import torch.distributed as dist
 
     if group.backend not in BACKENDS:
         raise ValueError(f"--vllm_sync_backend {group.backend}: use one of {', '.join(BACKENDS)}")

@@ -10,6 +10,7 @@ so no stale KV survives an update.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -288,7 +289,6 @@ def _executor(cpu: bool) -> str:
 
 def _fit_context(model_path: str, wanted: int) -> int:
     """prompt + generation length, capped at the model's context (vLLM refuses a longer max_model_len)."""
-    import json
 
     config = Path(model_path) / "config.json"
     limit = json.loads(config.read_text()).get("max_position_embeddings") if config.exists() else None

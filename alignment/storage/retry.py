@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import os
 import time
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Callable, TypeVar
 
@@ -154,7 +155,6 @@ def run_all(jobs: list[Callable[[], T]]) -> list[T]:
     Threads, not processes: fsspec's S3 calls wait on their own event loop and hashlib releases the GIL
     on large reads, so transfers and hashing overlap. s3fs already splits one large file into
     concurrent parts; this adds the concurrency across files and hides hashing behind the transfers."""
-    from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
     threads = max(1, int(os.environ.get("ALIGNFLOW_STORE_THREADS", 8)))
     if threads == 1 or len(jobs) < 2:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import math
 import os
@@ -21,7 +22,6 @@ log = logging.getLogger(__name__)
 
 def _malloc_trim() -> Any:
     """glibc's malloc_trim, or None where the C library has none (musl, macOS)."""
-    import ctypes
 
     return getattr(ctypes.CDLL(None), "malloc_trim", None)
 
