@@ -278,8 +278,8 @@ def test_a_retried_stage_counts_every_try(monkeypatch):
 
 def test_sigterm_through_the_loop_cancels_every_flow_and_is_put_back_after_concurrent_flows():
     """alignflow/tasks/orchestration/sigterm.py: two flows at once in one loop (as test_stage_runner's pair runs)
-    leave SIGTERM as
-    they found it, whichever ends first; a SIGTERM meanwhile ends both with Prefect's TerminationSignal."""
+    leave SIGTERM as they found it, whichever ends first; a SIGTERM meanwhile ends both with Prefect's
+    TerminationSignal."""
     import os
     import signal
 

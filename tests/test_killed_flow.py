@@ -1,8 +1,8 @@
-"""A killed flow leaves nothing running, and the same flow run again finishes (alignflow/tasks/cluster/head_watchdog.py,
-alignflow/tasks/orchestration/output_slot.py): kill -9 of the demo's flow process mid-SFT; within 10 s no process
-of its embedded
-Ray head, of its job or that the flow had started (the ephemeral Prefect API) is alive; the rerun takes the
-dead run's output slot over at once and resumes SFT from its checkpoint."""
+"""A killed flow leaves nothing running, and the same flow run again finishes
+(alignflow/tasks/cluster/head_watchdog.py, alignflow/tasks/orchestration/output_slot.py): kill -9 of the demo's flow
+process mid-SFT; within 10 s no process of its embedded Ray head, of its job or that the flow had started (the
+ephemeral Prefect API) is alive; the rerun takes the dead run's output slot over at once and resumes SFT from its
+checkpoint."""
 
 from __future__ import annotations
 

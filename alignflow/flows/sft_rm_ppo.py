@@ -4,13 +4,11 @@ Ray job through the stage runner (skipped when already committed, retried from i
     prefect deployment run 'sft-rm-ppo/tiny' --param ppo='{"advantage_estimator": "rloo", "n_samples_per_prompt": 4}'
 
 Parameters: the recipe (a folder of stage YAMLs: `sft.yaml`, `rm.yaml`, `ppo.yaml`,
-alignflow/tasks/orchestration/recipes.py;
-none: each stage's schema defaults), per stage overrides (any flag name of that stage), the store
-URI, the Ray address (none: a local head for this run), the run name. The RM stage trains from the
-SFT model; the PPO stage reads both from the store: the policy and reference from SFT, the reward
-model (and the critic's initialisation) from RM. Given
-PPO's reward (`ppo={"reward_pretrain": URI}`, `{"remote_rm_url": URL or reward_func.py}`), the flow
-trains no RM.
+alignflow/tasks/orchestration/recipes.py; none: each stage's schema defaults), per stage overrides (any flag name of
+that stage), the store URI, the Ray address (none: a local head for this run), the run name. The RM stage trains
+from the SFT model; the PPO stage reads both from the store: the policy and reference from SFT, the reward model
+(and the critic's initialisation) from RM. Given PPO's reward (`ppo={"reward_pretrain": URI}`, `{"remote_rm_url":
+URL or reward_func.py}`), the flow trains no RM.
 """
 
 from typing import Any

@@ -99,6 +99,8 @@ def _ephemeral_low() -> int:
 
 
 class RankActor:
+    """Base of every Ray actor that becomes a torch rank (wrapped with `ray.remote` by the placement layer)."""
+
     def landing(self) -> Landing:
         import ray
 

@@ -1,15 +1,13 @@
 """A killed flow leaves nothing running: the processes of its embedded Ray head, found by PID, stopped when
 the flow ends, however it ends.
 
-The flow stops its head in a `finally` (alignflow/tasks/cluster/ray_cluster.py, local_head), which a kill -9,
-an OOM kill or a
-lost container never runs: the head, its job and the job's ranks then train on and finish the stage with
-nobody watching (27 of 29 processes did, in an outside probe). So next to the head the flow starts this
-watchdog in a session of its own (a kill of the flow's process group leaves it): every second it
-notes the flow process's descendants (the ephemeral Prefect API server, `ray job` clients), every five the
-head's processes, and checks that the flow is alive; when it is gone, it kills all it knows at once (SIGKILL),
-then what started since, removes the head's temp dir and exits. The flow's own `finally` stops the
-watchdog first.
+The flow stops its head in a `finally` (alignflow/tasks/cluster/ray_cluster.py, local_head), which a kill -9, an OOM
+kill or a lost container never runs: the head, its job and the job's ranks then train on and finish the stage with
+nobody watching (27 of 29 processes did, in an outside probe). So next to the head the flow starts this watchdog in a
+session of its own (a kill of the flow's process group leaves it): every second it notes the flow process's
+descendants (the ephemeral Prefect API server, `ray job` clients), every five the head's processes, and checks that
+the flow is alive; when it is gone, it kills all it knows at once (SIGKILL), then what started since, removes the
+head's temp dir and exits. The flow's own `finally` stops the watchdog first.
 
     python -m alignflow.tasks.cluster.head_watchdog PARENT_PID TEMP_DIR GCS_PORT
 """
