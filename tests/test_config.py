@@ -10,7 +10,7 @@ import pytest
 from alignment.cli.common import argv_without_wandb_key
 from alignment.config import ConfigError, SFTConfig, config_to_argv, parse_args
 from alignment.config.base import public_dict
-from alignment.config.runs import WANDB_SWITCHES
+from alignment.config.tracking import WANDB_SWITCHES
 from tests.conftest import REPO, python_env
 
 # The SFT command line of OpenRLHF's README, only model and data paths changed.

@@ -137,6 +137,7 @@ def cli_flags(module: str) -> frozenset[str]:
             "alignment.config.stages",
             "alignment.config.tools",
             "alignment.config.inference",
+            "alignment.config.serving",
             "alignment.config.ppo",
         ):
             cls = getattr(importlib.import_module(home), m.group(1), None)

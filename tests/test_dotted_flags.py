@@ -13,7 +13,8 @@ import pytest
 from alignment.config import ConfigError, DPOConfig, KTOConfig, PPOConfig, RMConfig, SFTConfig, parse_args
 from alignment.config.cli import build_parser
 from alignment.config.dotted import spellings
-from alignment.config.inference import BatchInferenceConfig, ChatConfig, ServeRMConfig
+from alignment.config.inference import BatchInferenceConfig
+from alignment.config.serving import ChatConfig, ServeRMConfig
 from alignment.tiny_world.paths import tiny_dir
 from tests.conftest import REPO, losses, python_env, run_module
 

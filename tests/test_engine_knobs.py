@@ -52,7 +52,8 @@ def test_a_tensor_parallel_size_that_does_not_divide_the_ranks_is_one_line():
 def test_adam_eps_and_muon_momentum_reach_the_optimizer():
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
     named = [(f"model.layers.{n}", p) for n, p in model.named_parameters()]
-    adam = make_optimizer(named, parse_args(SFTConfig, [*SFT, "--adam.eps", "1e-5"]), "cpu")
+    cfg = parse_args(SFTConfig, [*SFT, "--adam.eps", "1e-5"])
+    adam = make_optimizer(named, cfg, "cpu", cfg.adam.lr)
     assert adam.param_groups[0]["eps"] == 1e-5
     ppo = parse_args(PPOConfig, ["--actor.model_name_or_path", "m", "--data.prompt_dataset", "p", "--reward.remote_url",
                                  "r.py", "--actor.adam.eps", "1e-6", "--critic.adam.eps", "1e-6"])  # fmt: skip

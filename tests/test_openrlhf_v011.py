@@ -17,7 +17,7 @@ import torch
 
 from alignment.config import DPOConfig, PPOConfig, RMConfig, SFTConfig, parse_args
 from alignment.config.cli import build_parser
-from alignment.config.inference import ServeRMConfig
+from alignment.config.serving import ServeRMConfig
 from alignment.tiny_world.paths import tiny_dir
 from tests.conftest import REPO, metric_rows
 from tests.openrlhf_v011_lines import LINES

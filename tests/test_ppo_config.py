@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from alignment.config import ConfigError, parse_args
-from alignment.config.ppo import ADVANTAGE_ESTIMATORS, PPOConfig
+from alignment.config.algorithm import ADVANTAGE_ESTIMATORS
+from alignment.config.ppo import PPOConfig
 
 BASE = ["--pretrain", "sft", "--reward_pretrain", "rm", "--prompt_data", "prompts.jsonl"]
 

@@ -201,7 +201,7 @@ def test_flow_parameters_are_typed_per_stage():
 
     schema = sft_rm_ppo_flow.parameters.model_dump()
     ppo = schema["definitions"]["PPOOverrides"]["properties"]
-    from alignment.config.ppo import ADVANTAGE_ESTIMATORS
+    from alignment.config.algorithm import ADVANTAGE_ESTIMATORS
 
     assert ppo["advantage_estimator"]["description"].endswith("(default: 'gae')")  # the schema's own default
     assert {"enum": list(ADVANTAGE_ESTIMATORS), "type": "string"} in ppo["advantage_estimator"]["anyOf"]

@@ -9,7 +9,7 @@ from typing import Callable
 
 from alignment.cli import interrupt
 from alignment.cli.disk import disk_full
-from alignment.config.runs import WANDB_SWITCHES
+from alignment.config.tracking import WANDB_SWITCHES
 from alignment.errors import EXIT_INPUT, EXIT_TRANSIENT, TransientError, UserError
 from alignment.lease import release_all
 from alignment.logs import setup_logging

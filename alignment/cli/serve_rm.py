@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from alignment.cli.common import run_main
 from alignment.config import parse_args
-from alignment.config.inference import ServeRMConfig
+from alignment.config.serving import ServeRMConfig
 
 log = logging.getLogger("alignment.serve_rm")
 

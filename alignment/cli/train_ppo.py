@@ -9,16 +9,22 @@ vLLM engines run with train_ppo_ray only.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 
 from alignment.cli.common import run_main
 from alignment.cli.preflight import check_outputs, check_reward_file
 from alignment.config import ConfigError, PPOConfig, parse_args
-from alignment.config.placement import PlacementConfig
-from alignment.config.sleep import SleepConfig
+from alignment.config.placement import PlacementActor, PlacementCritic, PlacementRef, PlacementReward, PlacementTrain
+from alignment.config.sleep import SleepDS, SleepVLLM
+from alignment.config.tree import flat_names
 
 log = logging.getLogger("alignment.train_ppo")
+
+
+# the flags of placement and sleep: what only train_ppo_ray does
+RAY_ONLY = flat_names(
+    PlacementActor, PlacementCritic, PlacementRef, PlacementReward, PlacementTrain, SleepVLLM, SleepDS
+)
 
 
 def refuse_ray_only(cfg: PPOConfig) -> None:
@@ -29,11 +35,8 @@ def refuse_ray_only(cfg: PPOConfig) -> None:
             "--vllm_num_engines: vLLM engines run with alignment.cli.train_ppo_ray; "
             "train_ppo generates with HF (drop the flag)"
         )
-    moved = [
-        f"--{f.name} {getattr(cfg, f.name)}"
-        for f in dataclasses.fields(PlacementConfig) + dataclasses.fields(SleepConfig)
-        if getattr(cfg, f.name) != f.default
-    ]
+    defaults = PPOConfig()
+    moved = [f"--{name} {getattr(cfg, name)}" for name in RAY_ONLY if getattr(cfg, name) != getattr(defaults, name)]
     if moved:
         raise ConfigError(
             f"{' '.join(moved)}: placement and sleep flags work with alignment.cli.train_ppo_ray; under "

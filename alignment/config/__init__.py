@@ -6,13 +6,16 @@ from alignment.config.checkpoints import CheckpointConfig
 from alignment.config.cli import config_to_argv, load_yaml, parse_args
 from alignment.config.distill import KDConfig, OPDConfig
 from alignment.config.evaluate import EvaluateConfig
-from alignment.config.groups import DataConfig, LoraConfig, ModelConfig
-from alignment.config.inference import BatchInferenceConfig, ChatConfig
+from alignment.config.groups import DataConfig, LoraConfig
+from alignment.config.inference import BatchInferenceConfig
+from alignment.config.model import ModelConfig
 from alignment.config.ppo import PPOConfig
 from alignment.config.preference import DPOConfig, KTOConfig, RMConfig
-from alignment.config.runs import LoggingConfig, TrainConfig
+from alignment.config.runs import TrainConfig
+from alignment.config.serving import ChatConfig
 from alignment.config.stages import PRMConfig, SFTConfig
 from alignment.config.tools import LoraCombinerConfig, TinyBaseConfig
+from alignment.config.tracking import LoggingConfig
 
 TrainerConfig = SFTConfig | RMConfig | DPOConfig | KTOConfig  # the stages alignment.trainers.base.Trainer runs
 TrainingConfig = TrainerConfig | PPOConfig  # every stage that builds DeepSpeed training engines

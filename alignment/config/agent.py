@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Optional
+from typing import Optional
 
 from alignment.config.base import opt, require
 
 
-@dataclass
-class AgentConfig:
-    own_group: ClassVar[str] = "train"
+@dataclass(frozen=True)
+class Agent:
+    """AgentConfig's settings under `train`."""
 
     agent_func_path: Optional[str] = opt(
         None,
@@ -35,6 +35,8 @@ class AgentConfig:
         "environments' steps go on (a slow step holds only its own episode; sampling then depends on timing)",
     )
 
+
+class AgentConfig:
     def check_agent(self) -> None:
         linger = self.agent_batch_linger_ms
         require(

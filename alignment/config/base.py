@@ -23,7 +23,7 @@ def opt(
     secret: bool = False,
     dotted: str | tuple[str, ...] | dict[str, str | tuple[str, ...]] = (),
     dotted_values: dict[str, Any] | None = None,
-    group: str | None = None,
+    flat: str | None = None,
 ) -> Any:
     """A config field and every fact about it: its default, the one-line help shown by --help, allowed
     values, and for the orchestrator: `identity` False when it does not change what the stage produces
@@ -34,8 +34,8 @@ def opt(
     {family: names} where a stage family spells it otherwise ({"": "model.model_name_or_path", "ppo":
     "actor.model_name_or_path"}; alignment.config.dotted); `dotted_values` maps the words a dotted flag
     takes to this field's value where OpenRLHF turned a switch into a setting (`--ds.param_dtype bf16` is `--bf16`).
-    `group`: where a field without a dotted name sits in the nested config when not in its class's
-    `own_group` (alignment.config.nested)."""
+    `flat`: the field's flat name (OpenRLHF <= 0.9's flag) where it differs from its name in its group
+    (alignment.config.tree)."""
     meta = {
         "help": help,
         "choices": choices,
@@ -45,7 +45,7 @@ def opt(
         "secret": secret,
         "dotted": dotted,
         "dotted_values": dotted_values,
-        "group": group,
+        "flat": flat,
     }
     if isinstance(default, (list, dict)):
         frozen = default

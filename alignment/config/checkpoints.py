@@ -4,18 +4,22 @@ cadence and retention. OpenRLHF's flat names (dotted: --ckpt.*)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Optional
+from typing import Optional
 
 from alignment.config.base import opt, require
 from alignment.config.paths import check_checkpoint_folder
 
 
-@dataclass
-class CheckpointConfig:
-    own_group: ClassVar[str] = "ckpt"
+@dataclass(frozen=True)
+class Checkpoints:
+    """CheckpointConfig's settings under `ckpt`."""
 
-    save_path: str = opt(
-        "./ckpt", "Where the final HF-format model goes (local path or s3://)", identity=False, dotted="ckpt.output_dir"
+    output_dir: str = opt(
+        "./ckpt",
+        "Where the final HF-format model goes (local path or s3://)",
+        identity=False,
+        dotted="ckpt.output_dir",
+        flat="save_path",
     )
     save_steps: int = opt(
         -1,
@@ -29,34 +33,49 @@ class CheckpointConfig:
         "last one (0: off). A flow stage with neither set checkpoints every 30 minutes",
         identity=False,
     )
-    ckpt_path: str = opt(
-        "./ckpt/checkpoints", "Where resumable checkpoints go (local path or s3://)", identity=False, dotted="ckpt.path"
+    path: str = opt(
+        "./ckpt/checkpoints",
+        "Where resumable checkpoints go (local path or s3://)",
+        identity=False,
+        dotted="ckpt.path",
+        flat="ckpt_path",
     )
-    load_checkpoint: bool = opt(
+    load_enable: bool = opt(
         False,
         "Resume from the newest committed checkpoint under --ckpt_path",
         identity=False,
         dotted="ckpt.load_enable",
+        flat="load_checkpoint",
     )
-    max_ckpt_num: int = opt(3, "Keep this many resumable checkpoints", identity=False, dotted="ckpt.max_num")
-    max_ckpt_mem: Optional[float] = opt(
+    max_num: int = opt(
+        3, "Keep this many resumable checkpoints", identity=False, dotted="ckpt.max_num", flat="max_ckpt_num"
+    )
+    max_mem: Optional[float] = opt(
         None,
         "Also keep the checkpoints within this many GB, deleting the oldest first (the newest always stays; "
         "unset: no limit)",
         identity=False,
         dotted="ckpt.max_mem",
+        flat="max_ckpt_mem",
     )
-    disable_ds_ckpt: bool = opt(
-        False, "Don't write resumable checkpoints (final model only)", identity=False, dotted="ckpt.disable_ds"
+    disable_ds: bool = opt(
+        False,
+        "Don't write resumable checkpoints (final model only)",
+        identity=False,
+        dotted="ckpt.disable_ds",
+        flat="disable_ds_ckpt",
     )
-    save_hf_ckpt: bool = opt(
+    save_hf: bool = opt(
         False,
         "Also save an HF-format copy of the model (PPO: the actor) in every checkpoint, "
         "as <ckpt>/global_step<N>/<role>/hf/, committed and verified with it",
         identity=False,
         dotted="ckpt.save_hf",
+        flat="save_hf_ckpt",
     )
 
+
+class CheckpointConfig:
     def check_checkpoint(self) -> None:
         require(self.max_ckpt_num >= 1, f"--max_ckpt_num {self.max_ckpt_num}: must be >= 1")
         require(

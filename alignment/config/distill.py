@@ -8,35 +8,50 @@ from dataclasses import dataclass
 from typing import ClassVar, Optional
 
 from alignment.config.base import opt, require
+from alignment.config.engine_knobs import EngineKnobsData
+from alignment.config.groups import Data, PromptFormat
+from alignment.config.model import ModelData
 from alignment.config.stages import SFTConfig
+from alignment.config.tree import group, stage
+from alignment.config.vision import VisionData
 
 
-@dataclass
-class TeacherConfig:
-    teacher_model: Optional[str] = opt(
+@dataclass(frozen=True)
+class Teacher:
+    """TeacherConfig's settings under `teacher`."""
+
+    model_name_or_path: Optional[str] = opt(
         None,
         "The teacher: HF model directory, store URI or hub name, with the "
         "student's tokenizer (its vocabulary is checked before weights load)",
         path="model",
         dotted="teacher.model_name_or_path",
+        flat="teacher_model",
     )
-    teacher_offload: bool = opt(
-        False, "Keep the frozen teacher in CPU memory (its forward runs there)", dotted="teacher.offload"
+    offload: bool = opt(
+        False,
+        "Keep the frozen teacher in CPU memory (its forward runs there)",
+        dotted="teacher.offload",
+        flat="teacher_offload",
     )
-    teacher_num_nodes: int = opt(
+    num_nodes: int = opt(
         0,
         "Put the teacher on its own Ray group of this many nodes x --teacher_num_gpus_per_node replicas, "
         "each rank asking one of them for its logits (0: every rank holds a copy of the teacher)",
         dotted="teacher.num_nodes",
         identity=False,
+        flat="teacher_num_nodes",
     )
-    teacher_num_gpus_per_node: int = opt(
+    num_gpus_per_node: int = opt(
         1,
         "Teacher replicas per node of its own group (one GPU, or one CPU, each)",
         dotted="teacher.num_gpus_per_node",
         identity=False,
+        flat="teacher_num_gpus_per_node",
     )
 
+
+class TeacherConfig:
     def check_teacher_model(self) -> None:
         require(
             bool(self.teacher_model),
@@ -54,18 +69,25 @@ class TeacherConfig:
         )
 
 
-@dataclass
-class KDConfig(TeacherConfig, SFTConfig):
-    """Knowledge distillation: SFT on the data plus the teacher's next-token distributions on the response
-    tokens (`python -m alignment.cli.train_kd`)."""
-
-    own_group: ClassVar[str] = "kd"
+@dataclass(frozen=True)
+class KD:
+    """KDConfig's settings under `kd`."""
 
     kd_coef: float = opt(
         0.4,
         "loss = (1 - kd_coef) x NLL + kd_coef x KD, KD the cross-entropy of the student's "
         "next-token distribution against the teacher's (forward KL + the teacher's entropy)",
     )
+
+
+@stage
+class KDConfig(TeacherConfig, SFTConfig):
+    """Knowledge distillation: SFT on the data plus the teacher's next-token distributions on the response
+    tokens (`python -m alignment.cli.train_kd`)."""
+
+    # SFT's groups, and these
+    teacher = group(Teacher)
+    kd = group(KD)
 
     def check_kd(self) -> None:
         require(
@@ -74,9 +96,9 @@ class KDConfig(TeacherConfig, SFTConfig):
         )
 
 
-@dataclass
-class OnPolicyConfig:
-    """What the student samples and how the teacher grades it (OpenRLHF's --generate.* and --opd.*)."""
+@dataclass(frozen=True)
+class OnPolicyData:
+    """OnPolicyConfig's settings under `data`."""
 
     label_key: Optional[str] = opt(
         None,
@@ -87,10 +109,17 @@ class OnPolicyConfig:
     prompt_max_len: int = opt(
         1024, "Prompts longer than this (in tokens) are dropped, counted and reported", dotted="data.prompt_max_len"
     )
-    generate_max_len: int = opt(
+
+
+@dataclass(frozen=True)
+class OnPolicyGenerate:
+    """OnPolicyConfig's settings under `generate`."""
+
+    max_new_tokens: int = opt(
         1024,
         "Most new tokens the student samples per prompt (responses are also cut so prompt + response <= --max_len)",
         dotted="generate.max_new_tokens",
+        flat="generate_max_len",
     )
     temperature: float = opt(1.0, "Sampling temperature of the student's responses", dotted="generate.temperature")
     top_p: float = opt(
@@ -98,21 +127,36 @@ class OnPolicyConfig:
         "Nucleus sampling; must be 1.0 with --opd_topk 0 (the estimator needs the student's own distribution)",
         dotted="generate.top_p",
     )
-    opd_topk: int = opt(
+
+
+@dataclass(frozen=True)
+class OnPolicy:
+    """OnPolicyConfig's settings under `opd`."""
+
+    topk: int = opt(
         0,
         "0: reverse KL on the sampled tokens (a score-function estimator); K > 0: reverse KL "
         "over the student's top-K tokens at each position plus one bucket for the rest",
         dotted="opd.topk",
+        flat="opd_topk",
     )
-    opd_kl_estimator: str = opt(
+    kl_estimator: str = opt(
         "k3",
         "How the sampled-token KL is logged (k1, k2, k3); the gradient is the reverse-KL score function either way",
         choices=("k1", "k2", "k3"),
         dotted="opd.kl_estimator",
+        flat="opd_kl_estimator",
     )
-    opd_kd_temperature: float = opt(
-        1.0, "Softmax temperature of both models' logits in the top-K KL", dotted="opd.kd_temperature"
+    kd_temperature: float = opt(
+        1.0,
+        "Softmax temperature of both models' logits in the top-K KL",
+        dotted="opd.kd_temperature",
+        flat="opd_kd_temperature",
     )
+
+
+class OnPolicyConfig:
+    """What the student samples and how the teacher grades it (OpenRLHF's --generate.* and --opd.*)."""
 
     def check_on_policy(self) -> None:
         require(
@@ -130,12 +174,23 @@ class OnPolicyConfig:
         require(self.opd_kd_temperature > 0, f"--opd_kd_temperature {self.opd_kd_temperature}: must be > 0")
 
 
-@dataclass
+@dataclass(frozen=True)
+class OPDData(OnPolicyData, VisionData, EngineKnobsData, Data, PromptFormat, ModelData):
+    pass
+
+
+@stage
 class OPDConfig(OnPolicyConfig, TeacherConfig, SFTConfig):
     """On-policy distillation (`python -m alignment.cli.train_opd`): the student samples responses to the
     prompts of --dataset and learns to lower its reverse KL to the teacher on them."""
 
     dotted_family: ClassVar[str] = "opd"  # --data.prompt_dataset names --dataset here
+
+    # SFT's groups, but for these
+    data = group(OPDData)
+    teacher = group(Teacher)
+    generate = group(OnPolicyGenerate)
+    opd = group(OnPolicy)
 
     def check_opd(self) -> None:
         require(

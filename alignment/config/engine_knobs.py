@@ -6,14 +6,14 @@ Part of every training stage's TrainConfig."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Optional
+from typing import Optional
 
 from alignment.config.base import opt, require
 
 
-@dataclass
-class EngineKnobsConfig:
-    own_group: ClassVar[str] = "ds"
+@dataclass(frozen=True)
+class EngineKnobs:
+    """EngineKnobsConfig's settings under `ds`."""
 
     overlap_comm: bool = opt(
         False, "DeepSpeed ZeRO: overlap gradient reduction with the backward pass", dotted="ds.overlap_comm"
@@ -36,18 +36,32 @@ class EngineKnobsConfig:
         "Liger's Triton kernels for the model's layers and loss; needs CUDA GPUs and liger-kernel",
         dotted="ds.use_liger_kernel",
     )
-    ds_tensor_parallel_size: int = opt(
+    tensor_parallel_size: int = opt(
         1,
         "DeepSpeed AutoTP: split each layer's weights over this many consecutive ranks, which then see the same "
         "batches (1: off); --train_batch_size counts data-parallel replicas, as in OpenRLHF",
         dotted="ds.tensor_parallel_size",
+        flat="ds_tensor_parallel_size",
     )
-    full_determinism: bool = opt(
+
+
+@dataclass(frozen=True)
+class EngineKnobsTrain:
+    """EngineKnobsConfig's settings under `train`."""
+
+    full_determinism_enable: bool = opt(
         False,
         "Deterministic kernels everywhere (transformers' enable_full_determinism: torch's deterministic "
         "algorithms, cuBLAS workspace, seeded RNGs); slower",
         dotted="train.full_determinism_enable",
+        flat="full_determinism",
     )
+
+
+@dataclass(frozen=True)
+class EngineKnobsData:
+    """EngineKnobsConfig's settings under `data`."""
+
     dataloader_num_workers: int = opt(
         0,
         "OpenRLHF's DataLoader workers. Rows are tokenized ahead into 🤗 datasets' cache (--dataset_num_proc "
@@ -57,6 +71,8 @@ class EngineKnobsConfig:
         dotted="data.dataloader_num_workers",
     )
 
+
+class EngineKnobsConfig:
     def check_engine_knobs(self) -> None:
         require(
             self.dataloader_num_workers >= 0, f"--dataloader_num_workers {self.dataloader_num_workers}: must be >= 0"

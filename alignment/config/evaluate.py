@@ -5,16 +5,18 @@ store like every other stage, and read by the flows' promotion gates and compari
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Optional
+from typing import Optional
 
 from alignment.config.base import opt, require
-from alignment.config.groups import DataConfig, ModelConfig
-from alignment.config.inference import CsftPromptConfig
-from alignment.config.preference import PairDataConfig
-from alignment.config.rewards import RewardSourceConfig
-from alignment.config.runs import RanksConfig
+from alignment.config.groups import Data, DataConfig, EvalDataset, PromptFormat
+from alignment.config.inference import BatchInferenceDS, BatchInferenceModel, CsftPrompt, CsftPromptConfig
+from alignment.config.model import ModelConfig, ModelData
+from alignment.config.pairs import PairData, PairDataConfig
+from alignment.config.rewards import RewardSource, RewardSourceConfig
+from alignment.config.runs import Ranks, RanksConfig
 from alignment.config.stages import StageConfig
-from alignment.config.vision import VisionDataConfig
+from alignment.config.tree import group, stage
+from alignment.config.vision import VisionData, VisionDataConfig
 
 # eval_task -> the metrics it commits
 EVAL_METRICS = {
@@ -33,18 +35,9 @@ HIGHER_IS_BETTER = {
 }
 
 
-@dataclass
-class EvaluateConfig(
-    VisionDataConfig,
-    CsftPromptConfig,
-    RewardSourceConfig,
-    PairDataConfig,
-    RanksConfig,
-    DataConfig,
-    ModelConfig,
-    StageConfig,
-):
-    own_group: ClassVar[str] = "eval"
+@dataclass(frozen=True)
+class EvaluateEvalOwn:
+    """EvaluateConfig's settings under `eval`."""
 
     eval_task: str = opt(
         "generate",
@@ -55,24 +48,94 @@ class EvaluateConfig(
         "--pretrain's perplexity on the --output_key responses",
         choices=tuple(EVAL_METRICS),
     )
-    output_path: str = opt(
-        "./evaluation",
-        "Output directory (local or s3://): evaluation.json + MANIFEST.json",
-        identity=False,
-        group="ckpt",
-    )
-    max_new_tokens: int = opt(256, "generate: most new tokens per response", dotted="generate.max_new_tokens")
-    prompt_max_len: int = opt(
-        1024, "Prompts longer than this (tokens) are dropped, counted and reported", dotted="data.prompt_max_len"
-    )
-    micro_batch_size: int = opt(32, "Rows per forward or generate call", group="generate")
-    label_key: Optional[str] = opt(None, "JSON key passed as `labels` to a reward_func / reward server", group="data")
     correct_reward: float = opt(
         1.0,
         "generate: a response counts as right (accuracy) when its reward is at least "
         "this (1.0 for a 0/1 verifiable reward)",
     )
-    num_threads: int = opt(0, "CPU threads per rank (0: cores / ranks on this node)", identity=False, group="train")
+
+
+@dataclass(frozen=True)
+class EvaluateCkpt:
+    """EvaluateConfig's settings under `ckpt`."""
+
+    output_path: str = opt(
+        "./evaluation",
+        "Output directory (local or s3://): evaluation.json + MANIFEST.json",
+        identity=False,
+    )
+
+
+@dataclass(frozen=True)
+class EvaluateGenerateOwn:
+    """EvaluateConfig's settings under `generate`."""
+
+    max_new_tokens: int = opt(256, "generate: most new tokens per response", dotted="generate.max_new_tokens")
+    micro_batch_size: int = opt(
+        32,
+        "Rows per forward or generate call",
+    )
+
+
+@dataclass(frozen=True)
+class EvaluateDataOwn:
+    """EvaluateConfig's settings under `data`."""
+
+    prompt_max_len: int = opt(
+        1024, "Prompts longer than this (tokens) are dropped, counted and reported", dotted="data.prompt_max_len"
+    )
+    label_key: Optional[str] = opt(
+        None,
+        "JSON key passed as `labels` to a reward_func / reward server",
+    )
+
+
+@dataclass(frozen=True)
+class EvaluateTrain:
+    """EvaluateConfig's settings under `train`."""
+
+    num_threads: int = opt(
+        0,
+        "CPU threads per rank (0: cores / ranks on this node)",
+        identity=False,
+    )
+
+
+@dataclass(frozen=True)
+class EvaluateData(EvaluateDataOwn, VisionData, PairData, Data, PromptFormat, ModelData):
+    pass
+
+
+@dataclass(frozen=True)
+class EvaluateEval(EvaluateEvalOwn, EvalDataset):
+    pass
+
+
+@dataclass(frozen=True)
+class EvaluateGenerate(EvaluateGenerateOwn, CsftPrompt):
+    pass
+
+
+@stage
+class EvaluateConfig(
+    VisionDataConfig,
+    CsftPromptConfig,
+    RewardSourceConfig,
+    PairDataConfig,
+    RanksConfig,
+    DataConfig,
+    ModelConfig,
+    StageConfig,
+):
+    model = group(BatchInferenceModel)
+    ds = group(BatchInferenceDS)
+    data = group(EvaluateData)
+    eval = group(EvaluateEval)
+    ranks = group(Ranks)
+    reward = group(RewardSource)
+    generate = group(EvaluateGenerate)
+    ckpt = group(EvaluateCkpt)
+    train = group(EvaluateTrain)
 
     def metrics(self) -> tuple[str, ...]:
         return EVAL_METRICS[self.eval_task]

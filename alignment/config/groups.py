@@ -1,144 +1,32 @@
-"""Flag groups shared by the stages: the model, LoRA, the data. Names are OpenRLHF's flat flag names
-(how a run runs — ranks, optimizer, checkpoints, logging — is in config/runs.py).
+"""Groups shared by the stages: LoRA (`ds.lora`), packing, the prompt format and the data (`data`, `eval`)
+(the model: config/model.py; how a run runs: config/runs.py).
 
-Each group checks its own values in `check_<group>()`; a stage's `validate()` runs them all,
-before any model or dataset is loaded.
+Each group is declared beside the class whose `check_<concern>()` checks it; a stage's `validate()` runs them
+all, before any model or dataset is loaded.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import math
 from dataclasses import dataclass
-from typing import ClassVar, Optional
+from typing import Optional
 
 from alignment.config.base import ConfigError, opt, require
 
 
-@dataclass
-class ModelConfig:
-    own_group: ClassVar[str] = "model"
+@dataclass(frozen=True)
+class Lora:
+    """LoraConfig's settings under `ds.lora`."""
 
-    pretrain: Optional[str] = opt(
-        None,
-        "HF model directory, store URI (s3://...) or hub name to start from",
-        path="model",
-        dotted={"": "model.model_name_or_path", "ppo": "actor.model_name_or_path"},
-    )
-    trust_remote_code: bool = opt(
-        False,
-        "Let transformers run the model repo's own Python code (custom architectures); "
-        "only for models whose code you trust",
-    )
-    revision: Optional[str] = opt(
-        None,
-        "Hub revision of --pretrain (branch, tag or commit sha) to pin; part of the "
-        "stage identity, so a flow reruns the stage when it changes",
-    )
-    bf16: bool = opt(
-        False,
-        "Train in bfloat16. On CPUs without native bf16 the math runs in fp32 (logged once)",
-        dotted="ds.param_dtype",
-        dotted_values={"bf16": True},
-    )
-    flash_attn: bool = opt(
-        False,
-        "Use flash-attention 2 (--attn_implementation flash_attention_2); falls back to PyTorch SDPA (logged "
-        "once) where flash-attn is missing",
-    )
-    attn_implementation: Optional[str] = opt(
-        None,
-        "The attention kernel: flash_attention_2 (as --flash_attn), sdpa (PyTorch's, the default) or eager "
-        "(plain PyTorch ops: what some vision-language models need)",
-        choices=("flash_attention_2", "sdpa", "eager"),
-        dotted="ds.attn_implementation",
-    )
-    gradient_checkpointing: bool = opt(
-        False,
-        "Recompute activations in backward to save memory",
-        dotted={"": "model.gradient_checkpointing_enable", "ppo": "actor.gradient_checkpointing_enable"},
-    )
-    gradient_checkpointing_use_reentrant: bool = opt(
-        False,
-        "Use the reentrant checkpointing variant",
-        dotted={"": "model.gradient_checkpointing_reentrant", "ppo": "actor.gradient_checkpointing_reentrant"},
-    )
-    load_in_4bit: bool = opt(
-        False, "QLoRA: load the base in 4 bit (needs bitsandbytes and a CUDA GPU)", dotted="ds.load_in_4bit"
-    )
-    disable_fast_tokenizer: bool = opt(False, "Use the slow (Python) tokenizer", dotted="data.disable_fast_tokenizer")
-    tokenizer_chat_template: Optional[str] = opt(
-        None, "Jinja chat template overriding the tokenizer's own", dotted="data.tokenizer_chat_template"
-    )
-    experts_implementation: Optional[str] = opt(
-        None,
-        "How a mixture-of-experts model computes its experts (transformers' experts_implementation; unset: "
-        "transformers' choice)",
-        choices=("eager", "batched_mm", "grouped_mm", "deepgemm"),
-        dotted="ds.experts_implementation",
-    )
-    use_ms: bool = opt(
-        False,
-        "Load models and tokenizers by name from ModelScope's hub instead of Hugging Face's (needs the "
-        "modelscope package)",
-        group="model",
-    )
-    ring_attn_size: int = opt(
-        1,
-        "Ring attention: split each sequence across this many GPUs (1: off). Needs CUDA and ring-flash-attn",
-        dotted="ds.ring_attn_size",
-    )
-    ring_head_stride: int = opt(
-        1, "Ring attention: attention heads processed per communication step", dotted="ds.ring_attn_head_stride"
-    )
-
-    def attention(self) -> str:
-        """The attention kernel asked for (alignment.models.precision.attn_implementation decides what runs)."""
-        return self.attn_implementation or ("flash_attention_2" if self.flash_attn else "sdpa")
-
-    def resolve_attention(self) -> None:
-        """One spelling per kernel: --attn_implementation flash_attention_2 is --flash_attn, sdpa is the
-        default (so the dotted and the flat line parse to one config); only eager stays spelled out."""
-        if self.attn_implementation == "eager":
-            require(
-                not self.flash_attn,
-                "--flash_attn and --attn_implementation eager ask for two attention kernels: drop one",
-            )
-        elif self.attn_implementation is not None:
-            self.flash_attn = self.attn_implementation == "flash_attention_2"
-            self.attn_implementation = None
-
-    def check_modelscope(self) -> None:
-        require(
-            not self.use_ms or importlib.util.find_spec("modelscope") is not None,
-            "--use_ms needs the modelscope package (pip install modelscope); or drop it to load from Hugging Face",
-        )
-
-    def check_model(self) -> None:
-        require(bool(self.pretrain), "--pretrain is required: pass a model directory, s3:// URI or hub name")
-        require(
-            not self.revision or not (self.pretrain.startswith(("/", ".", "~")) or "://" in self.pretrain),
-            f"--revision {self.revision}: --pretrain {self.pretrain} is a directory or store URI, not a hub name; "
-            f"drop --revision (it pins a Hugging Face hub model)",
-        )
-        require(self.ring_attn_size >= 1, f"--ring_attn_size {self.ring_attn_size}: must be >= 1 (1 turns it off)")
-        require(self.ring_head_stride >= 1, f"--ring_head_stride {self.ring_head_stride}: must be >= 1")
-        if self.load_in_4bit and hasattr(self, "lora_rank"):  # training: 4-bit weights are frozen, so LoRA
-            require(
-                self.lora_rank > 0,
-                "--load_in_4bit trains LoRA adapters on a frozen 4-bit base (QLoRA): also pass --lora_rank, e.g. 64",
-            )
-
-
-@dataclass
-class LoraConfig:
-    lora_rank: int = opt(0, "LoRA rank; 0 trains all weights", dotted="ds.lora.rank")
-    lora_alpha: int = opt(16, "LoRA scaling alpha", dotted="ds.lora.alpha")
-    lora_dropout: float = opt(0.0, "LoRA dropout", dotted="ds.lora.dropout")
+    rank: int = opt(0, "LoRA rank; 0 trains all weights", dotted="ds.lora.rank", flat="lora_rank")
+    alpha: int = opt(16, "LoRA scaling alpha", dotted="ds.lora.alpha", flat="lora_alpha")
+    dropout: float = opt(0.0, "LoRA dropout", dotted="ds.lora.dropout", flat="lora_dropout")
     target_modules: list[str] = opt(
         ["all-linear"], "Modules that get LoRA adapters (names, or all-linear)", dotted="ds.lora.target_modules"
     )
 
+
+class LoraConfig:
     def check_lora(self) -> None:
         require(self.lora_rank >= 0, f"--lora_rank {self.lora_rank}: must be >= 0 (0 disables LoRA)")
         # the adapters' output is scaled by alpha/rank: alpha 0 trains adapters that change nothing
@@ -150,12 +38,9 @@ class LoraConfig:
         require(0.0 <= self.lora_dropout < 1.0, f"--lora_dropout {self.lora_dropout}: must be in [0, 1)")
 
 
-@dataclass
-class LoraSaveConfig:
-    """How a LoRA-trained policy is saved (SFT, DPO, KTO, PPO). A reward model is always saved merged:
-    its config.json carries the reward's normalisation, which an adapter folder has no place for."""
-
-    own_group: ClassVar[str] = "ds.lora"
+@dataclass(frozen=True)
+class LoraSave:
+    """LoraSaveConfig's settings under `ds.lora`."""
 
     merge_lora: bool = opt(
         False,
@@ -166,8 +51,15 @@ class LoraSaveConfig:
     )
 
 
-@dataclass
-class PackingConfig:
+class LoraSaveConfig:
+    """How a LoRA-trained policy is saved (SFT, DPO, KTO, PPO). A reward model is always saved merged:
+    its config.json carries the reward's normalisation, which an adapter folder has no place for."""
+
+
+@dataclass(frozen=True)
+class Packing:
+    """PackingConfig's settings under `ds`."""
+
     packing_samples: bool = opt(
         False,
         "Pack several samples into one row for the training forward passes, keeping "
@@ -183,9 +75,9 @@ DATASET_NUM_PROC_HELP = (
 )
 
 
-@dataclass
-class PromptFormatConfig:
-    """How a row's prompt becomes text (every stage that reads prompts: SFT, RM, DPO, KTO, PPO, batch inference)."""
+@dataclass(frozen=True)
+class PromptFormat:
+    """PromptFormatConfig's settings under `data`."""
 
     input_key: str = opt(
         "input", "JSON key of the prompt / conversation (a string or a list of messages)", dotted="data.input_key"
@@ -196,6 +88,10 @@ class PromptFormatConfig:
     apply_chat_template: bool = opt(
         False, "Render prompts with the tokenizer's chat template", dotted="data.apply_chat_template"
     )
+
+
+class PromptFormatConfig:
+    """How a row's prompt becomes text (every stage that reads prompts: SFT, RM, DPO, KTO, PPO, batch inference)."""
 
     def check_prompt_format(self) -> None:
         require(
@@ -217,9 +113,9 @@ class PromptFormatConfig:
                 ) from None
 
 
-@dataclass
-class DataConfig(PromptFormatConfig, PackingConfig):
-    own_group: ClassVar[str] = "data"
+@dataclass(frozen=True)
+class Data:
+    """DataConfig's settings under `data`."""
 
     dataset: Optional[str] = opt(
         None,
@@ -235,10 +131,6 @@ class DataConfig(PromptFormatConfig, PackingConfig):
     dataset_split: str = opt(
         "train", "Split to train on", dotted={"": "data.dataset_split", "opd": "data.prompt_split"}
     )
-    eval_dataset: Optional[str] = opt(
-        None, "Evaluation dataset (same forms as --dataset)", path="data", dotted="eval.dataset"
-    )
-    eval_split: str = opt("test", "Split to evaluate on", dotted="eval.split")
     max_samples: int = opt(
         100_000_000, "Use at most this many samples from the (mixed) dataset", dotted="data.max_samples"
     )
@@ -250,12 +142,31 @@ class DataConfig(PromptFormatConfig, PackingConfig):
     multiturn: bool = opt(
         False, "Train on every assistant turn of the conversation in --input_key", dotted="data.multiturn"
     )
-    pretrain_mode: bool = opt(
+
+
+@dataclass(frozen=True)
+class EvalDataset:
+    """DataConfig's settings under `eval`."""
+
+    dataset: Optional[str] = opt(
+        None, "Evaluation dataset (same forms as --dataset)", path="data", dotted="eval.dataset", flat="eval_dataset"
+    )
+    split: str = opt("test", "Split to evaluate on", dotted="eval.split", flat="eval_split")
+
+
+@dataclass(frozen=True)
+class PretrainMode:
+    """DataConfig's settings under `model`."""
+
+    pretrain_mode_enable: bool = opt(
         False,
         "Loss on every token (continued pre-training), not only the response",
         dotted="model.pretrain_mode_enable",
+        flat="pretrain_mode",
     )
 
+
+class DataConfig(PromptFormatConfig):
     def check_data(self) -> None:
         require(bool(self.dataset), "--dataset is required: pass a .jsonl file, json@DIR or a hub name")
         require(self.max_len > 1, f"--max_len {self.max_len}: must be > 1")

@@ -1,27 +1,26 @@
-"""Inference configs: `python -m alignment.cli.batch_inference` (generate and/or score, then post-process)
-and `python -m alignment.cli.interactive_chat`."""
+"""Batch inference's config: `python -m alignment.cli.batch_inference` (generate and/or score, then
+post-process); chat and the reward server: config/serving.py."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Optional
+from typing import Optional
 
 from alignment.config.base import opt, require
-from alignment.config.groups import DataConfig, ModelConfig
-from alignment.config.rewards import RewardSourceConfig
-from alignment.config.runs import RanksConfig
+from alignment.config.groups import Data, DataConfig, EvalDataset, Packing, PretrainMode, PromptFormat
+from alignment.config.model import Model, ModelConfig, ModelData, ModelDS
+from alignment.config.rewards import RewardSource, RewardSourceConfig, RewardSourceDS
+from alignment.config.runs import Ranks, RanksConfig
 from alignment.config.stages import StageConfig
+from alignment.config.tree import group, stage
 
 EVAL_TASKS = ("generate", "generate_vllm", "rm")
 POST_PROCESSOR_NAMES = ("rs", "iter_dpo", "csft")  # alignment.inference.postprocess.POST_PROCESSORS
 
 
-@dataclass
-class CsftPromptConfig:
-    """The conditional-SFT prefix (OpenRLHF's csft): how the csft post-processor writes a row's score before
-    its prompt, and how generation or a held-out evaluation asks a conditional-SFT model for a score."""
-
-    own_group: ClassVar[str] = "generate"
+@dataclass(frozen=True)
+class CsftPrompt:
+    """CsftPromptConfig's settings under `generate`."""
 
     csft_prompt: str = opt("<rm_score>: {reward:.1f} ", "csft: prefix template, formatted with the reward")
     enable_csft: bool = opt(
@@ -35,6 +34,11 @@ class CsftPromptConfig:
         "training data, e.g. 1.0 for the tiny world's rule reward)",
     )
 
+
+class CsftPromptConfig:
+    """The conditional-SFT prefix (OpenRLHF's csft): how the csft post-processor writes a row's score before
+    its prompt, and how generation or a held-out evaluation asks a conditional-SFT model for a score."""
+
     def check_csft_prompt(self) -> None:
         try:
             self.csft_prompt.format(reward=1.0)
@@ -42,32 +46,41 @@ class CsftPromptConfig:
             require(False, f"--csft_prompt {self.csft_prompt!r}: must format with only {{reward}} ({e})")
 
 
-@dataclass
-class BatchInferenceConfig(CsftPromptConfig, RewardSourceConfig, RanksConfig, DataConfig, ModelConfig, StageConfig):
-    own_group: ClassVar[str] = "generate"
+@dataclass(frozen=True)
+class BatchInferenceEvalOwn:
+    """BatchInferenceConfig's settings under `eval`."""
 
     eval_task: str = opt(
         "generate",
         "generate (HF engine) / generate_vllm (vLLM engine): sample responses to "
         "--dataset prompts; rm: score (prompt, response) rows",
         choices=EVAL_TASKS,
-        group="eval",
     )
+
+
+@dataclass(frozen=True)
+class BatchInferenceCkpt:
+    """BatchInferenceConfig's settings under `ckpt`."""
+
     output_path: str = opt(
         "./batch_inference",
         "Output directory (local or s3://): output.jsonl + MANIFEST.json",
         identity=False,
-        group="ckpt",
     )
+
+
+@dataclass(frozen=True)
+class BatchInferenceGenerateOwn:
+    """BatchInferenceConfig's settings under `generate`."""
+
     best_of_n: int = opt(1, "Responses sampled per prompt")
     max_new_tokens: int = opt(1024, "Most new tokens per response", dotted="generate.max_new_tokens")
-    prompt_max_len: int = opt(
-        1024, "Prompts longer than this (tokens) are dropped, counted and reported", dotted="data.prompt_max_len"
-    )
     temperature: float = opt(1.0, "Sampling temperature", dotted="generate.temperature")
     top_p: float = opt(1.0, "Nucleus sampling", dotted="generate.top_p")
-    micro_batch_size: int = opt(16, "Prompts per generate/score call", group="generate")
-    label_key: Optional[str] = opt(None, "JSON key passed as `labels` to a reward_func / reward server", group="data")
+    micro_batch_size: int = opt(
+        16,
+        "Prompts per generate/score call",
+    )
     post_processor: Optional[str] = opt(
         None,
         "rs: best response per prompt (SFT data); iter_dpo: best/worst "
@@ -79,21 +92,101 @@ class BatchInferenceConfig(CsftPromptConfig, RewardSourceConfig, RanksConfig, Da
         "rs: keep a prompt's best response only if its reward is at least "
         "this (default: always keep it, as OpenRLHF)",
     )
-    rollout_batch_size: int = opt(
+    iter: int = opt(0, "Round index for --rollout_batch_size (OpenRLHF's iterative DPO passes the round number)")
+
+
+@dataclass(frozen=True)
+class BatchInferenceDataOwn:
+    """BatchInferenceConfig's settings under `data`."""
+
+    prompt_max_len: int = opt(
+        1024, "Prompts longer than this (tokens) are dropped, counted and reported", dotted="data.prompt_max_len"
+    )
+    label_key: Optional[str] = opt(
+        None,
+        "JSON key passed as `labels` to a reward_func / reward server",
+    )
+
+
+@dataclass(frozen=True)
+class BatchInferenceRollout:
+    """BatchInferenceConfig's settings under `rollout`."""
+
+    batch_size: int = opt(
         0,
         "Prompts per round of an iterative pipeline: this round takes rows "
         "[iter*N, (iter+1)*N) of the dataset, wrapping around (0: every row, up to --max_samples)",
         dotted="rollout.batch_size",
+        flat="rollout_batch_size",
     )
-    iter: int = opt(0, "Round index for --rollout_batch_size (OpenRLHF's iterative DPO passes the round number)")
-    vllm_num_engines: int = opt(
+
+
+@dataclass(frozen=True)
+class BatchInferenceVLLM:
+    """BatchInferenceConfig's settings under `vllm`."""
+
+    num_engines: int = opt(
         0,
         "--eval_task generate_vllm: vLLM engines, one rank (GPU) each, each generating "
         "its share of the prompts (0: --num_nodes x --num_gpus_per_node ranks)",
         dotted="vllm.num_engines",
+        flat="vllm_num_engines",
     )
-    seed: int = opt(42, "Sampling seed", group="train")
-    num_threads: int = opt(0, "CPU threads per rank (0: cores / ranks on this node)", identity=False, group="train")
+
+
+@dataclass(frozen=True)
+class BatchInferenceTrain:
+    """BatchInferenceConfig's settings under `train`."""
+
+    seed: int = opt(
+        42,
+        "Sampling seed",
+    )
+    num_threads: int = opt(
+        0,
+        "CPU threads per rank (0: cores / ranks on this node)",
+        identity=False,
+    )
+
+
+@dataclass(frozen=True)
+class BatchInferenceModel(PretrainMode, Model):
+    pass
+
+
+@dataclass(frozen=True)
+class BatchInferenceDS(RewardSourceDS, Packing, ModelDS):
+    pass
+
+
+@dataclass(frozen=True)
+class BatchInferenceData(BatchInferenceDataOwn, Data, PromptFormat, ModelData):
+    pass
+
+
+@dataclass(frozen=True)
+class BatchInferenceEval(BatchInferenceEvalOwn, EvalDataset):
+    pass
+
+
+@dataclass(frozen=True)
+class BatchInferenceGenerate(BatchInferenceGenerateOwn, CsftPrompt):
+    pass
+
+
+@stage
+class BatchInferenceConfig(CsftPromptConfig, RewardSourceConfig, RanksConfig, DataConfig, ModelConfig, StageConfig):
+    model = group(BatchInferenceModel)
+    ds = group(BatchInferenceDS)
+    data = group(BatchInferenceData)
+    eval = group(BatchInferenceEval)
+    ranks = group(Ranks)
+    reward = group(RewardSource)
+    generate = group(BatchInferenceGenerate)
+    ckpt = group(BatchInferenceCkpt)
+    rollout = group(BatchInferenceRollout)
+    vllm = group(BatchInferenceVLLM)
+    train = group(BatchInferenceTrain)
 
     def world_size(self) -> int:
         """Data-parallel ranks: one per vLLM engine with generate_vllm, else the placement's size."""
@@ -160,81 +253,3 @@ class BatchInferenceConfig(CsftPromptConfig, RewardSourceConfig, RanksConfig, Da
                 self.eval_task == "rm" or self.best_of_n >= 2,
                 "--post_processor iter_dpo pairs the best and worst response of a prompt: use --best_of_n >= 2",
             )
-
-
-@dataclass
-class ChatConfig(ModelConfig, StageConfig):
-    """Chat with a model in the terminal (`python -m alignment.cli.interactive_chat`)."""
-
-    own_group: ClassVar[str] = "generate"
-
-    apply_chat_template: bool = opt(
-        False,
-        "Render the conversation with the tokenizer's chat template; without it "
-        "plain text: 'User: ...\\nAssistant: ...\\n' per turn, ending in 'Assistant: '",
-        dotted="data.apply_chat_template",
-    )
-    max_len: int = opt(
-        4096, "Most tokens of conversation plus reply; the oldest turns are dropped to fit", dotted="data.max_len"
-    )
-    max_new_tokens: int = opt(512, "Most new tokens per reply", dotted="generate.max_new_tokens")
-    temperature: float = opt(0.6, "Sampling temperature", dotted="generate.temperature")
-    top_p: float = opt(0.9, "Nucleus sampling", dotted="generate.top_p")
-    greedy: bool = opt(False, "Greedy decoding (ignores --temperature and --top_p)", aliases=("--greedy_sampling",))
-    seed: int = opt(42, "Sampling seed (set once, at start)", group="train")
-
-    def check_chat(self) -> None:
-        require(self.max_new_tokens >= 1, f"--max_new_tokens {self.max_new_tokens}: must be >= 1")
-        require(
-            self.max_len > self.max_new_tokens,
-            f"--max_len {self.max_len} must be larger than --max_new_tokens {self.max_new_tokens} "
-            f"(room is needed for the conversation)",
-        )
-        require(
-            self.temperature > 0 and 0 < self.top_p <= 1,
-            f"--temperature {self.temperature} must be > 0 and --top_p {self.top_p} in (0, 1]",
-        )
-
-
-@dataclass
-class ServeRMConfig(RewardSourceConfig, ModelConfig, StageConfig):
-    """`python -m alignment.cli.serve_rm`: an HTTP reward endpoint over reward models or a reward_func file."""
-
-    own_group: ClassVar[str] = "serve"
-
-    host: str = opt("127.0.0.1", "Address to listen on (loopback by default; 0.0.0.0 to serve a cluster)")
-    port: int = opt(5000, "Port to listen on (0: any free port, printed at start)")
-    batch_size: int = opt(64, "Queries per forward pass")
-    max_len: int = opt(2048, "Queries longer than this many tokens are refused (400)", dotted="data.max_len")
-    max_batch: int = opt(1024, "Most queries in one request (more: 413)")
-    max_request_bytes: int = opt(16 << 20, "Largest request body (more: 413)")
-    num_threads: int = opt(0, "CPU threads for scoring (0: all cores)", group="train")
-    packing_samples: bool = opt(
-        False,
-        "Score each batch's queries packed into rows of at most --max_len tokens (one row under flash-attention) "
-        "instead of padded to the longest; reward models only (a process reward model scores padded)",
-        dotted="ds.packing_samples",
-    )
-
-    def check_model(self) -> None:
-        """--pretrain only names the tokenizer here; by default the (first) reward model's."""
-        require(not self.load_in_4bit, "--load_in_4bit is a training flag; serve_rm loads reward models as saved")
-
-    def check_serve(self) -> None:
-        require(
-            bool(self.reward_pretrain) != bool(self.remote_rm_url),
-            "give exactly one reward: --reward_pretrain DIR[,DIR] or --remote_rm_url reward_func.py",
-        )
-        require(
-            not self.remote_rm_url or self.remote_rm_url.endswith(".py"),
-            f"--remote_rm_url {self.remote_rm_url}: serve_rm serves a reward_func .py file, not another server",
-        )
-        require(0 <= self.port < 65536, f"--port {self.port}: must be in 0..65535")
-        require(
-            not self.packing_samples or bool(self.reward_pretrain),
-            "--packing_samples packs reward models' forward passes; a reward_func file has none: drop the flag",
-        )
-        require(
-            min(self.batch_size, self.max_len, self.max_batch, self.max_request_bytes) > 0,
-            "--batch_size, --max_len, --max_batch and --max_request_bytes must be > 0",
-        )

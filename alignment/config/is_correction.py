@@ -5,35 +5,39 @@ weights, so the engine's samples are off-policy for the trainer; alignment/losse
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 from alignment.config.base import opt, require
 
 
-@dataclass
-class ISCorrectionConfig:
-    own_group: ClassVar[str] = "algo"
+@dataclass(frozen=True)
+class ISCorrection:
+    """ISCorrectionConfig's settings under `algo.advantage`."""
 
-    enable_vllm_is_correction: bool = opt(
+    is_correction_enable: bool = opt(
         False,
         "Weigh each sampled token's policy-loss term by w = trainer prob / engine prob, the vLLM engine that "
         "sampled and the trainer disagreeing (Yao et al. 2025), as --vllm_is_correction_type says",
         aliases=("--vllm_enable_is_correction",),
         dotted="algo.advantage.is_correction_enable",
+        flat="enable_vllm_is_correction",
     )
-    vllm_is_truncated_threshold: list[float] = opt(
+    is_correction_threshold: list[float] = opt(
         [0.5, 5.0],
         "LOW HIGH of --enable_vllm_is_correction's weights (one value: HIGH, with LOW 0)",
         dotted="algo.advantage.is_correction_threshold",
+        flat="vllm_is_truncated_threshold",
     )
-    vllm_is_correction_type: str = opt(
+    is_correction_type: str = opt(
         "tis",
         "tis: w clamped to [LOW, HIGH]; icepop: tokens whose w is outside [LOW, HIGH] weigh 0, the others w; "
         "seq-mask-tis: sequences whose geometric-mean w is outside [LOW, HIGH] weigh 0, the others w per token",
         choices=("tis", "icepop", "seq-mask-tis"),
         dotted="algo.advantage.is_correction_type",
+        flat="vllm_is_correction_type",
     )
 
+
+class ISCorrectionConfig:
     def is_thresholds(self) -> tuple[float, float]:
         """(LOW, HIGH) of --vllm_is_truncated_threshold; one value is HIGH with LOW 0 (plain truncation)."""
         given = self.vllm_is_truncated_threshold

@@ -1,197 +1,133 @@
-"""The PPO family's config (`python -m alignment.cli.train_ppo_ray`), with OpenRLHF's flag names.
-
-Torch-free like the rest of the schema: the advantage estimators and loss aggregations are named
-in `alignment.losses.estimators` (torch-free too), with what each one implies.
-"""
+"""The PPO family's config (`python -m alignment.cli.train_ppo_ray`): its groups as OpenRLHF's dotted flags
+name them (the algorithm's: config/algorithm.py; rollout: config/rollout.py; placement: config/placement.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Optional
+from typing import ClassVar
 
-from alignment.config.agent import AgentConfig
-from alignment.config.base import opt, require
-from alignment.config.checkpoints import CheckpointConfig
-from alignment.config.groups import (
-    LoraConfig,
-    LoraSaveConfig,
-    ModelConfig,
-    PackingConfig,
+from alignment.config.agent import Agent, AgentConfig
+from alignment.config.algorithm import (
+    KL,
+    ActorAdam,
+    Advantage,
+    Algorithm,
+    AlgorithmActor,
+    AlgorithmConfig,
+    AlgorithmCritic,
+    AlgorithmReward,
+    AlgorithmTrain,
+    CriticAdam,
 )
-from alignment.config.is_correction import ISCorrectionConfig
-from alignment.config.placement import PlacementConfig
-from alignment.config.rewards import RewardSourceConfig
-from alignment.config.rollout import AsyncTrainConfig, DynamicBatchConfig, RolloutConfig
-from alignment.config.runs import LoggingConfig, MoEConfig, TrainConfig
-from alignment.config.sleep import SleepConfig
-from alignment.config.stages import StageConfig
-from alignment.config.vision import VisionConfig
-from alignment.losses.estimators import ESTIMATORS, LOSS_AGG_MODES
-
-ADVANTAGE_ESTIMATORS = tuple(ESTIMATORS)
-KL_ESTIMATORS = ("k1", "k2", "k3")
-
-
-@dataclass
-class AlgorithmConfig:
-    own_group: ClassVar[str] = "algo"
-
-    advantage_estimator: str = opt(
-        "gae", "How advantages are computed", choices=ADVANTAGE_ESTIMATORS, dotted="algo.advantage.estimator"
-    )
-    gamma: float = opt(1.0, "Discount", dotted="algo.advantage.gamma")
-    no_std_norm: bool = opt(
-        False,
-        "Whiten advantages by their mean only, not their std (the estimators that whiten: gae, reinforce, "
-        "reinforce_baseline)",
-        dotted="algo.advantage.no_std_norm",
-    )
-    lambd: float = opt(0.95, "GAE lambda", dotted="algo.advantage.lambd")
-    init_kl_coef: float = opt(0.01, "KL coefficient (initial value when adaptive)", dotted="algo.kl.init_coef")
-    kl_estimator: str = opt(
-        "k1", "Per-token KL estimator (Schulman's k1/k2/k3)", choices=KL_ESTIMATORS, dotted="algo.kl.estimator"
-    )
-    use_kl_loss: bool = opt(
-        False, "Put the KL in the actor loss (GRPO) instead of the reward", dotted="algo.kl.use_loss"
-    )
-    kl_target: Optional[float] = opt(None, "Adaptive KL: target KL (unset: fixed coefficient)", dotted="algo.kl.target")
-    kl_horizon: int = opt(10000, "Adaptive KL horizon", dotted="algo.kl.horizon")
-    loss_agg_mode: Optional[str] = opt(
-        None,
-        "How per-token losses become an optimizer step's loss: token-mean (every response token of the step, "
-        "across micro-batches and ranks, weighs the same), seq-mean-token-mean (every sequence weighs the same), "
-        "seq-mean-token-sum-norm (each sequence's token sum / --generate_max_len: Dr. GRPO). Default: the "
-        "estimator's (dr_grpo: seq-mean-token-sum-norm, the others token-mean)",
-        choices=LOSS_AGG_MODES,
-    )
-    eps_clip: float = opt(0.2, "PPO clip range (both sides unless --eps_clip_low_high)", dotted="actor.eps_clip")
-    eps_clip_low_high: Optional[list[float]] = opt(
-        None, "Asymmetric clip range: low high", dotted="actor.eps_clip_low_high"
-    )
-    dual_clip: Optional[float] = opt(None, "Dual-clip constant c > 1 for negative advantages", dotted="actor.dual_clip")
-    entropy_loss_coef: Optional[float] = opt(
-        None,
-        "Entropy bonus: the actor loss minus this times the mean entropy of the response tokens' next-token "
-        "distributions (0: the entropy is only logged; unset: not computed)",
-        dotted="actor.entropy_coef",
-    )
-    stop_properly_penalty_coef: Optional[float] = opt(
-        None,
-        "ProRL's penalty for responses cut at the length limit (no eos): in [0, 1] their reward is multiplied "
-        "by it; below 0 their reward is set to it (e.g. -0.5)",
-        dotted="reward.stop_properly_penalty_coef",
-    )
-    dynamic_filtering: bool = opt(
-        False,
-        "DAPO's dynamic sampling: drop the groups whose mean score is outside "
-        "--dynamic_filtering_reward_range (all right or all wrong: nothing to learn) "
-        "and sample more prompts until the batch is full; any estimator, with --n_samples_per_prompt >= 2",
-        dotted="algo.dynamic_filtering_enable",
-    )
-    dynamic_filtering_reward_range: list[float] = opt(
-        [0.0, 1.0], "Keep groups whose mean score is strictly inside LOW HIGH", dotted="algo.dynamic_filtering_range"
-    )
-    dynamic_filtering_recheck: Optional[float] = opt(
-        None,
-        "With --dynamic_filtering: draw prompts by their history (GRESO): one whose last k groups in a row all "
-        "scored alike is drawn with probability RECHECK**k (e.g. 0.25), so little generation is thrown away once "
-        "most prompts are solved. Unset: every prompt is drawn",
-        dotted="algo.dynamic_filtering_recheck",
-    )
-    enable_ema: bool = opt(
-        False,
-        "Keep an exponential moving average of the actor's weights (updated every optimizer "
-        "step, in every checkpoint) and commit it beside the actor as <save_path>/ema/",
-        dotted="train.enable_ema",
-    )
-    ema_beta: float = opt(
-        0.992, "The average's decay: ema = beta * ema + (1 - beta) * weights", dotted="train.ema_beta"
-    )
-    policy_loss_type: str = opt(
-        "ppo",
-        "Actor objective: ppo (a ratio per token) or gspo (one ratio per sequence, "
-        "GSPO; pair it with a small --eps_clip_low_high, e.g. 3e-4 4e-4)",
-        choices=("ppo", "gspo"),
-        dotted="actor.policy_loss_type",
-    )
-    overlong_buffer_len: Optional[int] = opt(
-        None,
-        "DAPO's overlong shaping: responses longer than --generate_max_len "
-        "minus this many tokens lose reward linearly, down to "
-        "--overlong_penalty_factor at --generate_max_len (unset: off)",
-        dotted="reward.overlong_buffer_len",
-    )
-    overlong_penalty_factor: float = opt(
-        1.0, "The largest overlong penalty (with --overlong_buffer_len)", dotted="reward.overlong_penalty_factor"
-    )
-    value_clip: float = opt(0.2, "Value clip range", dotted="critic.value_clip")
-    critic_pretrain: Optional[str] = opt(
-        None,
-        "Critic initialisation (default: the reward model, as OpenRLHF)",
-        path="model",
-        dotted="critic.model_name_or_path",
-    )
-    reward_clip_range: list[float] = opt([-10.0, 10.0], "Clip rewards to this range", dotted="reward.clip_range")
-    freezing_actor_steps: int = opt(
-        -1, "Train only the critic for this many iterations (critic warm-up)", dotted="critic.freezing_steps"
-    )
-    actor_learning_rate: float = opt(1e-6, "Actor peak learning rate", dotted="actor.adam.lr")
-    critic_learning_rate: float = opt(9e-6, "Critic peak learning rate", dotted="critic.adam.lr")
-    save_value_network: bool = opt(
-        False,
-        "Also commit the trained critic beside the actor, as <save_path>/critic/ (a reward-model folder)",
-        identity=False,
-        dotted="critic.save_value_network",
-    )
-
-    def uses_critic(self) -> bool:
-        return ESTIMATORS[self.advantage_estimator].critic
-
-    def loss_agg(self) -> str:
-        return self.loss_agg_mode or ESTIMATORS[self.advantage_estimator].loss_agg
-
-    def check_algorithm(self) -> None:
-        if ESTIMATORS[self.advantage_estimator].group:
-            require(
-                self.n_samples_per_prompt >= 2,
-                f"--advantage_estimator {self.advantage_estimator} compares the samples of one prompt: "
-                f"--n_samples_per_prompt {self.n_samples_per_prompt} gives nothing to compare; use >= 2 (e.g. 4)",
-            )
-        require(
-            0 < self.gamma <= 1 and 0 <= self.lambd <= 1,
-            f"--gamma {self.gamma} must be in (0, 1] and --lambd {self.lambd} in [0, 1]",
-        )
-        require(self.init_kl_coef >= 0, f"--init_kl_coef {self.init_kl_coef}: must be >= 0")
-        require(self.eps_clip > 0, f"--eps_clip {self.eps_clip}: must be > 0")
-        if self.eps_clip_low_high is not None:
-            require(
-                len(self.eps_clip_low_high) == 2 and all(e > 0 for e in self.eps_clip_low_high),
-                f"--eps_clip_low_high {self.eps_clip_low_high}: give two positive numbers, low high",
-            )
-        if self.dual_clip is not None:
-            require(self.dual_clip > 1, f"--dual_clip {self.dual_clip}: must be > 1 (e.g. 3)")
-        lo, hi = (self.reward_clip_range + [None, None])[:2]
-        require(
-            len(self.reward_clip_range) == 2 and lo < hi,
-            f"--reward_clip_range {self.reward_clip_range}: give two numbers, low < high",
-        )
-        require(
-            self.actor_learning_rate > 0 and self.critic_learning_rate > 0,
-            "--actor_learning_rate and --critic_learning_rate must be > 0",
-        )
-        if self.overlong_buffer_len is not None:
-            require(
-                0 < self.overlong_buffer_len < self.generate_max_len,
-                f"--overlong_buffer_len {self.overlong_buffer_len}: must be between 0 and --generate_max_len "
-                f"{self.generate_max_len} (the penalty starts that many tokens before the limit)",
-            )
-            require(
-                self.overlong_penalty_factor >= 0,
-                f"--overlong_penalty_factor {self.overlong_penalty_factor}: must be >= 0",
-            )
+from alignment.config.async_train import (
+    AsyncRollout,
+    AsyncTrain,
+    AsyncTrainConfig,
+    DynamicBatch,
+    DynamicBatchConfig,
+    DynamicBatchRollout,
+)
+from alignment.config.base import require
+from alignment.config.checkpoints import CheckpointConfig, Checkpoints
+from alignment.config.engine_knobs import EngineKnobs, EngineKnobsData, EngineKnobsTrain
+from alignment.config.groups import LoraConfig, LoraSaveConfig, Packing, PromptFormat
+from alignment.config.is_correction import ISCorrection, ISCorrectionConfig
+from alignment.config.model import Model, ModelConfig, ModelData, ModelDS
+from alignment.config.placement import (
+    PlacementActor,
+    PlacementConfig,
+    PlacementCritic,
+    PlacementRef,
+    PlacementReward,
+    PlacementTrain,
+    Role,
+)
+from alignment.config.rewards import RewardSource, RewardSourceConfig, RewardSourceDS
+from alignment.config.rollout import (
+    Rollout,
+    RolloutCkpt,
+    RolloutConfig,
+    RolloutData,
+    RolloutEval,
+    RolloutTrain,
+    RolloutVLLM,
+)
+from alignment.config.runs import Adam, MoE, MoEConfig, Muon, Train, TrainConfig, TrainDS
+from alignment.config.sleep import SleepConfig, SleepDS, SleepVLLM
+from alignment.config.stages import Logger, StageConfig, TrainedLora
+from alignment.config.tracking import EvalCadence, LoggingConfig
+from alignment.config.tree import group, stage, subgroup
+from alignment.config.vision import VisionActor, VisionConfig, VisionData
+from alignment.losses.estimators import ESTIMATORS
 
 
-@dataclass
+@dataclass(frozen=True)
+class PPOModel(MoE, Model):
+    pass
+
+
+@dataclass(frozen=True)
+class PPODS(TrainDS, EngineKnobs, SleepDS, RewardSourceDS, Packing, ModelDS):
+    lora: TrainedLora = subgroup(TrainedLora)
+
+
+@dataclass(frozen=True)
+class PPOData(EngineKnobsData, VisionData, RolloutData, PromptFormat, ModelData):
+    pass
+
+
+@dataclass(frozen=True)
+class PPOActor(AlgorithmActor, VisionActor, PlacementActor):
+    adam: ActorAdam = subgroup(ActorAdam)
+
+
+@dataclass(frozen=True)
+class PPOCritic(AlgorithmCritic, PlacementCritic):
+    adam: CriticAdam = subgroup(CriticAdam)
+
+
+@dataclass(frozen=True)
+class PPOReward(AlgorithmReward, RewardSource, PlacementReward):
+    pass
+
+
+@dataclass(frozen=True)
+class PPOTrain(Train, EngineKnobsTrain, AlgorithmTrain, Agent, AsyncTrain, DynamicBatch, RolloutTrain, PlacementTrain):
+    pass
+
+
+@dataclass(frozen=True)
+class PPOEval(EvalCadence, RolloutEval):
+    pass
+
+
+@dataclass(frozen=True)
+class PPOCkpt(Checkpoints, RolloutCkpt):
+    pass
+
+
+@dataclass(frozen=True)
+class PPORollout(AsyncRollout, DynamicBatchRollout, Rollout):
+    pass
+
+
+@dataclass(frozen=True)
+class PPOVLLM(SleepVLLM, RolloutVLLM):
+    pass
+
+
+@dataclass(frozen=True)
+class PPOAlgoAdvantage(ISCorrection, Advantage):
+    pass
+
+
+@dataclass(frozen=True)
+class PPOAlgo(Algorithm):
+    advantage: PPOAlgoAdvantage = subgroup(PPOAlgoAdvantage)
+    kl: KL = subgroup(KL)
+
+
+@stage
 class PPOConfig(
     ISCorrectionConfig,
     LoggingConfig,
@@ -209,28 +145,48 @@ class PPOConfig(
     VisionConfig,
     RolloutConfig,
     PlacementConfig,
-    PackingConfig,
     ModelConfig,
     StageConfig,
 ):
     """PPO / REINFORCE++ / RLOO / GRPO on Ray (`python -m alignment.cli.train_ppo_ray`)."""
 
-    running_reward_norm: ClassVar[bool] = True
-
     # OpenRLHF's dotted names call the policy `actor` here (--actor.model_name_or_path), `model` elsewhere
     dotted_family: ClassVar[str] = "ppo"
+    model = group(PPOModel)
+    ds = group(PPODS)
+    data = group(PPOData)
+    actor = group(PPOActor)
+    critic = group(PPOCritic)
+    ref = group(PlacementRef)
+    reward = group(PPOReward)
+    train = group(PPOTrain)
+    eval = group(PPOEval)
+    ckpt = group(PPOCkpt)
+    rollout = group(PPORollout)
+    vllm = group(PPOVLLM)
+    algo = group(PPOAlgo)
+    adam = group(Adam)
+    muon = group(Muon)
+    logger = group(Logger)
 
-    def placed_roles(self) -> list[str]:
+    running_reward_norm: ClassVar[bool] = True
+
+    def placed_roles(self) -> list[Role]:
         """actor and ref always; a critic for GAE only; reward models unless the reward comes from
         --remote_rm_url (a server or a reward_func file runs in the driver)."""
         return [
-            "actor",
-            *(["critic"] if self.uses_critic() else []),
-            "ref",
-            *(["reward"] if self.reward_pretrain and not self.remote_rm_url else []),
+            Role.ACTOR,
+            *([Role.CRITIC] if self.uses_critic() else []),
+            Role.REF,
+            *([Role.REWARD] if self.reward_pretrain and not self.remote_rm_url else []),
         ]
 
     def check_ppo(self) -> None:
+        require(
+            self.learning_rate == self.__dataclass_fields__["learning_rate"].default,
+            f"--learning_rate {self.learning_rate}: PPO trains each model at its own rate; pass "
+            f"--actor_learning_rate (--actor.adam.lr) and, with a critic, --critic_learning_rate (--critic.adam.lr)",
+        )
         if self.enable_ema:
             require(
                 self.ds_tensor_parallel_size == 1,

@@ -1,55 +1,89 @@
-"""The preference stages' configs (RM, DPO, KTO): pair data, the reference model, each loss's own flags."""
+"""The preference stages' configs (RM, DPO, KTO): each loss's own flags and each stage's groups (pair data
+and the reference model: config/pairs.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 from alignment.config.base import opt, require
-from alignment.config.checkpoints import CheckpointConfig
-from alignment.config.groups import DataConfig, LoraConfig, LoraSaveConfig, ModelConfig
-from alignment.config.runs import LoggingConfig, MoEConfig, RanksConfig, TrainConfig
-from alignment.config.stages import StageConfig
-from alignment.config.vision import TrainedVisionConfig
+from alignment.config.checkpoints import CheckpointConfig, Checkpoints
+from alignment.config.engine_knobs import EngineKnobs, EngineKnobsData
+from alignment.config.groups import (
+    Data,
+    DataConfig,
+    Lora,
+    LoraConfig,
+    LoraSaveConfig,
+    Packing,
+    PretrainMode,
+    PromptFormat,
+)
+from alignment.config.model import Model, ModelConfig, ModelData, ModelDS
+from alignment.config.pairs import PairData, PairDataConfig, Reference, ReferenceConfig, ReferenceModel
+from alignment.config.runs import Adam, MoE, MoEConfig, Muon, Ranks, RanksConfig, TrainConfig, TrainDS
+from alignment.config.stages import SFTDS, Logger, SFTEval, SFTTrain, StageConfig
+from alignment.config.tracking import LoggingConfig
+from alignment.config.tree import group, stage, subgroup
+from alignment.config.vision import TrainedVision, TrainedVisionConfig, VisionData
 
 
-@dataclass
-class PairDataConfig:
-    prompt_key: Optional[str] = opt(
-        None,
-        "JSON key of the prompt; without it chosen/rejected are whole conversations "
-        "(the last turn is the answer) or plain texts",
-        dotted="data.prompt_key",
+@dataclass(frozen=True)
+class RMModelOwn:
+    """RMConfig's settings under `model`."""
+
+    loss_type: str = opt(
+        "sigmoid",
+        "Pairwise loss: sigmoid = -log σ(r_c - r_r - margin); logexp = log(1 + e^(r_r - r_c))",
+        choices=("sigmoid", "logexp"),
+        dotted="model.loss_type",
+        flat="loss",
     )
-    chosen_key: str = opt("chosen", "JSON key of the preferred response", dotted="data.chosen_key")
-    rejected_key: str = opt("rejected", "JSON key of the dispreferred response", dotted="data.rejected_key")
-
-    def check_pair_data(self) -> None:
-        require(
-            not self.multiturn and not self.pretrain_mode,
-            "--multiturn and --pretrain_mode are SFT flags; "
-            "preference stages read --prompt_key/--chosen_key/--rejected_key",
-        )
-
-
-@dataclass
-class ReferenceConfig:
-    ref_pretrain: Optional[str] = opt(
-        None,
-        "Reference model (default: --pretrain, the policy's initial weights)",
-        path="model",
-        dotted="ref.model_name_or_path",
+    margin_loss_enable: bool = opt(
+        False,
+        "Subtract each row's 'margin' inside the sigmoid loss",
+        dotted="model.margin_loss_enable",
+        flat="margin_loss",
     )
-    ref_offload: bool = opt(
-        False, "Keep the frozen reference model in CPU memory (its forward runs there)", dotted="ref.offload"
+    center_rewards_coefficient: float = opt(
+        0.0,
+        "Add this times (r_c + r_r)² to each pair's loss (TRL's name; 0: off): pins each prompt's reward offset "
+        "so a score means the same on every prompt, e.g. 0.01",
     )
-    beta: float = opt(0.1, "Strength of the implicit KL penalty toward the reference", dotted="model.beta")
+    compute_fp32_loss_enable: bool = opt(
+        False,
+        "Compute rewards and the loss in fp32 even when training in bf16",
+        dotted="model.compute_fp32_loss_enable",
+        flat="compute_fp32_loss",
+    )
 
-    def check_reference(self) -> None:
-        require(self.beta > 0, f"--beta {self.beta}: must be > 0")
+
+@dataclass(frozen=True)
+class RMDSOwn:
+    """RMConfig's settings under `ds`."""
+
+    value_head_prefix: str = opt(
+        "score",
+        "Name of the value head in the saved weights ('score' loads with AutoModelForSequenceClassification)",
+        dotted="ds.value_head_prefix",
+    )
 
 
-@dataclass
+@dataclass(frozen=True)
+class RMModel(RMModelOwn, MoE, PretrainMode, Model):
+    pass
+
+
+@dataclass(frozen=True)
+class RMDS(RMDSOwn, TrainDS, EngineKnobs, Packing, ModelDS):
+    lora: Lora = subgroup(Lora)
+
+
+@dataclass(frozen=True)
+class RMData(EngineKnobsData, PairData, Data, PromptFormat, ModelData):
+    pass
+
+
+@stage
 class RMConfig(
     RanksConfig,
     LoggingConfig,
@@ -65,31 +99,16 @@ class RMConfig(
     """Reward model: a scalar head on a causal-LM backbone, trained on preference pairs
     (`python -m alignment.cli.train_rm`)."""
 
-    loss: str = opt(
-        "sigmoid",
-        "Pairwise loss: sigmoid = -log σ(r_c - r_r - margin); logexp = log(1 + e^(r_r - r_c))",
-        choices=("sigmoid", "logexp"),
-        dotted="model.loss_type",
-    )
-    margin_loss: bool = opt(
-        False, "Subtract each row's 'margin' inside the sigmoid loss", dotted="model.margin_loss_enable"
-    )
-    center_rewards_coefficient: float = opt(
-        0.0,
-        "Add this times (r_c + r_r)² to each pair's loss (TRL's name; 0: off): pins each prompt's reward offset "
-        "so a score means the same on every prompt, e.g. 0.01",
-        group="model",
-    )
-    compute_fp32_loss: bool = opt(
-        False,
-        "Compute rewards and the loss in fp32 even when training in bf16",
-        dotted="model.compute_fp32_loss_enable",
-    )
-    value_head_prefix: str = opt(
-        "score",
-        "Name of the value head in the saved weights ('score' loads with AutoModelForSequenceClassification)",
-        dotted="ds.value_head_prefix",
-    )
+    model = group(RMModel)
+    ds = group(RMDS)
+    data = group(RMData)
+    eval = group(SFTEval)
+    train = group(SFTTrain)
+    adam = group(Adam)
+    muon = group(Muon)
+    ckpt = group(Checkpoints)
+    logger = group(Logger)
+    ranks = group(Ranks)
 
     def check_rm(self) -> None:
         require(
@@ -107,7 +126,34 @@ class RMConfig(
         )
 
 
-@dataclass
+@dataclass(frozen=True)
+class DPOModelOwn:
+    """DPOConfig's settings under `model`."""
+
+    label_smoothing: float = opt(
+        0.0,
+        "cDPO: assume this fraction of preference labels is flipped (0 = plain DPO)",
+        dotted="model.label_smoothing",
+    )
+    ipo_enable: bool = opt(
+        False, "IPO's squared loss instead of DPO's logistic one", dotted="model.ipo_enable", flat="ipo"
+    )
+    nll_loss_coef: float = opt(
+        0.0, "Add this times the NLL of the chosen responses (RPO-style regulariser)", dotted="model.nll_loss_coef"
+    )
+
+
+@dataclass(frozen=True)
+class DPOModel(DPOModelOwn, TrainedVision, MoE, ReferenceModel, PretrainMode, Model):
+    pass
+
+
+@dataclass(frozen=True)
+class DPOData(VisionData, EngineKnobsData, PairData, Data, PromptFormat, ModelData):
+    pass
+
+
+@stage
 class DPOConfig(
     TrainedVisionConfig,
     RanksConfig,
@@ -125,15 +171,17 @@ class DPOConfig(
 ):
     """DPO / IPO / cDPO on preference pairs against a frozen reference (`python -m alignment.cli.train_dpo`)."""
 
-    label_smoothing: float = opt(
-        0.0,
-        "cDPO: assume this fraction of preference labels is flipped (0 = plain DPO)",
-        dotted="model.label_smoothing",
-    )
-    ipo: bool = opt(False, "IPO's squared loss instead of DPO's logistic one", dotted="model.ipo_enable")
-    nll_loss_coef: float = opt(
-        0.0, "Add this times the NLL of the chosen responses (RPO-style regulariser)", dotted="model.nll_loss_coef"
-    )
+    model = group(DPOModel)
+    ds = group(SFTDS)
+    data = group(DPOData)
+    eval = group(SFTEval)
+    ref = group(Reference)
+    train = group(SFTTrain)
+    adam = group(Adam)
+    muon = group(Muon)
+    ckpt = group(Checkpoints)
+    logger = group(Logger)
+    ranks = group(Ranks)
 
     def check_dpo(self) -> None:
         require(0.0 <= self.label_smoothing < 0.5, f"--label_smoothing {self.label_smoothing}: must be in [0, 0.5)")
@@ -144,7 +192,38 @@ class DPOConfig(
         require(self.nll_loss_coef >= 0, f"--nll_loss_coef {self.nll_loss_coef}: must be >= 0")
 
 
-@dataclass
+@dataclass(frozen=True)
+class KTODataOwn:
+    """KTOConfig's settings under `data`."""
+
+    label_key: str = opt(
+        "label", "JSON key of the desirable (true) / undesirable (false) label", dotted="data.label_key"
+    )
+
+
+@dataclass(frozen=True)
+class KTOModelOwn:
+    """KTOConfig's settings under `model`."""
+
+    desirable_loss_weight: float = opt(
+        1.0, "λ_D: weight of desirable samples' loss", dotted="model.desirable_loss_weight"
+    )
+    undesirable_loss_weight: float = opt(
+        1.0, "λ_U: weight of undesirable samples' loss", dotted="model.undesirable_loss_weight"
+    )
+
+
+@dataclass(frozen=True)
+class KTOModel(KTOModelOwn, ReferenceModel, PretrainMode, Model):
+    pass
+
+
+@dataclass(frozen=True)
+class KTOData(KTODataOwn, EngineKnobsData, Data, PromptFormat, ModelData):
+    pass
+
+
+@stage
 class KTOConfig(
     RanksConfig,
     LoggingConfig,
@@ -159,15 +238,17 @@ class KTOConfig(
 ):
     """KTO on unpaired desirable/undesirable responses (`python -m alignment.cli.train_kto`)."""
 
-    label_key: str = opt(
-        "label", "JSON key of the desirable (true) / undesirable (false) label", dotted="data.label_key"
-    )
-    desirable_loss_weight: float = opt(
-        1.0, "λ_D: weight of desirable samples' loss", dotted="model.desirable_loss_weight"
-    )
-    undesirable_loss_weight: float = opt(
-        1.0, "λ_U: weight of undesirable samples' loss", dotted="model.undesirable_loss_weight"
-    )
+    model = group(KTOModel)
+    ds = group(SFTDS)
+    data = group(KTOData)
+    eval = group(SFTEval)
+    ref = group(Reference)
+    train = group(SFTTrain)
+    adam = group(Adam)
+    muon = group(Muon)
+    ckpt = group(Checkpoints)
+    logger = group(Logger)
+    ranks = group(Ranks)
 
     def check_kto(self) -> None:
         require(

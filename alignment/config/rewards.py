@@ -10,36 +10,47 @@ from typing import ClassVar, Optional
 from alignment.config.base import opt, require
 
 
-@dataclass
-class RewardSourceConfig:
-    """Where rewards come from (train_ppo_ray, batch_inference, serve_rm): trained reward models
-    and/or reward servers or a reward_func file."""
+@dataclass(frozen=True)
+class RewardSource:
+    """RewardSourceConfig's settings under `reward`."""
 
-    own_group: ClassVar[str] = "reward"
-
-    reward_pretrain: Optional[str] = opt(
+    model_name_or_path: Optional[str] = opt(
         None,
         "Reward model(s), comma-separated (directories, store URIs, hub names)",
         path="model",
         dotted="reward.model_name_or_path",
+        flat="reward_pretrain",
     )
     reward_weights: Optional[str] = opt(None, "Comma-separated weights of the reward models (default: equal)")
-    remote_rm_url: Optional[str] = opt(
+    remote_url: Optional[str] = opt(
         None,
         "Comma-separated reward-server URLs (POST {query, prompts, labels}), "
         "or a .py file defining reward_func(queries, prompts, labels)",
         path="reward",
         dotted="reward.remote_url",
+        flat="remote_rm_url",
     )
-    normalize_reward: bool = opt(
+    normalize_enable: bool = opt(
         False,
         "Normalise RM scores with the mean/std in the RM's config.json (PPO with a "
         "reward function, server or agent: by the running mean/std of the rewards)",
         dotted="reward.normalize_enable",
+        flat="normalize_reward",
     )
+
+
+@dataclass(frozen=True)
+class RewardSourceDS:
+    """RewardSourceConfig's settings under `ds`."""
+
     value_head_prefix: str = opt(
         "score", "Name of the value head in reward/critic checkpoints", dotted="ds.value_head_prefix"
     )
+
+
+class RewardSourceConfig:
+    """Where rewards come from (train_ppo_ray, batch_inference, serve_rm): trained reward models
+    and/or reward servers or a reward_func file."""
 
     # PPO normalises a source without saved statistics by running moments (alignment/losses/reward_norm.py)
     running_reward_norm: ClassVar[bool] = False

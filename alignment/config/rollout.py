@@ -1,49 +1,40 @@
-"""The PPO family's rollout flags: the prompts, generation (the HF engine or vLLM engines), token-budget
-micro-batches and asynchronous training. OpenRLHF's flag names; torch-free like the rest of the schema."""
+"""The PPO family's rollout flags: the prompts, generation (the HF engine or vLLM engines), evaluation inside
+RL (token-budget micro-batches and asynchronous training: config/async_train.py). Torch-free like the rest
+of the schema."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar, Optional
+from typing import Any, Optional
 
 from alignment.config.base import opt, require
 from alignment.config.groups import DATASET_NUM_PROC_HELP, PromptFormatConfig, check_mixing
 
 
-@dataclass
-class RolloutConfig(PromptFormatConfig):
-    own_group: ClassVar[str] = "vllm"
+@dataclass(frozen=True)
+class RolloutData:
+    """RolloutConfig's settings under `data`."""
 
-    prompt_data: Optional[str] = opt(
-        None, "Comma-separated prompt datasets (same forms as --dataset)", path="data", dotted="data.prompt_dataset"
-    )
-    prompt_data_probs: Optional[str] = opt(None, "Sampling probabilities for --prompt_data", dotted="data.prompt_probs")
-    prompt_split: str = opt("train", "Split of --prompt_data to train on", dotted="data.prompt_split")
-    eval_dataset: Optional[str] = opt(
+    prompt_dataset: Optional[str] = opt(
         None,
-        "Held-out prompts the policy answers every --eval_steps iterations (-1: once at the end), scored by the "
-        "training reward: eval/pass1 (mean reward) and eval/pass<n> (mean best of --eval_n_samples_per_prompt)",
+        "Comma-separated prompt datasets (same forms as --dataset)",
         path="data",
-        dotted="eval.dataset",
+        dotted="data.prompt_dataset",
+        flat="prompt_data",
     )
-    eval_split: str = opt("train", "Split of --eval_dataset", dotted="eval.split")
-    eval_temperature: float = opt(0.6, "Sampling temperature of the evaluation (0: greedy)", dotted="eval.temperature")
-    eval_n_samples_per_prompt: int = opt(
-        4, "Answers per held-out prompt (pass@n over them)", dotted="eval.n_samples_per_prompt"
+    prompt_probs: Optional[str] = opt(
+        None, "Sampling probabilities for --prompt_data", dotted="data.prompt_probs", flat="prompt_data_probs"
     )
-    best_metric_key: str = opt(
-        "",
-        "The evaluation metric whose best value's checkpoint is kept (the `best` pointer under --ckpt_path; "
-        "retention never deletes it): pass1 or pass<n>, also spelled eval/pass1 or OpenRLHF's "
-        "eval_<data>_pass1; empty: pass1 when --eval_dataset and checkpoints are on; none: off",
-        identity=False,
-        dotted="ckpt.best_metric_key",
-    )
+    prompt_split: str = opt("train", "Split of --prompt_data to train on", dotted="data.prompt_split")
     label_key: Optional[str] = opt(
         None, "JSON key passed as `labels` to a reward_func / remote RM", dotted="data.label_key"
     )
     max_samples: int = opt(100_000_000, "Use at most this many prompts", dotted="data.max_samples")
-    dataset_num_proc: int = opt(0, DATASET_NUM_PROC_HELP, identity=False, group="data")
+    dataset_num_proc: int = opt(
+        0,
+        DATASET_NUM_PROC_HELP,
+        identity=False,
+    )
     max_len: Optional[int] = opt(
         None,
         "Most tokens of prompt plus response (OpenRLHF >= 0.10.2's --data.max_len): each response may have "
@@ -56,39 +47,109 @@ class RolloutConfig(PromptFormatConfig):
         "Prompts longer than this (in tokens) are dropped, counted and reported (default: 1024, or --max_len - 1)",
         dotted="data.prompt_max_len",
     )
-    generate_max_len: Optional[int] = opt(
+
+
+@dataclass(frozen=True)
+class RolloutEval:
+    """RolloutConfig's settings under `eval`."""
+
+    dataset: Optional[str] = opt(
+        None,
+        "Held-out prompts the policy answers every --eval_steps iterations (-1: once at the end), scored by the "
+        "training reward: eval/pass1 (mean reward) and eval/pass<n> (mean best of --eval_n_samples_per_prompt)",
+        path="data",
+        dotted="eval.dataset",
+        flat="eval_dataset",
+    )
+    split: str = opt("train", "Split of --eval_dataset", dotted="eval.split", flat="eval_split")
+    temperature: float = opt(
+        0.6, "Sampling temperature of the evaluation (0: greedy)", dotted="eval.temperature", flat="eval_temperature"
+    )
+    n_samples_per_prompt: int = opt(
+        4,
+        "Answers per held-out prompt (pass@n over them)",
+        dotted="eval.n_samples_per_prompt",
+        flat="eval_n_samples_per_prompt",
+    )
+
+
+@dataclass(frozen=True)
+class RolloutCkpt:
+    """RolloutConfig's settings under `ckpt`."""
+
+    best_metric_key: str = opt(
+        "",
+        "The evaluation metric whose best value's checkpoint is kept (the `best` pointer under --ckpt_path; "
+        "retention never deletes it): pass1 or pass<n>, also spelled eval/pass1 or OpenRLHF's "
+        "eval_<data>_pass1; empty: pass1 when --eval_dataset and checkpoints are on; none: off",
+        identity=False,
+        dotted="ckpt.best_metric_key",
+    )
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """RolloutConfig's settings under `rollout`."""
+
+    max_new_tokens: Optional[int] = opt(
         None,
         "Most new tokens per response (default: 1024, or --max_len minus the prompt's length)",
         dotted="rollout.max_new_tokens",
+        flat="generate_max_len",
     )
     temperature: float = opt(1.0, "Sampling temperature", dotted="rollout.temperature")
     top_p: float = opt(1.0, "Nucleus sampling", dotted="rollout.top_p")
     n_samples_per_prompt: int = opt(
         1, "Responses sampled per prompt (group estimators need >= 2)", dotted="rollout.n_samples_per_prompt"
     )
+    batch_size: int = opt(1024, "Prompts per PPO iteration", dotted="rollout.batch_size", flat="rollout_batch_size")
+    micro_batch_size: int = opt(
+        8,
+        "Sequences per rank per forward when making experience",
+        dotted="rollout.micro_batch_size",
+        flat="micro_rollout_batch_size",
+    )
+
+
+@dataclass(frozen=True)
+class RolloutTrain:
+    """RolloutConfig's settings under `train`."""
+
     num_episodes: int = opt(
         1, "Passes over the prompt data (--max_epochs is passes over each rollout batch)", dotted="train.num_episodes"
     )
-    rollout_batch_size: int = opt(1024, "Prompts per PPO iteration", dotted="rollout.batch_size")
-    micro_rollout_batch_size: int = opt(
-        8, "Sequences per rank per forward when making experience", dotted="rollout.micro_batch_size"
+
+
+@dataclass(frozen=True)
+class RolloutVLLM:
+    """RolloutConfig's settings under `vllm`."""
+
+    num_engines: int = opt(
+        0,
+        "vLLM rollout engines (0: the batched HF engine inside the actor)",
+        dotted="vllm.num_engines",
+        flat="vllm_num_engines",
     )
-    vllm_num_engines: int = opt(
-        0, "vLLM rollout engines (0: the batched HF engine inside the actor)", dotted="vllm.num_engines"
+    tensor_parallel_size: int = opt(
+        1,
+        "Tensor-parallel size of each vLLM engine",
+        dotted="vllm.tensor_parallel_size",
+        flat="vllm_tensor_parallel_size",
     )
-    vllm_tensor_parallel_size: int = opt(
-        1, "Tensor-parallel size of each vLLM engine", dotted="vllm.tensor_parallel_size"
+    gpu_memory_utilization: float = opt(
+        0.9,
+        "Fraction of GPU memory vLLM may take",
+        dotted="vllm.gpu_memory_utilization",
+        flat="vllm_gpu_memory_utilization",
     )
-    vllm_gpu_memory_utilization: float = opt(
-        0.9, "Fraction of GPU memory vLLM may take", dotted="vllm.gpu_memory_utilization"
-    )
-    vllm_sync_backend: str = opt(
+    sync_backend: str = opt(
         "nccl",
         "Weight sync to the vLLM engines: a broadcast from actor rank 0 over NCCL (GPUs, "
         "engines on their own GPUs) or gloo (CPU); nccl without GPUs or with "
         "--colocate_all_models sends chunks through Ray's object store instead (logged)",
         choices=("nccl", "gloo"),
         dotted="vllm.sync_backend",
+        flat="vllm_sync_backend",
     )
     enable_prefix_caching: bool = opt(False, "vLLM prefix caching", dotted="vllm.enable_prefix_caching")
     enforce_eager: bool = opt(
@@ -98,14 +159,17 @@ class RolloutConfig(PromptFormatConfig):
         "--enforce_eager false is refused",
         dotted="vllm.enforce_eager",
     )
-    vllm_sync_with_ray: bool = opt(
+    sync_with_ray: bool = opt(
         False,
         "Send the actor's weights to the vLLM engines in chunks through Ray's object store instead of a "
         "broadcast group (what happens anyway without GPUs of their own, or with --partial_rollout_enable)",
         dotted="vllm.sync_with_ray",
+        flat="vllm_sync_with_ray",
     )
     vllm_sync_chunk_mb: int = opt(64, "Most megabytes per chunk when the actor's weights are sent to the vLLM engines")
 
+
+class RolloutConfig(PromptFormatConfig):
     def resolve_lengths(self) -> None:
         """The length settings OpenRLHF leaves to be derived: with --max_len (v0.10.2+), a prompt may take
         all but one token and a response the rest of --max_len (SamplingParams.max_total_len cuts each one);
@@ -194,103 +258,3 @@ def only_with(cfg: Any, gate: str, *names: str) -> None:
         require(
             getattr(cfg, name) == defaults[name], f"--{name} is set but --{gate} is not: add --{gate} or drop --{name}"
         )
-
-
-@dataclass
-class DynamicBatchConfig:
-    use_dynamic_batch: bool = opt(
-        False,
-        "Cut micro-batches by a token budget instead of a row count: rows of similar "
-        "length together, as many as fit, so short responses are not padded to the "
-        "longest (--micro_train_batch_size / --micro_rollout_batch_size then no longer "
-        "cut the training and log-prob passes; the step's rows and loss are unchanged)",
-        dotted="train.dynamic_batch_enable",
-    )
-    train_max_tokens_per_gpu: int = opt(
-        16192,
-        "With --use_dynamic_batch: most tokens per training micro-batch "
-        "(rows x longest row; the real tokens with --packing_samples)",
-        dotted="train.max_tokens_per_gpu",
-    )
-    rollout_max_tokens_per_gpu: Optional[int] = opt(
-        None,
-        "With --use_dynamic_batch: most tokens per log-prob / value "
-        "forward when making experience (unset: "
-        "--train_max_tokens_per_gpu)",
-        dotted="rollout.max_tokens_per_gpu",
-    )
-
-    def check_dynamic_batch(self) -> None:
-        if not self.use_dynamic_batch:
-            return only_with(self, "use_dynamic_batch", "train_max_tokens_per_gpu", "rollout_max_tokens_per_gpu")
-        # a budget below the longest possible sample is allowed, as in OpenRLHF: a row longer than the budget
-        # gets a micro-batch of its own (alignment/ppo/token_budget.py), nothing is truncated
-        for name in ("train_max_tokens_per_gpu", "rollout_max_tokens_per_gpu"):
-            value = getattr(self, name)
-            require(value is None or value > 0, f"--{name} {value}: must be > 0")
-
-
-@dataclass
-class AsyncTrainConfig:
-    async_train: bool = opt(
-        False,
-        "Overlap rollouts with training (OpenRLHF's --async_train): the vLLM engines generate "
-        "the next iteration's samples while this one trains, so samples come from a policy up "
-        "to --async_queue_size updates old, and the PPO ratio is taken against the engines' "
-        "sampled-token log-probs (the behaviour policy). Needs --vllm_num_engines >= 1, or --agent_func_path: "
-        "on the HF engine an iteration then trains on the first episode groups to finish and the others go "
-        "on, their environments stepping while the actor trains (docs/agents.md)",
-        dotted="train.async_enable",
-    )
-    async_queue_size: int = opt(
-        1,
-        "With --async_train: iterations generated ahead of the one training (the bound on the policy lag)",
-        dotted="train.async_queue_size",
-    )
-
-    vllm_generate_batch_size: Optional[int] = opt(
-        None,
-        "With --async_train and --dynamic_filtering: prompts sampled per iteration (default --rollout_batch_size); "
-        "the groups beyond --rollout_batch_size are the filter's first refills, generated with the batch "
-        "(OpenRLHF's oversampling)",
-        dotted="rollout.vllm_generate_batch_size",
-    )
-    partial_rollout_enable: bool = opt(
-        False,
-        "With --async_train: weight updates reach the vLLM engines between two decoding steps of a running "
-        "generation instead of after it, so responses in flight finish on the new weights (alignment/rollout/"
-        "partial.py); logged as train/partial/*",
-        dotted="train.partial_rollout_enable",
-    )
-
-    def oversampled(self) -> int:
-        """Prompts generated per iteration beyond --rollout_batch_size (--vllm_generate_batch_size)."""
-        return max(0, (self.vllm_generate_batch_size or 0) - self.rollout_batch_size)  # type: ignore[attr-defined]
-
-    def check_async_train(self) -> None:
-        size = self.vllm_generate_batch_size
-        require(
-            size is None or size >= self.rollout_batch_size,  # type: ignore[attr-defined]
-            f"--vllm_generate_batch_size {size}: below --rollout_batch_size; leave it unset or raise it",
-        )
-        if self.oversampled():  # as OpenRLHF, with async; here the extra groups feed the dynamic filter
-            require(
-                self.async_train and self.dynamic_filtering,  # type: ignore[attr-defined]
-                f"--vllm_generate_batch_size {size} > --rollout_batch_size oversamples for --dynamic_filtering under "
-                f"--async_train: add both, or leave it unset",
-            )
-        if not self.async_train:
-            return only_with(self, "async_train", "async_queue_size", "partial_rollout_enable")
-        engines = self.vllm_num_engines >= 1  # type: ignore[attr-defined]  (RolloutConfig)
-        require(
-            engines or bool(self.agent_func_path),  # type: ignore[attr-defined]  (AgentConfig)
-            "--async_train overlaps generation on the vLLM engines with training on the actor: add "
-            "--vllm_num_engines 1 (or more); the HF engine generates on the actor itself, so nothing would overlap "
-            "(with --agent_func_path it overlaps the environments' steps: alignment/agents/pool.py)",
-        )
-        require(
-            engines or not self.partial_rollout_enable,
-            "--partial_rollout_enable pauses the vLLM engines' generations at a weight sync: add --vllm_num_engines 1; "
-            "on the HF engine an agent's episodes already go on across updates, turn by turn (--async_train)",
-        )
-        require(self.async_queue_size >= 1, f"--async_queue_size {self.async_queue_size}: must be >= 1")

@@ -1,15 +1,15 @@
-"""Flag groups shared by the stages: how a run runs — its ranks on the cluster, the optimizer and its
-schedule, MoE's auxiliary loss and logging (checkpoints: config/checkpoints.py). Names are OpenRLHF's flat
-flag names (the model and data groups are in config/groups.py).
+"""Groups shared by the stages about how a run runs: its ranks on the cluster (`ranks`), the optimizer and
+its schedule (`train`, `adam`, `muon`), MoE's auxiliary loss (checkpoints: config/checkpoints.py; logging:
+config/tracking.py).
 
-Each group checks its own values in `check_<group>()`; a stage's `validate()` runs them all,
-before any model or dataset is loaded.
+Each group is declared beside the class whose `check_<concern>()` checks it; a stage's `validate()` runs them
+all, before any model or dataset is loaded.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Optional
+from typing import Optional
 
 from alignment.config.base import opt, require
 from alignment.config.engine_knobs import EngineKnobsConfig
@@ -18,12 +18,9 @@ from alignment.config.groups import LoraConfig
 PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 
 
-@dataclass
-class RanksConfig:
-    """Where the stage's ranks go on a Ray cluster (alignment.distributed.ray_ranks). Under
-    torchrun/deepspeed the launcher sets the world size and these must be left at 1 or match it."""
-
-    own_group: ClassVar[str] = "ranks"
+@dataclass(frozen=True)
+class Ranks:
+    """RanksConfig's settings under `ranks`."""
 
     num_nodes: int = opt(
         1, "Nodes of the stage's rank group on Ray (OpenRLHF's name); ranks = this x --num_gpus_per_node"
@@ -42,6 +39,11 @@ class RanksConfig:
         identity=False,
     )
 
+
+class RanksConfig:
+    """Where the stage's ranks go on a Ray cluster (alignment.distributed.ray_ranks). Under
+    torchrun/deepspeed the launcher sets the world size and these must be left at 1 or match it."""
+
     def world_size(self) -> int:
         return self.num_nodes * self.num_gpus_per_node
 
@@ -56,19 +58,24 @@ class RanksConfig:
         )
 
 
-@dataclass
-class TrainConfig(EngineKnobsConfig):
-    own_group: ClassVar[str] = "train"
+@dataclass(frozen=True)
+class Train:
+    """TrainConfig's settings under `train`."""
 
-    micro_train_batch_size: int = opt(
-        8, "Samples (or packed rows) per rank per forward/backward", dotted="train.micro_batch_size"
+    micro_batch_size: int = opt(
+        8,
+        "Samples (or packed rows) per rank per forward/backward",
+        dotted="train.micro_batch_size",
+        flat="micro_train_batch_size",
     )
-    train_batch_size: int = opt(
-        128, "Global batch per optimizer step; accumulation = this / (micro * world size)", dotted="train.batch_size"
+    batch_size: int = opt(
+        128,
+        "Global batch per optimizer step; accumulation = this / (micro * world size)",
+        dotted="train.batch_size",
+        flat="train_batch_size",
     )
     max_epochs: int = opt(1, "Passes over the training data", dotted="train.max_epochs")
     max_steps: int = opt(-1, "Stop after this many optimizer steps (-1: run all epochs)")
-    learning_rate: float = opt(5e-6, "Peak learning rate", dotted={"": "adam.lr", "ppo": ()})
     lr_warmup_ratio: float = opt(
         0.03,
         "Fraction of steps for linear warm-up",
@@ -93,42 +100,6 @@ class TrainConfig(EngineKnobsConfig):
         choices=("adam", "muon"),
         dotted={"ppo": ("actor.optim", "critic.optim")},
     )
-    muon_lr: Optional[float] = opt(
-        None,
-        "--optim muon: peak learning rate of the Muon half (default: --learning_rate; OpenRLHF's: 0.02). "
-        "Muon's orthogonalised updates move each weight ~1/sqrt(width) as much as "
-        "AdamW's at the same rate, so it usually wants a larger one",
-        dotted={"": "muon.lr", "ppo": ("actor.muon.lr", "critic.muon.lr")},
-    )
-    muon_momentum: float = opt(
-        0.95,
-        "--optim muon: the Muon half's momentum",
-        dotted={"": "muon.momentum", "ppo": ("actor.muon.momentum", "critic.muon.momentum")},
-    )
-    muon_ns_steps: int = opt(
-        5,
-        "--optim muon: Newton-Schulz iterations. DeepSpeed's Muon runs 5; another value is refused",
-        dotted={"": "muon.ns_steps", "ppo": ("actor.muon.ns_steps", "critic.muon.ns_steps")},
-    )
-    muon_nesterov: bool = opt(
-        True,
-        "--optim muon: Nesterov momentum. DeepSpeed's Muon always uses it; false is refused",
-        dotted={"": "muon.nesterov", "ppo": ("actor.muon.nesterov", "critic.muon.nesterov")},
-    )
-    muon_no_nesterov: bool = opt(
-        False,
-        "OpenRLHF's switch for --muon_nesterov false: refused, as that is",
-        dotted={"": "muon.no_nesterov", "ppo": ("actor.muon.no_nesterov", "critic.muon.no_nesterov")},
-    )
-    adam_betas: list[float] = opt(
-        [0.9, 0.95], "Adam betas", dotted={"": "adam.betas", "ppo": ("actor.adam.betas", "critic.adam.betas")}
-    )
-    adam_eps: float = opt(1e-8, "Adam epsilon", dotted={"": "adam.eps", "ppo": ("actor.adam.eps", "critic.adam.eps")})
-    l2: float = opt(
-        0.0,
-        "Weight decay",
-        dotted={"": "adam.weight_decay", "ppo": ("actor.adam.weight_decay", "critic.adam.weight_decay")},
-    )
     max_norm: float = opt(1.0, "Gradient clipping norm", dotted={"ppo": ("actor.max_norm", "critic.max_norm")})
     max_nonfinite_skips: int = opt(
         0,
@@ -136,6 +107,75 @@ class TrainConfig(EngineKnobsConfig):
         "the first; the PPO family counts per iteration). A NaN/Inf gradient norm or "
         "weight always stops it, uncommitted",
     )
+    seed: int = opt(42, "Random seed (data order, init, dropout)", dotted="train.seed")
+    local_rank: int = opt(-1, "Set by the deepspeed launcher", identity=False)
+    num_threads: int = opt(0, "CPU threads per rank (0: cores / ranks on this node)", identity=False)
+
+
+@dataclass(frozen=True)
+class Adam:
+    """TrainConfig's settings under `adam`."""
+
+    lr: float = opt(5e-6, "Peak learning rate", dotted={"": "adam.lr", "ppo": ()}, flat="learning_rate")
+    betas: list[float] = opt(
+        [0.9, 0.95],
+        "Adam betas",
+        dotted={"": "adam.betas", "ppo": ("actor.adam.betas", "critic.adam.betas")},
+        flat="adam_betas",
+    )
+    eps: float = opt(
+        1e-8, "Adam epsilon", dotted={"": "adam.eps", "ppo": ("actor.adam.eps", "critic.adam.eps")}, flat="adam_eps"
+    )
+    weight_decay: float = opt(
+        0.0,
+        "Weight decay",
+        dotted={"": "adam.weight_decay", "ppo": ("actor.adam.weight_decay", "critic.adam.weight_decay")},
+        flat="l2",
+    )
+
+
+@dataclass(frozen=True)
+class Muon:
+    """TrainConfig's settings under `muon`."""
+
+    lr: Optional[float] = opt(
+        None,
+        "--optim muon: peak learning rate of the Muon half (default: --learning_rate; OpenRLHF's: 0.02). "
+        "Muon's orthogonalised updates move each weight ~1/sqrt(width) as much as "
+        "AdamW's at the same rate, so it usually wants a larger one",
+        dotted={"": "muon.lr", "ppo": ("actor.muon.lr", "critic.muon.lr")},
+        flat="muon_lr",
+    )
+    momentum: float = opt(
+        0.95,
+        "--optim muon: the Muon half's momentum",
+        dotted={"": "muon.momentum", "ppo": ("actor.muon.momentum", "critic.muon.momentum")},
+        flat="muon_momentum",
+    )
+    ns_steps: int = opt(
+        5,
+        "--optim muon: Newton-Schulz iterations. DeepSpeed's Muon runs 5; another value is refused",
+        dotted={"": "muon.ns_steps", "ppo": ("actor.muon.ns_steps", "critic.muon.ns_steps")},
+        flat="muon_ns_steps",
+    )
+    nesterov: bool = opt(
+        True,
+        "--optim muon: Nesterov momentum. DeepSpeed's Muon always uses it; false is refused",
+        dotted={"": "muon.nesterov", "ppo": ("actor.muon.nesterov", "critic.muon.nesterov")},
+        flat="muon_nesterov",
+    )
+    no_nesterov: bool = opt(
+        False,
+        "OpenRLHF's switch for --muon_nesterov false: refused, as that is",
+        dotted={"": "muon.no_nesterov", "ppo": ("actor.muon.no_nesterov", "critic.muon.no_nesterov")},
+        flat="muon_no_nesterov",
+    )
+
+
+@dataclass(frozen=True)
+class TrainDS:
+    """TrainConfig's settings under `ds`."""
+
     zero_stage: Optional[int] = opt(
         None,
         "DeepSpeed ZeRO stage. Unset: 2, or 0 on a single rank without --adam_offload "
@@ -148,10 +188,9 @@ class TrainConfig(EngineKnobsConfig):
         False, "Keep optimizer states on CPU (DeepSpeedCPUAdam; needs --zero_stage 1-3)", dotted="ds.adam_offload"
     )
     zpg: int = opt(1, "ZeRO++ hierarchical partition size", dotted="ds.zpg")
-    seed: int = opt(42, "Random seed (data order, init, dropout)", dotted="train.seed")
-    local_rank: int = opt(-1, "Set by the deepspeed launcher", identity=False)
-    num_threads: int = opt(0, "CPU threads per rank (0: cores / ranks on this node)", identity=False)
 
+
+class TrainConfig(EngineKnobsConfig):
     def check_train(self) -> None:
         require(self.micro_train_batch_size > 0, f"--micro_train_batch_size {self.micro_train_batch_size}: must be > 0")
         require(self.train_batch_size > 0, f"--train_batch_size {self.train_batch_size}: must be > 0")
@@ -223,42 +262,17 @@ class TrainConfig(EngineKnobsConfig):
         return self.train_batch_size // per_step
 
 
-@dataclass
-class MoEConfig:
+@dataclass(frozen=True)
+class MoE:
+    """MoEConfig's settings under `model`."""
+
     aux_loss_coef: float = opt(
         0.0,
         "MoE router load-balancing loss weight (sparse-MoE models such as Mixtral; 0: off)",
         dotted={"": "model.aux_loss_coef", "ppo": "actor.aux_loss_coef"},
     )
 
+
+class MoEConfig:
     def check_moe(self) -> None:
         require(self.aux_loss_coef >= 0, f"--aux_loss_coef {self.aux_loss_coef}: must be >= 0 (0 turns it off)")
-
-
-# --use_wandb values that switch wandb on without being a key (any other value is the API key)
-WANDB_SWITCHES = ("offline", "true", "1", "env")
-# where a stage's offline tracking runs are kept (a flow sets it to the stage's folder in the store)
-TRACKING_ENV = "ALIGNFLOW_TRACKING_URI"
-
-
-@dataclass
-class LoggingConfig:
-    logging_steps: int = opt(1, "Log metrics every N optimizer steps", identity=False, dotted="logger.logging_steps")
-    eval_steps: int = opt(-1, "Evaluate every N steps (-1: at the end of each epoch)", dotted="eval.steps")
-    use_wandb: Optional[str] = opt(
-        None,
-        "Log to Weights & Biases: 'env' (the key from WANDB_API_KEY), 'offline', or the API key "
-        "(moved out of the command line at start). Never printed",
-        secret=True,
-        dotted="logger.wandb.key",
-    )
-    wandb_org: Optional[str] = opt(None, "wandb entity", identity=False, dotted="logger.wandb.org")
-    wandb_group: Optional[str] = opt(None, "wandb group", identity=False, dotted="logger.wandb.group")
-    wandb_project: str = opt("alignflow", "wandb project", identity=False, dotted="logger.wandb.project")
-    wandb_run_name: Optional[str] = opt(None, "wandb run name", identity=False, dotted="logger.wandb.run_name")
-    use_tensorboard: Optional[str] = opt(
-        None, "Write TensorBoard events under this directory", identity=False, dotted="logger.tensorboard_dir"
-    )
-
-    def check_logging(self) -> None:
-        require(self.logging_steps > 0, f"--logging_steps {self.logging_steps}: must be > 0")

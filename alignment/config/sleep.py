@@ -12,23 +12,35 @@ from dataclasses import dataclass
 from alignment.config.base import opt, require
 
 
-@dataclass
-class SleepConfig:
-    vllm_enable_sleep: bool = opt(
+@dataclass(frozen=True)
+class SleepVLLM:
+    """SleepConfig's settings under `vllm`."""
+
+    enable_sleep: bool = opt(
         False,
         "Put the vLLM engines to sleep (weights to CPU memory, KV cache freed) "
         "between rollouts; they wake for the weight sync and the next rollout",
         identity=False,
         dotted="vllm.enable_sleep",
+        flat="vllm_enable_sleep",
     )
-    deepspeed_enable_sleep: bool = opt(
+
+
+@dataclass(frozen=True)
+class SleepDS:
+    """SleepConfig's settings under `ds`."""
+
+    enable_sleep: bool = opt(
         False,
         "Move the actor's and critic's optimizer states to CPU memory between "
         "their training passes (DeepSpeed's offload_states / reload_states)",
         identity=False,
         dotted="ds.enable_sleep",
+        flat="deepspeed_enable_sleep",
     )
 
+
+class SleepConfig:
     def check_sleep(self) -> None:
         if self.vllm_enable_sleep:
             require(

@@ -1,32 +1,41 @@
-"""Stage configs: each one a flat composition of the shared groups plus its own fields. The base every stage
-shares (StageConfig), SFT and PRM here; the preference stages (RM, DPO, KTO) in config/preference.py."""
+"""Stage configs: each one a tree of groups (alignment.config.tree), composed from the shared groups and its
+own. The base every stage shares (StageConfig), SFT and PRM here; the preference stages (RM, DPO, KTO) in
+config/preference.py."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar, Optional
+from typing import Optional
 
-from alignment.config import nested
 from alignment.config.base import check_store_uri, opt, require
-from alignment.config.checkpoints import CheckpointConfig
-from alignment.config.groups import DataConfig, LoraConfig, LoraSaveConfig, ModelConfig
+from alignment.config.checkpoints import CheckpointConfig, Checkpoints
+from alignment.config.engine_knobs import EngineKnobs, EngineKnobsData, EngineKnobsTrain
+from alignment.config.groups import (
+    Data,
+    DataConfig,
+    EvalDataset,
+    Lora,
+    LoraConfig,
+    LoraSave,
+    LoraSaveConfig,
+    Packing,
+    PretrainMode,
+    PromptFormat,
+)
 from alignment.config.inside_models import check_outputs_outside_models
+from alignment.config.model import Model, ModelConfig, ModelData, ModelDS
 from alignment.config.paths import Outputs, check_output_paths
-from alignment.config.runs import LoggingConfig, MoEConfig, RanksConfig, TrainConfig
-from alignment.config.vision import TrainedVisionConfig
+from alignment.config.runs import Adam, MoE, MoEConfig, Muon, Ranks, RanksConfig, Train, TrainConfig, TrainDS
+from alignment.config.tracking import EvalCadence, Logging, LoggingConfig, Wandb
+from alignment.config.tree import group, stage, subgroup
+from alignment.config.vision import TrainedVision, TrainedVisionConfig, VisionData
 
 # Where stages write; their URI schemes are checked with the flags, before anything runs.
 OUTPUT_FIELDS = ("save_path", "ckpt_path", "output_path")
 
 
-@dataclass
 class StageConfig:
-    def __getattr__(self, name: str) -> Any:
-        # reached only for a name that is no field, method or class attribute: a group (`cfg.train`,
-        # alignment.config.nested); dunder probes (copy, pickle) must fail as on any object
-        if not name.startswith("__") and name in nested.groups(type(self)):
-            return nested.group(self, (name,))
-        raise AttributeError(f"{type(self).__name__} has no field or group {name!r}")
+    """What every stage's config does: its outputs and its checks (its groups: alignment.config.tree)."""
 
     def outputs(self) -> Outputs:
         given = {name: getattr(self, name, None) for name in (*OUTPUT_FIELDS, "save_steps", "save_minutes")}
@@ -61,7 +70,42 @@ class StageConfig:
         return self
 
 
-@dataclass
+@dataclass(frozen=True)
+class SFTModel(TrainedVision, MoE, PretrainMode, Model):
+    pass
+
+
+@dataclass(frozen=True)
+class TrainedLora(Lora, LoraSave):
+    pass
+
+
+@dataclass(frozen=True)
+class SFTDS(TrainDS, EngineKnobs, Packing, ModelDS):
+    lora: TrainedLora = subgroup(TrainedLora)
+
+
+@dataclass(frozen=True)
+class SFTData(VisionData, EngineKnobsData, Data, PromptFormat, ModelData):
+    pass
+
+
+@dataclass(frozen=True)
+class SFTEval(EvalCadence, EvalDataset):
+    pass
+
+
+@dataclass(frozen=True)
+class SFTTrain(Train, EngineKnobsTrain):
+    pass
+
+
+@dataclass(frozen=True)
+class Logger(Logging):
+    wandb: Wandb = subgroup(Wandb)
+
+
+@stage
 class SFTConfig(
     TrainedVisionConfig,
     RanksConfig,
@@ -77,6 +121,17 @@ class SFTConfig(
 ):
     """Supervised fine-tuning (`python -m alignment.cli.train_sft`)."""
 
+    model = group(SFTModel)
+    ds = group(SFTDS)
+    data = group(SFTData)
+    eval = group(SFTEval)
+    train = group(SFTTrain)
+    adam = group(Adam)
+    muon = group(Muon)
+    ckpt = group(Checkpoints)
+    logger = group(Logger)
+    ranks = group(Ranks)
+
     def check_sft(self) -> None:
         if self.multiturn:
             require(
@@ -85,12 +140,9 @@ class SFTConfig(
             )
 
 
-@dataclass
-class PRMConfig(SFTConfig):
-    """Process reward model: a causal LM taught to answer each step's placeholder token with a reward
-    token (`python -m alignment.cli.train_prm`)."""
-
-    own_group: ClassVar[str] = "data"
+@dataclass(frozen=True)
+class PRMDataOwn:
+    """PRMConfig's settings under `data`."""
 
     placeholder_token: Optional[str] = opt(
         None,
@@ -110,6 +162,19 @@ class PRMConfig(SFTConfig):
         "in [0, 1], the probability the step is good (soft), one per placeholder",
         dotted="data.label_key",
     )
+
+
+@dataclass(frozen=True)
+class PRMData(PRMDataOwn, VisionData, EngineKnobsData, Data, PromptFormat, ModelData):
+    pass
+
+
+@stage
+class PRMConfig(SFTConfig):
+    """Process reward model: a causal LM taught to answer each step's placeholder token with a reward
+    token (`python -m alignment.cli.train_prm`)."""
+
+    data = group(PRMData)  # SFT's groups, but for this
 
     def check_prm(self) -> None:
         require(

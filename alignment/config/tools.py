@@ -3,25 +3,40 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Optional
+from typing import Optional
 
 from alignment.config.base import opt, require
 from alignment.config.stages import StageConfig
+from alignment.config.tree import group, stage
 
 
-@dataclass
-class TinyBaseConfig(StageConfig):
-    """A seeded random-init tiny Llama with the tiny tokenizer (`python -m alignment.cli.make_tiny_base`)."""
+@dataclass(frozen=True)
+class TinyBaseCkpt:
+    """TinyBaseConfig's settings under `ckpt`."""
 
-    own_group: ClassVar[str] = "model"
-
-    save_path: str = opt(
+    output_dir: str = opt(
         "./ckpt/tiny_base",
         "Where the model directory goes (local path or s3://)",
         identity=False,
         dotted="ckpt.output_dir",
+        flat="save_path",
     )
-    seed: int = opt(0, "Seed of the random initialisation", group="train")
+
+
+@dataclass(frozen=True)
+class TinyBaseTrain:
+    """TinyBaseConfig's settings under `train`."""
+
+    seed: int = opt(
+        0,
+        "Seed of the random initialisation",
+    )
+
+
+@dataclass(frozen=True)
+class TinyBaseModel:
+    """TinyBaseConfig's settings under `model`."""
+
     arch: str = opt(
         "llama",
         "llama (the tiny world's model), mixtral (a tiny sparse MoE, for --aux_loss_coef) or llava "
@@ -30,23 +45,48 @@ class TinyBaseConfig(StageConfig):
     )
 
 
-@dataclass
-class ImportModelConfig(StageConfig):
-    """Commit a model made elsewhere as a plain Hugging Face folder in the store
-    (`python -m alignment.cli.import_model SRC --save_path URI`)."""
+@stage
+class TinyBaseConfig(StageConfig):
+    """A seeded random-init tiny Llama with the tiny tokenizer (`python -m alignment.cli.make_tiny_base`)."""
 
-    own_group: ClassVar[str] = "model"
+    ckpt = group(TinyBaseCkpt)
+    train = group(TinyBaseTrain)
+    model = group(TinyBaseModel)
+
+
+@dataclass(frozen=True)
+class ImportModelModel:
+    """ImportModelConfig's settings under `model`."""
 
     source: Optional[str] = opt(
         None,
         "The model to import: a .gguf file, a Hugging Face model folder (local or s3://, "
         "with or without our MANIFEST.json) or a hub name. Also the first positional argument",
     )
-    save_path: Optional[str] = opt(
-        None, "Where the committed HF folder goes (local path or s3://)", identity=False, dotted="ckpt.output_dir"
-    )
     gguf_file: Optional[str] = opt(None, "Which .gguf file of a folder or hub repo holding several to import")
     revision: Optional[str] = opt(None, "Hub revision (branch, tag or commit sha) of a hub-name --source")
+
+
+@dataclass(frozen=True)
+class ImportModelCkpt:
+    """ImportModelConfig's settings under `ckpt`."""
+
+    output_dir: Optional[str] = opt(
+        None,
+        "Where the committed HF folder goes (local path or s3://)",
+        identity=False,
+        dotted="ckpt.output_dir",
+        flat="save_path",
+    )
+
+
+@stage
+class ImportModelConfig(StageConfig):
+    """Commit a model made elsewhere as a plain Hugging Face folder in the store
+    (`python -m alignment.cli.import_model SRC --save_path URI`)."""
+
+    model = group(ImportModelModel)
+    ckpt = group(ImportModelCkpt)
 
     def check_import(self) -> None:
         require(bool(self.source), "no model to import: pass SRC (a .gguf file, a model folder, s3:// URI or hub name)")
@@ -58,12 +98,9 @@ class ImportModelConfig(StageConfig):
         )
 
 
-@dataclass
-class LoraCombinerConfig(StageConfig):
-    """Merge a saved LoRA adapter into its base and commit the merged model (OpenRLHF's lora_combiner,
-    `python -m alignment.cli.lora_combiner`)."""
-
-    own_group: ClassVar[str] = "model"
+@dataclass(frozen=True)
+class LoraCombinerModel:
+    """LoraCombinerConfig's settings under `model`."""
 
     model_path: Optional[str] = opt(
         None, "The base model the adapter was trained on: HF directory, store URI or hub name", path="model"
@@ -74,18 +111,42 @@ class LoraCombinerConfig(StageConfig):
         "a local folder or a committed store URI",
         path="model",
     )
-    output_path: Optional[str] = opt(
-        None, "Where the merged model is committed (local path or s3://)", identity=False, group="ckpt"
-    )
     is_rm: bool = opt(
         False, "A reward model's adapter: the base loads with its value head (AutoModelForSequenceClassification)"
     )
+
+
+@dataclass(frozen=True)
+class LoraCombinerCkpt:
+    """LoraCombinerConfig's settings under `ckpt`."""
+
+    output_path: Optional[str] = opt(
+        None,
+        "Where the merged model is committed (local path or s3://)",
+        identity=False,
+    )
+
+
+@dataclass(frozen=True)
+class LoraCombinerDS:
+    """LoraCombinerConfig's settings under `ds`."""
+
     bf16: bool = opt(
         False,
         "Load, merge and save in bfloat16 (default: the base's own dtype)",
         dotted="ds.param_dtype",
         dotted_values={"bf16": True},
     )
+
+
+@stage
+class LoraCombinerConfig(StageConfig):
+    """Merge a saved LoRA adapter into its base and commit the merged model (OpenRLHF's lora_combiner,
+    `python -m alignment.cli.lora_combiner`)."""
+
+    model = group(LoraCombinerModel)
+    ckpt = group(LoraCombinerCkpt)
+    ds = group(LoraCombinerDS)
 
     def check_lora_combiner(self) -> None:
         for flag in ("model_path", "lora_path", "output_path"):

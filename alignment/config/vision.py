@@ -8,17 +8,21 @@ from alignment.config.base import opt, require
 from alignment.config.rollout import only_with
 
 
-@dataclass
-class VisionDataConfig:
-    """OpenRLHF v0.11's image flags (its PPO's; alignflow's SFT, DPO and evaluate take them too, to train and
-    measure the model RL starts from). A row's images go through the model's processor
-    (alignment.datasets.images) into a vision-language model; with --max_images_per_prompt 0 (text only) the
-    flags change nothing."""
+@dataclass(frozen=True)
+class VisionData:
+    """VisionDataConfig's settings under `data`."""
 
     image_key: str = opt("images", "Dataset key of a prompt's images (paths or URLs)", dotted="data.image_key")
     max_images_per_prompt: int = opt(
         0, "Most images per prompt (0: text-only prompts)", dotted="data.max_images_per_prompt"
     )
+
+
+class VisionDataConfig:
+    """OpenRLHF v0.11's image flags (its PPO's; alignflow's SFT, DPO and evaluate take them too, to train and
+    measure the model RL starts from). A row's images go through the model's processor
+    (alignment.datasets.images) into a vision-language model; with --max_images_per_prompt 0 (text only) the
+    flags change nothing."""
 
     @property
     def with_images(self) -> bool:
@@ -46,13 +50,17 @@ class VisionDataConfig:
         )
 
 
-@dataclass
-class VisionConfig(VisionDataConfig):
-    """PPO's: OpenRLHF v0.11's --actor.freeze_visual_encoder besides the image flags."""
+@dataclass(frozen=True)
+class VisionActor:
+    """VisionConfig's settings under `actor`."""
 
     freeze_visual_encoder: bool = opt(
         False, "Train only the language model of a vision-language actor", dotted="actor.freeze_visual_encoder"
     )
+
+
+class VisionConfig(VisionDataConfig):
+    """PPO's: OpenRLHF v0.11's --actor.freeze_visual_encoder besides the image flags."""
 
     def check_vision_rl(self) -> None:
         """Images in RL prompts: the parts of RL built for vision-language models (docs/vision.md). Mixed into
@@ -77,10 +85,14 @@ class VisionConfig(VisionDataConfig):
         )
 
 
-@dataclass
-class TrainedVisionConfig(VisionDataConfig):
-    """SFT's and DPO's: the image flags, and freezing the image encoder of the model they train."""
+@dataclass(frozen=True)
+class TrainedVision:
+    """TrainedVisionConfig's settings under `model`."""
 
     freeze_visual_encoder: bool = opt(
         False, "Train only the language model of a vision-language model", dotted="model.freeze_visual_encoder"
     )
+
+
+class TrainedVisionConfig(VisionDataConfig):
+    """SFT's and DPO's: the image flags, and freezing the image encoder of the model they train."""

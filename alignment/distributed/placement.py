@@ -7,6 +7,7 @@ the same GPU (or core) as OpenRLHF's colocation does.
 
 from __future__ import annotations
 
+from alignment.config.placement import Role
 from alignment.config.ppo import PPOConfig
 from alignment.distributed.cluster import Ask, GroupPlan
 
@@ -15,10 +16,9 @@ def plan(cfg: PPOConfig) -> list[GroupPlan]:
     """Model groups, then the vLLM engines (--vllm_num_engines, --vllm_tensor_parallel_size bundles each, on their
     own bundles unless --colocate_all_models)."""
     cfg.check_placement()
-    present = cfg.placed_roles() + (["vllm"] if cfg.vllm.num_engines > 0 else [])
-    shape = {
-        r: (getattr(cfg, f"{r}_num_nodes"), getattr(cfg, f"{r}_num_gpus_per_node")) for r in present if r != "vllm"
-    }
+    roles = cfg.roles
+    present: list[str] = [*cfg.placed_roles(), *(["vllm"] if cfg.vllm.num_engines > 0 else [])]
+    shape = {r: (roles[r].num_nodes, roles[r].num_gpus_per_node) for r in present if r != "vllm"}
     if "vllm" in present:
         shape["vllm"] = (1, cfg.vllm.num_engines * cfg.vllm.tensor_parallel_size)
     if cfg.train.colocate_all:
@@ -26,9 +26,9 @@ def plan(cfg: PPOConfig) -> list[GroupPlan]:
     else:
         sets = {r: r for r in present}
         if cfg.train.colocate_actor_ref:
-            sets["ref"] = "actor"
-        if cfg.train.colocate_critic_reward and "critic" in present and "reward" in present:
-            sets["reward"] = "critic"
+            sets[Role.REF] = Role.ACTOR
+        if cfg.train.colocate_critic_reward and Role.CRITIC in present and Role.REWARD in present:
+            sets[Role.REWARD] = Role.CRITIC
     members = {s: [r for r in present if sets[r] == s] for s in set(sets.values())}
     return [GroupPlan(r, *shape[r], sets[r], 1.0 / len(members[sets[r]])) for r in present]
 

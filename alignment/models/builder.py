@@ -11,7 +11,8 @@ import torch
 
 from alignment.config import TrainingConfig
 from alignment.config.engine_knobs import EngineKnobsConfig
-from alignment.config.groups import LoraConfig, ModelConfig
+from alignment.config.groups import LoraConfig
+from alignment.config.model import ModelConfig
 from alignment.config.preference import RMConfig
 from alignment.config.rewards import RewardSourceConfig
 from alignment.config.vision import VisionDataConfig

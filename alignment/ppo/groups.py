@@ -13,9 +13,6 @@ from alignment.distributed.rank_actor import rank_environments
 from alignment.ppo.dispatch import Joined, call
 from alignment.ppo.workers import ModelWorker
 
-# the roles DeepSpeed trains: --ds_tensor_parallel_size shards their layers (ref and reward hold whole copies)
-TRAINED = ("actor", "critic")
-
 
 class ModelGroup:
     def __init__(self, plan: GroupPlan, placed: Placed, tp: int = 1):

@@ -22,6 +22,7 @@ import ray
 import torch
 
 from alignment.config.base import ConfigError
+from alignment.config.placement import TRAINED, Role
 from alignment.config.ppo import PPOConfig
 from alignment.datasets.images import PromptImages
 from alignment.distributed import cluster, placement
@@ -33,7 +34,7 @@ from alignment.ppo.batch import SequenceBatch
 from alignment.ppo.dispatch import Joined, call
 from alignment.ppo.engines import VLLMEngines
 from alignment.ppo.experience import Experience
-from alignment.ppo.groups import TRAINED, ModelGroup
+from alignment.ppo.groups import ModelGroup
 from alignment.ppo.loop import PPOState
 from alignment.ppo.run import Staging
 from alignment.ppo.schedule import sampling_params, turn_params
@@ -56,7 +57,7 @@ def data_parallel(cfg: PPOConfig, plans: list) -> int:
                 f"--ds_tensor_parallel_size {tp} does not divide the {p.role}'s {p.world_size} ranks: give the "
                 f"{p.role} a multiple of {tp} (--{p.role}_num_nodes x --{p.role}_num_gpus_per_node)"
             )
-    return next(p for p in plans if p.role == "actor").world_size // tp
+    return next(p for p in plans if p.role == Role.ACTOR).world_size // tp
 
 
 class RayGroups:
@@ -66,7 +67,7 @@ class RayGroups:
         """`plans`: placement.plan(cfg), checked by `data_parallel`; `total_steps`: the run's (schedule.Sizes)."""
         self.cfg, self.function_reward = cfg, function_reward
         tp = cfg.ds.tensor_parallel_size
-        self.actor_world = next(p for p in plans if p.role == "actor").world_size
+        self.actor_world = next(p for p in plans if p.role == Role.ACTOR).world_size
         placed = cluster.place(plans, placement.ask(plans), "ppo")
         threads = cluster.threads_per_rank(plans, placed.cores_per_node, cfg.train.num_threads)
         engine_cores, trainer_cores = cluster.split_cores(
@@ -79,8 +80,8 @@ class RayGroups:
         ray.get([f for g in self.groups.values() for f in g.init(cfg, threads, total_steps, cores)]
                 + (self.engines.ready() if self.engines else []))  # fmt: skip
         if self.engines:
-            self.engines.open_sync_group(self.groups["actor"])
-        self.has_critic = "critic" in self.groups
+            self.engines.open_sync_group(self.groups[Role.ACTOR])
+        self.has_critic = Role.CRITIC in self.groups
         shared = [f" on {p.bundle_set}'s bundles" if p.bundle_set != p.role else "" for p in plans]
         log.info("placed %s; %d threads per rank",
                  ", ".join(f"{p.role} {p.nodes}x{p.per_node}{s}" for p, s in zip(plans, shared)), threads)  # fmt: skip
@@ -90,7 +91,7 @@ class RayGroups:
 
     def sync_weights(self) -> float:
         """The actor's new weights to the vLLM engines (seconds); the HF engine on the actor needs none."""
-        return self.engines.sync_weights(self.groups["actor"]) if self.engines else 0.0
+        return self.engines.sync_weights(self.groups[Role.ACTOR]) if self.engines else 0.0
 
     # --- one iteration's calls (the controller, alignment.ppo.controller, makes them) ------------
     def _generators(self) -> tuple[list, int]:
@@ -100,7 +101,7 @@ class RayGroups:
         another replica (HF's synced_gpus would, and hang where a replica has no prompts)."""
         if self.engines:
             return self.engines.actors, 1
-        return self.groups["actor"].workers, self.groups["actor"].tp
+        return self.groups[Role.ACTOR].workers, self.groups[Role.ACTOR].tp
 
     def generate(
         self, prompt_ids: list[list[int]], iteration: int, images: list[PromptImages] | None = None
@@ -120,26 +121,26 @@ class RayGroups:
     def scores(self, queries: list[str], prompts: list[str], labels: list) -> Scored:
         if self.function_reward is not None:
             return self.function_reward(queries, prompts, labels)
-        return self.groups["reward"].call(ModelWorker.scores, queries, prompts, labels).get()
+        return self.groups[Role.REWARD].call(ModelWorker.scores, queries, prompts, labels).get()
 
     def actor_logprobs(self, batch: SequenceBatch) -> Joined[torch.Tensor]:
-        return self.groups["actor"].call(ModelWorker.logprobs, batch)
+        return self.groups[Role.ACTOR].call(ModelWorker.logprobs, batch)
 
     def ref_logprobs(self, batch: SequenceBatch) -> Joined[torch.Tensor]:
-        return self.groups["ref"].call(ModelWorker.logprobs, batch)
+        return self.groups[Role.REF].call(ModelWorker.logprobs, batch)
 
     def values(self, batch: SequenceBatch) -> Joined[torch.Tensor]:
-        return self.groups["critic"].call(ModelWorker.values, batch)
+        return self.groups[Role.CRITIC].call(ModelWorker.values, batch)
 
     def train_critic(self, exp: Experience, seed: int) -> Joined[dict[str, float]]:
-        return self.groups["critic"].call(ModelWorker.train, exp, 0.0, seed)
+        return self.groups[Role.CRITIC].call(ModelWorker.train, exp, 0.0, seed)
 
     def train_actor(self, exp: Experience, kl_coef: float, seed: int) -> Joined[dict[str, float]]:
-        return self.groups["actor"].call(ModelWorker.train, exp, kl_coef, seed)
+        return self.groups[Role.ACTOR].call(ModelWorker.train, exp, kl_coef, seed)
 
     # --- resumable state (alignment/ppo/ray_state.py) ----------------------------------------
     def _trained(self) -> list[ModelGroup]:
-        return [self.groups[r] for r in ("actor", "critic") if r in self.groups]
+        return [self.groups[r] for r in TRAINED if r in self.groups]
 
     def save(self, state: PPOState) -> None:
         ray_state.save(self._trained(), self.cfg, state, self.actor_world)
@@ -162,11 +163,11 @@ class RayGroups:
 
     def commit(self, staged: Staging, logger: MetricsLogger) -> None:
         if self.cfg.critic.save_value_network:  # the critic's files, placed under critic/ in the actor's commit
-            critic = self.groups["critic"].call(ModelWorker.value_model_files).get()
+            critic = self.groups[Role.CRITIC].call(ModelWorker.value_model_files).get()
             for name, data in next(f for f in critic if f).items():
                 (staged.dir / "critic" / name).parent.mkdir(parents=True, exist_ok=True)
                 (staged.dir / "critic" / name).write_bytes(data)
-        ray_state.commit(self.groups["actor"], self.cfg, staged.dir, logger.final(), logger.links)
+        ray_state.commit(self.groups[Role.ACTOR], self.cfg, staged.dir, logger.final(), logger.links)
         log.info("model committed: %s", self.cfg.ckpt.output_dir)
 
 

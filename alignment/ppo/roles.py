@@ -20,8 +20,7 @@ from alignment.training.engine import build_engine
 
 def actor(cfg: PPOConfig, rt: Runtime, setup: ModelSetup, total_steps: int) -> Any:
     """The policy's DeepSpeed engine (--actor_learning_rate)."""
-    lr = dataclasses.replace(cfg, learning_rate=cfg.actor.adam.lr)
-    return build_engine(load_actor(setup, cfg), lr, rt, setup.precision.bf16, total_steps)
+    return build_engine(load_actor(setup, cfg), cfg, rt, setup.precision.bf16, total_steps, cfg.actor.adam.lr)
 
 
 def critic(cfg: PPOConfig, rt: Runtime, setup: ModelSetup, total_steps: int) -> tuple[Any, tuple[float, float] | None]:
@@ -31,8 +30,9 @@ def critic(cfg: PPOConfig, rt: Runtime, setup: ModelSetup, total_steps: int) -> 
         cfg.reward.model_name_or_path.split(",")[0] if cfg.reward.model_name_or_path else cfg.model.model_name_or_path
     )
     critic_setup = dataclasses.replace(setup, path=resolve_model_path(source, "--critic_pretrain"))
-    lr = dataclasses.replace(cfg, learning_rate=cfg.critic.adam.lr)
-    engine = build_engine(load_value_model(critic_setup, cfg), lr, rt, setup.precision.bf16, total_steps)
+    engine = build_engine(
+        load_value_model(critic_setup, cfg), cfg, rt, setup.precision.bf16, total_steps, cfg.critic.adam.lr
+    )
     return engine, critic_value_scale(critic_setup.path, cfg.reward.normalize_enable)
 
 

@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from alignment.config.placement import TRAINED, Role
 from alignment.config.ppo import PPOConfig
 from alignment.distributed.rank_actor import RankActor
 from alignment.ppo.dispatch import EACH, EXPERIENCE, LISTS, PROMPTS, ROWS, dispatch
@@ -49,32 +50,32 @@ class ModelWorker(RankActor):
 
         self.role, self.cfg = role, cfg
         self.rt = init_runtime(-1, threads)
-        if role in ("actor", "critic"):  # DeepSpeed AutoTP shards these (groups.TRAINED)
+        if role in TRAINED:  # DeepSpeed AutoTP shards these
             self.rt = self.rt.tensor_parallel(cfg.ds.tensor_parallel_size)
         if cfg.ckpt.load_enable:  # before any weights load
             check_world_size(cfg.ckpt.path, self.rt.world_size)
         self.setup = setup = prepare(cfg, self.rt)
         self.packing = packing_for(cfg.ds, setup)
-        if role == "actor":
+        if role == Role.ACTOR:
             self.moe_top_k = moe_top_k(setup.path, cfg.model.aux_loss_coef, setup.trust_remote_code)
             self.engine = roles.actor(cfg, self.rt, setup, total_steps)
             self.model = self.engine.module
             self.ema = EMA(self.model, cfg.train.ema_beta) if cfg.train.enable_ema else None
-        elif role == "critic":
+        elif role == Role.CRITIC:
             self.engine, scale = roles.critic(cfg, self.rt, setup, total_steps)
             self.model = self.engine.module
             self.capture = ValueCapture(self.model, scale)
-        elif role == "ref":
+        elif role == Role.REF:
             self.model = roles.reference(cfg.ref, setup, self.rt.torch_device)
-        elif role == "reward":
+        elif role == Role.REWARD:
             self.reward = roles.reward(cfg, setup, self.rt.torch_device)
         else:
             raise ValueError(f"unknown model role {role!r}")
         from alignment.ppo.sleep import OptimizerSleep
 
         self.sleep = OptimizerSleep(
-            self.engine if role in ("actor", "critic") else None,
-            cfg.ds.enable_sleep and role in ("actor", "critic"),
+            self.engine if role in TRAINED else None,
+            cfg.ds.enable_sleep and role in TRAINED,
             self.rt.torch_device.type,
             role,
         )
@@ -126,7 +127,7 @@ class ModelWorker(RankActor):
         from alignment.ppo import rank_ops
 
         with self.sleep.awake():
-            if self.role == "critic":
+            if self.role == Role.CRITIC:
                 stats = rank_ops.train_critic(self.engine, self.capture, exp, self.cfg, seed, self.packing)
             else:
                 stats = rank_ops.train_actor(
@@ -200,7 +201,7 @@ class ModelWorker(RankActor):
                 {self.role: self.engine}, f"checkpoint {ckpt_uri}/{checkpoint.tag(iteration)}", iteration
             )
             checkpoint.save_engine(
-                self.engine, ckpt_uri, iteration, self.role, actor_extra if self.role == "actor" else None
+                self.engine, ckpt_uri, iteration, self.role, actor_extra if self.role == Role.ACTOR else None
             )
 
     @dispatch(EACH)
@@ -215,7 +216,7 @@ class ModelWorker(RankActor):
 
         with self.sleep.awake():
             checkpoint.load_engine(self.engine, ckpt_uri, name, self.role)
-        if self.role == "actor" and self.ema is not None:
+        if self.role == Role.ACTOR and self.ema is not None:
             self.ema.load(checkpoint.role_dir(ckpt_uri, name, "actor"), self.model)
 
     @dispatch(EACH)
@@ -244,7 +245,7 @@ class ModelWorker(RankActor):
             for name, data in files.items() if out.dir is not None else ():
                 (out.dir / name).parent.mkdir(parents=True, exist_ok=True)
                 (out.dir / name).write_bytes(data)
-            if self.role == "actor" and self.ema is not None and out.dir is not None:  # beside the actor
+            if self.role == Role.ACTOR and self.ema is not None and out.dir is not None:  # beside the actor
                 save_hf_model(
                     self.model,
                     self.ema.state_dict(self.model),

@@ -42,7 +42,7 @@ class Started:
     def trainer(self, cls: type, cfg: TrainerConfig, model: Any, **extra: Any) -> Any:
         """The stage's trainer `cls` over a DeepSpeed engine of `model`, on the ranks, tokenizer and data start()
         gathered; `extra`: the trainer's own arguments (a reference, a teacher, the packing mask's dtype)."""
-        engine = build_engine(model, cfg, self.rt, self.setup.precision.bf16, self.steps)
+        engine = build_engine(model, cfg, self.rt, self.setup.precision.bf16, self.steps, cfg.adam.lr)
         return cls(cfg, self.rt, engine, self.setup.tokenizer, self.train_set, self.eval_set, **extra)
 
 

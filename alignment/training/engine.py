@@ -71,14 +71,17 @@ def muon_param(name: str, param: torch.nn.Parameter) -> bool:
     return param.ndim == 2 and _IN_BLOCK.search(name) is not None
 
 
-def make_optimizer(named: list[tuple[str, torch.nn.Parameter]], cfg: TrainConfig, device: str) -> torch.optim.Optimizer:
+def make_optimizer(
+    named: list[tuple[str, torch.nn.Parameter]], cfg: TrainConfig, device: str, lr: float
+) -> torch.optim.Optimizer:
     """AdamW (--optim adam) or DeepSpeed's Muon with an auxiliary AdamW (--optim muon), on the trainable
-    parameters `named` [(name, parameter)]."""
+    parameters `named` [(name, parameter)], at peak learning rate `lr` (the model's: --learning_rate, or
+    PPO's --actor_learning_rate / --critic_learning_rate)."""
     adam, extra = adam_class(cfg.ds, device)
     betas = tuple(cfg.adam.betas)
     params = [p for _, p in named]
     if cfg.train.optim == "adam":
-        return adam(params, lr=cfg.adam.lr, betas=betas, eps=cfg.adam.eps, weight_decay=cfg.adam.weight_decay, **extra)
+        return adam(params, lr=lr, betas=betas, eps=cfg.adam.eps, weight_decay=cfg.adam.weight_decay, **extra)
     # imported here, as DeepSpeed's engine does: the module sets up torch.compile'd kernels
     from deepspeed.runtime.zero.muon.muon_optimizer import MuonWithAuxAdam
 
@@ -97,7 +100,7 @@ def make_optimizer(named: list[tuple[str, torch.nn.Parameter]], cfg: TrainConfig
         {
             "params": muon,
             "use_muon": True,
-            "lr": cfg.muon.lr or cfg.adam.lr,
+            "lr": cfg.muon.lr or lr,
             "momentum": cfg.muon.momentum,
             "weight_decay": cfg.adam.weight_decay,
         }
@@ -107,7 +110,7 @@ def make_optimizer(named: list[tuple[str, torch.nn.Parameter]], cfg: TrainConfig
             {
                 "params": rest,
                 "use_muon": False,
-                "lr": cfg.adam.lr,
+                "lr": lr,
                 "betas": betas,
                 "eps": cfg.adam.eps,
                 "weight_decay": cfg.adam.weight_decay,
@@ -151,7 +154,8 @@ def make_scheduler(optimizer: torch.optim.Optimizer, train: Any, total_steps: in
     )
 
 
-def build_engine(model: torch.nn.Module, cfg: TrainConfig, rt: Runtime, bf16: bool, total_steps: int) -> Any:
+def build_engine(model: torch.nn.Module, cfg: TrainConfig, rt: Runtime, bf16: bool, total_steps: int, lr: float) -> Any:
+    """The model's DeepSpeed engine: ZeRO stage, optimizer at peak learning rate `lr`, schedule."""
     import deepspeed
 
     stage = cfg.zero_stage_on(rt.dp_size)
@@ -166,7 +170,7 @@ def build_engine(model: torch.nn.Module, cfg: TrainConfig, rt: Runtime, bf16: bo
     if stage == 3:
         mark_zero3_leaves(model)
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    optimizer = make_optimizer(named, cfg, rt.device)
+    optimizer = make_optimizer(named, cfg, rt.device, lr)
     scheduler = make_scheduler(optimizer, cfg.train, total_steps)
     ds_config = train_ds_config(cfg, rt.dp_size, bf16, rt.device, rt.tp)
     engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler, config=ds_config)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from alignment import storage
-from alignment.config.runs import TRACKING_ENV, WANDB_SWITCHES, LoggingConfig
+from alignment.config.tracking import TRACKING_ENV, WANDB_SWITCHES, LoggingConfig
 
 
 def wandb_run_id(resume_key: str) -> str:

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from alignment import events
-from alignment.config.runs import LoggingConfig
+from alignment.config.tracking import LoggingConfig
 from alignment.training.trackers import TensorBoard, keep_offline_run, start_wandb
 
 log = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ from alignflow.tasks.presentation.progress import StageProgress
 from alignflow.tasks.presentation.results import StageResult, dir_of_model
 from alignment import events, storage
 from alignment.config.cli import config_to_yaml
-from alignment.config.runs import TRACKING_ENV
+from alignment.config.tracking import TRACKING_ENV
 from alignment.errors import TransientError
 
 

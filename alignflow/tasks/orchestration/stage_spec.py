@@ -32,7 +32,7 @@ from alignment.config.base import not_identity_fields, path_fields, secret_field
 from alignment.config.cli import load_yaml
 from alignment.config.dotted import nested_to_fields
 from alignment.config.evaluate import EvaluateConfig
-from alignment.config.runs import WANDB_SWITCHES
+from alignment.config.tracking import WANDB_SWITCHES
 from alignment.config.values import coerce
 from alignment.fingerprint import fingerprint
 

@@ -1,0 +1,62 @@
+"""Preference pairs (chosen / rejected keys) and the frozen reference model the DPO family compares against."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from alignment.config.base import opt, require
+
+
+@dataclass(frozen=True)
+class PairData:
+    """PairDataConfig's settings under `data`."""
+
+    prompt_key: Optional[str] = opt(
+        None,
+        "JSON key of the prompt; without it chosen/rejected are whole conversations "
+        "(the last turn is the answer) or plain texts",
+        dotted="data.prompt_key",
+    )
+    chosen_key: str = opt("chosen", "JSON key of the preferred response", dotted="data.chosen_key")
+    rejected_key: str = opt("rejected", "JSON key of the dispreferred response", dotted="data.rejected_key")
+
+
+class PairDataConfig:
+    def check_pair_data(self) -> None:
+        require(
+            not self.multiturn and not self.pretrain_mode,
+            "--multiturn and --pretrain_mode are SFT flags; "
+            "preference stages read --prompt_key/--chosen_key/--rejected_key",
+        )
+
+
+@dataclass(frozen=True)
+class Reference:
+    """ReferenceConfig's settings under `ref`."""
+
+    model_name_or_path: Optional[str] = opt(
+        None,
+        "Reference model (default: --pretrain, the policy's initial weights)",
+        path="model",
+        dotted="ref.model_name_or_path",
+        flat="ref_pretrain",
+    )
+    offload: bool = opt(
+        False,
+        "Keep the frozen reference model in CPU memory (its forward runs there)",
+        dotted="ref.offload",
+        flat="ref_offload",
+    )
+
+
+@dataclass(frozen=True)
+class ReferenceModel:
+    """ReferenceConfig's settings under `model`."""
+
+    beta: float = opt(0.1, "Strength of the implicit KL penalty toward the reference", dotted="model.beta")
+
+
+class ReferenceConfig:
+    def check_reference(self) -> None:
+        require(self.beta > 0, f"--beta {self.beta}: must be > 0")
