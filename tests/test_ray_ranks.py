@@ -19,7 +19,7 @@ from alignflow.tasks.cluster.ray_job import StageInputRefused, job_env, runtime_
 from alignflow.tasks.orchestration.stage_spec import build_config
 from alignment.config import ConfigError, SFTConfig
 from alignment.config.cli import config_to_argv
-from alignment.distributed import rank_actor, ray_ranks
+from alignment.distributed import ports, rank_actor, ray_ranks
 from tests.conftest import REPO, launcher, losses, run_module
 from tests.test_same_arithmetic import golden
 from tests.test_stage_runner import ray_jobs, run_flow
@@ -78,14 +78,14 @@ def test_master_port_is_free_and_outside_the_ephemeral_range(monkeypatch):
     connection could take it first (EADDRINUSE), so it comes from below the range."""
     import socket
 
-    ports = {rank_actor.free_port("127.0.0.1", ephemeral_low=32768) for _ in range(20)}
-    assert all(20000 <= p < 32768 for p in ports), ports
+    chosen = {ports.free_port("127.0.0.1", ephemeral_low=32768) for _ in range(20)}
+    assert all(20000 <= p < 32768 for p in chosen), chosen
     with socket.socket() as held:  # the only candidate is taken: the kernel picks one
         held.bind(("127.0.0.1", 0))
         taken = held.getsockname()[1]
-        monkeypatch.setattr(rank_actor, "_LOWEST", taken)
-        assert rank_actor.free_port("127.0.0.1", ephemeral_low=taken + 1) != taken
-    assert rank_actor.free_port("127.0.0.1", ephemeral_low=1024) > 0  # no room below the range
+        monkeypatch.setattr(ports, "_LOWEST", taken)
+        assert ports.free_port("127.0.0.1", ephemeral_low=taken + 1) != taken
+    assert ports.free_port("127.0.0.1", ephemeral_low=1024) > 0  # no room below the range
 
 
 def test_launcher_sets_the_world_and_ray_is_used_otherwise(monkeypatch):

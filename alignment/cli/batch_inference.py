@@ -16,12 +16,13 @@ from __future__ import annotations
 from alignment.cli.common import run_main
 from alignment.cli.preflight import check_outputs
 from alignment.config import BatchInferenceConfig, parse_args
-from alignment.distributed import ray_ranks
 
 
 def main(argv: list[str] | None = None) -> dict:
     cfg = parse_args(BatchInferenceConfig, argv, prog="alignment.cli.batch_inference")
     check_outputs(cfg)
+    from alignment.distributed import ray_ranks  # the flags are checked: what runs loads from here
+
     if ray_ranks.on_ray(cfg):  # a Ray job, or more than one rank: place the ranks on Ray
         return ray_ranks.run_ranks(main, argv, cfg, "batch_inference")
     if cfg.eval.eval_task == "generate_vllm":

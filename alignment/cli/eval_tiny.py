@@ -6,8 +6,6 @@ import argparse
 import json
 
 from alignment import storage
-from alignment.models.loading import resolve_model_path
-from alignment.tiny_world.evaluate import greedy_accuracy
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__)
@@ -16,6 +14,10 @@ if __name__ == "__main__":
     p.add_argument("--limit", type=int, default=None)
     p.add_argument("--save_json", default=None)
     a = p.parse_args()
+    # the flags are checked: the model code loads from here (this CLI's start-up boundary)
+    from alignment.models.loading import resolve_model_path
+    from alignment.tiny_world.evaluate import greedy_accuracy
+
     r = greedy_accuracy(resolve_model_path(a.pretrain), a.eval_file, a.limit)
     text = json.dumps({"accuracy": r.accuracy, "n": r.n, "examples": r.examples}, indent=1)
     if a.save_json:

@@ -17,12 +17,13 @@ from alignment.cli.common import run_main
 from alignment.cli.preflight import check_outputs
 from alignment.config import parse_args
 from alignment.config.evaluate import EvaluateConfig
-from alignment.distributed import ray_ranks
 
 
 def main(argv: list[str] | None = None) -> dict:
     cfg = parse_args(EvaluateConfig, argv, prog="alignment.cli.evaluate")
     check_outputs(cfg)
+    from alignment.distributed import ray_ranks  # the flags are checked: what runs loads from here
+
     if ray_ranks.on_ray(cfg):  # a Ray job, or more than one rank: place the ranks on Ray
         return ray_ranks.run_ranks(main, argv, cfg, "evaluate")
     from alignment.distributed.collectives import gather_to_main

@@ -10,7 +10,6 @@ import logging
 from alignment.cli.common import run_main
 from alignment.cli.preflight import check_outputs
 from alignment.config import DPOConfig, parse_args
-from alignment.distributed import ray_ranks
 
 log = logging.getLogger("alignment.train_dpo")
 
@@ -18,6 +17,8 @@ log = logging.getLogger("alignment.train_dpo")
 def main(argv: list[str] | None = None) -> dict:
     cfg = parse_args(DPOConfig, argv, prog="alignment.cli.train_dpo")
     check_outputs(cfg)
+    from alignment.distributed import ray_ranks  # the flags are checked: what runs loads from here
+
     if ray_ranks.on_ray(cfg):  # a Ray job, or more than one rank: place the ranks on Ray
         return ray_ranks.run_ranks(main, argv, cfg, "train_dpo")
     from alignment.datasets.preference import PairTokenizer

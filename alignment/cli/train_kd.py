@@ -13,7 +13,6 @@ from alignment.cli.common import run_main
 from alignment.cli.preflight import check_outputs
 from alignment.cli.teacher import teacher_side
 from alignment.config import KDConfig, parse_args
-from alignment.distributed import ray_ranks
 
 log = logging.getLogger("alignment.train_kd")
 
@@ -22,6 +21,8 @@ def main(argv: list[str] | None = None) -> dict:
     cfg = parse_args(KDConfig, argv, prog="alignment.cli.train_kd")
     check_outputs(cfg)
     side = teacher_side(cfg)  # --teacher_num_nodes: the teacher on its own Ray group
+    from alignment.distributed import ray_ranks  # the flags are checked: what runs loads from here
+
     if ray_ranks.on_ray(cfg, side):  # a Ray job, more than one rank or a teacher group: place them on Ray
         return ray_ranks.run_ranks(main, argv, cfg, "train_kd", side)
     from alignment.datasets.sft import SFTTokenizer

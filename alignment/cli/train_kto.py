@@ -7,7 +7,6 @@ import logging
 from alignment.cli.common import run_main
 from alignment.cli.preflight import check_outputs
 from alignment.config import KTOConfig, parse_args
-from alignment.distributed import ray_ranks
 
 log = logging.getLogger("alignment.train_kto")
 
@@ -15,6 +14,8 @@ log = logging.getLogger("alignment.train_kto")
 def main(argv: list[str] | None = None) -> dict:
     cfg = parse_args(KTOConfig, argv, prog="alignment.cli.train_kto")
     check_outputs(cfg)
+    from alignment.distributed import ray_ranks  # the flags are checked: what runs loads from here
+
     if ray_ranks.on_ray(cfg):  # a Ray job, or more than one rank: place the ranks on Ray
         return ray_ranks.run_ranks(main, argv, cfg, "train_kto")
     from alignment.datasets.unpaired import UnpairedTokenizer

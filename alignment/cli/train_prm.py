@@ -12,7 +12,6 @@ import logging
 from alignment.cli.common import run_main
 from alignment.cli.preflight import check_outputs
 from alignment.config import PRMConfig, parse_args
-from alignment.distributed import ray_ranks
 
 log = logging.getLogger("alignment.train_prm")
 
@@ -20,6 +19,8 @@ log = logging.getLogger("alignment.train_prm")
 def main(argv: list[str] | None = None) -> dict:
     cfg = parse_args(PRMConfig, argv, prog="alignment.cli.train_prm")
     check_outputs(cfg)
+    from alignment.distributed import ray_ranks  # the flags are checked: what runs loads from here
+
     if ray_ranks.on_ray(cfg):  # a Ray job, or more than one rank: place the ranks on Ray
         return ray_ranks.run_ranks(main, argv, cfg, "train_prm")
     from alignment.datasets.process_reward import PRMTokenizer

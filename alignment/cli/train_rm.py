@@ -11,7 +11,6 @@ import logging
 from alignment.cli.common import run_main
 from alignment.cli.preflight import check_outputs
 from alignment.config import RMConfig, parse_args
-from alignment.distributed import ray_ranks
 
 log = logging.getLogger("alignment.train_rm")
 
@@ -19,6 +18,8 @@ log = logging.getLogger("alignment.train_rm")
 def main(argv: list[str] | None = None) -> dict:
     cfg = parse_args(RMConfig, argv, prog="alignment.cli.train_rm")
     check_outputs(cfg)
+    from alignment.distributed import ray_ranks  # the flags are checked: what runs loads from here
+
     if ray_ranks.on_ray(cfg):  # a Ray job, or more than one rank: place the ranks on Ray
         return ray_ranks.run_ranks(main, argv, cfg, "train_rm")
     from alignment.datasets.preference import PairTokenizer

@@ -6,6 +6,8 @@ import difflib
 from dataclasses import MISSING, asdict, field, fields
 from typing import Any
 
+import fsspec
+
 from alignment.errors import UserError
 
 
@@ -87,7 +89,6 @@ def check_store_uri(flag: str, uri: str | None) -> None:
     driver (gs:// without gcsfs) would otherwise surface only when the trained model is saved."""
     if not uri or "://" not in uri:
         return
-    import fsspec  # not torch: the schema stays light for the Prefect layer
 
     protocol = uri.split("://", 1)[0]
     try:

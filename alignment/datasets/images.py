@@ -8,6 +8,7 @@ import io
 from dataclasses import dataclass
 from typing import Any
 
+import fsspec
 import torch
 
 from alignment.datasets.sources import DataError
@@ -137,7 +138,6 @@ def load_image(ref: str | bytes, where: str) -> Any:
 def read_bytes(ref: str) -> bytes:
     if ref.startswith("data:"):
         return base64.b64decode(ref.split(",", 1)[1])
-    import fsspec  # a local path, file:// or a store URI alike
 
     with fsspec.open(ref, "rb") as f:
         return f.read()

@@ -15,6 +15,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import datasets
+
 from alignment.datasets.sources import read_rows
 
 
@@ -65,7 +67,6 @@ def blend_rows(
     parts = [[to_line(r) for r in read_rows(s, split, flag, image_key)] for s in names]
     if len(parts) == 1:
         return Rows(parts[0][:max_samples])
-    import datasets
 
     # A dataset of probability 0 is never drawn: "all_exhausted" could never finish it, and
     # interleave_datasets refuses it, so it is left out (check_mixing ensures one p > 0 remains).

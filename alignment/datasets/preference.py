@@ -12,6 +12,7 @@ from operator import attrgetter
 from typing import Any
 
 import torch
+from datasets import Features, List, Value
 
 from alignment.config.groups import DataConfig
 from alignment.config.vision import VisionDataConfig
@@ -97,8 +98,6 @@ class PreferenceRowTokenizer:
 
 
 def ids_features(*names: str) -> dict[str, Any]:
-    from datasets import List, Value
-
     return {name: List(Value("int8" if name.endswith("_mask") else "int32")) for name in names}
 
 
@@ -122,8 +121,6 @@ class PairTokenizer(PreferenceRowTokenizer):
         return {"use_margin": self.use_margin, **super().settings()}
 
     def features(self) -> Any:
-        from datasets import Features, List, Value
-
         return Features(
             {
                 **ids_features("chosen_ids", "chosen_mask", "rejected_ids", "rejected_mask"),

@@ -13,6 +13,7 @@ from operator import attrgetter
 from typing import Any
 
 import torch
+from datasets import Features, List, Value
 
 from alignment.config.base import ConfigError
 from alignment.config.stages import PRMConfig
@@ -86,8 +87,6 @@ class PRMTokenizer:
         return {name: attrgetter(name)(self.cfg) for name in self.SETTINGS}
 
     def features(self) -> Any:
-        from datasets import Features, List, Value
-
         return Features(
             {
                 "input_ids": List(Value("int32")),

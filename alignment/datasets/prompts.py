@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
 
+from datasets import Features, List, Value
+
 from alignment.config.distill import OPDConfig
 from alignment.config.rollout import RolloutConfig
 from alignment.config.vision import VisionDataConfig
@@ -61,8 +63,6 @@ class PromptTokenizer:
         return values
 
     def features(self) -> Any:
-        from datasets import Features, List, Value
-
         # the label is any JSON value (a number, a string, a list of tests): one JSON text column
         return Features(
             {

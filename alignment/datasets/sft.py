@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
 
+from datasets import Features, List, Value
+
 from alignment.config.groups import DataConfig
 from alignment.config.vision import VisionDataConfig
 from alignment.datasets.batch import TokenizedSample
@@ -114,8 +116,6 @@ class SFTTokenizer:
         return values
 
     def features(self) -> Any:
-        from datasets import Features, List, Value
-
         return Features(
             {
                 "input_ids": List(Value("int32")),

@@ -16,6 +16,7 @@ import os
 import re
 from dataclasses import dataclass
 
+import datasets
 import fsspec
 
 from alignment import storage
@@ -138,7 +139,6 @@ def read_json_file(uri: str, flag: str = "--dataset") -> list[dict]:
 
 def _read_table(uri: str, flag: str) -> list[dict]:
     """A parquet, csv or arrow file, through 🤗 datasets."""
-    import datasets
 
     builder = uri.rsplit(".", 1)[-1].lower()
     if not _exists(uri):
@@ -189,8 +189,6 @@ def _saved_to_disk(location: str) -> bool:
 
 
 def _read_saved(location: str, split: str) -> list[dict]:
-    import datasets
-
     ds = datasets.load_from_disk(location)
     if isinstance(ds, datasets.DatasetDict):
         if split not in ds:
@@ -204,8 +202,6 @@ def _read_saved(location: str, split: str) -> list[dict]:
 
 def _read_hub(name: str, split: str, data_dir: str | None = None) -> list[dict]:
     try:
-        import datasets
-
         ds = datasets.load_dataset(name, data_dir=data_dir, split=split)
     except Exception as e:  # noqa: BLE001 - turned into one actionable line, cause kept
         offline = os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("HF_DATASETS_OFFLINE") == "1"

@@ -27,6 +27,13 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol
 
+import datasets
+import datasets.config
+import pyarrow.compute as pc
+import tokenizers
+import torch.distributed as dist
+import transformers
+
 from alignment.config.groups import DataConfig
 from alignment.config.vision import VisionDataConfig
 from alignment.datasets import formatting
@@ -63,8 +70,6 @@ def columns_of(t: RowTokenizer, rows: list[dict]) -> dict[str, list]:
 
 
 def cache_dir() -> Path:
-    import datasets.config
-
     return Path(os.environ.get(CACHE_ENV) or Path(datasets.config.HF_DATASETS_CACHE) / "alignflow-tokenized")
 
 
@@ -105,10 +110,6 @@ def code_digest(t: RowTokenizer) -> str:
 
 
 def fingerprint(rows: Rows, t: RowTokenizer) -> str:
-    import datasets
-    import tokenizers  # a dependency of transformers 5, slow tokenizers included
-    import transformers
-
     versions = {
         "datasets": datasets.__version__,
         "tokenizers": tokenizers.__version__,
@@ -133,7 +134,6 @@ def node_main_first() -> Iterator[None]:
     writes the cache) while the node's other ranks wait at a barrier, then they run it and find
     the cache. Rank 0 reaches its barrier even when the body raises, so nobody hangs: the others
     then fail the same way themselves (a bad row is bad on every rank)."""
-    import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         yield
@@ -152,7 +152,6 @@ def node_main_first() -> Iterator[None]:
 def _no_progress_bars() -> Iterator[None]:
     """A bad row must leave one `error:` line on stderr (the CLI contract), not a progress bar
     before it; the summary line logged after tokenization replaces the bar."""
-    import datasets
 
     was = datasets.is_progress_bar_enabled()
     datasets.disable_progress_bars()
@@ -179,7 +178,6 @@ def _map_row(example: dict, index: int, tokenizer: RowTokenizer) -> dict[str, An
 
 def _first_error(mapped: Any) -> str | None:
     """The lowest-index row's error: the shards come back concatenated in row order."""
-    import pyarrow.compute as pc
 
     errors = pc.drop_null(mapped.data.column(ERROR_COLUMN))
     return errors[0].as_py() if len(errors) else None
@@ -199,7 +197,6 @@ def tokenize(rows: Rows, t: RowTokenizer, num_proc: int = 0) -> Any:
     by `Dataset.map` (num_proc per `auto_num_proc`) into it. The first bad row (lowest index, from
     whichever process tokenized it) is raised here as its DataError, so the CLI prints its one line;
     the rows of a dataset with a bad row are not kept in the cache."""
-    import datasets
 
     fp = fingerprint(rows, t)
     path = cache_dir() / f"{fp}.arrow"

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from datasets import Features, Value
 
 from alignment.config.groups import DataConfig
 from alignment.datasets.batch import Batch, TokenizedSample
@@ -55,8 +56,6 @@ class UnpairedTokenizer(PreferenceRowTokenizer):
             raise DataError("--output_key is required for KTO: the JSON key of the response")
 
     def features(self) -> Any:
-        from datasets import Features, Value
-
         return Features(
             {
                 **ids_features("input_ids", "loss_mask", "prompt_ids", "response_ids"),

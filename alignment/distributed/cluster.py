@@ -14,6 +14,10 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+import ray
+from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
 from alignment import lease
 from alignment.config.base import ConfigError
 
@@ -128,8 +132,6 @@ class Placed:
         the same group with `capture_child_tasks`); call `.remote(...)` on the result to start it. `named`: more
         of Ray's actor options (`name` and `namespace` for an actor other processes look up,
         `max_concurrency` for a threaded one)."""
-        import ray
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         return ray.remote(cls).options(
             num_cpus=self.bundle["CPU"] * group.share,
@@ -145,8 +147,6 @@ class Placed:
         )
 
     def remove(self) -> None:
-        from ray.util.placement_group import remove_placement_group
-
         for pg in self.pgs.values():
             remove_placement_group(pg)
 
@@ -157,8 +157,6 @@ def place(
     """Check the cluster can hold the groups (one ConfigError if not), then reserve their bundles, waiting
     while other work holds them (said once in the log: a run queues on Ray rather than fail). `name` labels
     the log lines and the placement groups (`<name>-<bundle set>`)."""
-    import ray
-    from ray.util.placement_group import placement_group
 
     if not ray.is_initialized():
         ray.init(log_to_driver=True)  # inside a Ray job this joins the job's cluster

@@ -11,11 +11,11 @@ placement layer, so a module defining one imports without Ray.
 from __future__ import annotations
 
 import os
-import random
-import socket
 from dataclasses import dataclass
-from pathlib import Path
 
+import ray
+
+from alignment.distributed.ports import free_port
 from alignment.logs import setup_logging
 
 
@@ -63,47 +63,15 @@ def rank_envs(landings: list[Landing]) -> list[dict[str, str]]:
 def node_address() -> tuple[str, int]:
     """In a Ray actor: this node's IP and a free port on it (a group's MASTER_ADDR/PORT when the
     actor is its rank 0; the process group binds the port moments later)."""
-    import ray
 
     ip = ray.util.get_node_ip_address()
     return ip, free_port(ip)
-
-
-# Ray's own ports are below this (its worker ports default to 10002-19999)
-_LOWEST = 20000
-
-
-def free_port(ip: str, ephemeral_low: int | None = None) -> int:
-    """A port free on `ip` now, chosen below the kernel's ephemeral range. Between this check and the
-    process group's bind, a port from that range can become the local port of any outgoing
-    connection (a Ray node makes many): a chaos run of 2026-11-28 lost a retry to EADDRINUSE so.
-    A port outside the range is only taken by an explicit bind. Where the range leaves no room
-    below it, any free port."""
-    low = _ephemeral_low() if ephemeral_low is None else ephemeral_low
-    candidates = random.sample(range(_LOWEST, low), min(64, low - _LOWEST)) if low > _LOWEST else []
-    for port in [*candidates, 0]:
-        with socket.socket() as s:
-            try:
-                s.bind((ip, port))
-            except OSError:  # taken: try the next candidate (0: the kernel picks)
-                continue
-            return s.getsockname()[1]
-    raise OSError(f"no free port on {ip}")
-
-
-def _ephemeral_low() -> int:
-    try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):  # not Linux: the IANA range's start
-        return 49152
 
 
 class RankActor:
     """Base of every Ray actor that becomes a torch rank (wrapped with `ray.remote` by the placement layer)."""
 
     def landing(self) -> Landing:
-        import ray
-
         return Landing(
             ray.get_runtime_context().get_node_id(),
             ray.util.get_node_ip_address(),
@@ -122,7 +90,6 @@ class RankActor:
 def rank_environments(actors: list) -> list[dict[str, str]]:
     """Each of `actors`' (RankActor handles, in placement order) torch.distributed environment, MASTER_PORT
     included."""
-    import ray
 
     envs = rank_envs(ray.get([a.landing.remote() for a in actors]))
     port = ray.get(actors[next(k for k, e in enumerate(envs) if e["RANK"] == "0")].free_port.remote())

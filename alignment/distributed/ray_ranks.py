@@ -29,6 +29,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+import ray
+
 import alignment
 from alignment import lease
 from alignment.config.base import ConfigError
@@ -111,7 +113,6 @@ class StageRank(RankActor):
 
 def _rank_main(config: dict) -> None:
     """One rank (in a StageRank actor): log where it runs, then the CLI's own main."""
-    import ray
 
     if os.path.isdir(
         config["cwd"]
@@ -137,8 +138,6 @@ def run_ranks(
     """Run `main(argv)` on `world_size(cfg)` Ray ranks; returns after the last rank finished.
     A rank's input error is re-raised here (exit 2); any other rank failure fails the run at once.
     `side`: a group of replicas placed with the ranks, which the ranks ask (alignment/distributed/side_groups.py)."""
-
-    import ray
 
     argv = list(sys.argv[1:] if argv is None else argv)
     group = rank_group(cfg.ranks)

@@ -10,11 +10,12 @@ import logging
 import os
 from dataclasses import dataclass, replace
 
+import deepspeed
 import torch
 
 from alignment.config.base import ConfigError
 from alignment.distributed import rendezvous
-from alignment.distributed.rank_actor import free_port
+from alignment.distributed.ports import free_port
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +85,6 @@ def init_runtime(local_rank_flag: int = -1, num_threads: int = 0) -> Runtime:
         os.environ["OMP_NUM_THREADS"] = str(threads)
     else:
         torch.cuda.set_device(local_rank)
-    import deepspeed
 
     backend = "nccl" if device == "cuda" else "gloo"
     if not torch.distributed.is_initialized():

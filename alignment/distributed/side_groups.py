@@ -17,6 +17,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+import ray
+
 NAMESPACE = "alignflow-side"  # Ray namespace of the replicas' names (the ranks look them up there)
 
 
@@ -50,6 +52,5 @@ def my_replica(role: str) -> Any | None:
     names = [n for n in os.environ.get(env_name(role), "").split(",") if n]
     if not names:
         return None
-    import ray
 
     return ray.get_actor(names[int(os.environ.get("RANK", "0")) % len(names)], namespace=NAMESPACE)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from transformers import enable_full_determinism
 
 from alignment.config import TrainingConfig
 from alignment.config.engine_knobs import EngineKnobsConfig
@@ -18,6 +19,7 @@ from alignment.config.rewards import RewardSourceConfig
 from alignment.config.vision import VisionDataConfig
 from alignment.datasets.images import processor_of
 from alignment.distributed.runtime import Runtime
+from alignment.models.kind import VisionModelError
 from alignment.models.loading import (
     ModelLoadError,
     check_4bit,
@@ -36,7 +38,7 @@ from alignment.models.precision import (
     precision_for,
 )
 from alignment.models.reward_model import load_reward_model
-from alignment.models.vision import VisionModelError, freeze_visual_encoder
+from alignment.models.vision import freeze_visual_encoder
 
 log = logging.getLogger(__name__)
 
@@ -103,8 +105,6 @@ def knob_effects(cfg: EngineKnobsConfig) -> None:
     """The run-wide effects of OpenRLHF's knobs: --full_determinism_enable (transformers'
     enable_full_determinism, before any weights are built), and the one line --dataloader_num_workers gets."""
     if cfg.train.full_determinism_enable:
-        from transformers import enable_full_determinism
-
         enable_full_determinism(cfg.train.seed)
         log.info("--full_determinism_enable: deterministic algorithms on, seeded from --seed %d", cfg.train.seed)
     if cfg.data.dataloader_num_workers:

@@ -37,7 +37,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from alignment import storage
 from alignment.config.base import path_fields, public_dict
 from alignment.fingerprint import fingerprint
-from alignment.models.vision import is_vision_model
+from alignment.models.kind import is_vision_model
 from alignment.redact import scrub
 
 log = logging.getLogger(__name__)

@@ -7,6 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import jinja2
+from transformers.utils.chat_template_utils import _compile_jinja_template
+
 from alignment.errors import UserError
 
 
@@ -31,8 +34,6 @@ def check_chat_template(tok: Any, path: str, flag: str = "--pretrain", given: bo
     """Compile `tok`'s chat template(s) the way apply_chat_template will (transformers' own Jinja environment,
     with its {% generation %} tag, so a template it renders is never refused). `given`: the template came
     from --tokenizer_chat_template. Raises ChatTemplateError."""
-    import jinja2
-    from transformers.utils.chat_template_utils import _compile_jinja_template
 
     templates = getattr(tok, "chat_template", None)
     if not templates:

@@ -8,6 +8,7 @@ import logging
 from pathlib import Path
 
 import torch
+from transformers import AutoTokenizer
 
 from alignment import storage
 from alignment.config.base import public_dict
@@ -51,7 +52,6 @@ def combine(cfg: LoraCombinerConfig) -> dict:
     """Load the base (as --pretrain loads), fold the adapter in with PEFT's merge_and_unload and commit
     the merged model with the tokenizer (the adapter folder's, where the training stage saved one,
     else the base's) at --output_path. Returns the manifest."""
-    from transformers import AutoTokenizer
 
     adapter = adapter_dir(cfg.model.lora_path, cfg.model.is_rm)
     base = resolve_model_path(cfg.model.model_path, "--model_path")

@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from huggingface_hub import snapshot_download
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
 from alignment import outputs, storage
 from alignment.config.tools import ImportModelConfig
@@ -101,8 +103,6 @@ def _local_source(model: Any, tmp: Path) -> tuple[Path, str | None]:
 
 
 def _hub_folder(name: str) -> Path:
-    from huggingface_hub import snapshot_download
-
     try:
         return Path(snapshot_download(name))
     except Exception as e:  # offline, unknown repo, no network: one line that says so
@@ -124,8 +124,6 @@ def _download_plain(src: str, dest: Path) -> Path:
 
 
 def _from_gguf(folder: Path, name: str, out: Path) -> str:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
     loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
     config = loaded.config
@@ -157,7 +155,6 @@ def _copy_folder(folder: Path, out: Path) -> str:
 
 def _resave(folder: Path, out: Path) -> str:
     """Pickled weights: loaded by transformers (torch.load weights_only=True) and saved as safetensors."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
     archs = getattr(AutoConfig.from_pretrained(folder), "architectures", None) or []
     cls = (
@@ -183,7 +180,6 @@ def _resave(folder: Path, out: Path) -> str:
 def _check_loads(out: Path, src: str) -> None:
     """Config and tokenizer load from the folder about to be committed (weights were written by
     transformers or copied from safetensors files)."""
-    from transformers import AutoConfig, AutoTokenizer
 
     try:
         AutoConfig.from_pretrained(out)

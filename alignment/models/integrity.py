@@ -18,6 +18,8 @@ import struct
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from alignment import storage
 
 _EMBEDDINGS = ("embed_tokens.weight", "wte.weight", "word_embeddings.weight", "embed_in.weight")
@@ -134,7 +136,6 @@ def check_finite(model: Any, flag: str, path: str) -> None:
     saved by another tool, a bad conversion) otherwise fails far from its cause: generation stops in
     torch.multinomial ("probability tensor contains either inf, nan"), training blames --learning_rate.
     One pass over weights already in memory; the first non-finite tensor is named."""
-    import torch  # here: the header checks above are read without torch
 
     for name, p in model.named_parameters():
         if p.is_floating_point() and not bool(torch.isfinite(p).all()):

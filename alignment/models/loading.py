@@ -12,13 +12,17 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from huggingface_hub import snapshot_download
+from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RevisionNotFoundError
+from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer, BitsAndBytesConfig
 
 from alignment import storage
 from alignment.errors import UserError
 from alignment.models.chat_template import check_chat_template
 from alignment.models.integrity import check_finite, check_model_dir, require_weights
+from alignment.models.kind import is_vision_model
 from alignment.models.lora import merge_adapter
-from alignment.models.vision import attach_processor, is_vision_model
+from alignment.models.vision import attach_processor
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +93,6 @@ def merged_adapter(path: Path, flag: str) -> str:
     PEFT's merge_and_unload folds each adapter into its base weight in place, so building it holds
     one copy of the model. Ranks racing on one node: the first rename wins, the others use it."""
 
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     adapter = json.loads((path / "adapter_config.json").read_text())
     if adapter.get("task_type") not in (None, "CAUSAL_LM"):
         raise ModelLoadError(
@@ -128,9 +130,6 @@ def merged_adapter(path: Path, flag: str) -> str:
 
 
 def _hub_snapshot(name: str, revision: str, flag: str) -> str:
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RevisionNotFoundError
-
     try:
         return snapshot_download(name, revision=revision)
     except RevisionNotFoundError as e:
@@ -174,8 +173,6 @@ def load_tokenizer(
     flag: str = "--pretrain",
     trust_remote_code: bool = False,
 ) -> Any:
-    from transformers import AutoTokenizer
-
     local = Path(path).is_dir()
     if local and not has_tokenizer(path):
         raise ModelLoadError(
@@ -199,7 +196,7 @@ def load_tokenizer(
     if chat_template:
         tok.chat_template = chat_template
     check_chat_template(tok, path, flag, given=bool(chat_template))  # a syntax error: one line, before the data
-    if is_vision_model(path, trust_remote_code):
+    if is_vision_model(path):
         tok = attach_processor(path, tok, flag, trust_remote_code)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token  # batching needs one; eos is the common choice
@@ -223,10 +220,8 @@ def load_causal_lm(
     load_in_4bit: bool = False,
     trust_remote_code: bool = False,
 ) -> torch.nn.Module:
-    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
-
     # a vision-language model generates text too, but only its own class reads the images
-    auto = AutoModelForImageTextToText if is_vision_model(path, trust_remote_code) else AutoModelForCausalLM
+    auto = AutoModelForImageTextToText if is_vision_model(path) else AutoModelForCausalLM
     return from_pretrained(auto, path, dtype, attn, flag, load_in_4bit, trust_remote_code)
 
 
@@ -273,7 +268,6 @@ def quantization_kwargs(load_in_4bit: bool, dtype: torch.dtype) -> dict[str, Any
     """QLoRA: nf4 weights, compute in the training dtype (check_4bit ran first)."""
     if not load_in_4bit:
         return {}
-    from transformers import BitsAndBytesConfig
 
     return {
         "quantization_config": BitsAndBytesConfig(

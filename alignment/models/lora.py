@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from transformers import AutoConfig, AutoModelForCausalLM
 
 from alignment.config.base import ConfigError
 
@@ -30,7 +31,6 @@ def check_targets(path: str, targets: list[str], extra: tuple[str, ...] = (), tr
     `extra`: modules the loaded model adds (a reward model's value head)."""
     if targets == ["all-linear"]:
         return
-    from transformers import AutoConfig, AutoModelForCausalLM
 
     with torch.device("meta"):
         skeleton = AutoModelForCausalLM.from_config(

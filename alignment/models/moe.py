@@ -11,6 +11,8 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 import torch
+from deepspeed.utils import set_z3_leaf_modules
+from transformers import AutoConfig
 
 from alignment.losses.moe import load_balancing_loss
 from alignment.models.loading import ModelLoadError
@@ -23,7 +25,6 @@ def moe_top_k(path: str, aux_loss_coef: float, trust_remote_code: bool = False) 
     a dense model is refused with one line."""
     if aux_loss_coef <= 0:
         return 0
-    from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
     top_k = getattr(config, "num_experts_per_tok", None)
@@ -48,8 +49,6 @@ def mark_zero3_leaves(model: torch.nn.Module) -> None:
     is gathered whole. A no-op on dense models."""
     blocks = sparse_moe_blocks(model)
     if blocks:
-        from deepspeed.utils import set_z3_leaf_modules
-
         set_z3_leaf_modules(model, blocks)
         log.info("ZeRO-3 leaf modules: %s", ", ".join(b.__name__ for b in blocks))
 

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import safe_open
+from transformers import AutoModelForSequenceClassification
 
 from alignment.models.loading import ModelLoadError, from_pretrained
 from alignment.models.lora import is_lora
@@ -33,7 +35,6 @@ def load_reward_model(
     trust_remote_code: bool = False,
 ) -> torch.nn.Module:
     """From a causal LM (fresh head) or a saved reward model (its head, whatever its prefix)."""
-    from transformers import AutoModelForSequenceClassification
 
     model = from_pretrained(
         AutoModelForSequenceClassification, path, dtype, attn, flag, load_in_4bit, trust_remote_code, num_labels=1
@@ -51,8 +52,6 @@ def load_reward_model(
 
 
 def _load_renamed_head(model: torch.nn.Module, path: Path, prefix: str) -> None:
-    from safetensors import safe_open
-
     for f in sorted(path.glob("*.safetensors")):
         with safe_open(str(f), framework="pt") as st:
             if f"{prefix}.weight" in st.keys():

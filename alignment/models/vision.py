@@ -1,5 +1,5 @@
-"""Vision-language models: telling one from a text model, its processor, its image inputs, and freezing its
-image encoder.
+"""Vision-language models: their processor, their image inputs, and freezing their image encoder (telling one
+from a text model: alignment/models/kind.py).
 
 A vision-language model's tokenizer carries its processor (`tokenizer.processor`): the tokenizer travels to
 every place that tokenizes, decodes and saves (trainers, engines, Ray workers), and those that meet images
@@ -8,43 +8,19 @@ reach the processor through it, instead of a second argument along each of those
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # torch-free at import: model cards (imported by the Prefect side) ask is_vision_model
+if TYPE_CHECKING:
     import torch
 
-from alignment.errors import UserError
+from transformers import AutoConfig, AutoProcessor
 
-
-class VisionModelError(UserError, ValueError):
-    """A model, processor and images that don't go together; the message says which and what to pass."""
-
-
-def is_vision_model(path: str, trust_remote_code: bool = False) -> bool:
-    """The model at `path` (a local folder or hub name) has an image encoder (its config has a vision_config).
-    A local folder without config.json (a tokenizer alone) is no model, so not a vision-language one."""
-    local = Path(path)
-    if local.is_dir():
-        config = local / "config.json"
-        return config.is_file() and "vision_config" in json.loads(config.read_text())
-    from transformers import AutoConfig
-
-    try:
-        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
-    except OSError as e:  # a hub name whose config is neither cached nor reachable (the tokenizer may be cached)
-        raise VisionModelError(
-            f"{path}: its config.json could not be read ({str(e).splitlines()[0]}); download the model folder "
-            f"and pass its path"
-        ) from None
-    return getattr(config, "vision_config", None) is not None
+from alignment.models.kind import VisionModelError
 
 
 def attach_processor(path: str, tokenizer: Any, flag: str, trust_remote_code: bool = False) -> Any:
     """`tokenizer` with the processor saved beside the vision-language model at `path` attached, after
     checking the processor marks images with the token the model reads them at."""
-    from transformers import AutoConfig, AutoProcessor
 
     try:
         processor = AutoProcessor.from_pretrained(path, trust_remote_code=trust_remote_code)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, TypeVar
 
+import ray
 import torch
 
 from alignment.rewards.scorer import Scored
@@ -109,6 +110,4 @@ class Joined(Generic[T]):
     join: Callable[[list], T]
 
     def get(self) -> T:
-        import ray
-
         return self.join(ray.get(self.futures))

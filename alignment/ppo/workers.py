@@ -12,10 +12,39 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import ray
+import torch
+import torch.distributed as dist
+
 from alignment.config.placement import TRAINED, Role
 from alignment.config.ppo import PPOConfig
+from alignment.datasets.images import processor_of
+from alignment.distributed.collectives import mean_across_ranks
 from alignment.distributed.rank_actor import RankActor
+from alignment.distributed.runtime import init_runtime
+from alignment.models.builder import prepare
+from alignment.models.moe import moe_top_k
+from alignment.models.reward_model import ValueCapture
+from alignment.models.saving import (
+    commit_model,
+    lora_save,
+    policy_weights,
+    save_hf_copy,
+    save_hf_model,
+    save_value_model,
+)
+from alignment.outputs import StagedOutput
+from alignment.ppo import rank_ops, roles
 from alignment.ppo.dispatch import EACH, EXPERIENCE, LISTS, PROMPTS, ROWS, dispatch
+from alignment.ppo.ema import EMA
+from alignment.ppo.packed import packing_for
+from alignment.ppo.sleep import OptimizerSleep
+from alignment.rollout.collective_sync import broadcast, listen, open_group, specs
+from alignment.rollout.hf_engine import HFEngine
+from alignment.rollout.vllm_engine import VLLMEngine
+from alignment.rollout.weight_sync import chunks
+from alignment.training import checkpoint, finite
+from alignment.training.resume_point import check_world_size
 
 log = logging.getLogger(__name__)
 
@@ -38,15 +67,6 @@ class ModelWorker(RankActor):
         if cores:  # keep off the cores vLLM engines bound (cluster.split_cores)
             os.sched_setaffinity(0, set(cores))
             threads = min(threads, len(cores))
-        # lazy: the driver imports this module to place the actors; the role's models load in the actor
-        from alignment.distributed.runtime import init_runtime
-        from alignment.models.builder import prepare
-        from alignment.models.moe import moe_top_k
-        from alignment.models.reward_model import ValueCapture
-        from alignment.ppo import roles
-        from alignment.ppo.ema import EMA
-        from alignment.ppo.packed import packing_for
-        from alignment.training.resume_point import check_world_size
 
         self.role, self.cfg = role, cfg
         self.rt = init_runtime(-1, threads)
@@ -71,7 +91,6 @@ class ModelWorker(RankActor):
             self.reward = roles.reward(cfg, setup, self.rt.torch_device)
         else:
             raise ValueError(f"unknown model role {role!r}")
-        from alignment.ppo.sleep import OptimizerSleep
 
         self.sleep = OptimizerSleep(
             self.engine if role in TRAINED else None,
@@ -84,15 +103,10 @@ class ModelWorker(RankActor):
     # --- inference ---------------------------------------------------------------------
     @dispatch(EACH)
     def node_id(self) -> str:
-        import ray
-
         return ray.get_runtime_context().get_node_id()
 
     @dispatch(PROMPTS)  # the vLLM engines' generate (alignment/rollout/vllm_engine.py) is called the same way
     def generate(self, prompt_ids: list[list[int]], params: Any, images: list | None = None) -> Any:
-        from alignment.datasets.images import processor_of
-        from alignment.rollout.hf_engine import HFEngine
-
         tok = self.setup.tokenizer
         engine = HFEngine(
             self.model,
@@ -106,14 +120,10 @@ class ModelWorker(RankActor):
 
     @dispatch(ROWS)
     def logprobs(self, batch: Any) -> Any:
-        from alignment.ppo import rank_ops
-
         return rank_ops.logprobs(self.model, batch, self.cfg, self.packing)
 
     @dispatch(ROWS)
     def values(self, batch: Any) -> Any:
-        from alignment.ppo import rank_ops
-
         return rank_ops.values(self.model, self.capture, batch, self.cfg, self.packing)
 
     @dispatch(LISTS)
@@ -123,9 +133,6 @@ class ModelWorker(RankActor):
     # --- training ----------------------------------------------------------------------
     @dispatch(EXPERIENCE)
     def train(self, exp: Any, kl_coef: float, seed: int) -> dict[str, float]:
-        from alignment.distributed.collectives import mean_across_ranks
-        from alignment.ppo import rank_ops
-
         with self.sleep.awake():
             if self.role == Role.CRITIC:
                 stats = rank_ops.train_critic(self.engine, self.capture, exp, self.cfg, seed, self.packing)
@@ -139,10 +146,6 @@ class ModelWorker(RankActor):
     def weight_chunks(self, max_bytes: int) -> list:
         """The policy's weights as object-store chunks (refs) for the rollout engines; every rank
         calls (ZeRO-3 gathers collectively), rank 0 returns the refs."""
-        import ray
-
-        from alignment.models.saving import policy_weights
-        from alignment.rollout.weight_sync import chunks
 
         state = policy_weights(self.engine)
         return [] if state is None else [ray.put(part) for part in chunks(state, max_bytes)]
@@ -150,19 +153,12 @@ class ModelWorker(RankActor):
     # --- collective weight sync to vLLM engines (rank 0 is the broadcast's root) ----------
     def sync_group_address(self, world_size: int) -> tuple[str, int]:
         """Open the group's store here (the OS picks its port) and say where it listens."""
-        import ray
-
-        from alignment.rollout.collective_sync import listen
 
         host = ray.util.get_node_ip_address()
         self._sync_store = listen(host, world_size)
         return host, self._sync_store.port
 
     def join_sync_group(self, group: Any) -> bool:
-        import torch
-
-        from alignment.rollout.collective_sync import open_group
-
         self._sync_pg = open_group(group, 0, self._sync_store)
         self._sync_device = self.rt.torch_device if group.backend == "nccl" else torch.device("cpu")
         return True
@@ -170,23 +166,16 @@ class ModelWorker(RankActor):
     @dispatch(EACH)
     def prepare_sync(self) -> list:
         """Every rank (ZeRO-3 gathers collectively); rank 0 keeps the weights, returns their specs."""
-        from alignment.models.saving import policy_weights
-        from alignment.rollout.collective_sync import specs
 
         self._sync_state = policy_weights(self.engine)
         return [] if self._sync_state is None else specs(self._sync_state)
 
     def broadcast_weights(self) -> int:
-        from alignment.rollout.collective_sync import broadcast
-
         state, self._sync_state = self._sync_state, None
         return broadcast(self._sync_pg, state, self._sync_device)
 
     @dispatch(EACH)
     def save_checkpoint(self, ckpt_uri: str, iteration: int) -> None:
-        from alignment.models.saving import lora_save, save_hf_copy
-        from alignment.training import checkpoint, finite
-
         def actor_extra(role_dir):  # --save_hf_ckpt's HF copy, --enable_ema's average (collective)
             if self.cfg.ckpt.save_hf:
                 save_hf_copy(
@@ -206,14 +195,10 @@ class ModelWorker(RankActor):
 
     @dispatch(EACH)
     def upload_checkpoint(self, ckpt_uri: str, iteration: int, version: str) -> dict:
-        from alignment.training import checkpoint
-
         return checkpoint.upload_role(ckpt_uri, iteration, self.role, version)
 
     @dispatch(EACH)
     def load_checkpoint(self, ckpt_uri: str, name: str) -> None:
-        from alignment.training import checkpoint
-
         with self.sleep.awake():
             checkpoint.load_engine(self.engine, ckpt_uri, name, self.role)
         if self.role == Role.ACTOR and self.ema is not None:
@@ -224,8 +209,6 @@ class ModelWorker(RankActor):
         """--save_value_network: the critic as a reward-model folder, its files by name (rank 0's; the others'
         empty), for the actor group's commit to put under critic/. Collective."""
 
-        from alignment.models.saving import save_value_model
-
         with tempfile.TemporaryDirectory(prefix="alignflow-critic-") as tmp:
             out = Path(tmp) if self.rt.is_main else None
             save_value_model(self.engine, self.setup.tokenizer, out, self.cfg.ds.value_head_prefix)
@@ -235,10 +218,6 @@ class ModelWorker(RankActor):
     def commit(self, save_path: str, metadata: dict[str, Any], files: dict[str, bytes]) -> None:
         """Save the model in HF format, with the driver's `files` (metrics), and commit it to the
         store: rank 0 writes, every rank calls (gathering ZeRO-3 shards is collective)."""
-        import torch.distributed as dist
-
-        from alignment.models.saving import commit_model, lora_save, save_hf_model
-        from alignment.outputs import StagedOutput
 
         # the old committed model stays intact until the commit
         with StagedOutput(save_path, writes=self.rt.is_main) as out:
@@ -259,12 +238,9 @@ class ModelWorker(RankActor):
 
 def vllm_engine_actor() -> type:
     """The vLLM engine as a Ray actor class (built lazily: importing this module needs no vLLM)."""
-    from alignment.rollout.vllm_engine import VLLMEngine
 
     class VLLMEngineActor(VLLMEngine):
         def load_weight_refs(self, refs: list) -> int:
-            import ray
-
             if self.turns is not None:  # --partial_rollout_enable: now, or between the running generation's steps
                 return int(self.turns.post(ray.get(refs)))
             return self.load_weight_chunks(ray.get(ref) for ref in refs)  # one chunk fetched at a time

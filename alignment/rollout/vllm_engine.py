@@ -18,8 +18,15 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
+import ray
+import torch
+from transformers import AutoProcessor
+
+from alignment.datasets.images import image_token_id, load_image, placeholder_form
+from alignment.rollout.collective_sync import open_group, receive
 from alignment.rollout.partial import EngineTurns, step_generate
 from alignment.rollout.types import Rollout, SamplingParams
+from alignment.rollout.weight_sync import write_shards
 
 log = logging.getLogger(__name__)
 
@@ -73,9 +80,6 @@ class VLLMEngine:
         self.image_token, self.processor = None, None
         if max_images:
             kwargs["limit_mm_per_prompt"] = {"image": max_images}
-            from transformers import AutoProcessor
-
-            from alignment.datasets.images import image_token_id
 
             self.processor = AutoProcessor.from_pretrained(model_path)
             self.image_token = image_token_id(self.processor)
@@ -155,8 +159,6 @@ class VLLMEngine:
         from vllm import SamplingParams as VSampling
         from vllm.inputs import TokensPrompt
 
-        from alignment.datasets.images import load_image, placeholder_form
-
         how = {"temperature": 0.0} if params.greedy else {"temperature": params.temperature, "top_p": params.top_p}
         sampling = [
             VSampling(
@@ -190,7 +192,6 @@ class VLLMEngine:
 
     def load_weight_chunks(self, parts: Iterable[dict]) -> int:
         """Reload the policy from chunks (name -> tensor dicts, HF names); returns the shard count."""
-        from alignment.rollout.weight_sync import write_shards
 
         self._wake()
         directory = self.sync_root / "weights"
@@ -212,9 +213,6 @@ class VLLMEngine:
 
     def join_sync_group(self, group: Any, rank: int) -> bool:
         """Join the collective weight-sync group as `rank` (alignment.rollout.collective_sync)."""
-        import torch
-
-        from alignment.rollout.collective_sync import open_group
 
         executor = getattr(self.llm.llm_engine, "model_executor", None)
         if executor is None or not hasattr(executor, "driver_worker"):  # checked before the sender waits on us
@@ -231,7 +229,6 @@ class VLLMEngine:
 
     def receive_weights(self, tensor_specs: list) -> int:
         """Reload the policy from actor rank 0's broadcast, tensor by tensor; returns the tensors loaded."""
-        from alignment.rollout.collective_sync import receive
 
         self._wake()
         received = receive(self._sync_pg, tensor_specs, self._sync_device)
@@ -279,7 +276,6 @@ def _executor(cpu: bool) -> str:
     actor's visible devices are unset (it holds none; each worker picks its own) and vLLM joins this cluster."""
     if cpu:
         return "mp"
-    import ray
 
     for var in ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"):
         os.environ.pop(var, None)

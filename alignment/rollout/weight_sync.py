@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 import torch
+from safetensors.torch import save_file
 
 DEFAULT_CHUNK_BYTES = 64 << 20
 
@@ -38,7 +39,6 @@ def chunks(state: dict[str, torch.Tensor], max_bytes: int = DEFAULT_CHUNK_BYTES)
 
 def write_shards(parts: Iterable[dict[str, torch.Tensor]], directory: Path) -> int:
     """Write chunks as `model-0000k.safetensors` + `model.safetensors.index.json`; returns the count."""
-    from safetensors.torch import save_file
 
     directory.mkdir(parents=True, exist_ok=True)
     weight_map: dict[str, str] = {}

@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 
 import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from alignment import storage
 from alignment.tiny_world.paths import tiny_dir
@@ -15,8 +16,6 @@ from alignment.tiny_world.vision_model import make_vision_base
 
 
 def make_base(out: str | Path, seed: int = 0, config_overrides: dict | None = None, arch: str = "llama") -> Path:
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
     src = tiny_dir()
     fields = {**json.loads((src / f"{arch}_config.json").read_text()), **(config_overrides or {})}
     config = AutoConfig.for_model(fields.pop("model_type"), **fields)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from transformers import AutoTokenizer
+
 from alignment.tiny_world.arithmetic import TaskSpec, make_splits
 from alignment.tiny_world.tokenizer import train_tokenizer
 
@@ -58,7 +60,6 @@ def build(out: str | Path, seed: int = 0, spec: TaskSpec = TaskSpec()) -> Path:
     texts = [f"{r['input']}\n{r['output']}" for r in splits["sft_train"]]
     texts += [r["rejected"] for r in splits["pref_train"]]
     tok_dir = train_tokenizer(texts, out / "tokenizer")
-    from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(tok_dir)
     config = dict(

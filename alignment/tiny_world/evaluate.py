@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
 from alignment.datasets.formatting import prompt_text
 from alignment.losses.nll import token_logprobs
@@ -30,8 +31,6 @@ def greedy_accuracy(
     batch_size: int = 64,
     max_new_tokens: int = 16,
 ) -> EvalResult:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     tok = AutoTokenizer.from_pretrained(model_dir)
     tok.padding_side = "left"  # generation continues at the right edge of every row
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
@@ -100,7 +99,6 @@ def rm_agreement(
     rule and the RM, and counts, over every (correct, wrong) pair of the same prompt, how
     often the RM gives the correct one the higher reward: the ranking PPO relies on.
     """
-    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(policy_dir)
     tok.padding_side = "left"
@@ -148,7 +146,6 @@ def kl_to_reference(
     """KL(policy ‖ reference) per response, measured after training: the mean over the policy's own
     samples (temperature 1) on held-out prompts of Σ_t log π(y_t) − log π_ref(y_t) (the k1 estimate
     PPO logs). For runs without a KL term, which log none."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(policy_dir)
     tok.padding_side = "left"

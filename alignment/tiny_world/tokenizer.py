@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import PreTrainedTokenizerFast
 
 BOS, EOS, PAD = "<|bos|>", "<|end|>", "<|pad|>"
 ROLE_TOKENS = ["<|system|>", "<|user|>", "<|assistant|>"]
@@ -23,8 +24,6 @@ CHAT_TEMPLATE = (
 
 
 def train_tokenizer(texts: list[str], out_dir: str | Path, vocab_size: int = 320) -> Path:
-    from transformers import PreTrainedTokenizerFast
-
     tok = Tokenizer(models.BPE(unk_token=None))
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [

@@ -13,6 +13,13 @@ import json
 from pathlib import Path
 
 import torch
+from transformers import (
+    AutoTokenizer,
+    Idefics3Config,
+    Idefics3ForConditionalGeneration,
+    Idefics3ImageProcessor,
+    Idefics3Processor,
+)
 
 from alignment.tiny_world.paths import tiny_dir
 from alignment.tiny_world.vision_model import CHAT_TEMPLATE, IMAGE_TOKEN
@@ -23,8 +30,6 @@ SIDE, PATCH, SCALE = 56, 14, 2  # (56 / 14)^2 = 16 patches, pixel-shuffled by 2 
 
 
 def make_idefics3_processor():
-    from transformers import AutoTokenizer, Idefics3ImageProcessor, Idefics3Processor
-
     tok = AutoTokenizer.from_pretrained(tiny_dir() / "tokenizer")
     tok.init_kwargs.pop("local_files_only", None)  # how it was loaded (offline or not), not what it is
     tok.add_special_tokens({"additional_special_tokens": [IMAGE_TOKEN, *WRAPPERS]})
@@ -41,7 +46,6 @@ def make_idefics3_processor():
 
 def make_idefics3_base(out: str | Path, seed: int = 0) -> Path:
     """A seeded random-init tiny Idefics3 with its processor, as an HF model directory."""
-    from transformers import Idefics3Config, Idefics3ForConditionalGeneration
 
     proc = make_idefics3_processor()
     tok = proc.tokenizer

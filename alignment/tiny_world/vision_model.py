@@ -11,6 +11,14 @@ import json
 from pathlib import Path
 
 import torch
+from transformers import (
+    AutoConfig,
+    AutoModelForImageTextToText,
+    AutoProcessor,
+    AutoTokenizer,
+    CLIPImageProcessor,
+    LlavaProcessor,
+)
 
 from alignment.tiny_world.build import write_jsonl
 from alignment.tiny_world.paths import tiny_dir, tiny_vision_dir
@@ -58,7 +66,6 @@ LAYOUT = {
 def make_processor(tokenizer_dir: str | Path | None = None):
     """The tiny tokenizer (from data/tiny unless given) with `<image>` added, and a CLIP image processor
     at the tower's size."""
-    from transformers import AutoTokenizer, CLIPImageProcessor, LlavaProcessor
 
     tok = AutoTokenizer.from_pretrained(tokenizer_dir or tiny_dir() / "tokenizer")
     tok.init_kwargs.pop("local_files_only", None)  # how it was loaded (offline or not), not what it is
@@ -123,7 +130,6 @@ def build_vision(out: str | Path, seed: int = 0, spec: VisionSpec = VisionSpec()
 
 def make_vision_base(out: str | Path, seed: int = 0) -> Path:
     """A seeded random-init tiny LLaVA with its processor and tokenizer, as an HF model directory."""
-    from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
 
     src = tiny_vision_dir()
     fields = json.loads((src / "llava_config.json").read_text())

@@ -6,7 +6,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import ray
 import torch
+from transformers import AutoConfig, AutoTokenizer
 
 from alignment.config.base import ConfigError
 from alignment.config.distill import KDConfig, OPDConfig
@@ -71,7 +73,6 @@ class RemoteTeacher:
     @torch.no_grad()
     def logits(self, batch: Batch) -> torch.Tensor:
         """[B, T, V] logits, on the batch's device (the micro-batch travels on the CPU)."""
-        import ray
 
         return ray.get(self.replica.logits.remote(batch.to("cpu"))).to(batch.input_ids.device)
 
@@ -88,8 +89,6 @@ def teacher_for(teacher: Any, path: str, setup: Any, device: str) -> ReferenceMo
 
 
 def _vocab_size(path: str, flag: str, trust_remote_code: bool) -> int:
-    from transformers import AutoConfig
-
     try:
         config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
     except OSError as e:
@@ -98,6 +97,4 @@ def _vocab_size(path: str, flag: str, trust_remote_code: bool) -> int:
 
 
 def _token_ids(path: str, trust_remote_code: bool) -> dict[str, int]:
-    from transformers import AutoTokenizer
-
     return AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code).get_vocab()

@@ -9,7 +9,10 @@ import os
 import re
 from typing import Any
 
+import deepspeed
 import torch
+from deepspeed.ops.adam import DeepSpeedCPUAdam, FusedAdam
+from transformers import get_scheduler
 
 from alignment.config.base import ConfigError
 from alignment.config.runs import TrainConfig
@@ -46,12 +49,8 @@ def step(engine: Any) -> bool:
 def adam_class(ds: Any, device: str) -> tuple[type, dict[str, Any]]:
     """The AdamW implementation for this device (and its extra arguments)."""
     if ds.adam_offload:
-        from deepspeed.ops.adam import DeepSpeedCPUAdam  # prebuilt at install time
-
         return DeepSpeedCPUAdam, {}
     if device == "cuda":
-        from deepspeed.ops.adam import FusedAdam
-
         name_this_gpu_arch()
         return FusedAdam, {}
     # fused: one kernel over all parameters instead of a chain of foreach ops (~4x less optimizer time on CPU);
@@ -140,8 +139,6 @@ def deepspeed_arch_list(value: str) -> str:
 
 
 def make_scheduler(optimizer: torch.optim.Optimizer, train: Any, total_steps: int) -> Any:
-    from transformers import get_scheduler
-
     warmup = math.ceil(total_steps * train.lr_warmup_ratio)
     # the ratio itself, not --learning_rate x it: Muon keeps no optimizer-wide default lr to divide by
     extra = {"min_lr_rate": train.min_lr_ratio} if train.lr_scheduler == "cosine_with_min_lr" else None
@@ -156,7 +153,6 @@ def make_scheduler(optimizer: torch.optim.Optimizer, train: Any, total_steps: in
 
 def build_engine(model: torch.nn.Module, cfg: TrainConfig, rt: Runtime, bf16: bool, total_steps: int, lr: float) -> Any:
     """The model's DeepSpeed engine: ZeRO stage, optimizer at peak learning rate `lr`, schedule."""
-    import deepspeed
 
     stage = cfg.zero_stage_on(rt.dp_size)
     if cfg.ds.zero_stage is None:

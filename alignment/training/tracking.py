@@ -8,6 +8,9 @@ import logging
 import time
 from pathlib import Path
 
+import torch
+from tqdm import tqdm
+
 from alignment import events
 from alignment.config.tracking import LoggingConfig
 from alignment.training.trackers import TensorBoard, keep_offline_run, start_wandb
@@ -47,8 +50,6 @@ class MetricsLogger:
             self.links["tensorboard"] = self._tb.where
         self._events = events.enabled()
         if not self._events:  # in a pipeline the task shows progress; a bar would only fill the job log
-            from tqdm import tqdm
-
             self._bar = tqdm(total=total_steps, desc=stage, dynamic_ncols=True, mininterval=1.0)
 
     def restore(self, rows: list[dict], step: int = 0) -> None:
@@ -118,7 +119,6 @@ class MetricsLogger:
 
 def cuda_peak_memory() -> dict[str, float]:
     """This process's peak CUDA memory held by tensors (GiB), on GPUs only: what a stage needs."""
-    import torch
 
     if not torch.cuda.is_available() or not torch.cuda.is_initialized():
         return {}

@@ -9,6 +9,8 @@ import secrets
 from pathlib import Path
 from typing import Iterator
 
+from ray._raylet import AuthenticationTokenLoader, Config
+
 EMBEDDED_TOKEN = secrets.token_hex(32)
 
 
@@ -45,7 +47,6 @@ def client_auth() -> Iterator[None]:
 def reload_ray_auth() -> None:
     """Ray reads the auth mode and token once per process and caches them; make it read them again
     (what Ray's own ray.init does after turning token auth on)."""
-    from ray._raylet import AuthenticationTokenLoader, Config
 
     Config.initialize("")
     AuthenticationTokenLoader.instance().reset_cache()

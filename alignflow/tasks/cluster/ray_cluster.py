@@ -20,9 +20,11 @@ import urllib.request
 from pathlib import Path
 from typing import Iterator
 
+from ray.util.state import list_nodes
+
 from alignflow.tasks.cluster import head_watchdog
 from alignflow.tasks.cluster.ray_auth import auth_env, auth_headers, client_auth
-from alignment.distributed.rank_actor import free_port
+from alignment.distributed.ports import free_port
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +35,7 @@ class RayClusterError(RuntimeError):
 
 def _free_ports(n: int) -> list[int]:
     """n distinct free loopback ports below the kernel's ephemeral range (as a process group's port is
-    chosen: alignment/distributed/rank_actor.free_port), every socket bound until all are picked (one at a
+    chosen: alignment/distributed/ports.free_port), every socket bound until all are picked (one at a
     time, the same port could come twice: seen once as two Ray components on 42439). A port from the
     ephemeral range can become any outgoing connection's local port before Ray binds it: in CI (.ci/run
     of dd80360) a head's dashboard agent found 59105 taken so, and that head could not run a job."""
@@ -197,8 +199,6 @@ def _join_node(gcs_address: str, num_cpus: int, proc_log: Path) -> None:
 
 
 def _wait_for_nodes(url: str, n: int, timeout_s: float = 120.0) -> None:
-    from ray.util.state import list_nodes
-
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if len(list_nodes(address=url, filters=[("state", "=", "ALIVE")])) >= n:

@@ -14,6 +14,7 @@ from typing import Awaitable, Callable
 
 from ray.job_submission import JobStatus, JobSubmissionClient
 
+import alignment
 from alignment.errors import EXIT_INPUT, EXIT_TRANSIENT
 from alignment.events import PREFIX as EVENT_PREFIX
 from alignment.models.card import CODE_VERSION_ENV, code_version
@@ -63,7 +64,6 @@ def runtime_env(env: dict[str, str]) -> dict:
     py_module (Ray zips it once per content hash and caches it on every node), ahead of any
     installed copy on the job's and the ranks' sys.path, so a node needs only the Python
     environment (requirements), not a checkout at the same path."""
-    import alignment
 
     return {"env_vars": env, "py_modules": [str(Path(alignment.__file__).parent)], "excludes": ["__pycache__", "*.pyc"]}
 

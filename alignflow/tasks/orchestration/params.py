@@ -21,9 +21,11 @@ from prefect.exceptions import ParameterTypeError
 from prefect.utilities.callables import get_call_parameters
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from alignment.config import ConfigError
+from alignment.config import ConfigError, DPOConfig, KDConfig, KTOConfig, OPDConfig, PPOConfig, RMConfig, SFTConfig
 from alignment.config.base import did_you_mean
 from alignment.config.dotted import Spelling, dotted_tree, nested_to_fields
+from alignment.config.evaluate import EvaluateConfig
+from alignment.config.inference import BatchInferenceConfig
 from alignment.config.values import coerce
 
 WandbSwitch = Literal["offline", "true", "1", "env", "false", "0"]
@@ -216,10 +218,6 @@ def checked_flow(**flow_options: Any) -> Callable[[Callable[..., Any]], CheckedF
 
 
 def _models() -> dict[str, type[BaseModel]]:
-    from alignment.config import DPOConfig, KDConfig, KTOConfig, OPDConfig, PPOConfig, RMConfig, SFTConfig
-    from alignment.config.evaluate import EvaluateConfig
-    from alignment.config.inference import BatchInferenceConfig
-
     return {
         "SFTOverrides": stage_overrides(SFTConfig, "SFTOverrides"),
         "RMOverrides": stage_overrides(RMConfig, "RMOverrides"),

@@ -13,8 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
 
+import yaml
+from prefect.artifacts import acreate_markdown_artifact
+
 from alignflow.tasks.orchestration.recipes import Recipe
 from alignflow.tasks.orchestration.stage_spec import STAGES, build_config, config_summary, identity_hash, stage_dir
+from alignflow.tasks.presentation.artifacts import artifact_key
 from alignflow.tasks.presentation.results import StageResult
 from alignment import storage
 from alignment.config import ConfigError
@@ -117,8 +121,6 @@ def _uri(value: str | Output, planned: dict[str, Planned]) -> str:
 
 
 def configs_markdown(flow: str, run_name: str, recipe: Recipe, planned: dict[str, Planned]) -> str:
-    import yaml
-
     where = f"recipe `{recipe.name}` ({recipe.folder})" if recipe.name else "no recipe (schema defaults)"
     parts = [
         f"# {flow} · {run_name}: merged stage configs",
@@ -142,10 +144,6 @@ def configs_markdown(flow: str, run_name: str, recipe: Recipe, planned: dict[str
 
 
 async def publish_configs(flow: str, run_name: str, recipe: Recipe, planned: dict[str, Planned]) -> None:
-    from prefect.artifacts import acreate_markdown_artifact
-
-    from alignflow.tasks.presentation.artifacts import artifact_key
-
     await acreate_markdown_artifact(
         key=artifact_key(run_name, "configs"),
         markdown=configs_markdown(flow, run_name, recipe, planned),

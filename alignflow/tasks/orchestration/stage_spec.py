@@ -14,6 +14,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from alignment import storage
 from alignment.config import (
     BatchInferenceConfig,
     ConfigError,
@@ -89,7 +90,6 @@ def check_store(store: str) -> str:
 def check_store_reachable(store: str) -> str:
     """Touch the store once (with the storage module's retries) so a wrong endpoint, bucket or
     credential fails now, with the URI in the message, instead of inside a Ray job."""
-    from alignment import storage
 
     storage.check_reachable(store)
     return store
@@ -151,7 +151,6 @@ _HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 def check_inputs(stage: str, values: dict[str, Any], paths: dict[str, str]) -> None:
     """Every input a stage names exists before anything starts: local files and folders, store URIs
     (one request each), data specs that parse and hub names that are names."""
-    from alignment import storage
     from alignment.datasets.sources import DataError, resolve
 
     for name, what in paths.items():

@@ -14,7 +14,13 @@ from prefect import get_run_logger
 from prefect.artifacts import acreate_markdown_artifact
 
 from alignflow.tasks.presentation import curves
-from alignflow.tasks.presentation.artifacts import artifact_key, browser_url, image_markdown, publish_curves
+from alignflow.tasks.presentation.artifacts import (
+    artifact_key,
+    browser_url,
+    image_markdown,
+    publish_curves,
+    read_metrics,
+)
 from alignflow.tasks.presentation.results import dir_of_model
 from alignment import storage
 from alignment.lineage import key_metric, walk
@@ -176,7 +182,6 @@ def build_report(
 ) -> PipelineReport:
     """`results`: label -> a stage summary (`StageResult.summary()`, as the flows return them); `notes`:
     the flow's decisions, one line each."""
-    from alignflow.tasks.presentation.artifacts import read_metrics
 
     lines = []
     for label, r in results.items():
