@@ -19,12 +19,15 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Iterable
 
 import torch
 import torch.distributed as dist
 
 from alignment.errors import UserError
+
+if TYPE_CHECKING:
+    from deepspeed import DeepSpeedEngine
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +88,7 @@ class NonFiniteGuard:
             f"stopped without committing: {_FIX}"
         )
 
-    def grad_norm(self, engine: Any, step: int) -> None:
+    def grad_norm(self, engine: DeepSpeedEngine, step: int) -> None:
         """After an optimizer step: its gradient norm, where DeepSpeed computed one (it does when clipping)."""
         norm = engine.get_global_grad_norm()
         if norm is None:

@@ -15,9 +15,12 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from alignment.errors import UserError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 class AgentError(UserError, RuntimeError):
@@ -44,7 +47,7 @@ class AgentExecutorBase(ABC):
         label: Any,
         sampling_params: Any,
         max_length: int,
-        hf_tokenizer: Any,
+        hf_tokenizer: PreTrainedTokenizerBase,
         llm_engine: Any,
         images: list | None = None,
     ) -> dict:

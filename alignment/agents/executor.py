@@ -13,12 +13,15 @@ from __future__ import annotations
 import asyncio
 import inspect
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from alignment.agents.contract import AgentError, AgentExecutorBase, AgentInstanceBase, StepResult, observation
 from alignment.agents.llm import as_params, encoded
 from alignment.datasets.images import RowImages, processor_of
 from alignment.datasets.sources import DataError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 async def make_instance(cls: type) -> AgentInstanceBase:
@@ -67,7 +70,7 @@ class MultiTurnAgentExecutor(AgentExecutorBase):
         label: Any,
         sampling_params: Any,
         max_length: int,
-        hf_tokenizer: Any,
+        hf_tokenizer: PreTrainedTokenizerBase,
         llm_engine: Any,
         images: list | None = None,
         prompt_ids: list[int] | None = None,
@@ -114,7 +117,7 @@ class MultiTurnAgentExecutor(AgentExecutorBase):
                 turn_cap = params.max_tokens
         return episode(prompt, label, total, last, tokens, ranges, logprobs, seen)
 
-    def _ids(self, tok: Any, text: str, images: list, where: str) -> list[int]:
+    def _ids(self, tok: PreTrainedTokenizerBase, text: str, images: list, where: str) -> list[int]:
         """`text`'s ids; with images, each placeholder expanded to its image's tokens by the model's processor."""
         if not images:
             return tok(text, add_special_tokens=False)["input_ids"]

@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from alignment.datasets.image_rows import encode_png
 from alignment.datasets.images import PromptImages, processor_of, read_bytes
 from alignment.rollout.types import Rollout
 from alignment.rollout.types import SamplingParams as EngineParams
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 @dataclass
@@ -65,7 +68,7 @@ class BatchingEngine:
     def __init__(
         self,
         generate_batch: GenerateBatch,
-        tokenizer: Any,
+        tokenizer: PreTrainedTokenizerBase,
         seed: int,
         greedy: bool = False,
         linger_s: float | None = None,

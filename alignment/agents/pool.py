@@ -27,10 +27,11 @@ from typing import Any
 from alignment.agents.llm import BatchingEngine, GenerateBatch, SamplingParams
 from alignment.agents.runner import AgentRunner, Episodes
 from alignment.config.base import ConfigError
+from alignment.config.ppo import PPOConfig
 from alignment.datasets.prompts import PromptSample
 
 
-def episode_pool(cfg: Any, runner: AgentRunner | None, groups: Any) -> "EpisodePool | None":
+def episode_pool(cfg: PPOConfig, runner: AgentRunner | None, groups: Any) -> "EpisodePool | None":
     """The pool of a PPO config with --async_train and --agent_func_path on the HF engine, else None; `groups`
     (alignment.ppo.controller.ModelGroups) generates its turns. One controller generates for the whole batch
     then (a launcher's ranks would call the engine out of step)."""

@@ -16,7 +16,7 @@ import inspect
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -24,10 +24,14 @@ from alignment import openrlhf_names
 from alignment.agents.contract import AgentError, AgentExecutorBase, extra_logs, number
 from alignment.agents.executor import MultiTurnAgentExecutor
 from alignment.agents.llm import BatchingEngine, GenerateBatch, SamplingParams, image_files
+from alignment.config.ppo import PPOConfig
 from alignment.datasets.images import load_image
 from alignment.datasets.prompts import PromptSample
 from alignment.rewards.scorer import Scored
 from alignment.rollout.types import Rollout
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 @dataclass(frozen=True)
@@ -81,7 +85,7 @@ def load_agent_file(path: str) -> tuple[type | None, type | None]:
     return instance, executor
 
 
-def agent_runner(cfg: Any, tokenizer: Any) -> "AgentRunner | None":
+def agent_runner(cfg: PPOConfig, tokenizer: PreTrainedTokenizerBase) -> "AgentRunner | None":
     """The runner of a PPO config's --agent_func_path, or None without one."""
     t = cfg.train
     if not t.agent_func_path:
@@ -95,7 +99,7 @@ def agent_runner(cfg: Any, tokenizer: Any) -> "AgentRunner | None":
 
 
 class AgentRunner:
-    def __init__(self, settings: AgentSettings, tokenizer: Any):
+    def __init__(self, settings: AgentSettings, tokenizer: PreTrainedTokenizerBase):
         self.s, self.tokenizer = settings, tokenizer
         self.instance_cls, self.executor_cls = load_agent_file(settings.path)
 

@@ -8,10 +8,13 @@ past --max_len). Commands: /reset clears the history; /exit or Ctrl-D quits.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from alignment.cli.common import run_main
 from alignment.config import ChatConfig, parse_args
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 RESET, EXIT = "/reset", "/exit"
 
@@ -72,7 +75,9 @@ def sampling_kwargs(cfg: ChatConfig) -> dict[str, Any]:
     )
 
 
-def generate_streamed(model: Any, tok: Any, ids: list[int], budget: int, sampling: dict[str, Any], device: Any) -> Any:
+def generate_streamed(
+    model: Any, tok: PreTrainedTokenizerBase, ids: list[int], budget: int, sampling: dict[str, Any], device: Any
+) -> Any:
     """The reply to prompt `ids` (at most `budget` new tokens), printed to the terminal as it is generated;
     generate()'s output ids, prompt included."""
     import torch

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from alignment.config.distill import KDConfig, OPDConfig
 from alignment.distributed.side_groups import SideGroup
 
 
@@ -33,7 +34,7 @@ class TeacherReplica:
         return self.teacher.logits(batch).cpu()
 
 
-def teacher_side(cfg: Any) -> SideGroup | None:
+def teacher_side(cfg: KDConfig | OPDConfig) -> SideGroup | None:
     """The teacher's group when `--teacher_num_nodes` asks for one (a KD or OPD config), else None."""
     teacher = cfg.teacher
     if not teacher.num_nodes:

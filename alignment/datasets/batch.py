@@ -7,12 +7,15 @@ Shared by SFT, the preference stages, KD and OPD (alignment/datasets/sft.py toke
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from alignment.datasets.images import loaded_inputs, merge_image_inputs
 from alignment.datasets.packing import block_causal_mask, first_fit_rows
+
+if TYPE_CHECKING:
+    from transformers import ProcessorMixin
 
 
 @dataclass
@@ -73,7 +76,7 @@ class Batch:
         return torch.arange(len(self.lengths), device=lengths.device), lengths - 1
 
 
-def collate_padded(samples: list[TokenizedSample], pad_id: int, processor: Any = None) -> Batch:
+def collate_padded(samples: list[TokenizedSample], pad_id: int, processor: ProcessorMixin | None = None) -> Batch:
     t = max(len(s.input_ids) for s in samples)
     ids = torch.full((len(samples), t), pad_id, dtype=torch.long)
     loss = torch.zeros((len(samples), t), dtype=torch.long)

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from alignment.datasets.sources import DataError
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
-def require_chat_template(tokenizer: Any, where: str, otherwise: str = "use --input_template instead") -> None:
+
+def require_chat_template(
+    tokenizer: PreTrainedTokenizerBase, where: str, otherwise: str = "use --input_template instead"
+) -> None:
     """`otherwise`: the other way to format prompts that the calling CLI offers."""
     if not getattr(tokenizer, "chat_template", None):
         raise DataError(
@@ -82,7 +87,7 @@ def as_text(value: Any) -> str:
     return "\n".join(m["content"] for m in msgs)
 
 
-def chat(tokenizer: Any, messages: list[dict], add_generation_prompt: bool) -> str:
+def chat(tokenizer: PreTrainedTokenizerBase, messages: list[dict], add_generation_prompt: bool) -> str:
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
 
 
@@ -97,7 +102,9 @@ def end_at_eos(text: str, eos: str | None) -> str:
     return text
 
 
-def prompt_text(tokenizer: Any, value: Any, apply_chat_template: bool, input_template: str | None) -> str:
+def prompt_text(
+    tokenizer: PreTrainedTokenizerBase, value: Any, apply_chat_template: bool, input_template: str | None
+) -> str:
     """The prompt as the model sees it at generation time (shared by SFT, RL prompts and eval)."""
     if apply_chat_template:
         return chat(tokenizer, as_messages(value, "user"), add_generation_prompt=True)
@@ -106,7 +113,11 @@ def prompt_text(tokenizer: Any, value: Any, apply_chat_template: bool, input_tem
 
 
 def prompt_and_response(
-    tokenizer: Any, prompt: Any, response: Any, apply_chat_template: bool, input_template: str | None
+    tokenizer: PreTrainedTokenizerBase,
+    prompt: Any,
+    response: Any,
+    apply_chat_template: bool,
+    input_template: str | None,
 ) -> tuple[str, str]:
     """(prompt as seen at generation time, response continuing it); together the whole sample.
 

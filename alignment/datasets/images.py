@@ -6,12 +6,15 @@ from __future__ import annotations
 import base64
 import io
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import fsspec
 import torch
 
 from alignment.datasets.sources import DataError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase, ProcessorMixin
 
 IMAGE_TAG = "<image>"  # OpenRLHF's placeholder in a string prompt: one per image, where the image goes
 
@@ -26,18 +29,18 @@ class PromptImages:
     placeholder_ids: tuple[int, ...]  # () where never kept (an agent's context): a vLLM engine derives it
 
 
-def processor_of(tokenizer: Any) -> Any | None:
+def processor_of(tokenizer: PreTrainedTokenizerBase) -> Any | None:
     """A vision-language model's processor, which its tokenizer carries (alignment.models.vision)."""
     return getattr(tokenizer, "processor", None)
 
 
-def image_token_id(processor: Any) -> int:
+def image_token_id(processor: ProcessorMixin) -> int:
     """The token a vision-language model reads an image at (its processor expands each placeholder to it)."""
     found = getattr(processor, "image_token_id", None)
     return found if found is not None else processor.tokenizer.convert_tokens_to_ids(processor.image_token)
 
 
-def image_inputs(processor: Any, images: list[Any]) -> dict[str, torch.Tensor]:
+def image_inputs(processor: ProcessorMixin, images: list[Any]) -> dict[str, torch.Tensor]:
     """One sample's image tensors for `images` (PIL, in the order their tokens appear), as the model's processor
     lays them out: LLaVA's pixel_values [N, 3, H, W]; Idefics3's [1, N, 3, H, W] with a pixel mask; Qwen2-VL's
     patches and image_grid_thw. {} for no images."""
@@ -46,7 +49,7 @@ def image_inputs(processor: Any, images: list[Any]) -> dict[str, torch.Tensor]:
     return dict(processor.image_processor([images], return_tensors="pt"))  # nested: all one sample's
 
 
-def loaded_inputs(processor: Any, refs: list[str | bytes], where: str) -> dict[str, torch.Tensor]:
+def loaded_inputs(processor: ProcessorMixin, refs: list[str | bytes], where: str) -> dict[str, torch.Tensor]:
     """`image_inputs` of one sample's images by reference or encoded bytes (loaded as `load_image` does)."""
     return image_inputs(processor, [load_image(r, where) for r in refs])
 
@@ -66,7 +69,7 @@ def merge_image_inputs(parts: list[dict[str, torch.Tensor]]) -> dict[str, torch.
     return out
 
 
-def placeholder_form(processor: Any, ids: list[int], files: list[bytes], where: str) -> list[int]:
+def placeholder_form(processor: ProcessorMixin, ids: list[int], files: list[bytes], where: str) -> list[int]:
     """`ids` with each image's expansion (the processor's, in order) put back to the one placeholder the chat
     template writes: what vLLM takes (it expands placeholders itself, and expands an expansion again). For a
     context built turn by turn (an agent's episode), where the placeholder form was never kept."""
@@ -171,7 +174,9 @@ def _content_list(text: str) -> Any:
     return items
 
 
-def prompt_ids(processor: Any, tok: Any, text: str, refs: list[str], where: str) -> list[int]:
+def prompt_ids(
+    processor: ProcessorMixin, tok: PreTrainedTokenizerBase, text: str, refs: list[str], where: str
+) -> list[int]:
     """A prompt's ids with its images' placeholders expanded (RowImages), every image placed."""
     images = RowImages(processor, refs, where)
     ids = images.ids(tok, text)
@@ -182,11 +187,11 @@ def prompt_ids(processor: Any, tok: Any, text: str, refs: list[str], where: str)
 class RowImages:
     """One row's images, handed out in the order their placeholders appear in its pieces of text."""
 
-    def __init__(self, processor: Any, refs: list[str], where: str):
+    def __init__(self, processor: ProcessorMixin, refs: list[str], where: str):
         self.processor, self.refs, self.where, self.used = processor, refs, where, 0
         self.token = getattr(processor, "image_token", IMAGE_TAG)
 
-    def ids(self, tok: Any, text: str) -> list[int]:
+    def ids(self, tok: PreTrainedTokenizerBase, text: str) -> list[int]:
         """`text`'s token ids, each image placeholder expanded to its image's tokens by the processor."""
         n = text.count(self.token)
         if not n:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from datasets import Features, List, Value
@@ -22,6 +22,9 @@ from alignment.datasets.images import image_refs, processor_of, prompt_ids, with
 from alignment.datasets.shared_prompt import collate_shared
 from alignment.datasets.sources import DataError
 from alignment.datasets.tokenized import columns_of
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase, ProcessorMixin
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +49,7 @@ class PreferenceRowTokenizer:
     # config fields every row tokenizer here reads (subclasses add theirs): part of the cache key
     SETTINGS: tuple[str, ...] = ("data.max_len", "data.input_template", "data.apply_chat_template")
 
-    def __init__(self, tokenizer: Any, cfg: DataConfig, source: str, end_at_eos: bool = False):
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, cfg: DataConfig, source: str, end_at_eos: bool = False):
         """end_at_eos: responses stop at their EOS (the reward model's data, see `end_at_eos`)."""
         self.tok, self.cfg, self.source, self.end_at_eos = tokenizer, cfg, source, end_at_eos
         if cfg.data.apply_chat_template:
@@ -110,7 +113,12 @@ class PairTokenizer(PreferenceRowTokenizer):
     SETTINGS = PreferenceRowTokenizer.SETTINGS + ("data.prompt_key", "data.chosen_key", "data.rejected_key")
 
     def __init__(
-        self, tokenizer: Any, cfg: DataConfig, source: str, end_at_eos: bool = False, use_margin: bool = False
+        self,
+        tokenizer: PreTrainedTokenizerBase,
+        cfg: DataConfig,
+        source: str,
+        end_at_eos: bool = False,
+        use_margin: bool = False,
     ):
         """use_margin: read each row's 'margin' (the RM's --margin_loss)."""
         super().__init__(tokenizer, cfg, source, end_at_eos)
@@ -228,7 +236,7 @@ def collate(
     pad_id: int,
     mask_dtype: torch.dtype | None,
     row_tokens: int | None = None,
-    processor: Any = None,
+    processor: ProcessorMixin | None = None,
 ) -> Batch:
     return collate_packed(samples, mask_dtype, row_tokens) if packed else collate_padded(samples, pad_id, processor)
 
@@ -239,7 +247,7 @@ def collate_pairs(
     pad_id: int,
     mask_dtype: torch.dtype | None,
     row_tokens: int | None = None,
-    processor: Any = None,
+    processor: ProcessorMixin | None = None,
 ) -> PairBatch:
     """Packed with a dense mask: each pair's prompt once (datasets.shared_prompt); else chosen and rejected
     as two sequences (padded rows, or flash-attention's varlen packing). `processor`: a vision-language

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from datasets import Features, List, Value
@@ -21,6 +21,9 @@ from alignment.datasets.batch import Batch, TokenizedSample
 from alignment.datasets.formatting import describe, get_field
 from alignment.datasets.sources import DataError
 from alignment.losses.prm import IGNORE
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +61,7 @@ def layout_targets(samples: list[PRMSample], tokens: Batch) -> torch.Tensor:
     return out
 
 
-def single_token_id(tok: Any, token: str, flag: str) -> int:
+def single_token_id(tok: PreTrainedTokenizerBase, token: str, flag: str) -> int:
     ids = tok.encode(token, add_special_tokens=False)
     if len(ids) != 1:
         raise ConfigError(
@@ -71,7 +74,7 @@ def single_token_id(tok: Any, token: str, flag: str) -> int:
 class PRMTokenizer:
     """Tokenizes rows per a PRM config (a row tokenizer of alignment.datasets.tokenized)."""
 
-    def __init__(self, tokenizer: Any, cfg: PRMConfig, source: str = "dataset"):
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, cfg: PRMConfig, source: str = "dataset"):
         self.tok, self.cfg, self.source = tokenizer, cfg, source
         self.placeholder_id = single_token_id(tokenizer, cfg.data.placeholder_token, "--placeholder_token")
         self.reward_ids = (

@@ -7,7 +7,7 @@ import json
 import logging
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from datasets import Features, List, Value
 
@@ -19,6 +19,9 @@ from alignment.datasets.images import PromptImages, image_refs, processor_of, pr
 from alignment.datasets.mixing import blend_rows
 from alignment.datasets.sources import DataError
 from alignment.datasets.tokenized import image_key, tokenize
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +52,7 @@ class PromptTokenizer:
         "data.prompt_max_len",
     )
 
-    def __init__(self, tokenizer: Any, cfg: "RolloutConfig | OPDConfig", source: str):
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, cfg: "RolloutConfig | OPDConfig", source: str):
         self.tok, self.cfg, self.source = tokenizer, cfg, source
         if cfg.data.apply_chat_template:
             require_chat_template(tokenizer, "--pretrain")
@@ -128,7 +131,7 @@ class PromptTokenizer:
         return out
 
 
-def load_prompts(cfg: RolloutConfig, tokenizer: Any, spec: str, split: str) -> list[PromptSample]:
+def load_prompts(cfg: RolloutConfig, tokenizer: PreTrainedTokenizerBase, spec: str, split: str) -> list[PromptSample]:
     t = PromptTokenizer(tokenizer, cfg, spec)
     main = spec == cfg.data.prompt_dataset
     rows = blend_rows(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from datasets import Features, List, Value
 
@@ -36,6 +36,9 @@ from alignment.datasets.images import (
 from alignment.datasets.sources import DataError
 from alignment.datasets.tokenized import columns_of
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
 log = logging.getLogger(__name__)
 
 
@@ -49,7 +52,7 @@ class TokenizeStats:
 class SFTTokenizer:
     """Tokenizes rows per the data flags of an SFT config."""
 
-    def __init__(self, tokenizer: Any, cfg: DataConfig, source: str = "dataset"):
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, cfg: DataConfig, source: str = "dataset"):
         self.tok, self.cfg, self.source = tokenizer, cfg, source
         self.stats = TokenizeStats()  # of the last `finish`
         # images: the rows' --image_key, through the vision-language model's processor (models.vision)

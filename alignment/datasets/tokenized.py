@@ -25,7 +25,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
 
 import datasets
 import datasets.config
@@ -35,10 +35,14 @@ import torch.distributed as dist
 import transformers
 
 from alignment.config.groups import DataConfig
+from alignment.config.stages import StageConfig
 from alignment.config.vision import VisionDataConfig
 from alignment.datasets import formatting
 from alignment.datasets.mixing import Rows, blend_rows
 from alignment.datasets.sources import DataError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +55,7 @@ MAX_AUTO_PROCS = 8
 
 
 class RowTokenizer(Protocol):
-    tok: Any
+    tok: PreTrainedTokenizerBase
     source: str
 
     def settings(self) -> dict[str, Any]: ...
@@ -86,7 +90,7 @@ def auto_num_proc(setting: int, n_rows: int) -> int:
     return max(1, min(n, n_rows))  # datasets would cap it too, with a warning on stderr
 
 
-def tokenizer_digest(tok: Any) -> str:
+def tokenizer_digest(tok: PreTrainedTokenizerBase) -> str:
     """The tokenizer as it tokenizes: a fast tokenizer's whole serialised model (vocab, merges,
     normalizer, added tokens), else its vocabulary; the chat template and special tokens either way."""
     backend = getattr(tok, "backend_tokenizer", None)
@@ -230,7 +234,7 @@ def tokenize(rows: Rows, t: RowTokenizer, num_proc: int = 0) -> Any:
     return samples
 
 
-def image_key(cfg: Any) -> str | None:
+def image_key(cfg: StageConfig) -> str | None:
     """The column of the rows' images, for a stage given images (--max_images_per_prompt > 0)."""
     return cfg.data.image_key if isinstance(cfg, VisionDataConfig) and cfg.with_images else None
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from datasets import Features, Value
@@ -16,6 +16,9 @@ from alignment.datasets.formatting import get_field, get_text
 from alignment.datasets.preference import PreferenceRowTokenizer, collate, ids_features
 from alignment.datasets.sources import DataError
 from alignment.datasets.tokenized import columns_of
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +53,7 @@ class UnpairedTokenizer(PreferenceRowTokenizer):
 
     SETTINGS = PreferenceRowTokenizer.SETTINGS + ("data.input_key", "data.output_key", "data.label_key")
 
-    def __init__(self, tokenizer: Any, cfg: DataConfig, source: str, end_at_eos: bool = False):
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, cfg: DataConfig, source: str, end_at_eos: bool = False):
         super().__init__(tokenizer, cfg, source, end_at_eos)
         if not cfg.data.output_key:
             raise DataError("--output_key is required for KTO: the JSON key of the response")

@@ -14,8 +14,10 @@ from alignment.config import BatchInferenceConfig
 from alignment.config.base import public_dict
 from alignment.datasets.formatting import get_field, get_text, prompt_text, require_chat_template
 from alignment.datasets.mixing import blend
+from alignment.distributed.runtime import Runtime
 from alignment.inference.eval_rows import kept
 from alignment.inference.postprocess import POST_PROCESSORS, Scored, csft_prefix
+from alignment.models.builder import ModelSetup
 from alignment.outputs import StagedOutput
 from alignment.rollout.hf_engine import HFEngine
 from alignment.rollout.types import SamplingParams
@@ -101,7 +103,7 @@ def given_samples(rows: list[PromptRow], mine: list[int], eos: str) -> list[Samp
 
 
 def generated_samples(
-    cfg: BatchInferenceConfig, rt: Any, setup: Any, rows: list[PromptRow], mine: list[int]
+    cfg: BatchInferenceConfig, rt: Runtime, setup: ModelSetup, rows: list[PromptRow], mine: list[int]
 ) -> list[Sample]:
     """--best_of_n samples for each of this rank's prompts, from vLLM or the batched HF engine."""
     tok = setup.tokenizer

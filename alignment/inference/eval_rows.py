@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from alignment.config.evaluate import EvaluateConfig
 from alignment.datasets.formatting import (
@@ -23,6 +23,9 @@ from alignment.datasets.sources import DataError
 from alignment.datasets.tokenized import image_key
 from alignment.inference.postprocess import csft_prefix
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase, ProcessorMixin
+
 log = logging.getLogger("alignment.evaluate")
 
 
@@ -38,7 +41,9 @@ class EvalRow:
     images: list[str] = field(default_factory=list)  # generate: the row's images (--image_key), in order
 
 
-def generate_row(cfg: EvaluateConfig, tokenizer: Any, processor: Any, row: dict, i: int) -> EvalRow:
+def generate_row(
+    cfg: EvaluateConfig, tokenizer: PreTrainedTokenizerBase, processor: ProcessorMixin, row: dict, i: int
+) -> EvalRow:
     """Row i as a prompt to answer (--eval_task generate): rendered, with its label and, given a processor, images."""
     # a conditional-SFT model asked for a score (--enable_csft): the prefix before the rendered prompt
     given = get_text(row, cfg.data.input_key, "--input_key", i, cfg.data.dataset)
@@ -62,7 +67,7 @@ def generate_row(cfg: EvaluateConfig, tokenizer: Any, processor: Any, row: dict,
     return item
 
 
-def response_row(cfg: EvaluateConfig, tokenizer: Any, row: dict, i: int) -> EvalRow:
+def response_row(cfg: EvaluateConfig, tokenizer: PreTrainedTokenizerBase, row: dict, i: int) -> EvalRow:
     """Row i as responses to its prompt: chosen and rejected (--eval_task pairs), or one to score by perplexity."""
     key = cfg.data.prompt_key if cfg.eval.eval_task == "pairs" else cfg.data.input_key
     given = (
@@ -92,7 +97,7 @@ def response_row(cfg: EvaluateConfig, tokenizer: Any, row: dict, i: int) -> Eval
     return EvalRow(i, prompt, chosen=first, rejected=second)
 
 
-def load_eval_rows(cfg: EvaluateConfig, tokenizer: Any) -> list[EvalRow]:
+def load_eval_rows(cfg: EvaluateConfig, tokenizer: PreTrainedTokenizerBase) -> list[EvalRow]:
     if cfg.data.apply_chat_template:
         require_chat_template(tokenizer, "--pretrain")
     rows = blend(

@@ -17,7 +17,9 @@ import torch
 from alignment.config.base import public_dict
 from alignment.config.evaluate import EvaluateConfig
 from alignment.datasets.images import PromptImages, processor_of, read_bytes
+from alignment.distributed.runtime import Runtime
 from alignment.inference.eval_rows import EvalRow
+from alignment.models.builder import ModelSetup
 from alignment.nonfinite import NonFiniteError
 from alignment.outputs import StagedOutput
 from alignment.rewards.scorer import RewardModels
@@ -42,7 +44,9 @@ def label_match(response: str, label: Any) -> bool:
     return bool(words) and words[-1].rstrip(".,;:!?)]\"'") == str(label).strip()
 
 
-def generate_values(cfg: EvaluateConfig, setup: Any, rt: Any, rows: list[EvalRow], reward: Any) -> list[RowValue]:
+def generate_values(
+    cfg: EvaluateConfig, setup: ModelSetup, rt: Runtime, rows: list[EvalRow], reward: Any
+) -> list[RowValue]:
     """Greedy responses (the batched HF engine), scored by the reward source, or matched against the
     label when there is none (`reward` None: 1.0 for a match)."""
     tok = setup.tokenizer
@@ -92,7 +96,7 @@ def generate_values(cfg: EvaluateConfig, setup: Any, rt: Any, rows: list[EvalRow
 
 
 @torch.no_grad()
-def pair_values(generate: Any, setup: Any, rt: Any, rows: list[EvalRow]) -> list[RowValue]:
+def pair_values(generate: Any, setup: ModelSetup, rt: Runtime, rows: list[EvalRow]) -> list[RowValue]:
     """--pretrain (a reward model) scores both responses of each pair, as PPO's reward reads them."""
     rm = RewardModels(
         [setup.path],
@@ -118,7 +122,7 @@ def pair_values(generate: Any, setup: Any, rt: Any, rows: list[EvalRow]) -> list
 
 
 @torch.no_grad()
-def perplexity_values(data: Any, setup: Any, rt: Any, rows: list[EvalRow]) -> list[RowValue]:
+def perplexity_values(data: Any, setup: ModelSetup, rt: Runtime, rows: list[EvalRow]) -> list[RowValue]:
     """Summed negative log-likelihood of each response's tokens given its prompt, and their count."""
     tok = setup.tokenizer
     model = setup.causal_lm().to(rt.torch_device).eval()

@@ -8,7 +8,9 @@ earlier sample, so the output is deterministic for a given input.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
+
+from alignment.config.inference import CsftPrompt
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,7 @@ def conditional_sft(rows: list[Scored], csft_prompt: str = "<rm_score>: {reward:
     ]
 
 
-def csft_prefix(generate: Any) -> str:
+def csft_prefix(generate: CsftPrompt) -> str:
     """What goes before a rendered prompt when generating from (or evaluating) a conditional-SFT model: the
     asked-for score where the csft post-processor wrote the row's own, or nothing without --enable_csft.
     `generate`: a config's generate group (alignment.config.inference.CsftPromptConfig's fields)."""

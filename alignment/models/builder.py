@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import random
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from transformers import enable_full_determinism
@@ -40,6 +40,9 @@ from alignment.models.precision import (
 from alignment.models.reward_model import load_reward_model
 from alignment.models.vision import freeze_visual_encoder
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
 log = logging.getLogger(__name__)
 
 
@@ -48,7 +51,7 @@ class ModelSetup:
     path: str  # local directory (or hub name) the weights come from
     precision: Precision
     attn: str  # "sdpa" | "flash_attention_2" | "eager"
-    tokenizer: Any
+    tokenizer: PreTrainedTokenizerBase
     trust_remote_code: bool = False  # --trust_remote_code, for every load of this model
     experts: str | None = None  # --experts_implementation, for the models a stage trains
 

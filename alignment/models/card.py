@@ -36,6 +36,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from alignment import storage
 from alignment.config.base import path_fields, public_dict
+from alignment.config.stages import StageConfig
 from alignment.fingerprint import fingerprint
 from alignment.models.kind import is_vision_model
 from alignment.redact import scrub
@@ -133,7 +134,7 @@ def code_version() -> str:
         return "unknown"
 
 
-def lineage_of(cfg: Any, metadata: dict[str, Any]) -> Lineage:
+def lineage_of(cfg: StageConfig, metadata: dict[str, Any]) -> Lineage:
     """The lineage of the model a stage with config `cfg` is committing (`metadata`: the manifest's)."""
     kinds = path_fields(cfg)
     given = {
@@ -244,7 +245,7 @@ def _scrubbed(value: Any) -> Any:
     return value
 
 
-def build_card(cfg: Any, metadata: dict[str, Any], pipeline_tag: str | None = None) -> ModelCard:
+def build_card(cfg: StageConfig, metadata: dict[str, Any], pipeline_tag: str | None = None) -> ModelCard:
     """The card of the model a stage with config `cfg` is committing with `metadata`; `pipeline_tag` the hub's
     task name when it is not plain text generation (a vision-language model's image-text-to-text)."""
     lineage = Lineage(**_scrubbed(asdict(lineage_of(cfg, metadata))))
@@ -265,7 +266,7 @@ def build_card(cfg: Any, metadata: dict[str, Any], pipeline_tag: str | None = No
     return ModelCard(f"---\n{data.to_yaml()}\n---\n\n{body}")
 
 
-def write_card(out_dir: Path, cfg: Any, metadata: dict[str, Any]) -> None:
+def write_card(out_dir: Path, cfg: StageConfig, metadata: dict[str, Any]) -> None:
     """README.md into the staged output `out_dir` (before its commit: the manifest covers it)."""
     task = "image-text-to-text" if is_vision_model(str(out_dir)) else None
     (Path(out_dir) / CARD).write_text(build_card(cfg, metadata, task).content, encoding="utf-8")

@@ -5,12 +5,15 @@ jinja2 TemplateSyntaxError traceback from the first row's apply_chat_template, d
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import jinja2
 from transformers.utils.chat_template_utils import _compile_jinja_template
 
 from alignment.errors import UserError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 class ChatTemplateError(UserError, ValueError):
@@ -30,7 +33,7 @@ def template_source(path: str, flag: str, given: bool) -> str:
     return f"the chat template of {flag} {path}"
 
 
-def check_chat_template(tok: Any, path: str, flag: str = "--pretrain", given: bool = False) -> None:
+def check_chat_template(tok: PreTrainedTokenizerBase, path: str, flag: str = "--pretrain", given: bool = False) -> None:
     """Compile `tok`'s chat template(s) the way apply_chat_template will (transformers' own Jinja environment,
     with its {% generation %} tag, so a template it renders is never refused). `given`: the template came
     from --tokenizer_chat_template. Raises ChatTemplateError."""

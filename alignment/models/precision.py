@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from alignment.config.engine_knobs import EngineKnobs
 from alignment.models.loading import ModelLoadError
 
 log = logging.getLogger(__name__)
@@ -95,7 +96,7 @@ def check_ring_attention(ring_attn_size: int, device: str) -> None:
     )
 
 
-def check_cuda_knobs(ds: Any, device: str) -> None:
+def check_cuda_knobs(ds: EngineKnobs, device: str) -> None:
     """--deepcompile and --use_liger_kernel compile or swap in GPU kernels: refused in one line where there is
     no CUDA device (or, for Liger, no liger-kernel package), before any weights load."""
     for flag, wanted, package in (

@@ -5,11 +5,12 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 import torch.distributed as dist
 
+from alignment.config import TrainingConfig
 from alignment.config.groups import LoraSaveConfig
 from alignment.config.stages import StageConfig
 from alignment.datasets.images import processor_of
@@ -19,10 +20,14 @@ from alignment.models.reward_model import export_names
 from alignment.nonfinite import check_weights
 from alignment.outputs import StagedOutput
 
+if TYPE_CHECKING:
+    from deepspeed import DeepSpeedEngine
+    from transformers import PreTrainedTokenizerBase
+
 log = logging.getLogger(__name__)
 
 
-def full_state_dict(engine: Any) -> dict[str, torch.Tensor] | None:
+def full_state_dict(engine: DeepSpeedEngine) -> dict[str, torch.Tensor] | None:
     """The whole model's weights on rank 0 (None on other ranks). Collective: call on every rank."""
     if engine.zero_optimization_stage() == 3 or engine.autotp_size() > 1:
         state = engine._consolidated_16bit_state_dict()  # the shards of ZeRO-3 or of AutoTP, gathered whole
@@ -32,7 +37,7 @@ def full_state_dict(engine: Any) -> dict[str, torch.Tensor] | None:
     return state if rank == 0 else None
 
 
-def policy_weights(engine: Any) -> dict[str, torch.Tensor] | None:
+def policy_weights(engine: DeepSpeedEngine) -> dict[str, torch.Tensor] | None:
     """The weights a rollout engine needs, under their HF names: LoRA adapters merged into the
     base (so engines that know nothing of LoRA, like vLLM, can take them). Collective; rank 0 only."""
     state = full_state_dict(engine)
@@ -58,7 +63,7 @@ def lora_save(cfg: StageConfig) -> LoraSave | None:
 def save_hf_model(
     module: torch.nn.Module,
     state: dict[str, torch.Tensor],
-    tokenizer: Any,
+    tokenizer: PreTrainedTokenizerBase,
     out_dir: str | Path,
     extra_config: dict[str, Any] | None = None,
     rename: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]] | None = None,
@@ -95,7 +100,7 @@ def save_hf_model(
     return out
 
 
-def save_preprocessing(tokenizer: Any, out: Path) -> None:
+def save_preprocessing(tokenizer: PreTrainedTokenizerBase, out: Path) -> None:
     """The tokenizer beside the weights; a vision-language model's whole processor (tokenizer, image
     processor, chat template), so `AutoProcessor.from_pretrained(out)` loads it."""
     if tokenizer is not None:
@@ -103,8 +108,8 @@ def save_preprocessing(tokenizer: Any, out: Path) -> None:
 
 
 def save_hf_copy(
-    engine: Any,
-    tokenizer: Any,
+    engine: DeepSpeedEngine,
+    tokenizer: PreTrainedTokenizerBase,
     out_dir: Path | None,
     extra_config: dict[str, Any] | None = None,
     rename: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]] | None = None,
@@ -120,14 +125,14 @@ def save_hf_copy(
 
 def commit_model(
     out: StagedOutput,
-    engine: Any,
-    tokenizer: Any,
+    engine: DeepSpeedEngine,
+    tokenizer: PreTrainedTokenizerBase,
     metadata: dict[str, Any],
     extra_config: dict[str, Any] | None = None,
     rename: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]] | None = None,
     lora: LoraSave | None = None,
     *,
-    cfg: Any,
+    cfg: TrainingConfig,
 ) -> dict | None:
     """The one way a stage commits its model: gather the weights (collective: every rank calls),
     save them in HF format into `out.dir` beside whatever the stage put there (metrics, curves),
@@ -142,7 +147,9 @@ def commit_model(
     return out.commit(metadata)
 
 
-def save_value_model(engine: Any, tokenizer: Any, out_dir: Path | None, value_head_prefix: str) -> None:
+def save_value_model(
+    engine: DeepSpeedEngine, tokenizer: PreTrainedTokenizerBase, out_dir: Path | None, value_head_prefix: str
+) -> None:
     """A critic (or any value model) as a reward-model folder, loadable as alignflow's RMs are (the value head
     under `value_head_prefix`). Collective: every rank gathers; the rank with an `out_dir` writes."""
     state = full_state_dict(engine)

@@ -12,13 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
+    from transformers import PreTrainedTokenizerBase
 
 from transformers import AutoConfig, AutoProcessor
 
 from alignment.models.kind import VisionModelError
 
 
-def attach_processor(path: str, tokenizer: Any, flag: str, trust_remote_code: bool = False) -> Any:
+def attach_processor(path: str, tokenizer: PreTrainedTokenizerBase, flag: str, trust_remote_code: bool = False) -> Any:
     """`tokenizer` with the processor saved beside the vision-language model at `path` attached, after
     checking the processor marks images with the token the model reads them at."""
 

@@ -8,7 +8,7 @@ quantity (log-probs, values, KL, advantages) uses here.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -18,6 +18,9 @@ from alignment.losses.nll import token_entropy, token_logprobs
 from alignment.models.moe import routed
 from alignment.ppo.packed import Packing, pack, packed_token_entropy, packed_token_logprobs
 from alignment.rollout.types import Rollout
+
+if TYPE_CHECKING:
+    from transformers import ProcessorMixin
 
 
 @dataclass
@@ -89,7 +92,7 @@ class SequenceBatch:
         return torch.where(self.action_mask.ne(0).any(-1), first, self.attention_mask.sum(-1)).tolist()
 
 
-def rollout_to_batch(rollout: Rollout, pad_id: int, processor: Any = None) -> SequenceBatch:
+def rollout_to_batch(rollout: Rollout, pad_id: int, processor: ProcessorMixin | None = None) -> SequenceBatch:
     """`processor`: a vision-language actor's, for the rollout's images (one tensor set per prompt's images)."""
     rows = [p + r for p, r in zip(rollout.prompt_ids, rollout.response_ids)]
     width = max(len(r) for r in rows)
@@ -103,7 +106,7 @@ def rollout_to_batch(rollout: Rollout, pad_id: int, processor: Any = None) -> Se
     return SequenceBatch(seq, attn, action, list(rollout.prompt_index), _row_images(rollout, processor))
 
 
-def _row_images(rollout: Rollout, processor: Any) -> list[dict[str, torch.Tensor]]:
+def _row_images(rollout: Rollout, processor: ProcessorMixin) -> list[dict[str, torch.Tensor]]:
     if not any(rollout.images):
         return []
     done: dict[tuple[bytes, ...], dict[str, torch.Tensor]] = {}  # a prompt's n samples share its images

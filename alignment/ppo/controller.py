@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
@@ -44,6 +44,9 @@ from alignment.ppo.scores import reward_inputs, shape_scores
 from alignment.ppo.staleness import staleness_metrics
 from alignment.rewards.scorer import Scored
 from alignment.rollout.types import Rollout, SamplingParams
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +81,7 @@ class PPOController:
         self,
         cfg: PPOConfig,
         groups: ModelGroups,
-        tokenizer: Any,
+        tokenizer: PreTrainedTokenizerBase,
         prompts: list[PromptSample],
         eval_prompts: list[PromptSample] = (),
         sizes: Sizes | None = None,

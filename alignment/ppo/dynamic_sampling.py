@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 import torch
 
+from alignment.config.ppo import PPOConfig
 from alignment.datasets.prompts import PromptSample
 from alignment.distributed.collectives import gather_everywhere
 from alignment.ppo.pass_history import PassHistory, token_share
@@ -96,7 +97,7 @@ def refill_key(iteration: int, round_: int, total_iterations: int) -> int:
 class Resampling(Protocol):
     """What the refill loop asks of the PPO controller (alignment.ppo.controller.PPOController)."""
 
-    cfg: Any
+    cfg: PPOConfig
     groups: Any  # its .rank: this controller's share of the refills
     prompts: list[PromptSample]
     total_iterations: int

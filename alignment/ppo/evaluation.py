@@ -10,10 +10,10 @@ as eval/pass1, eval/pass<n>, eval/response_length and eval/truncated (cut at the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
+from alignment.config.ppo import PPOConfig
 from alignment.rollout.types import Rollout, SamplingParams
 
 EVAL_SEED = 7_919  # eval draws are seeded apart from the training iterations' (alignment/ppo/schedule.py)
@@ -25,7 +25,7 @@ def eval_due(eval_steps: int, iteration: int, total: int) -> bool:
     return iteration % eval_steps == 0 if eval_steps > 0 else iteration == total
 
 
-def eval_params(cfg: Any, iteration: int) -> SamplingParams:
+def eval_params(cfg: PPOConfig, iteration: int) -> SamplingParams:
     greedy = cfg.eval.temperature == 0  # OpenRLHF passes 0 to vLLM, which then decodes greedily
     return SamplingParams(
         cfg.rollout.max_new_tokens,

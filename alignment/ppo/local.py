@@ -13,7 +13,7 @@ import dataclasses
 import logging
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 
@@ -41,6 +41,9 @@ from alignment.training import checkpoint
 from alignment.training.run_identity import RunIdentity
 from alignment.training.tracking import MetricsLogger
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
 log = logging.getLogger(__name__)
 
 
@@ -60,7 +63,7 @@ class LocalGroups:
         critic: Any | None,
         ref: torch.nn.Module | None,
         reward: Callable[[list[str], list[str], list], Scored],
-        tokenizer: Any,
+        tokenizer: PreTrainedTokenizerBase,
         critic_scale: tuple[float, float] | None = None,
         packing: Packing | None = None,
         moe_top_k: int = 0,

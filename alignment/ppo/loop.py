@@ -8,6 +8,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
+from alignment.config.checkpoints import Checkpoints
 from alignment.config.ppo import PPOConfig
 from alignment.ppo.evaluation import BestSoFar, eval_due
 from alignment.trainers.base import maybe_inject_failure
@@ -41,7 +42,7 @@ class Iterating(Protocol):
     def snapshot(self, iteration: int, history: list[dict]) -> PPOState: ...
 
 
-def resume_state(ckpt: Any, find: Callable[[], Any]) -> tuple[PPOState, Any] | None:
+def resume_state(ckpt: Checkpoints, find: Callable[[], Any]) -> tuple[PPOState, Any] | None:
     """--load_checkpoint: (the PPO state, the checkpoint `find()` located: training.resume_point.Latest),
     or None to start from iteration 0. Both backends resume through here; `find` locates (and, in
     process, loads) the newest committed checkpoint."""

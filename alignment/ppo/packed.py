@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
+from alignment.config.groups import Packing as PackingGroup
 from alignment.datasets.packing import branch_causal_mask, first_fit_rows
 from alignment.losses.logprobs import branched_token_logprobs
 from alignment.losses.nll import entropy, token_entropy
+from alignment.models.builder import ModelSetup
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,7 @@ class Packing:
     mask_dtype: torch.dtype | None  # torch.bool: SDPA's block mask; None: flash-attention (position ids)
 
 
-def packing_for(ds: Any, setup) -> Packing | None:
+def packing_for(ds: PackingGroup, setup: ModelSetup) -> Packing | None:
     """The packing of ds.packing_samples for the model's attention (setup: models.builder.ModelSetup)."""
     if not ds.packing_samples:
         return None

@@ -8,12 +8,13 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
 import torch.distributed as dist
 
 from alignment.config.ppo import PPOConfig
+from alignment.config.runs import Train
 from alignment.distributed.collectives import max_across_ranks, world_size
 from alignment.losses.aggregation import StepTotals, aggregate
 from alignment.losses.kl import kl_estimate
@@ -26,6 +27,9 @@ from alignment.ppo.experience import Experience
 from alignment.ppo.packed import Packing, pack, unpack
 from alignment.ppo.token_budget import TokenBudget, split_to
 from alignment.training.engine import step as engine_step
+
+if TYPE_CHECKING:
+    from deepspeed import DeepSpeedEngine
 
 
 def micro_groups(batch: SequenceBatch, rows: int, max_tokens: int | None, packing: Packing | None) -> list[list[int]]:
@@ -95,7 +99,9 @@ class Micro:
     boundary: bool | None  # --use_dynamic_batch: whether it ends the step (told to DeepSpeed); None: DeepSpeed counts
 
 
-def _steps(engine: Any, exp: Experience, train: Any, seed: int, packing: Packing | None = None) -> Iterator[Micro]:
+def _steps(
+    engine: DeepSpeedEngine, exp: Experience, train: Train, seed: int, packing: Packing | None = None
+) -> Iterator[Micro]:
     """The micro-batches of --max_epochs shuffled passes over the experience, each with the totals of
     the optimizer step it belongs to: the step's rows on each of the D ranks (one all-reduce of two
     numbers per step). A step is G x --micro_train_batch_size rows per rank (G: DeepSpeed's
@@ -145,7 +151,7 @@ def _shuffled(prompt_index: list[int], rng: random.Random, by_prompt: bool) -> l
     return [i for p in prompts for i in rows[p]]
 
 
-def _backward_step(engine: Any, loss: torch.Tensor, micro: Micro, guard: NonFiniteGuard) -> bool:
+def _backward_step(engine: DeepSpeedEngine, loss: torch.Tensor, micro: Micro, guard: NonFiniteGuard) -> bool:
     """Backward and step; False when the guard skipped this micro-batch's non-finite loss (alignment/nonfinite.py)."""
     if micro.boundary is not None:  # a token-budget cut: the step ends where the cut says, not after G micro-batches
         engine.set_gradient_accumulation_boundary(micro.boundary)

@@ -16,7 +16,7 @@ import logging
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from alignment.config.ppo import PPOConfig
 from alignment.datasets.prompts import PromptSample, load_prompts
@@ -25,18 +25,21 @@ from alignment.ppo.loop import run_iterations
 from alignment.ppo.schedule import Sizes
 from alignment.training.tracking import MetricsLogger
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class Setup:
-    tokenizer: Any
+    tokenizer: PreTrainedTokenizerBase
     prompts: list[PromptSample]
     eval_prompts: list[PromptSample]
     sizes: Sizes
 
 
-def setup(cfg: PPOConfig, tokenizer: Any, dp_size: int) -> Setup:
+def setup(cfg: PPOConfig, tokenizer: PreTrainedTokenizerBase, dp_size: int) -> Setup:
     """The run's prompts and sizes; `dp_size`: the data-parallel controllers (launcher ranks over their
     tensor-parallel replicas, or one Ray driver over the actor's replicas). Fails in one line on sizes that
     don't fit, before any weights load."""

@@ -5,7 +5,7 @@ without a trained RM, whose own statistics normalise it), the clip (--reward_cli
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -15,8 +15,13 @@ from alignment.losses.reward_norm import RunningMoments
 from alignment.losses.reward_shaping import overlong_penalty, stop_properly
 from alignment.rollout.types import Rollout
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
-def reward_inputs(tokenizer: Any, rollout: Rollout, prompts: list[PromptSample]) -> tuple[list, list, list]:
+
+def reward_inputs(
+    tokenizer: PreTrainedTokenizerBase, rollout: Rollout, prompts: list[PromptSample]
+) -> tuple[list, list, list]:
     """(queries, prompts, labels) for a reward source. The query is the prompt text as rendered +
     the response as generated (eos kept), never a re-decode of the prompt ids, so reward
     functions can split the two exactly."""

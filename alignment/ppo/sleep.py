@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import logging
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Iterator
+
+if TYPE_CHECKING:
+    from deepspeed import DeepSpeedEngine
 
 log = logging.getLogger(__name__)
 
 
 class OptimizerSleep:
-    def __init__(self, engine: Any, enabled: bool, device_type: str, role: str):
+    def __init__(self, engine: DeepSpeedEngine, enabled: bool, device_type: str, role: str):
         self.engine, self.asleep = engine, False
         self.enabled = enabled and device_type != "cpu"
         if enabled and not self.enabled:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -22,6 +22,9 @@ from alignment.datasets.formatting import end_at_eos
 from alignment.datasets.process_reward import single_token_id
 from alignment.losses.prm import positive_probability
 from alignment.models.loading import ModelLoadError, load_causal_lm
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 def read_prm_entry(path: str | Path) -> dict | None:
@@ -39,7 +42,7 @@ class ProcessRewardModel:
         self,
         path: str,
         entry: dict,
-        tokenizer: Any,
+        tokenizer: PreTrainedTokenizerBase,
         dtype: torch.dtype,
         attn: str,
         device: str,

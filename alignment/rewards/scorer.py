@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -19,6 +19,9 @@ from alignment.models.reward_model import ValueCapture, load_reward_model, read_
 from alignment.rewards.process_reward import ProcessRewardModel, read_prm_entry
 from alignment.rewards.remote import RemoteRewardClient
 from alignment.rewards.reward_func import RewardError, RewardOutput, load_reward_func, parse_output
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +59,7 @@ class RewardModels:
         self,
         paths: list[str],
         weights: list[float],
-        tokenizer: Any,
+        tokenizer: PreTrainedTokenizerBase,
         dtype: torch.dtype,
         attn: str,
         device: str,
@@ -170,7 +173,12 @@ def _preview(labels: list) -> str:
 
 
 def make_reward(
-    cfg: RewardSourceConfig, tokenizer: Any, dtype: torch.dtype, attn: str, device: str, pack_tokens: int | None = None
+    cfg: RewardSourceConfig,
+    tokenizer: PreTrainedTokenizerBase,
+    dtype: torch.dtype,
+    attn: str,
+    device: str,
+    pack_tokens: int | None = None,
 ) -> Any:
     if cfg.reward.remote_url:
         if cfg.reward.model_name_or_path:

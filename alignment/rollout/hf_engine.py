@@ -13,13 +13,16 @@ for this engine is a no-op by construction; `load_weights` exists for a standalo
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import torch
 
 from alignment.datasets.images import PromptImages, image_token_id, loaded_inputs, merge_image_inputs
 from alignment.nonfinite import NonFiniteError
 from alignment.rollout.types import Rollout, SamplingParams
+
+if TYPE_CHECKING:
+    from transformers import ProcessorMixin
 
 
 class HFEngine:
@@ -31,7 +34,7 @@ class HFEngine:
         batch_size: int = 32,
         device: str | torch.device = "cpu",
         synced_gpus: bool = False,
-        processor: Any = None,
+        processor: ProcessorMixin | None = None,
     ):
         self.model, self.pad_id, self.batch_size, self.device = model, pad_token_id, batch_size, torch.device(device)
         self.processor = processor  # a vision-language model's: turns prompts' images into its image tensors

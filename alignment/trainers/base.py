@@ -11,7 +11,7 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -29,6 +29,10 @@ from alignment.training.run_identity import RunIdentity
 from alignment.training.sampler import micro_batches, micro_batches_per_epoch
 from alignment.training.schedule import SaveSchedule
 from alignment.training.tracking import MetricsLogger
+
+if TYPE_CHECKING:
+    from deepspeed import DeepSpeedEngine
+    from transformers import PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +90,13 @@ class Trainer:
     stage = "train"
 
     def __init__(
-        self, cfg: TrainerConfig, rt: Runtime, engine: Any, tokenizer: Any, train_set: list, eval_set: list | None
+        self,
+        cfg: TrainerConfig,
+        rt: Runtime,
+        engine: DeepSpeedEngine,
+        tokenizer: PreTrainedTokenizerBase,
+        train_set: list,
+        eval_set: list | None,
     ):
         self.cfg, self.rt, self.engine, self.tokenizer = cfg, rt, engine, tokenizer
         self.train_set, self.eval_set = train_set, eval_set

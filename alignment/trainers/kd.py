@@ -11,10 +11,11 @@ import torch
 from transformers import AutoConfig, AutoTokenizer
 
 from alignment.config.base import ConfigError
-from alignment.config.distill import KDConfig, OPDConfig
+from alignment.config.distill import KDConfig, OPDConfig, Teacher
 from alignment.datasets.batch import Batch
 from alignment.distributed.side_groups import my_replica
 from alignment.losses.kd import kd_loss
+from alignment.models.builder import ModelSetup
 from alignment.models.loading import _hub_error, has_tokenizer, resolve_model_path
 from alignment.trainers.reference import ReferenceModel
 from alignment.trainers.sft import SFTTrainer
@@ -77,7 +78,7 @@ class RemoteTeacher:
         return ray.get(self.replica.logits.remote(batch.to("cpu"))).to(batch.input_ids.device)
 
 
-def teacher_for(teacher: Any, path: str, setup: Any, device: str) -> ReferenceModel | RemoteTeacher:
+def teacher_for(teacher: Teacher, path: str, setup: ModelSetup, device: str) -> ReferenceModel | RemoteTeacher:
     """The teacher's replica where the stage placed a teacher group, else this rank's own copy."""
     replica = my_replica("teacher")
     if replica is not None:

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from alignment.config.stages import PRMData
 from alignment.datasets.process_reward import PRMBatch, PRMSample, layout_targets
 from alignment.distributed.collectives import sum_across_ranks
 from alignment.losses.prm import prm_loss
@@ -15,7 +16,7 @@ from alignment.trainers.base import eval_shard
 from alignment.trainers.sft import SFTTrainer
 
 
-def prm_config_entry(data: Any) -> dict[str, Any]:
+def prm_config_entry(data: PRMData) -> dict[str, Any]:
     """What the committed config.json records under "prm": how a PPO reward reads the model
     (alignment.rewards.process_reward)."""
     return {"placeholder_token": data.placeholder_token, "reward_tokens": data.reward_tokens}

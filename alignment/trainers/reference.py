@@ -8,12 +8,13 @@ there and only the [S] log-probs come back to the training device.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import torch
 
+from alignment.config.pairs import Reference
 from alignment.datasets.batch import Batch
 from alignment.losses.logprobs import sequence_logps
+from alignment.models.builder import ModelSetup
 from alignment.models.loading import load_causal_lm, resolve_model_path
 from alignment.trainers.sft import forward_logits
 
@@ -55,7 +56,7 @@ class ReferenceModel:
         return forward_logits(self.model, batch.to(self.device)).to(batch.input_ids.device)
 
 
-def reference_for(ref: Any, setup: Any, device: str) -> ReferenceModel:
+def reference_for(ref: Reference, setup: ModelSetup, device: str) -> ReferenceModel:
     name = ref.model_name_or_path or setup.path  # --pretrain as resolved (at its --revision)
     flag = "--ref_pretrain" if ref.model_name_or_path else "--pretrain"
     return ReferenceModel(name, setup.precision.dtype, setup.attn, device, ref.offload, flag, setup.trust_remote_code)

@@ -29,7 +29,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch.distributed as dist
 
@@ -40,6 +40,9 @@ from alignment.training.resume_point import PREFIX, STATE_FILE, Latest, find_lat
 from alignment.training.rng_state import restore_rng, rng_state
 from alignment.training.run_identity import RunIdentity
 from alignment.training.weights_only import WeightsOnlyCheckpointEngine
+
+if TYPE_CHECKING:
+    from deepspeed import DeepSpeedEngine
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +70,9 @@ def tag(step: int) -> str:
 RoleWriter = Callable[[Path | None], None]  # extra files into a role's folder (None: not on this rank); collective
 
 
-def save_engine(engine: Any, ckpt_uri: str, step: int, role: str = "model", extra: RoleWriter | None = None) -> None:
+def save_engine(
+    engine: DeepSpeedEngine, ckpt_uri: str, step: int, role: str = "model", extra: RoleWriter | None = None
+) -> None:
     """Every rank of the engine's group calls this (DeepSpeed saves collectively). `extra` then writes files
     of our own into the role's folder on rank 0 (--save_hf_ckpt's `hf/`, --enable_ema's average), committed
     and hashed with the checkpoint."""
@@ -129,7 +134,7 @@ def commit(
     return uri
 
 
-def load_engine(engine: Any, ckpt_uri: str, name: str, role: str = "model") -> None:
+def load_engine(engine: DeepSpeedEngine, ckpt_uri: str, name: str, role: str = "model") -> None:
     """Every rank of the engine's group calls this, with a checkpoint find_latest chose: its files are
     verified (once per process) before DeepSpeed reads them; a remote one is read from this node's
     verified copy (storage.download_dir: one rank of the node downloads, the others wait for it)."""

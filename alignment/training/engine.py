@@ -7,7 +7,7 @@ import logging
 import math
 import os
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import deepspeed
 import torch
@@ -15,10 +15,13 @@ from deepspeed.ops.adam import DeepSpeedCPUAdam, FusedAdam
 from transformers import get_scheduler
 
 from alignment.config.base import ConfigError
-from alignment.config.runs import TrainConfig
+from alignment.config.runs import Train, TrainConfig, TrainDS
 from alignment.distributed.deepspeed_config import train_ds_config
 from alignment.distributed.runtime import Runtime
 from alignment.models.moe import mark_zero3_leaves
+
+if TYPE_CHECKING:
+    from deepspeed import DeepSpeedEngine
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +35,7 @@ def _malloc_trim() -> Any:
 _TRIM = _malloc_trim()
 
 
-def step(engine: Any) -> bool:
+def step(engine: DeepSpeedEngine) -> bool:
     """engine.step(); after an optimizer update on CPU, hand the heap's free pages back to the OS.
     A step's activations are freed at its end, but glibc keeps most of those pages in its heap
     (torch's CPU allocator has no cache of its own), so a CPU rank's resident memory climbed
@@ -46,7 +49,7 @@ def step(engine: Any) -> bool:
     return update
 
 
-def adam_class(ds: Any, device: str) -> tuple[type, dict[str, Any]]:
+def adam_class(ds: TrainDS, device: str) -> tuple[type, dict[str, Any]]:
     """The AdamW implementation for this device (and its extra arguments)."""
     if ds.adam_offload:
         return DeepSpeedCPUAdam, {}
@@ -138,7 +141,7 @@ def deepspeed_arch_list(value: str) -> str:
     return re.sub(r"(\d+\.\d+)[a-z]+", r"\1", value)
 
 
-def make_scheduler(optimizer: torch.optim.Optimizer, train: Any, total_steps: int) -> Any:
+def make_scheduler(optimizer: torch.optim.Optimizer, train: Train, total_steps: int) -> Any:
     warmup = math.ceil(total_steps * train.lr_warmup_ratio)
     # the ratio itself, not --learning_rate x it: Muon keeps no optimizer-wide default lr to divide by
     extra = {"min_lr_rate": train.min_lr_ratio} if train.lr_scheduler == "cosine_with_min_lr" else None

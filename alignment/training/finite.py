@@ -14,13 +14,16 @@ non-finite one is skipped like a damaged one (alignment/training/checkpoint.py, 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 import torch
 
 from alignment.nonfinite import NonFiniteError, _any_rank
 from alignment.storage import StorageError
 from alignment.training.weights_only import WeightsOnlyCheckpointEngine
+
+if TYPE_CHECKING:
+    from deepspeed import DeepSpeedEngine
 
 FINITE = "finite"  # the manifest metadata key: the weights were checked before this checkpoint was saved
 
@@ -37,7 +40,7 @@ def first_nonfinite(named: Iterable[tuple[str, torch.Tensor]]) -> str | None:
     return None
 
 
-def _rank_weights(engine: Any) -> Iterator[tuple[str, torch.Tensor]]:
+def _rank_weights(engine: DeepSpeedEngine) -> Iterator[tuple[str, torch.Tensor]]:
     """This rank's share of an engine's weights: each parameter (its ZeRO-3 partition, `ds_tensor`, where
     the full tensor is a placeholder) and the optimizer's fp32 master partitions (ZeRO-1/2)."""
     module = getattr(engine, "module", engine)

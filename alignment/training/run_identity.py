@@ -23,6 +23,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from alignment.config.base import ConfigError, not_identity_fields
+from alignment.config.stages import StageConfig
 
 KEY = "run"  # the manifest metadata key
 RESUMABLE = frozenset(
@@ -52,7 +53,7 @@ class RunIdentity:
     config: dict[str, Any]  # field -> value, JSON-plain
 
     @classmethod
-    def of(cls, cfg: Any) -> "RunIdentity":
+    def of(cls, cfg: StageConfig) -> "RunIdentity":
         """The identity of a run of `cfg` (its stage: the config's class, SFTConfig, PPOConfig, ...)."""
         stage = type(cfg).__name__
         skip = not_identity_fields(cfg)

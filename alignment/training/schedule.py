@@ -7,10 +7,11 @@ DeepSpeed checkpoint is collective); ranks whose clocks differ never disagree.
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from alignment.config.checkpoints import Checkpoints
 
 
 def _rank0_says(flag: bool) -> bool:
@@ -23,7 +24,7 @@ def _rank0_says(flag: bool) -> bool:
 
 
 class SaveSchedule:
-    def __init__(self, ckpt: Any):
+    def __init__(self, ckpt: Checkpoints):
         """`ckpt`: a stage config's checkpoint group (cfg.ckpt: save_steps, save_minutes, disable_ds)."""
         self.every_steps = ckpt.save_steps if not ckpt.disable_ds else -1
         self.every_s = ckpt.save_minutes * 60 if not ckpt.disable_ds else 0.0
