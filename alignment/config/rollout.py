@@ -110,6 +110,11 @@ class Rollout:
         flat="micro_rollout_batch_size",
     )
 
+    @property
+    def samples(self) -> int:
+        """Samples generated per iteration: --rollout_batch_size x --n_samples_per_prompt."""
+        return self.batch_size * self.n_samples_per_prompt
+
 
 @dataclass(frozen=True)
 class RolloutTrain:

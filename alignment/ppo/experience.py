@@ -82,7 +82,7 @@ def needs_old_logprobs(cfg: PPOConfig) -> bool:
     return (
         uses_reference(cfg.algo)
         or cfg.train.max_epochs > 1
-        or cfg.rollout.batch_size * cfg.rollout.n_samples_per_prompt > cfg.train.batch_size
+        or cfg.rollout.samples > cfg.train.batch_size
     )
 
 

@@ -19,7 +19,7 @@ def check_sizes(cfg: PPOConfig, world_size: int) -> int:
         cfg.rollout.batch_size % world_size == 0,
         f"--rollout_batch_size {cfg.rollout.batch_size} is not divisible by world size {world_size}",
     )
-    samples = cfg.rollout.batch_size * cfg.rollout.n_samples_per_prompt
+    samples = cfg.rollout.samples
     require(
         samples % cfg.train.batch_size == 0,
         f"--rollout_batch_size {cfg.rollout.batch_size} x --n_samples_per_prompt {cfg.rollout.n_samples_per_prompt} = "
@@ -49,7 +49,7 @@ class Sizes:
         """`dp_size`: the data-parallel controllers (launcher ranks, or one driver over the actor's replicas)."""
         per_episode = iterations_per_episode(n_prompts, cfg.rollout.batch_size)
         return Sizes(
-            cfg.rollout.batch_size * cfg.rollout.n_samples_per_prompt,
+            cfg.rollout.samples,
             check_sizes(cfg, dp_size),
             per_episode,
             cfg.train.num_episodes * per_episode,
