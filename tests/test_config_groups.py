@@ -216,3 +216,25 @@ def test_the_guides_tree_is_sfts():
         want.append(line(name, klass))
         want += [line(f.name, f.metadata["subgroup"]) for f in dataclasses.fields(klass) if f.metadata.get("subgroup")]
     assert [" ".join(d.split()) for d in drawn] == want
+
+
+def test_the_schemas_own_checks_read_the_tree():
+    """A check reads `self.ds.lora.rank`, as every other reader does; a flat field is only written, by a
+    `resolve_*` that derives it before the checks run (one spelling per fact in code: the leaf's)."""
+    reads = []
+    for path in sorted((REPO / "alignment" / "config").glob("*.py")):
+        checkers = [  # a group's own methods read its leaves (`Rollout.samples`): not these
+            c
+            for c in ast.parse(path.read_text()).body
+            if isinstance(c, ast.ClassDef) and not any("frozen=True" in ast.unparse(d) for d in c.decorator_list)
+        ]
+        for node in (n for c in checkers for n in ast.walk(c)):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "self"
+                and isinstance(node.ctx, ast.Load)
+                and node.attr in FLAT_FIELDS - GROUPS
+            ):
+                reads.append(f"{path.relative_to(REPO)}:{node.lineno}: self.{node.attr}")
+    assert not reads, "\n".join(reads)

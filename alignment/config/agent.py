@@ -38,22 +38,22 @@ class Agent:
 
 class AgentConfig:
     def check_agent(self) -> None:
-        linger = self.agent_batch_linger_ms
+        linger = self.train.agent_batch_linger_ms
         require(
-            linger is None or (bool(self.agent_func_path) and 0 <= linger < 600_000),
+            linger is None or (bool(self.train.agent_func_path) and 0 <= linger < 600_000),
             f"--agent_batch_linger_ms {linger}: milliseconds in [0, 600000) (e.g. 50), with --agent_func_path",
         )
-        require(self.agent_max_turns >= 1, f"--agent_max_turns {self.agent_max_turns}: must be >= 1")
-        require(self.agent_step_timeout > 0, f"--agent_step_timeout {self.agent_step_timeout}: must be > 0")
-        if not self.agent_func_path:
+        require(self.train.agent_max_turns >= 1, f"--agent_max_turns {self.train.agent_max_turns}: must be >= 1")
+        require(self.train.agent_step_timeout > 0, f"--agent_step_timeout {self.train.agent_step_timeout}: must be > 0")
+        if not self.train.agent_func_path:
             return
         require(
-            not (self.reward_pretrain or self.remote_rm_url),  # type: ignore[attr-defined]  (RewardSourceConfig)
+            not (self.reward.model_name_or_path or self.reward.remote_url),  # type: ignore[attr-defined]  (RewardSourceConfig)
             "--agent_func_path: the environment gives the rewards; drop --reward_pretrain / --remote_rm_url "
             "(or score inside the agent's step)",
         )
         require(
-            not self.overlong_buffer_len,  # type: ignore[attr-defined]  (AlgorithmConfig)
+            not self.reward.overlong_buffer_len,  # type: ignore[attr-defined]  (AlgorithmConfig)
             "--overlong_buffer_len penalises one response's length against --generate_max_len; an agent episode "
             "has several turns: drop it, or shape length inside the agent's step",
         )

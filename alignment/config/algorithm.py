@@ -205,47 +205,48 @@ class CriticAdam:
 
 class AlgorithmConfig:
     def uses_critic(self) -> bool:
-        return ESTIMATORS[self.advantage_estimator].critic
+        return ESTIMATORS[self.algo.advantage.estimator].critic
 
     def loss_agg(self) -> str:
-        return self.loss_agg_mode or ESTIMATORS[self.advantage_estimator].loss_agg
+        return self.algo.loss_agg_mode or ESTIMATORS[self.algo.advantage.estimator].loss_agg
 
     def check_algorithm(self) -> None:
-        if ESTIMATORS[self.advantage_estimator].group:
+        if ESTIMATORS[self.algo.advantage.estimator].group:
             require(
-                self.n_samples_per_prompt >= 2,
-                f"--advantage_estimator {self.advantage_estimator} compares the samples of one prompt: "
-                f"--n_samples_per_prompt {self.n_samples_per_prompt} gives nothing to compare; use >= 2 (e.g. 4)",
+                self.rollout.n_samples_per_prompt >= 2,
+                f"--advantage_estimator {self.algo.advantage.estimator} compares the samples of one prompt: "
+                f"--n_samples_per_prompt {self.rollout.n_samples_per_prompt} "
+                f"gives nothing to compare; use >= 2 (e.g. 4)",
             )
         require(
-            0 < self.gamma <= 1 and 0 <= self.lambd <= 1,
-            f"--gamma {self.gamma} must be in (0, 1] and --lambd {self.lambd} in [0, 1]",
+            0 < self.algo.advantage.gamma <= 1 and 0 <= self.algo.advantage.lambd <= 1,
+            f"--gamma {self.algo.advantage.gamma} must be in (0, 1] and --lambd {self.algo.advantage.lambd} in [0, 1]",
         )
-        require(self.init_kl_coef >= 0, f"--init_kl_coef {self.init_kl_coef}: must be >= 0")
-        require(self.eps_clip > 0, f"--eps_clip {self.eps_clip}: must be > 0")
-        if self.eps_clip_low_high is not None:
+        require(self.algo.kl.init_coef >= 0, f"--init_kl_coef {self.algo.kl.init_coef}: must be >= 0")
+        require(self.actor.eps_clip > 0, f"--eps_clip {self.actor.eps_clip}: must be > 0")
+        if self.actor.eps_clip_low_high is not None:
             require(
-                len(self.eps_clip_low_high) == 2 and all(e > 0 for e in self.eps_clip_low_high),
-                f"--eps_clip_low_high {self.eps_clip_low_high}: give two positive numbers, low high",
+                len(self.actor.eps_clip_low_high) == 2 and all(e > 0 for e in self.actor.eps_clip_low_high),
+                f"--eps_clip_low_high {self.actor.eps_clip_low_high}: give two positive numbers, low high",
             )
-        if self.dual_clip is not None:
-            require(self.dual_clip > 1, f"--dual_clip {self.dual_clip}: must be > 1 (e.g. 3)")
-        lo, hi = (self.reward_clip_range + [None, None])[:2]
+        if self.actor.dual_clip is not None:
+            require(self.actor.dual_clip > 1, f"--dual_clip {self.actor.dual_clip}: must be > 1 (e.g. 3)")
+        lo, hi = (self.reward.clip_range + [None, None])[:2]
         require(
-            len(self.reward_clip_range) == 2 and lo < hi,
-            f"--reward_clip_range {self.reward_clip_range}: give two numbers, low < high",
+            len(self.reward.clip_range) == 2 and lo < hi,
+            f"--reward_clip_range {self.reward.clip_range}: give two numbers, low < high",
         )
         require(
-            self.actor_learning_rate > 0 and self.critic_learning_rate > 0,
+            self.actor.adam.lr > 0 and self.critic.adam.lr > 0,
             "--actor_learning_rate and --critic_learning_rate must be > 0",
         )
-        if self.overlong_buffer_len is not None:
+        if self.reward.overlong_buffer_len is not None:
             require(
-                0 < self.overlong_buffer_len < self.generate_max_len,
-                f"--overlong_buffer_len {self.overlong_buffer_len}: must be between 0 and --generate_max_len "
-                f"{self.generate_max_len} (the penalty starts that many tokens before the limit)",
+                0 < self.reward.overlong_buffer_len < self.rollout.max_new_tokens,
+                f"--overlong_buffer_len {self.reward.overlong_buffer_len}: must be between 0 and --generate_max_len "
+                f"{self.rollout.max_new_tokens} (the penalty starts that many tokens before the limit)",
             )
             require(
-                self.overlong_penalty_factor >= 0,
-                f"--overlong_penalty_factor {self.overlong_penalty_factor}: must be >= 0",
+                self.reward.overlong_penalty_factor >= 0,
+                f"--overlong_penalty_factor {self.reward.overlong_penalty_factor}: must be >= 0",
             )

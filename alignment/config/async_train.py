@@ -48,7 +48,7 @@ class DynamicBatchRollout:
 
 class DynamicBatchConfig:
     def check_dynamic_batch(self) -> None:
-        if not self.use_dynamic_batch:
+        if not self.train.dynamic_batch_enable:
             return only_with(self, "use_dynamic_batch", "train_max_tokens_per_gpu", "rollout_max_tokens_per_gpu")
         # a budget below the longest possible sample is allowed, as in OpenRLHF: a row longer than the budget
         # gets a micro-batch of its own (alignment/ppo/token_budget.py), nothing is truncated
@@ -102,32 +102,32 @@ class AsyncRollout:
 class AsyncTrainConfig:
     def oversampled(self) -> int:
         """Prompts generated per iteration beyond --rollout_batch_size (--vllm_generate_batch_size)."""
-        return max(0, (self.vllm_generate_batch_size or 0) - self.rollout_batch_size)  # type: ignore[attr-defined]
+        return max(0, (self.rollout.vllm_generate_batch_size or 0) - self.rollout.batch_size)  # type: ignore[attr-defined]
 
     def check_async_train(self) -> None:
-        size = self.vllm_generate_batch_size
+        size = self.rollout.vllm_generate_batch_size
         require(
-            size is None or size >= self.rollout_batch_size,  # type: ignore[attr-defined]
+            size is None or size >= self.rollout.batch_size,  # type: ignore[attr-defined]
             f"--vllm_generate_batch_size {size}: below --rollout_batch_size; leave it unset or raise it",
         )
         if self.oversampled():  # as OpenRLHF, with async; here the extra groups feed the dynamic filter
             require(
-                self.async_train and self.dynamic_filtering,  # type: ignore[attr-defined]
+                self.train.async_enable and self.algo.dynamic_filtering_enable,  # type: ignore[attr-defined]
                 f"--vllm_generate_batch_size {size} > --rollout_batch_size oversamples for --dynamic_filtering under "
                 f"--async_train: add both, or leave it unset",
             )
-        if not self.async_train:
+        if not self.train.async_enable:
             return only_with(self, "async_train", "async_queue_size", "partial_rollout_enable")
-        engines = self.vllm_num_engines >= 1  # type: ignore[attr-defined]  (RolloutConfig)
+        engines = self.vllm.num_engines >= 1  # type: ignore[attr-defined]  (RolloutConfig)
         require(
-            engines or bool(self.agent_func_path),  # type: ignore[attr-defined]  (AgentConfig)
+            engines or bool(self.train.agent_func_path),  # type: ignore[attr-defined]  (AgentConfig)
             "--async_train overlaps generation on the vLLM engines with training on the actor: add "
             "--vllm_num_engines 1 (or more); the HF engine generates on the actor itself, so nothing would overlap "
             "(with --agent_func_path it overlaps the environments' steps: alignment/agents/pool.py)",
         )
         require(
-            engines or not self.partial_rollout_enable,
+            engines or not self.train.partial_rollout_enable,
             "--partial_rollout_enable pauses the vLLM engines' generations at a weight sync: add --vllm_num_engines 1; "
             "on the HF engine an agent's episodes already go on across updates, turn by turn (--async_train)",
         )
-        require(self.async_queue_size >= 1, f"--async_queue_size {self.async_queue_size}: must be >= 1")
+        require(self.train.async_queue_size >= 1, f"--async_queue_size {self.train.async_queue_size}: must be >= 1")

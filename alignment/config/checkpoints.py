@@ -77,14 +77,19 @@ class Checkpoints:
 
 class CheckpointConfig:
     def check_checkpoint(self) -> None:
-        require(self.max_ckpt_num >= 1, f"--max_ckpt_num {self.max_ckpt_num}: must be >= 1")
+        require(self.ckpt.max_num >= 1, f"--max_ckpt_num {self.ckpt.max_num}: must be >= 1")
         require(
-            self.max_ckpt_mem is None or self.max_ckpt_mem > 0, f"--max_ckpt_mem {self.max_ckpt_mem}: must be > 0 (GB)"
+            self.ckpt.max_mem is None or self.ckpt.max_mem > 0, f"--max_ckpt_mem {self.ckpt.max_mem}: must be > 0 (GB)"
         )
         require(
-            self.save_steps == -1 or self.save_steps > 0, f"--save_steps {self.save_steps}: use -1 or a positive number"
+            self.ckpt.save_steps == -1 or self.ckpt.save_steps > 0,
+            f"--save_steps {self.ckpt.save_steps}: use -1 or a positive number",
         )
-        require(self.save_minutes >= 0, f"--save_minutes {self.save_minutes}: use 0 (off) or a positive number")
+        require(
+            self.ckpt.save_minutes >= 0, f"--save_minutes {self.ckpt.save_minutes}: use 0 (off) or a positive number"
+        )
         # OpenRLHF's defaults nest ./ckpt/checkpoints in ./ckpt: harmless for a run that never checkpoints
-        if (self.save_steps > 0 or self.save_minutes > 0 or self.load_checkpoint) and not self.disable_ds_ckpt:
-            check_checkpoint_folder(self.ckpt_path, self.save_path, self.load_checkpoint)
+        if (
+            self.ckpt.save_steps > 0 or self.ckpt.save_minutes > 0 or self.ckpt.load_enable
+        ) and not self.ckpt.disable_ds:
+            check_checkpoint_folder(self.ckpt.path, self.ckpt.output_dir, self.ckpt.load_enable)

@@ -54,16 +54,16 @@ class Teacher:
 class TeacherConfig:
     def check_teacher_model(self) -> None:
         require(
-            bool(self.teacher_model),
+            bool(self.teacher.model_name_or_path),
             "--teacher_model is required: the model to distil from (a directory, s3:// URI or hub name)",
         )
         require(
-            self.teacher_num_nodes >= 0 and self.teacher_num_gpus_per_node >= 1,
-            f"--teacher_num_nodes {self.teacher_num_nodes} / --teacher_num_gpus_per_node "
-            f"{self.teacher_num_gpus_per_node}: nodes >= 0 (0: a teacher on every rank), replicas per node >= 1",
+            self.teacher.num_nodes >= 0 and self.teacher.num_gpus_per_node >= 1,
+            f"--teacher_num_nodes {self.teacher.num_nodes} / --teacher_num_gpus_per_node "
+            f"{self.teacher.num_gpus_per_node}: nodes >= 0 (0: a teacher on every rank), replicas per node >= 1",
         )
         require(
-            not (self.teacher_num_nodes and self.teacher_offload),
+            not (self.teacher.num_nodes and self.teacher.offload),
             "--teacher_offload keeps each rank's copy of the teacher in CPU memory; with --teacher_num_nodes the "
             "teacher has its own Ray group instead: drop one of them",
         )
@@ -91,8 +91,8 @@ class KDConfig(TeacherConfig, SFTConfig):
 
     def check_kd(self) -> None:
         require(
-            0.0 <= self.kd_coef <= 1.0,
-            f"--kd_coef {self.kd_coef}: must be in [0, 1] (0: plain SFT, 1: the teacher's distributions only)",
+            0.0 <= self.kd.kd_coef <= 1.0,
+            f"--kd_coef {self.kd.kd_coef}: must be in [0, 1] (0: plain SFT, 1: the teacher's distributions only)",
         )
 
 
@@ -160,18 +160,19 @@ class OnPolicyConfig:
 
     def check_on_policy(self) -> None:
         require(
-            self.prompt_max_len > 0 and self.generate_max_len > 0,
-            f"--prompt_max_len {self.prompt_max_len} / --generate_max_len {self.generate_max_len}: must be > 0",
+            self.data.prompt_max_len > 0 and self.generate.max_new_tokens > 0,
+            f"--prompt_max_len {self.data.prompt_max_len} / "
+            f"--generate_max_len {self.generate.max_new_tokens}: must be > 0",
         )
-        require(self.temperature > 0, f"--temperature {self.temperature}: must be > 0")
-        require(0 < self.top_p <= 1, f"--top_p {self.top_p}: must be in (0, 1]")
-        require(self.opd_topk >= 0, f"--opd_topk {self.opd_topk}: must be >= 0 (0: the sampled tokens only)")
+        require(self.generate.temperature > 0, f"--temperature {self.generate.temperature}: must be > 0")
+        require(0 < self.generate.top_p <= 1, f"--top_p {self.generate.top_p}: must be in (0, 1]")
+        require(self.opd.topk >= 0, f"--opd_topk {self.opd.topk}: must be >= 0 (0: the sampled tokens only)")
         require(
-            self.opd_topk > 0 or self.top_p == 1.0,
-            f"--top_p {self.top_p} with --opd_topk 0: the sampled-token estimator needs samples from the "
+            self.opd.topk > 0 or self.generate.top_p == 1.0,
+            f"--top_p {self.generate.top_p} with --opd_topk 0: the sampled-token estimator needs samples from the "
             f"student's whole distribution; use --top_p 1.0 or --opd_topk K",
         )
-        require(self.opd_kd_temperature > 0, f"--opd_kd_temperature {self.opd_kd_temperature}: must be > 0")
+        require(self.opd.kd_temperature > 0, f"--opd_kd_temperature {self.opd.kd_temperature}: must be > 0")
 
 
 @dataclass(frozen=True)
@@ -194,15 +195,16 @@ class OPDConfig(OnPolicyConfig, TeacherConfig, SFTConfig):
 
     def check_opd(self) -> None:
         require(
-            not self.output_key and not self.multiturn and not self.pretrain_mode,
+            not self.data.output_key and not self.data.multiturn and not self.model.pretrain_mode_enable,
             "--output_key, --multiturn and --pretrain_mode are SFT flags; on-policy distillation reads prompts "
             "(--input_key) and trains on the student's own responses",
         )
         require(
-            not self.packing_samples,
+            not self.ds.packing_samples,
             "--packing_samples: not built for train_opd (its sequences are made each step); drop the flag",
         )
         require(
-            self.prompt_max_len < self.max_len,
-            f"--prompt_max_len {self.prompt_max_len} must be below --max_len {self.max_len} (prompt + response)",
+            self.data.prompt_max_len < self.data.max_len,
+            f"--prompt_max_len {self.data.prompt_max_len} must be "
+            f"below --max_len {self.data.max_len} (prompt + response)",
         )

@@ -75,9 +75,10 @@ class EngineKnobsData:
 class EngineKnobsConfig:
     def check_engine_knobs(self) -> None:
         require(
-            self.dataloader_num_workers >= 0, f"--dataloader_num_workers {self.dataloader_num_workers}: must be >= 0"
+            self.data.dataloader_num_workers >= 0,
+            f"--dataloader_num_workers {self.data.dataloader_num_workers}: must be >= 0",
         )
         require(
-            self.ds_tensor_parallel_size >= 1,
-            f"--ds_tensor_parallel_size {self.ds_tensor_parallel_size}: must be >= 1 (1: no tensor parallelism)",
+            self.ds.tensor_parallel_size >= 1,
+            f"--ds_tensor_parallel_size {self.ds.tensor_parallel_size}: must be >= 1 (1: no tensor parallelism)",
         )

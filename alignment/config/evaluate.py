@@ -138,32 +138,35 @@ class EvaluateConfig(
     train = group(EvaluateTrain)
 
     def metrics(self) -> tuple[str, ...]:
-        return EVAL_METRICS[self.eval_task]
+        return EVAL_METRICS[self.eval.eval_task]
 
     def check_evaluate(self) -> None:
         require(
-            not self.with_images or self.eval_task == "generate",
-            f"--max_images_per_prompt {self.max_images_per_prompt} with --eval_task {self.eval_task}: images are "
+            not self.with_images or self.eval.eval_task == "generate",
+            f"--max_images_per_prompt {self.data.max_images_per_prompt} "
+            f"with --eval_task {self.eval.eval_task}: images are "
             f"built for --eval_task generate; drop the image flags",
         )
         require(
-            bool(self.pretrain), "--pretrain is required: the model to evaluate (a directory, store URI or hub name)"
+            bool(self.model.model_name_or_path),
+            "--pretrain is required: the model to evaluate (a directory, store URI or hub name)",
         )
         require(
-            bool(self.dataset), "--dataset is required: the held-out rows (use --dataset_split test for a test split)"
+            bool(self.data.dataset),
+            "--dataset is required: the held-out rows (use --dataset_split test for a test split)",
         )
         require(
-            not self.output_path.endswith((".jsonl", ".json")),
-            f"--output_path {self.output_path}: give a directory (local or s3://); evaluation.json and a "
+            not self.ckpt.output_path.endswith((".jsonl", ".json")),
+            f"--output_path {self.ckpt.output_path}: give a directory (local or s3://); evaluation.json and a "
             f"MANIFEST.json are written inside it",
         )
         require(
-            min(self.max_new_tokens, self.prompt_max_len, self.micro_batch_size) >= 1,
+            min(self.generate.max_new_tokens, self.data.prompt_max_len, self.generate.micro_batch_size) >= 1,
             "--max_new_tokens, --prompt_max_len and --micro_batch_size must be >= 1",
         )
-        if self.eval_task == "generate":
+        if self.eval.eval_task == "generate":
             require(
-                self.has_reward() or bool(self.label_key),
+                self.has_reward() or bool(self.data.label_key),
                 "--eval_task generate scores the responses: add --remote_rm_url reward_func.py|URL (with "
                 "--label_key), --reward_pretrain RM_DIR, or only --label_key (the response's last word must "
                 "be the label)",
@@ -171,13 +174,13 @@ class EvaluateConfig(
         else:
             require(
                 not self.has_reward(),
-                f"--eval_task {self.eval_task} reads no reward source: drop "
+                f"--eval_task {self.eval.eval_task} reads no reward source: drop "
                 f"--reward_pretrain/--remote_rm_url (pairs scores with --pretrain itself)",
             )
         require(
-            not self.enable_csft or self.eval_task == "generate",
-            f"--enable_csft prefixes the prompts a model answers; --eval_task {self.eval_task} generates nothing: "
+            not self.generate.enable_csft or self.eval.eval_task == "generate",
+            f"--enable_csft prefixes the prompts a model answers; --eval_task {self.eval.eval_task} generates nothing: "
             f"drop one of them",
         )
-        if self.eval_task == "perplexity":
-            require(bool(self.output_key), "--eval_task perplexity needs the responses: set --output_key")
+        if self.eval.eval_task == "perplexity":
+            require(bool(self.data.output_key), "--eval_task perplexity needs the responses: set --output_key")

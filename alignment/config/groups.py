@@ -28,14 +28,14 @@ class Lora:
 
 class LoraConfig:
     def check_lora(self) -> None:
-        require(self.lora_rank >= 0, f"--lora_rank {self.lora_rank}: must be >= 0 (0 disables LoRA)")
+        require(self.ds.lora.rank >= 0, f"--lora_rank {self.ds.lora.rank}: must be >= 0 (0 disables LoRA)")
         # the adapters' output is scaled by alpha/rank: alpha 0 trains adapters that change nothing
         require(
-            self.lora_rank == 0 or self.lora_alpha > 0,
-            f"--lora_alpha {self.lora_alpha}: must be > 0 with --lora_rank {self.lora_rank} (the adapters are "
-            f"scaled by alpha/rank; 0 leaves the model unchanged): pass e.g. --lora_alpha {2 * self.lora_rank}",
+            self.ds.lora.rank == 0 or self.ds.lora.alpha > 0,
+            f"--lora_alpha {self.ds.lora.alpha}: must be > 0 with --lora_rank {self.ds.lora.rank} (the adapters are "
+            f"scaled by alpha/rank; 0 leaves the model unchanged): pass e.g. --lora_alpha {2 * self.ds.lora.rank}",
         )
-        require(0.0 <= self.lora_dropout < 1.0, f"--lora_dropout {self.lora_dropout}: must be in [0, 1)")
+        require(0.0 <= self.ds.lora.dropout < 1.0, f"--lora_dropout {self.ds.lora.dropout}: must be in [0, 1)")
 
 
 @dataclass(frozen=True)
@@ -95,19 +95,19 @@ class PromptFormatConfig:
 
     def check_prompt_format(self) -> None:
         require(
-            not (self.input_template and self.apply_chat_template),
+            not (self.data.input_template and self.data.apply_chat_template),
             "--input_template and --apply_chat_template both given: pick one way to format prompts",
         )
-        if self.input_template:
+        if self.data.input_template:
             require(
-                "{}" in self.input_template,
-                f"--input_template {self.input_template!r} has no '{{}}' where the prompt goes",
+                "{}" in self.data.input_template,
+                f"--input_template {self.data.input_template!r} has no '{{}}' where the prompt goes",
             )
             try:  # how it is used: input_template.format(prompt), one positional slot
-                self.input_template.format("")
+                self.data.input_template.format("")
             except (IndexError, KeyError, ValueError) as e:
                 raise ConfigError(
-                    f"--input_template {self.input_template!r}: str.format fails with one prompt "
+                    f"--input_template {self.data.input_template!r}: str.format fails with one prompt "
                     f"({type(e).__name__}: {e}); use exactly one '{{}}' where the prompt goes and write a "
                     f"literal brace as '{{{{' or '}}}}'"
                 ) from None
@@ -168,11 +168,14 @@ class PretrainMode:
 
 class DataConfig(PromptFormatConfig):
     def check_data(self) -> None:
-        require(bool(self.dataset), "--dataset is required: pass a .jsonl file, json@DIR or a hub name")
-        require(self.max_len > 1, f"--max_len {self.max_len}: must be > 1")
-        require(self.max_samples > 0, f"--max_samples {self.max_samples}: must be > 0")
-        require(self.dataset_num_proc >= 0, f"--dataset_num_proc {self.dataset_num_proc}: must be >= 0 (0: automatic)")
-        check_mixing("--dataset", self.dataset, "--dataset_probs", self.dataset_probs)
+        require(bool(self.data.dataset), "--dataset is required: pass a .jsonl file, json@DIR or a hub name")
+        require(self.data.max_len > 1, f"--max_len {self.data.max_len}: must be > 1")
+        require(self.data.max_samples > 0, f"--max_samples {self.data.max_samples}: must be > 0")
+        require(
+            self.data.dataset_num_proc >= 0,
+            f"--dataset_num_proc {self.data.dataset_num_proc}: must be >= 0 (0: automatic)",
+        )
+        check_mixing("--dataset", self.data.dataset, "--dataset_probs", self.data.dataset_probs)
 
 
 def check_mixing(data_flag: str, specs: str, probs_flag: str, probs: str | None) -> None:

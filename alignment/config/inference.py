@@ -41,9 +41,9 @@ class CsftPromptConfig:
 
     def check_csft_prompt(self) -> None:
         try:
-            self.csft_prompt.format(reward=1.0)
+            self.generate.csft_prompt.format(reward=1.0)
         except (KeyError, IndexError, ValueError) as e:
-            require(False, f"--csft_prompt {self.csft_prompt!r}: must format with only {{reward}} ({e})")
+            require(False, f"--csft_prompt {self.generate.csft_prompt!r}: must format with only {{reward}} ({e})")
 
 
 @dataclass(frozen=True)
@@ -190,66 +190,67 @@ class BatchInferenceConfig(CsftPromptConfig, RewardSourceConfig, RanksConfig, Da
 
     def world_size(self) -> int:
         """Data-parallel ranks: one per vLLM engine with generate_vllm, else the placement's size."""
-        if self.eval_task == "generate_vllm" and self.vllm_num_engines:
-            return self.vllm_num_engines
+        if self.eval.eval_task == "generate_vllm" and self.vllm.num_engines:
+            return self.vllm.num_engines
         return super().world_size()
 
     def ranks_flags(self) -> str:
-        if self.eval_task == "generate_vllm" and self.vllm_num_engines:
-            return f"--vllm_num_engines {self.vllm_num_engines}"
+        if self.eval.eval_task == "generate_vllm" and self.vllm.num_engines:
+            return f"--vllm_num_engines {self.vllm.num_engines}"
         return super().ranks_flags()
 
     def check_batch_inference(self) -> None:
-        require(self.vllm_num_engines >= 0, f"--vllm_num_engines {self.vllm_num_engines}: must be >= 0")
+        require(self.vllm.num_engines >= 0, f"--vllm_num_engines {self.vllm.num_engines}: must be >= 0")
         require(
-            not (self.vllm_num_engines and self.eval_task != "generate_vllm"),
-            f"--vllm_num_engines {self.vllm_num_engines} needs --eval_task generate_vllm; the HF engine "
-            f"({self.eval_task}) spreads over --num_nodes x --num_gpus_per_node ranks",
+            not (self.vllm.num_engines and self.eval.eval_task != "generate_vllm"),
+            f"--vllm_num_engines {self.vllm.num_engines} needs --eval_task generate_vllm; the HF engine "
+            f"({self.eval.eval_task}) spreads over --num_nodes x --num_gpus_per_node ranks",
         )
         require(
-            self.rollout_batch_size >= 0 and self.iter >= 0,
-            f"--rollout_batch_size {self.rollout_batch_size} / --iter {self.iter}: must be >= 0",
+            self.rollout.batch_size >= 0 and self.generate.iter >= 0,
+            f"--rollout_batch_size {self.rollout.batch_size} / --iter {self.generate.iter}: must be >= 0",
         )
         require(
-            bool(self.pretrain), "--pretrain is required: the policy (generate) or any model with the tokenizer (rm)"
+            bool(self.model.model_name_or_path),
+            "--pretrain is required: the policy (generate) or any model with the tokenizer (rm)",
         )
-        require(bool(self.dataset), "--dataset is required: prompts (generate) or prompt/response rows (rm)")
+        require(bool(self.data.dataset), "--dataset is required: prompts (generate) or prompt/response rows (rm)")
         require(
-            not self.output_path.endswith((".jsonl", ".json")),
-            f"--output_path {self.output_path}: give a directory (local or s3://); output.jsonl and a "
+            not self.ckpt.output_path.endswith((".jsonl", ".json")),
+            f"--output_path {self.ckpt.output_path}: give a directory (local or s3://); output.jsonl and a "
             f"MANIFEST.json are written inside it",
         )
         require(
-            self.best_of_n >= 1 and self.micro_batch_size >= 1 and self.max_new_tokens >= 1,
+            self.generate.best_of_n >= 1 and self.generate.micro_batch_size >= 1 and self.generate.max_new_tokens >= 1,
             "--best_of_n, --micro_batch_size and --max_new_tokens must be >= 1",
         )
         require(
-            self.temperature > 0 and 0 < self.top_p <= 1,
-            f"--temperature {self.temperature} must be > 0 and --top_p {self.top_p} in (0, 1]",
+            self.generate.temperature > 0 and 0 < self.generate.top_p <= 1,
+            f"--temperature {self.generate.temperature} must be > 0 and --top_p {self.generate.top_p} in (0, 1]",
         )
         scored = self.has_reward()
-        if self.eval_task == "rm":
+        if self.eval.eval_task == "rm":
             require(scored, "--eval_task rm needs a reward: --reward_pretrain DIR or --remote_rm_url URL|file.py")
             require(
-                bool(self.output_key),
+                bool(self.data.output_key),
                 "--eval_task rm scores existing responses: set --output_key (the JSON key of the response)",
             )
-        if self.post_processor:
+        if self.generate.post_processor:
             require(
                 scored,
-                f"--post_processor {self.post_processor} ranks responses by reward: add --reward_pretrain "
+                f"--post_processor {self.generate.post_processor} ranks responses by reward: add --reward_pretrain "
                 f"or --remote_rm_url",
             )
         require(
-            self.rs_min_reward is None or self.post_processor == "rs",
-            f"--rs_min_reward {self.rs_min_reward} filters --post_processor rs, which is not set",
+            self.generate.rs_min_reward is None or self.generate.post_processor == "rs",
+            f"--rs_min_reward {self.generate.rs_min_reward} filters --post_processor rs, which is not set",
         )
         require(
-            not (self.enable_csft and self.eval_task == "rm"),
+            not (self.generate.enable_csft and self.eval.eval_task == "rm"),
             "--enable_csft prefixes generation prompts; --eval_task rm generates nothing: drop one of them",
         )
-        if self.post_processor == "iter_dpo":
+        if self.generate.post_processor == "iter_dpo":
             require(
-                self.eval_task == "rm" or self.best_of_n >= 2,
+                self.eval.eval_task == "rm" or self.generate.best_of_n >= 2,
                 "--post_processor iter_dpo pairs the best and worst response of a prompt: use --best_of_n >= 2",
             )

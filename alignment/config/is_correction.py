@@ -40,7 +40,7 @@ class ISCorrection:
 class ISCorrectionConfig:
     def is_thresholds(self) -> tuple[float, float]:
         """(LOW, HIGH) of --vllm_is_truncated_threshold; one value is HIGH with LOW 0 (plain truncation)."""
-        given = self.vllm_is_truncated_threshold
+        given = self.algo.advantage.is_correction_threshold
         low, high = (0.0, given[0]) if len(given) == 1 else tuple(given) if len(given) == 2 else (1.0, 0.0)
         require(
             0 <= low < high,
@@ -50,10 +50,10 @@ class ISCorrectionConfig:
         return float(low), float(high)
 
     def check_is_correction(self) -> None:
-        if not self.enable_vllm_is_correction:
+        if not self.algo.advantage.is_correction_enable:
             return
         require(
-            self.vllm_num_engines >= 1,  # type: ignore[attr-defined]  (RolloutConfig)
+            self.vllm.num_engines >= 1,  # type: ignore[attr-defined]  (RolloutConfig)
             "--enable_vllm_is_correction weighs vLLM engines' samples for the trainer; with the HF engine the "
             "trainer's own module samples (no mismatch): add --vllm_num_engines 1 or drop the flag",
         )

@@ -108,37 +108,45 @@ class ModelData:
 class ModelConfig:
     def attention(self) -> str:
         """The attention kernel asked for (alignment.models.precision.attn_implementation decides what runs)."""
-        return self.attn_implementation or ("flash_attention_2" if self.flash_attn else "sdpa")
+        return self.ds.attn_implementation or ("flash_attention_2" if self.model.flash_attn else "sdpa")
 
     def resolve_attention(self) -> None:
         """One spelling per kernel: --attn_implementation flash_attention_2 is --flash_attn, sdpa is the
         default (so the dotted and the flat line parse to one config); only eager stays spelled out."""
-        if self.attn_implementation == "eager":
+        if self.ds.attn_implementation == "eager":
             require(
-                not self.flash_attn,
+                not self.model.flash_attn,
                 "--flash_attn and --attn_implementation eager ask for two attention kernels: drop one",
             )
-        elif self.attn_implementation is not None:
-            self.flash_attn = self.attn_implementation == "flash_attention_2"
+        elif self.ds.attn_implementation is not None:
+            self.flash_attn = self.ds.attn_implementation == "flash_attention_2"
             self.attn_implementation = None
 
     def check_modelscope(self) -> None:
         require(
-            not self.use_ms or importlib.util.find_spec("modelscope") is not None,
+            not self.model.use_ms or importlib.util.find_spec("modelscope") is not None,
             "--use_ms needs the modelscope package (pip install modelscope); or drop it to load from Hugging Face",
         )
 
     def check_model(self) -> None:
-        require(bool(self.pretrain), "--pretrain is required: pass a model directory, s3:// URI or hub name")
         require(
-            not self.revision or not (self.pretrain.startswith(("/", ".", "~")) or "://" in self.pretrain),
-            f"--revision {self.revision}: --pretrain {self.pretrain} is a directory or store URI, not a hub name; "
+            bool(self.model.model_name_or_path), "--pretrain is required: pass a model directory, s3:// URI or hub name"
+        )
+        require(
+            not self.model.revision
+            or not (
+                self.model.model_name_or_path.startswith(("/", ".", "~")) or "://" in self.model.model_name_or_path
+            ),
+            f"--revision {self.model.revision}: --pretrain {self.model.model_name_or_path} "
+            f"is a directory or store URI, not a hub name; "
             f"drop --revision (it pins a Hugging Face hub model)",
         )
-        require(self.ring_attn_size >= 1, f"--ring_attn_size {self.ring_attn_size}: must be >= 1 (1 turns it off)")
-        require(self.ring_head_stride >= 1, f"--ring_head_stride {self.ring_head_stride}: must be >= 1")
-        if self.load_in_4bit and hasattr(self, "lora_rank"):  # training: 4-bit weights are frozen, so LoRA
+        require(
+            self.ds.ring_attn_size >= 1, f"--ring_attn_size {self.ds.ring_attn_size}: must be >= 1 (1 turns it off)"
+        )
+        require(self.ds.ring_attn_head_stride >= 1, f"--ring_head_stride {self.ds.ring_attn_head_stride}: must be >= 1")
+        if self.ds.load_in_4bit and hasattr(self.ds, "lora"):  # training: 4-bit weights are frozen, so LoRA
             require(
-                self.lora_rank > 0,
+                self.ds.lora.rank > 0,
                 "--load_in_4bit trains LoRA adapters on a frozen 4-bit base (QLoRA): also pass --lora_rank, e.g. 64",
             )

@@ -25,7 +25,7 @@ class PairData:
 class PairDataConfig:
     def check_pair_data(self) -> None:
         require(
-            not self.multiturn and not self.pretrain_mode,
+            not self.data.multiturn and not self.model.pretrain_mode_enable,
             "--multiturn and --pretrain_mode are SFT flags; "
             "preference stages read --prompt_key/--chosen_key/--rejected_key",
         )
@@ -59,4 +59,4 @@ class ReferenceModel:
 
 class ReferenceConfig:
     def check_reference(self) -> None:
-        require(self.beta > 0, f"--beta {self.beta}: must be > 0")
+        require(self.model.beta > 0, f"--beta {self.model.beta}: must be > 0")

@@ -121,18 +121,18 @@ class PlacementConfig:
             )
         placed = self.placed_roles()
         pairs = []
-        if self.colocate_all_models:
+        if self.train.colocate_all:
             pairs = [(Role.ACTOR, other) for other in (Role.CRITIC, Role.REF, Role.REWARD)]
         else:
-            if self.colocate_actor_ref:
+            if self.train.colocate_actor_ref:
                 pairs.append((Role.ACTOR, Role.REF))
-            if self.colocate_critic_reward:
+            if self.train.colocate_critic_reward:
                 pairs.append((Role.CRITIC, Role.REWARD))
         # a group the run does not place has no bundles to share: OpenRLHF's GRPO lines leave the critic's
         # sizes at their defaults beside --colocate_all_models
         shape = {role: (group.num_nodes, group.num_gpus_per_node) for role, group in self.roles.items()}
         for a, b in [(a, b) for a, b in pairs if a in placed and b in placed]:
-            flag = "--colocate_all_models" if self.colocate_all_models else f"--colocate_{a}_{b}"
+            flag = "--colocate_all_models" if self.train.colocate_all else f"--colocate_{a}_{b}"
             require(
                 shape[a] == shape[b],
                 f"{flag}: {a} has {shape[a][0]}x{shape[a][1]} ranks but {b} has {shape[b][0]}x{shape[b][1]}; "

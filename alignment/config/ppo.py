@@ -178,58 +178,58 @@ class PPOConfig(
             Role.ACTOR,
             *([Role.CRITIC] if self.uses_critic() else []),
             Role.REF,
-            *([Role.REWARD] if self.reward_pretrain and not self.remote_rm_url else []),
+            *([Role.REWARD] if self.reward.model_name_or_path and not self.reward.remote_url else []),
         ]
 
     def check_ppo(self) -> None:
         require(
-            self.learning_rate == self.__dataclass_fields__["learning_rate"].default,
-            f"--learning_rate {self.learning_rate}: PPO trains each model at its own rate; pass "
+            self.adam.lr == self.__dataclass_fields__["learning_rate"].default,
+            f"--learning_rate {self.adam.lr}: PPO trains each model at its own rate; pass "
             f"--actor_learning_rate (--actor.adam.lr) and, with a critic, --critic_learning_rate (--critic.adam.lr)",
         )
-        if self.enable_ema:
+        if self.train.enable_ema:
             require(
-                self.ds_tensor_parallel_size == 1,
+                self.ds.tensor_parallel_size == 1,
                 "--enable_ema averages the whole actor on every rank; --ds_tensor_parallel_size shards it: "
                 "use --ds_tensor_parallel_size 1 or drop --enable_ema",
             )
-            require(0 < self.ema_beta < 1, f"--ema_beta {self.ema_beta}: must be in (0, 1), e.g. 0.992")
+            require(0 < self.train.ema_beta < 1, f"--ema_beta {self.train.ema_beta}: must be in (0, 1), e.g. 0.992")
             require(
-                self.zero_stage != 3,
+                self.ds.zero_stage != 3,
                 "--enable_ema averages the whole actor on every rank; ZeRO-3 partitions it: "
                 "use --zero_stage 0-2 or drop --enable_ema",
             )
-        if self.dynamic_filtering:
+        if self.algo.dynamic_filtering_enable:
             # as OpenRLHF: any estimator, since the filter reads the scores of one prompt's samples, not the
             # advantages (REINFORCE++ gains 12 points with it, 5 without: docs/learning.md)
             require(
-                self.n_samples_per_prompt >= 2,
+                self.rollout.n_samples_per_prompt >= 2,
                 f"--dynamic_filtering keeps the prompts whose samples' scores differ: --n_samples_per_prompt "
-                f"{self.n_samples_per_prompt} gives one score a prompt; use >= 2 (e.g. 8)",
+                f"{self.rollout.n_samples_per_prompt} gives one score a prompt; use >= 2 (e.g. 8)",
             )
-            lo_hi = self.dynamic_filtering_reward_range
+            lo_hi = self.algo.dynamic_filtering_range
             require(
                 len(lo_hi) == 2 and lo_hi[0] < lo_hi[1],
                 f"--dynamic_filtering_reward_range {lo_hi}: give two numbers, LOW < HIGH (e.g. 0 1)",
             )
-        recheck = self.dynamic_filtering_recheck
+        recheck = self.algo.dynamic_filtering_recheck
         require(
-            recheck is None or (self.dynamic_filtering and 0 <= recheck <= 1),
+            recheck is None or (self.algo.dynamic_filtering_enable and 0 <= recheck <= 1),
             f"--dynamic_filtering_recheck {recheck}: a probability in [0, 1] (e.g. 0.25), with --dynamic_filtering",
         )
         require(
-            not self.no_std_norm or ESTIMATORS[self.advantage_estimator].whiten,
-            f"--no_std_norm changes how advantages are whitened; --advantage_estimator {self.advantage_estimator} "
+            not self.algo.advantage.no_std_norm or ESTIMATORS[self.algo.advantage.estimator].whiten,
+            f"--no_std_norm changes how advantages are whitened; --advantage_estimator {self.algo.advantage.estimator} "
             f"keeps its group scale and whitens nothing: drop the flag",
         )
-        if self.stop_properly_penalty_coef is not None:
+        if self.reward.stop_properly_penalty_coef is not None:
             require(
-                self.stop_properly_penalty_coef <= 1,
-                f"--stop_properly_penalty_coef {self.stop_properly_penalty_coef}: in [0, 1] scales a cut "
+                self.reward.stop_properly_penalty_coef <= 1,
+                f"--stop_properly_penalty_coef {self.reward.stop_properly_penalty_coef}: in [0, 1] scales a cut "
                 f"response's reward, below 0 replaces it; above 1 would reward running out of tokens",
             )
         require(
-            self.has_reward() or bool(self.agent_func_path),
+            self.has_reward() or bool(self.train.agent_func_path),
             "no reward: pass --reward_pretrain (a trained RM), --remote_rm_url (a server URL or a reward_func .py "
             "file) or --agent_func_path (an environment that gives rewards)",
         )
@@ -237,11 +237,11 @@ class PPOConfig(
             return
         # critic-free estimators: OpenRLHF places no critic then; a critic flag is a mistake worth naming
         require(
-            not self.save_value_network,
-            f"--save_value_network: --advantage_estimator {self.advantage_estimator} trains no critic; drop it",
+            not self.critic.save_value_network,
+            f"--save_value_network: --advantage_estimator {self.algo.advantage.estimator} trains no critic; drop it",
         )
         require(
-            self.critic_pretrain is None,
-            f"--critic_pretrain is set but --advantage_estimator {self.advantage_estimator} uses no critic; "
+            self.critic.model_name_or_path is None,
+            f"--critic_pretrain is set but --advantage_estimator {self.algo.advantage.estimator} uses no critic; "
             f"drop it or use --advantage_estimator gae",
         )

@@ -112,16 +112,16 @@ class RMConfig(
 
     def check_rm(self) -> None:
         require(
-            self.center_rewards_coefficient >= 0,
-            f"--center_rewards_coefficient {self.center_rewards_coefficient}: must be >= 0 (e.g. 0.01)",
+            self.model.center_rewards_coefficient >= 0,
+            f"--center_rewards_coefficient {self.model.center_rewards_coefficient}: must be >= 0 (e.g. 0.01)",
         )
         require(
-            not (self.margin_loss and self.loss == "logexp"),
+            not (self.model.margin_loss_enable and self.model.loss_type == "logexp"),
             "--margin_loss needs --loss sigmoid (logexp has no margin term)",
         )
         require(
-            self.value_head_prefix.isidentifier(),
-            f"--value_head_prefix {self.value_head_prefix!r}: must be a "
+            self.ds.value_head_prefix.isidentifier(),
+            f"--value_head_prefix {self.ds.value_head_prefix!r}: must be a "
             f"Python identifier, e.g. score or value_head",
         )
 
@@ -184,12 +184,15 @@ class DPOConfig(
     ranks = group(Ranks)
 
     def check_dpo(self) -> None:
-        require(0.0 <= self.label_smoothing < 0.5, f"--label_smoothing {self.label_smoothing}: must be in [0, 0.5)")
         require(
-            not (self.ipo and self.label_smoothing > 0),
+            0.0 <= self.model.label_smoothing < 0.5,
+            f"--label_smoothing {self.model.label_smoothing}: must be in [0, 0.5)",
+        )
+        require(
+            not (self.model.ipo_enable and self.model.label_smoothing > 0),
             "--ipo with --label_smoothing > 0: IPO has no label-smoothing term; drop one of them",
         )
-        require(self.nll_loss_coef >= 0, f"--nll_loss_coef {self.nll_loss_coef}: must be >= 0")
+        require(self.model.nll_loss_coef >= 0, f"--nll_loss_coef {self.model.nll_loss_coef}: must be >= 0")
 
 
 @dataclass(frozen=True)
@@ -252,13 +255,16 @@ class KTOConfig(
 
     def check_kto(self) -> None:
         require(
-            self.desirable_loss_weight > 0 and self.undesirable_loss_weight > 0,
+            self.model.desirable_loss_weight > 0 and self.model.undesirable_loss_weight > 0,
             "--desirable_loss_weight and --undesirable_loss_weight must be > 0",
         )
         require(
-            self.micro_train_batch_size >= 2,
-            f"--micro_train_batch_size {self.micro_train_batch_size}: KTO "
+            self.train.micro_batch_size >= 2,
+            f"--micro_train_batch_size {self.train.micro_batch_size}: KTO "
             "needs >= 2 (the KL estimate pairs each prompt with another sample's response)",
         )
-        require(bool(self.output_key), "--output_key is required for KTO: the JSON key of the response")
-        require(not self.multiturn and not self.pretrain_mode, "--multiturn and --pretrain_mode are SFT flags")
+        require(bool(self.data.output_key), "--output_key is required for KTO: the JSON key of the response")
+        require(
+            not self.data.multiturn and not self.model.pretrain_mode_enable,
+            "--multiturn and --pretrain_mode are SFT flags",
+        )

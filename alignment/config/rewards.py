@@ -56,27 +56,27 @@ class RewardSourceConfig:
     running_reward_norm: ClassVar[bool] = False
 
     def has_reward(self) -> bool:
-        return bool(self.reward_pretrain or self.remote_rm_url)
+        return bool(self.reward.model_name_or_path or self.reward.remote_url)
 
     def check_reward_source(self) -> None:
-        if self.reward_weights:
-            n = len(self.reward_pretrain.split(",")) if self.reward_pretrain else 0
+        if self.reward.reward_weights:
+            n = len(self.reward.model_name_or_path.split(",")) if self.reward.model_name_or_path else 0
             try:
-                weights = [float(w) for w in self.reward_weights.split(",")]
+                weights = [float(w) for w in self.reward.reward_weights.split(",")]
             except ValueError:
                 weights = []
             require(
                 len(weights) == n,
-                f"--reward_weights {self.reward_weights!r}: give one number per --reward_pretrain model ({n})",
+                f"--reward_weights {self.reward.reward_weights!r}: give one number per --reward_pretrain model ({n})",
             )
             # float() takes nan and inf: a NaN weight makes every reward NaN at the first scored batch
             require(
                 all(math.isfinite(w) for w in weights),
-                f"--reward_weights {self.reward_weights!r}: every weight must be a finite number, e.g. 1.0,0.5",
+                f"--reward_weights {self.reward.reward_weights!r}: every weight must be a finite number, e.g. 1.0,0.5",
             )
         # a reward server or function has no saved mean/std: outside PPO (running moments) the flag would do nothing
         require(
-            not self.normalize_reward or bool(self.reward_pretrain) or self.running_reward_norm,
+            not self.reward.normalize_enable or bool(self.reward.model_name_or_path) or self.running_reward_norm,
             "--normalize_reward normalises reward models' scores by the mean/std their training saved; "
             "with only --remote_rm_url there is none: drop --normalize_reward",
         )

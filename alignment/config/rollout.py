@@ -179,29 +179,33 @@ class RolloutConfig(PromptFormatConfig):
         """The length settings OpenRLHF leaves to be derived: with --max_len (v0.10.2+), a prompt may take
         all but one token and a response the rest of --max_len (SamplingParams.max_total_len cuts each one);
         without it, <= 0.9's 1024 + 1024. Idempotent: a resolved config parses back to itself."""
-        if self.max_len is None:
-            self.prompt_max_len = 1024 if self.prompt_max_len is None else self.prompt_max_len
-            self.generate_max_len = 1024 if self.generate_max_len is None else self.generate_max_len
+        if self.data.max_len is None:
+            self.prompt_max_len = 1024 if self.data.prompt_max_len is None else self.data.prompt_max_len
+            self.generate_max_len = 1024 if self.rollout.max_new_tokens is None else self.rollout.max_new_tokens
             return
-        require(self.max_len >= 2, f"--max_len {self.max_len}: must be >= 2 (a prompt token and a response token)")
-        self.prompt_max_len = self.max_len - 1 if self.prompt_max_len is None else self.prompt_max_len
-        self.generate_max_len = self.max_len - 1 if self.generate_max_len is None else self.generate_max_len
+        require(
+            self.data.max_len >= 2, f"--max_len {self.data.max_len}: must be >= 2 (a prompt token and a response token)"
+        )
+        self.prompt_max_len = self.data.max_len - 1 if self.data.prompt_max_len is None else self.data.prompt_max_len
+        self.generate_max_len = (
+            self.data.max_len - 1 if self.rollout.max_new_tokens is None else self.rollout.max_new_tokens
+        )
         for name in ("prompt_max_len", "generate_max_len"):
             require(
-                getattr(self, name) < self.max_len,
-                f"--{name} {getattr(self, name)} leaves no room in --max_len {self.max_len} (prompt plus "
-                f"response): lower it below {self.max_len} or raise --max_len",
+                getattr(self, name) < self.data.max_len,
+                f"--{name} {getattr(self, name)} leaves no room in --max_len {self.data.max_len} (prompt plus "
+                f"response): lower it below {self.data.max_len} or raise --max_len",
             )
 
     def best_metric(self) -> str | None:
         """--best_metric_key as one of the evaluation's metric names (pass1, pass<n>), or None when off."""
-        key = self.best_metric_key.strip()
-        if key == "none" or not self.eval_dataset:
+        key = self.ckpt.best_metric_key.strip()
+        if key == "none" or not self.eval.dataset:
             return None
         if not key:  # OpenRLHF's default: the first pass1 metric, where there are checkpoints to keep
             return "pass1" if self.outputs().checkpoints else None  # type: ignore[attr-defined]  (StageConfig)
         name = key.removeprefix("eval/").rsplit("_", 1)[-1]
-        wanted = ("pass1", f"pass{self.eval_n_samples_per_prompt}")
+        wanted = ("pass1", f"pass{self.eval.n_samples_per_prompt}")
         require(
             name in wanted,
             f"--best_metric_key {key}: the evaluation logs {' and '.join(wanted)}; name one of them (or none)",
@@ -215,44 +219,51 @@ class RolloutConfig(PromptFormatConfig):
 
     def sequence_len(self) -> int:
         """The longest prompt plus response a run can hold (the engines' context, the token budgets' floor)."""
-        return self.max_len or self.prompt_max_len + self.generate_max_len
+        return self.data.max_len or self.data.prompt_max_len + self.rollout.max_new_tokens
 
     def check_rollout(self) -> None:
-        require(bool(self.prompt_data), "--prompt_data is required: pass a .jsonl file, json@DIR or a hub name")
-        check_mixing("--prompt_data", self.prompt_data, "--prompt_data_probs", self.prompt_data_probs)
-        require(self.dataset_num_proc >= 0, f"--dataset_num_proc {self.dataset_num_proc}: must be >= 0 (0: automatic)")
+        require(bool(self.data.prompt_dataset), "--prompt_data is required: pass a .jsonl file, json@DIR or a hub name")
+        check_mixing("--prompt_data", self.data.prompt_dataset, "--prompt_data_probs", self.data.prompt_probs)
         require(
-            self.prompt_max_len > 0 and self.generate_max_len > 0,
-            f"--prompt_max_len {self.prompt_max_len} / --generate_max_len {self.generate_max_len}: must be > 0",
+            self.data.dataset_num_proc >= 0,
+            f"--dataset_num_proc {self.data.dataset_num_proc}: must be >= 0 (0: automatic)",
         )
-        require(self.temperature > 0, f"--temperature {self.temperature}: must be > 0")
-        if not self.eval_dataset:
+        require(
+            self.data.prompt_max_len > 0 and self.rollout.max_new_tokens > 0,
+            f"--prompt_max_len {self.data.prompt_max_len} / "
+            f"--generate_max_len {self.rollout.max_new_tokens}: must be > 0",
+        )
+        require(self.rollout.temperature > 0, f"--temperature {self.rollout.temperature}: must be > 0")
+        if not self.eval.dataset:
             only_with(
                 self, "eval_dataset", "eval_split", "eval_temperature", "eval_n_samples_per_prompt", "best_metric_key"
             )
         self.best_metric()  # its own message when malformed
         require(
-            self.eval_temperature >= 0 and self.eval_n_samples_per_prompt >= 1,
-            f"--eval_temperature {self.eval_temperature} must be >= 0 (0: greedy) and --eval_n_samples_per_prompt "
-            f"{self.eval_n_samples_per_prompt} >= 1",
+            self.eval.temperature >= 0 and self.eval.n_samples_per_prompt >= 1,
+            f"--eval_temperature {self.eval.temperature} must be >= 0 (0: greedy) and --eval_n_samples_per_prompt "
+            f"{self.eval.n_samples_per_prompt} >= 1",
         )
-        require(0 < self.top_p <= 1, f"--top_p {self.top_p}: must be in (0, 1]")
-        require(self.n_samples_per_prompt >= 1, f"--n_samples_per_prompt {self.n_samples_per_prompt}: must be >= 1")
-        require(self.num_episodes >= 1, f"--num_episodes {self.num_episodes}: must be >= 1")
+        require(0 < self.rollout.top_p <= 1, f"--top_p {self.rollout.top_p}: must be in (0, 1]")
         require(
-            self.rollout_batch_size > 0 and self.micro_rollout_batch_size > 0,
+            self.rollout.n_samples_per_prompt >= 1,
+            f"--n_samples_per_prompt {self.rollout.n_samples_per_prompt}: must be >= 1",
+        )
+        require(self.train.num_episodes >= 1, f"--num_episodes {self.train.num_episodes}: must be >= 1")
+        require(
+            self.rollout.batch_size > 0 and self.rollout.micro_batch_size > 0,
             "--rollout_batch_size and --micro_rollout_batch_size must be > 0",
         )
-        require(self.vllm_num_engines >= 0, f"--vllm_num_engines {self.vllm_num_engines}: must be >= 0")
-        require(self.vllm_sync_chunk_mb > 0, f"--vllm_sync_chunk_mb {self.vllm_sync_chunk_mb}: must be > 0")
+        require(self.vllm.num_engines >= 0, f"--vllm_num_engines {self.vllm.num_engines}: must be >= 0")
+        require(self.vllm.vllm_sync_chunk_mb > 0, f"--vllm_sync_chunk_mb {self.vllm.vllm_sync_chunk_mb}: must be > 0")
         require(
-            self.enforce_eager,
+            self.vllm.enforce_eager,
             "--enforce_eager false: CUDA-graph capture is not built for the vLLM engines "
             "(they run eager); drop the flag",
         )
         require(
-            0 < self.vllm_gpu_memory_utilization <= 1,
-            f"--vllm_gpu_memory_utilization {self.vllm_gpu_memory_utilization}: must be in (0, 1]",
+            0 < self.vllm.gpu_memory_utilization <= 1,
+            f"--vllm_gpu_memory_utilization {self.vllm.gpu_memory_utilization}: must be in (0, 1]",
         )
 
 

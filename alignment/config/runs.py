@@ -45,16 +45,17 @@ class RanksConfig:
     torchrun/deepspeed the launcher sets the world size and these must be left at 1 or match it."""
 
     def world_size(self) -> int:
-        return self.num_nodes * self.num_gpus_per_node
+        return self.ranks.num_nodes * self.ranks.num_gpus_per_node
 
     def ranks_flags(self) -> str:
         """How the rank count was asked for, for messages."""
-        return f"--num_nodes {self.num_nodes} x --num_gpus_per_node {self.num_gpus_per_node}"
+        return f"--num_nodes {self.ranks.num_nodes} x --num_gpus_per_node {self.ranks.num_gpus_per_node}"
 
     def check_ranks(self) -> None:
         require(
-            self.num_nodes >= 1 and self.num_gpus_per_node >= 1,
-            f"--num_nodes {self.num_nodes} / --num_gpus_per_node {self.num_gpus_per_node}: both must be >= 1",
+            self.ranks.num_nodes >= 1 and self.ranks.num_gpus_per_node >= 1,
+            f"--num_nodes {self.ranks.num_nodes} / --num_gpus_per_node "
+            f"{self.ranks.num_gpus_per_node}: both must be >= 1",
         )
 
 
@@ -192,74 +193,81 @@ class TrainDS:
 
 class TrainConfig(EngineKnobsConfig):
     def check_train(self) -> None:
-        require(self.micro_train_batch_size > 0, f"--micro_train_batch_size {self.micro_train_batch_size}: must be > 0")
-        require(self.train_batch_size > 0, f"--train_batch_size {self.train_batch_size}: must be > 0")
-        require(self.learning_rate > 0, f"--learning_rate {self.learning_rate}: must be > 0")
-        require(0.0 <= self.lr_warmup_ratio < 1.0, f"--lr_warmup_ratio {self.lr_warmup_ratio}: must be in [0, 1)")
-        require(self.max_epochs > 0, f"--max_epochs {self.max_epochs}: must be > 0")
+        require(self.train.micro_batch_size > 0, f"--micro_train_batch_size {self.train.micro_batch_size}: must be > 0")
+        require(self.train.batch_size > 0, f"--train_batch_size {self.train.batch_size}: must be > 0")
+        require(self.adam.lr > 0, f"--learning_rate {self.adam.lr}: must be > 0")
         require(
-            self.max_steps == -1 or self.max_steps > 0,
-            f"--max_steps {self.max_steps}: use -1 (run all --max_epochs) or a positive number of optimizer steps",
+            0.0 <= self.train.lr_warmup_ratio < 1.0,
+            f"--lr_warmup_ratio {self.train.lr_warmup_ratio}: must be in [0, 1)",
         )
-        require(self.l2 >= 0, f"--l2 {self.l2}: weight decay must be >= 0 (0: none)")
-        require(self.max_nonfinite_skips >= 0, f"--max_nonfinite_skips {self.max_nonfinite_skips}: must be >= 0")
+        require(self.train.max_epochs > 0, f"--max_epochs {self.train.max_epochs}: must be > 0")
+        require(
+            self.train.max_steps == -1 or self.train.max_steps > 0,
+            f"--max_steps {self.train.max_steps}: use -1 (run all "
+            f"--max_epochs) or a positive number of optimizer steps",
+        )
+        require(self.adam.weight_decay >= 0, f"--l2 {self.adam.weight_decay}: weight decay must be >= 0 (0: none)")
+        require(
+            self.train.max_nonfinite_skips >= 0, f"--max_nonfinite_skips {self.train.max_nonfinite_skips}: must be >= 0"
+        )
         # a skipped micro-batch backs up a zero built from the parameters; ZeRO-3's are partitioned placeholders
         require(
-            not (self.max_nonfinite_skips and self.zero_stage == 3),
+            not (self.train.max_nonfinite_skips and self.ds.zero_stage == 3),
             "--max_nonfinite_skips with --zero_stage 3 is not supported: use --zero_stage 0-2 or drop the flag",
         )
         # measured with DeepSpeed 0.19.8: ZeRO-3 under AutoTP counts the batch over other ranks than ZeRO 0-2
         require(
-            not (self.ds_tensor_parallel_size > 1 and self.zero_stage == 3),
-            f"--ds_tensor_parallel_size {self.ds_tensor_parallel_size} with --zero_stage 3: DeepSpeed's AutoTP "
+            not (self.ds.tensor_parallel_size > 1 and self.ds.zero_stage == 3),
+            f"--ds_tensor_parallel_size {self.ds.tensor_parallel_size} with --zero_stage 3: DeepSpeed's AutoTP "
             f"trains under ZeRO 0-2; use --zero_stage 1 or 2 (the tensor-parallel shards already split the weights)",
         )
         # measured: DeepSpeed 0.19.8 replaces PEFT's adapted layers under the optimizer (KeyError in ZeRO's setup)
         require(
-            not (self.ds_tensor_parallel_size > 1 and isinstance(self, LoraConfig) and self.lora_rank > 0),
-            f"--lora_rank with --ds_tensor_parallel_size {self.ds_tensor_parallel_size}: DeepSpeed's AutoTP does not "
+            not (self.ds.tensor_parallel_size > 1 and isinstance(self, LoraConfig) and self.ds.lora.rank > 0),
+            f"--lora_rank with --ds_tensor_parallel_size {self.ds.tensor_parallel_size}: DeepSpeed's AutoTP does not "
             f"shard PEFT's LoRA layers; train the adapters with --ds_tensor_parallel_size 1 (ZeRO spreads the rest)",
         )
-        require(len(self.adam_betas) == 2, f"--adam_betas needs two values, got {self.adam_betas}")
-        require(self.adam_eps > 0, f"--adam_eps {self.adam_eps}: must be > 0 (e.g. 1e-8)")
+        require(len(self.adam.betas) == 2, f"--adam_betas needs two values, got {self.adam.betas}")
+        require(self.adam.eps > 0, f"--adam_eps {self.adam.eps}: must be > 0 (e.g. 1e-8)")
         # DeepSpeed's Muon (the optimizer behind --optim muon) fixes these two; OpenRLHF warns and goes on
         require(
-            self.muon_ns_steps == 5 and self.muon_nesterov and not self.muon_no_nesterov,
+            self.muon.ns_steps == 5 and self.muon.nesterov and not self.muon.no_nesterov,
             "--muon_ns_steps / --muon_nesterov: DeepSpeed's Muon always runs 5 Newton-Schulz steps with Nesterov "
             "momentum; drop the flag (another value would be accepted and not used)",
         )
-        require(0 <= self.muon_momentum < 1, f"--muon_momentum {self.muon_momentum}: must be in [0, 1)")
-        if self.muon_momentum != 0.95:
+        require(0 <= self.muon.momentum < 1, f"--muon_momentum {self.muon.momentum}: must be in [0, 1)")
+        if self.muon.momentum != 0.95:
             require(
-                self.optim == "muon", "--muon_momentum sets the Muon half of --optim muon: add --optim muon or drop it"
+                self.train.optim == "muon",
+                "--muon_momentum sets the Muon half of --optim muon: add --optim muon or drop it",
             )
-        if self.muon_lr is not None:
+        if self.muon.lr is not None:
             require(
-                self.optim == "muon",
-                f"--muon_lr {self.muon_lr} sets the Muon half of --optim muon: add --optim muon or drop --muon_lr",
+                self.train.optim == "muon",
+                f"--muon_lr {self.muon.lr} sets the Muon half of --optim muon: add --optim muon or drop --muon_lr",
             )
-            require(self.muon_lr > 0, f"--muon_lr {self.muon_lr}: must be > 0")
+            require(self.muon.lr > 0, f"--muon_lr {self.muon.lr}: must be > 0")
         require(
-            not (self.adam_offload and self.zero_stage == 0),
+            not (self.ds.adam_offload and self.ds.zero_stage == 0),
             "--adam_offload with --zero_stage 0: DeepSpeed offloads optimizer states only under ZeRO; "
             "use --zero_stage 1, 2 or 3, or drop --adam_offload",
         )
 
     def zero_stage_on(self, world_size: int) -> int:
         """The ZeRO stage an engine of `world_size` ranks runs: --zero_stage as given, else the automatic one."""
-        if self.zero_stage is not None:
-            return self.zero_stage
-        return 0 if world_size == 1 and not self.adam_offload else 2
+        if self.ds.zero_stage is not None:
+            return self.ds.zero_stage
+        return 0 if world_size == 1 and not self.ds.adam_offload else 2
 
     def accumulation_steps(self, world_size: int) -> int:
-        per_step = self.micro_train_batch_size * world_size
+        per_step = self.train.micro_batch_size * world_size
         require(
-            self.train_batch_size % per_step == 0,
-            f"--train_batch_size {self.train_batch_size} is not divisible by --micro_train_batch_size "
-            f"{self.micro_train_batch_size} x world size {world_size} = {per_step}: "
-            f"use a multiple of {per_step}, e.g. {max(per_step, self.train_batch_size // per_step * per_step)}",
+            self.train.batch_size % per_step == 0,
+            f"--train_batch_size {self.train.batch_size} is not divisible by --micro_train_batch_size "
+            f"{self.train.micro_batch_size} x world size {world_size} = {per_step}: "
+            f"use a multiple of {per_step}, e.g. {max(per_step, self.train.batch_size // per_step * per_step)}",
         )
-        return self.train_batch_size // per_step
+        return self.train.batch_size // per_step
 
 
 @dataclass(frozen=True)
@@ -275,4 +283,6 @@ class MoE:
 
 class MoEConfig:
     def check_moe(self) -> None:
-        require(self.aux_loss_coef >= 0, f"--aux_loss_coef {self.aux_loss_coef}: must be >= 0 (0 turns it off)")
+        require(
+            self.model.aux_loss_coef >= 0, f"--aux_loss_coef {self.model.aux_loss_coef}: must be >= 0 (0 turns it off)"
+        )

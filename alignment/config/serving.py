@@ -63,15 +63,15 @@ class ChatConfig(ModelConfig, StageConfig):
     train = group(ChatTrain)
 
     def check_chat(self) -> None:
-        require(self.max_new_tokens >= 1, f"--max_new_tokens {self.max_new_tokens}: must be >= 1")
+        require(self.generate.max_new_tokens >= 1, f"--max_new_tokens {self.generate.max_new_tokens}: must be >= 1")
         require(
-            self.max_len > self.max_new_tokens,
-            f"--max_len {self.max_len} must be larger than --max_new_tokens {self.max_new_tokens} "
+            self.data.max_len > self.generate.max_new_tokens,
+            f"--max_len {self.data.max_len} must be larger than --max_new_tokens {self.generate.max_new_tokens} "
             f"(room is needed for the conversation)",
         )
         require(
-            self.temperature > 0 and 0 < self.top_p <= 1,
-            f"--temperature {self.temperature} must be > 0 and --top_p {self.top_p} in (0, 1]",
+            self.generate.temperature > 0 and 0 < self.generate.top_p <= 1,
+            f"--temperature {self.generate.temperature} must be > 0 and --top_p {self.generate.top_p} in (0, 1]",
         )
 
 
@@ -138,23 +138,23 @@ class ServeRMConfig(RewardSourceConfig, ModelConfig, StageConfig):
 
     def check_model(self) -> None:
         """--pretrain only names the tokenizer here; by default the (first) reward model's."""
-        require(not self.load_in_4bit, "--load_in_4bit is a training flag; serve_rm loads reward models as saved")
+        require(not self.ds.load_in_4bit, "--load_in_4bit is a training flag; serve_rm loads reward models as saved")
 
     def check_serve(self) -> None:
         require(
-            bool(self.reward_pretrain) != bool(self.remote_rm_url),
+            bool(self.reward.model_name_or_path) != bool(self.reward.remote_url),
             "give exactly one reward: --reward_pretrain DIR[,DIR] or --remote_rm_url reward_func.py",
         )
         require(
-            not self.remote_rm_url or self.remote_rm_url.endswith(".py"),
-            f"--remote_rm_url {self.remote_rm_url}: serve_rm serves a reward_func .py file, not another server",
+            not self.reward.remote_url or self.reward.remote_url.endswith(".py"),
+            f"--remote_rm_url {self.reward.remote_url}: serve_rm serves a reward_func .py file, not another server",
         )
-        require(0 <= self.port < 65536, f"--port {self.port}: must be in 0..65535")
+        require(0 <= self.serve.port < 65536, f"--port {self.serve.port}: must be in 0..65535")
         require(
-            not self.packing_samples or bool(self.reward_pretrain),
+            not self.ds.packing_samples or bool(self.reward.model_name_or_path),
             "--packing_samples packs reward models' forward passes; a reward_func file has none: drop the flag",
         )
         require(
-            min(self.batch_size, self.max_len, self.max_batch, self.max_request_bytes) > 0,
+            min(self.serve.batch_size, self.data.max_len, self.serve.max_batch, self.serve.max_request_bytes) > 0,
             "--batch_size, --max_len, --max_batch and --max_request_bytes must be > 0",
         )

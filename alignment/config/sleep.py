@@ -42,23 +42,23 @@ class SleepDS:
 
 class SleepConfig:
     def check_sleep(self) -> None:
-        if self.vllm_enable_sleep:
+        if self.vllm.enable_sleep:
             require(
-                self.vllm_num_engines >= 1,  # type: ignore[attr-defined]  (RolloutConfig)
+                self.vllm.num_engines >= 1,  # type: ignore[attr-defined]  (RolloutConfig)
                 "--vllm_enable_sleep puts vLLM engines to sleep; there are none (--vllm_num_engines 0): drop it",
             )
             require(
-                not self.async_train,  # type: ignore[attr-defined]  (AsyncTrainConfig)
+                not self.train.async_enable,  # type: ignore[attr-defined]  (AsyncTrainConfig)
                 "--vllm_enable_sleep with --async_train: the engines generate while the actor trains, so there is "
                 "no idle phase to sleep through; drop one of them",
             )
-        if self.deepspeed_enable_sleep:
+        if self.ds.enable_sleep:
             require(
-                self.zero_stage is not None and self.zero_stage >= 1,  # type: ignore[attr-defined]  (TrainConfig)
+                self.ds.zero_stage is not None and self.ds.zero_stage >= 1,  # type: ignore[attr-defined]  (TrainConfig)
                 "--deepspeed_enable_sleep moves ZeRO optimizer states (stage 0 has none): give --zero_stage 1, 2 or 3",
             )
             require(
-                not self.adam_offload,  # type: ignore[attr-defined]  (TrainConfig)
+                not self.ds.adam_offload,  # type: ignore[attr-defined]  (TrainConfig)
                 "--deepspeed_enable_sleep with --adam_offload: the optimizer states already live in CPU memory; "
                 "drop one of them",
             )

@@ -133,9 +133,9 @@ class SFTConfig(
     ranks = group(Ranks)
 
     def check_sft(self) -> None:
-        if self.multiturn:
+        if self.data.multiturn:
             require(
-                self.apply_chat_template,
+                self.data.apply_chat_template,
                 "--multiturn needs --apply_chat_template (turns are found through the chat template)",
             )
 
@@ -179,35 +179,35 @@ class PRMConfig(SFTConfig):
     def check_prm(self) -> None:
         require(
             not self.with_images,
-            f"--max_images_per_prompt {self.max_images_per_prompt}: the process reward model reads text only; "
+            f"--max_images_per_prompt {self.data.max_images_per_prompt}: the process reward model reads text only; "
             f"drop the image flags",
         )
         require(
-            bool(self.placeholder_token),
+            bool(self.data.placeholder_token),
             "--placeholder_token is required: the token that ends each step in --input_key (e.g. ки)",
         )
         require(
-            not self.output_key and not self.multiturn and not self.pretrain_mode,
+            not self.data.output_key and not self.data.multiturn and not self.model.pretrain_mode_enable,
             "--output_key, --multiturn and --pretrain_mode are SFT flags; a PRM reads --input_key (the text "
             "with placeholders) and --label_key (one label per placeholder)",
         )
         require(
-            not self.apply_chat_template and not self.input_template,
+            not self.data.apply_chat_template and not self.data.input_template,
             "--apply_chat_template / --input_template: a PRM reads --input_key as written (placeholders "
             "included), as OpenRLHF's train_prm does; drop them",
         )
-        if self.reward_tokens is not None:
+        if self.data.reward_tokens is not None:
             require(
-                len(set(self.reward_tokens)) == len(self.reward_tokens) >= 2,
-                f"--reward_tokens {' '.join(self.reward_tokens)}: need two or more distinct tokens, the "
+                len(set(self.data.reward_tokens)) == len(self.data.reward_tokens) >= 2,
+                f"--reward_tokens {' '.join(self.data.reward_tokens)}: need two or more distinct tokens, the "
                 f"positive one first (e.g. + -)",
             )
             require(
-                self.placeholder_token not in self.reward_tokens,
-                f"--placeholder_token {self.placeholder_token} is also a reward token",
+                self.data.placeholder_token not in self.data.reward_tokens,
+                f"--placeholder_token {self.data.placeholder_token} is also a reward token",
             )
         require(
-            not self.lora_rank or self.merge_lora,
+            not self.ds.lora.rank or self.ds.lora.merge_lora,
             "--lora_rank without --merge_lora: a PRM is committed merged (its config.json records the "
             "placeholder and reward tokens a PPO reward reads); add --merge_lora",
         )

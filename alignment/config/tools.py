@@ -89,11 +89,15 @@ class ImportModelConfig(StageConfig):
     ckpt = group(ImportModelCkpt)
 
     def check_import(self) -> None:
-        require(bool(self.source), "no model to import: pass SRC (a .gguf file, a model folder, s3:// URI or hub name)")
-        require(bool(self.save_path), "--save_path is required: where the imported model is committed")
         require(
-            not self.revision or not (self.source.startswith(("/", ".", "~")) or "://" in self.source),
-            f"--revision {self.revision}: {self.source} is a file, folder or store URI, not a hub name; "
+            bool(self.model.source),
+            "no model to import: pass SRC (a .gguf file, a model folder, s3:// URI or hub name)",
+        )
+        require(bool(self.ckpt.output_dir), "--save_path is required: where the imported model is committed")
+        require(
+            not self.model.revision
+            or not (self.model.source.startswith(("/", ".", "~")) or "://" in self.model.source),
+            f"--revision {self.model.revision}: {self.model.source} is a file, folder or store URI, not a hub name; "
             f"drop --revision",
         )
 

@@ -62,4 +62,4 @@ class Wandb:
 
 class LoggingConfig:
     def check_logging(self) -> None:
-        require(self.logging_steps > 0, f"--logging_steps {self.logging_steps}: must be > 0")
+        require(self.logger.logging_steps > 0, f"--logging_steps {self.logger.logging_steps}: must be > 0")

@@ -26,14 +26,17 @@ class VisionDataConfig:
 
     @property
     def with_images(self) -> bool:
-        return self.max_images_per_prompt > 0
+        return self.data.max_images_per_prompt > 0
 
     def frozen_visual_encoder(self) -> bool:
         """--freeze_visual_encoder, for a stage that has it (the stage's own group names it)."""
         return bool(getattr(self, "freeze_visual_encoder", False))
 
     def check_vision(self) -> None:
-        require(self.max_images_per_prompt >= 0, f"--max_images_per_prompt {self.max_images_per_prompt}: must be >= 0")
+        require(
+            self.data.max_images_per_prompt >= 0,
+            f"--max_images_per_prompt {self.data.max_images_per_prompt}: must be >= 0",
+        )
         if not self.with_images:
             require(
                 not self.frozen_visual_encoder(),
@@ -67,19 +70,19 @@ class VisionConfig(VisionDataConfig):
         PPOConfig only, whose fields it reads."""
         if not self.with_images:
             return
-        images = f"--max_images_per_prompt {self.max_images_per_prompt}"
+        images = f"--max_images_per_prompt {self.data.max_images_per_prompt}"
         require(
             not self.uses_critic(),
-            f"{images} with --advantage_estimator {self.advantage_estimator}: a critic is not built for "
+            f"{images} with --advantage_estimator {self.algo.advantage.estimator}: a critic is not built for "
             f"vision-language models (as in OpenRLHF); use group_norm, rloo, reinforce_baseline or dr_grpo",
         )
         require(
-            not self.reward_pretrain or bool(self.remote_rm_url),
+            not self.reward.model_name_or_path or bool(self.reward.remote_url),
             f"{images} with --reward_pretrain: a reward model reads the text alone and would score without the "
             f"images; use --remote_rm_url (a reward_func file or a server)",
         )
         require(
-            not self.partial_rollout_enable,
+            not self.train.partial_rollout_enable,
             f"{images} with --partial_rollout_enable: generations paused at a weight sync are not built for "
             f"images; drop --partial_rollout_enable",
         )

@@ -79,11 +79,7 @@ def needs_old_logprobs(cfg: PPOConfig) -> bool:
     """Old log-probs serve the KL and the PPO ratio after the first update of a rollout. With one
     optimizer step per rollout and no KL they equal the detached log-probs of the training forward
     (ratio 1), so their forward pass is skipped — as TRL's GRPO does."""
-    return (
-        uses_reference(cfg.algo)
-        or cfg.train.max_epochs > 1
-        or cfg.rollout.samples > cfg.train.batch_size
-    )
+    return uses_reference(cfg.algo) or cfg.train.max_epochs > 1 or cfg.rollout.samples > cfg.train.batch_size
 
 
 def assemble(
