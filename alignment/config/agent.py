@@ -10,7 +10,7 @@ from alignment.config.base import opt, require
 
 @dataclass(frozen=True)
 class Agent:
-    """AgentConfig's settings under `train`."""
+    """`train` settings; AgentConfig checks them."""
 
     agent_func_path: Optional[str] = opt(
         None,
@@ -37,6 +37,8 @@ class Agent:
 
 
 class AgentConfig:
+    """The checks of `Agent` (`train`): a stage's `validate()` runs them, before anything loads."""
+
     def check_agent(self) -> None:
         linger = self.train.agent_batch_linger_ms
         require(

@@ -18,7 +18,7 @@ KL_ESTIMATORS = ("k1", "k2", "k3")
 
 @dataclass(frozen=True)
 class Advantage:
-    """AlgorithmConfig's settings under `algo.advantage`."""
+    """`algo.advantage` settings; AlgorithmConfig checks them."""
 
     estimator: str = opt(
         "gae",
@@ -39,7 +39,7 @@ class Advantage:
 
 @dataclass(frozen=True)
 class KL:
-    """AlgorithmConfig's settings under `algo.kl`."""
+    """`algo.kl` settings; AlgorithmConfig checks them."""
 
     init_coef: float = opt(
         0.01, "KL coefficient (initial value when adaptive)", dotted="algo.kl.init_coef", flat="init_kl_coef"
@@ -65,7 +65,7 @@ class KL:
 
 @dataclass(frozen=True)
 class Algorithm:
-    """AlgorithmConfig's settings under `algo`."""
+    """`algo` settings; AlgorithmConfig checks them."""
 
     loss_agg_mode: Optional[str] = opt(
         None,
@@ -100,7 +100,7 @@ class Algorithm:
 
 @dataclass(frozen=True)
 class AlgorithmActor:
-    """AlgorithmConfig's settings under `actor`."""
+    """`actor` settings; AlgorithmConfig checks them."""
 
     eps_clip: float = opt(0.2, "PPO clip range (both sides unless --eps_clip_low_high)", dotted="actor.eps_clip")
     eps_clip_low_high: Optional[list[float]] = opt(
@@ -125,7 +125,7 @@ class AlgorithmActor:
 
 @dataclass(frozen=True)
 class AlgorithmReward:
-    """AlgorithmConfig's settings under `reward`."""
+    """`reward` settings; AlgorithmConfig checks them."""
 
     stop_properly_penalty_coef: Optional[float] = opt(
         None,
@@ -150,7 +150,7 @@ class AlgorithmReward:
 
 @dataclass(frozen=True)
 class AlgorithmTrain:
-    """AlgorithmConfig's settings under `train`."""
+    """`train` settings; AlgorithmConfig checks them."""
 
     enable_ema: bool = opt(
         False,
@@ -165,7 +165,7 @@ class AlgorithmTrain:
 
 @dataclass(frozen=True)
 class AlgorithmCritic:
-    """AlgorithmConfig's settings under `critic`."""
+    """`critic` settings; AlgorithmConfig checks them."""
 
     value_clip: float = opt(0.2, "Value clip range", dotted="critic.value_clip")
     model_name_or_path: Optional[str] = opt(
@@ -191,19 +191,23 @@ class AlgorithmCritic:
 
 @dataclass(frozen=True)
 class ActorAdam:
-    """AlgorithmConfig's settings under `actor.adam`."""
+    """`actor.adam` settings; AlgorithmConfig checks them."""
 
     lr: float = opt(1e-6, "Actor peak learning rate", dotted="actor.adam.lr", flat="actor_learning_rate")
 
 
 @dataclass(frozen=True)
 class CriticAdam:
-    """AlgorithmConfig's settings under `critic.adam`."""
+    """`critic.adam` settings; AlgorithmConfig checks them."""
 
     lr: float = opt(9e-6, "Critic peak learning rate", dotted="critic.adam.lr", flat="critic_learning_rate")
 
 
 class AlgorithmConfig:
+    """The checks of `Advantage` (`algo.advantage`), `KL` (`algo.kl`), `Algorithm` (`algo`), `AlgorithmActor` (`actor`),
+    `AlgorithmReward` (`reward`), `AlgorithmTrain` (`train`), `AlgorithmCritic` (`critic`), `ActorAdam` (`actor.adam`),
+    `CriticAdam` (`critic.adam`): a stage's `validate()` runs them, before anything loads."""
+
     def uses_critic(self) -> bool:
         return ESTIMATORS[self.algo.advantage.estimator].critic
 

@@ -12,7 +12,7 @@ from alignment.config.rollout import only_with
 
 @dataclass(frozen=True)
 class DynamicBatch:
-    """DynamicBatchConfig's settings under `train`."""
+    """`train` settings; DynamicBatchConfig checks them."""
 
     dynamic_batch_enable: bool = opt(
         False,
@@ -34,7 +34,7 @@ class DynamicBatch:
 
 @dataclass(frozen=True)
 class DynamicBatchRollout:
-    """DynamicBatchConfig's settings under `rollout`."""
+    """`rollout` settings; DynamicBatchConfig checks them."""
 
     max_tokens_per_gpu: Optional[int] = opt(
         None,
@@ -47,6 +47,9 @@ class DynamicBatchRollout:
 
 
 class DynamicBatchConfig:
+    """The checks of `DynamicBatch` (`train`), `DynamicBatchRollout` (`rollout`): a stage's `validate()` runs them,
+    before anything loads."""
+
     def check_dynamic_batch(self) -> None:
         if not self.train.dynamic_batch_enable:
             return only_with(self, "use_dynamic_batch", "train_max_tokens_per_gpu", "rollout_max_tokens_per_gpu")
@@ -59,7 +62,7 @@ class DynamicBatchConfig:
 
 @dataclass(frozen=True)
 class AsyncTrain:
-    """AsyncTrainConfig's settings under `train`."""
+    """`train` settings; AsyncTrainConfig checks them."""
 
     async_enable: bool = opt(
         False,
@@ -88,7 +91,7 @@ class AsyncTrain:
 
 @dataclass(frozen=True)
 class AsyncRollout:
-    """AsyncTrainConfig's settings under `rollout`."""
+    """`rollout` settings; AsyncTrainConfig checks them."""
 
     vllm_generate_batch_size: Optional[int] = opt(
         None,
@@ -100,6 +103,9 @@ class AsyncRollout:
 
 
 class AsyncTrainConfig:
+    """The checks of `AsyncTrain` (`train`), `AsyncRollout` (`rollout`): a stage's `validate()` runs them, before
+    anything loads."""
+
     def oversampled(self) -> int:
         """Prompts generated per iteration beyond --rollout_batch_size (--vllm_generate_batch_size)."""
         return max(0, (self.rollout.vllm_generate_batch_size or 0) - self.rollout.batch_size)  # type: ignore[attr-defined]

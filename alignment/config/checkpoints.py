@@ -12,7 +12,7 @@ from alignment.config.paths import check_checkpoint_folder
 
 @dataclass(frozen=True)
 class Checkpoints:
-    """CheckpointConfig's settings under `ckpt`."""
+    """`ckpt` settings; CheckpointConfig checks them."""
 
     output_dir: str = opt(
         "./ckpt",
@@ -76,6 +76,8 @@ class Checkpoints:
 
 
 class CheckpointConfig:
+    """The checks of `Checkpoints` (`ckpt`): a stage's `validate()` runs them, before anything loads."""
+
     def check_checkpoint(self) -> None:
         require(self.ckpt.max_num >= 1, f"--max_ckpt_num {self.ckpt.max_num}: must be >= 1")
         require(

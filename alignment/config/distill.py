@@ -18,7 +18,7 @@ from alignment.config.vision import VisionData
 
 @dataclass(frozen=True)
 class Teacher:
-    """TeacherConfig's settings under `teacher`."""
+    """`teacher` settings; TeacherConfig checks them."""
 
     model_name_or_path: Optional[str] = opt(
         None,
@@ -52,6 +52,8 @@ class Teacher:
 
 
 class TeacherConfig:
+    """The checks of `Teacher` (`teacher`): a stage's `validate()` runs them, before anything loads."""
+
     def check_teacher_model(self) -> None:
         require(
             bool(self.teacher.model_name_or_path),
@@ -71,7 +73,7 @@ class TeacherConfig:
 
 @dataclass(frozen=True)
 class KD:
-    """KDConfig's settings under `kd`."""
+    """The `kd` settings only KD has."""
 
     kd_coef: float = opt(
         0.4,
@@ -98,7 +100,7 @@ class KDConfig(TeacherConfig, SFTConfig):
 
 @dataclass(frozen=True)
 class OnPolicyData:
-    """OnPolicyConfig's settings under `data`."""
+    """`data` settings; OnPolicyConfig checks them."""
 
     label_key: Optional[str] = opt(
         None,
@@ -113,7 +115,7 @@ class OnPolicyData:
 
 @dataclass(frozen=True)
 class OnPolicyGenerate:
-    """OnPolicyConfig's settings under `generate`."""
+    """`generate` settings; OnPolicyConfig checks them."""
 
     max_new_tokens: int = opt(
         1024,
@@ -131,7 +133,7 @@ class OnPolicyGenerate:
 
 @dataclass(frozen=True)
 class OnPolicy:
-    """OnPolicyConfig's settings under `opd`."""
+    """`opd` settings; OnPolicyConfig checks them."""
 
     topk: int = opt(
         0,

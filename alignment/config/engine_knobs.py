@@ -13,7 +13,7 @@ from alignment.config.base import opt, require
 
 @dataclass(frozen=True)
 class EngineKnobs:
-    """EngineKnobsConfig's settings under `ds`."""
+    """`ds` settings; EngineKnobsConfig checks them."""
 
     overlap_comm: bool = opt(
         False, "DeepSpeed ZeRO: overlap gradient reduction with the backward pass", dotted="ds.overlap_comm"
@@ -47,7 +47,7 @@ class EngineKnobs:
 
 @dataclass(frozen=True)
 class EngineKnobsTrain:
-    """EngineKnobsConfig's settings under `train`."""
+    """`train` settings; EngineKnobsConfig checks them."""
 
     full_determinism_enable: bool = opt(
         False,
@@ -60,7 +60,7 @@ class EngineKnobsTrain:
 
 @dataclass(frozen=True)
 class EngineKnobsData:
-    """EngineKnobsConfig's settings under `data`."""
+    """`data` settings; EngineKnobsConfig checks them."""
 
     dataloader_num_workers: int = opt(
         0,
@@ -73,6 +73,9 @@ class EngineKnobsData:
 
 
 class EngineKnobsConfig:
+    """The checks of `EngineKnobs` (`ds`), `EngineKnobsTrain` (`train`), `EngineKnobsData` (`data`): a stage's
+    `validate()` runs them, before anything loads."""
+
     def check_engine_knobs(self) -> None:
         require(
             self.data.dataloader_num_workers >= 0,

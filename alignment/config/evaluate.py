@@ -37,7 +37,7 @@ HIGHER_IS_BETTER = {
 
 @dataclass(frozen=True)
 class EvaluateEvalOwn:
-    """EvaluateConfig's settings under `eval`."""
+    """The `eval` settings only Evaluate has."""
 
     eval_task: str = opt(
         "generate",
@@ -57,7 +57,7 @@ class EvaluateEvalOwn:
 
 @dataclass(frozen=True)
 class EvaluateCkpt:
-    """EvaluateConfig's settings under `ckpt`."""
+    """The `ckpt` settings only Evaluate has."""
 
     output_path: str = opt(
         "./evaluation",
@@ -68,7 +68,7 @@ class EvaluateCkpt:
 
 @dataclass(frozen=True)
 class EvaluateGenerateOwn:
-    """EvaluateConfig's settings under `generate`."""
+    """The `generate` settings only Evaluate has."""
 
     max_new_tokens: int = opt(256, "generate: most new tokens per response", dotted="generate.max_new_tokens")
     micro_batch_size: int = opt(
@@ -79,7 +79,7 @@ class EvaluateGenerateOwn:
 
 @dataclass(frozen=True)
 class EvaluateDataOwn:
-    """EvaluateConfig's settings under `data`."""
+    """The `data` settings only Evaluate has."""
 
     prompt_max_len: int = opt(
         1024, "Prompts longer than this (tokens) are dropped, counted and reported", dotted="data.prompt_max_len"
@@ -92,7 +92,7 @@ class EvaluateDataOwn:
 
 @dataclass(frozen=True)
 class EvaluateTrain:
-    """EvaluateConfig's settings under `train`."""
+    """The `train` settings only Evaluate has."""
 
     num_threads: int = opt(
         0,

@@ -16,7 +16,7 @@ from alignment.config.base import ConfigError, opt, require
 
 @dataclass(frozen=True)
 class Lora:
-    """LoraConfig's settings under `ds.lora`."""
+    """`ds.lora` settings; LoraConfig checks them."""
 
     rank: int = opt(0, "LoRA rank; 0 trains all weights", dotted="ds.lora.rank", flat="lora_rank")
     alpha: int = opt(16, "LoRA scaling alpha", dotted="ds.lora.alpha", flat="lora_alpha")
@@ -27,6 +27,8 @@ class Lora:
 
 
 class LoraConfig:
+    """The checks of `Lora` (`ds.lora`): a stage's `validate()` runs them, before anything loads."""
+
     def check_lora(self) -> None:
         require(self.ds.lora.rank >= 0, f"--lora_rank {self.ds.lora.rank}: must be >= 0 (0 disables LoRA)")
         # the adapters' output is scaled by alpha/rank: alpha 0 trains adapters that change nothing
@@ -40,7 +42,7 @@ class LoraConfig:
 
 @dataclass(frozen=True)
 class LoraSave:
-    """LoraSaveConfig's settings under `ds.lora`."""
+    """`ds.lora` settings; LoraSaveConfig checks them."""
 
     merge_lora: bool = opt(
         False,
@@ -58,7 +60,7 @@ class LoraSaveConfig:
 
 @dataclass(frozen=True)
 class Packing:
-    """PackingConfig's settings under `ds`."""
+    """`ds` settings; PackingConfig checks them."""
 
     packing_samples: bool = opt(
         False,
@@ -77,7 +79,7 @@ DATASET_NUM_PROC_HELP = (
 
 @dataclass(frozen=True)
 class PromptFormat:
-    """PromptFormatConfig's settings under `data`."""
+    """`data` settings; PromptFormatConfig checks them."""
 
     input_key: str = opt(
         "input", "JSON key of the prompt / conversation (a string or a list of messages)", dotted="data.input_key"
@@ -115,7 +117,7 @@ class PromptFormatConfig:
 
 @dataclass(frozen=True)
 class Data:
-    """DataConfig's settings under `data`."""
+    """`data` settings; DataConfig checks them."""
 
     dataset: Optional[str] = opt(
         None,
@@ -146,7 +148,7 @@ class Data:
 
 @dataclass(frozen=True)
 class EvalDataset:
-    """DataConfig's settings under `eval`."""
+    """`eval` settings; DataConfig checks them."""
 
     dataset: Optional[str] = opt(
         None, "Evaluation dataset (same forms as --dataset)", path="data", dotted="eval.dataset", flat="eval_dataset"
@@ -156,7 +158,7 @@ class EvalDataset:
 
 @dataclass(frozen=True)
 class PretrainMode:
-    """DataConfig's settings under `model`."""
+    """`model` settings; DataConfig checks them."""
 
     pretrain_mode_enable: bool = opt(
         False,
@@ -167,6 +169,9 @@ class PretrainMode:
 
 
 class DataConfig(PromptFormatConfig):
+    """The checks of `Data` (`data`), `EvalDataset` (`eval`), `PretrainMode` (`model`): a stage's `validate()` runs
+    them, before anything loads."""
+
     def check_data(self) -> None:
         require(bool(self.data.dataset), "--dataset is required: pass a .jsonl file, json@DIR or a hub name")
         require(self.data.max_len > 1, f"--max_len {self.data.max_len}: must be > 1")

@@ -20,7 +20,7 @@ POST_PROCESSOR_NAMES = ("rs", "iter_dpo", "csft")  # alignment.inference.postpro
 
 @dataclass(frozen=True)
 class CsftPrompt:
-    """CsftPromptConfig's settings under `generate`."""
+    """`generate` settings; CsftPromptConfig checks them."""
 
     csft_prompt: str = opt("<rm_score>: {reward:.1f} ", "csft: prefix template, formatted with the reward")
     enable_csft: bool = opt(
@@ -48,7 +48,7 @@ class CsftPromptConfig:
 
 @dataclass(frozen=True)
 class BatchInferenceEvalOwn:
-    """BatchInferenceConfig's settings under `eval`."""
+    """The `eval` settings only BatchInference has."""
 
     eval_task: str = opt(
         "generate",
@@ -60,7 +60,7 @@ class BatchInferenceEvalOwn:
 
 @dataclass(frozen=True)
 class BatchInferenceCkpt:
-    """BatchInferenceConfig's settings under `ckpt`."""
+    """The `ckpt` settings only BatchInference has."""
 
     output_path: str = opt(
         "./batch_inference",
@@ -71,7 +71,7 @@ class BatchInferenceCkpt:
 
 @dataclass(frozen=True)
 class BatchInferenceGenerateOwn:
-    """BatchInferenceConfig's settings under `generate`."""
+    """The `generate` settings only BatchInference has."""
 
     best_of_n: int = opt(1, "Responses sampled per prompt")
     max_new_tokens: int = opt(1024, "Most new tokens per response", dotted="generate.max_new_tokens")
@@ -97,7 +97,7 @@ class BatchInferenceGenerateOwn:
 
 @dataclass(frozen=True)
 class BatchInferenceDataOwn:
-    """BatchInferenceConfig's settings under `data`."""
+    """The `data` settings only BatchInference has."""
 
     prompt_max_len: int = opt(
         1024, "Prompts longer than this (tokens) are dropped, counted and reported", dotted="data.prompt_max_len"
@@ -110,7 +110,7 @@ class BatchInferenceDataOwn:
 
 @dataclass(frozen=True)
 class BatchInferenceRollout:
-    """BatchInferenceConfig's settings under `rollout`."""
+    """The `rollout` settings only BatchInference has."""
 
     batch_size: int = opt(
         0,
@@ -123,7 +123,7 @@ class BatchInferenceRollout:
 
 @dataclass(frozen=True)
 class BatchInferenceVLLM:
-    """BatchInferenceConfig's settings under `vllm`."""
+    """The `vllm` settings only BatchInference has."""
 
     num_engines: int = opt(
         0,
@@ -136,7 +136,7 @@ class BatchInferenceVLLM:
 
 @dataclass(frozen=True)
 class BatchInferenceTrain:
-    """BatchInferenceConfig's settings under `train`."""
+    """The `train` settings only BatchInference has."""
 
     seed: int = opt(
         42,

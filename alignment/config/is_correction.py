@@ -11,7 +11,7 @@ from alignment.config.base import opt, require
 
 @dataclass(frozen=True)
 class ISCorrection:
-    """ISCorrectionConfig's settings under `algo.advantage`."""
+    """`algo.advantage` settings; ISCorrectionConfig checks them."""
 
     is_correction_enable: bool = opt(
         False,
@@ -38,6 +38,8 @@ class ISCorrection:
 
 
 class ISCorrectionConfig:
+    """The checks of `ISCorrection` (`algo.advantage`): a stage's `validate()` runs them, before anything loads."""
+
     def is_thresholds(self) -> tuple[float, float]:
         """(LOW, HIGH) of --vllm_is_truncated_threshold; one value is HIGH with LOW 0 (plain truncation)."""
         given = self.algo.advantage.is_correction_threshold

@@ -12,7 +12,7 @@ from alignment.config.base import opt, require
 
 @dataclass(frozen=True)
 class Model:
-    """ModelConfig's settings under `model`."""
+    """`model` settings; ModelConfig checks them."""
 
     model_name_or_path: Optional[str] = opt(
         None,
@@ -57,7 +57,7 @@ class Model:
 
 @dataclass(frozen=True)
 class ModelDS:
-    """ModelConfig's settings under `ds`."""
+    """`ds` settings; ModelConfig checks them."""
 
     bf16: bool = opt(
         False,
@@ -97,7 +97,7 @@ class ModelDS:
 
 @dataclass(frozen=True)
 class ModelData:
-    """ModelConfig's settings under `data`."""
+    """`data` settings; ModelConfig checks them."""
 
     disable_fast_tokenizer: bool = opt(False, "Use the slow (Python) tokenizer", dotted="data.disable_fast_tokenizer")
     tokenizer_chat_template: Optional[str] = opt(
@@ -106,6 +106,9 @@ class ModelData:
 
 
 class ModelConfig:
+    """The checks of `Model` (`model`), `ModelDS` (`ds`), `ModelData` (`data`): a stage's `validate()` runs them, before
+    anything loads."""
+
     def attention(self) -> str:
         """The attention kernel asked for (alignment.models.precision.attn_implementation decides what runs)."""
         return self.ds.attn_implementation or ("flash_attention_2" if self.model.flash_attn else "sdpa")

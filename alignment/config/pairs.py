@@ -10,7 +10,7 @@ from alignment.config.base import opt, require
 
 @dataclass(frozen=True)
 class PairData:
-    """PairDataConfig's settings under `data`."""
+    """`data` settings; PairDataConfig checks them."""
 
     prompt_key: Optional[str] = opt(
         None,
@@ -23,6 +23,8 @@ class PairData:
 
 
 class PairDataConfig:
+    """The checks of `PairData` (`data`): a stage's `validate()` runs them, before anything loads."""
+
     def check_pair_data(self) -> None:
         require(
             not self.data.multiturn and not self.model.pretrain_mode_enable,
@@ -33,7 +35,7 @@ class PairDataConfig:
 
 @dataclass(frozen=True)
 class Reference:
-    """ReferenceConfig's settings under `ref`."""
+    """`ref` settings; ReferenceConfig checks them."""
 
     model_name_or_path: Optional[str] = opt(
         None,
@@ -52,11 +54,14 @@ class Reference:
 
 @dataclass(frozen=True)
 class ReferenceModel:
-    """ReferenceConfig's settings under `model`."""
+    """`model` settings; ReferenceConfig checks them."""
 
     beta: float = opt(0.1, "Strength of the implicit KL penalty toward the reference", dotted="model.beta")
 
 
 class ReferenceConfig:
+    """The checks of `Reference` (`ref`), `ReferenceModel` (`model`): a stage's `validate()` runs them, before anything
+    loads."""
+
     def check_reference(self) -> None:
         require(self.model.beta > 0, f"--beta {self.model.beta}: must be > 0")

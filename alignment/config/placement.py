@@ -12,7 +12,7 @@ from alignment.config.base import opt, require
 
 @dataclass(frozen=True)
 class PlacementActor:
-    """PlacementConfig's settings under `actor`."""
+    """`actor` settings; PlacementConfig checks them."""
 
     num_nodes: int = opt(1, "Nodes for the policy (actor) group", dotted="actor.num_nodes", flat="actor_num_nodes")
     num_gpus_per_node: int = opt(
@@ -25,7 +25,7 @@ class PlacementActor:
 
 @dataclass(frozen=True)
 class PlacementCritic:
-    """PlacementConfig's settings under `critic`."""
+    """`critic` settings; PlacementConfig checks them."""
 
     num_nodes: int = opt(1, "Nodes for the critic group", dotted="critic.num_nodes", flat="critic_num_nodes")
     num_gpus_per_node: int = opt(
@@ -35,7 +35,7 @@ class PlacementCritic:
 
 @dataclass(frozen=True)
 class PlacementRef:
-    """PlacementConfig's settings under `ref`."""
+    """`ref` settings; PlacementConfig checks them."""
 
     num_nodes: int = opt(1, "Nodes for the reference group", dotted="ref.num_nodes", flat="ref_num_nodes")
     num_gpus_per_node: int = opt(
@@ -51,7 +51,7 @@ class PlacementRef:
 
 @dataclass(frozen=True)
 class PlacementReward:
-    """PlacementConfig's settings under `reward`."""
+    """`reward` settings; PlacementConfig checks them."""
 
     num_nodes: int = opt(1, "Nodes for the reward-model group", dotted="reward.num_nodes", flat="reward_num_nodes")
     num_gpus_per_node: int = opt(
@@ -61,7 +61,7 @@ class PlacementReward:
 
 @dataclass(frozen=True)
 class PlacementTrain:
-    """PlacementConfig's settings under `train`."""
+    """`train` settings; PlacementConfig checks them."""
 
     colocate_actor_ref: bool = opt(
         False, "Place actor and reference ranks on the same bundles", dotted="train.colocate_actor_ref"

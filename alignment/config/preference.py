@@ -29,7 +29,7 @@ from alignment.config.vision import TrainedVision, TrainedVisionConfig, VisionDa
 
 @dataclass(frozen=True)
 class RMModelOwn:
-    """RMConfig's settings under `model`."""
+    """The `model` settings only RM has."""
 
     loss_type: str = opt(
         "sigmoid",
@@ -59,7 +59,7 @@ class RMModelOwn:
 
 @dataclass(frozen=True)
 class RMDSOwn:
-    """RMConfig's settings under `ds`."""
+    """The `ds` settings only RM has."""
 
     value_head_prefix: str = opt(
         "score",
@@ -128,7 +128,7 @@ class RMConfig(
 
 @dataclass(frozen=True)
 class DPOModelOwn:
-    """DPOConfig's settings under `model`."""
+    """The `model` settings only DPO has."""
 
     label_smoothing: float = opt(
         0.0,
@@ -197,7 +197,7 @@ class DPOConfig(
 
 @dataclass(frozen=True)
 class KTODataOwn:
-    """KTOConfig's settings under `data`."""
+    """The `data` settings only KTO has."""
 
     label_key: str = opt(
         "label", "JSON key of the desirable (true) / undesirable (false) label", dotted="data.label_key"
@@ -206,7 +206,7 @@ class KTODataOwn:
 
 @dataclass(frozen=True)
 class KTOModelOwn:
-    """KTOConfig's settings under `model`."""
+    """The `model` settings only KTO has."""
 
     desirable_loss_weight: float = opt(
         1.0, "λ_D: weight of desirable samples' loss", dotted="model.desirable_loss_weight"

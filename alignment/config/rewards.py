@@ -12,7 +12,7 @@ from alignment.config.base import opt, require
 
 @dataclass(frozen=True)
 class RewardSource:
-    """RewardSourceConfig's settings under `reward`."""
+    """`reward` settings; RewardSourceConfig checks them."""
 
     model_name_or_path: Optional[str] = opt(
         None,
@@ -41,7 +41,7 @@ class RewardSource:
 
 @dataclass(frozen=True)
 class RewardSourceDS:
-    """RewardSourceConfig's settings under `ds`."""
+    """`ds` settings; RewardSourceConfig checks them."""
 
     value_head_prefix: str = opt(
         "score", "Name of the value head in reward/critic checkpoints", dotted="ds.value_head_prefix"

@@ -13,7 +13,7 @@ from alignment.config.groups import DATASET_NUM_PROC_HELP, PromptFormatConfig, c
 
 @dataclass(frozen=True)
 class RolloutData:
-    """RolloutConfig's settings under `data`."""
+    """`data` settings; RolloutConfig checks them."""
 
     prompt_dataset: Optional[str] = opt(
         None,
@@ -51,7 +51,7 @@ class RolloutData:
 
 @dataclass(frozen=True)
 class RolloutEval:
-    """RolloutConfig's settings under `eval`."""
+    """`eval` settings; RolloutConfig checks them."""
 
     dataset: Optional[str] = opt(
         None,
@@ -75,7 +75,7 @@ class RolloutEval:
 
 @dataclass(frozen=True)
 class RolloutCkpt:
-    """RolloutConfig's settings under `ckpt`."""
+    """`ckpt` settings; RolloutConfig checks them."""
 
     best_metric_key: str = opt(
         "",
@@ -89,7 +89,7 @@ class RolloutCkpt:
 
 @dataclass(frozen=True)
 class Rollout:
-    """RolloutConfig's settings under `rollout`."""
+    """`rollout` settings; RolloutConfig checks them."""
 
     max_new_tokens: Optional[int] = opt(
         None,
@@ -118,7 +118,7 @@ class Rollout:
 
 @dataclass(frozen=True)
 class RolloutTrain:
-    """RolloutConfig's settings under `train`."""
+    """`train` settings; RolloutConfig checks them."""
 
     num_episodes: int = opt(
         1, "Passes over the prompt data (--max_epochs is passes over each rollout batch)", dotted="train.num_episodes"
@@ -127,7 +127,7 @@ class RolloutTrain:
 
 @dataclass(frozen=True)
 class RolloutVLLM:
-    """RolloutConfig's settings under `vllm`."""
+    """`vllm` settings; RolloutConfig checks them."""
 
     num_engines: int = opt(
         0,
@@ -175,6 +175,9 @@ class RolloutVLLM:
 
 
 class RolloutConfig(PromptFormatConfig):
+    """The checks of `RolloutData` (`data`), `RolloutEval` (`eval`), `RolloutCkpt` (`ckpt`), `Rollout` (`rollout`),
+    `RolloutTrain` (`train`), `RolloutVLLM` (`vllm`): a stage's `validate()` runs them, before anything loads."""
+
     def resolve_lengths(self) -> None:
         """The length settings OpenRLHF leaves to be derived: with --max_len (v0.10.2+), a prompt may take
         all but one token and a response the rest of --max_len (SamplingParams.max_total_len cuts each one);

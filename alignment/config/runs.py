@@ -20,7 +20,7 @@ PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 
 @dataclass(frozen=True)
 class Ranks:
-    """RanksConfig's settings under `ranks`."""
+    """`ranks` settings; RanksConfig checks them."""
 
     num_nodes: int = opt(
         1, "Nodes of the stage's rank group on Ray (OpenRLHF's name); ranks = this x --num_gpus_per_node"
@@ -61,7 +61,7 @@ class RanksConfig:
 
 @dataclass(frozen=True)
 class Train:
-    """TrainConfig's settings under `train`."""
+    """`train` settings; TrainConfig checks them."""
 
     micro_batch_size: int = opt(
         8,
@@ -115,7 +115,7 @@ class Train:
 
 @dataclass(frozen=True)
 class Adam:
-    """TrainConfig's settings under `adam`."""
+    """`adam` settings; TrainConfig checks them."""
 
     lr: float = opt(5e-6, "Peak learning rate", dotted={"": "adam.lr", "ppo": ()}, flat="learning_rate")
     betas: list[float] = opt(
@@ -137,7 +137,7 @@ class Adam:
 
 @dataclass(frozen=True)
 class Muon:
-    """TrainConfig's settings under `muon`."""
+    """`muon` settings; TrainConfig checks them."""
 
     lr: Optional[float] = opt(
         None,
@@ -175,7 +175,7 @@ class Muon:
 
 @dataclass(frozen=True)
 class TrainDS:
-    """TrainConfig's settings under `ds`."""
+    """`ds` settings; TrainConfig checks them."""
 
     zero_stage: Optional[int] = opt(
         None,
@@ -192,6 +192,9 @@ class TrainDS:
 
 
 class TrainConfig(EngineKnobsConfig):
+    """The checks of `Train` (`train`), `Adam` (`adam`), `Muon` (`muon`), `TrainDS` (`ds`): a stage's `validate()` runs
+    them, before anything loads."""
+
     def check_train(self) -> None:
         require(self.train.micro_batch_size > 0, f"--micro_train_batch_size {self.train.micro_batch_size}: must be > 0")
         require(self.train.batch_size > 0, f"--train_batch_size {self.train.batch_size}: must be > 0")
@@ -272,7 +275,7 @@ class TrainConfig(EngineKnobsConfig):
 
 @dataclass(frozen=True)
 class MoE:
-    """MoEConfig's settings under `model`."""
+    """`model` settings; MoEConfig checks them."""
 
     aux_loss_coef: float = opt(
         0.0,
@@ -282,6 +285,8 @@ class MoE:
 
 
 class MoEConfig:
+    """The checks of `MoE` (`model`): a stage's `validate()` runs them, before anything loads."""
+
     def check_moe(self) -> None:
         require(
             self.model.aux_loss_coef >= 0, f"--aux_loss_coef {self.model.aux_loss_coef}: must be >= 0 (0 turns it off)"

@@ -14,7 +14,7 @@ from alignment.config.tree import group, stage
 
 @dataclass(frozen=True)
 class ChatDataOwn:
-    """ChatConfig's settings under `data`."""
+    """The `data` settings only Chat has."""
 
     apply_chat_template: bool = opt(
         False,
@@ -29,7 +29,7 @@ class ChatDataOwn:
 
 @dataclass(frozen=True)
 class ChatGenerate:
-    """ChatConfig's settings under `generate`."""
+    """The `generate` settings only Chat has."""
 
     max_new_tokens: int = opt(512, "Most new tokens per reply", dotted="generate.max_new_tokens")
     temperature: float = opt(0.6, "Sampling temperature", dotted="generate.temperature")
@@ -39,7 +39,7 @@ class ChatGenerate:
 
 @dataclass(frozen=True)
 class ChatTrain:
-    """ChatConfig's settings under `train`."""
+    """The `train` settings only Chat has."""
 
     seed: int = opt(
         42,
@@ -77,7 +77,7 @@ class ChatConfig(ModelConfig, StageConfig):
 
 @dataclass(frozen=True)
 class ServeRMServe:
-    """ServeRMConfig's settings under `serve`."""
+    """The `serve` settings only ServeRM has."""
 
     host: str = opt("127.0.0.1", "Address to listen on (loopback by default; 0.0.0.0 to serve a cluster)")
     port: int = opt(5000, "Port to listen on (0: any free port, printed at start)")
@@ -88,14 +88,14 @@ class ServeRMServe:
 
 @dataclass(frozen=True)
 class ServeRMDataOwn:
-    """ServeRMConfig's settings under `data`."""
+    """The `data` settings only ServeRM has."""
 
     max_len: int = opt(2048, "Queries longer than this many tokens are refused (400)", dotted="data.max_len")
 
 
 @dataclass(frozen=True)
 class ServeRMTrain:
-    """ServeRMConfig's settings under `train`."""
+    """The `train` settings only ServeRM has."""
 
     num_threads: int = opt(
         0,
@@ -105,7 +105,7 @@ class ServeRMTrain:
 
 @dataclass(frozen=True)
 class ServeRMDSOwn:
-    """ServeRMConfig's settings under `ds`."""
+    """The `ds` settings only ServeRM has."""
 
     packing_samples: bool = opt(
         False,

@@ -14,7 +14,7 @@ from alignment.config.base import opt, require
 
 @dataclass(frozen=True)
 class SleepVLLM:
-    """SleepConfig's settings under `vllm`."""
+    """`vllm` settings; SleepConfig checks them."""
 
     enable_sleep: bool = opt(
         False,
@@ -28,7 +28,7 @@ class SleepVLLM:
 
 @dataclass(frozen=True)
 class SleepDS:
-    """SleepConfig's settings under `ds`."""
+    """`ds` settings; SleepConfig checks them."""
 
     enable_sleep: bool = opt(
         False,
@@ -41,6 +41,8 @@ class SleepDS:
 
 
 class SleepConfig:
+    """The checks of `SleepVLLM` (`vllm`), `SleepDS` (`ds`): a stage's `validate()` runs them, before anything loads."""
+
     def check_sleep(self) -> None:
         if self.vllm.enable_sleep:
             require(

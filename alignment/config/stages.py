@@ -142,7 +142,7 @@ class SFTConfig(
 
 @dataclass(frozen=True)
 class PRMDataOwn:
-    """PRMConfig's settings under `data`."""
+    """The `data` settings only PRM has."""
 
     placeholder_token: Optional[str] = opt(
         None,

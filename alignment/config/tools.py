@@ -12,7 +12,7 @@ from alignment.config.tree import group, stage
 
 @dataclass(frozen=True)
 class TinyBaseCkpt:
-    """TinyBaseConfig's settings under `ckpt`."""
+    """The `ckpt` settings only TinyBase has."""
 
     output_dir: str = opt(
         "./ckpt/tiny_base",
@@ -25,7 +25,7 @@ class TinyBaseCkpt:
 
 @dataclass(frozen=True)
 class TinyBaseTrain:
-    """TinyBaseConfig's settings under `train`."""
+    """The `train` settings only TinyBase has."""
 
     seed: int = opt(
         0,
@@ -35,7 +35,7 @@ class TinyBaseTrain:
 
 @dataclass(frozen=True)
 class TinyBaseModel:
-    """TinyBaseConfig's settings under `model`."""
+    """The `model` settings only TinyBase has."""
 
     arch: str = opt(
         "llama",
@@ -56,7 +56,7 @@ class TinyBaseConfig(StageConfig):
 
 @dataclass(frozen=True)
 class ImportModelModel:
-    """ImportModelConfig's settings under `model`."""
+    """The `model` settings only ImportModel has."""
 
     source: Optional[str] = opt(
         None,
@@ -69,7 +69,7 @@ class ImportModelModel:
 
 @dataclass(frozen=True)
 class ImportModelCkpt:
-    """ImportModelConfig's settings under `ckpt`."""
+    """The `ckpt` settings only ImportModel has."""
 
     output_dir: Optional[str] = opt(
         None,
@@ -104,7 +104,7 @@ class ImportModelConfig(StageConfig):
 
 @dataclass(frozen=True)
 class LoraCombinerModel:
-    """LoraCombinerConfig's settings under `model`."""
+    """The `model` settings only LoraCombiner has."""
 
     model_path: Optional[str] = opt(
         None, "The base model the adapter was trained on: HF directory, store URI or hub name", path="model"
@@ -122,7 +122,7 @@ class LoraCombinerModel:
 
 @dataclass(frozen=True)
 class LoraCombinerCkpt:
-    """LoraCombinerConfig's settings under `ckpt`."""
+    """The `ckpt` settings only LoraCombiner has."""
 
     output_path: Optional[str] = opt(
         None,
@@ -133,7 +133,7 @@ class LoraCombinerCkpt:
 
 @dataclass(frozen=True)
 class LoraCombinerDS:
-    """LoraCombinerConfig's settings under `ds`."""
+    """The `ds` settings only LoraCombiner has."""
 
     bf16: bool = opt(
         False,

@@ -17,7 +17,7 @@ TRACKING_ENV = "ALIGNFLOW_TRACKING_URI"
 
 @dataclass(frozen=True)
 class Logging:
-    """LoggingConfig's settings under `logger`."""
+    """`logger` settings; LoggingConfig checks them."""
 
     logging_steps: int = opt(1, "Log metrics every N optimizer steps", identity=False, dotted="logger.logging_steps")
     tensorboard_dir: Optional[str] = opt(
@@ -31,7 +31,7 @@ class Logging:
 
 @dataclass(frozen=True)
 class EvalCadence:
-    """LoggingConfig's settings under `eval`."""
+    """`eval` settings; LoggingConfig checks them."""
 
     steps: int = opt(
         -1, "Evaluate every N steps (-1: at the end of each epoch)", dotted="eval.steps", flat="eval_steps"
@@ -40,7 +40,7 @@ class EvalCadence:
 
 @dataclass(frozen=True)
 class Wandb:
-    """LoggingConfig's settings under `logger.wandb`."""
+    """`logger.wandb` settings; LoggingConfig checks them."""
 
     key: Optional[str] = opt(
         None,
@@ -61,5 +61,8 @@ class Wandb:
 
 
 class LoggingConfig:
+    """The checks of `Logging` (`logger`), `EvalCadence` (`eval`), `Wandb` (`logger.wandb`): a stage's `validate()` runs
+    them, before anything loads."""
+
     def check_logging(self) -> None:
         require(self.logger.logging_steps > 0, f"--logging_steps {self.logger.logging_steps}: must be > 0")

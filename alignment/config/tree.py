@@ -9,12 +9,12 @@ a group that a stage composes from several concerns is a dataclass with those gr
 inside a group is a `subgroup` field.
 
 `@stage` turns the stage into the dataclass of its leaves under their flat names: the shape a command line, a
-YAML file and a flow parameter fill in (under either dialect, alignment.config.dotted), that the schema's checks
-read at parse time, and that a stage's identity hashes, so a store's committed stages are recognised across
-versions. Everything past the schema reads the tree: `cfg.train` builds the group's typed, frozen value from
-those fields when it is read, so it cannot drift from them and cannot be written to (a changed config is a
-`dataclasses.replace` of the flat fields, whose checks then run). tests/test_config_groups.py scans for flat
-reads outside the schema.
+YAML file and a flow parameter fill in (under either dialect, alignment.config.dotted), and what a stage's
+identity hashes, so a store's committed stages are recognised across versions. Every reader, the schema's own
+checks included, reads the tree: `cfg.train` builds the group's typed, frozen value from those fields when it
+is read, so it cannot drift from them and cannot be written to (a changed config is a `dataclasses.replace` of
+the flat fields, whose checks then run). The flat fields are only written: by the parsers, and by a
+`resolve_*` that derives one before the checks. tests/test_config_groups.py scans for flat reads.
 """
 
 from __future__ import annotations

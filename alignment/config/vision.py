@@ -10,7 +10,7 @@ from alignment.config.rollout import only_with
 
 @dataclass(frozen=True)
 class VisionData:
-    """VisionDataConfig's settings under `data`."""
+    """`data` settings; VisionDataConfig checks them."""
 
     image_key: str = opt("images", "Dataset key of a prompt's images (paths or URLs)", dotted="data.image_key")
     max_images_per_prompt: int = opt(
@@ -55,7 +55,7 @@ class VisionDataConfig:
 
 @dataclass(frozen=True)
 class VisionActor:
-    """VisionConfig's settings under `actor`."""
+    """`actor` settings; VisionConfig checks them."""
 
     freeze_visual_encoder: bool = opt(
         False, "Train only the language model of a vision-language actor", dotted="actor.freeze_visual_encoder"
@@ -90,7 +90,7 @@ class VisionConfig(VisionDataConfig):
 
 @dataclass(frozen=True)
 class TrainedVision:
-    """TrainedVisionConfig's settings under `model`."""
+    """`model` settings; TrainedVisionConfig checks them."""
 
     freeze_visual_encoder: bool = opt(
         False, "Train only the language model of a vision-language model", dotted="model.freeze_visual_encoder"
