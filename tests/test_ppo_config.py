@@ -139,6 +139,7 @@ def test_openrlhf_readme_flags_parse():
         (["--reward_weights", "1,2"], "give one number per --reward_pretrain model (1)"),
         (["--advantage_estimator", "rloo", "--n_samples_per_prompt", "4", "--critic_pretrain", "c"], "uses no critic"),
         (["--zero_stage", "0", "--adam_offload"], "--adam_offload with --zero_stage 0: DeepSpeed offloads optimizer"),
+        (["--learning_rate", "3e-4"], "PPO trains each model at its own rate; pass --actor_learning_rate"),
     ],
 )
 def test_bad_combinations_are_one_clear_error(args, needle):

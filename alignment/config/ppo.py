@@ -152,6 +152,7 @@ class PPOConfig(
 
     # OpenRLHF's dotted names call the policy `actor` here (--actor.model_name_or_path), `model` elsewhere
     dotted_family: ClassVar[str] = "ppo"
+
     model = group(PPOModel)
     ds = group(PPODS)
     data = group(PPOData)
@@ -181,12 +182,14 @@ class PPOConfig(
             *([Role.REWARD] if self.reward.model_name_or_path and not self.reward.remote_url else []),
         ]
 
-    def check_ppo(self) -> None:
-        require(
+    def check_learning_rates(self) -> None:
+        require(  # the shared --learning_rate would be accepted and ignored: each role's engine has its own rate
             self.adam.lr == self.__dataclass_fields__["learning_rate"].default,
             f"--learning_rate {self.adam.lr}: PPO trains each model at its own rate; pass "
             f"--actor_learning_rate (--actor.adam.lr) and, with a critic, --critic_learning_rate (--critic.adam.lr)",
         )
+
+    def check_ppo(self) -> None:
         if self.train.enable_ema:
             require(
                 self.ds.tensor_parallel_size == 1,

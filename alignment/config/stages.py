@@ -5,7 +5,7 @@ config/preference.py."""
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Optional
+from typing import Any, Optional
 
 from alignment.config.base import check_store_uri, opt, require
 from alignment.config.checkpoints import CheckpointConfig, Checkpoints
@@ -27,7 +27,7 @@ from alignment.config.model import Model, ModelConfig, ModelData, ModelDS
 from alignment.config.paths import Outputs, check_output_paths
 from alignment.config.runs import Adam, MoE, MoEConfig, Muon, Ranks, RanksConfig, Train, TrainConfig, TrainDS
 from alignment.config.tracking import EvalCadence, Logging, LoggingConfig, Wandb
-from alignment.config.tree import group, stage, subgroup
+from alignment.config.tree import BUILT, group, stage, subgroup
 from alignment.config.vision import TrainedVision, TrainedVisionConfig, VisionData
 
 # Where stages write; their URI schemes are checked with the flags, before anything runs.
@@ -36,6 +36,10 @@ OUTPUT_FIELDS = ("save_path", "ckpt_path", "output_path")
 
 class StageConfig:
     """What every stage's config does: its outputs and its checks (its groups: alignment.config.tree)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self.__dict__.pop(BUILT, None)  # a field changes: the groups built from the old values go
+        object.__setattr__(self, name, value)
 
     def outputs(self) -> Outputs:
         given = {name: getattr(self, name, None) for name in (*OUTPUT_FIELDS, "save_steps", "save_minutes")}

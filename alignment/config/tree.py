@@ -11,10 +11,11 @@ inside a group is a `subgroup` field.
 `@stage` turns the stage into the dataclass of its leaves under their flat names: the shape a command line, a
 YAML file and a flow parameter fill in (under either dialect, alignment.config.dotted), and what a stage's
 identity hashes, so a store's committed stages are recognised across versions. Every reader, the schema's own
-checks included, reads the tree: `cfg.train` builds the group's typed, frozen value from those fields when it
-is read, so it cannot drift from them and cannot be written to (a changed config is a `dataclasses.replace` of
-the flat fields, whose checks then run). The flat fields are only written: by the parsers, and by a
-`resolve_*` that derives one before the checks. tests/test_config_groups.py scans for flat reads.
+checks included, reads the tree: `cfg.train` is the group's typed, frozen value, built from those fields at its
+first read and kept until a field is set, so it cannot drift from them and cannot be written to (a changed
+config is a `dataclasses.replace` of the flat fields, whose checks then run). The flat fields are only written:
+by the parsers, and by a `resolve_*` that derives one before the checks. tests/test_config_groups.py scans
+for flat reads.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any, Generic, Iterator, TypeVar, overload
 
 G = TypeVar("G")
 Path = tuple[str, ...]
+BUILT = "_groups"  # where a config keeps the groups it has built, until one of its fields is set
 
 
 def subgroup(cls: type[G]) -> G:
@@ -49,7 +51,12 @@ class group(Generic[G]):
     def __get__(self, cfg: object, owner: type) -> G: ...
 
     def __get__(self, cfg: object | None, owner: type | None = None) -> Any:
-        return self if cfg is None else _build(self.cls, cfg)
+        if cfg is None:
+            return self
+        built = cfg.__dict__.setdefault(BUILT, {})  # emptied whenever a field is set (StageConfig.__setattr__)
+        if self.name not in built:
+            built[self.name] = _build(self.cls, cfg)
+        return built[self.name]
 
 
 @cache
