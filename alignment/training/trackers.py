@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from alignment import storage
+from alignment.config.base import public_dict
 from alignment.config.tracking import TRACKING_ENV, WANDB_SWITCHES, LoggingConfig
 
 
@@ -52,7 +53,7 @@ def start_wandb(cfg: LoggingConfig, stage: str) -> tuple[Any, str]:
         project=cfg.logger.wandb.project,
         group=cfg.logger.wandb.group,
         name=cfg.logger.wandb.run_name or stage,
-        config={k: v for k, v in vars(cfg).items() if k != "use_wandb"},
+        config={k: v for k, v in public_dict(cfg).items() if k != "use_wandb"},  # fields only, secrets masked
         reinit="finish_previous",
         **resume,
     )
