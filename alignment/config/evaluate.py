@@ -5,11 +5,16 @@ store like every other stage, and read by the flows' promotion gates and compari
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 from alignment.config.base import opt, require
 from alignment.config.groups import Data, DataConfig, EvalDataset, PromptFormat
-from alignment.config.inference import BatchInferenceDS, BatchInferenceModel, CsftPrompt, CsftPromptConfig
+from alignment.config.inference import (
+    BatchInferenceDS,
+    BatchInferenceModel,
+    CsftPrompt,
+    CsftPromptConfig,
+    ScoredPrompts,
+)
 from alignment.config.model import ModelConfig, ModelData
 from alignment.config.pairs import PairData, PairDataConfig
 from alignment.config.rewards import RewardSource, RewardSourceConfig
@@ -71,38 +76,18 @@ class EvaluateGenerateOwn:
     """The `generate` settings only Evaluate has."""
 
     max_new_tokens: int = opt(256, "generate: most new tokens per response", dotted="generate.max_new_tokens")
-    micro_batch_size: int = opt(
-        32,
-        "Rows per forward or generate call",
-    )
-
-
-@dataclass(frozen=True)
-class EvaluateDataOwn:
-    """The `data` settings only Evaluate has."""
-
-    prompt_max_len: int = opt(
-        1024, "Prompts longer than this (tokens) are dropped, counted and reported", dotted="data.prompt_max_len"
-    )
-    label_key: Optional[str] = opt(
-        None,
-        "JSON key passed as `labels` to a reward_func / reward server",
-    )
+    micro_batch_size: int = opt(32, "Rows per forward or generate call")
 
 
 @dataclass(frozen=True)
 class EvaluateTrain:
     """The `train` settings only Evaluate has."""
 
-    num_threads: int = opt(
-        0,
-        "CPU threads per rank (0: cores / ranks on this node)",
-        identity=False,
-    )
+    num_threads: int = opt(0, "CPU threads per rank (0: cores / ranks on this node)", identity=False)
 
 
 @dataclass(frozen=True)
-class EvaluateData(EvaluateDataOwn, VisionData, PairData, Data, PromptFormat, ModelData):
+class EvaluateData(ScoredPrompts, VisionData, PairData, Data, PromptFormat, ModelData):
     pass
 
 

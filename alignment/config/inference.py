@@ -77,10 +77,7 @@ class BatchInferenceGenerateOwn:
     max_new_tokens: int = opt(1024, "Most new tokens per response", dotted="generate.max_new_tokens")
     temperature: float = opt(1.0, "Sampling temperature", dotted="generate.temperature")
     top_p: float = opt(1.0, "Nucleus sampling", dotted="generate.top_p")
-    micro_batch_size: int = opt(
-        16,
-        "Prompts per generate/score call",
-    )
+    micro_batch_size: int = opt(16, "Prompts per generate/score call")
     post_processor: Optional[str] = opt(
         None,
         "rs: best response per prompt (SFT data); iter_dpo: best/worst "
@@ -96,16 +93,13 @@ class BatchInferenceGenerateOwn:
 
 
 @dataclass(frozen=True)
-class BatchInferenceDataOwn:
-    """The `data` settings only BatchInference has."""
+class ScoredPrompts:
+    """The `data` settings of the stages that score prompts' responses (batch inference, evaluate)."""
 
     prompt_max_len: int = opt(
         1024, "Prompts longer than this (tokens) are dropped, counted and reported", dotted="data.prompt_max_len"
     )
-    label_key: Optional[str] = opt(
-        None,
-        "JSON key passed as `labels` to a reward_func / reward server",
-    )
+    label_key: Optional[str] = opt(None, "JSON key passed as `labels` to a reward_func / reward server")
 
 
 @dataclass(frozen=True)
@@ -138,15 +132,8 @@ class BatchInferenceVLLM:
 class BatchInferenceTrain:
     """The `train` settings only BatchInference has."""
 
-    seed: int = opt(
-        42,
-        "Sampling seed",
-    )
-    num_threads: int = opt(
-        0,
-        "CPU threads per rank (0: cores / ranks on this node)",
-        identity=False,
-    )
+    seed: int = opt(42, "Sampling seed")
+    num_threads: int = opt(0, "CPU threads per rank (0: cores / ranks on this node)", identity=False)
 
 
 @dataclass(frozen=True)
@@ -160,7 +147,7 @@ class BatchInferenceDS(RewardSourceDS, Packing, ModelDS):
 
 
 @dataclass(frozen=True)
-class BatchInferenceData(BatchInferenceDataOwn, Data, PromptFormat, ModelData):
+class BatchInferenceData(ScoredPrompts, Data, PromptFormat, ModelData):
     pass
 
 

@@ -30,11 +30,7 @@ class RolloutData:
         None, "JSON key passed as `labels` to a reward_func / remote RM", dotted="data.label_key"
     )
     max_samples: int = opt(100_000_000, "Use at most this many prompts", dotted="data.max_samples")
-    dataset_num_proc: int = opt(
-        0,
-        DATASET_NUM_PROC_HELP,
-        identity=False,
-    )
+    dataset_num_proc: int = opt(0, DATASET_NUM_PROC_HELP, identity=False)
     max_len: Optional[int] = opt(
         None,
         "Most tokens of prompt plus response (OpenRLHF >= 0.10.2's --data.max_len): each response may have "

@@ -41,10 +41,7 @@ class ChatGenerate:
 class ChatTrain:
     """The `train` settings only Chat has."""
 
-    seed: int = opt(
-        42,
-        "Sampling seed (set once, at start)",
-    )
+    seed: int = opt(42, "Sampling seed (set once, at start)")
 
 
 @dataclass(frozen=True)
@@ -97,10 +94,7 @@ class ServeRMDataOwn:
 class ServeRMTrain:
     """The `train` settings only ServeRM has."""
 
-    num_threads: int = opt(
-        0,
-        "CPU threads for scoring (0: all cores)",
-    )
+    num_threads: int = opt(0, "CPU threads for scoring (0: all cores)")
 
 
 @dataclass(frozen=True)

@@ -27,10 +27,7 @@ class TinyBaseCkpt:
 class TinyBaseTrain:
     """The `train` settings only TinyBase has."""
 
-    seed: int = opt(
-        0,
-        "Seed of the random initialisation",
-    )
+    seed: int = opt(0, "Seed of the random initialisation")
 
 
 @dataclass(frozen=True)
@@ -124,11 +121,7 @@ class LoraCombinerModel:
 class LoraCombinerCkpt:
     """The `ckpt` settings only LoraCombiner has."""
 
-    output_path: Optional[str] = opt(
-        None,
-        "Where the merged model is committed (local path or s3://)",
-        identity=False,
-    )
+    output_path: Optional[str] = opt(None, "Where the merged model is committed (local path or s3://)", identity=False)
 
 
 @dataclass(frozen=True)
