@@ -15,6 +15,7 @@ from typing import Callable
 import pytest
 
 from tests.fixtures_s3 import moto_endpoint, point_env_at, s3_root  # noqa: F401  (session S3 server, per-test prefix)
+from tests.memory_share import memory_share
 
 REPO = Path(__file__).resolve().parents[1]
 # Under pytest-xdist (CI runs `-n 2`) each worker gets cores of its own, and every process it starts
@@ -73,6 +74,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     rank = {name: i for i, name in enumerate(SLOW_FILES)}
     # stable: the rest keep their order
     items.sort(key=lambda item: (rank.get(item.path.name, len(SLOW_FILES)), "tiny_sft" not in item.fixturenames))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """A `whole_memory` test runs with no test of the other xdist worker beside it (tests/memory_share.py)."""
+    with memory_share(exclusive=item.get_closest_marker("whole_memory") is not None):
+        yield
 
 
 @pytest.fixture(scope="session", autouse=True)
