@@ -190,7 +190,7 @@ def test_the_async_agent_line_with_partial_rollouts(ray_head, tiny_sft, tmp_path
     # and OpenRLHF's oversampling, which the line leaves at its default: 2 prompts beyond the batch's 4
     rows = run_line(ray_head, [*args, "--rollout.vllm_generate_batch_size", "6"], "agent", out)
     for r in rows:
-        assert r["train/dynamic_filtering/prompts_generated"] >= 6
+        assert r["train/dynamic_filtering/prompts_generated"] >= 6 and "train/dynamic_filtering/carried" in r
         assert "train/partial/across_updates_fraction" in r and "train/policy_lag" in r
         # per sample, the refills (fresh) with the batch (one update old at most): the bound, --async_queue_size 1
         assert r["train/staleness/max"] <= 1 and r["train/staleness/lag_0"] + r["train/staleness/lag_1"] == 1

@@ -32,7 +32,7 @@ from alignment.losses.kl import KLController
 from alignment.losses.ppo import is_weights
 from alignment.losses.reward_norm import RunningMoments
 from alignment.ppo.batch import SequenceBatch, behaviour_logprobs, rollout_to_batch
-from alignment.ppo.dynamic_sampling import filtered, refill_prompts
+from alignment.ppo.dynamic_sampling import Carry, Groups, filtered, refill_prompts
 from alignment.ppo.evaluation import eval_metrics, eval_params
 from alignment.ppo.experience import Experience, assemble, experience_metrics, needs_old_logprobs, uses_reference
 from alignment.ppo.loop import PPOState
@@ -104,6 +104,9 @@ class PPOController:
         self.agent = agent_runner(cfg, tokenizer)
         self.pool = episode_pool(cfg, self.agent, groups)  # --async_train with agents on the HF engine, or None
         self.submitted = -1  # the last iteration whose prompts the pool has
+        # --async_train with --dynamic_filtering on engines ahead: surplus mixed groups go to the next iteration
+        carrying = cfg.train.async_enable and cfg.algo.dynamic_filtering_enable and self.pool is None
+        self.carry = Carry(Groups.empty(), cfg.train.async_queue_size) if carrying else None
         if cfg.train.dynamic_batch_enable:
             log.info(
                 "--use_dynamic_batch: training micro-batches of <= %d tokens, log-prob and value passes of <= %d "

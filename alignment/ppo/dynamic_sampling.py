@@ -15,11 +15,18 @@ applies), while the whitening of reinforce_baseline and reinforce shifts it by t
 
 With --dynamic_filtering_recheck the draws skip the prompts whose recent groups taught nothing
 (alignment.ppo.pass_history), so fewer groups are generated only to be dropped.
+
+Under --async_train, where a batch may hold samples up to --async_queue_size updates old, mixed groups are not
+thrown away for being more than an iteration needs, as AReaL and ROLL keep a buffer: a refill round draws the
+shortfall divided by the share of groups kept so far (fewer, larger rounds), the oversampled batch
+(--vllm_generate_batch_size) and those rounds leave surplus mixed groups, and the next iteration trains on them
+first while they are within the bound (`Carry`). A synchronous run stays on-policy: it generates only the shortfall.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import random
 import threading
 from dataclasses import dataclass
@@ -72,6 +79,34 @@ class Groups:
         return Scored.concat(self.scored)
 
 
+@dataclass
+class Carry:
+    """Mixed groups generated beyond an iteration's need (--async_train), for the next iteration; their rows'
+    `Rollout.versions` say which policy sampled them."""
+
+    groups: Groups
+    bound: int  # --async_queue_size: the most updates a trained sample may be behind
+
+    def take(self, kept: Groups, need: int, synced: int, n: int) -> tuple[int, int]:
+        """Up to `need` carried groups into `kept`, those at most `bound` updates old (the rest are
+        let go); (groups taken, their response tokens)."""
+        old, self.groups = self.groups, Groups.empty()
+        if not old.prompts:
+            return 0, 0
+        fresh = [k for k in range(len(old.prompts)) if synced - old.rollout.versions[k * n] <= self.bound][:need]
+        kept.add(old.prompts, old.rollout, old.merged(), fresh, n)
+        lengths = [len(old.rollout.response_ids[r]) for k in fresh for r in range(k * n, (k + 1) * n)]
+        return len(fresh), sum(lengths)
+
+
+def refill_size(short: int, kept: int, generated: int, carry: Carry | None) -> int:
+    """Prompts a refill round draws for a shortfall of `short` groups: the shortfall itself, or, when a carry
+    takes the surplus, the shortfall over the share of groups kept so far (at most 8 times it)."""
+    if carry is None:
+        return short
+    return math.ceil(short / max(kept / max(generated, 1), 1 / 8))
+
+
 def refill_prompts(
     pool: list[PromptSample],
     k: int,
@@ -102,6 +137,8 @@ class Resampling(Protocol):
     prompts: list[PromptSample]
     total_iterations: int
     history: PassHistory | None  # --dynamic_filtering_recheck
+    carry: Carry | None  # --async_train: surplus mixed groups for the next iteration
+    synced: int  # the policy version about to train
 
     def position(self, prompt: PromptSample) -> int: ...
 
@@ -146,8 +183,12 @@ def filtered(
     into the prompts' history, from every rank."""
     cfg, g, n = ppo.cfg, ppo.groups, ppo.cfg.rollout.n_samples_per_prompt
     low, high = cfg.algo.dynamic_filtering_range
-    need, kept, dropped = need or len(prompts), Groups.empty(), Groups.empty()
-    generated, round_, tokens, outcomes = 0, 0, [0, 0], []
+    need, kept, dropped, carry = need or len(prompts), Groups.empty(), Groups.empty(), ppo.carry
+    generated, round_, tokens, outcomes, carried = 0, 0, [0, 0], [], 0
+    if carry is not None:  # last iteration's surplus first: already paid for, counted here where it is used
+        carried, carried_tokens = carry.take(kept, need, ppo.synced, n)
+        tokens = [carried_tokens, carried_tokens]
+    surplus = Groups.empty()
     while True:
         rollout, scored = sampled.rollout, ppo.score(prompts, sampled)
         if round_ == 0:  # what the policy earns on its own draw, comparable with an unfiltered run's reward
@@ -155,30 +196,34 @@ def filtered(
         keep = kept_groups(scored.scores, n, low, high)
         generated += len(prompts)
         used = keep[: need - len(kept.prompts)]
+        extra = keep[len(used) :] if carry is not None else []  # carried: its tokens count where it is used
         lengths = [len(r) for r in rollout.response_ids]
         tokens[0] += sum(sum(lengths[k * n : (k + 1) * n]) for k in used)
-        tokens[1] += sum(lengths)
+        tokens[1] += sum(lengths) - sum(sum(lengths[k * n : (k + 1) * n]) for k in extra)
         if ppo.history is not None:
             outcomes += [(ppo.position(p), k in keep) for k, p in enumerate(prompts)]
         kept.add(prompts, rollout, scored, used, n)
+        surplus.add(prompts, rollout, scored, extra, n)
         dropped.add(prompts, rollout, scored, [k for k in range(len(prompts)) if k not in keep], n)
         if len(kept.prompts) >= need or round_ == MAX_ROUNDS:
             break
         round_ += 1
-        prompts = refill_prompts(
-            ppo.prompts, need - len(kept.prompts), cfg.train.seed, iteration, round_, g.rank, ppo.history
-        )
+        k = refill_size(need - len(kept.prompts), len(kept.prompts) - carried, generated, carry)
+        prompts = refill_prompts(ppo.prompts, k, cfg.train.seed, iteration, round_, g.rank, ppo.history)
         sampled = ppo.sample(prompts, refill_key(iteration, round_, ppo.sizes.iterations)).get()
     short = top_up(kept, dropped, need, n, iteration, round_)
+    if carry is not None:
+        carry.groups = surplus
     if ppo.history is not None:  # every rank's outcomes, so each controller keeps (and saves) the same history
         ppo.history.record(gather_everywhere(outcomes))
     metrics.update(
         {
             "dynamic_filtering/gradient_token_share": token_share(*tokens),
-            "dynamic_filtering/dropped_fraction": 1.0 - (need - short) / generated,
+            "dynamic_filtering/dropped_fraction": 1.0 - (need - short - carried + len(surplus.prompts)) / generated,
             "dynamic_filtering/refill_rounds": float(round_),
             "dynamic_filtering/prompts_generated": float(generated),
             "dynamic_filtering/topped_up": float(short),
+            **({"dynamic_filtering/carried": float(carried)} if carry is not None else {}),
         }
     )
     return kept.prompts, kept.rollout, kept.merged()
