@@ -11,7 +11,7 @@ bash scripts/install_browser.sh
 # and the chaos suite of faults injected into flow runs, `make test-chaos`)
 MARKERS=${ALIGNFLOW_TEST_MARKERS:-not demo and not chaos}
 # Two phases. First the suite on ALIGNFLOW_TEST_WORKERS pytest-xdist workers (default: 2 where there are
-# 2 cores or more; each worker pinned to its own cores by tests/conftest.py, a test file stays on one worker so its
+# 2 cores or more; each worker pinned to its own cores by tests/scheduling.py, a test file stays on one worker so its
 # module fixtures are built once). On 2 cores this takes under 2/3 of one process's time: much of a test is
 # single-threaded (process start-up, imports, Ray and Prefect bookkeeping). Then the `alone` tests, which look
 # at every process on the machine, one at a time.

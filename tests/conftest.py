@@ -15,18 +15,9 @@ from typing import Callable
 import pytest
 
 from tests.fixtures_s3 import moto_endpoint, point_env_at, s3_root  # noqa: F401  (session S3 server, per-test prefix)
-from tests.memory_share import memory_share
+from tests.scheduling import pytest_collection_modifyitems, pytest_runtest_protocol  # noqa: F401  (hooks)
 
 REPO = Path(__file__).resolve().parents[1]
-# Under pytest-xdist (CI runs `-n 2`) each worker gets cores of its own, and every process it starts
-# (ranks, Ray, vLLM) inherits them: two workers whose OpenMP threads spin on the same cores slow each
-# other far more than 2x. The trainers size their thread pools from this affinity.
-if os.environ.get("PYTEST_XDIST_WORKER", "").startswith("gw") and hasattr(os, "sched_setaffinity"):
-    _cores = sorted(os.sched_getaffinity(0))
-    _workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    if 1 < _workers <= len(_cores):
-        _per, _k = len(_cores) // _workers, int(os.environ["PYTEST_XDIST_WORKER"][2:])
-        os.sched_setaffinity(0, _cores[_k * _per : (_k + 1) * _per])
 # Keep every tool's state inside the test session, never in $HOME, and never reach a hub.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -47,40 +38,6 @@ os.environ.pop("PREFECT_API_URL", None)
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
 os.environ.setdefault("PREFECT_LOGGING_TO_API_BATCH_INTERVAL", "0.3")
-
-
-# The test files that take minutes, heaviest first (their time on one of CI's two pinned workers, 2026-11-29:
-# the kill -9s ~630 s, the deployment ~700 s, PPO on Ray ~440 s, ...). xdist hands out whole files in
-# collection order (scripts/run_tests.sh: --dist loadfile --no-loadscope-reorder), so the long ones start first
-# and the two workers finish together, instead of one running the kill -9 test alone at the end.
-SLOW_FILES = (
-    "test_chaos_kills.py",
-    "test_deployment.py",
-    "test_ppo_ray.py",
-    "test_sft_dpo_flow.py",
-    "test_multinode.py",
-    "test_sft_integration.py",
-    "test_agents.py",
-    "test_gates_and_compare.py",
-    "test_interrupts.py",
-    "test_chaos.py",
-)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Slow files first; inside a file, the tests that need the shared SFT model first. The worker that
-    gets the deployment file then trains that model (~4 min) while the other runs the kill -9s, which do
-    not need it: in a CI run of 2026-11-30 the second worker sat 165 s on the model's lock instead."""
-    rank = {name: i for i, name in enumerate(SLOW_FILES)}
-    # stable: the rest keep their order
-    items.sort(key=lambda item: (rank.get(item.path.name, len(SLOW_FILES)), "tiny_sft" not in item.fixturenames))
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
-    """A `whole_memory` test runs with no test of the other xdist worker beside it (tests/memory_share.py)."""
-    with memory_share(exclusive=item.get_closest_marker("whole_memory") is not None):
-        yield
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -1,0 +1,53 @@
+"""How the suite's tests share this machine under pytest-xdist: each worker's cores, the order files are handed
+out in, and the tests that need the node's memory to themselves. Hooks imported by tests/conftest.py."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.memory_share import memory_share
+
+# Under pytest-xdist (CI runs `-n 2`) each worker gets cores of its own, and every process it starts
+# (ranks, Ray, vLLM) inherits them: two workers whose OpenMP threads spin on the same cores slow each
+# other far more than 2x. The trainers size their thread pools from this affinity.
+if os.environ.get("PYTEST_XDIST_WORKER", "").startswith("gw") and hasattr(os, "sched_setaffinity"):
+    _cores = sorted(os.sched_getaffinity(0))
+    _workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if 1 < _workers <= len(_cores):
+        _per, _k = len(_cores) // _workers, int(os.environ["PYTEST_XDIST_WORKER"][2:])
+        os.sched_setaffinity(0, _cores[_k * _per : (_k + 1) * _per])
+
+# The test files that take minutes, heaviest first (their time on one of CI's two pinned workers, 2026-11-29:
+# the kill -9s ~630 s, the deployment ~700 s, PPO on Ray ~440 s, ...). xdist hands out whole files in
+# collection order (scripts/run_tests.sh: --dist loadfile --no-loadscope-reorder), so the long ones start first
+# and the two workers finish together, instead of one running the kill -9 test alone at the end.
+SLOW_FILES = (
+    "test_chaos_kills.py",
+    "test_deployment.py",
+    "test_ppo_ray.py",
+    "test_sft_dpo_flow.py",
+    "test_multinode.py",
+    "test_sft_integration.py",
+    "test_agents.py",
+    "test_gates_and_compare.py",
+    "test_interrupts.py",
+    "test_chaos.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Slow files first; inside a file, the tests that need the shared SFT model first. The worker that
+    gets the deployment file then trains that model (~4 min) while the other runs the kill -9s, which do
+    not need it: in a CI run of 2026-11-30 the second worker sat 165 s on the model's lock instead."""
+    rank = {name: i for i, name in enumerate(SLOW_FILES)}
+    # stable: the rest keep their order
+    items.sort(key=lambda item: (rank.get(item.path.name, len(SLOW_FILES)), "tiny_sft" not in item.fixturenames))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """A `whole_memory` test runs with no test of the other xdist worker beside it (tests/memory_share.py)."""
+    with memory_share(exclusive=item.get_closest_marker("whole_memory") is not None):
+        yield
