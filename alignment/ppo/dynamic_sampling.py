@@ -87,16 +87,20 @@ class Carry:
     groups: Groups
     bound: int  # --async_queue_size: the most updates a trained sample may be behind
 
-    def take(self, kept: Groups, need: int, synced: int, n: int) -> tuple[int, int]:
-        """Up to `need` carried groups into `kept`, those at most `bound` updates old (the rest are
-        let go); (groups taken, their response tokens)."""
-        old, self.groups = self.groups, Groups.empty()
+    def take(self, kept: Groups, need: int, synced: int, n: int) -> tuple[int, int, int]:
+        """Up to `need` carried groups into `kept`, those at most `bound` updates old; the other fresh ones stay
+        for later, the older ones are let go. (groups taken, their response tokens, the let-go groups' tokens:
+        a carried group's tokens count as generated where it is taken or let go.)"""
+        old = self.groups
         if not old.prompts:
-            return 0, 0
-        fresh = [k for k in range(len(old.prompts)) if synced - old.rollout.versions[k * n] <= self.bound][:need]
-        kept.add(old.prompts, old.rollout, old.merged(), fresh, n)
-        lengths = [len(old.rollout.response_ids[r]) for k in fresh for r in range(k * n, (k + 1) * n)]
-        return len(fresh), sum(lengths)
+            return 0, 0, 0
+        tokens = lambda groups: sum(len(old.rollout.response_ids[r]) for k in groups for r in range(k * n, (k + 1) * n))  # noqa: E731
+        fresh = [k for k in range(len(old.prompts)) if synced - old.rollout.versions[k * n] <= self.bound]
+        stale = [k for k in range(len(old.prompts)) if k not in fresh]
+        scored, self.groups = old.merged(), Groups.empty()
+        kept.add(old.prompts, old.rollout, scored, fresh[:need], n)
+        self.groups.add(old.prompts, old.rollout, scored, fresh[need:], n)
+        return len(fresh[:need]), tokens(fresh[:need]), tokens(stale)
 
 
 def refill_size(short: int, kept: int, generated: int, carry: Carry | None) -> int:
@@ -186,9 +190,10 @@ def filtered(
     need, kept, dropped, carry = need or len(prompts), Groups.empty(), Groups.empty(), ppo.carry
     generated, round_, tokens, outcomes, carried = 0, 0, [0, 0], [], 0
     if carry is not None:  # last iteration's surplus first: already paid for, counted here where it is used
-        carried, carried_tokens = carry.take(kept, need, ppo.synced, n)
-        tokens = [carried_tokens, carried_tokens]
-    surplus = Groups.empty()
+        carried, carried_tokens, let_go = carry.take(kept, need, ppo.synced, n)
+        tokens = [carried_tokens, carried_tokens + let_go]
+    surplus = carry.groups if carry is not None else Groups.empty()  # the next iteration's, after any left over
+    left_over = len(surplus.prompts)
     while True:
         rollout, scored = sampled.rollout, ppo.score(prompts, sampled)
         if round_ == 0:  # what the policy earns on its own draw, comparable with an unfiltered run's reward
@@ -212,14 +217,13 @@ def filtered(
         prompts = refill_prompts(ppo.prompts, k, cfg.train.seed, iteration, round_, g.rank, ppo.history)
         sampled = ppo.sample(prompts, refill_key(iteration, round_, ppo.sizes.iterations)).get()
     short = top_up(kept, dropped, need, n, iteration, round_)
-    if carry is not None:
-        carry.groups = surplus
     if ppo.history is not None:  # every rank's outcomes, so each controller keeps (and saves) the same history
         ppo.history.record(gather_everywhere(outcomes))
     metrics.update(
         {
             "dynamic_filtering/gradient_token_share": token_share(*tokens),
-            "dynamic_filtering/dropped_fraction": 1.0 - (need - short - carried + len(surplus.prompts)) / generated,
+            "dynamic_filtering/dropped_fraction": 1.0
+            - (need - short - carried + len(surplus.prompts) - left_over) / generated,
             "dynamic_filtering/refill_rounds": float(round_),
             "dynamic_filtering/prompts_generated": float(generated),
             "dynamic_filtering/topped_up": float(short),
