@@ -30,7 +30,7 @@ import math
 import random
 import threading
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import torch
 
@@ -38,6 +38,8 @@ from alignment.config.ppo import PPOConfig
 from alignment.datasets.prompts import PromptSample
 from alignment.distributed.collectives import gather_everywhere
 from alignment.ppo.pass_history import PassHistory, token_share
+from alignment.ppo.pending import Pending
+from alignment.ppo.sampled import Sampled
 from alignment.rewards.scorer import Scored
 from alignment.rollout.types import Rollout
 
@@ -133,11 +135,15 @@ def refill_key(iteration: int, round_: int, total_iterations: int) -> int:
     return total_iterations * round_ + iteration
 
 
+class Ranked(Protocol):
+    rank: int  # this controller's place among the launcher's
+
+
 class Resampling(Protocol):
     """What the refill loop asks of the PPO controller (alignment.ppo.controller.PPOController)."""
 
     cfg: PPOConfig
-    groups: Any  # its .rank: this controller's share of the refills
+    groups: Ranked  # its .rank: this controller's share of the refills
     prompts: list[PromptSample]
     total_iterations: int
     history: PassHistory | None  # --dynamic_filtering_recheck
@@ -146,8 +152,8 @@ class Resampling(Protocol):
 
     def position(self, prompt: PromptSample) -> int: ...
 
-    def score(self, prompts: list[PromptSample], sampled: Any) -> Scored: ...
-    def sample(self, prompts: list[PromptSample], key: int) -> Any: ...
+    def score(self, prompts: list[PromptSample], sampled: Sampled) -> Scored: ...
+    def sample(self, prompts: list[PromptSample], key: int) -> Pending[Sampled]: ...
 
 
 def top_up(kept: Groups, dropped: Groups, need: int, n: int, iteration: int, round_: int) -> int:
@@ -175,7 +181,7 @@ def filtered(
     ppo: Resampling,
     iteration: int,
     prompts: list[PromptSample],
-    sampled: Any,
+    sampled: Sampled,
     metrics: dict[str, float],
     need: int | None = None,
 ) -> tuple[list[PromptSample], Rollout, Scored]:

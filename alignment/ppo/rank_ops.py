@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import torch
 import torch.distributed as dist
@@ -30,6 +30,8 @@ from alignment.training.engine import step as engine_step
 
 if TYPE_CHECKING:
     from deepspeed import DeepSpeedEngine
+
+    from alignment.models.reward_model import ValueCapture
 
 
 def micro_groups(batch: SequenceBatch, rows: int, max_tokens: int | None, packing: Packing | None) -> list[list[int]]:
@@ -72,7 +74,9 @@ def logprobs(
     return _per_micro_batch(lambda mb: action_logprobs(model, mb.to(dev), packing), batch, cfg, packing)
 
 
-def value_forward(critic: Any, capture: Any, batch: SequenceBatch, packing: Packing | None = None) -> torch.Tensor:
+def value_forward(
+    critic: torch.nn.Module, capture: ValueCapture, batch: SequenceBatch, packing: Packing | None = None
+) -> torch.Tensor:
     """[B, L-1]: V of the state before each action (the value read at token t scores action t+1)."""
     if packing is None:
         critic(input_ids=batch.sequences, attention_mask=batch.attention_mask)
@@ -86,7 +90,7 @@ def value_forward(critic: Any, capture: Any, batch: SequenceBatch, packing: Pack
 
 @torch.no_grad()
 def values(
-    critic: torch.nn.Module, capture: Any, batch: SequenceBatch, cfg: PPOConfig, packing: Packing | None = None
+    critic: torch.nn.Module, capture: ValueCapture, batch: SequenceBatch, cfg: PPOConfig, packing: Packing | None = None
 ) -> torch.Tensor:
     dev = model_device(critic)
     return _per_micro_batch(lambda mb: value_forward(critic, capture, mb.to(dev), packing), batch, cfg, packing)
@@ -172,7 +176,12 @@ def _mean(rows: list[dict[str, float]]) -> dict[str, float]:
 
 
 def train_critic(
-    critic: Any, capture: Any, exp: Experience, cfg: PPOConfig, seed: int, packing: Packing | None = None
+    critic: DeepSpeedEngine,
+    capture: ValueCapture,
+    exp: Experience,
+    cfg: PPOConfig,
+    seed: int,
+    packing: Packing | None = None,
 ) -> dict[str, float]:
     """Clipped value loss on each micro-batch, aggregated over its optimizer step (--loss_agg_mode);
     DeepSpeed steps at accumulation boundaries."""
@@ -192,7 +201,7 @@ def train_critic(
 
 
 def train_actor(
-    actor: Any,
+    actor: DeepSpeedEngine,
     exp: Experience,
     cfg: PPOConfig,
     kl_coef: float,

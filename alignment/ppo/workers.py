@@ -35,12 +35,16 @@ from alignment.models.saving import (
 )
 from alignment.outputs import StagedOutput
 from alignment.ppo import rank_ops, roles
+from alignment.ppo.batch import SequenceBatch
 from alignment.ppo.dispatch import EACH, EXPERIENCE, LISTS, PROMPTS, ROWS, dispatch
 from alignment.ppo.ema import EMA
+from alignment.ppo.experience import Experience
 from alignment.ppo.packed import packing_for
 from alignment.ppo.sleep import OptimizerSleep
-from alignment.rollout.collective_sync import broadcast, listen, open_group, specs
+from alignment.rewards.scorer import Scored
+from alignment.rollout.collective_sync import SyncGroup, broadcast, listen, open_group, specs
 from alignment.rollout.hf_engine import HFEngine
+from alignment.rollout.types import Rollout, SamplingParams
 from alignment.rollout.vllm_engine import VLLMEngine
 from alignment.rollout.weight_sync import chunks
 from alignment.training import checkpoint, finite
@@ -106,7 +110,7 @@ class ModelWorker(RankActor):
         return ray.get_runtime_context().get_node_id()
 
     @dispatch(PROMPTS)  # the vLLM engines' generate (alignment/rollout/vllm_engine.py) is called the same way
-    def generate(self, prompt_ids: list[list[int]], params: Any, images: list | None = None) -> Any:
+    def generate(self, prompt_ids: list[list[int]], params: SamplingParams, images: list | None = None) -> Rollout:
         tok = self.setup.tokenizer
         engine = HFEngine(
             self.model,
@@ -119,20 +123,20 @@ class ModelWorker(RankActor):
         return engine.generate(prompt_ids, params, images)
 
     @dispatch(ROWS)
-    def logprobs(self, batch: Any) -> Any:
+    def logprobs(self, batch: SequenceBatch) -> torch.Tensor:
         return rank_ops.logprobs(self.model, batch, self.cfg, self.packing)
 
     @dispatch(ROWS)
-    def values(self, batch: Any) -> Any:
+    def values(self, batch: SequenceBatch) -> torch.Tensor:
         return rank_ops.values(self.model, self.capture, batch, self.cfg, self.packing)
 
     @dispatch(LISTS)
-    def scores(self, queries: list[str], prompts: list[str], labels: list) -> Any:
+    def scores(self, queries: list[str], prompts: list[str], labels: list) -> Scored:
         return self.reward(queries, prompts, labels)
 
     # --- training ----------------------------------------------------------------------
     @dispatch(EXPERIENCE)
-    def train(self, exp: Any, kl_coef: float, seed: int) -> dict[str, float]:
+    def train(self, exp: Experience, kl_coef: float, seed: int) -> dict[str, float]:
         with self.sleep.awake():
             if self.role == Role.CRITIC:
                 stats = rank_ops.train_critic(self.engine, self.capture, exp, self.cfg, seed, self.packing)
@@ -158,7 +162,7 @@ class ModelWorker(RankActor):
         self._sync_store = listen(host, world_size)
         return host, self._sync_store.port
 
-    def join_sync_group(self, group: Any) -> bool:
+    def join_sync_group(self, group: SyncGroup) -> bool:
         self._sync_pg = open_group(group, 0, self._sync_store)
         self._sync_device = self.rt.torch_device if group.backend == "nccl" else torch.device("cpu")
         return True

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -179,7 +179,7 @@ def make_reward(
     attn: str,
     device: str,
     pack_tokens: int | None = None,
-) -> Any:
+) -> FunctionReward | RewardModels:
     if cfg.reward.remote_url:
         if cfg.reward.model_name_or_path:
             log.info(

@@ -154,7 +154,9 @@ def make_scheduler(optimizer: torch.optim.Optimizer, train: Train, total_steps: 
     )
 
 
-def build_engine(model: torch.nn.Module, cfg: TrainConfig, rt: Runtime, bf16: bool, total_steps: int, lr: float) -> Any:
+def build_engine(
+    model: torch.nn.Module, cfg: TrainConfig, rt: Runtime, bf16: bool, total_steps: int, lr: float
+) -> DeepSpeedEngine:
     """The model's DeepSpeed engine: ZeRO stage, optimizer at peak learning rate `lr`, schedule."""
 
     stage = cfg.zero_stage_on(rt.dp_size)
