@@ -22,6 +22,7 @@ from alignflow.tasks.presentation.artifacts import artifact_key
 from alignflow.tasks.presentation.results import StageResult
 from alignment import storage
 from alignment.config import ConfigError
+from alignment.config.stages import StageConfig
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ class Planned:
 
     step: Step
     config_file: str | None
-    cfg: Any  # merged and validated
+    cfg: StageConfig  # merged and validated
     inputs: dict[str, str]  # every input as a URI
     digest: str  # the stage's identity: a hash of its config and inputs
     out: str  # the stage's folder in the store: <store>/<run>/<stage>-<digest>

@@ -22,6 +22,7 @@ from alignflow.tasks.presentation.progress import StageProgress
 from alignflow.tasks.presentation.results import StageResult, dir_of_model
 from alignment import events, storage
 from alignment.config.cli import config_to_yaml
+from alignment.config.stages import StageConfig
 from alignment.config.tracking import TRACKING_ENV
 from alignment.errors import TransientError
 
@@ -87,7 +88,9 @@ _TRY_WALL_S: dict[str, list[float]] = {}
     task_run_name="{stage}",
     retry_condition_fn=retry_only_job_failures,
 )
-async def run_stage(stage: str, run_name: str, ray_address: str, cfg: Any, digest: str, out: str) -> StageResult:
+async def run_stage(
+    stage: str, run_name: str, ray_address: str, cfg: StageConfig, digest: str, out: str
+) -> StageResult:
     """Run `stage` with its planned config `cfg` (identity `digest`, folder `out`) unless its output is
     already committed in the store.
 
@@ -114,7 +117,7 @@ def recorded_wall_s(model_uri: str) -> float | None:
     return json.loads(text)["wall_s"] if text else None
 
 
-async def _run_try(stage: str, run_name: str, ray_address: str, cfg: Any, digest: str, out: str) -> StageResult:
+async def _run_try(stage: str, run_name: str, ray_address: str, cfg: StageConfig, digest: str, out: str) -> StageResult:
     """One try of run_stage."""
     logger = get_run_logger()
     started = time.monotonic()
@@ -128,7 +131,7 @@ async def _run_try(stage: str, run_name: str, ray_address: str, cfg: Any, digest
 
 
 async def _run_job_try(
-    stage: str, cfg: Any, digest: str, out: str, run_name: str, ray_address: str, logger: Any, started: float
+    stage: str, cfg: StageConfig, digest: str, out: str, run_name: str, ray_address: str, logger: Any, started: float
 ) -> StageResult:
     """The Ray job of one try, its output's slot held."""
     model_uri = f"{out}/model"

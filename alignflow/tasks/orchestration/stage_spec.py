@@ -33,6 +33,7 @@ from alignment.config.base import not_identity_fields, path_fields, secret_field
 from alignment.config.cli import load_yaml
 from alignment.config.dotted import nested_to_fields
 from alignment.config.evaluate import EvaluateConfig
+from alignment.config.stages import StageConfig
 from alignment.config.tracking import WANDB_SWITCHES
 from alignment.config.values import coerce
 from alignment.fingerprint import fingerprint
@@ -114,7 +115,7 @@ def absolute_input(spec: str) -> str:
 
 def build_config(
     stage: str, config_file: str | None, overrides: dict[str, Any] | None, pending: set[str] = frozenset()
-) -> Any:
+) -> StageConfig:
     """The stage config from an optional YAML file plus parameter overrides, validated. `pending`:
     fields naming an upstream stage's output that is not committed yet (its existence is not checked)."""
     if stage not in STAGES:
@@ -175,7 +176,7 @@ def check_inputs(stage: str, values: dict[str, Any], paths: dict[str, str]) -> N
                 )
 
 
-def identity_hash(stage: str, cfg: Any, inputs: dict[str, str] | None = None) -> str:
+def identity_hash(stage: str, cfg: StageConfig, inputs: dict[str, str] | None = None) -> str:
     """Hash of what determines the stage's output: its config (less the fields the schema marks
     identity=False, and secrets), input URIs, and the content of the local files its other path
     fields name (alignment/fingerprint.py). An input (an upstream stage's committed output) counts by
@@ -203,7 +204,7 @@ def stage_dir(store: str, run_name: str, stage: str, digest: str) -> str:
     return f"{store.rstrip('/')}/{run_name}/{stage}-{digest}"
 
 
-def job_config(stage: str, cfg: Any, out_dir: str, run_name: str = "") -> Any:
+def job_config(stage: str, cfg: StageConfig, out_dir: str, run_name: str = "") -> StageConfig:
     """The config the Ray job runs with: outputs under the stage dir, resume switched on; trackers
     that follow the pipeline: TensorBoard events inside the committed output, wandb runs grouped by
     pipeline run and named `<run>-<stage>` unless the config names them."""
@@ -221,7 +222,7 @@ def job_config(stage: str, cfg: Any, out_dir: str, run_name: str = "") -> Any:
     return replace(cfg, **changes)
 
 
-def config_summary(cfg: Any) -> dict[str, Any]:
+def config_summary(cfg: StageConfig) -> dict[str, Any]:
     secret = secret_fields(cfg)
     return {k: v for k, v in asdict(cfg).items() if k not in secret}
 
