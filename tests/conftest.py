@@ -15,7 +15,7 @@ from typing import Callable
 import pytest
 
 from tests.fixtures_s3 import moto_endpoint, point_env_at, s3_root  # noqa: F401  (session S3 server, per-test prefix)
-from tests.scheduling import pytest_collection_modifyitems, pytest_runtest_protocol  # noqa: F401  (hooks)
+from tests.scheduling import pytest_collection_modifyitems  # noqa: F401  (a hook)
 
 REPO = Path(__file__).resolve().parents[1]
 # Keep every tool's state inside the test session, never in $HOME, and never reach a hub.

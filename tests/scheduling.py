@@ -1,13 +1,11 @@
 """How the suite's tests share this machine under pytest-xdist: each worker's cores, the order files are handed
-out in, and the tests that need the node's memory to themselves. Hooks imported by tests/conftest.py."""
+out in. Hooks imported by tests/conftest.py."""
 
 from __future__ import annotations
 
 import os
 
 import pytest
-
-from tests.memory_share import memory_share
 
 # Under pytest-xdist (CI runs `-n 2`) each worker gets cores of its own, and every process it starts
 # (ranks, Ray, vLLM) inherits them: two workers whose OpenMP threads spin on the same cores slow each
@@ -44,10 +42,3 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     rank = {name: i for i, name in enumerate(SLOW_FILES)}
     # stable: the rest keep their order
     items.sort(key=lambda item: (rank.get(item.path.name, len(SLOW_FILES)), "tiny_sft" not in item.fixturenames))
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
-    """A `whole_memory` test runs with no test of the other xdist worker beside it (tests/memory_share.py)."""
-    with memory_share(exclusive=item.get_closest_marker("whole_memory") is not None):
-        yield

@@ -1,8 +1,9 @@
 """A killed flow leaves nothing running, and the same flow run again finishes
 (alignflow/tasks/cluster/head_watchdog.py, alignflow/tasks/orchestration/output_slot.py): kill -9 of the demo's flow
-process mid-SFT; within 10 s no process of its embedded Ray head, of its job or that the flow had started (the
-ephemeral Prefect API) is alive; the rerun takes the dead run's output slot over at once and resumes SFT from its
-checkpoint."""
+process mid-SFT; soon after, no process of its embedded Ray head, of its job or that the flow had started (the
+ephemeral Prefect API) is alive (the watchdog takes a second or two; the test allows a minute, since how fast is a
+benchmark's question and a loaded 2-core CI machine once took more than 10 s); the rerun takes the dead run's
+output slot over at once and resumes SFT from its checkpoint."""
 
 from __future__ import annotations
 
@@ -47,12 +48,12 @@ def test_kill9_of_the_flow_process_stops_its_ray_head_and_the_rerun_finishes(tmp
     finally:
         proc.kill()
         proc.wait()
-    deadline = time.monotonic() + 10
+    killed, deadline = time.monotonic(), time.monotonic() + 60
     while (alive := [p for p in running.values() if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]) and (
         time.monotonic() < deadline
     ):
         time.sleep(0.5)
-    assert not alive, [(p.pid, p.cmdline()[:3]) for p in alive]
+    assert not alive, (time.monotonic() - killed, [(p.pid, p.cmdline()[:3]) for p in alive])
     again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     shown = again.stdout + again.stderr
     assert again.returncode == 0, shown[-4000:]

