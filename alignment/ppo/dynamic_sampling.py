@@ -96,7 +96,10 @@ class Carry:
         old = self.groups
         if not old.prompts:
             return 0, 0, 0
-        tokens = lambda groups: sum(len(old.rollout.response_ids[r]) for k in groups for r in range(k * n, (k + 1) * n))  # noqa: E731
+
+        def tokens(groups: list[int]) -> int:
+            return sum(len(old.rollout.response_ids[r]) for k in groups for r in range(k * n, (k + 1) * n))
+
         fresh = [k for k in range(len(old.prompts)) if synced - old.rollout.versions[k * n] <= self.bound]
         stale = [k for k in range(len(old.prompts)) if k not in fresh]
         scored, self.groups = old.merged(), Groups.empty()
@@ -194,12 +197,10 @@ def filtered(
     cfg, g, n = ppo.cfg, ppo.groups, ppo.cfg.rollout.n_samples_per_prompt
     low, high = cfg.algo.dynamic_filtering_range
     need, kept, dropped, carry = need or len(prompts), Groups.empty(), Groups.empty(), ppo.carry
-    generated, round_, tokens, outcomes, carried = 0, 0, [0, 0], [], 0
+    generated, round_, tokens, outcomes, carried, carried_out = 0, 0, [0, 0], [], 0, 0
     if carry is not None:  # last iteration's surplus first: already paid for, counted here where it is used
         carried, carried_tokens, let_go = carry.take(kept, need, ppo.synced, n)
         tokens = [carried_tokens, carried_tokens + let_go]
-    surplus = carry.groups if carry is not None else Groups.empty()  # the next iteration's, after any left over
-    left_over = len(surplus.prompts)
     while True:
         rollout, scored = sampled.rollout, ppo.score(prompts, sampled)
         if round_ == 0:  # what the policy earns on its own draw, comparable with an unfiltered run's reward
@@ -214,7 +215,9 @@ def filtered(
         if ppo.history is not None:
             outcomes += [(ppo.position(p), k in keep) for k, p in enumerate(prompts)]
         kept.add(prompts, rollout, scored, used, n)
-        surplus.add(prompts, rollout, scored, extra, n)
+        if carry is not None:  # for the next iteration, after any carried group left over
+            carry.groups.add(prompts, rollout, scored, extra, n)
+            carried_out += len(extra)
         dropped.add(prompts, rollout, scored, [k for k in range(len(prompts)) if k not in keep], n)
         if len(kept.prompts) >= need or round_ == MAX_ROUNDS:
             break
@@ -228,8 +231,7 @@ def filtered(
     metrics.update(
         {
             "dynamic_filtering/gradient_token_share": token_share(*tokens),
-            "dynamic_filtering/dropped_fraction": 1.0
-            - (need - short - carried + len(surplus.prompts) - left_over) / generated,
+            "dynamic_filtering/dropped_fraction": 1.0 - (need - short - carried + carried_out) / generated,
             "dynamic_filtering/refill_rounds": float(round_),
             "dynamic_filtering/prompts_generated": float(generated),
             "dynamic_filtering/topped_up": float(short),
