@@ -36,9 +36,6 @@ SLOW_FILES = (
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Slow files first; inside a file, the tests that need the shared SFT model first. The worker that
-    gets the deployment file then trains that model (~4 min) while the other runs the kill -9s, which do
-    not need it: in a CI run of 2026-11-30 the second worker sat 165 s on the model's lock instead."""
+    """Slow files first, the rest in collection order (a stable sort)."""
     rank = {name: i for i, name in enumerate(SLOW_FILES)}
-    # stable: the rest keep their order
-    items.sort(key=lambda item: (rank.get(item.path.name, len(SLOW_FILES)), "tiny_sft" not in item.fixturenames))
+    items.sort(key=lambda item: rank.get(item.path.name, len(SLOW_FILES)))
