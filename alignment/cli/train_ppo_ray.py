@@ -1,8 +1,9 @@
 """python -m alignment.cli.train_ppo_ray: the PPO family on Ray — OpenRLHF's train_ppo_ray.
 
 Run it as a Ray job (`ray job submit -- python -m alignment.cli.train_ppo_ray ...`, or through
-the stage runner); run directly, it starts a local Ray instance. The loop is in
-`alignment.ppo.ray_driver`; the per-model code is the same as `alignment.cli.train_ppo`'s.
+the stage runner); run directly, it starts a local Ray instance. The run is `alignment.ppo.run` (setup →
+train → commit) on the Ray backend (`alignment.ppo.ray_driver.RayGroups`: this process places the model
+groups and drives them), as `alignment.cli.train_ppo`'s is on the in-process one.
 """
 
 from __future__ import annotations
@@ -32,9 +33,22 @@ def main(argv: list[str] | None = None) -> dict:
     check_reward_file(cfg)
     if cfg.vllm.num_engines:
         check_vllm(cfg.vllm)
-    from alignment.ppo.ray_driver import run
+    # the start-up boundary: what runs loads torch, transformers and Ray
+    import torch
 
-    return run(cfg)
+    from alignment.distributed import placement
+    from alignment.models.builder import tokenizer_for
+    from alignment.models.precision import check_ring_attention
+    from alignment.ppo import run
+    from alignment.ppo.ray_driver import RayGroups, data_parallel
+    from alignment.rewards.scorer import FunctionReward
+
+    # everything that can fail cheaply (prompts, reward function, sizes, resources) fails before any model loads
+    check_ring_attention(cfg.ds.ring_attn_size, "cuda" if torch.cuda.is_available() else "cpu")
+    plans = placement.plan(cfg)
+    s = run.setup(cfg, tokenizer_for(cfg)[1], data_parallel(cfg, plans))
+    function_reward = FunctionReward(cfg.reward.remote_url) if cfg.reward.remote_url else None
+    return run.run(cfg, s, RayGroups(cfg, plans, s.sizes.total_steps, function_reward))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
-"""PPO's Ray backend of `alignment.ppo.controller.ModelGroups` (OpenRLHF's design): this process —
-the driver inside the Ray job — places the model groups and is the one controller; each typed call
-sends work to a group's ranks (generation on the actor ranks' HF engine or the vLLM engines,
-log-probs, values, rewards from the RM group or the driver's reward function, training).
+"""PPO's Ray backend of `alignment.ppo.controller.ModelGroups` (OpenRLHF's design), which
+`alignment.cli.train_ppo_ray` runs `alignment.ppo.run` on: this process — the driver inside the Ray job —
+places the model groups and is the one controller; each typed call sends work to a group's ranks
+(generation on the actor ranks' HF engine or the vLLM engines, log-probs, values, rewards from the RM
+group or the driver's reward function, training).
 
 Tensors move between groups through Ray's object store. With the HF engine inside the actor,
 weight sync is a no-op by construction (the engine generates with the weights it trains); with
@@ -16,7 +17,7 @@ import tempfile
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 import ray
 import torch
@@ -26,10 +27,7 @@ from alignment.config.placement import TRAINED, Role
 from alignment.config.ppo import PPOConfig
 from alignment.datasets.images import PromptImages
 from alignment.distributed import cluster, placement
-from alignment.models.builder import tokenizer_for
-from alignment.models.precision import check_ring_attention
 from alignment.ppo import ray_state
-from alignment.ppo import run as ppo_run
 from alignment.ppo.batch import SequenceBatch
 from alignment.ppo.dispatch import Joined, call
 from alignment.ppo.engines import VLLMEngines
@@ -63,7 +61,7 @@ def data_parallel(cfg: PPOConfig, plans: list) -> int:
 class RayGroups:
     rank, world = 0, 1  # one controller, in the driver: it sees every row of the iteration
 
-    def __init__(self, cfg: PPOConfig, plans: list, total_steps: int, function_reward: Any | None):
+    def __init__(self, cfg: PPOConfig, plans: list, total_steps: int, function_reward: FunctionReward | None):
         """`plans`: placement.plan(cfg), checked by `data_parallel`; `total_steps`: the run's (schedule.Sizes)."""
         self.cfg, self.function_reward = cfg, function_reward
         tp = cfg.ds.tensor_parallel_size
@@ -169,13 +167,3 @@ class RayGroups:
                 (staged.dir / "critic" / name).write_bytes(data)
         ray_state.commit(self.groups[Role.ACTOR], self.cfg, staged.dir, logger.final(), logger.links)
         log.info("model committed: %s", self.cfg.ckpt.output_dir)
-
-
-def run(cfg: PPOConfig) -> dict[str, float]:
-    """Everything that can fail cheaply (prompts, reward function, sizes, resources) fails before
-    any model loads."""
-    check_ring_attention(cfg.ds.ring_attn_size, "cuda" if torch.cuda.is_available() else "cpu")
-    plans = placement.plan(cfg)
-    s = ppo_run.setup(cfg, tokenizer_for(cfg)[1], data_parallel(cfg, plans))
-    function_reward = FunctionReward(cfg.reward.remote_url) if cfg.reward.remote_url else None
-    return ppo_run.run(cfg, s, RayGroups(cfg, plans, s.sizes.total_steps, function_reward))
