@@ -18,6 +18,10 @@ MARKERS=${ALIGNFLOW_TEST_MARKERS:-not demo and not chaos}
 cores=$(nproc)
 WORKERS=${ALIGNFLOW_TEST_WORKERS:-$(( cores >= 2 ? 2 : 1 ))}
 if [ "$WORKERS" -gt 1 ]; then PARALLEL=(-n "$WORKERS" --dist loadfile --no-loadscope-reorder); else PARALLEL=(-p no:xdist); fi
+# the models the suite builds once (the SmolLM2 import, the short RM), shared by both phases (tests/conftest.py)
+ALIGNFLOW_TEST_BUILT=$(mktemp -d -t alignflow-test-built-XXXXXX)
+export ALIGNFLOW_TEST_BUILT
+trap 'rm -rf "$ALIGNFLOW_TEST_BUILT"' EXIT
 # exit 5 is "no test selected" in that phase (`make test-demo` has no `alone` tests): not a failure
 status=0
 phase() { "$@" || { rc=$?; [ "$rc" = 5 ] || status=$rc; }; }

@@ -96,14 +96,19 @@ def smol(session_tmp) -> Path:
 
 
 def built_once(session_tmp: Path, name: str, build: Callable[[Path], object]) -> Path:
-    """A committed model the whole run shares: built by the first worker that asks for it (under
-    pytest-xdist the workers share the base temp dir's parent and take a file lock), reused by the rest."""
-    if "PYTEST_XDIST_WORKER" not in os.environ:
+    """A committed model the whole run shares: built by the first worker that asks for it, reused by the rest (they
+    take a file lock). Under pytest-xdist the workers share the base temp dir's parent; scripts/run_tests.sh names a
+    folder its two phases share (ALIGNFLOW_TEST_BUILT), so the `alone` phase does not import SmolLM2 again."""
+    shared = os.environ.get("ALIGNFLOW_TEST_BUILT")
+    if shared:
+        root = Path(shared)
+    elif "PYTEST_XDIST_WORKER" in os.environ:
+        root = session_tmp.parent.parent  # <basetemp root>/popen-gwN/session0 -> <basetemp root>
+    else:
         build(session_tmp / name)
         return session_tmp / name
     from filelock import FileLock
 
-    root = session_tmp.parent.parent  # <basetemp root>/popen-gwN/session0 -> <basetemp root>
     out = root / name
     with FileLock(str(root / f"{name}.lock")):
         if not (out / "MANIFEST.json").exists():
