@@ -35,7 +35,6 @@ import argparse
 import asyncio
 import hashlib
 import json
-import os
 import statistics
 import sys
 import time
@@ -60,7 +59,7 @@ from alignflow.tasks.orchestration.stage_spec import absolute_input, check_store
 from alignment.config import ConfigError  # noqa: E402
 from alignment.storage.manifest import read_manifest  # noqa: E402
 from benchmarks.learning_methods import METHODS, Steered, own_recipe, steps  # noqa: E402
-from benchmarks.learning_page import cpu_model, draw, markdown  # noqa: E402
+from benchmarks.learning_page import cpu_model, kept, write_page  # noqa: E402
 
 
 @flow(name="learning-benchmark")
@@ -177,23 +176,11 @@ def recipe_digest(recipe: Recipe, method: str) -> str | None:
     return digest.hexdigest()[:16]
 
 
-def kept(previous: dict, summary: dict, digests: dict[str, str | None]) -> dict:
-    """The methods an earlier run measured from the same SFT start (the same weights) and this run did not:
-    they stay on the page (each row says its seeds), so methods can be measured one invocation at a time. Rows
-    of another recipe, of another start, or measured before a file of theirs changed (`digests`: each method's
-    `recipe_digest` now) go."""
-    if (previous.get("recipe", "tiny"), previous.get("sft_weights")) != (summary["recipe"], summary["sft_weights"]):
-        return {}
-    return {
-        m: row
-        for m, row in previous.get("methods", {}).items()
-        if m not in summary["methods"]
-        and row.get("recipe_digest") is not None
-        and row["recipe_digest"] == digests.get(m)
-    }
+class Refused(Exception):
+    """A command line that can't be measured: its one line goes to stderr, and the exit status is 2."""
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument(
         "sft",
@@ -213,51 +200,65 @@ def main(argv: list[str] | None = None) -> int:
     notes = REPO / "benchmarks" / "learning_notes.md"
     p.add_argument("--notes", default=str(notes), help="markdown put under the table (what moved the numbers)")
     p.add_argument("--page_only", action="store_true", help="rewrite the page and chart from --json and --notes")
-    args = p.parse_args(argv)
-    out_json = Path(args.json)
-    if args.page_only:
-        if not out_json.exists():
-            print(f"--page_only: {out_json} does not exist; run the benchmark first", file=sys.stderr)
-            return 2
-        summary = json.loads(out_json.read_text())
-        try:  # the recipe the figures were measured with (not --recipe): its files tell which rows are stale
-            recipe = load_recipe(summary.get("recipe", "tiny"))
-        except ConfigError as e:
-            print(f"{out_json}: its recipe: {e}", file=sys.stderr)
-            return 2
-        write_page(summary, args, {m: recipe_digest(recipe, m) for m in summary.get("methods", {})})
-        return 0
-    if not args.sft and args.recipe != "tiny":
-        print(f"--recipe {args.recipe}: give the SFT model every method starts from (or --page_only)", file=sys.stderr)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    try:
+        return rewrite_page(args) if args.page_only else measure(args, argv)
+    except Refused as e:
+        print(e, file=sys.stderr)
         return 2
-    methods = [m for m in args.methods.split(",") if m]
+
+
+def rewrite_page(args: argparse.Namespace) -> int:
+    """--page_only: the page and chart again from --json, rows marked stale by the recipe they were measured with."""
+    out_json = Path(args.json)
+    if not out_json.exists():
+        raise Refused(f"--page_only: {out_json} does not exist; run the benchmark first")
+    summary = json.loads(out_json.read_text())
+    try:  # the recipe the figures were measured with (not --recipe): its files tell which rows are stale
+        recipe = load_recipe(summary.get("recipe", "tiny"))
+    except ConfigError as e:
+        raise Refused(f"{out_json}: its recipe: {e}") from None
+    write_page(summary, args, {m: recipe_digest(recipe, m) for m in summary.get("methods", {})})
+    return 0
+
+
+def checked(args: argparse.Namespace, methods: list[str], budget: dict) -> tuple[str, Recipe]:
+    """The start's URI and the recipe, once every method can run from them; Refused names the first that can't."""
+    if not args.sft and args.recipe != "tiny":
+        raise Refused(f"--recipe {args.recipe}: give the SFT model every method starts from (or --page_only)")
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
-        print(f"--methods: unknown {', '.join(unknown)}; pick from {', '.join(METHODS)}", file=sys.stderr)
-        return 2
-    seeds = [int(s) for s in args.seeds.split(",")]
-    budget = json.loads(args.budget)
-    started = time.monotonic()
+        raise Refused(f"--methods: unknown {', '.join(unknown)}; pick from {', '.join(METHODS)}")
     sft_uri = absolute_input(args.sft or str(SHIPPED_START))
     if read_manifest(sft_uri) is None:  # rows are kept by the start's committed weights (weights_digest)
-        where = args.sft or SHIPPED_START
-        print(f"{where}: not a committed model (no MANIFEST.json); give an SFT stage's output", file=sys.stderr)
-        return 2
+        raise Refused(
+            f"{args.sft or SHIPPED_START}: not a committed model (no MANIFEST.json); give an SFT stage's output"
+        )
     try:
         recipe = load_recipe(args.recipe)
     except ConfigError as e:
-        print(f"--recipe: {e}", file=sys.stderr)
-        return 2
+        raise Refused(f"--recipe: {e}") from None
     for m in methods:  # round recipes (tiny-idpo, tiny-rs, tiny-csft), an agent's environment
         own = own_recipe(METHODS[m])
         if own not in (None, args.recipe):
-            why = f"--methods {m}: its rounds or environment are {own}'s; measure it with --recipe {own}"
-            print(why, file=sys.stderr)
-            return 2
+            raise Refused(f"--methods {m}: its rounds or environment are {own}'s; measure it with --recipe {own}")
+    seeds = [int(s) for s in args.seeds.split(",")]
     missing = missing_files(recipe, steps(sft_uri, methods, seeds, budget))
     if missing:  # a stage with no recipe file would start from the schema's defaults: another method
-        print(f"--recipe {args.recipe}: has no {', '.join(missing)} for --methods {args.methods}", file=sys.stderr)
-        return 2
+        raise Refused(f"--recipe {args.recipe}: has no {', '.join(missing)} for --methods {args.methods}")
+    return sft_uri, recipe
+
+
+def measure(args: argparse.Namespace, argv: list[str] | None) -> int:
+    """Run every method's stages (a rerun skips the committed ones), then write the JSON and the page."""
+    methods, budget = [m for m in args.methods.split(",") if m], json.loads(args.budget)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    started = time.monotonic()
+    sft_uri, recipe = checked(args, methods, budget)
     store = check_store(args.store)
     got = sigterm_as_ctrl_c()
     try:
@@ -265,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     except (KeyboardInterrupt, TerminationSignal) as e:  # Prefect turns SIGTERM into TerminationSignal mid-flow
         print(summary_line(store, "learning", "the same command"), file=sys.stderr)
         return 128 + int(getattr(e, "signal", got["signal"]))
+    out_json = Path(args.json)
     previous = json.loads(out_json.read_text()) if out_json.exists() else {}
     summary = summarise(results, methods, seeds, previous)
     summary = {"recipe": args.recipe, "sft": sft_uri, "sft_weights": weights_digest(sft_uri), **summary}
@@ -283,19 +285,6 @@ def main(argv: list[str] | None = None) -> int:
     write_page(summary, args, digests)
     print(f"wrote {args.out}, {out_json} and {args.chart} in {summary['wall_s']:.0f} s")
     return 0
-
-
-def write_page(summary: dict, args: argparse.Namespace, digests: dict[str, str | None]) -> None:
-    """The chart and the page (the table, then the notes) of the figures in `summary`; a row whose recipe files
-    changed since it was measured (`digests`: each method's `recipe_digest` now; `--page_only` after a recipe
-    edit) is marked as such."""
-    stale = frozenset(m for m, row in summary["methods"].items() if row.get("recipe_digest") != digests.get(m))
-    draw(summary, Path(args.chart))
-    out = Path(args.out)
-    rel_chart = os.path.relpath(Path(args.chart).resolve(), out.resolve().parent)  # as the page links it
-    out.parent.mkdir(parents=True, exist_ok=True)
-    notes = Path(args.notes).read_text() if args.notes else ""
-    out.write_text(markdown(summary, rel_chart, notes, stale))
 
 
 if __name__ == "__main__":

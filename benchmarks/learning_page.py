@@ -3,6 +3,8 @@ and the hand-kept notes under them."""
 
 from __future__ import annotations
 
+import argparse
+import os
 import subprocess
 from pathlib import Path
 
@@ -81,3 +83,32 @@ def draw(summary: dict, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def write_page(summary: dict, args: argparse.Namespace, digests: dict[str, str | None]) -> None:
+    """The chart and the page (the table, then the notes) of the figures in `summary`; a row whose recipe files
+    changed since it was measured (`digests`: each method's `recipe_digest` now; `--page_only` after a recipe
+    edit) is marked as such."""
+    stale = frozenset(m for m, row in summary["methods"].items() if row.get("recipe_digest") != digests.get(m))
+    draw(summary, Path(args.chart))
+    out = Path(args.out)
+    rel_chart = os.path.relpath(Path(args.chart).resolve(), out.resolve().parent)  # as the page links it
+    out.parent.mkdir(parents=True, exist_ok=True)
+    notes = Path(args.notes).read_text() if args.notes else ""
+    out.write_text(markdown(summary, rel_chart, notes, stale))
+
+
+def kept(previous: dict, summary: dict, digests: dict[str, str | None]) -> dict:
+    """The methods an earlier run measured from the same SFT start (the same weights) and this run did not:
+    they stay on the page (each row says its seeds), so methods can be measured one invocation at a time. Rows
+    of another recipe, of another start, or measured before a file of theirs changed (`digests`: each method's
+    `recipe_digest` now) go."""
+    if (previous.get("recipe", "tiny"), previous.get("sft_weights")) != (summary["recipe"], summary["sft_weights"]):
+        return {}
+    return {
+        m: row
+        for m, row in previous.get("methods", {}).items()
+        if m not in summary["methods"]
+        and row.get("recipe_digest") is not None
+        and row["recipe_digest"] == digests.get(m)
+    }

@@ -153,7 +153,9 @@ def test_conditional_sft_is_evaluated_asking_for_each_score_and_without_a_prefix
     assert asked[name].csft_prompt == planned[f"{name} score"].cfg.csft_prompt
     run = {"seed": 42, "steered": {"1.0": 0.8, "0.0": 0.1, "none": 0.7}}
     row = {"reward": "rule", "runs": [run], "mean": 0.8, "spread": 0.0, "gain": 0.1, "wall_s": 1.0}
-    page = learning.markdown(
+    from benchmarks.learning_page import markdown
+
+    page = markdown(
         {"sft_accuracy": 0.7, "methods": {"conditional-sft": {**row, "measured": {"how": "x", "date": "d"}}}}, None
     )
     assert "conditional-sft, seed 42: 80.0 % asking for 1.0, 10.0 % asking for 0.0, 70.0 % with no prefix." in page
