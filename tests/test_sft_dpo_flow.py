@@ -7,6 +7,8 @@ given a reward plans no RM stage: tests/test_recipes.py.)"""
 from __future__ import annotations
 
 import asyncio
+import os
+from pathlib import Path
 
 import pytest
 
@@ -22,8 +24,11 @@ SMALL_SFT = {"max_steps": 2, "train_batch_size": 4, "micro_train_batch_size": 4}
 
 @pytest.fixture(scope="module")
 def smol_store(module_tmp) -> str:
-    """One store for the SmolLM2 flows of this module: they share the committed SFT stage."""
-    return str(module_tmp / "store")
+    """One store for the SmolLM2 flows of this module: they share the committed SFT stage. The vLLM flow runs in
+    the `alone` phase, another pytest session: under scripts/run_tests.sh the store is in the folder both phases
+    share (ALIGNFLOW_TEST_BUILT), so that it finds the SFT stage committed."""
+    shared = os.environ.get("ALIGNFLOW_TEST_BUILT")
+    return str(Path(shared) / "smol_store" if shared else module_tmp / "store")
 
 
 def test_smollm2_sft_then_dpo_raises_reward_accuracy_and_keeps_the_chat_template(ray_head, smol, smol_store):
