@@ -226,7 +226,7 @@ def rewrite_page(args: argparse.Namespace) -> int:
     return 0
 
 
-def checked(args: argparse.Namespace, methods: list[str], budget: dict) -> tuple[str, Recipe]:
+def checked(args: argparse.Namespace, methods: list[str], seeds: list[int], budget: dict) -> tuple[str, Recipe]:
     """The start's URI and the recipe, once every method can run from them; Refused names the first that can't."""
     if not args.sft and args.recipe != "tiny":
         raise Refused(f"--recipe {args.recipe}: give the SFT model every method starts from (or --page_only)")
@@ -246,7 +246,6 @@ def checked(args: argparse.Namespace, methods: list[str], budget: dict) -> tuple
         own = own_recipe(METHODS[m])
         if own not in (None, args.recipe):
             raise Refused(f"--methods {m}: its rounds or environment are {own}'s; measure it with --recipe {own}")
-    seeds = [int(s) for s in args.seeds.split(",")]
     missing = missing_files(recipe, steps(sft_uri, methods, seeds, budget))
     if missing:  # a stage with no recipe file would start from the schema's defaults: another method
         raise Refused(f"--recipe {args.recipe}: has no {', '.join(missing)} for --methods {args.methods}")
@@ -258,7 +257,7 @@ def measure(args: argparse.Namespace, argv: list[str] | None) -> int:
     methods, budget = [m for m in args.methods.split(",") if m], json.loads(args.budget)
     seeds = [int(s) for s in args.seeds.split(",")]
     started = time.monotonic()
-    sft_uri, recipe = checked(args, methods, budget)
+    sft_uri, recipe = checked(args, methods, seeds, budget)
     store = check_store(args.store)
     got = sigterm_as_ctrl_c()
     try:
