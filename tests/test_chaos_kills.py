@@ -2,10 +2,10 @@
 
 One sft-rm-ppo flow and one iterative-DPO round run with short budgets while a killer thread
 SIGKILLs the stage's training process (the rank actor for SFT, RM and DPO; the PPO driver,
-which runs the iterations and commits the checkpoints) seven times: each stage once right when a
+which runs the iterations and commits the checkpoints) five times: RM, PPO and DPO once right when a
 checkpoint directory appears (a save in progress: files being written, no MANIFEST.json yet), a
-random step of SFT (a rank actor) and of PPO (the driver), and a random moment of a DPO retry's
-start-up (while it loads the checkpoint). The stage task retries the failed job, which
+random step of SFT (a rank actor), and a random moment of a DPO retry's start-up (while it loads the
+checkpoint). The stage task retries the failed job, which
 resumes from the newest committed checkpoint. The same flows run uninterrupted under another
 run name, at the same time (the 2 cores share the start-ups), and the final models are compared.
 
@@ -43,11 +43,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 SEED = int(os.environ.get("ALIGNFLOW_CHAOS_SEED", "2111"))
 RETRIES = 5  # at most 2 kills per stage; Prefect waits 2, 4, 8 s (+-20 %) before the retries
 SAVE = {"sft": 4, "rm": 4, "ppo": 2, "dpo": 4}  # checkpoint interval: steps (PPO: iterations)
-SFT = {"max_steps": 40, "save_steps": SAVE["sft"], "eval_dataset": None, "logging_steps": 1}
-RM = {"max_steps": 24, "save_steps": SAVE["rm"], "eval_dataset": None, "logging_steps": 1}
-# 10 iterations of 4 prompts x 4 samples, one optimizer step each
+SFT = {"max_steps": 24, "save_steps": SAVE["sft"], "eval_dataset": None, "logging_steps": 1}
+RM = {"max_steps": 16, "save_steps": SAVE["rm"], "eval_dataset": None, "logging_steps": 1}
+# 6 iterations of 4 prompts x 4 samples, one optimizer step each
 PPO = {
-    "max_samples": 40,
+    "max_samples": 24,
     "rollout_batch_size": 4,
     "n_samples_per_prompt": 4,
     "micro_rollout_batch_size": 16,
@@ -73,16 +73,17 @@ GENERATE = {
 }
 DPO = {
     "max_epochs": 2,
-    "max_steps": 24,
+    "max_steps": 16,
     "train_batch_size": 2,
     "micro_train_batch_size": 2,
     "save_steps": SAVE["dpo"],
     "logging_steps": 1,
 }
-# the kills, in the order each stage's attempts meet them: each kill point once (7 in all). A random step
-# of RM or DPO kills the same rank actor at the same place as SFT's; a mid-save kill in every stage
-# (its checkpoint state differs: RM's reward statistics, DPO's reference model, PPO's driver)
-PLAN = {"sft": ["step", "save"], "rm": ["save"], "ppo": ["step", "save"], "dpo": ["save", "start"]}
+# the kills, in the order each stage's attempts meet them: each kill point once (5 in all). A random step
+# of RM or DPO kills the same rank actor at the same place as SFT's; a mid-save kill where the checkpoint's
+# state differs (RM's reward statistics with the rank actor's, DPO's reference model, PPO's driver: a random
+# step of the driver resumes the way its mid-save kill does); DPO's retry killed while it loads its checkpoint
+PLAN = {"sft": ["step"], "rm": ["save"], "ppo": ["save"], "dpo": ["save", "start"]}
 EVENT = re.compile(r"@alignflow \{\"step\":(\d+),\"total\":(\d+)")
 RANK_LINE = re.compile(r"pid=(\d+)[^)]*\) rank 0 of \d+ on Ray node")
 
@@ -324,8 +325,8 @@ def check_resumes(address: str, run_name: str, kills: list[Kill]) -> list[str]:
     return problems
 
 
-@pytest.mark.timeout(900)
-def test_seven_kill9s_across_sft_rm_dpo_ppo_flows_complete_and_match(ray_head, tiny_base, tmp_path):
+@pytest.mark.timeout(1500)  # ~8 min on a loaded 2-core CI worker; more on a slower one
+def test_kill9s_across_sft_rm_dpo_ppo_flows_complete_and_match(ray_head, tiny_base, tmp_path):
     rng = random.Random(SEED)
     print(f"\nchaos seed {SEED} (ALIGNFLOW_CHAOS_SEED)")
     store = str(tmp_path / "store")
@@ -399,5 +400,5 @@ def test_seven_kill9s_across_sft_rm_dpo_ppo_flows_complete_and_match(ray_head, t
     assert not problems, problems
     assert len(kills) == sum(map(len, PLAN.values())) and not killer.missed, killer.missed
     assert {k.stage for k in kills} == {"sft", "rm", "ppo", "dpo"}
-    assert sum(k.saving is not None for k in kills) >= 3  # landed mid-save; the retry never loaded it
+    assert sum(k.saving is not None for k in kills) >= 2  # landed mid-save; the retry never loaded it
     assert all(d < 1e-5 for d in deltas.values()), deltas

@@ -1,10 +1,8 @@
 """PPO without Ray (`alignment.cli.train_ppo`) on the tiny world, through the real CLI and DeepSpeed.
 
-What CI can afford to assert about learning: on 32 training prompts the SFT model answers wrong,
-each estimator raises the reward of its own samples within 12 iterations (group_norm, measured:
-0.30 -> 0.58, mean of the first vs last 4). The held-out accuracy gains take ~600 iterations
-(6-20 min per estimator on one core, by CPU): measured in benchmarks/ppo_learning.py, figures
-in docs/ppo.md."""
+Each estimator runs end to end and updates the policy in a few iterations; what they learn (held-out
+accuracy gains take ~600 iterations, 6-20 min per estimator on one core) is measured by
+benchmarks/ppo_learning.py, figures in docs/ppo.md, not asserted here."""
 
 from __future__ import annotations
 
@@ -49,28 +47,12 @@ SMALL = [
 RULE = ["--remote_rm_url", "alignment/tiny_world/reward.py"]
 
 
-@pytest.fixture(scope="module")
-def missed_prompts(tiny_sft, module_tmp) -> str:
-    """32 training prompts the SFT model answers wrong greedily: room for the reward to rise
-    (on prompts it mostly gets right, sampled reward starts near 0.9 and a rise is noise)."""
-    from alignment.tiny_world.evaluate import greedy_accuracy
-
-    train = tiny_dir() / "prompts" / "train.jsonl"
-    rows = train.read_text().splitlines()[:600]
-    result = greedy_accuracy(tiny_sft, eval_file=train, limit=600)
-    missed = [row for row, ok in zip(rows, result.correct) if not ok][:32]
-    assert len(missed) == 32, f"the SFT model misses only {len(missed)} of 600 training prompts"
-    out = module_tmp / "missed.jsonl"
-    out.write_text("\n".join(missed) + "\n")
-    return str(out)
-
-
 @pytest.mark.parametrize("estimator", ["gae", "reinforce", "rloo", "group_norm"])
-def test_each_estimator_raises_the_reward(tiny_sft, missed_prompts, tmp_path, estimator):
+def test_each_estimator_trains_the_policy(tiny_sft, tmp_path, estimator):
+    from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
     out = tmp_path / estimator
-    prompts = ["--prompt_data", missed_prompts, *PROMPTS[2:]]
     run_module(
         "alignment.cli.train_ppo",
         [
@@ -78,24 +60,24 @@ def test_each_estimator_raises_the_reward(tiny_sft, missed_prompts, tmp_path, es
             str(tiny_sft),
             "--save_path",
             str(out),
-            *prompts,
+            *PROMPTS,
             *RULE,
             "--advantage_estimator",
             estimator,
             "--n_samples_per_prompt",
             "4",
             "--rollout_batch_size",
-            "32",
+            "8",
             "--micro_rollout_batch_size",
-            "64",
+            "32",
             "--train_batch_size",
             "32",
             "--micro_train_batch_size",
             "16",
             "--max_samples",
-            "32",
+            "8",
             "--num_episodes",
-            "12",
+            "3",
             "--actor_learning_rate",
             "1e-4",
             "--critic_learning_rate",
@@ -105,12 +87,11 @@ def test_each_estimator_raises_the_reward(tiny_sft, missed_prompts, tmp_path, es
         ],
     )
     rows = metric_rows(out)
-    rewards = [r["train/reward"] for r in rows]
-    assert [r["step"] for r in rows] == list(range(1, 13)) and all(0 <= x <= 1 for x in rewards)
+    assert [r["step"] for r in rows] == [1, 2, 3] and all(0 <= r["train/reward"] <= 1 for r in rows), rows
     assert ("train/value_loss" in rows[0]) == (estimator == "gae")  # a critic for gae only
     AutoModelForCausalLM.from_pretrained(out)  # committed, plain HF
-    first, last = sum(rewards[:4]) / 4, sum(rewards[-4:]) / 4
-    assert last >= first + 0.03, rewards
+    before, after = load_file(tiny_sft / "model.safetensors"), load_file(out / "model.safetensors")
+    assert any(not torch.equal(before[k], after[k]) for k in before)  # the updates reached the committed weights
 
 
 def test_gae_with_a_trained_reward_model_and_resume(tiny_sft, tiny_rm, tmp_path):

@@ -157,8 +157,8 @@ def test_killed_rank_fails_the_job_and_the_retry_resumes_and_matches(ray_head, t
     resumes from the newest committed checkpoint, and the model equals an uninterrupted run's."""
     store = str(tmp_path / "store")
     cfg = {
-        "max_steps": 24,
-        "save_steps": 6,
+        "max_steps": 12,
+        "save_steps": 3,
         "eval_dataset": None,
         "logging_steps": 1,
         "train_batch_size": 32,
@@ -204,7 +204,7 @@ def test_killed_rank_fails_the_job_and_the_retry_resumes_and_matches(ray_head, t
     # the other rank may commit one more checkpoint before Ray stops it: the retry takes the newest
     resumed = re.search(r"resumed from (\S+/global_step(\d+)) ", resumed_log)
     assert resumed and int(resumed.group(2)) >= int(killed_at.rsplit("global_step", 1)[1]), resumed_log[-3000:]
-    assert f"ran optimizer steps {int(resumed.group(2)) + 1}..24 of 24" in resumed_log  # nothing before it redone
+    assert f"ran optimizer steps {int(resumed.group(2)) + 1}..12 of 12" in resumed_log  # nothing before it redone
 
     clean, _ = run_flow(run_name="uninterrupted", store=store, ray_address=ray_head, sft=cfg)
     a = load_file(Path(result["model_uri"]) / "model.safetensors")
@@ -318,20 +318,41 @@ def test_bad_credentials(tmp_path, monkeypatch):
         stop_process(proc)
 
 
-@pytest.mark.alone  # every Ray process on the machine must be gone afterwards
 def test_embedded_ray_head_is_started_and_stopped(tmp_path, monkeypatch):
-    """No ray_address: the flow starts its own head on loopback and stops every process of it."""
+    """No ray_address: the flow starts its own head on loopback and stops every process of it. Its processes are
+    told from the other tests' (the session's head, the other worker's) by the head its watchdog names: its temp
+    dir and GCS port, and their children (alignflow/tasks/cluster/head_watchdog.py), gathered while the flow runs."""
     import psutil
 
-    def ray_pids() -> set[int]:
-        return {p.pid for p in psutil.process_iter(["cmdline"]) if "ray" in " ".join(p.info["cmdline"] or [])}
+    from alignflow.tasks.cluster.head_watchdog import head_processes
+    from tests.test_interrupts import watchdog_of
 
-    before = ray_pids()
-    result, _ = run_flow(run_name="embedded", store=str(tmp_path / "store"), sft=QUICK)
+    seen: dict[int, psutil.Process] = {}
+    done = threading.Event()
+
+    def gather() -> None:  # every process of the embedded head, as it starts them
+        while not done.is_set():
+            try:
+                dog = watchdog_of(os.getpid())
+            except (AssertionError, psutil.NoSuchProcess):  # not started yet, or already stopped
+                time.sleep(0.2)
+                continue
+            seen[dog.pid] = dog
+            seen.update({p.pid: p for p in head_processes(Path(dog.cmdline()[-2]), int(dog.cmdline()[-1]))})
+            time.sleep(0.2)
+
+    watcher = threading.Thread(target=gather, daemon=True)
+    watcher.start()
+    try:
+        result, _ = run_flow(run_name="embedded", store=str(tmp_path / "store"), sft=QUICK)
+    finally:
+        done.set()
+        watcher.join(timeout=30)
     assert storage.is_committed(result["model_uri"])
+    assert len(seen) >= 4, seen  # the watchdog, the head's daemons, the job's driver and rank
     time.sleep(1)
-    leftover = ray_pids() - before
-    assert not leftover, [psutil.Process(p).cmdline() for p in leftover if psutil.pid_exists(p)]
+    alive = [p for p in seen.values() if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not alive, [(p.pid, p.cmdline()[:3]) for p in alive]
     # run again: every stage is committed, so no Ray head is started at all
     from alignflow.tasks.cluster import ray_cluster
 

@@ -3,8 +3,8 @@ again by a retry of the stage.
 
 The cache file is `<cache dir>/<fingerprint>.arrow` (with num_proc > 1, one file per shard:
 `<fingerprint>_00000_of_00002.arrow` ...). The fingerprint hashes everything the output depends
-on: the rows (content and order), the tokenizer (name, whole vocabulary/model, chat template,
-special tokens), every config field the row tokenizer reads, its class, the source of the code
+on: the rows (content and order), the tokenizer (whole vocabulary/model, chat template,
+special tokens; not its path), every config field the row tokenizer reads, its class, the source of the code
 that tokenizes and the library versions. A changed input of any kind is a new file, never a stale
 hit. The cache dir is `$ALIGNFLOW_TOKENIZED_CACHE`, else `alignflow-tokenized/` under
 `datasets.config.HF_DATASETS_CACHE`: a local directory, so one per node.
@@ -92,11 +92,14 @@ def auto_num_proc(setting: int, n_rows: int) -> int:
 
 def tokenizer_digest(tok: PreTrainedTokenizerBase) -> str:
     """The tokenizer as it tokenizes: a fast tokenizer's whole serialised model (vocab, merges,
-    normalizer, added tokens), else its vocabulary; the chat template and special tokens either way."""
+    normalizer, post-processor, added tokens), else its vocabulary; the chat template, special tokens and
+    padding/truncation settings either way. Not where it was loaded from: each stage's model folder holds a
+    copy of its parent's tokenizer, and the same tokenizer found at another path is the same cache entry."""
     backend = getattr(tok, "backend_tokenizer", None)
     parts = {
         "class": type(tok).__qualname__,
-        "name_or_path": str(getattr(tok, "name_or_path", "")),
+        "sides": [getattr(tok, "padding_side", None), getattr(tok, "truncation_side", None)],
+        "model_max_length": getattr(tok, "model_max_length", None),
         "model": backend.to_str() if backend is not None else sorted(tok.get_vocab().items()),
         "chat_template": getattr(tok, "chat_template", None),
         "special": {k: str(v) for k, v in (getattr(tok, "special_tokens_map", None) or {}).items()},
