@@ -337,11 +337,11 @@ def test_vllm_engine_generates_and_receives_weights(ray_head, tiny_sft, tmp_path
         assert all(0.5 < r["train/is_weight"] <= 2.0 for r in rows), rows
 
 
-def test_train_ppo_and_train_ppo_ray_give_the_same_losses_at_one_rank(ray_head, tiny_sft, tmp_path):
-    """One controller (alignment.ppo.controller), two backends: at one rank per model, same flags and
-    seed, train_ppo's in-process models and train_ppo_ray's groups log the same losses and rewards
-    (two ranks: test_two_rank_actor_group_with_a_reward_function_resumes_and_equals_train_ppo). The reward file
-    is written as OpenRLHF >= 0.8 writes them: **kwargs, and a dict of tensors whose extra_logs are logged."""
+def test_a_tensor_parallel_actor_on_ray_gives_train_ppos_losses(ray_head, tiny_sft, tmp_path):
+    """`--ds.tensor_parallel_size 2` on the Ray backend logs the losses and rewards of train_ppo's one in-process
+    rank (that the two backends agree rank for rank: test_two_rank_actor_group_with_a_reward_function_resumes_and_
+    equals_train_ppo). The reward file is written as OpenRLHF >= 0.8 writes them: **kwargs, and a dict of tensors
+    whose extra_logs are logged."""
     from tests.conftest import run_module
 
     reward = tmp_path / "dict_reward.py"
@@ -383,13 +383,10 @@ def test_train_ppo_and_train_ppo_ray_give_the_same_losses_at_one_rank(ray_head, 
         "1",
     ]
     run_module("alignment.cli.train_ppo", [*args, "--save_path", str(tmp_path / "local")], threads=1)
-    status, logs = ray_job(ray_head, [*args, "--save_path", str(tmp_path / "ray"), "--colocate_actor_ref"], "ppo-same")
-    assert status.endswith("SUCCEEDED"), logs[-3000:]
     keys = ("train/reward", "train/kl", "train/policy_loss", "train/response_length", "train/reward/correct")
-    local, ray = ([{k: r[k] for k in keys} for r in metric_rows(tmp_path / side)] for side in ("local", "ray"))
-    assert len(local) == len(ray) == 2
-    for a, b in zip(local, ray):
-        assert all(abs(a[k] - b[k]) < 1e-5 for k in keys), (local, ray)
+    local = [{k: r[k] for k in keys} for r in metric_rows(tmp_path / "local")]
+    assert len(local) == 2
+    for a in local:
         assert a["train/reward/correct"] == pytest.approx(a["train/reward"])  # the same rule, logged as extra_logs
     # --ds.tensor_parallel_size 2: the actor's two ranks hold half of each layer and are one replica, which
     # generates, scores and trains as the one rank did (the shards' sums in another order: 1e-4)
