@@ -19,6 +19,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -62,7 +63,7 @@ def timed(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=32)
     ap.add_argument("--micro", type=int, default=8, help="--micro_train_batch_size / --micro_rollout_batch_size")
@@ -70,25 +71,30 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--json", type=Path)
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
 
+
+@dataclasses.dataclass
+class Bench:
+    """What both cuts share: the rows, the model and its engine, the fixed and the dynamic config."""
+
+    args: argparse.Namespace
+    total: list[int]  # prompt + response tokens of each row
+    batch: Any
+    net: Any
+    engine: Any
+    fixed: Any
+    dynamic: Any
+
+
+def set_up(args: argparse.Namespace) -> Bench:
     import deepspeed
     import torch
-    import torch.distributed as dist
 
     from alignment.config.ppo import PPOConfig
-    from alignment.ppo import rank_ops
-    from alignment.ppo.experience import Experience
-    from alignment.ppo.packed import Packing
-    from alignment.ppo.token_budget import TokenBudget
     from tests.test_ppo_packing import batch_of
 
-    torch.set_num_threads(args.threads)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29731", RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
-    dist.init_process_group("gloo", rank=0, world_size=1)
-
     shape = lengths(args.rows, seed=0)
-    batch = batch_of(shape, vocab=49152)
     fixed = dataclasses.replace(
         PPOConfig(),
         prompt_max_len=96,
@@ -109,6 +115,49 @@ def main(argv: list[str] | None = None) -> int:
     }
     engine, *_ = deepspeed.initialize(model=net, optimizer=torch.optim.SGD(net.parameters(), lr=0.0), config=ds)
     total = [p + r for p, r in shape]
+    return Bench(args, total, batch_of(shape, vocab=49152), net, engine, fixed, dynamic)
+
+
+def measure(b: Bench, packing: Any) -> dict[str, Any]:
+    """Tokens computed, the log-prob pass's and a training step's seconds, fixed vs dynamic, and their log-probs'
+    largest difference: one row of the results, padded (packing None) or packed."""
+    import torch
+
+    from alignment.ppo import rank_ops
+    from alignment.ppo.experience import Experience
+    from alignment.ppo.token_budget import TokenBudget
+
+    micro, total = b.args.micro, b.total
+    cost = TokenBudget(10**12, packing is not None).cost
+    fixed_tokens = sum(cost(total[s : s + micro]) for s in range(0, len(total), micro))
+    dyn_tokens = sum(cost([total[i] for i in g]) for g in TokenBudget(b.args.budget, packing is not None).groups(total))
+    row: dict[str, Any] = {"tokens_computed": {"fixed": fixed_tokens, "dynamic": dyn_tokens}}
+    want = rank_ops.logprobs(b.net, b.batch, b.fixed, packing)
+    got = rank_ops.logprobs(b.net, b.batch, b.dynamic, packing)
+    row["max_abs_logprob_diff"] = (want - got).abs().max().item()
+    zeros = torch.zeros(want.shape)
+    advantages = torch.randn(want.shape) * b.batch.action_mask
+    exp = Experience(b.batch, want, None, None, advantages, zeros, torch.zeros(b.args.rows), zeros)
+    for cut, cfg in (("fixed", b.fixed), ("dynamic", b.dynamic)):
+        row[f"logprob_s_{cut}"] = timed(lambda: rank_ops.logprobs(b.net, b.batch, cfg, packing), b.args.repeats)
+        row[f"train_step_s_{cut}"] = timed(
+            lambda: rank_ops.train_actor(b.engine, exp, cfg, 0.0, 0, packing), b.args.repeats
+        )
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    import torch
+    import torch.distributed as dist
+
+    from alignment.ppo.packed import Packing
+
+    torch.set_num_threads(args.threads)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29731", RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    b = set_up(args)
+    total = b.total
     print(
         f"{args.rows} rows, prompt+response tokens: min {min(total)}, median {int(statistics.median(total))}, "
         f"max {max(total)}; micro-batches of {args.micro} rows vs <= {args.budget} tokens; {args.threads} threads"
@@ -116,35 +165,13 @@ def main(argv: list[str] | None = None) -> int:
     results = {}
     for packing in (None, Packing(torch.bool)):
         name = "packed" if packing else "padded"
-        cost = TokenBudget(10**12, packing is not None).cost
-        fixed_tokens = sum(cost(total[s : s + args.micro]) for s in range(0, len(total), args.micro))
-        dyn_tokens = sum(
-            cost([total[i] for i in g]) for g in TokenBudget(args.budget, packing is not None).groups(total)
-        )
-        row = {"tokens_computed": {"fixed": fixed_tokens, "dynamic": dyn_tokens}}
-        want = rank_ops.logprobs(net, batch, fixed, packing)
-        got = rank_ops.logprobs(net, batch, dynamic, packing)
-        row["max_abs_logprob_diff"] = (want - got).abs().max().item()
-        exp = Experience(
-            batch,
-            want,
-            None,
-            None,
-            torch.randn(want.shape) * batch.action_mask,
-            torch.zeros(want.shape),
-            torch.zeros(args.rows),
-            torch.zeros(want.shape),
-        )
-        for cut, cfg in (("fixed", fixed), ("dynamic", dynamic)):
-            row[f"logprob_s_{cut}"] = timed(lambda: rank_ops.logprobs(net, batch, cfg, packing), args.repeats)
-            row[f"train_step_s_{cut}"] = timed(
-                lambda: rank_ops.train_actor(engine, exp, cfg, 0.0, 0, packing), args.repeats
-            )
-        results[name] = row
+        row = results[name] = measure(b, packing)
+        tokens = row["tokens_computed"]
         print(
-            f"{name}: tokens computed {fixed_tokens} -> {dyn_tokens}; log-prob pass {row['logprob_s_fixed']:.2f} s "
-            f"-> {row['logprob_s_dynamic']:.2f} s ({row['logprob_s_fixed'] / row['logprob_s_dynamic']:.2f}x); "
-            f"training step {row['train_step_s_fixed']:.2f} s -> {row['train_step_s_dynamic']:.2f} s "
+            f"{name}: tokens computed {tokens['fixed']} -> {tokens['dynamic']}; log-prob pass "
+            f"{row['logprob_s_fixed']:.2f} s -> {row['logprob_s_dynamic']:.2f} s "
+            f"({row['logprob_s_fixed'] / row['logprob_s_dynamic']:.2f}x); training step "
+            f"{row['train_step_s_fixed']:.2f} s -> {row['train_step_s_dynamic']:.2f} s "
             f"({row['train_step_s_fixed'] / row['train_step_s_dynamic']:.2f}x); max |log-prob diff| "
             f"{row['max_abs_logprob_diff']:.1e}"
         )

@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from benchmarks.compare import report, suite, workloads  # noqa: E402
+from benchmarks.compare import measured_on, report, suite, workloads  # noqa: E402
 from benchmarks.compare.measure import become_subreaper  # noqa: E402
 
 # 25,444,352 parameters: matmul-bound on 2 cores (76-80 % of op time in aten::mm, benchmarks/op_profile.py),
@@ -145,6 +145,30 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     started = time.monotonic()
     become_subreaper()
+    ctx, comps, model = set_up(args, trl_python)
+    cfg, params = measured_on.model_info(model)
+    done: list = []
+    try:
+        for comp in comps:
+            workloads.run_rounds([comp], args.pairs, args.warmup)
+            done.append(comp)
+            if args.out_json:
+                write_json(args.out_json, done, args, cfg, params, ctx, started)
+    except workloads.BenchError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    if args.device != "cuda":  # a GPU run is recorded in --out_json alone
+        write_page(args, argv, ctx, comps, cfg, params, started)
+    for comp in comps:
+        print_summary(comp)
+    wrote = args.out_json if args.device == "cuda" else f"{args.out_md} and {args.out_png}"
+    print(f"[bench] wrote {wrote} in {(time.monotonic() - started) / 60:.1f} min")
+    return 0
+
+
+def set_up(args: argparse.Namespace, trl_python: str) -> tuple[workloads.Context, list, str]:
+    """A fresh work dir, the model (the shipped tiny config, or --model's shape), and the comparisons --only asks
+    for."""
     shutil.rmtree(args.work, ignore_errors=True)
     args.work.mkdir(parents=True)
     from alignment.tiny_world.base_model import make_base
@@ -163,27 +187,22 @@ def main(argv: list[str] | None = None) -> int:
         bf16=args.bf16,
     )
     wanted = args.only.split(",")
-    comps = [c for c in suite.comparisons(ctx, model, demo_base, sizes) if c.key in wanted]
-    cfg, params = report.model_info(model)
-    done: list = []
-    try:
-        for comp in comps:
-            workloads.run_rounds([comp], args.pairs, args.warmup)
-            done.append(comp)
-            if args.out_json:
-                write_json(args.out_json, done, args, cfg, params, ctx, started)
-    except workloads.BenchError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    if args.device == "cuda":
-        for comp in comps:
-            print_summary(comp)
-        print(f"[bench] wrote {args.out_json} in {(time.monotonic() - started) / 60:.1f} min")
-        return 0
+    return ctx, [c for c in suite.comparisons(ctx, model, demo_base, sizes) if c.key in wanted], model
+
+
+def write_page(
+    args: argparse.Namespace,
+    argv: list[str] | None,
+    ctx: workloads.Context,
+    comps: list,
+    cfg: dict,
+    params: int,
+    started: float,
+) -> None:
     cmd = "python benchmarks/trl_compare.py " + " ".join(argv if argv is not None else sys.argv[1:])
     info = dict(
-        machine=report.machine(),
-        versions=report.versions(ctx.trl_versions),
+        machine=measured_on.machine(),
+        versions=measured_on.versions(ctx.trl_versions),
         model=cfg,
         params=params,
         threads=args.threads,
@@ -195,10 +214,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     report.write_chart(args.out_png, comps)
     report.write_markdown(args.out_md, comps, info)
-    for comp in comps:
-        print_summary(comp)
-    print(f"[bench] wrote {args.out_md} and {args.out_png} in {(time.monotonic() - started) / 60:.1f} min")
-    return 0
 
 
 def print_summary(comp: workloads.Comparison) -> None:
@@ -235,7 +250,7 @@ def write_json(
         "params": params,
         "pairs": args.pairs,
         "warmup": args.warmup,
-        "versions": report.versions(ctx.trl_versions),
+        "versions": measured_on.versions(ctx.trl_versions),
         "minutes": round((time.monotonic() - started) / 60, 2),
         "workloads": [],
     }

@@ -15,8 +15,8 @@ import pytest
 
 from tests import fixtures_seaweed
 from tests.fixtures_s3 import BUCKET, point_env_at
+from tests.flow_runs import flow_logs, ray_jobs, run_flow
 from tests.tcp_proxy import CuttableProxy
-from tests.test_stage_runner import flow_logs, ray_jobs, run_flow
 
 seaweed = fixtures_seaweed.seaweed  # the fixture: a SeaweedFS S3 server for one test
 

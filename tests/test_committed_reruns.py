@@ -21,7 +21,7 @@ from alignflow.tasks.orchestration.policy_pointer import read_pointer
 from alignflow.tasks.orchestration.recipes import load_recipe
 from alignflow.tasks.presentation.results import StageResult
 from alignment import storage
-from tests.test_stage_runner import flow_logs
+from tests.flow_runs import flow_logs
 
 SAVED = {
     "sft": {"accuracy": 0.75, "mean_reward": 0.75, "rows": 300.0},

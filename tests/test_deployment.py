@@ -247,7 +247,7 @@ def test_tiny_vision_deployment_shows_pictures_and_skips_committed_stages_on_rer
     import torch
     from safetensors.torch import load_file
 
-    from tests.test_stage_runner import ray_jobs
+    from tests.flow_runs import ray_jobs
 
     store = tmp_path / "store"
     grpo = {"max_samples": 8, "rollout_batch_size": 4, "n_samples_per_prompt": 4, "train_batch_size": 16}
@@ -300,7 +300,7 @@ def test_pipeline_override_and_flow_run_retry_resume_ppo(prefect, ray_head, tmp_
     The RM stage runs on 2 ranks placed on the cluster and commits a model plain transformers loads."""
     from ray.job_submission import JobSubmissionClient
 
-    from tests.test_stage_runner import ray_jobs
+    from tests.flow_runs import ray_jobs
 
     store = tmp_path / "store"
     params = {

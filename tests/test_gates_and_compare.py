@@ -16,7 +16,7 @@ from alignflow.flows.compare import compare_flow
 from alignflow.flows.iterative_dpo import iterative_dpo_flow
 from alignflow.tasks.orchestration.policy_pointer import read_pointer
 from alignment import storage
-from tests.test_stage_runner import flow_logs, ray_jobs
+from tests.flow_runs import flow_logs, ray_jobs
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from tests.conftest import REPO
-from tests.test_stage_runner import ray_jobs
+from tests.flow_runs import ray_jobs
 
 pytestmark = pytest.mark.integration
 

@@ -102,8 +102,8 @@ def test_sft_stage_with_spread_places_one_rank_per_node_and_checkpoints_both_to_
     from ray.util.state import list_nodes
 
     from alignment import storage
+    from tests.flow_runs import run_flow
     from tests.test_ray_ranks import TWO_RANKS, job_log
-    from tests.test_stage_runner import run_flow
 
     sft = {
         **TWO_RANKS,

@@ -21,8 +21,8 @@ from alignment.config import ConfigError, SFTConfig
 from alignment.config.cli import config_to_argv
 from alignment.distributed import ports, rank_actor, ray_ranks
 from tests.conftest import REPO, launcher, losses, run_module
+from tests.flow_runs import ray_jobs, run_flow
 from tests.test_same_arithmetic import golden
-from tests.test_stage_runner import ray_jobs, run_flow
 
 
 def cfg(**kw) -> SFTConfig:

@@ -85,31 +85,43 @@ def stage_args(spec: RunSpec, vllm: bool = False, overlap: bool = False) -> list
     if spec.kind == "sft":
         return sft_flags(spec)
     if spec.kind in ("rm", "dpo"):
-        extra = ["--beta", str(spec.beta)] if spec.kind == "dpo" else []
-        return [
-            "--dataset",
-            f"json@{spec.data}",
-            "--prompt_key",
-            "prompt",
-            "--apply_chat_template",
-            "--max_len",
-            str(spec.max_len),
-            "--packing_samples",
-            "--train_batch_size",
-            str(spec.batch),
-            "--micro_train_batch_size",
-            str(spec.micro),
-            "--max_epochs",
-            "1000",
-            "--max_steps",
-            str(spec.steps),
-            "--learning_rate",
-            str(spec.lr),
-            *extra,
-            *_optim(spec),
-        ]
+        return preference_flags(spec)
+    args = rl_flags(spec)
+    if vllm:  # the engine on its own bundle (a core); actor + reference share the other (the driver pins them)
+        args += ["--vllm_num_engines", "1", "--colocate_actor_ref", *(["--async_train"] if overlap else [])]
+    return args
+
+
+def preference_flags(spec: RunSpec) -> list[str]:
+    extra = ["--beta", str(spec.beta)] if spec.kind == "dpo" else []
+    return [
+        "--dataset",
+        f"json@{spec.data}",
+        "--prompt_key",
+        "prompt",
+        "--apply_chat_template",
+        "--max_len",
+        str(spec.max_len),
+        "--packing_samples",
+        "--train_batch_size",
+        str(spec.batch),
+        "--micro_train_batch_size",
+        str(spec.micro),
+        "--max_epochs",
+        "1000",
+        "--max_steps",
+        str(spec.steps),
+        "--learning_rate",
+        str(spec.lr),
+        *extra,
+        *_optim(spec),
+    ]
+
+
+def rl_flags(spec: RunSpec) -> list[str]:
+    """The RL workloads (GRPO, RLOO, ...): the rule reward, one optimizer step an iteration."""
     prompts = spec.prompts_per_iteration
-    args = [
+    return [
         "--prompt_data",
         f"json@{spec.data}",
         "--input_key",
@@ -148,9 +160,6 @@ def stage_args(spec: RunSpec, vllm: bool = False, overlap: bool = False) -> list
         "--packing_samples",
         *_optim(spec),
     ]
-    if vllm:  # the engine on its own bundle (a core); actor + reference share the other (the driver pins them)
-        args += ["--vllm_num_engines", "1", "--colocate_actor_ref", *(["--async_train"] if overlap else [])]
-    return args
 
 
 def command(python: str, spec: RunSpec, vllm: bool = False, overlap: bool = False) -> list[str]:

@@ -54,22 +54,27 @@ def run_specs(model: str, sizes: Sizes, threads: int, device: str = "cpu", bf16:
 
 def comparisons(ctx: Context, model: str, demo_base: str, sizes: Sizes) -> list[Comparison]:
     specs = run_specs(model, sizes, ctx.threads, ctx.device, ctx.bf16)
-    sft, rm, dpo, rloo, grpo = (specs[k] for k in ("sft", "rm", "dpo", "rloo", "grpo"))
-    rl_text = (
-        f"{sizes.rl_prompts} prompts x {sizes.n_samples} samples, ≤ 16 new tokens, temperature 1, one optimizer "
-        f"step on all {rloo.batch} samples (micro-batch 16), lr 3e-5, no KL (ours --init_kl_coef 0, TRL beta 0); "
-        "ours --packing_samples (a prompt's samples share its forward)"
-    )
-    grpo_sides = [ours_side(ctx, grpo, label="ours (HF generate)")]
-    if sizes.with_vllm:
-        grpo_sides.append(ours_side(ctx, grpo, vllm=True, label="ours (vLLM engine)"))
-        grpo_sides.append(ours_side(ctx, grpo, vllm=True, overlap=True, label="ours (async vLLM engine)"))
-    grpo_sides.append(trl_side(ctx, grpo))
-    grpo_skipped = (
-        {}
-        if sizes.with_vllm
-        else {"ours (vLLM engine)": "not run (--no-vllm)", "ours (async vLLM engine)": "not run (--no-vllm)"}
-    )
+    return [
+        *offline_comparisons(ctx, specs),
+        *rl_comparisons(ctx, specs, sizes),
+        Comparison(
+            "orchestration",
+            "Orchestration: SFT stage",
+            "s (wall)",
+            False,
+            orchestration_sides(ctx, demo_base, sizes.orch_steps),
+            "overhead ≤ 5 %",
+            1.05,
+            f"the demo's SFT stage (tiny model, deployments/recipes/tiny/sft.yaml, {sizes.orch_steps} steps); "
+            "bare CLI: the whole command; through the flow: the stage task, and the whole flow command",
+            baseline="bare CLI",
+        ),
+        placement_comparison(ctx, demo_base, sizes.orch_steps),
+    ]
+
+
+def offline_comparisons(ctx: Context, specs: dict[str, RunSpec]) -> list[Comparison]:
+    sft, rm, dpo = (specs[k] for k in ("sft", "rm", "dpo"))
     return [
         Comparison(
             "sft",
@@ -102,6 +107,28 @@ def comparisons(ctx: Context, model: str, demo_base: str, sizes: Sizes) -> list[
             f"{dpo.steps} steps of 32 pairs (micro-batch 16), beta 0.1, lr 5e-6, "
             "frozen reference forward every step on both sides",
         ),
+    ]
+
+
+def rl_comparisons(ctx: Context, specs: dict[str, RunSpec], sizes: Sizes) -> list[Comparison]:
+    """RLOO and GRPO iterations; GRPO also on a vLLM engine, synchronous and overlapped, unless --no-vllm."""
+    rloo, grpo = specs["rloo"], specs["grpo"]
+    rl_text = (
+        f"{sizes.rl_prompts} prompts x {sizes.n_samples} samples, ≤ 16 new tokens, temperature 1, one optimizer "
+        f"step on all {rloo.batch} samples (micro-batch 16), lr 3e-5, no KL (ours --init_kl_coef 0, TRL beta 0); "
+        "ours --packing_samples (a prompt's samples share its forward)"
+    )
+    grpo_sides = [ours_side(ctx, grpo, label="ours (HF generate)")]
+    if sizes.with_vllm:
+        grpo_sides.append(ours_side(ctx, grpo, vllm=True, label="ours (vLLM engine)"))
+        grpo_sides.append(ours_side(ctx, grpo, vllm=True, overlap=True, label="ours (async vLLM engine)"))
+    grpo_sides.append(trl_side(ctx, grpo))
+    grpo_skipped = (
+        {}
+        if sizes.with_vllm
+        else {"ours (vLLM engine)": "not run (--no-vllm)", "ours (async vLLM engine)": "not run (--no-vllm)"}
+    )
+    return [
         Comparison(
             "rloo",
             "RL iteration: RLOO",
@@ -125,17 +152,4 @@ def comparisons(ctx: Context, model: str, demo_base: str, sizes: Sizes) -> list[
             "generates the next iteration there while this one trains",
             skipped=grpo_skipped,
         ),
-        Comparison(
-            "orchestration",
-            "Orchestration: SFT stage",
-            "s (wall)",
-            False,
-            orchestration_sides(ctx, demo_base, sizes.orch_steps),
-            "overhead ≤ 5 %",
-            1.05,
-            f"the demo's SFT stage (tiny model, deployments/recipes/tiny/sft.yaml, {sizes.orch_steps} steps); "
-            "bare CLI: the whole command; through the flow: the stage task, and the whole flow command",
-            baseline="bare CLI",
-        ),
-        placement_comparison(ctx, demo_base, sizes.orch_steps),
     ]
