@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -22,112 +21,18 @@ import pytest
 from alignment import storage
 from tests.browser import chromium, open_flow_run_artifact
 from tests.conftest import REPO
-from tests.fixtures_s3 import free_port, stop_process
+from tests.fixtures_s3 import stop_process
+from tests.prefect_server import deployed_server, wait_terminal
 
 pytestmark = pytest.mark.integration
-PREFECT = str(Path(sys.executable).parent / "prefect")
-
-
-def _wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 90) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"prefect server exited with {proc.returncode}")
-        try:
-            urllib.request.urlopen(f"{url}/health", timeout=2).read()
-            return
-        except OSError:
-            time.sleep(0.5)
-    raise AssertionError("prefect server did not become healthy")
-
-
-class Prefect:
-    """The CLI against the module's server, as a user's shell would run it."""
-
-    def __init__(self, env: dict[str, str], logs: Path):
-        self.env, self.logs = env, logs
-        self.api = env["PREFECT_API_URL"]
-        self.ui = self.api.removesuffix("/api")
-
-    def artifacts(self, flow_run_id: str) -> list:
-        """Every artifact (every version) of a flow run and its task runs, oldest first."""
-        from prefect.client.orchestration import PrefectClient
-        from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
-        from prefect.client.schemas.sorting import ArtifactSort
-
-        async def read() -> list:
-            async with PrefectClient(self.api) as client:
-                return (
-                    await client.read_artifacts(
-                        artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id])),
-                        sort=ArtifactSort.CREATED_DESC,
-                    )
-                )[::-1]
-
-        return asyncio.run(read())
-
-    def cli(self, *args: str, timeout: int = 120) -> subprocess.CompletedProcess:
-        return subprocess.run([PREFECT, *args], env=self.env, cwd=REPO, capture_output=True, text=True, timeout=timeout)
-
-    def worker_log(self) -> str:
-        return (self.logs / "worker.log").read_text()
 
 
 @pytest.fixture(scope="module")
 def prefect(module_tmp, ray_head):
     # after ray_head: the worker's (and a served flow's) environment then holds the session cluster's
     # token (RAY_AUTH_MODE/RAY_AUTH_TOKEN), as a real worker's would; before it, they could not reach it
-    logs = module_tmp / "prefect"
-    logs.mkdir()
-    port = free_port()
-    api = f"http://127.0.0.1:{port}/api"
-    env = {
-        **os.environ,
-        "PREFECT_HOME": str(logs / "prefect_home"),
-        "PREFECT_API_URL": api,
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "PREFECT_WORKER_QUERY_SECONDS": "1",
-        "PREFECT_WORKER_PREFETCH_SECONDS": "1",
-        "PREFECT_RUNNER_POLL_FREQUENCY": "1",
-        "ALIGNFLOW_HOME": str(REPO),
-        "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "2",
-        "PREFECT_UI_API_URL": api,
-        "ALIGNFLOW_CURVE_EVERY_S": "1",
-    }
-    server_env = {k: v for k, v in env.items() if k != "PREFECT_API_URL"}
-    server = subprocess.Popen(
-        [PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-        env=server_env,
-        stdout=open(logs / "server.log", "w"),
-        stderr=subprocess.STDOUT,
-    )
-    worker = None
-    try:
-        _wait_healthy(api, server)
-        p = Prefect(env, logs)
-        # the documented commands: checked, no prompts (stdin closed: a prompt would crash with EOFError)
-        deployed = subprocess.run(
-            ["bash", "scripts/deploy.sh"],
-            env=env,
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            stdin=subprocess.DEVNULL,
-        )
-        assert deployed.returncode == 0, deployed.stdout[-2000:] + deployed.stderr[-2000:]
-        worker = subprocess.Popen(
-            ["bash", "scripts/worker.sh"],
-            env=env,
-            cwd=REPO,
-            stdout=open(logs / "worker.log", "w"),
-            stderr=subprocess.STDOUT,
-        )
+    with deployed_server(module_tmp) as p:
         yield p
-    finally:
-        if worker is not None:
-            stop_process(worker)  # SIGTERM, as a supervisor stops it (tested below)
-        stop_process(server)
 
 
 def test_deploy_asked_nothing_and_the_nightly_runs_one_at_a_time(prefect):
@@ -273,24 +178,6 @@ def test_tiny_vision_deployment_shows_pictures_and_skips_committed_stages_on_rer
     assert table.count("](data:image/png;base64,") == 8 and "| after sft | after grpo |" in table
 
 
-def _wait_terminal(prefect: Prefect, run_id: str, timeout_s: float = 600) -> str:
-    """The flow run's final state type, read from the server's API each second (a `prefect flow-run inspect`
-    process a poll cost 2-3 s of the 2 cores the run under test needs)."""
-    from prefect.client.orchestration import PrefectClient
-
-    async def state() -> str:
-        async with PrefectClient(prefect.api) as client:
-            return (await client.read_flow_run(run_id)).state.type.value
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        now = asyncio.run(state())
-        if now in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
-            return now
-        time.sleep(1)
-    raise AssertionError(f"flow run {run_id} still not finished after {timeout_s}s:\n{prefect.worker_log()[-3000:]}")
-
-
 @pytest.mark.chaos  # a fault injected into a deployment's flow run: `make test-chaos` (CI runs it with the suite)
 def test_pipeline_override_and_flow_run_retry_resume_ppo(prefect, ray_head, tmp_path):
     """`prefect deployment run sft-rm-ppo/tiny --param ppo=…` (no task retries); the PPO job is
@@ -357,11 +244,11 @@ def test_pipeline_override_and_flow_run_retry_resume_ppo(prefect, ray_head, tmp_
                 break
         time.sleep(0.05)
     assert killed_at is not None, "the PPO job was not caught mid-stage:\n" + prefect.worker_log()[-3000:]
-    assert _wait_terminal(prefect, run_id) == "FAILED"
+    assert wait_terminal(prefect, run_id) == "FAILED"
 
     retried = prefect.cli("flow-run", "retry", run_id)
     assert retried.returncode == 0, retried.stdout[-2000:] + retried.stderr[-2000:]
-    assert _wait_terminal(prefect, run_id) == "COMPLETED", prefect.worker_log()[-4000:]
+    assert wait_terminal(prefect, run_id) == "COMPLETED", prefect.worker_log()[-4000:]
 
     jobs = [j for j in ray_jobs(ray_head, "tiny") if j.metadata.get("alignflow_output", "").startswith(str(store))]
     by_stage = {s: [j.status.value for j in jobs if j.metadata["alignflow_stage"] == s] for s in ("sft", "rm", "ppo")}
