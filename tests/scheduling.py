@@ -25,6 +25,7 @@ SLOW_FILES = (
     "test_chaos_kills.py",
     "test_deployment.py",
     "test_ppo_ray.py",
+    "test_ppo_vllm.py",
     "test_sft_dpo_flow.py",
     "test_multinode.py",
     "test_sft_integration.py",

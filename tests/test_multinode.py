@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import REPO, metric_rows
 from tests.fixtures_s3 import point_env_at
-from tests.test_ppo_ray import PROMPTS, ray_job
+from tests.ppo_ray_jobs import PROMPTS, ray_job
 
 pytestmark = pytest.mark.integration
 

@@ -107,7 +107,7 @@ def shrunk(script: str, model, out, **more) -> list[str]:
 def run_line(ray_head, args: list[str], name: str, out, auto: str = "AutoModelForCausalLM") -> list[dict]:
     import transformers
 
-    from tests.test_ppo_ray import ray_job
+    from tests.ppo_ray_jobs import ray_job
 
     status, logs = ray_job(ray_head, args, f"v011-{name}")
     assert status.endswith("SUCCEEDED"), logs[-3000:]
