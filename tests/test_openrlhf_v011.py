@@ -170,7 +170,7 @@ def test_the_async_agent_line_with_partial_rollouts(ray_head, tiny_sft, tmp_path
     """Async training with partial rollouts and an agent file written as OpenRLHF's agent_func.py (its import
     line, an executor built as super().__init__(AgentInstance)); ICEPOP on top of async, the entropy logged; plus
     oversampling (--rollout.vllm_generate_batch_size) feeding the dynamic filter."""
-    from tests.test_agents import OPENRLHF_STYLE
+    from tests.agent_files import OPENRLHF_STYLE
 
     agent = tmp_path / "agent_func.py"
     agent.write_text(OPENRLHF_STYLE)
