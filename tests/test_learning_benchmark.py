@@ -41,6 +41,7 @@ def load_benchmark():
     return module
 
 
+@pytest.mark.demo  # a benchmark is run by hand, as tests/test_benchmarks.py's are (`make test-demo`): 3-5 min of CI
 def test_two_methods_write_the_page_and_the_json_and_a_rerun_trains_nothing(ray_head, tiny_sft, tmp_path):
     learning = load_benchmark()
     out, js, chart = tmp_path / "learning.md", tmp_path / "learning.json", tmp_path / "img" / "learning.png"

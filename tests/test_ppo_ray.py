@@ -4,6 +4,8 @@ own gloo process group, the single controller in the job's driver."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from safetensors.torch import load_file
 
@@ -84,6 +86,9 @@ def test_openrlhf_readme_command_runs_as_a_ray_job(ray_head, tiny_sft, tiny_rm, 
     status, logs = ray_job(ray_head, readme, "ppo-readme")
     assert status.endswith("SUCCEEDED"), logs[-3000:]
     assert "placed actor 1x1, critic 1x1, ref 1x1 on actor's bundles, reward 1x1 on critic's bundles" in logs
+    # a bundle's share of the node's 2 CPUs as Ray counts them, but no more threads than the cores the ranks may
+    # run on (under xdist each worker, and the Ray head it started, is pinned to one core)
+    assert f"actor rank 0/1 ready ({min(2, len(os.sched_getaffinity(0)))} threads)" in logs, logs[-3000:]
     assert (
         "--packing_samples: training and scoring forward passes on packed rows (block-causal mask; the samples "
         "of one prompt share its forward)"

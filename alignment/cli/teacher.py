@@ -4,6 +4,7 @@ logits, and the side group the `train_kd` and `train_opd` drivers place with the
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from alignment.config.distill import KDConfig, OPDConfig
@@ -26,7 +27,8 @@ class TeacherReplica:
         setup_logging(force=True)
         device = "cuda" if torch.cuda.is_available() else "cpu"
         if device == "cpu" and ray.is_initialized():  # its bundle's cores, not the node's: ranks compute beside it
-            torch.set_num_threads(max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))))
+            assigned = int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))
+            torch.set_num_threads(max(1, min(assigned, len(os.sched_getaffinity(0)))))  # nor more than it may run on
         precision, attn = precision_for(bf16, device), attn_implementation(attention, device)
         self.teacher = ReferenceModel(path, precision.dtype, attn, device, False, "--teacher_model", trust_remote_code)
 

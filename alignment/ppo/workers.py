@@ -71,6 +71,11 @@ class ModelWorker(RankActor):
         if cores:  # keep off the cores vLLM engines bound (cluster.split_cores)
             os.sched_setaffinity(0, set(cores))
             threads = min(threads, len(cores))
+        if not cfg.train.num_threads:
+            # the driver divides the node's CPUs as Ray counts them; this process may run on fewer (a taskset or
+            # a cpuset), and more threads than its cores only wait on each other (the README's PPO job on a 2-CPU
+            # head pinned to one core: 164 s at 1 thread a rank, 170 s at 2)
+            threads = min(threads, len(os.sched_getaffinity(0)))
 
         self.role, self.cfg = role, cfg
         self.rt = init_runtime(-1, threads)
