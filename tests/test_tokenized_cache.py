@@ -336,3 +336,24 @@ def test_one_rank_per_node_tokenizes_while_the_others_wait(cache, tmp_path, monk
     mp.spawn(_rank_main, args=(free_port("127.0.0.1"), str(tmp_path)), nprocs=2, join=True)
     assert counted(count) == ["0"] * 60
     assert json.loads((tmp_path / "rank0.json").read_text()) == json.loads((tmp_path / "rank1.json").read_text())
+
+
+def test_the_same_tokenizer_at_another_path_is_the_same_cache_entry(tmp_path):
+    """Each stage's model folder holds a copy of its parent's tokenizer: found at another path it is the same
+    cache entry (the RM stages of a pipeline re-tokenized 20,250 pairs each when the path was hashed); a changed
+    chat template or padding side is another."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from alignment.datasets.tokenized import tokenizer_digest
+
+    for name in ("a", "b"):
+        shutil.copytree(tiny_dir() / "tokenizer", tmp_path / name)
+    a, b = (AutoTokenizer.from_pretrained(tmp_path / name) for name in ("a", "b"))
+    assert tokenizer_digest(a) == tokenizer_digest(b)
+    b.chat_template = (b.chat_template or "") + " "
+    assert tokenizer_digest(a) != tokenizer_digest(b)
+    a2 = AutoTokenizer.from_pretrained(tmp_path / "a")
+    a2.padding_side = "left" if a.padding_side == "right" else "right"
+    assert tokenizer_digest(a) != tokenizer_digest(a2)
