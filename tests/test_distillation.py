@@ -11,29 +11,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from alignment.tiny_world.paths import tiny_dir
 from tests.conftest import kill9_after_step, losses, metric_rows, run_module
-
-TINY_DATA = [
-    "--dataset",
-    f"json@{tiny_dir() / 'sft'}",
-    "--input_key",
-    "context_messages",
-    "--apply_chat_template",
-    "--multiturn",
-    "--max_len",
-    "64",
-    "--learning_rate",
-    "2e-3",
-    "--seed",
-    "7",
-    "--train_batch_size",
-    "16",
-    "--micro_train_batch_size",
-    "8",
-    "--logging_steps",
-    "1",
-]
+from tests.sft_cli import TINY_SFT
 
 
 def test_kd_loss_is_the_forward_kl_mix_by_hand():
@@ -104,7 +83,7 @@ def test_train_kd_commits_and_resumes(tiny_base, teacher, tmp_path):
         str(ckpt),
         "--save_path",
         str(out),
-        *TINY_DATA,
+        *TINY_SFT,
     ]
     kill9_after_step("alignment.cli.train_kd", args, 3)  # kill -9 after step 3: its newest checkpoint is step 2
     assert (ckpt / "latest").read_text().strip() == "global_step2" and not (out / "MANIFEST.json").exists()
@@ -148,7 +127,7 @@ def test_teacher_with_another_vocabulary_is_one_line_before_weights_load(tiny_ba
     other = make_base(tmp_path / "other_vocab", seed=1, config_overrides={"vocab_size": 300})
     proc = run_module(
         "alignment.cli.train_kd",
-        ["--pretrain", str(tiny_base), "--teacher_model", str(other), "--save_path", str(tmp_path / "out"), *TINY_DATA],
+        ["--pretrain", str(tiny_base), "--teacher_model", str(other), "--save_path", str(tmp_path / "out"), *TINY_SFT],
         check=False,
     )
     errors = [ln for ln in proc.stderr.splitlines() if "error: " in ln]
@@ -218,7 +197,7 @@ def test_sft_with_muon_trains(tiny_base, tmp_path):
             "3",
             "--lr_warmup_ratio",
             "0",
-            *TINY_DATA,
+            *TINY_SFT,
         ],
     )
     assert "--optim muon: Muon on 28 block matrices, AdamW on 10 other tensors" in proc.stderr
