@@ -86,6 +86,22 @@ CASES = [
     ("ppo_ray_group_estimator_n1", "train_ppo_ray", [*PPO, "--advantage_estimator", "rloo"],
      "--n_samples_per_prompt 1", False),
     ("ppo_ray_top_p", "train_ppo_ray", [*PPO, "--top_p", "1.5"], "--top_p 1.5", False),
+    ("ppo_prompt_max_len_3", "train_ppo", [*PPO, "--prompt_max_len", "3"],
+     "prompts are longer than --prompt_max_len 3; raise --prompt_max_len", False),
+    ("ppo_rollout_not_a_multiple", "train_ppo", [*PPO, "--rollout_batch_size", "12", "--micro_rollout_batch_size", "4"],
+     "is not a multiple of --train_batch_size 8", False),
+    # what this machine cannot run: said before any model loads
+    ("sft_4bit_without_cuda", "train_sft", [*SFT, "--load_in_4bit", "--lora_rank", "8"],
+     "--load_in_4bit needs a CUDA GPU and the bitsandbytes package", False),
+    ("sft_4bit_without_lora", "train_sft", [*SFT, "--load_in_4bit"], "also pass --lora_rank", False),
+    ("sft_ring_attn_without_cuda", "train_sft", [*SFT, "--ring_attn_size", "2"],
+     "--ring_attn_size 2: ring attention needs CUDA GPUs with flash-attn and ring-flash-attn", False),
+    ("sft_ring_attn_0", "train_sft", [*SFT, "--ring_attn_size", "0"], "--ring_attn_size 0: must be >= 1", False),
+    # importing a model: a folder that holds none
+    ("import_folder_without_a_model", "import_model", ["@BAD@/no_data", "--save_path", "@WORK@/imported"],
+     "is not a model: no config.json and no .gguf file", False),
+    ("import_config_without_tokenizer", "import_model", ["@BAD@/config_only", "--save_path", "@WORK@/imported"],
+     "no tokenizer next to the weights", False),
     # negative numbers in any notation reach the check (argparse alone took only -1 and -.5)
     ("sft_lr_negative_exponent", "train_sft", [*SFT, "--learning_rate", "-1e-3"], "--learning_rate -0.001: must be > 0",
      False),

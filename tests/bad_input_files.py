@@ -52,6 +52,8 @@ def write_bad_files(bad: Path, tiny_base: Path) -> None:
     shards = {"lm_head.weight": "model-00002-of-00002.safetensors", "x": "model-00001-of-00002.safetensors"}
     (bad / "missing_shard" / "model.safetensors.index.json").write_text(json.dumps({"weight_map": shards}))
     (bad / "empty_model").mkdir()
+    (bad / "config_only").mkdir()  # a config written by hand: no weights, no tokenizer
+    (bad / "config_only" / "config.json").write_text(json.dumps({"model_type": "llama"}))
     (bad / "no_data").mkdir()
     (bad / "no_data" / "README.md").write_text("the data files were never copied\n")
     (bad / "empty_responses.jsonl").write_text(

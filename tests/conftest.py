@@ -28,7 +28,11 @@ os.environ.setdefault("WANDB_MODE", "offline")
 _CACHES = tempfile.mkdtemp(prefix="alignflow-test-caches-")
 atexit.register(shutil.rmtree, _CACHES, True)
 os.environ.setdefault("ALIGNFLOW_CACHE", os.path.join(_CACHES, "alignflow"))
-os.environ.setdefault("ALIGNFLOW_TOKENIZED_CACHE", os.path.join(_CACHES, "tokenized"))
+# Tokenized datasets: one cache for both xdist workers where scripts/run_tests.sh gives them a shared folder (a node's
+# stages share it in production too: datasets writes each file to a temporary name and renames it), so the tiny RM's
+# 20,250 pairs are tokenized once per suite, not once per worker (~50 s each on a loaded core)
+_SHARED = os.environ.get("ALIGNFLOW_TEST_BUILT")
+os.environ.setdefault("ALIGNFLOW_TOKENIZED_CACHE", os.path.join(_SHARED or _CACHES, "tokenized"))
 os.environ.setdefault("HF_DATASETS_CACHE", os.path.join(_CACHES, "hf_datasets"))
 # Prefect: ephemeral API with its database in a private directory for this session.
 _PREFECT_HOME = tempfile.mkdtemp(prefix="alignflow-prefect-")

@@ -184,7 +184,8 @@ def test_pipeline_override_and_flow_run_retry_resume_ppo(prefect, ray_head, tmp_
     killed after a committed checkpoint, so the flow run fails; `prefect flow-run retry` runs it
     again: SFT and RM are skipped (committed), PPO resumes from its checkpoint, and the overridden
     hyper-parameter shows in the PPO manifest. The PPO stage's curve artifact draws its reward and KL.
-    The RM stage runs on 2 ranks placed on the cluster and commits a model plain transformers loads."""
+    The RM stage commits a model plain transformers loads. (A flow's stage on 2 ranks placed on the cluster:
+    tests/test_ray_ranks.py; here one rank, and 64 of the RM's pairs: this test is about the retry.)"""
     from ray.job_submission import JobSubmissionClient
 
     from tests.flow_runs import ray_jobs
@@ -196,7 +197,7 @@ def test_pipeline_override_and_flow_run_retry_resume_ppo(prefect, ray_head, tmp_
             "max_steps": 4,
             "save_steps": 2,
             "eval_dataset": None,
-            "num_gpus_per_node": 2,
+            "max_samples": 64,
             "micro_train_batch_size": 8,
         },
         "ppo": {
@@ -261,7 +262,6 @@ def test_pipeline_override_and_flow_run_retry_resume_ppo(prefect, ray_head, tmp_
     manifest = storage.read_manifest(f"{resumed.metadata['alignflow_output']}/model")
     assert manifest["metadata"]["config"]["actor_learning_rate"] == 3e-5
     rm_job = next(j for j in jobs if j.metadata["alignflow_stage"] == "rm")
-    assert "train_rm: placing 2 rank(s)" in client.get_job_logs(rm_job.submission_id)
     from transformers import AutoModelForSequenceClassification
 
     rm_model = AutoModelForSequenceClassification.from_pretrained(f"{rm_job.metadata['alignflow_output']}/model")

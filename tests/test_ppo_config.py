@@ -236,3 +236,12 @@ def test_dynamic_filtering_takes_any_estimator_with_several_samples_a_prompt(est
     if estimator != "group_norm":  # a group estimator refuses one sample first, with its own line
         with pytest.raises(ConfigError, match="--dynamic_filtering keeps the prompts .* use >= 2"):
             parse(*flags, "--n_samples_per_prompt", "1")
+
+
+@pytest.mark.parametrize(
+    "flag", ["--vllm_enable_is_correction", "--enable_vllm_is_correction", "--algo.advantage.is_correction_enable"]
+)
+def test_is_correction_by_each_of_its_names(flag):
+    """The older scripts' --vllm_enable_is_correction, the flat and the dotted name: one switch (with a vLLM engine,
+    the only one whose samples it weighs)."""
+    assert parse(flag, "--vllm_num_engines", "1").algo.advantage.is_correction_enable

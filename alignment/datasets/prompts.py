@@ -114,19 +114,18 @@ class PromptTokenizer:
             )
             if keep
         ]
-        dropped = n_rows - len(out)
-        if dropped:
+        if not out:  # the one error line, without a warning saying the same before it
+            raise DataError(
+                f"{self.source}: all {n_rows} prompts are longer than --prompt_max_len "
+                f"{self.cfg.data.prompt_max_len}; raise --prompt_max_len"
+            )
+        if dropped := n_rows - len(out):
             log.warning(
                 "dropped %d of %d prompts of %s longer than --prompt_max_len %d tokens",
                 dropped,
                 n_rows,
                 self.source,
                 self.cfg.data.prompt_max_len,
-            )
-        if not out:
-            raise DataError(
-                f"{self.source}: all {n_rows} prompts are longer than --prompt_max_len "
-                f"{self.cfg.data.prompt_max_len}; raise --prompt_max_len"
             )
         return out
 

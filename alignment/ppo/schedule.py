@@ -19,14 +19,8 @@ def check_sizes(cfg: PPOConfig, world_size: int) -> int:
         cfg.rollout.batch_size % world_size == 0,
         f"--rollout_batch_size {cfg.rollout.batch_size} is not divisible by world size {world_size}",
     )
-    samples = cfg.rollout.samples
-    require(
-        samples % cfg.train.batch_size == 0,
-        f"--rollout_batch_size {cfg.rollout.batch_size} x --n_samples_per_prompt {cfg.rollout.n_samples_per_prompt} = "
-        f"{samples} samples per iteration is not a multiple of --train_batch_size {cfg.train.batch_size}",
-    )
-    cfg.accumulation_steps(world_size)
-    return samples // cfg.train.batch_size * cfg.train.max_epochs
+    cfg.accumulation_steps(world_size)  # (samples a multiple of --train_batch_size: the config's check_ppo)
+    return cfg.rollout.samples // cfg.train.batch_size * cfg.train.max_epochs
 
 
 @dataclass(frozen=True)
