@@ -1,6 +1,6 @@
 """The deployments against a real Prefect server (`prefect server start`) and process worker,
 started once for this module: `prefect deployment run` of sft/tiny (its artifacts checked through
-the API and in a real browser), of sft-grpo/tiny-vision (its pictures, and a rerun that skips every stage), and
+the API and in a real browser), of sft-grpo/tiny-vision (its pictures), and
 of sft-rm-ppo/tiny with a stage override, `prefect flow-run retry` of a pipeline whose PPO job was killed, and
 iterative-dpo/nightly served on a short interval schedule."""
 
@@ -143,12 +143,12 @@ def test_deployment_run_publishes_progress_curves_and_report_seen_in_a_browser(p
     assert "data:image/png" not in report.text  # the picture shows, not its URL
 
 
-def test_tiny_vision_deployment_shows_pictures_and_skips_committed_stages_on_rerun(prefect, ray_head, tmp_path):
+def test_tiny_vision_deployment_shows_pictures(prefect, ray_head, tmp_path):
     """`prefect deployment run 'sft-grpo/tiny-vision'` on the server and worker: the tiny LLaVA made, SFT and
     GRPO on its pictures (the image encoder trained too: grpo.yaml says why; freezing is the VLM line's test),
     both models evaluated on the held-out pictures, a handful of those shown with both answers as an artifact.
-    Run again, every stage is skipped (no Ray job). Budgets are a few steps: learning is measured in
-    benchmarks (docs/learning-vision.md), not here."""
+    (A rerun that skips committed stages: the flow-run retry below.) Budgets are a few steps: learning is measured
+    in benchmarks (docs/learning-vision.md), not here."""
     import torch
     from safetensors.torch import load_file
 
@@ -160,12 +160,11 @@ def test_tiny_vision_deployment_shows_pictures_and_skips_committed_stages_on_rer
     grpo |= {"dynamic_filtering": False, "save_steps": -1}
     params = {"ray_address": ray_head, "store": str(store), "run_name": "vision", "sft": {"max_steps": 4}, "grpo": grpo}
     args = [f"--param={k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in params.items()]
-    runs = [prefect.cli("deployment", "run", "sft-grpo/tiny-vision", *args, "--watch", timeout=900) for _ in range(2)]
-    for run in runs:
-        assert run.returncode == 0 and "Completed" in run.stdout, run.stdout[-2000:] + prefect.worker_log()[-3000:]
+    run = prefect.cli("deployment", "run", "sft-grpo/tiny-vision", *args, "--watch", timeout=900)
+    assert run.returncode == 0 and "Completed" in run.stdout, run.stdout[-2000:] + prefect.worker_log()[-3000:]
     jobs = [j for j in ray_jobs(ray_head, "vision") if j.metadata.get("alignflow_output", "").startswith(str(store))]
     stages = sorted(j.metadata["alignflow_stage"] for j in jobs)
-    assert stages == ["evaluate", "evaluate", "ppo", "sft", "tiny_base"], stages  # the second run submitted none
+    assert stages == ["evaluate", "evaluate", "ppo", "sft", "tiny_base"], stages
     assert all(j.status.value == "SUCCEEDED" for j in jobs)
 
     model = {j.metadata["alignflow_stage"]: f"{j.metadata['alignflow_output']}/model" for j in jobs}
@@ -173,7 +172,7 @@ def test_tiny_vision_deployment_shows_pictures_and_skips_committed_stages_on_rer
     encoder = [k for k in before if "language_model" not in k and "lm_head" not in k]
     assert encoder and any(not torch.equal(before[k], after[k]) for k in encoder)
     assert any(not torch.equal(before[k], after[k]) for k in before if "language_model" in k)
-    first = re.search(r"UUID:\s*([0-9a-f-]{36})", runs[0].stdout).group(1)
+    first = re.search(r"UUID:\s*([0-9a-f-]{36})", run.stdout).group(1)
     table = [a.data for a in prefect.artifacts(first) if a.key == "vision-heldout-pictures"][-1]
     assert table.count("](data:image/png;base64,") == 8 and "| after sft | after grpo |" in table
 

@@ -18,6 +18,7 @@ import pytest
 from alignflow.tasks.cluster.head_watchdog import head_processes
 from alignment import storage
 from alignment.tiny_world.paths import tiny_dir
+from alignment.training.resume_point import find_latest
 from tests.conftest import REPO, python_env
 
 pytestmark = pytest.mark.integration
@@ -128,7 +129,7 @@ def watchdog_of(pid: int) -> psutil.Process:
     raise AssertionError(f"no head watchdog of {pid}")
 
 
-def test_demo_killed_then_terminated_then_rerun_finishes(tmp_path):
+def test_demo_killed_then_terminated_leaves_a_checkpoint_to_resume(tmp_path):
     """`make demo` is scripts/demo.py; here with short stages (its --sft/--ppo) in a private root, run three times.
 
     1. kill -9 of the flow process mid-SFT (alignflow/tasks/cluster/head_watchdog.py): soon after, no process of its
@@ -137,8 +138,10 @@ def test_demo_killed_then_terminated_then_rerun_finishes(tmp_path):
        machine once took more than 10 s).
     2. The rerun takes the dead run's output slot over at once (alignflow/tasks/orchestration/output_slot.py) and
        resumes SFT from its checkpoint; SIGTERM once it has committed a newer one: one line says what was committed,
-       what resumes from which checkpoint and how to continue, and SFT's model is not committed.
-    3. The third run skips the committed stage, resumes SFT from the newest checkpoint and finishes the pipeline."""
+       what resumes from which checkpoint and how to continue, SFT's model is not committed, and the checkpoint the
+       line names verifies (its files' hashes, its state) as the one a third run resumes from. (That a resumed
+       pipeline then finishes: the resume tests of every stage kind and the flow-run retry of tests/test_deployment.py;
+       a third demo here was 3 minutes of CI's 60.)"""
     root = tmp_path / "demo"
     cmd = short_demo(root)
     env = python_env(PREFECT_HOME=str(tmp_path / "prefect"))
@@ -183,15 +186,8 @@ def test_demo_killed_then_terminated_then_rerun_finishes(tmp_path):
         and "run this command again" in lines[0]
     ), lines[0]
     assert not storage.is_committed(sft_dir / "model")
-
-    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
-    shown = again.stdout + again.stderr
-    assert again.returncode == 0, shown[-4000:]
-    assert (
-        "stage tiny_base already committed" in shown
-        and f"resuming stage sft from committed checkpoint {sft_dir}" in shown
-    ), shown[-4000:]
-    assert storage.is_committed(sft_dir / "model") and json.loads((root / "report.json").read_text())["stages"]["ppo"]
+    newest = find_latest(str(sft_dir / "checkpoints"))  # what the next run resumes from: newer than run 1's, whole
+    assert newest is not None and newest.name != first and f"checkpoint {newest.uri}" in lines[0], lines[0]
 
 
 CHILD = """
