@@ -102,6 +102,8 @@ CASES = [
      "is not a model: no config.json and no .gguf file", False),
     ("import_config_without_tokenizer", "import_model", ["@BAD@/config_only", "--save_path", "@WORK@/imported"],
      "no tokenizer next to the weights", False),
+    ("chat_without_a_chat_template", "interactive_chat", ["--pretrain", "@BAD@/no_template", "--apply_chat_template"],
+     "no chat template", False),
     # negative numbers in any notation reach the check (argparse alone took only -1 and -.5)
     ("sft_lr_negative_exponent", "train_sft", [*SFT, "--learning_rate", "-1e-3"], "--learning_rate -0.001: must be > 0",
      False),

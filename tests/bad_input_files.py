@@ -42,6 +42,12 @@ def write_bad_files(bad: Path, tiny_base: Path) -> None:
     (bad / "broken_template" / "chat_template.jinja").write_text(
         "{% for m in messages %}\n{{ m.content }\n{% endfor %}"
     )
+    (bad / "no_template").mkdir()  # a base model's folder: no chat template in either place a tokenizer keeps it
+    for f in ("config.json", "model.safetensors", "tokenizer.json"):
+        shutil.copy(tiny_base / f, bad / "no_template" / f)
+    config = json.loads((tiny_base / "tokenizer_config.json").read_text())
+    config.pop("chat_template", None)
+    (bad / "no_template" / "tokenizer_config.json").write_text(json.dumps(config))
     (bad / "no_weights").mkdir()  # config and tokenizer saved, the weights not
     for f in ("config.json", "tokenizer.json", "tokenizer_config.json"):
         shutil.copy(tiny_base / f, bad / "no_weights" / f)

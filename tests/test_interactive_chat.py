@@ -5,10 +5,7 @@ The two-turn test talks to the SFT model; the others use the random-weight base 
 
 from __future__ import annotations
 
-import json
 import re
-import shutil
-import subprocess
 
 import pexpect
 import pytest
@@ -81,27 +78,6 @@ def test_plain_text_from_a_store_uri_and_ctrl_d(tiny_base, tmp_path):
         assert_exits_cleanly(child)
     finally:
         child.close(force=True)
-
-
-def test_chat_template_missing_is_one_error_line(tiny_base, tmp_path):
-    model = shutil.copytree(tiny_base, tmp_path / "no_template")
-    (model / "chat_template.jinja").unlink(missing_ok=True)
-    config = json.loads((model / "tokenizer_config.json").read_text())
-    config.pop("chat_template", None)  # where older tokenizers keep it
-    (model / "tokenizer_config.json").write_text(json.dumps(config))
-    proc = subprocess.run(
-        [PYTHON, "-m", "alignment.cli.interactive_chat", "--pretrain", str(model), "--apply_chat_template"],
-        cwd=REPO,
-        env=python_env(OMP_NUM_THREADS=1),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 2, proc.stderr
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "no chat template" in errors[0], proc.stderr
-    assert "Loading weights" not in proc.stderr  # refused before the model loads
 
 
 def test_history_is_the_prompt_and_oldest_turns_go_first(tiny_base):
