@@ -8,8 +8,8 @@ bash scripts/install_browser.sh
 .venv/bin/ruff check --quiet .
 .venv/bin/ruff format --check --quiet .
 # ALIGNFLOW_TEST_MARKERS: the tests to run (default: all but the demo's 20-minute pipeline, `make test-demo`,
-# and the chaos suite of faults injected into flow runs, `make test-chaos`)
-MARKERS=${ALIGNFLOW_TEST_MARKERS:-not demo and not chaos}
+# the chaos suite of faults injected into flow runs, `make test-chaos`, and the second proofs, `make test-extended`)
+MARKERS=${ALIGNFLOW_TEST_MARKERS:-not demo and not chaos and not extended}
 # Two phases. First the suite on ALIGNFLOW_TEST_WORKERS pytest-xdist workers (default: 2 where there are
 # 2 cores or more; each worker pinned to its own cores by tests/scheduling.py, a test file stays on one worker so its
 # module fixtures are built once). On 2 cores this takes under 2/3 of one process's time: much of a test is

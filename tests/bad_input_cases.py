@@ -104,6 +104,8 @@ CASES = [
      "no tokenizer next to the weights", False),
     ("chat_without_a_chat_template", "interactive_chat", ["--pretrain", "@BAD@/no_template", "--apply_chat_template"],
      "no chat template", False),
+    ("sft_aux_loss_on_a_dense_model", "train_sft", [*SFT, "--aux_loss_coef", "0.01"],
+     "dense llama model with no MoE router", False),
     # negative numbers in any notation reach the check (argparse alone took only -1 and -.5)
     ("sft_lr_negative_exponent", "train_sft", [*SFT, "--learning_rate", "-1e-3"], "--learning_rate -0.001: must be > 0",
      False),

@@ -300,6 +300,9 @@ iterative_dpo_flow.serve(name="nightly-served", interval=20, limit=1, parameters
 """
 
 
+# make test-extended: CI proves the nightly's concurrency limit above and rounds continuing across flow runs in
+# tests/test_gates_and_compare.py
+@pytest.mark.extended
 def test_nightly_iterative_dpo_on_a_schedule_continues_from_the_last_round(prefect, ray_head, tiny_sft, tmp_path):
     """iterative-dpo/nightly served (`flow.serve`) with a 20 s interval instead of its nightly cron:
     two scheduled runs execute, one round each, the second from the first's committed policy."""

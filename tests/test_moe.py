@@ -132,26 +132,3 @@ def test_tiny_mixtral_logs_aux_loss(tiny_mixtral, tmp_path, stage):
     )
     rows = [r for r in metric_rows(out) if "train/aux_loss" in r]
     assert rows and all(1.5 < r["train/aux_loss"] <= 4.0 for r in rows), rows
-
-
-def test_aux_loss_coef_on_a_dense_model_is_refused_before_loading(tiny_base, tmp_path):
-    proc = run_module(
-        "alignment.cli.train_sft",
-        [
-            "--pretrain",
-            str(tiny_base),
-            "--save_path",
-            str(tmp_path / "x"),
-            "--dataset",
-            f"json@{tiny_dir() / 'sft'}",
-            "--input_key",
-            "context_messages",
-            "--apply_chat_template",
-            "--aux_loss_coef",
-            "0.01",
-        ],
-        check=False,
-    )
-    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
-    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-2000:]
-    assert "dense llama model with no MoE router" in lines[0] and "drop the flag" in lines[0]

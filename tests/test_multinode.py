@@ -28,6 +28,8 @@ def two_nodes(moto_endpoint):
             yield url
 
 
+# make test-extended: CI proves ranks across two nodes by the SFT stage below (one placement module for both)
+@pytest.mark.extended
 def test_actor_ranks_span_both_nodes(two_nodes, tiny_base, tmp_path, s3_root):
     """A PPO stage whose actor ranks span both nodes, checkpointing to S3: each actor rank uploads its
     own ZeRO shard (the driver, which commits, holds none of them) and the commit lists both."""

@@ -246,6 +246,8 @@ def _geometry8(tmp_path):
 
 
 @pytest.mark.integration
+# make test-extended: CI runs the VLM line above, and an agent that answers with pictures in tests/test_vision.py
+@pytest.mark.extended
 def test_the_vlm_line_with_an_agent_that_answers_with_pictures(ray_head, tmp_path):
     """OpenRLHF's vlm_multiturn_agent.py usage: the VLM line with --train.agent_func_path (the environment gives
     the rewards, so no reward file), on the vLLM engine. Each turn's context goes to vLLM with every picture so

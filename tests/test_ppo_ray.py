@@ -103,6 +103,9 @@ def test_openrlhf_readme_command_runs_as_a_ray_job(ray_head, tiny_sft, tiny_rm, 
     AutoModelForCausalLM.from_pretrained(out)
 
 
+# make test-extended: CI proves Ray = train_ppo by the tensor-parallel test below and PPO's resume on Ray by the
+# deployment's flow-run retry
+@pytest.mark.extended
 def test_two_rank_actor_group_with_a_reward_function_resumes_and_equals_train_ppo(ray_head, tiny_sft, tmp_path):
     """Actor and ref colocated, two ranks each (one gloo group per model), GRPO with the rule, an
     adaptive KL (--kl_target) and token-budget micro-batches (--use_dynamic_batch). The first job is

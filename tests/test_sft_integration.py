@@ -30,7 +30,11 @@ def test_sft_learns_the_task(tiny_sft):
     assert (out / "MANIFEST.json").exists() and (out / "model.safetensors").exists()
 
 
-@pytest.mark.parametrize("zero_stage, tool", [(2, "deepspeed"), (3, "torchrun")])
+# ZeRO-3 under torchrun: make test-extended (CI runs ZeRO-3 on two ranks in tests/test_moe.py, torchrun in
+# tests/test_ray_ranks.py)
+@pytest.mark.parametrize(
+    "zero_stage, tool", [(2, "deepspeed"), pytest.param(3, "torchrun", marks=pytest.mark.extended)]
+)
 def test_two_process_zero_trains(tiny_base, tmp_path, zero_stage, tool):
     out = tmp_path / f"z{zero_stage}"
     run_cli(
@@ -56,6 +60,9 @@ def test_two_process_zero_trains(tiny_base, tmp_path, zero_stage, tool):
     assert all(v.numel() > 0 for v in state.values())  # ZeRO-3 weights were gathered, not left as shards
 
 
+# make test-extended: CI proves AutoTP (the same DeepSpeed path) by the PPO tensor-parallel test of
+# tests/test_ppo_ray.py
+@pytest.mark.extended
 def test_tensor_parallel_trains_as_one_rank_and_resumes(tiny_base, tmp_path):
     """--ds.tensor_parallel_size 2 (DeepSpeed AutoTP, two ranks holding half of each layer, one data-parallel
     replica) takes the steps one rank takes, checkpoints its shards, resumes after a crash, and commits whole
