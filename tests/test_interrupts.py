@@ -118,15 +118,24 @@ def short_demo(root: Path) -> list[str]:
     ]
 
 
-def watchdog_of(pid: int) -> psutil.Process:
-    """The head watchdog the flow process `pid` started (its first argument is that pid)."""
+def watchdogs_of(pid: int) -> list[psutil.Process]:
+    """The head watchdogs the process `pid` started (their first argument is that pid): one a Ray head."""
+    dogs = []
     for p in psutil.process_iter(["cmdline"]):
         args = p.info["cmdline"] or []
         if "alignflow.tasks.cluster.head_watchdog" in args and args[
             args.index("alignflow.tasks.cluster.head_watchdog") + 1
         ] == str(pid):
-            return p
-    raise AssertionError(f"no head watchdog of {pid}")
+            dogs.append(p)
+    return dogs
+
+
+def watchdog_of(pid: int) -> psutil.Process:
+    """The head watchdog the flow process `pid` started (a demo's flow starts one head)."""
+    dogs = watchdogs_of(pid)
+    if not dogs:
+        raise AssertionError(f"no head watchdog of {pid}")
+    return dogs[0]
 
 
 def test_demo_killed_then_terminated_leaves_a_checkpoint_to_resume(tmp_path):

@@ -194,24 +194,26 @@ def test_bad_credentials(tmp_path, monkeypatch):
 def test_embedded_ray_head_is_started_and_stopped(tmp_path, monkeypatch):
     """No ray_address: the flow starts its own head on loopback and stops every process of it. Its processes are
     told from the other tests' (the session's head, the other worker's) by the head its watchdog names: its temp
-    dir and GCS port, and their children (alignflow/tasks/cluster/head_watchdog.py), gathered while the flow runs."""
+    dir and GCS port, and their children (alignflow/tasks/cluster/head_watchdog.py), gathered while the flow runs.
+    This worker's session head (`ray_head`, when an earlier test started it) has a watchdog of this process too:
+    the one that was there before the flow is not the flow's."""
     import psutil
 
     from alignflow.tasks.cluster.head_watchdog import head_processes
-    from tests.test_interrupts import watchdog_of
+    from tests.test_interrupts import watchdogs_of
 
     seen: dict[int, psutil.Process] = {}
     done = threading.Event()
+    session = {dog.pid for dog in watchdogs_of(os.getpid())}
 
     def gather() -> None:  # every process of the embedded head, as it starts them
         while not done.is_set():
-            try:
-                dog = watchdog_of(os.getpid())
-            except (AssertionError, psutil.NoSuchProcess):  # not started yet, or already stopped
-                time.sleep(0.2)
-                continue
-            seen[dog.pid] = dog
-            seen.update({p.pid: p for p in head_processes(Path(dog.cmdline()[-2]), int(dog.cmdline()[-1]))})
+            for dog in [d for d in watchdogs_of(os.getpid()) if d.pid not in session]:
+                try:
+                    head = head_processes(Path(dog.cmdline()[-2]), int(dog.cmdline()[-1]))
+                except psutil.NoSuchProcess:  # already stopped
+                    continue
+                seen.update({dog.pid: dog, **{p.pid: p for p in head}})
             time.sleep(0.2)
 
     watcher = threading.Thread(target=gather, daemon=True)
