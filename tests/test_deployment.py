@@ -143,6 +143,9 @@ def test_deployment_run_publishes_progress_curves_and_report_seen_in_a_browser(p
     assert "data:image/png" not in report.text  # the picture shows, not its URL
 
 
+# make test-extended: CI trains on pictures in tests/test_vision.py and runs OpenRLHF's VLM line on a vLLM engine
+# (tests/test_openrlhf_v011.py); a deployment's artifacts are the browser test's above
+@pytest.mark.extended
 def test_tiny_vision_deployment_shows_pictures(prefect, ray_head, tmp_path):
     """`prefect deployment run 'sft-grpo/tiny-vision'` on the server and worker: the tiny LLaVA made, SFT and
     GRPO on its pictures (the image encoder trained too: grpo.yaml says why; freezing is the VLM line's test),

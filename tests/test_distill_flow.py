@@ -19,6 +19,9 @@ from tests.test_ray_ranks import job_log
 pytestmark = pytest.mark.integration
 
 
+# make test-extended: CI runs OpenRLHF's on-policy distillation line as a job (tests/test_opd.py) and flows that chain
+# committed stages in tests/test_gates_and_compare.py
+@pytest.mark.extended
 def test_sft_student_then_opd_from_a_given_teacher(ray_head, tiny_base, tiny_sft, tmp_path):
     teacher = tmp_path / "teacher" / "model"
     shutil.copytree(tiny_sft, teacher)

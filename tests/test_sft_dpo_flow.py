@@ -32,6 +32,9 @@ def smol_store(module_tmp) -> str:
     return str(Path(shared) / "smol_store" if shared else module_tmp / "store")
 
 
+# make test-extended: CI imports SmolLM2 from its GGUF and answers with plain transformers
+# (tests/test_import_model.py); the flows run the tiny models, the same code
+@pytest.mark.extended
 def test_smollm2_sft_then_dpo_keeps_the_chat_template_and_a_rerun_skips_both(ray_head, smol, smol_store):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
