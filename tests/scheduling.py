@@ -17,22 +17,25 @@ if os.environ.get("PYTEST_XDIST_WORKER", "").startswith("gw") and hasattr(os, "s
         _per, _k = len(_cores) // _workers, int(os.environ["PYTEST_XDIST_WORKER"][2:])
         os.sched_setaffinity(0, _cores[_k * _per : (_k + 1) * _per])
 
-# The test files that take minutes, heaviest first (their time on one of CI's two pinned workers, 2026-11-29:
-# the kill -9s ~630 s, the deployment ~700 s, PPO on Ray ~440 s, ...). xdist hands out whole files in
-# collection order (scripts/run_tests.sh: --dist loadfile --no-loadscope-reorder), so the long ones start first
-# and the two workers finish together, instead of one running the kill -9 test alone at the end.
+# The test files that take minutes, heaviest first (their CI tests' time on one of CI's two pinned workers,
+# 2026-12-07: the deployment ~900 s, OpenRLHF v0.11's lines ~700 s, the gates and compare flows ~460 s, ...).
+# xdist hands out whole files in collection order (scripts/run_tests.sh: --dist loadfile --no-loadscope-reorder),
+# so the long ones start first and the two workers finish together, instead of one running a long file alone at
+# the end.
 SLOW_FILES = (
-    "test_chaos_kills.py",
+    "test_chaos_kills.py",  # make test-chaos's longest (not CI's: soak)
     "test_deployment.py",
-    "test_ppo_ray.py",
-    "test_ppo_vllm.py",
-    "test_sft_dpo_flow.py",
-    "test_multinode.py",
-    "test_sft_integration.py",
-    "test_agents.py",
+    "test_openrlhf_v011.py",
     "test_gates_and_compare.py",
+    "test_sft_integration.py",
+    "test_ppo_ray.py",
     "test_interrupts.py",
+    "test_ppo_integration.py",
     "test_chaos.py",
+    "test_multinode.py",
+    "test_integrity.py",
+    "test_ppo_vllm.py",
+    "test_agents.py",
 )
 
 
