@@ -144,9 +144,10 @@ def python_env(**extra: str) -> dict[str, str]:
     """Environment for subprocesses the tests start (venv python, offline, state under tmp)."""
     env = dict(os.environ)
     env.update({k: str(v) for k, v in extra.items()})
-    # the checkout first: a subprocess whose cwd is elsewhere imports `tests` and `alignment` from it, whatever
-    # PYTHONPATH the suite was started with
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    # the checkout first (unless the test sets its own): a subprocess whose cwd is elsewhere imports `tests` and
+    # `alignment` from it, whatever PYTHONPATH the suite was started with
+    if "PYTHONPATH" not in extra:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
     return env
 
 
