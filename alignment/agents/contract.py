@@ -22,6 +22,8 @@ from alignment.errors import UserError
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
+    from alignment.agents.llm import SamplingParams
+
 
 class AgentError(UserError, RuntimeError):
     """An agent file failed or answered something unusable; the message names the file and the episode."""
@@ -45,7 +47,7 @@ class AgentExecutorBase(ABC):
         self,
         prompt: str,
         label: Any,
-        sampling_params: Any,
+        sampling_params: SamplingParams,
         max_length: int,
         hf_tokenizer: PreTrainedTokenizerBase,
         llm_engine: Any,

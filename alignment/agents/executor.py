@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from alignment.agents.contract import AgentError, AgentExecutorBase, AgentInstanceBase, StepResult, observation
-from alignment.agents.llm import as_params, encoded
+from alignment.agents.llm import SamplingParams, as_params, encoded
 from alignment.datasets.images import RowImages, processor_of
 from alignment.datasets.sources import DataError
 
@@ -68,7 +68,7 @@ class MultiTurnAgentExecutor(AgentExecutorBase):
         self,
         prompt: str,
         label: Any,
-        sampling_params: Any,
+        sampling_params: SamplingParams,
         max_length: int,
         hf_tokenizer: PreTrainedTokenizerBase,
         llm_engine: Any,

@@ -23,7 +23,7 @@ import torch
 from alignment import openrlhf_names
 from alignment.agents.contract import AgentError, AgentExecutorBase, extra_logs, number
 from alignment.agents.executor import MultiTurnAgentExecutor
-from alignment.agents.llm import BatchingEngine, GenerateBatch, SamplingParams, image_files
+from alignment.agents.llm import BatchingEngine, GenerateBatch, RequestOutput, SamplingParams, image_files
 from alignment.config.ppo import PPOConfig
 from alignment.datasets.images import load_image
 from alignment.datasets.prompts import PromptSample
@@ -250,7 +250,7 @@ class _EpisodeEngine:
     def __init__(self, engine: BatchingEngine, max_images: int, where: str):
         self.engine, self.max_images, self.where, self.files = engine, max_images, where, ()
 
-    async def generate(self, token_ids: list[int], sampling_params: Any, multi_modal_data: Any = None) -> Any:
+    async def generate(self, token_ids: list[int], sampling_params: Any, multi_modal_data: Any = None) -> RequestOutput:
         files = image_files(multi_modal_data)
         if len(files) > self.max_images:
             raise AgentError(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+from collections.abc import Iterable
 from dataclasses import MISSING, asdict, field, fields
 from typing import Any
 
@@ -73,7 +74,7 @@ def path_fields(cls_or_cfg: Any) -> dict[str, str]:
     return {n: m["path"] for n, m in _facts(cls_or_cfg).items() if m.get("path")}
 
 
-def did_you_mean(word: str, known: Any, prefix: str = "") -> str:
+def did_you_mean(word: str, known: Iterable[str], prefix: str = "") -> str:
     """' (did you mean --learning_rate?)' for the closest of the `known` names (difflib), or ''."""
     close = difflib.get_close_matches(word, list(known), n=1)
     return f" (did you mean {prefix}{close[0]}?)" if close else ""

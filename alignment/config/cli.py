@@ -10,6 +10,7 @@ import argparse
 import re
 import sys
 import typing
+from collections.abc import Sequence
 from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any, TypeVar
@@ -105,7 +106,7 @@ class _Spelled(argparse.Action):
         self,
         parser: argparse.ArgumentParser,
         namespace: argparse.Namespace,
-        values: Any,
+        values: str | Sequence[Any] | None,
         option_string: str | None = None,
     ) -> None:
         if not hasattr(namespace, _GIVEN):

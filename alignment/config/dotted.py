@@ -27,7 +27,7 @@ class Spelling:
     values: dict[str, Any] | None  # word -> field value, for a dotted setting naming a switch's state
 
 
-def _names(declared: Any, family: str) -> tuple[str, ...]:
+def _names(declared: str | tuple[str, ...] | dict[str, str | tuple[str, ...]], family: str) -> tuple[str, ...]:
     if isinstance(declared, dict):
         declared = declared.get(family, declared.get(DEFAULT_FAMILY, ()))
     return (declared,) if isinstance(declared, str) else tuple(declared)

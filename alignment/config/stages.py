@@ -5,7 +5,7 @@ config/preference.py."""
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, Optional
+from typing import Optional
 
 from alignment.config.base import check_store_uri, opt, require
 from alignment.config.checkpoints import CheckpointConfig, Checkpoints
@@ -37,7 +37,7 @@ OUTPUT_FIELDS = ("save_path", "ckpt_path", "output_path")
 class StageConfig:
     """What every stage's config does: its outputs and its checks (its groups: alignment.config.tree)."""
 
-    def __setattr__(self, name: str, value: Any) -> None:
+    def __setattr__(self, name: str, value: object) -> None:
         self.__dict__.pop(BUILT, None)  # a field changes: the groups built from the old values go
         object.__setattr__(self, name, value)
 

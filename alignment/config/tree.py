@@ -50,7 +50,7 @@ class group(Generic[G]):
     @overload
     def __get__(self, cfg: object, owner: type) -> G: ...
 
-    def __get__(self, cfg: object | None, owner: type | None = None) -> Any:
+    def __get__(self, cfg: object | None, owner: type | None = None) -> "group[G] | G":
         if cfg is None:
             return self
         built = cfg.__dict__.setdefault(BUILT, {})  # emptied whenever a field is set (StageConfig.__setattr__)
@@ -69,7 +69,7 @@ def _build(cls: type[G], cfg: object) -> G:
     return cls(**{a: _build(t, cfg) if isinstance(t, type) else getattr(cfg, t) for a, t in _layout(cls)})
 
 
-def _leaves(cls: type, path: Path) -> Iterator[tuple[str, Path, Field, Any]]:
+def _leaves(cls: type, path: Path) -> Iterator[tuple[str, Path, Field, object]]:
     """(flat name, place, field, type) for every leaf under group `cls` at `path`."""
     hints = typing.get_type_hints(cls)
     for f in fields(cls):

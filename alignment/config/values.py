@@ -21,7 +21,7 @@ _KIND = {bool: "a boolean", int: "an integer", float: "a number", str: "a string
 _WANTED = {int: "an integer (int)", float: "a number (float)", str: "a string (str)"}
 
 
-def unwrap(tp: Any) -> tuple[Any, bool]:
+def unwrap(tp: object) -> tuple[object, bool]:
     """(inner type, is_list) for Optional[X] / list[X] / X."""
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
@@ -32,13 +32,13 @@ def unwrap(tp: Any) -> tuple[Any, bool]:
     return tp, False
 
 
-def _got(value: Any) -> str:
+def _got(value: object) -> str:
     if isinstance(value, float) and not value.is_integer():
         return "a fraction"
     return next((name for tp, name in _KIND.items() if isinstance(value, tp)), type(value).__name__)
 
 
-def _scalar(key: str, value: Any, inner: Any, source: str) -> Any:
+def _scalar(key: str, value: Any, inner: object, source: str) -> Any:
     """One value of a scalar field of type `inner`, or ConfigError."""
     where = f"{source}: --{key} {value!r}"
     if isinstance(value, dict):

@@ -31,7 +31,7 @@ def get_field(row: dict, key: str, flag: str, index: int, source: str) -> Any:
     return row[key]
 
 
-def describe(value: Any) -> str:
+def describe(value: object) -> str:
     """What a JSON value is, in the file's terms, for messages: 'a number (5)', 'null'."""
     if value is None:
         return "null"
@@ -48,7 +48,7 @@ def describe(value: Any) -> str:
     return f"{kinds.get(type(value), type(value).__name__)} ({short})"
 
 
-def is_message(m: Any) -> bool:
+def is_message(m: object) -> bool:
     return isinstance(m, dict) and "role" in m and "content" in m
 
 

@@ -12,7 +12,10 @@ from __future__ import annotations
 import base64
 import io
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from PIL import Image
 
 
 def data_uri(data: bytes) -> str:
@@ -48,7 +51,7 @@ def anchored(value: Any, folder: str) -> Any:
     return os.path.abspath(beside) if os.path.exists(beside) else value
 
 
-def encode_png(image: Any) -> bytes:
+def encode_png(image: Image.Image) -> bytes:
     """An image as PNG bytes: how an image crosses Ray (a rollout's images) and JSON."""
     buf = io.BytesIO()
     image.save(buf, format="PNG")

@@ -14,6 +14,7 @@ import torch
 from alignment.datasets.sources import DataError
 
 if TYPE_CHECKING:
+    from PIL import Image
     from transformers import PreTrainedTokenizerBase, ProcessorMixin
 
 IMAGE_TAG = "<image>"  # OpenRLHF's placeholder in a string prompt: one per image, where the image goes
@@ -29,7 +30,7 @@ class PromptImages:
     placeholder_ids: tuple[int, ...]  # () where never kept (an agent's context): a vLLM engine derives it
 
 
-def processor_of(tokenizer: PreTrainedTokenizerBase) -> Any | None:
+def processor_of(tokenizer: PreTrainedTokenizerBase) -> ProcessorMixin | None:
     """A vision-language model's processor, which its tokenizer carries (alignment.models.vision)."""
     return getattr(tokenizer, "processor", None)
 
@@ -40,7 +41,7 @@ def image_token_id(processor: ProcessorMixin) -> int:
     return found if found is not None else processor.tokenizer.convert_tokens_to_ids(processor.image_token)
 
 
-def image_inputs(processor: ProcessorMixin, images: list[Any]) -> dict[str, torch.Tensor]:
+def image_inputs(processor: ProcessorMixin, images: list[Image.Image]) -> dict[str, torch.Tensor]:
     """One sample's image tensors for `images` (PIL, in the order their tokens appear), as the model's processor
     lays them out: LLaVA's pixel_values [N, 3, H, W]; Idefics3's [1, N, 3, H, W] with a pixel mask; Qwen2-VL's
     patches and image_grid_thw. {} for no images."""
@@ -118,7 +119,7 @@ def image_refs(row: dict, key: str, most: int, index: int, source: str) -> list[
     return refs
 
 
-def load_image(ref: str | bytes, where: str) -> Any:
+def load_image(ref: str | bytes, where: str) -> Image.Image:
     """The image `ref` names (or is: an encoded file's bytes), decoded as RGB; `where` ("dataset row 3") goes
     into the one-line error."""
     from PIL import Image, UnidentifiedImageError
@@ -162,7 +163,7 @@ def with_image_items(value: Any) -> Any:
     return value
 
 
-def _content_list(text: str) -> Any:
+def _content_list(text: str) -> str | list[dict]:
     if IMAGE_TAG not in text:
         return text
     items: list[dict] = []

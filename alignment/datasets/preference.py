@@ -128,7 +128,7 @@ class PairTokenizer(PreferenceRowTokenizer):
     def settings(self) -> dict[str, Any]:
         return {"use_margin": self.use_margin, **super().settings()}
 
-    def features(self) -> Any:
+    def features(self) -> Features:
         return Features(
             {
                 **ids_features("chosen_ids", "chosen_mask", "rejected_ids", "rejected_mask"),

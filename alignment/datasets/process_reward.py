@@ -89,7 +89,7 @@ class PRMTokenizer:
     def settings(self) -> dict[str, Any]:
         return {name: attrgetter(name)(self.cfg) for name in self.SETTINGS}
 
-    def features(self) -> Any:
+    def features(self) -> Features:
         return Features(
             {
                 "input_ids": List(Value("int32")),

@@ -65,7 +65,7 @@ class PromptTokenizer:
             values["images"] = [self.cfg.data.image_key, self.processor.image_processor.to_json_string()]
         return values
 
-    def features(self) -> Any:
+    def features(self) -> Features:
         # the label is any JSON value (a number, a string, a list of tests): one JSON text column
         return Features(
             {

@@ -118,7 +118,7 @@ class SFTTokenizer:
             values["images"] = [self.cfg.data.image_key, self.processor.image_processor.to_json_string()]
         return values
 
-    def features(self) -> Any:
+    def features(self) -> Features:
         return Features(
             {
                 "input_ids": List(Value("int32")),

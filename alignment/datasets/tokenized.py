@@ -59,9 +59,9 @@ class RowTokenizer(Protocol):
     source: str
 
     def settings(self) -> dict[str, Any]: ...
-    def features(self) -> Any: ...
+    def features(self) -> datasets.Features: ...
     def columns(self, row: dict, index: int) -> dict[str, Any]: ...
-    def finish(self, columns: dict[str, list], n_rows: int) -> Any: ...
+    def finish(self, columns: dict[str, list], n_rows: int) -> list: ...
 
 
 def columns_of(t: RowTokenizer, rows: list[dict]) -> dict[str, list]:
@@ -183,7 +183,7 @@ def _map_row(example: dict, index: int, tokenizer: RowTokenizer) -> dict[str, An
         return {**{name: None for name in tokenizer.features()}, ERROR_COLUMN: str(e)}
 
 
-def _first_error(mapped: Any) -> str | None:
+def _first_error(mapped: datasets.Dataset) -> str | None:
     """The lowest-index row's error: the shards come back concatenated in row order."""
 
     errors = pc.drop_null(mapped.data.column(ERROR_COLUMN))
@@ -199,7 +199,7 @@ def _cached(path: Path) -> bool:
     return path.exists() or any(path.parent.glob(f"{path.stem}_*_of_*{path.suffix}"))
 
 
-def tokenize(rows: Rows, t: RowTokenizer, num_proc: int = 0) -> Any:
+def tokenize(rows: Rows, t: RowTokenizer, num_proc: int = 0) -> list:
     """`t.finish` of the tokenized rows: from this node's cache when it holds them, else tokenized
     by `Dataset.map` (num_proc per `auto_num_proc`) into it. The first bad row (lowest index, from
     whichever process tokenized it) is raised here as its DataError, so the CLI prints its one line;
@@ -242,7 +242,7 @@ def image_key(cfg: StageConfig) -> str | None:
     return cfg.data.image_key if isinstance(cfg, VisionDataConfig) and cfg.with_images else None
 
 
-def load_train_eval(cfg: DataConfig, make: Callable[[str], RowTokenizer]) -> tuple[Any, Any | None]:
+def load_train_eval(cfg: DataConfig, make: Callable[[str], RowTokenizer]) -> tuple[list, list | None]:
     """Blend --dataset (and --eval_dataset when given) and tokenize each with `make(source)`: the
     samples every stage trains on. Both are read before either is tokenized, so a missing eval
     file fails first."""

@@ -58,7 +58,7 @@ class UnpairedTokenizer(PreferenceRowTokenizer):
         if not cfg.data.output_key:
             raise DataError("--output_key is required for KTO: the JSON key of the response")
 
-    def features(self) -> Any:
+    def features(self) -> Features:
         return Features(
             {
                 **ids_features("input_ids", "loss_mask", "prompt_ids", "response_ids"),

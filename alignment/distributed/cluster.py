@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
-from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from alignment import lease
 from alignment.config.base import ConfigError
+
+if TYPE_CHECKING:
+    from ray.actor import ActorClass
 
 log = logging.getLogger(__name__)
 
@@ -114,19 +117,19 @@ class Placed:
     gpu: bool
     bundle: dict[str, float]
     extra: dict[str, float]  # --accelerator_type's resource, asked by every actor
-    pgs: dict[str, Any]  # bundle set -> placement group
+    pgs: dict[str, PlacementGroup]  # bundle set -> placement group
     cores_per_node: int
 
     def actor(
         self,
-        cls: Any,
+        cls: type,
         group: GroupPlan,
         index: int,
         env: dict[str, str] | None = None,
         gpus: float | None = None,
         capture_child_tasks: bool = False,
         **named: Any,
-    ) -> Any:
+    ) -> ActorClass:
         """An actor class (wrapped with ray.remote here), on bundle `index` of the group's set, asking for its
         share of the bundle (`gpus`: another GPU ask, 0 for an actor whose children hold the GPUs, placed in
         the same group with `capture_child_tasks`); call `.remote(...)` on the result to start it. `named`: more

@@ -15,9 +15,12 @@ from __future__ import annotations
 import os
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
+
+if TYPE_CHECKING:
+    from ray.actor import ActorHandle
 
 NAMESPACE = "alignflow-side"  # Ray namespace of the replicas' names (the ranks look them up there)
 
@@ -47,7 +50,7 @@ def replica_names(side: SideGroup, run: str) -> list[str]:
     return [f"{run}-{side.role}-{tag}-{k}" for k in range(side.replicas)]
 
 
-def my_replica(role: str) -> Any | None:
+def my_replica(role: str) -> ActorHandle | None:
     """In a rank: the handle of the replica this rank asks, or None when the stage has no such group."""
     names = [n for n in os.environ.get(env_name(role), "").split(",") if n]
     if not names:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from alignment.config import BatchInferenceConfig
 from alignment.config.base import public_dict
@@ -22,6 +22,9 @@ from alignment.outputs import StagedOutput
 from alignment.rollout.hf_engine import HFEngine
 from alignment.rollout.types import SamplingParams
 from alignment.rollout.vllm_engine import VLLMEngine
+
+if TYPE_CHECKING:
+    from alignment.rewards.scorer import FunctionReward, RewardModels
 
 log = logging.getLogger("alignment.batch_inference")
 
@@ -146,7 +149,7 @@ def generated_samples(
     return samples
 
 
-def score(samples: list[Sample], reward: Any, micro_batch_size: int) -> None:
+def score(samples: list[Sample], reward: FunctionReward | RewardModels, micro_batch_size: int) -> None:
     for s in range(0, len(samples), micro_batch_size):
         chunk = samples[s : s + micro_batch_size]
         for x, r in zip(

@@ -26,6 +26,8 @@ from alignment.inference.postprocess import csft_prefix
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase, ProcessorMixin
 
+    from alignment.config.inference import BatchInferenceConfig
+
 log = logging.getLogger("alignment.evaluate")
 
 
@@ -122,7 +124,9 @@ def load_eval_rows(cfg: EvaluateConfig, tokenizer: PreTrainedTokenizerBase) -> l
     return kept(out, len(rows), dropped, cfg, log)
 
 
-def kept(out: list, read: int, dropped: int, cfg: Any, said_by: logging.Logger) -> list:
+def kept(
+    out: list, read: int, dropped: int, cfg: EvaluateConfig | BatchInferenceConfig, said_by: logging.Logger
+) -> list:
     """`out`, the rows left of `read` after `dropped` prompts over --prompt_max_len (said once, by the stage's
     logger `said_by`); none left: one line. Evaluation and batch inference read their rows alike."""
     if dropped:

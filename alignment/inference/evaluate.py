@@ -15,14 +15,14 @@ from typing import Any
 import torch
 
 from alignment.config.base import public_dict
-from alignment.config.evaluate import EvaluateConfig
+from alignment.config.evaluate import EvaluateConfig, EvaluateData, EvaluateGenerate
 from alignment.datasets.images import PromptImages, processor_of, read_bytes
 from alignment.distributed.runtime import Runtime
 from alignment.inference.eval_rows import EvalRow
 from alignment.models.builder import ModelSetup
 from alignment.nonfinite import NonFiniteError
 from alignment.outputs import StagedOutput
-from alignment.rewards.scorer import RewardModels
+from alignment.rewards.scorer import FunctionReward, RewardModels
 from alignment.rollout.hf_engine import HFEngine
 from alignment.rollout.types import SamplingParams
 
@@ -45,7 +45,11 @@ def label_match(response: str, label: Any) -> bool:
 
 
 def generate_values(
-    cfg: EvaluateConfig, setup: ModelSetup, rt: Runtime, rows: list[EvalRow], reward: Any
+    cfg: EvaluateConfig,
+    setup: ModelSetup,
+    rt: Runtime,
+    rows: list[EvalRow],
+    reward: FunctionReward | RewardModels | None,
 ) -> list[RowValue]:
     """Greedy responses (the batched HF engine), scored by the reward source, or matched against the
     label when there is none (`reward` None: 1.0 for a match)."""
@@ -96,7 +100,7 @@ def generate_values(
 
 
 @torch.no_grad()
-def pair_values(generate: Any, setup: ModelSetup, rt: Runtime, rows: list[EvalRow]) -> list[RowValue]:
+def pair_values(generate: EvaluateGenerate, setup: ModelSetup, rt: Runtime, rows: list[EvalRow]) -> list[RowValue]:
     """--pretrain (a reward model) scores both responses of each pair, as PPO's reward reads them."""
     rm = RewardModels(
         [setup.path],
@@ -122,7 +126,7 @@ def pair_values(generate: Any, setup: ModelSetup, rt: Runtime, rows: list[EvalRo
 
 
 @torch.no_grad()
-def perplexity_values(data: Any, setup: ModelSetup, rt: Runtime, rows: list[EvalRow]) -> list[RowValue]:
+def perplexity_values(data: EvaluateData, setup: ModelSetup, rt: Runtime, rows: list[EvalRow]) -> list[RowValue]:
     """Summed negative log-likelihood of each response's tokens given its prompt, and their count."""
     tok = setup.tokenizer
     model = setup.causal_lm().to(rt.torch_device).eval()

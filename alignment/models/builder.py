@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import random
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 from transformers import enable_full_determinism
@@ -68,7 +68,7 @@ class ModelSetup:
         )
 
 
-def tokenizer_for(cfg: ModelConfig) -> tuple[str, Any]:
+def tokenizer_for(cfg: ModelConfig) -> tuple[str, PreTrainedTokenizerBase]:
     """The model's resolved path and its tokenizer (or processor), as every rank and a Ray driver load them."""
     path = resolve_model_path(cfg.model.model_name_or_path, revision=cfg.model.revision)
     tok = load_tokenizer(

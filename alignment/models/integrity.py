@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import struct
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -131,7 +130,7 @@ def require_weights(path: Path, flag: str) -> None:
             )
 
 
-def check_finite(model: Any, flag: str, path: str) -> None:
+def check_finite(model: torch.nn.Module, flag: str, path: str) -> None:
     """Every floating-point weight of a just-loaded model is finite. A damaged model (a diverged run's weights
     saved by another tool, a bad conversion) otherwise fails far from its cause: generation stops in
     torch.multinomial ("probability tensor contains either inf, nan"), training blames --learning_rate.

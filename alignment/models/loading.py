@@ -9,7 +9,7 @@ import logging
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from huggingface_hub import snapshot_download
@@ -23,6 +23,10 @@ from alignment.models.integrity import check_finite, check_model_dir, require_we
 from alignment.models.kind import is_vision_model
 from alignment.models.lora import merge_adapter
 from alignment.models.vision import attach_processor
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+    from transformers.models.auto.auto_factory import _BaseAutoModelClass
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +176,7 @@ def load_tokenizer(
     use_fast: bool = True,
     flag: str = "--pretrain",
     trust_remote_code: bool = False,
-) -> Any:
+) -> PreTrainedTokenizerBase:
     local = Path(path).is_dir()
     if local and not has_tokenizer(path):
         raise ModelLoadError(
@@ -226,7 +230,7 @@ def load_causal_lm(
 
 
 def from_pretrained(
-    auto_class: Any,
+    auto_class: type[_BaseAutoModelClass],
     path: str,
     dtype: torch.dtype,
     attn: str,

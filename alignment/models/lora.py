@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -18,7 +16,7 @@ def apply_lora(
         return model
     from peft import LoraConfig, TaskType, get_peft_model
 
-    targets: Any = "all-linear" if target_modules == ["all-linear"] else target_modules
+    targets: str | list[str] = "all-linear" if target_modules == ["all-linear"] else target_modules
     cfg = LoraConfig(
         task_type=TaskType[task], r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets, bias="none"
     )

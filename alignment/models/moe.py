@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import torch
 from deepspeed.utils import set_z3_leaf_modules
@@ -16,6 +16,9 @@ from transformers import AutoConfig
 
 from alignment.losses.moe import load_balancing_loss
 from alignment.models.loading import ModelLoadError
+
+if TYPE_CHECKING:
+    from alignment.datasets.batch import Batch
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +57,7 @@ def mark_zero3_leaves(model: torch.nn.Module) -> None:
 
 
 @contextmanager
-def routed(model: Any, top_k: int) -> Iterator[list[torch.Tensor]]:
+def routed(model: torch.nn.Module, top_k: int) -> Iterator[list[torch.Tensor]]:
     """While inside: every MoE block's router logits, as the forward passes compute them (nothing when top_k is
     0). Read by hooks on each block's gate, not through `output_router_logits`: with that flag the model computes
     its own aux loss from the attention mask, which fails on packed [B, 1, T, T] masks."""
@@ -77,7 +80,7 @@ def routed(model: Any, top_k: int) -> Iterator[list[torch.Tensor]]:
             h.remove()
 
 
-def forward_with_aux(model: Any, batch: Any, top_k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+def forward_with_aux(model: torch.nn.Module, batch: Batch, top_k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
     """[B, T, V] logits and the router load-balancing loss over the batch's real tokens (None
     when top_k is 0: a dense model, or --aux_loss_coef off)."""
     with routed(model, top_k) as captured:
@@ -93,7 +96,7 @@ def forward_with_aux(model: Any, batch: Any, top_k: int) -> tuple[torch.Tensor, 
     return logits, load_balancing_loss(tuple(captured), top_k, real_tokens(batch))
 
 
-def real_tokens(batch: Any) -> torch.Tensor:
+def real_tokens(batch: Batch) -> torch.Tensor:
     """[B*T] 1 where a token is a sample's, 0 on padding, for padded and packed batches."""
     if batch.packed:
         return (batch.segment_map >= 0).reshape(-1).float()

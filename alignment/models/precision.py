@@ -6,7 +6,6 @@ import functools
 import importlib.util
 import logging
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
@@ -111,7 +110,7 @@ def check_cuda_knobs(ds: EngineKnobs, device: str) -> None:
             raise ModelLoadError(f"{flag}: needs the liger-kernel package (pip install liger-kernel); drop the flag")
 
 
-def apply_liger(model: Any) -> Any:
+def apply_liger(model: torch.nn.Module) -> torch.nn.Module:
     """--use_liger_kernel (CUDA, checked by check_cuda_knobs): Liger's kernels patched into this model's layers."""
     from liger_kernel.transformers import _apply_liger_kernel_to_instance
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any
 
 import torch
 from safetensors import safe_open
@@ -77,7 +76,7 @@ class ValueCapture:
         self.scale = scale
         value_head(model).register_forward_hook(self._hook)
 
-    def _hook(self, module: Any, inputs: Any, output: torch.Tensor) -> None:
+    def _hook(self, module: torch.nn.Module, inputs: tuple, output: torch.Tensor) -> None:
         values = output.squeeze(-1)
         self.values = values if self.scale is None else (values - self.scale[0]) / self.scale[1]
 

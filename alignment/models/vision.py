@@ -8,7 +8,7 @@ reach the processor through it, instead of a second argument along each of those
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import torch
@@ -19,7 +19,9 @@ from transformers import AutoConfig, AutoProcessor
 from alignment.models.kind import VisionModelError
 
 
-def attach_processor(path: str, tokenizer: PreTrainedTokenizerBase, flag: str, trust_remote_code: bool = False) -> Any:
+def attach_processor(
+    path: str, tokenizer: PreTrainedTokenizerBase, flag: str, trust_remote_code: bool = False
+) -> PreTrainedTokenizerBase:
     """`tokenizer` with the processor saved beside the vision-language model at `path` attached, after
     checking the processor marks images with the token the model reads them at."""
 

@@ -22,7 +22,7 @@ from alignment.nonfinite import NonFiniteError
 from alignment.rollout.types import Rollout, SamplingParams
 
 if TYPE_CHECKING:
-    from transformers import ProcessorMixin
+    from transformers import Cache, ProcessorMixin
 
 
 class HFEngine:
@@ -130,7 +130,7 @@ class HFEngine:
                 rollout.images.append(list(images[k].files))
         return rollout
 
-    def _prompt_cache(self, ids: torch.Tensor, mask: torch.Tensor, n: int, pixels: dict[str, torch.Tensor]) -> Any:
+    def _prompt_cache(self, ids: torch.Tensor, mask: torch.Tensor, n: int, pixels: dict[str, torch.Tensor]) -> Cache:
         """The KV cache of every prompt but its last token (generate computes that one and samples
         from it), each prompt's repeated n times. Position ids as generate gives left-padded rows."""
         positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)

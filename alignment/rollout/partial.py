@@ -13,15 +13,19 @@ the holder between steps or before it lets go.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from alignment.rollout.types import SamplingParams
+
+if TYPE_CHECKING:
+    from vllm import LLM, RequestOutput
+    from vllm import SamplingParams as VLLMSamplingParams
 
 
 class EngineTurns:
     """Who uses the engine now, and the weights waiting for it."""
 
-    def __init__(self, load: Callable[[Any], int]):
+    def __init__(self, load: Callable[[list], int]):
         self.load = load  # applies a list of weight chunks to the engine
         self.cv = threading.Condition()
         self.busy = False
@@ -70,8 +74,12 @@ class EngineTurns:
 
 
 def step_generate(
-    llm: Any, turns: EngineTurns, prompts: list[list[int]], params: SamplingParams, sampling: Callable[[int], Any]
-) -> tuple[list[Any], list[int]]:
+    llm: LLM,
+    turns: EngineTurns,
+    prompts: list[list[int]],
+    params: SamplingParams,
+    sampling: Callable[[int], VLLMSamplingParams],
+) -> tuple[list[RequestOutput], list[int]]:
     """Generate by stepping vLLM's engine, applying posted weights between steps: (vLLM's outputs in prompt
     order, the updates each prompt's request saw). `sampling(max_tokens)` builds vLLM's SamplingParams."""
     from vllm.inputs import TokensPrompt
@@ -84,7 +92,7 @@ def step_generate(
         sp = sampling(params.budget(len(p)))
         sp.output_kind = RequestOutputKind.FINAL_ONLY  # one output per request, all n samples, when it ends
         engine.add_request(f"{tag}-{k}", TokensPrompt(prompt_token_ids=list(p)), sp)
-    done: dict[int, Any] = {}
+    done: dict[int, RequestOutput] = {}
     while engine.has_unfinished_requests():
         for out in engine.step():
             if out.finished:

@@ -16,17 +16,20 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import ray
 import torch
 from transformers import AutoProcessor
 
 from alignment.datasets.images import image_token_id, load_image, placeholder_form
-from alignment.rollout.collective_sync import open_group, receive
+from alignment.rollout.collective_sync import SyncGroup, open_group, receive
 from alignment.rollout.partial import EngineTurns, step_generate
 from alignment.rollout.types import Rollout, SamplingParams
 from alignment.rollout.weight_sync import write_shards
+
+if TYPE_CHECKING:
+    from vllm import RequestOutput
 
 log = logging.getLogger(__name__)
 
@@ -211,7 +214,7 @@ class VLLMEngine:
             shutil.rmtree(directory, ignore_errors=True)
         return n
 
-    def join_sync_group(self, group: Any, rank: int) -> bool:
+    def join_sync_group(self, group: SyncGroup, rank: int) -> bool:
         """Join the collective weight-sync group as `rank` (alignment.rollout.collective_sync)."""
 
         executor = getattr(self.llm.llm_engine, "model_executor", None)
@@ -250,7 +253,7 @@ class VLLMEngine:
 
 
 def to_rollout(
-    prompts: list[list[int]], outs: list[Any], params: SamplingParams, seen: list[int] | None = None
+    prompts: list[list[int]], outs: list[RequestOutput], params: SamplingParams, seen: list[int] | None = None
 ) -> Rollout:
     """vLLM's RequestOutputs (one per prompt, n completions each) as a Rollout; `seen`: the weight updates each
     prompt's request saw mid-way (--partial_rollout_enable)."""

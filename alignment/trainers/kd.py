@@ -4,7 +4,7 @@ teacher's next-token distributions mixed into the loss (the math: alignment.loss
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
 import ray
 import torch
@@ -19,6 +19,9 @@ from alignment.models.builder import ModelSetup
 from alignment.models.loading import _hub_error, has_tokenizer, resolve_model_path
 from alignment.trainers.reference import ReferenceModel
 from alignment.trainers.sft import SFTTrainer
+
+if TYPE_CHECKING:
+    from ray.actor import ActorHandle
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +71,7 @@ def check_teacher(cfg: KDConfig | OPDConfig) -> str:
 class RemoteTeacher:
     """This rank's replica of a teacher on its own Ray group (--teacher_num_nodes), asked for its logits."""
 
-    def __init__(self, replica: Any):
+    def __init__(self, replica: ActorHandle):
         self.replica = replica
 
     @torch.no_grad()

@@ -4,7 +4,7 @@ data, step count. Each step can fail on bad input, and all of them fail before a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from alignment.config import TrainerConfig
 from alignment.config.runs import MoEConfig
@@ -12,18 +12,24 @@ from alignment.datasets.tokenized import RowTokenizer, load_train_eval
 from alignment.distributed.runtime import Runtime, init_runtime
 from alignment.models.builder import ModelSetup, prepare
 from alignment.models.moe import moe_top_k
-from alignment.trainers.base import total_steps
+from alignment.trainers.base import Trainer, total_steps
 from alignment.training.engine import build_engine
 from alignment.training.resume_point import check_world_size
 from alignment.training.run_identity import RunIdentity
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedTokenizerBase
+
+TrainerT = TypeVar("TrainerT", bound=Trainer)
 
 
 @dataclass
 class Started:
     rt: Runtime
     setup: ModelSetup
-    train_set: Any
-    eval_set: Any | None
+    train_set: list
+    eval_set: list | None
     steps: int  # optimizer steps the run will take
     moe_top_k: int  # experts per token for --aux_loss_coef (0: off, or a stage without MoE flags)
 
@@ -39,14 +45,14 @@ class Started:
         rt = self.rt
         return f" (tensor-parallel groups of {rt.tp}, {rt.dp_size} data-parallel)" if rt.tp > 1 else ""
 
-    def trainer(self, cls: type, cfg: TrainerConfig, model: Any, **extra: Any) -> Any:
+    def trainer(self, cls: type[TrainerT], cfg: TrainerConfig, model: torch.nn.Module, **extra: Any) -> TrainerT:
         """The stage's trainer `cls` over a DeepSpeed engine of `model`, on the ranks, tokenizer and data start()
         gathered; `extra`: the trainer's own arguments (a reference, a teacher, the packing mask's dtype)."""
         engine = build_engine(model, cfg, self.rt, self.setup.precision.bf16, self.steps, cfg.adam.lr)
         return cls(cfg, self.rt, engine, self.setup.tokenizer, self.train_set, self.eval_set, **extra)
 
 
-def start(cfg: TrainerConfig, tokenizer_for: Callable[[Any, str], RowTokenizer]) -> Started:
+def start(cfg: TrainerConfig, tokenizer_for: Callable[[PreTrainedTokenizerBase, str], RowTokenizer]) -> Started:
     """`tokenizer_for(tokenizer, source)` turns one dataset source's rows into the stage's samples."""
     rt = init_runtime(cfg.train.local_rank, cfg.train.num_threads).tensor_parallel(cfg.ds.tensor_parallel_size)
     cfg.accumulation_steps(rt.dp_size)  # fails now, not after loading, if sizes don't divide

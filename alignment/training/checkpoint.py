@@ -29,7 +29,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch.distributed as dist
 
@@ -158,7 +158,7 @@ def _check_lease(ckpt_uri: str) -> None:
 
 
 def save(
-    engines: dict[str, Any],
+    engines: dict[str, DeepSpeedEngine],
     ckpt_uri: str,
     step: int,
     state: dict,
@@ -216,7 +216,9 @@ def mark_best(ckpt_uri: str, step: int) -> None:
         storage.set_latest(ckpt_uri, tag(step), pointer=storage.BEST)
 
 
-def load_latest(engines: dict[str, Any], ckpt_uri: str, identity: RunIdentity | None = None) -> Latest | None:
+def load_latest(
+    engines: dict[str, DeepSpeedEngine], ckpt_uri: str, identity: RunIdentity | None = None
+) -> Latest | None:
     """Every rank of a process group that holds all `engines`: the newest committed checkpoint, its
     engines loaded and its RNG restored; None when there is none. Another run's (`identity`, the model's
     shape included): ConfigError before any of its weights load."""

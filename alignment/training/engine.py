@@ -7,7 +7,7 @@ import logging
 import math
 import os
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import deepspeed
 import torch
@@ -22,11 +22,12 @@ from alignment.models.moe import mark_zero3_leaves
 
 if TYPE_CHECKING:
     from deepspeed import DeepSpeedEngine
+    from torch.optim.lr_scheduler import LRScheduler
 
 log = logging.getLogger(__name__)
 
 
-def _malloc_trim() -> Any:
+def _malloc_trim() -> Callable[[int], int] | None:
     """glibc's malloc_trim, or None where the C library has none (musl, macOS)."""
 
     return getattr(ctypes.CDLL(None), "malloc_trim", None)
@@ -141,7 +142,7 @@ def deepspeed_arch_list(value: str) -> str:
     return re.sub(r"(\d+\.\d+)[a-z]+", r"\1", value)
 
 
-def make_scheduler(optimizer: torch.optim.Optimizer, train: Train, total_steps: int) -> Any:
+def make_scheduler(optimizer: torch.optim.Optimizer, train: Train, total_steps: int) -> LRScheduler:
     warmup = math.ceil(total_steps * train.lr_warmup_ratio)
     # the ratio itself, not --learning_rate x it: Muon keeps no optimizer-wide default lr to divide by
     extra = {"min_lr_rate": train.min_lr_ratio} if train.lr_scheduler == "cosine_with_min_lr" else None

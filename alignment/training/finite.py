@@ -14,7 +14,7 @@ non-finite one is skipped like a damaged one (alignment/training/checkpoint.py, 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator
 
 import torch
 
@@ -51,7 +51,7 @@ def _rank_weights(engine: DeepSpeedEngine) -> Iterator[tuple[str, torch.Tensor]]
         yield f"fp32 master partition {i}", t
 
 
-def check_engines(engines: dict[str, Any], where: str, step: int) -> None:
+def check_engines(engines: dict[str, DeepSpeedEngine], where: str, step: int) -> None:
     """Every rank of the group holding `engines` (role -> DeepSpeed engine), before any of them saves:
     NonFiniteError on every rank when any rank's share of any engine's weights holds a NaN/Inf."""
     found = None

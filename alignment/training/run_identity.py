@@ -20,10 +20,13 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from alignment.config.base import ConfigError, not_identity_fields
 from alignment.config.stages import StageConfig
+
+if TYPE_CHECKING:
+    from deepspeed import DeepSpeedEngine
 
 KEY = "run"  # the manifest metadata key
 RESUMABLE = frozenset(
@@ -60,7 +63,7 @@ class RunIdentity:
         values = {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name not in skip and compared(f.name)}
         return cls(stage, _plain(values))
 
-    def record(self, engines: dict[str, Any] | None = None) -> dict[str, Any]:
+    def record(self, engines: dict[str, DeepSpeedEngine] | None = None) -> dict[str, Any]:
         """What a checkpoint's manifest keeps: stage, config and (engines given) the trained weights' shapes."""
         return {"stage": self.stage, "config": self.config, **({"shapes": shapes(engines)} if engines else {})}
 
@@ -76,7 +79,7 @@ class RunIdentity:
             if name in there and name in self.config and there[name] != self.config[name]:
                 self._refuse(uri, f"config differs: --{name} {there[name]} there vs {self.config[name]} here")
 
-    def check_shapes(self, recorded: dict[str, Any] | None, engines: dict[str, Any], uri: str) -> None:
+    def check_shapes(self, recorded: dict[str, Any] | None, engines: dict[str, DeepSpeedEngine], uri: str) -> None:
         """Once the engines are built, before the checkpoint's weights load: the same names and shapes."""
         if recorded and recorded.get("shapes") and recorded["shapes"] != shapes(engines):
             self._refuse(uri, "model shape differs: another model at --pretrain, or another model config")
@@ -89,7 +92,7 @@ class RunIdentity:
         )
 
 
-def shapes(engines: dict[str, Any]) -> str:
+def shapes(engines: dict[str, DeepSpeedEngine]) -> str:
     """A hash of every trained weight's name and full shape (ZeRO-3's ds_shape where a parameter is partitioned)."""
     items = []
     for role, engine in sorted(engines.items()):

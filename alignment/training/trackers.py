@@ -18,11 +18,14 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from alignment import storage
 from alignment.config.base import public_dict
 from alignment.config.tracking import TRACKING_ENV, WANDB_SWITCHES, LoggingConfig
+
+if TYPE_CHECKING:
+    from wandb import Run
 
 
 def wandb_run_id(resume_key: str) -> str:
@@ -30,7 +33,7 @@ def wandb_run_id(resume_key: str) -> str:
     return hashlib.sha256(resume_key.encode()).hexdigest()[:16]
 
 
-def start_wandb(cfg: LoggingConfig, stage: str) -> tuple[Any, str]:
+def start_wandb(cfg: LoggingConfig, stage: str) -> tuple[Run, str]:
     """The wandb run and where to find it (its URL, or its offline directory to `wandb sync`)."""
     import wandb
 
@@ -63,7 +66,7 @@ def start_wandb(cfg: LoggingConfig, stage: str) -> tuple[Any, str]:
     return run, where
 
 
-def keep_offline_run(run: Any) -> None:
+def keep_offline_run(run: Run) -> None:
     """After wandb.finish(): an offline run's folder copied to TRACKING_ENV's location (a flow stage's folder
     in the store, beside its model), committed there like any output. Its own folder lives in the job's
     working directory, which an embedded Ray head deletes with the flow; the model card names the copy."""
