@@ -14,7 +14,8 @@ from alignment.cli.common import run_main
 from alignment.config import ChatConfig, parse_args
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
+    import torch
+    from transformers import GenerationMixin, PreTrainedTokenizerBase
 
 RESET, EXIT = "/reset", "/exit"
 
@@ -76,8 +77,13 @@ def sampling_kwargs(cfg: ChatConfig) -> dict[str, Any]:
 
 
 def generate_streamed(
-    model: Any, tok: PreTrainedTokenizerBase, ids: list[int], budget: int, sampling: dict[str, Any], device: Any
-) -> Any:
+    model: GenerationMixin,
+    tok: PreTrainedTokenizerBase,
+    ids: list[int],
+    budget: int,
+    sampling: dict[str, Any],
+    device: torch.device,
+) -> torch.Tensor:
     """The reply to prompt `ids` (at most `budget` new tokens), printed to the terminal as it is generated;
     generate()'s output ids, prompt included."""
     import torch

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from types import FrameType
 from typing import Any
 
 from alignment import storage
@@ -20,7 +21,7 @@ _run: dict[str, Any] = {}  # the running stage's outputs, recorded by preflight.
 _signal = {"number": signal.SIGINT}
 
 
-def _on_sigterm(signum: int, frame: Any) -> None:
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     _signal["number"] = signum
     raise KeyboardInterrupt
 

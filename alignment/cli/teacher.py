@@ -5,10 +5,15 @@ logits, and the side group the `train_kd` and `train_opd` drivers place with the
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING
 
 from alignment.config.distill import KDConfig, OPDConfig
 from alignment.distributed.side_groups import SideGroup
+
+if TYPE_CHECKING:
+    import torch
+
+    from alignment.datasets.batch import Batch
 
 
 class TeacherReplica:
@@ -32,7 +37,7 @@ class TeacherReplica:
         precision, attn = precision_for(bf16, device), attn_implementation(attention, device)
         self.teacher = ReferenceModel(path, precision.dtype, attn, device, False, "--teacher_model", trust_remote_code)
 
-    def logits(self, batch: Any) -> Any:
+    def logits(self, batch: Batch) -> torch.Tensor:
         return self.teacher.logits(batch).cpu()
 
 

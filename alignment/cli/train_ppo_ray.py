@@ -9,14 +9,17 @@ groups and drives them), as `alignment.cli.train_ppo`'s is on the in-process one
 from __future__ import annotations
 
 import importlib.util
-from typing import Any
+from typing import TYPE_CHECKING
 
 from alignment.cli.common import run_main
 from alignment.cli.preflight import check_outputs, check_reward_file
 from alignment.config import ConfigError, PPOConfig, parse_args
 
+if TYPE_CHECKING:
+    from alignment.config.ppo import PPOVLLM
 
-def check_vllm(vllm: Any) -> None:
+
+def check_vllm(vllm: PPOVLLM) -> None:
     """Before anything is placed: vLLM importable (a cheap spec check; the engines import it),
     and only what our engines do."""
 

@@ -27,14 +27,14 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import ray
 
 import alignment
 from alignment import lease
 from alignment.config.base import ConfigError
-from alignment.config.runs import RanksConfig
+from alignment.config.runs import Ranks, RanksConfig
 from alignment.distributed import cluster
 from alignment.distributed.cluster import Ask, GroupPlan
 from alignment.distributed.rank_actor import RankActor, rank_environments
@@ -68,7 +68,7 @@ def on_ray(cfg: RanksConfig, side: SideGroup | None = None) -> bool:
     return world_size(cfg) > 1 or side is not None or bool(os.environ.get("RAY_ADDRESS"))
 
 
-def rank_group(ranks: Any) -> GroupPlan:
+def rank_group(ranks: Ranks) -> GroupPlan:
     """The stage's ranks as one group of the placement layer, and how they were asked for."""
     return GroupPlan("ranks", ranks.num_nodes, ranks.num_gpus_per_node, "ranks")
 
@@ -129,7 +129,7 @@ def _rank_main(config: dict) -> None:
 
 
 def run_ranks(
-    main: Callable[[list[str] | None], Any],
+    main: Callable[[list[str] | None], object],
     argv: list[str] | None,
     cfg: RanksConfig,
     name: str,

@@ -173,7 +173,7 @@ def _eval_results(lineage: Lineage) -> list[EvalResult]:
     ]
 
 
-def _table(head: tuple[str, ...], rows: list[tuple[Any, ...]]) -> str:
+def _table(head: tuple[str, ...], rows: list[tuple[object, ...]]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     return "\n".join(lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows])
 

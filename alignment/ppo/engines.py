@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 
@@ -26,10 +26,14 @@ from alignment.ppo.groups import ModelGroup
 from alignment.ppo.workers import ModelWorker, vllm_engine_actor
 from alignment.rollout.collective_sync import SyncGroup
 
+if TYPE_CHECKING:
+    from ray.actor import ActorHandle
+    from ray.util.placement_group import PlacementGroup
+
 log = logging.getLogger("alignment.train_ppo_ray")
 
 
-def bundle_nodes(pg: Any) -> dict[int, str]:
+def bundle_nodes(pg: PlacementGroup) -> dict[int, str]:
     """Bundle index -> the Ray node holding it, of a ready placement group."""
     return {int(b): node for b, node in ray.util.placement_group_table(pg)["bundles_to_node_id"].items()}
 
@@ -95,7 +99,7 @@ class VLLMEngines:
                 else "the engines run on CPU, their memory is host memory: nothing to free",
             )
 
-    def _start(self, placed: Placed, plan: GroupPlan, k: int, bundles: list[int], cores: list[int]) -> Any:
+    def _start(self, placed: Placed, plan: GroupPlan, k: int, bundles: list[int], cores: list[int]) -> ActorHandle:
         cfg, tp = self.cfg, self.cfg.vllm.tensor_parallel_size
         env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
         named: dict[str, Any] = {}

@@ -5,7 +5,7 @@ from the models' outputs (rewards per token, then advantages). Pure tensors; no 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -14,6 +14,9 @@ from alignment.losses.advantages import Sum, advantages_and_returns
 from alignment.losses.kl import kl_estimate
 from alignment.losses.reward_shaping import token_rewards
 from alignment.ppo.batch import SequenceBatch
+
+if TYPE_CHECKING:
+    from alignment.config.ppo import PPOAlgo
 
 
 @dataclass
@@ -69,7 +72,7 @@ class Experience:
         return [self.rows(list(range(k * size, (k + 1) * size))) for k in range(n)]
 
 
-def uses_reference(algo: Any) -> bool:
+def uses_reference(algo: PPOAlgo) -> bool:
     """The reference policy only enters through the KL: with a fixed coefficient of 0 and no KL loss
     it changes nothing (OpenRLHF, too, drops the reference at --init_kl_coef 0)."""
     return algo.kl.init_coef > 0 or algo.kl.use_loss or algo.kl.target is not None

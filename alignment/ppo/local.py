@@ -13,7 +13,7 @@ import dataclasses
 import logging
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import torch
 
@@ -42,6 +42,7 @@ from alignment.training.run_identity import RunIdentity
 from alignment.training.tracking import MetricsLogger
 
 if TYPE_CHECKING:
+    from deepspeed import DeepSpeedEngine
     from transformers import PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
@@ -59,8 +60,8 @@ class LocalGroups:
         self,
         cfg: PPOConfig,
         rt: Runtime,
-        actor: Any,
-        critic: Any | None,
+        actor: DeepSpeedEngine,
+        critic: DeepSpeedEngine | None,
         ref: torch.nn.Module | None,
         reward: Callable[[list[str], list[str], list], Scored],
         tokenizer: PreTrainedTokenizerBase,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from alignment.config.checkpoints import Checkpoints
 from alignment.config.ppo import PPOConfig
@@ -14,6 +14,9 @@ from alignment.ppo.evaluation import BestSoFar, eval_due
 from alignment.trainers.base import maybe_inject_failure
 from alignment.training.schedule import SaveSchedule
 from alignment.training.tracking import MetricsLogger
+
+if TYPE_CHECKING:
+    from alignment.training.resume_point import Latest
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +45,7 @@ class Iterating(Protocol):
     def snapshot(self, iteration: int, history: list[dict]) -> PPOState: ...
 
 
-def resume_state(ckpt: Checkpoints, find: Callable[[], Any]) -> tuple[PPOState, Any] | None:
+def resume_state(ckpt: Checkpoints, find: Callable[[], Latest | None]) -> tuple[PPOState, Latest] | None:
     """--load_checkpoint: (the PPO state, the checkpoint `find()` located: training.resume_point.Latest),
     or None to start from iteration 0. Both backends resume through here; `find` locates (and, in
     process, loads) the newest committed checkpoint."""

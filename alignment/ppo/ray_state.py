@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 import ray
 
@@ -47,7 +46,7 @@ def resume(trained: list[ModelGroup], cfg: PPOConfig) -> PPOState | None:
     workers' nodes); None to start fresh. Another run's checkpoint: ConfigError before its weights load."""
     ckpt = cfg.ckpt
 
-    def find() -> Any:
+    def find() -> resume_point.Latest | None:
         found = resume_point.find_latest(ckpt.path)
         if found is not None:
             RunIdentity.of(cfg).check(resume_point.recorded_identity(found.uri), found.uri)

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
-from alignflow.tasks.cluster.ray_cluster import ray_cluster
+from alignflow.tasks.cluster.ray_cluster import Cluster, ray_cluster
 from alignflow.tasks.orchestration import pipeline
 from alignflow.tasks.orchestration.evaluate import evaluate_step, publish_evaluation, publish_pictures, read_evaluation
 from alignflow.tasks.orchestration.pipeline import Output, Planned, Step
@@ -111,7 +111,7 @@ async def _run(run: FlowRun, pipe: Pipeline) -> Ran:
     return Ran(results, summaries)
 
 
-async def _in_order(planned: dict[str, Planned], run: FlowRun, store: str, cluster: Any) -> Results:
+async def _in_order(planned: dict[str, Planned], run: FlowRun, store: str, cluster: Cluster) -> Results:
     runner = stage_runner(run.retries)
     return {name: r async for name, r in pipeline.run(planned, runner, store, run.run_name, cluster)}
 

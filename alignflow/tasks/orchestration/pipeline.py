@@ -11,7 +11,7 @@ passes each stage the same inputs and checks that it committed where the plan sa
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
 
 import yaml
 from prefect.artifacts import acreate_markdown_artifact
@@ -23,6 +23,9 @@ from alignflow.tasks.presentation.results import StageResult
 from alignment import storage
 from alignment.config import ConfigError
 from alignment.config.stages import StageConfig
+
+if TYPE_CHECKING:
+    from alignflow.tasks.cluster.ray_cluster import Cluster
 
 
 @dataclass(frozen=True)
@@ -153,7 +156,11 @@ async def publish_configs(flow: str, run_name: str, recipe: Recipe, planned: dic
 
 
 async def run(
-    planned: dict[str, Planned], runner: Any, store: str, run_name: str, cluster: Any
+    planned: dict[str, Planned],
+    runner: Callable[[Planned, str, Cluster], Awaitable[StageResult]],
+    store: str,
+    run_name: str,
+    cluster: Cluster,
 ) -> AsyncIterator[tuple[str, StageResult]]:
     """Run the planned steps in order with `runner` (tasks.stage.stage_runner), yielding each
     (name, result) as it commits."""

@@ -6,7 +6,7 @@ import json
 import shlex
 import time
 from dataclasses import replace
-from typing import Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Awaitable, Callable
 
 from prefect import get_run_logger, task
 from prefect.runtime import flow_run, task_run
@@ -25,6 +25,9 @@ from alignment.config.cli import config_to_yaml
 from alignment.config.stages import StageConfig
 from alignment.config.tracking import TRACKING_ENV
 from alignment.errors import TransientError
+
+if TYPE_CHECKING:
+    import logging
 
 
 def submission_id(run_name: str, stage: str, digest: str) -> str:
@@ -131,7 +134,14 @@ async def _run_try(stage: str, run_name: str, ray_address: str, cfg: StageConfig
 
 
 async def _run_job_try(
-    stage: str, cfg: StageConfig, digest: str, out: str, run_name: str, ray_address: str, logger: Any, started: float
+    stage: str,
+    cfg: StageConfig,
+    digest: str,
+    out: str,
+    run_name: str,
+    ray_address: str,
+    logger: logging.Logger | logging.LoggerAdapter,
+    started: float,
 ) -> StageResult:
     """The Ray job of one try, its output's slot held."""
     model_uri = f"{out}/model"
