@@ -4,9 +4,10 @@ the flow ends, however it ends.
 The flow stops its head in a `finally` (alignflow/tasks/cluster/ray_cluster.py, local_head), which a kill -9, an OOM
 kill or a lost container never runs: the head, its job and the job's ranks then train on and finish the stage with
 nobody watching (27 of 29 processes did, in an outside probe). So next to the head the flow starts this watchdog in a
-session of its own (a kill of the flow's process group leaves it): every second it notes the flow process's
-descendants (the ephemeral Prefect API server, `ray job` clients), every five the head's processes, and checks that
-the flow is alive; when it is gone, it kills all it knows at once (SIGKILL), then what started since, removes the
+session of its own (a kill of the flow's process group leaves it): every second it checks that the flow is alive;
+every five it notes the flow process's descendants (the ephemeral Prefect API server) and the head's processes (each
+look walks every process on the machine: done every second, it took ~3 % of a core on a busy 2-core host); when the
+flow is gone, it kills all it knows at once (SIGKILL), then what started since, removes the
 head's temp dir and exits. The flow's own `finally` stops the watchdog first.
 
     python -m alignflow.tasks.cluster.head_watchdog PARENT_PID TEMP_DIR GCS_PORT
@@ -26,23 +27,30 @@ from pathlib import Path
 import psutil
 
 POLL_S = 1.0
-SCAN_S = 5.0  # how often the head's own processes are looked up while the flow lives
+SCAN_S = 5.0  # how often the flow's descendants and the head's processes are looked up while the flow lives
 
 
 def head_processes(temp_dir: Path, gcs_port: int) -> list[psutil.Process]:
-    """The Ray processes (psutil) of the head in `temp_dir` or talking to its GCS port, with their children."""
+    """The Ray processes (psutil) of the head in `temp_dir` or talking to its GCS port, with their descendants."""
     # the port as a whole number: ":5979" must not match another cluster's ":59799" (it stopped that one's ranks)
     mark = re.compile(rf"{re.escape(str(temp_dir))}(?![\w-])|:{gcs_port}(?!\d)")
+    procs: dict[int, psutil.Process] = {}
+    children: dict[int, list[int]] = {}
     mine = []
-    for p in psutil.process_iter(["pid", "cmdline"]):
-        try:
-            args = p.info["cmdline"] or []
-            if p.pid != os.getpid() and any(mark.search(arg) for arg in args) and "ray" in " ".join(args):
-                mine.append(p)
-                mine.extend(p.children(recursive=True))  # agents and workers retitle themselves "ray::…"
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return list({p.pid: p for p in mine}.values())
+    # one walk of the machine's processes (psutil's children() walks them all again for each process it asks about)
+    for p in psutil.process_iter(["pid", "ppid", "cmdline"]):
+        procs[p.pid] = p
+        children.setdefault(p.info["ppid"], []).append(p.pid)
+        args = p.info["cmdline"] or []  # None where it could not be read (gone, or not ours)
+        if p.pid != os.getpid() and any(mark.search(arg) for arg in args) and "ray" in " ".join(args):
+            mine.append(p.pid)
+    found: set[int] = set()
+    while mine:  # agents and workers retitle themselves "ray::…": found as descendants
+        pid = mine.pop()
+        if pid not in found:
+            found.add(pid)
+            mine.extend(children.get(pid, []))
+    return [procs[pid] for pid in found]
 
 
 def terminate(procs: list[psutil.Process]) -> None:
@@ -105,8 +113,8 @@ def watch(parent: psutil.Process, temp_dir: Path, gcs_port: int) -> int:
         try:
             if not parent.is_running() or parent.status() == psutil.STATUS_ZOMBIE:
                 break
-            seen.update({p.pid: p for p in parent.children(recursive=True)})
-            if time.monotonic() - scanned > SCAN_S:  # the head's processes known ahead: no scan when it counts
+            if time.monotonic() - scanned > SCAN_S:  # the processes known ahead: no scan when it counts
+                seen.update({p.pid: p for p in parent.children(recursive=True)})
                 seen.update({p.pid: p for p in head_processes(temp_dir, gcs_port)})
                 scanned = time.monotonic()
         except psutil.NoSuchProcess:
