@@ -177,7 +177,9 @@ class AgentRunner:
         executor = self._executor()
         view = _EpisodeEngine(engine, self.s.max_images, f"{self.s.path} (episode {e})")
         # our own execute takes the prompt's token ids too; an override of it (OpenRLHF's signature) does not
-        kwargs = {"prompt_ids": prompt.ids} if type(executor).execute is MultiTurnAgentExecutor.execute else {}
+        kwargs: dict[str, list] = (
+            {"prompt_ids": prompt.ids} if type(executor).execute is MultiTurnAgentExecutor.execute else {}
+        )
         if prompt.images:  # OpenRLHF v0.11's executors take the prompt's images (PIL) as `images`
             kwargs["images"] = [load_image(f, f"{self.s.path} (episode {e})") for f in prompt.engine_images().files]
         try:

@@ -10,7 +10,6 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from alignment.config.base import path_fields, require
 
@@ -111,7 +110,7 @@ def check_not_foreign(flag: str, out: str) -> None:
     )
 
 
-def check_output_paths(cfg: Any) -> None:
+def check_output_paths(cfg: object) -> None:
     """Every committed output (--save_path, --output_path) is a folder that is safe to replace
     (check_output_folder), and the commit, which replaces that whole folder, would delete no model the
     run reads (--pretrain, --ref_pretrain, ...)."""

@@ -21,7 +21,7 @@ _KIND = {bool: "a boolean", int: "an integer", float: "a number", str: "a string
 _WANTED = {int: "an integer (int)", float: "a number (float)", str: "a string (str)"}
 
 
-def unwrap(tp: object) -> tuple[object, bool]:
+def unwrap(tp: object) -> tuple[Any, bool]:
     """(inner type, is_list) for Optional[X] / list[X] / X."""
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):

@@ -37,7 +37,7 @@ class RowValue:
     example: dict[str, Any]
 
 
-def label_match(response: str, label: Any) -> bool:
+def label_match(response: str, label: object) -> bool:
     """Without a reward source: the response's last word, less closing punctuation, is the label
     ("27 + 0 = 27" answers "27"; "127" does not)."""
     words = response.split()

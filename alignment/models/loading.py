@@ -184,7 +184,9 @@ def load_tokenizer(
             f"save the tokenizer next to the weights (tokenizer.save_pretrained(DIR))"
         )
     try:
-        tok = AutoTokenizer.from_pretrained(path, use_fast=use_fast, trust_remote_code=trust_remote_code)
+        tok: PreTrainedTokenizerBase = AutoTokenizer.from_pretrained(
+            path, use_fast=use_fast, trust_remote_code=trust_remote_code
+        )
     except (OSError, ValueError, TypeError) as e:
         if isinstance(e, ValueError) and "trust_remote_code" in str(e):
             raise _remote_code_error(path, flag, e) from e

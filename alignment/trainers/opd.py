@@ -9,8 +9,6 @@ run resumed from a checkpoint samples the responses an uninterrupted run would h
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from alignment.config.distill import OPDConfig
@@ -118,5 +116,5 @@ class OPDTrainer(Trainer):
         )
 
 
-def _contains(response: str, label: Any) -> float:
+def _contains(response: str, label: object) -> float:
     return float(label is not None and str(label).strip() != "" and str(label).strip() in response)
