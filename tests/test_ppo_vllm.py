@@ -34,8 +34,6 @@ def test_vllm_engine_generates_and_receives_weights(ray_head, tiny_sft, tmp_path
         "--colocate_actor_ref",
         "--vllm_num_engines",
         "1",
-        "--vllm_sync_chunk_mb",
-        "1",
         "--zero_stage",
         "3",
         "--rollout_batch_size",
