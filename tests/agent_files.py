@@ -1,5 +1,5 @@
 """Agent files as users write them, for the agent tests: a scripted environment, one written for OpenRLHF, v0.11's
-executor-only contract, and one that never says done."""
+executor-only contract, and one that never says done; and a few episodes of one on a real model."""
 
 from __future__ import annotations
 
@@ -87,3 +87,28 @@ NEVER_DONE = textwrap.dedent("""
         def __init__(self):
             super().__init__(AgentInstance)
 """)
+
+
+def run_episodes(model_dir, path: str, max_turns: int = 5, n: int = 2, linger_s: float | None = None):
+    """`n` episodes of the agent file at `path` from one prompt ("What is 2 + 3?"), the model at `model_dir` on the
+    HF engine: the runner's result (rollout, scores, metrics)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from alignment.agents.runner import AgentRunner, AgentSettings
+    from alignment.datasets.prompts import PromptSample
+    from alignment.rollout.hf_engine import HFEngine
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    engine = HFEngine(AutoModelForCausalLM.from_pretrained(model_dir).eval(), tok.eos_token_id, tok.pad_token_id)
+    text = tok.apply_chat_template(
+        [{"role": "user", "content": "What is 2 + 3?"}], tokenize=False, add_generation_prompt=True
+    )
+    return AgentRunner(AgentSettings(path, max_turns, 10.0, 200, 6, linger_s=linger_s), tok).run(
+        [PromptSample(text, tok(text, add_special_tokens=False)["input_ids"], "5")],
+        n,
+        engine.generate,
+        seed=1,
+        temperature=1.0,
+        top_p=1.0,
+        logprobs=False,
+    )

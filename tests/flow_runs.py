@@ -1,4 +1,5 @@
-"""Running a flow from a test and reading what it did: its result and Prefect logs, its Ray jobs, their ranks."""
+"""Running a flow from a test and reading what it did: its result and Prefect logs, its Ray jobs, their ranks; and
+stopping its PPO job mid-stage."""
 
 from __future__ import annotations
 
@@ -40,6 +41,31 @@ def ray_jobs(address: str, run_name: str) -> list:
         (j for j in jobs if (j.metadata or {}).get("alignflow_run") == run_name),
         key=lambda j: (j.start_time or 0, j.submission_id),
     )  # oldest first, across flow runs
+
+
+def stop_ppo_after_a_checkpoint(address: str, run_name: str, store: str, timeout_s: float = 600) -> str | None:
+    """Stop (`ray job stop`: SIGTERM to the driver) the run's running PPO job whose output is under `store` once it
+    has committed a checkpoint: that checkpoint, the newest then; None when none was caught within `timeout_s`."""
+    from ray.job_submission import JobSubmissionClient
+
+    from alignment import storage
+
+    client, killed_at = JobSubmissionClient(address), None
+    deadline = time.monotonic() + timeout_s
+    while killed_at is None and time.monotonic() < deadline:
+        for job in ray_jobs(address, run_name):
+            out = job.metadata.get("alignflow_output", "")
+            if (
+                job.metadata.get("alignflow_stage") == "ppo"
+                and job.status.value == "RUNNING"
+                and out.startswith(store)
+                and storage.list_committed(f"{out}/checkpoints")
+            ):
+                client.stop_job(job.submission_id)
+                killed_at = storage.get_latest(f"{out}/checkpoints")
+                break
+        time.sleep(0.05)
+    return killed_at
 
 
 def rank_pids(client, submission_id: str) -> list[int]:

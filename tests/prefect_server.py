@@ -1,12 +1,14 @@
 """A real Prefect server for the deployment tests (tests/test_deployment.py): started on loopback with the
 shipped deployments registered by scripts/deploy.sh and a process worker (scripts/worker.sh) polling its pool,
-and the Prefect CLI and API as a user's shell would reach them."""
+and the Prefect CLI and API as a user's shell would reach them; a worker started as some supervisors start it, and
+the script that serves iterative-dpo on a short schedule."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -18,6 +20,22 @@ from tests.conftest import REPO
 from tests.fixtures_s3 import free_port, stop_process
 
 PREFECT = str(Path(sys.executable).parent / "prefect")
+
+# `python -c SERVE_NIGHTLY store ray_address policy`: iterative-dpo served (`flow.serve`) on a 20 s interval instead
+# of the nightly deployment's cron
+SERVE_NIGHTLY = """
+import sys
+from alignflow.flows.iterative_dpo import iterative_dpo_flow
+store, ray_address, policy = sys.argv[1:4]
+# its own deployment name: the shipped iterative-dpo/nightly (registered by the fixture) has a
+# concurrency limit the served runner would have to honour; this test is about the schedule
+# 128 prompts and 2 DPO steps of 2 pairs a round (the shipped round is 2,048 prompts, 2 epochs): a few pairs
+# to train on, and the schedule is what this test is about
+iterative_dpo_flow.serve(name="nightly-served", interval=20, limit=1, parameters={
+    "run_name": "served", "store": store, "ray_address": ray_address, "initial_policy": policy, "recipe": "tiny-idpo",
+    "generate": {"rollout_batch_size": 128},
+    "dpo": {"max_epochs": 1, "max_steps": 2, "train_batch_size": 2, "micro_train_batch_size": 1}})
+"""
 
 
 def _wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 90) -> None:
@@ -55,6 +73,16 @@ class Prefect:
                         sort=ArtifactSort.CREATED_DESC,
                     )
                 )[::-1]
+
+        return asyncio.run(read())
+
+    def deployment(self, name: str):
+        """The deployment `flow/deployment` as the server's API returns it."""
+        from prefect.client.orchestration import PrefectClient
+
+        async def read():
+            async with PrefectClient(self.api) as client:
+                return await client.read_deployment_by_name(name)
 
         return asyncio.run(read())
 
@@ -120,6 +148,29 @@ def deployed_server(root: Path) -> Iterator[Prefect]:
         if worker is not None:
             stop_process(worker)  # SIGTERM, as a supervisor stops it (tested below)
         stop_process(server)
+
+
+def start_worker_ignoring_sigint(prefect: Prefect, log: Path, *args: str, timeout_s: float = 120) -> subprocess.Popen:
+    """`scripts/worker.sh args` started with SIGINT ignored (as `&` in a script, nohup and some supervisors start it),
+    its output in `log`: returned once it logs "started", exits, or `timeout_s` passed."""
+    with log.open("w") as out:
+        worker = subprocess.Popen(
+            ["bash", "scripts/worker.sh", *args],
+            env=prefect.env,
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+        )
+    try:
+        deadline = time.monotonic() + timeout_s
+        while "started" not in log.read_text() and worker.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+    except BaseException:
+        worker.kill()
+        worker.wait()
+        raise
+    return worker
 
 
 def wait_terminal(prefect: Prefect, run_id: str, timeout_s: float = 600) -> str:

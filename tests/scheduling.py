@@ -36,6 +36,9 @@ SLOW_FILES = (
     "test_integrity.py",
     "test_ppo_vllm.py",
     "test_agents.py",
+    # split out of test_ppo_integration.py and test_integrity.py (4 and 3 CLI runs that train): shorter than those
+    "test_ppo_filtering_and_ema.py",
+    "test_nonfinite_and_damaged_models.py",
 )
 
 

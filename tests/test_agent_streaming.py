@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from tests.test_agents import _episodes
+from tests.agent_files import run_episodes
 
 # three turns an episode; the first episode built waits SLOW_S on each step, the others not at all. Each
 # episode appends (its number, when it ended) to LOG.
@@ -41,7 +41,7 @@ def test_streaming_episodes_do_not_wait_for_a_slow_environment(tiny_base, tmp_pa
     streaming lets the seven others finish all three turns while it is still in its first step."""
     log = tmp_path / "ended.jsonl"
     (tmp_path / "slow.py").write_text(SLOW_ENV.replace("SLOW_S", "1.5").replace("LOG", repr(str(log))))
-    got = _episodes(tiny_base, str(tmp_path / "slow.py"), n=8, linger_s=linger_s)
+    got = run_episodes(tiny_base, str(tmp_path / "slow.py"), n=8, linger_s=linger_s)
     assert got.metrics["agent/turns"] == 3 and len(got.rollout) == 8
     ended = dict(json.loads(line) for line in log.read_text().splitlines())
     others = [t for k, t in ended.items() if k != 0]
@@ -93,12 +93,13 @@ def test_a_pool_run_killed_mid_stream_resumes_and_keeps_the_bound(tiny_sft, tmp_
     """kill -9 of train_ppo with an episode pool (--async_train on the HF engine) while the next iteration's
     groups are in flight: the resumed run starts from the checkpoint with an empty pool, trains the rest and
     commits; no row of either run is past the staleness bound."""
+    from alignment.tiny_world.paths import tiny_dir
     from tests.conftest import kill9_after_step, metric_rows, run_module
-    from tests.test_agents import PROMPTS, SMALL, tiny_dir
+    from tests.ppo_cli import GROUP_SMALL, PROMPTS
 
     out, ckpt = tmp_path / "pool", tmp_path / "pool_ckpt"
     args = [
-        "--pretrain", str(tiny_sft), "--save_path", str(out), "--ckpt_path", str(ckpt), *PROMPTS, *SMALL,
+        "--pretrain", str(tiny_sft), "--save_path", str(out), "--ckpt_path", str(ckpt), *PROMPTS, *GROUP_SMALL,
         "--agent_func_path", str(tiny_dir() / "agent_retry.py"), "--async_train", "--agent_batch_linger_ms", "20",
         "--num_episodes", "2", "--save_steps", "1",
     ]  # fmt: skip

@@ -9,43 +9,9 @@ import textwrap
 import pytest
 import torch
 
-from alignment.tiny_world.paths import tiny_dir
-from tests.agent_files import CUSTOM_EXECUTOR, FEEDBACK, NEVER_DONE, OPENRLHF_STYLE, SCRIPTED
+from tests.agent_files import CUSTOM_EXECUTOR, FEEDBACK, NEVER_DONE, OPENRLHF_STYLE, SCRIPTED, run_episodes
 from tests.conftest import REPO, metric_rows, run_module
-
-PROMPTS = [
-    "--prompt_data",
-    f"json@{tiny_dir() / 'prompts'}",
-    "--input_key",
-    "context_messages",
-    "--label_key",
-    "label",
-    "--apply_chat_template",
-    "--generate_max_len",
-    "16",
-    "--logging_steps",
-    "1",
-]
-SMALL = [
-    "--advantage_estimator",
-    "group_norm",
-    "--n_samples_per_prompt",
-    "4",
-    "--rollout_batch_size",
-    "8",
-    "--micro_rollout_batch_size",
-    "32",
-    "--train_batch_size",
-    "32",
-    "--micro_train_batch_size",
-    "16",
-    "--max_samples",
-    "16",
-    "--actor_learning_rate",
-    "1e-5",
-    "--init_kl_coef",
-    "0",
-]
+from tests.ppo_cli import GROUP_SMALL, PROMPTS
 
 
 def test_running_reward_moments_equal_the_whole_history():
@@ -63,34 +29,11 @@ def test_running_reward_moments_equal_the_whole_history():
     assert RunningMoments(*moments.state()) == moments  # what a checkpoint keeps restores it
 
 
-def _episodes(model_dir, path: str, max_turns: int = 5, n: int = 2, linger_s: float | None = None):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from alignment.agents.runner import AgentRunner, AgentSettings
-    from alignment.datasets.prompts import PromptSample
-    from alignment.rollout.hf_engine import HFEngine
-
-    tok = AutoTokenizer.from_pretrained(model_dir)
-    engine = HFEngine(AutoModelForCausalLM.from_pretrained(model_dir).eval(), tok.eos_token_id, tok.pad_token_id)
-    text = tok.apply_chat_template(
-        [{"role": "user", "content": "What is 2 + 3?"}], tokenize=False, add_generation_prompt=True
-    )
-    return AgentRunner(AgentSettings(path, max_turns, 10.0, 200, 6, linger_s=linger_s), tok).run(
-        [PromptSample(text, tok(text, add_special_tokens=False)["input_ids"], "5")],
-        n,
-        engine.generate,
-        seed=1,
-        temperature=1.0,
-        top_p=1.0,
-        logprobs=False,
-    )
-
-
 def test_an_agent_file_may_replace_how_an_episode_runs(tiny_base, tmp_path):
     """A file with only an AgentExecutor (OpenRLHF v0.11's contract, its import line) runs the episodes: its
     tokens, ranges, reward and scores are what PPO gets."""
     (tmp_path / "custom.py").write_text(CUSTOM_EXECUTOR)
-    got = _episodes(tiny_base, str(tmp_path / "custom.py"))
+    got = run_episodes(tiny_base, str(tmp_path / "custom.py"))
     assert got.scored.rewards.tolist() == [0.25, 0.25] and got.scored.scores.tolist() == [0.5, 0.5]
     assert got.scored.logs == {"custom": 1.0} and all(m == [1] * len(m) for m in got.rollout.loss_mask)
     assert all(0 < len(r) <= 6 for r in got.rollout.response_ids)
@@ -103,11 +46,11 @@ def test_an_executor_built_as_openrlhf_builds_it_keeps_the_turn_limit_and_images
     from alignment.agents.contract import AgentError
 
     (tmp_path / "loop.py").write_text(NEVER_DONE.replace("IMAGES", '"extra_logs": {}'))
-    got = _episodes(tiny_base, str(tmp_path / "loop.py"), max_turns=2, n=1)
+    got = run_episodes(tiny_base, str(tmp_path / "loop.py"), max_turns=2, n=1)
     assert got.metrics["agent/turns"] == 2
     (tmp_path / "pictures.py").write_text(NEVER_DONE.replace("IMAGES", '"environment_images": ["a.png"]'))
     with pytest.raises(AgentError, match="the environment returned images, but the policy is a text-only model"):
-        _episodes(tiny_base, str(tmp_path / "pictures.py"), n=1)
+        run_episodes(tiny_base, str(tmp_path / "pictures.py"), n=1)
 
 
 def test_a_math_reward_file_written_for_openrlhf_runs_unchanged(tmp_path):
@@ -265,7 +208,7 @@ def test_openrlhf_style_agent_file_trains_with_packing_and_logs(tiny_sft, tmp_pa
             "--save_path",
             str(out),
             *PROMPTS,
-            *SMALL,
+            *GROUP_SMALL,
             "--agent_func_path",
             str(agent),
             "--packing_samples",
@@ -318,7 +261,7 @@ def test_a_failing_or_hanging_step_is_one_line_naming_the_file(tiny_sft, tmp_pat
             "--save_path",
             str(tmp_path / "out"),
             *PROMPTS,
-            *SMALL,
+            *GROUP_SMALL,
             "--agent_func_path",
             str(agent),
             "--agent_step_timeout",

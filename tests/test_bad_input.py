@@ -22,13 +22,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.bad_input_cases import CASE_ENV, CASES
+from tests.bad_input_cases_preference import PREFERENCE_CASES
+from tests.bad_input_cases_rl import RL_CASES
+from tests.bad_input_cases_sft import CASE_ENV, SFT_CASES
+from tests.bad_input_cases_tools import TOOL_CASES
 from tests.bad_input_files import write_bad_files, write_vision_files
 from tests.conftest import python_env
 from tests.fixtures_s3 import PLANTED_SECRET
 from tests.mounts import read_only_dir
 
 pytestmark = pytest.mark.integration
+
+# the corpus: one table per stage family (tests/bad_input_cases_*.py)
+CASES = [*SFT_CASES, *PREFERENCE_CASES, *RL_CASES, *TOOL_CASES]
 
 
 def _drive(spec: str) -> None:

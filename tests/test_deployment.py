@@ -6,7 +6,6 @@ iterative-dpo/nightly served on a short interval schedule."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
@@ -22,7 +21,7 @@ from alignment import storage
 from tests.browser import chromium, open_flow_run_artifact
 from tests.conftest import REPO
 from tests.fixtures_s3 import stop_process
-from tests.prefect_server import deployed_server, wait_terminal
+from tests.prefect_server import SERVE_NIGHTLY, deployed_server, start_worker_ignoring_sigint, wait_terminal
 
 pytestmark = pytest.mark.integration
 
@@ -38,13 +37,7 @@ def prefect(module_tmp, ray_head):
 def test_deploy_asked_nothing_and_the_nightly_runs_one_at_a_time(prefect):
     """scripts/deploy.sh ran with stdin closed (the fixture); the nightly deployment has a
     concurrency limit of 1 that queues a second run; a worker without PREFECT_API_URL refuses."""
-    from prefect.client.orchestration import PrefectClient
-
-    async def read():
-        async with PrefectClient(prefect.api) as client:
-            return await client.read_deployment_by_name("iterative-dpo/nightly")
-
-    nightly = asyncio.run(read())
+    nightly = prefect.deployment("iterative-dpo/nightly")
     assert nightly.global_concurrency_limit.limit == 1
     assert nightly.concurrency_options.collision_strategy.value == "ENQUEUE"
     # a wandb key as a parameter: refused by the server's parameter validation, so no flow run holds it
@@ -70,19 +63,8 @@ def test_worker_script_stops_on_sigterm_where_sigint_is_ignored(prefect):
     Prefect's worker answers SIGTERM with a SIGINT to itself, which then did nothing until SIGKILL.
     One SIGTERM stops it. Its own work queue, so it never picks up another test's flow run."""
     log = Path(prefect.logs) / "worker-sigterm.log"
-    with log.open("w") as out:
-        worker = subprocess.Popen(
-            ["bash", "scripts/worker.sh", "--work-queue", "sigterm-test"],
-            env=prefect.env,
-            cwd=REPO,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
-        )
+    worker = start_worker_ignoring_sigint(prefect, log, "--work-queue", "sigterm-test")
     try:
-        deadline = time.monotonic() + 120
-        while "started" not in log.read_text() and worker.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.5)
         assert "started" in log.read_text(), log.read_text()[-2000:]
         t0 = time.monotonic()
         worker.send_signal(signal.SIGTERM)
@@ -190,7 +172,7 @@ def test_pipeline_override_and_flow_run_retry_resume_ppo(prefect, ray_head, tmp_
     tests/test_ray_ranks.py; here one rank, and 64 of the RM's pairs: this test is about the retry.)"""
     from ray.job_submission import JobSubmissionClient
 
-    from tests.flow_runs import ray_jobs
+    from tests.flow_runs import ray_jobs, stop_ppo_after_a_checkpoint
 
     store = tmp_path / "store"
     params = {
@@ -231,21 +213,8 @@ def test_pipeline_override_and_flow_run_retry_resume_ppo(prefect, ray_head, tmp_
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     run_id = re.search(r"UUID:\s*([0-9a-f-]{36})", run.stdout).group(1)
 
-    client, killed_at = JobSubmissionClient(ray_head), None
-    deadline = time.monotonic() + 600
-    while killed_at is None and time.monotonic() < deadline:
-        for job in ray_jobs(ray_head, "tiny"):
-            out = job.metadata.get("alignflow_output", "")
-            if (
-                job.metadata.get("alignflow_stage") == "ppo"
-                and job.status.value == "RUNNING"
-                and out.startswith(str(store))
-                and storage.list_committed(f"{out}/checkpoints")
-            ):
-                client.stop_job(job.submission_id)  # SIGTERM to the PPO driver, mid-stage
-                killed_at = storage.get_latest(f"{out}/checkpoints")
-                break
-        time.sleep(0.05)
+    client = JobSubmissionClient(ray_head)
+    killed_at = stop_ppo_after_a_checkpoint(ray_head, "tiny", str(store))  # SIGTERM to the PPO driver, mid-stage
     assert killed_at is not None, "the PPO job was not caught mid-stage:\n" + prefect.worker_log()[-3000:]
     assert wait_terminal(prefect, run_id) == "FAILED"
 
@@ -288,21 +257,6 @@ def test_pipeline_override_and_flow_run_retry_resume_ppo(prefect, ray_head, tmp_
     )
 
 
-SERVE = """
-import sys
-from alignflow.flows.iterative_dpo import iterative_dpo_flow
-store, ray_address, policy = sys.argv[1:4]
-# its own deployment name: the shipped iterative-dpo/nightly (registered by the fixture) has a
-# concurrency limit the served runner would have to honour; this test is about the schedule
-# 128 prompts and 2 DPO steps of 2 pairs a round (the shipped round is 2,048 prompts, 2 epochs): a few pairs
-# to train on, and the schedule is what this test is about
-iterative_dpo_flow.serve(name="nightly-served", interval=20, limit=1, parameters={
-    "run_name": "served", "store": store, "ray_address": ray_address, "initial_policy": policy, "recipe": "tiny-idpo",
-    "generate": {"rollout_batch_size": 128},
-    "dpo": {"max_epochs": 1, "max_steps": 2, "train_batch_size": 2, "micro_train_batch_size": 1}})
-"""
-
-
 # make test-extended: CI proves the nightly's concurrency limit above and rounds continuing across flow runs in
 # tests/test_gates_and_compare.py
 @pytest.mark.extended
@@ -313,7 +267,7 @@ def test_nightly_iterative_dpo_on_a_schedule_continues_from_the_last_round(prefe
 
     store = str(tmp_path / "store")
     served = subprocess.Popen(
-        [sys.executable, "-c", SERVE, store, ray_head, str(tiny_sft)],
+        [sys.executable, "-c", SERVE_NIGHTLY, store, ray_head, str(tiny_sft)],
         env=prefect.env,
         cwd=REPO,
         stdout=open(tmp_path / "serve.log", "w"),

@@ -10,30 +10,19 @@ import json
 import os
 import subprocess
 import sys
-import time
 from copy import deepcopy
 from pathlib import Path
 
 import pytest
 
-from alignment.config import DPOConfig, KTOConfig, PPOConfig, RMConfig, SFTConfig
-from alignment.datasets.mixing import Rows, blend_rows, to_line
-from alignment.datasets.preference import PairTokenizer
-from alignment.datasets.prompts import PromptTokenizer
+from alignment.config import PPOConfig, SFTConfig
+from alignment.datasets.mixing import Rows, to_line
 from alignment.datasets.sft import SFTTokenizer
-from alignment.datasets.sources import DataError, read_rows
+from alignment.datasets.sources import DataError
 from alignment.datasets.tokenized import CACHE_ENV, auto_num_proc, columns_of, load_train_eval, tokenize
-from alignment.datasets.unpaired import UnpairedTokenizer
 from alignment.tiny_world.paths import tiny_dir
 from tests.conftest import python_env
-
-T = tiny_dir()
-
-
-def load_tok():
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(T / "tokenizer")
+from tests.tokenizing import CountingSFT, bad_rows_file, counted, load_tok, sft_cfg, sft_rows, tokenizers
 
 
 @pytest.fixture(scope="module")
@@ -45,78 +34,6 @@ def tok():
 def cache(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "tokenized"))
     return tmp_path / "tokenized"
-
-
-def sft_cfg(**kw) -> SFTConfig:
-    return SFTConfig(
-        **{
-            "pretrain": "m",
-            "dataset": "d",
-            "input_key": "input",
-            "output_key": "output",
-            "apply_chat_template": True,
-            "max_len": 48,
-            **kw,
-        }
-    )
-
-
-class CountingSFT(SFTTokenizer):
-    """Appends a line per tokenized row (with the rank that did it) to $COUNT_FILE."""
-
-    def columns(self, row, index):
-        if index == 0:
-            time.sleep(float(os.environ.get("FIRST_ROW_DELAY", "0")))  # widens the window two ranks could race in
-        with open(os.environ["COUNT_FILE"], "a") as f:
-            f.write(f"{os.environ.get('RANK', '0')}\n")
-        return super().columns(row, index)
-
-
-def counted(path: Path) -> list[str]:
-    return path.read_text().split() if path.exists() else []
-
-
-def sft_rows(n: int = 120) -> Rows:
-    return blend_rows(f"json@{T / 'sft'}", None, "train", n, 42)
-
-
-def tokenizers(tok):
-    """(row tokenizer, rows) for each kind: SFT, RM pairs (EOS end, margins), DPO pairs, KTO, PPO prompts."""
-    pref = [dict(r, margin=i / 10) for i, r in enumerate(read_rows(f"json@{T / 'preference'}", "train")[:80])]
-    kto = read_rows(f"json@{T / 'unpaired'}", "train")[:80]
-    ppo = PPOConfig(
-        pretrain="m", remote_rm_url="r.py", prompt_data="p", input_key="input", label_key="label", prompt_max_len=30
-    )
-    return [
-        (SFTTokenizer(tok, sft_cfg(max_len=40), "sft"), sft_rows().dicts()),
-        (
-            PairTokenizer(
-                tok,
-                RMConfig(pretrain="m", dataset="d", prompt_key="prompt", apply_chat_template=True, max_len=40),
-                "rm",
-                end_at_eos=True,
-                use_margin=True,
-            ),
-            pref,
-        ),
-        (
-            PairTokenizer(
-                tok,
-                DPOConfig(
-                    pretrain="m", dataset="d", prompt_key="prompt", max_len=64, input_template="User: {}\nAssistant: "
-                ),
-                "dpo",
-            ),
-            pref,
-        ),
-        (
-            UnpairedTokenizer(
-                tok, KTOConfig(pretrain="m", dataset="d", input_key="input", output_key="output", max_len=40), "kto"
-            ),
-            kto,
-        ),
-        (PromptTokenizer(tok, ppo, "prompts"), read_rows(f"json@{T / 'prompts'}", "train")[:80]),
-    ]
 
 
 def test_num_proc_2_gives_the_samples_of_num_proc_1(tok, tmp_path, monkeypatch):
@@ -236,17 +153,6 @@ def test_bad_json_line_still_names_file_and_line(tok, cache, tmp_path):
     with pytest.raises(DataError, match=r"bad\.jsonl:2: malformed JSON") as e:
         load_train_eval(cfg, lambda src: SFTTokenizer(tok, cfg, src))
     assert "\n" not in str(e.value)
-
-
-def bad_rows_file(tmp_path: Path, first_shard_bad: bool = False) -> Path:
-    rows = [{"input": f"q{i}", "output": "a"} for i in range(200)]
-    rows[150] = {"input": 5, "output": "a"}  # in the second of two shards
-    rows[190] = {"question": "q", "output": "a"}
-    if first_shard_bad:
-        rows[30] = {"output": "a"}
-    path = tmp_path / "rows.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
 
 
 def test_bad_row_inside_map_with_num_proc_2(tok, cache, tmp_path):
