@@ -197,5 +197,5 @@ def test_one_clear_line(results, world, name, module, argv, needle, real):
 def test_reliability_doc_lists_every_case():
     """docs/reliability.md's corpus table names every case (regenerate it when a case is added)."""
     doc = (Path(__file__).resolve().parents[1] / "docs" / "reliability.md").read_text()
-    assert f"holds {len(CASES)} bad inputs" in doc
+    assert f"holds {len(CASES)} bad inputs" in doc and f"corpus: {len(CASES)} cases" in doc
     assert [n for n, *_ in CASES if f"| `{n}` |" not in doc] == []
