@@ -222,6 +222,10 @@ class PPOConfig(
                 len(lo_hi) == 2 and lo_hi[0] < lo_hi[1],
                 f"--dynamic_filtering_reward_range {lo_hi}: give two numbers, LOW < HIGH (e.g. 0 1)",
             )
+
+    def check_ppo_signal(self) -> None:
+        """What the learning signal is made of: the filter's re-checks, whitening, the stop penalty, the reward
+        source, the critic. Runs after check_ppo (checks run in name order), as it did when they were one."""
         recheck = self.algo.dynamic_filtering_recheck
         require(
             recheck is None or (self.algo.dynamic_filtering_enable and 0 <= recheck <= 1),
