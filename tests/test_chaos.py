@@ -23,7 +23,7 @@ seaweed = fixtures_seaweed.seaweed  # the fixture: a SeaweedFS S3 server for one
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
 
-def test_log_stream_cut_and_hung_stage(ray_head, tmp_path, monkeypatch):
+def test_log_stream_cut_and_hung_stage(ray_head, tiny_base, tmp_path, monkeypatch):
     """The flow reaches the head through a proxy. When the first checkpoint is committed the
     proxy resets every connection (the job's log stream included): the job keeps running and the
     task follows it again. At step 8 (after its checkpoint) the trainer hangs, silent: the
@@ -53,7 +53,13 @@ def test_log_stream_cut_and_hung_stage(ray_head, tmp_path, monkeypatch):
             run_name="hang",
             store=str(store),
             ray_address=f"http://127.0.0.1:{proxy.port}",
-            sft={"max_steps": 12, "save_steps": 4, "eval_dataset": None, "logging_steps": 1},
+            sft={
+                "pretrain": str(tiny_base),
+                "max_steps": 12,
+                "save_steps": 4,
+                "eval_dataset": None,
+                "logging_steps": 1,
+            },
             retries=2,
         )
     finally:

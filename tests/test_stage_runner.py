@@ -25,11 +25,12 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.mark.chaos  # a kill -9 test: runs with the chaos suite (`make test-chaos`), which CI runs too
-def test_killed_rank_fails_the_job_and_the_retry_resumes_and_matches(ray_head, tmp_path):
+def test_killed_rank_fails_the_job_and_the_retry_resumes_and_matches(ray_head, tiny_base, tmp_path):
     """kill -9 of one of the stage's two ranks mid-stage: the job fails, the task retries, the retry
     resumes from the newest committed checkpoint, and the model equals an uninterrupted run's."""
     store = str(tmp_path / "store")
     cfg = {
+        "pretrain": str(tiny_base),  # the session's base: no tiny_base stage (a Ray job) in either flow
         "max_steps": 12,
         "save_steps": 3,
         "eval_dataset": None,
@@ -88,7 +89,7 @@ def test_killed_rank_fails_the_job_and_the_retry_resumes_and_matches(ray_head, t
 
 
 @pytest.mark.chaos  # a fault injected into a flow run: `make test-chaos` (CI runs it after `make test`)
-def test_a_stage_that_refuses_its_input_is_not_retried(ray_head, tmp_path):
+def test_a_stage_that_refuses_its_input_is_not_retried(ray_head, tiny_base, tmp_path):
     """A job whose CLI exits 2 (bad data only the job can see: a dataset file with a malformed
     row) fails the task at once with the CLI's one-line reason; retrying would only fail the same way."""
     broken = tmp_path / "broken.jsonl"
@@ -101,6 +102,7 @@ def test_a_stage_that_refuses_its_input_is_not_retried(ray_head, tmp_path):
             ray_address=ray_head,
             sft={
                 **QUICK,
+                "pretrain": str(tiny_base),
                 "dataset": str(broken),
                 "input_key": "input",
                 "output_key": "output",
@@ -191,7 +193,7 @@ def test_bad_credentials(tmp_path, monkeypatch):
         stop_process(proc)
 
 
-def test_embedded_ray_head_is_started_and_stopped(tmp_path, monkeypatch):
+def test_embedded_ray_head_is_started_and_stopped(tiny_base, tmp_path, monkeypatch):
     """No ray_address: the flow starts its own head on loopback and stops every process of it. Its processes are
     told from the other tests' (the session's head, the other worker's) by the head its watchdog names: its temp
     dir and GCS port, and their children (alignflow/tasks/cluster/head_watchdog.py), gathered while the flow runs.
@@ -205,6 +207,7 @@ def test_embedded_ray_head_is_started_and_stopped(tmp_path, monkeypatch):
     seen: dict[int, psutil.Process] = {}
     done = threading.Event()
     session = {dog.pid for dog in watchdogs_of(os.getpid())}
+    sft = {**QUICK, "pretrain": str(tiny_base)}  # one job, the SFT stage's (a tiny_base stage is one more)
 
     def gather() -> None:  # every process of the embedded head, as it starts them
         while not done.is_set():
@@ -219,7 +222,7 @@ def test_embedded_ray_head_is_started_and_stopped(tmp_path, monkeypatch):
     watcher = threading.Thread(target=gather, daemon=True)
     watcher.start()
     try:
-        result, _ = run_flow(run_name="embedded", store=str(tmp_path / "store"), sft=QUICK)
+        result, _ = run_flow(run_name="embedded", store=str(tmp_path / "store"), sft=sft)
     finally:
         done.set()
         watcher.join(timeout=30)
@@ -240,13 +243,13 @@ def test_embedded_ray_head_is_started_and_stopped(tmp_path, monkeypatch):
     real_head = ray_cluster.local_head
     monkeypatch.setattr(ray_cluster, "local_head", recording_head)
     t0 = time.monotonic()
-    again, run_id = run_flow(run_name="embedded", store=str(tmp_path / "store"), sft=QUICK)
+    again, run_id = run_flow(run_name="embedded", store=str(tmp_path / "store"), sft=sft)
     assert again["skipped"] and again["model_uri"] == result["model_uri"] and not started
     assert "already committed" in flow_logs(run_id)
     print(f"all-committed rerun: {time.monotonic() - t0:.1f}s, no Ray head")
 
 
-def test_cancelled_flow_stops_its_ray_job(ray_head, tmp_path):
+def test_cancelled_flow_stops_its_ray_job(ray_head, tiny_base, tmp_path):
     """Cancelling the flow (as Prefect does, by cancelling the coroutine) stops the running job."""
     from ray.job_submission import JobSubmissionClient
 
@@ -257,7 +260,7 @@ def test_cancelled_flow_stops_its_ray_job(ray_head, tmp_path):
                 recipe="tiny",
                 store=str(tmp_path / "store"),
                 ray_address=ray_head,
-                sft={"max_steps": 2000, "eval_dataset": None},
+                sft={"pretrain": str(tiny_base), "max_steps": 2000, "eval_dataset": None},
             )
         )
         deadline = time.monotonic() + 180
