@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import metric_rows, run_module
-from tests.ppo_cli import PROMPTS, RULE
+from tests.ppo_cli import GROUP_SMALL, PROMPTS, RULE
 
 pytestmark = pytest.mark.integration
 
@@ -34,28 +34,11 @@ def test_dynamic_filtering_drops_groups_that_teach_nothing_and_refills(tiny_sft,
             *PROMPTS,
             "--remote_rm_url",
             str(reward),
-            "--advantage_estimator",
-            "group_norm",
-            "--n_samples_per_prompt",
-            "4",
+            *GROUP_SMALL,
             "--dynamic_filtering",
             "--dynamic_filtering_reward_range",
             "0",
             "1",
-            "--rollout_batch_size",
-            "8",
-            "--micro_rollout_batch_size",
-            "32",
-            "--train_batch_size",
-            "32",
-            "--micro_train_batch_size",
-            "16",
-            "--max_samples",
-            "16",
-            "--actor_learning_rate",
-            "1e-5",
-            "--init_kl_coef",
-            "0",
             "--save_steps",
             "2",
             "--save_hf_ckpt",
